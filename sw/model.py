@@ -1,0 +1,463 @@
+"""Functional (ISA-level) model of the NPU: the ``model`` backend of the runtime.
+
+:class:`ModelBackend` implements :class:`sw.backend.Backend` with the register map of
+:class:`hw.isa.Csr` and the command semantics documented in :mod:`hw.isa`, in plain Python and
+numpy. It holds a device DRAM image, the scratchpad and the accumulator, and executes commands
+the moment the host rings a doorbell. Arithmetic comes from :mod:`sw.golden` /
+:mod:`sw.quant`, so the model is bit-exact with the golden reference by construction.
+
+Model-specific behaviour (what is not cycle-accurate, and the choices where the ISA text leaves
+room; the RTL must agree with these for the differential tests):
+
+* **Untimed.** Commands run to completion inside the ``TAIL`` write. ``CYCLES_LO``/``CYCLES_HI``
+  read 0; :meth:`ModelBackend.wait_irq` returns at once with the current ``irq`` level.
+* **In-order execution per queue.** Engines do not overlap; each queue's commands execute in
+  ring order. A command whose wait (``flags.wait`` or a ``WAIT`` opcode) is not satisfied when
+  it is reached blocks its queue there: ``HEAD`` stays on it and ``STATUS.busy`` stays 1. The
+  queue resumes on the next doorbell write or when another queue's command increments a
+  semaphore. In a single in-order queue such a wait can only be satisfied by a later
+  doorbell after work from another queue, so a program that waits for its own later signals
+  deadlocks here exactly as it would on hardware with one engine; the runtime reports it as a
+  timeout.
+* ``WAIT`` always waits on ``(wait_sem, wait_value)`` and ``SIGNAL`` always increments
+  ``signal_sem``; setting ``flags.wait``/``flags.signal`` on them as well has no extra effect
+  (the wait/increment happens once). Semaphores are 32-bit, wrap on increment and compare
+  unsigned.
+* **Command index.** ``ERR_CMD`` is the number of commands the queue consumed since its last
+  reset. A queue is reset by writing its ``RING_BASE`` or ``RING_SIZE`` (``HEAD := TAIL := 0``)
+  and by ``CONTROL`` bit 0 (``HEAD := TAIL``). On an error ``HEAD`` stays on the failing command.
+* **Error checks** happen before anything is written (no partial transfers); order:
+  ``BAD_OPCODE`` (``ERR_ADDR`` = the command's DRAM address; also for an undefined ``mem``
+  encoding of a DMA), ``BAD_SEM`` (``ERR_ADDR`` = the semaphore id), then per opcode
+  ``BAD_SIZE`` (``ERR_ADDR`` = row_bytes), ``MISALIGNED`` (the address or stride),
+  ``BAD_DRAM_ADDR`` (start of the first DRAM row that does not fit), ``BAD_LOCAL_ADDR`` (the
+  first local row outside the memory). A DMA with ``n_rows == 0`` or ``row_bytes == 0`` and a
+  MATMUL/REQUANT with ``m``/``n_rows == 0`` do nothing, are not checked, and still complete.
+  A doorbell on a ring whose ``RING_SIZE`` is not a power of two >= 2, or a ``TAIL`` outside
+  the ring, is a ``BAD_SIZE`` error with opcode 0; a ring slot outside DRAM is ``BAD_DRAM_ADDR``.
+* REQUANT parameters: the multiplier is the low 31 bits and the shift the low 6 bits of their
+  accumulator words (the register widths of the vector unit).
+* ``CONTROL`` bit 0 clears the error latch only; ``IRQ_STATUS.ERROR`` is cleared separately
+  (write 1). Unmapped CSRs read 0 and ignore writes; writes to read-only CSRs are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from amaranth.lib import data
+
+from hw.config import NPUConfig
+from hw.isa import (
+    COMMAND_BYTES,
+    CSR_ID_VALUE,
+    CSR_VERSION_VALUE,
+    Csr,
+    DmaBody,
+    ErrorCode,
+    Header,
+    IrqBit,
+    LocalMem,
+    Opcode,
+    decode,
+)
+from sw.backend import BackendError
+from sw.quant import requantize
+
+__all__ = ["ModelBackend"]
+
+_MASK32 = 0xFFFF_FFFF
+_OPCODE_FIELD = data.Layout.cast(Header)["opcode"]
+_OPCODE_VALUES = {op.value for op in Opcode}
+_MEM_VALUES = {m.value for m in LocalMem}
+_MEM_FIELD = data.Layout.cast(DmaBody)["mem"]
+
+
+class _CommandError(Exception):
+    """Internal: a command failed with ``code`` at ``addr``."""
+
+    def __init__(self, code: ErrorCode, addr: int) -> None:
+        super().__init__(code, addr)
+        self.code = code
+        self.addr = addr
+
+
+@dataclass
+class _Queue:
+    ring_base: int = 0
+    ring_size: int = 0
+    head: int = 0
+    tail: int = 0
+    consumed: int = 0      #: commands consumed since the last reset (ERR_CMD)
+    stopped: bool = False  #: an error stopped this queue
+
+
+class ModelBackend:
+    """Instant functional simulator of one NPU, seen through the :class:`sw.backend.Backend`
+    interface.
+
+    Parameters
+    ----------
+    config : NPUConfig
+        The configuration to model; reported in the ``CFG_*`` CSRs.
+
+    Attributes
+    ----------
+    name : str
+        ``"model"``.
+    dram : bytearray
+        Device DRAM, ``config.dram_bytes`` bytes.
+    spad : numpy.ndarray
+        Scratchpad, int8, shape ``(spad_rows, spad_row_bytes)``.
+    acc : numpy.ndarray
+        Accumulator, int32, shape ``(acc_rows, acc_row_elems)``.
+    sems : list of int
+        Semaphore values (32-bit).
+    commands_executed : int
+        Total commands retired (for tests and statistics).
+    """
+
+    name = "model"
+
+    def __init__(self, config: NPUConfig) -> None:
+        if not isinstance(config, NPUConfig):
+            raise TypeError(f"config must be an NPUConfig, got {config!r}")
+        self.config = config
+        self.dram = bytearray(config.dram_bytes)
+        self.spad = np.zeros((config.spad_rows, config.spad_row_bytes), dtype=np.int8)
+        self.acc = np.zeros((config.acc_rows, config.acc_row_elems), dtype=np.int32)
+        self.sems = [0] * config.n_sems
+        self.queues = [_Queue() for _ in range(config.n_queues)]
+        self.err_code = 0
+        self.err_cmd = 0
+        self.err_addr = 0
+        self.irq_status = 0
+        self.irq_enable = 0
+        self.commands_executed = 0
+
+    # -- Backend interface ----------------------------------------------------------------------
+
+    def csr_read(self, offset: int) -> int:
+        """Read the 32-bit CSR at byte ``offset``; unmapped offsets read 0.
+
+        Raises
+        ------
+        BackendError
+            If ``offset`` is not 4-byte aligned or negative.
+        """
+        self._check_csr_offset(offset)
+        c = self.config
+        fixed = {
+            Csr.ID: CSR_ID_VALUE,
+            Csr.VERSION: CSR_VERSION_VALUE,
+            Csr.CFG_ARRAY: c.rows | c.cols << 8 | c.n_queues << 16 | (c.n_sems & 0xFF) << 24,
+            Csr.CFG_SPAD: c.spad_rows,
+            Csr.CFG_ACC: c.acc_rows,
+            Csr.CFG_BUS: (c.axi_data_bytes | c.dma_outstanding << 8 | c.spad_row_bytes << 16
+                          | c.acc_row_elems << 24),
+            Csr.CFG_DRAM: c.dram_bytes & _MASK32,
+            Csr.STATUS: int(self._busy()) | int(self.err_code != 0) << 1,
+            Csr.ERR_CODE: self.err_code,
+            Csr.ERR_CMD: self.err_cmd,
+            Csr.ERR_ADDR: self.err_addr,
+            Csr.IRQ_STATUS: self.irq_status,
+            Csr.IRQ_ENABLE: self.irq_enable,
+            Csr.CYCLES_LO: 0,  # untimed model
+            Csr.CYCLES_HI: 0,
+            Csr.CONTROL: 0,
+        }
+        if offset in fixed:
+            return fixed[offset]
+        q, reg = self._queue_reg(offset)
+        if q is not None:
+            queue = self.queues[q]
+            return {Csr.RING_BASE: queue.ring_base, Csr.RING_SIZE: queue.ring_size,
+                    Csr.HEAD: queue.head, Csr.TAIL: queue.tail}[reg]
+        if Csr.SEM_BASE <= offset < Csr.SEM_BASE + 4 * self.config.n_sems:
+            return self.sems[(offset - Csr.SEM_BASE) // 4]
+        return 0
+
+    def csr_write(self, offset: int, value: int) -> None:
+        """Write the 32-bit CSR at byte ``offset``. A ``TAIL`` write runs the queue.
+
+        Raises
+        ------
+        BackendError
+            If ``offset`` is not 4-byte aligned or ``value`` is not a 32-bit value.
+        """
+        self._check_csr_offset(offset)
+        if not 0 <= value <= _MASK32:
+            raise BackendError(f"CSR value {value!r} is not a 32-bit unsigned value")
+        if offset == Csr.IRQ_STATUS:
+            self.irq_status &= ~value
+        elif offset == Csr.IRQ_ENABLE:
+            self.irq_enable = value & (IrqBit.FENCE | IrqBit.ERROR)
+        elif offset == Csr.CONTROL:
+            if value & 1:
+                self._clear()
+        else:
+            q, reg = self._queue_reg(offset)
+            if q is None:
+                return
+            queue = self.queues[q]
+            if reg == Csr.RING_BASE:
+                queue.ring_base = value & ~(COMMAND_BYTES - 1)
+                self._reset_queue(queue)
+            elif reg == Csr.RING_SIZE:
+                queue.ring_size = value
+                self._reset_queue(queue)
+            elif reg == Csr.TAIL:
+                queue.tail = value
+                self._pump()
+
+    def mem_write(self, addr: int, data: bytes) -> None:
+        """Write ``data`` into DRAM at byte ``addr``.
+
+        Raises
+        ------
+        BackendError
+            If ``[addr, addr + len(data))`` is not inside the DRAM.
+        """
+        self._check_dram(addr, len(data))
+        self.dram[addr:addr + len(data)] = data
+
+    def mem_read(self, addr: int, size: int) -> bytes:
+        """Read ``size`` bytes of DRAM at byte ``addr``.
+
+        Raises
+        ------
+        BackendError
+            If ``[addr, addr + size)`` is not inside the DRAM.
+        """
+        self._check_dram(addr, size)
+        return bytes(self.dram[addr:addr + size])
+
+    def wait_irq(self, max_cycles: int) -> bool:
+        """Return the ``irq`` level at once (the model is untimed; ``max_cycles`` is ignored)."""
+        return self.irq
+
+    @property
+    def irq(self) -> bool:
+        """The interrupt line: ``IRQ_STATUS & IRQ_ENABLE != 0``."""
+        return (self.irq_status & self.irq_enable) != 0
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _check_csr_offset(self, offset: int) -> None:
+        if offset < 0 or offset % 4:
+            raise BackendError(f"CSR offset {offset:#x} is not a 4-byte aligned offset")
+
+    def _check_dram(self, addr: int, size: int) -> None:
+        if addr < 0 or size < 0 or addr + size > self.config.dram_bytes:
+            raise BackendError(
+                f"DRAM access [{addr:#x}, {addr + size:#x}) outside [0, "
+                f"{self.config.dram_bytes:#x})")
+
+    def _queue_reg(self, offset: int) -> tuple[int | None, int]:
+        rel = offset - Csr.QUEUE_BASE
+        if 0 <= rel < self.config.n_queues * Csr.QUEUE_STRIDE:
+            return rel // Csr.QUEUE_STRIDE, rel % Csr.QUEUE_STRIDE
+        return None, 0
+
+    def _busy(self) -> bool:
+        return any(q.head != q.tail for q in self.queues)
+
+    @staticmethod
+    def _reset_queue(queue: _Queue) -> None:
+        queue.head = queue.tail = 0
+        queue.consumed = 0
+        queue.stopped = False
+
+    def _clear(self) -> None:
+        self.err_code = self.err_cmd = self.err_addr = 0
+        for queue in self.queues:
+            queue.head = queue.tail
+            queue.consumed = 0
+            queue.stopped = False
+        self.sems = [0] * self.config.n_sems
+
+    def _raise_error(self, q: int, opcode: int, code: ErrorCode, addr: int) -> None:
+        queue = self.queues[q]
+        queue.stopped = True
+        if self.err_code == 0:  # the first error stays latched until CONTROL clears it
+            self.err_code = code.value | q << 8 | (opcode & 0xFF) << 16
+            self.err_cmd = queue.consumed & _MASK32
+            self.err_addr = addr & _MASK32
+        self.irq_status |= IrqBit.ERROR
+
+    # -- execution --------------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Run every queue until all are empty, blocked or stopped."""
+        progress = True
+        while progress:
+            progress = False
+            for q in range(len(self.queues)):
+                if self._run_queue(q):
+                    progress = True
+
+    def _run_queue(self, q: int) -> bool:
+        """Execute queue ``q`` from HEAD towards TAIL; returns whether a command retired."""
+        queue = self.queues[q]
+        retired = False
+        while not queue.stopped and queue.head != queue.tail:
+            size = queue.ring_size
+            if size < 2 or size & (size - 1) or queue.tail >= size:
+                self._raise_error(q, 0, ErrorCode.BAD_SIZE,
+                                  size if size < 2 or size & (size - 1) else queue.tail)
+                break
+            slot_addr = queue.ring_base + queue.head * COMMAND_BYTES
+            if slot_addr + COMMAND_BYTES > self.config.dram_bytes:
+                self._raise_error(q, 0, ErrorCode.BAD_DRAM_ADDR, slot_addr)
+                break
+            raw = bytes(self.dram[slot_addr:slot_addr + COMMAND_BYTES])
+            cmd = decode(raw)
+            opcode = (int.from_bytes(raw, "little") >> _OPCODE_FIELD.offset) & 0xFF
+            try:
+                done = self._execute(cmd, opcode, slot_addr)
+            except _CommandError as e:
+                self._raise_error(q, opcode, e.code, e.addr)
+                break
+            if not done:  # blocked on a semaphore
+                break
+            queue.head = (queue.head + 1) % size
+            queue.consumed += 1
+            self.commands_executed += 1
+            retired = True
+        return retired
+
+    def _execute(self, cmd: data.Const, opcode: int, slot_addr: int) -> bool:
+        """Execute one command; returns False if it must wait. Raises _CommandError."""
+        if opcode not in _OPCODE_VALUES:
+            raise _CommandError(ErrorCode.BAD_OPCODE, slot_addr)
+        op = Opcode(opcode)
+        header = cmd.header
+        flags = header.flags
+        do_wait = bool(flags.wait) or op == Opcode.WAIT
+        do_signal = bool(flags.signal) or op == Opcode.SIGNAL
+        n_sems = self.config.n_sems
+        if do_wait and header.wait_sem >= n_sems:
+            raise _CommandError(ErrorCode.BAD_SEM, header.wait_sem)
+        if do_signal and header.signal_sem >= n_sems:
+            raise _CommandError(ErrorCode.BAD_SEM, header.signal_sem)
+        if do_wait and self.sems[header.wait_sem] < header.wait_value:
+            return False
+
+        if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
+            mem_bits = (cmd.body.raw >> _MEM_FIELD.offset) & 0b11
+            if mem_bits not in _MEM_VALUES:
+                raise _CommandError(ErrorCode.BAD_OPCODE, slot_addr)
+            self._dma(cmd.body.dma, load=op == Opcode.DMA_LOAD)
+        elif op == Opcode.MATMUL:
+            self._matmul(cmd.body.matmul, accumulate=bool(flags.accumulate))
+        elif op == Opcode.REQUANT:
+            self._requant(cmd.body.requant, relu=bool(flags.relu))
+        elif op == Opcode.FENCE:
+            self._fence(cmd.body.fence, irq=bool(flags.irq))
+        # NOP, WAIT, SIGNAL: nothing beyond the header's wait/signal.
+
+        if do_signal:
+            s = header.signal_sem
+            self.sems[s] = (self.sems[s] + 1) & _MASK32
+        return True
+
+    def _dma(self, body: data.Const, load: bool) -> None:
+        c = self.config
+        mem = LocalMem(body.mem)
+        n_rows, row_bytes = body.n_rows, body.row_bytes
+        if n_rows == 0 or row_bytes == 0:
+            return
+        if mem == LocalMem.SPAD:
+            local_row_bytes, depth = c.spad_row_bytes, c.spad_rows
+        else:
+            local_row_bytes, depth = c.acc_row_bytes, c.acc_rows
+        if row_bytes % local_row_bytes:
+            raise _CommandError(ErrorCode.BAD_SIZE, row_bytes)
+        align = min(local_row_bytes, c.axi_data_bytes)
+        addr, stride = body.dram_addr, body.dram_stride
+        if addr % align:
+            raise _CommandError(ErrorCode.MISALIGNED, addr)
+        if stride % align:
+            raise _CommandError(ErrorCode.MISALIGNED, stride)
+        for r in range(n_rows):  # rows are in increasing address order: first bad one
+            row_addr = addr + r * stride
+            if row_addr + row_bytes > c.dram_bytes:
+                raise _CommandError(ErrorCode.BAD_DRAM_ADDR, row_addr)
+            if stride == 0:
+                break
+        lrows = row_bytes // local_row_bytes
+        local_row, local_stride = body.local_row, body.local_stride
+        for r in range(n_rows):
+            first = local_row + r * local_stride
+            if first + lrows > depth:
+                raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(first, depth))
+            if local_stride == 0:
+                break
+
+        dram = np.frombuffer(self.dram, dtype=np.uint8)
+        for r in range(n_rows):
+            row_addr = addr + r * stride
+            first = local_row + r * local_stride
+            if mem == LocalMem.SPAD:
+                local = self.spad[first:first + lrows].reshape(-1)
+                if load:
+                    local[:] = dram[row_addr:row_addr + row_bytes].view(np.int8)
+                else:
+                    dram[row_addr:row_addr + row_bytes] = local.view(np.uint8)
+            else:
+                local = self.acc[first:first + lrows].reshape(-1)
+                if load:
+                    local[:] = dram[row_addr:row_addr + row_bytes].view("<i4")
+                else:
+                    dram[row_addr:row_addr + row_bytes] = local.astype("<i4").view(np.uint8)
+
+    def _matmul(self, body: data.Const, accumulate: bool) -> None:
+        c = self.config
+        m = body.m
+        if m == 0:
+            return
+        for row, n, depth in ((body.w_row, c.rows, c.spad_rows), (body.a_row, m, c.spad_rows)):
+            if row + n > depth:
+                raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(row, depth))
+        if body.acc_row + m > c.acc_rows:
+            raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.acc_row, c.acc_rows))
+        a = self.spad[body.a_row:body.a_row + m, :c.rows].astype(np.int64)
+        w = self.spad[body.w_row:body.w_row + c.rows, :c.cols].astype(np.int64)
+        out = a @ w
+        dst = self.acc[body.acc_row:body.acc_row + m]
+        if accumulate:
+            out = out + dst[:, :c.cols]
+        dst[:, :c.cols] = out.astype(np.int32)  # wraps modulo 2**32
+        dst[:, c.cols:] = 0
+
+    def _requant(self, body: data.Const, relu: bool) -> None:
+        c = self.config
+        n = body.n_rows
+        if n == 0:
+            return
+        if body.acc_row + n > c.acc_rows:
+            raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.acc_row, c.acc_rows))
+        if body.param_row + 3 > c.acc_rows:
+            raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.param_row, c.acc_rows))
+        if body.spad_row + n > c.spad_rows:
+            raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.spad_row, c.spad_rows))
+        p = self.acc[body.param_row:body.param_row + 3, :c.cols].astype(np.int64)
+        bias = p[0]
+        mult = p[1] & 0x7FFF_FFFF
+        shift = p[2] & 0x3F
+        acc = self.acc[body.acc_row:body.acc_row + n, :c.cols]
+        out = requantize(acc, bias, mult, shift, relu=relu)
+        dst = self.spad[body.spad_row:body.spad_row + n]
+        dst[:, :c.cols] = out
+        dst[:, c.cols:] = 0
+
+    def _fence(self, body: data.Const, irq: bool) -> None:
+        addr = body.addr
+        if addr % 4:
+            raise _CommandError(ErrorCode.MISALIGNED, addr)
+        if addr + 4 > self.config.dram_bytes:
+            raise _CommandError(ErrorCode.BAD_DRAM_ADDR, addr)
+        self.dram[addr:addr + 4] = (body.value & _MASK32).to_bytes(4, "little")
+        if irq:
+            self.irq_status |= IrqBit.FENCE

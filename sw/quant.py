@@ -1,0 +1,343 @@
+"""Symmetric int8 quantization, fixed-point requantization and error metrics.
+
+Conventions (the one rounding rule of the project)
+--------------------------------------------------
+* **Symmetric, zero-point 0.** A real tensor ``x`` is represented as ``q * scale`` with
+  ``q`` int8 and ``scale = max|x| / 127`` (per tensor, or per channel along one axis).
+  This is the symmetric special case (``Z = 0``) of the affine scheme of Jacob et al. 2018,
+  "Quantization and Training of Neural Networks for Efficient Integer-Arithmetic-Only
+  Inference" (CVPR), eq. (1).
+* **Round to nearest, ties toward +infinity** everywhere: ``floor(v + 1/2)``. The hardware's
+  requantization (``y = (x*M + 2**(shift-1)) >> shift`` with an arithmetic, i.e. floor, shift)
+  rounds that way, and :func:`quantize` uses the same rule so there is only one. (gemmlowp's
+  ``RoundingDivideByPOT`` rounds ties away from zero instead; the difference is only on exact
+  ties.) Truncation instead of rounding costs about 7 dB SQNR on the real workload.
+* **Fixed-point multiplier.** A real multiplier ``r`` is ``M / 2**shift`` with
+  ``M`` in ``[2**30, 2**31)`` (a Q0.31 value in [0.5, 1) as in gemmlowp's
+  ``QuantizeMultiplier`` and Jacob et al. 2018 §2.2, eq. (6)) and ``shift`` in ``0..63``.
+  Unlike gemmlowp, the hardware does not use a rounding doubling high multiply followed by a
+  rounding right shift (two roundings); it computes the exact product ``x * M`` in 64 bits
+  and rounds once, which is at least as accurate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "INT8_MIN", "INT8_MAX", "MULTIPLIER_MIN", "MULTIPLIER_MAX", "SHIFT_MAX",
+    "tensor_scale", "channel_scales", "quantize", "dequantize",
+    "quantize_multiplier", "quantize_multipliers", "requantize", "sqnr_db", "cosine",
+]
+
+INT8_MIN = -128
+INT8_MAX = 127
+MULTIPLIER_MIN = 1 << 30        #: smallest non-zero fixed-point multiplier
+MULTIPLIER_MAX = (1 << 31) - 1  #: largest fixed-point multiplier
+SHIFT_MAX = 63                  #: largest right shift of the vector unit
+
+
+def tensor_scale(x: npt.ArrayLike) -> float:
+    """Per-tensor symmetric scale ``max|x| / 127``.
+
+    Parameters
+    ----------
+    x : array_like of float
+        Any shape.
+
+    Returns
+    -------
+    float
+        The scale (real units per int8 step). An all-zero (or empty) tensor gets ``1.0`` so that
+        the scale is always positive and usable as a divisor.
+    """
+    a = np.asarray(x, dtype=np.float64)
+    m = float(np.max(np.abs(a))) if a.size else 0.0
+    return m / INT8_MAX if m > 0 else 1.0
+
+
+def channel_scales(x: npt.ArrayLike, axis: int) -> np.ndarray:
+    """Per-channel symmetric scales ``max|x| / 127`` over all axes but ``axis``.
+
+    Parameters
+    ----------
+    x : array_like of float
+        Any shape with at least one dimension.
+    axis : int
+        The channel axis (e.g. ``0`` for a PyTorch ``(out, in)`` weight, giving one scale per
+        output channel).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, shape ``(x.shape[axis],)``. All-zero channels get ``1.0``.
+    """
+    a = np.asarray(x, dtype=np.float64)
+    axis = axis % a.ndim
+    other = tuple(i for i in range(a.ndim) if i != axis)
+    m = np.max(np.abs(a), axis=other) if other else np.abs(a)
+    return np.where(m > 0, m / INT8_MAX, 1.0)
+
+
+def _broadcast_scale(scale: npt.ArrayLike, ndim: int, axis: int | None) -> np.ndarray:
+    s = np.asarray(scale, dtype=np.float64)
+    if s.ndim == 0 or axis is None:
+        return s
+    shape = [1] * ndim
+    shape[axis % ndim] = s.shape[0]
+    return s.reshape(shape)
+
+
+def quantize(x: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None = None) -> np.ndarray:
+    """Quantize to int8: ``clamp(floor(x / scale + 1/2), -128, 127)``.
+
+    Round to nearest with ties toward +infinity (the project's rounding rule, the same as the
+    hardware's requantization). Values beyond the calibrated range saturate.
+
+    Parameters
+    ----------
+    x : array_like of float
+        Any shape.
+    scale : float or array_like of float
+        Positive. A scalar (per tensor) or a vector of length ``x.shape[axis]`` (per channel).
+    axis : int, optional
+        The channel axis when ``scale`` is a vector; default: the last axis.
+
+    Returns
+    -------
+    numpy.ndarray
+        int8, same shape as ``x``.
+
+    Raises
+    ------
+    ValueError
+        If a scale is not positive and finite.
+    """
+    a = np.asarray(x, dtype=np.float64)
+    s = np.asarray(scale, dtype=np.float64)
+    if not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError(f"scales must be positive and finite, got {scale!r}")
+    if s.ndim and axis is None:
+        axis = -1
+    s = _broadcast_scale(s, a.ndim, axis)
+    q = np.floor(a / s + 0.5)
+    return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def dequantize(q: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None = None) -> np.ndarray:
+    """Real value of quantized data: ``q * scale``.
+
+    Parameters
+    ----------
+    q : array_like of int
+        Any shape (int8 values, or int32 accumulators with ``scale`` = product of scales).
+    scale : float or array_like of float
+        Scalar or per-channel vector along ``axis`` (default: the last axis).
+    axis : int, optional
+        Channel axis of a vector ``scale``.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, same shape as ``q``.
+    """
+    a = np.asarray(q, dtype=np.float64)
+    s = np.asarray(scale, dtype=np.float64)
+    if s.ndim and axis is None:
+        axis = -1
+    return a * _broadcast_scale(s, a.ndim, axis)
+
+
+def quantize_multiplier(real_multiplier: float) -> tuple[int, int]:
+    """Fixed-point representation ``real ≈ multiplier / 2**shift`` of a real multiplier.
+
+    Follows gemmlowp's ``QuantizeMultiplier`` (Jacob et al. 2018, §2.2): write
+    ``real = f * 2**e`` with ``f`` in [0.5, 1), then ``multiplier = round(f * 2**31)`` (ties to
+    +inf) in ``[2**30, 2**31)`` and ``shift = 31 - e``. If rounding gives ``2**31`` the result is
+    renormalised to ``(2**30, shift - 1)``.
+
+    Error bound: because ``multiplier >= 2**30`` and it is rounded to the nearest integer,
+    ``|multiplier / 2**shift - real| <= 2**-(shift + 1)``, i.e. a relative error of at most
+    ``2**-31`` (about 4.7e-10).
+
+    Parameters
+    ----------
+    real_multiplier : float
+        ``0`` or a value in about ``[2**-33, 2**31)`` (the range ``multiplier / 2**shift`` covers
+        with ``shift`` in 0..63).
+
+    Returns
+    -------
+    (multiplier, shift) : tuple of int
+        ``multiplier`` in ``[2**30, 2**31)``, or ``0`` (with ``shift = 0``) for ``real == 0``;
+        ``shift`` in ``0..63``.
+
+    Raises
+    ------
+    ValueError
+        If ``real_multiplier`` is negative, not finite, too large (``shift`` would be negative)
+        or too small to represent with ``shift <= 63``.
+    """
+    r = float(real_multiplier)
+    if not math.isfinite(r):
+        raise ValueError(f"real multiplier must be finite, got {real_multiplier!r}")
+    if r < 0:
+        raise ValueError(f"real multiplier must be >= 0, got {real_multiplier!r}")
+    if r == 0:
+        return 0, 0
+    f, e = math.frexp(r)              # r = f * 2**e, 0.5 <= f < 1, exact
+    m = math.floor(f * (1 << 31) + 0.5)  # f * 2**31 is exact in binary64
+    shift = 31 - e
+    if m == 1 << 31:
+        m >>= 1
+        shift -= 1
+    if shift < 0:
+        raise ValueError(
+            f"real multiplier {real_multiplier!r} is too large: needs shift {shift} < 0 "
+            f"(representable maximum is (2**31 - 1) / 2**0)")
+    if shift > SHIFT_MAX:
+        raise ValueError(
+            f"real multiplier {real_multiplier!r} is too small: needs shift {shift} > "
+            f"{SHIFT_MAX} (smallest representable value is 2**30 / 2**63 = 2**-33)")
+    return m, shift
+
+
+def quantize_multipliers(real_multipliers: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Vector form of :func:`quantize_multiplier`.
+
+    Parameters
+    ----------
+    real_multipliers : array_like of float
+        Shape ``(N,)``.
+
+    Returns
+    -------
+    (multiplier, shift) : tuple of numpy.ndarray
+        Both int64, shape ``(N,)``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`quantize_multiplier`, for the first bad element.
+    """
+    r = np.asarray(real_multipliers, dtype=np.float64).reshape(-1)
+    pairs = [quantize_multiplier(float(v)) for v in r]
+    mult = np.array([p[0] for p in pairs], dtype=np.int64)
+    shift = np.array([p[1] for p in pairs], dtype=np.int64)
+    return mult, shift
+
+
+def requantize(acc: npt.ArrayLike, bias: npt.ArrayLike, multiplier: npt.ArrayLike,
+               shift: npt.ArrayLike, relu: bool = False) -> np.ndarray:
+    """int32 accumulators to int8, exactly as the vector unit does (``RequantBody``).
+
+    For every element, with per-channel parameters broadcast along the last axis::
+
+        x = acc + bias                                  (33-bit, no wrap)
+        y = (x * multiplier + (2**(shift-1) if shift else 0)) >> shift   (floor shift)
+        out = clamp(y, -128, 127), then max(out, 0) if relu
+
+    i.e. round to nearest with ties toward +infinity, saturation, optional ReLU.
+
+    Exact for all int32 ``acc``/``bias``, ``multiplier`` in ``0..2**31-1`` and ``shift`` in
+    ``0..63``: ``|x * multiplier| < 2**63`` but adding the rounding constant can exceed int64,
+    so the int64 fast path is used only when a bound proves it cannot overflow; otherwise the
+    arithmetic is done in Python integers (numpy ``dtype=object``).
+
+    Parameters
+    ----------
+    acc : array_like of int
+        int32 values, shape ``(..., N)``.
+    bias : array_like of int
+        int32 values, shape ``(N,)`` (or broadcastable to ``acc``).
+    multiplier : array_like of int
+        Values in ``0..2**31-1``, broadcastable to ``acc``.
+    shift : array_like of int
+        Values in ``0..63``, broadcastable to ``acc``.
+    relu : bool
+        Clamp negative outputs to zero.
+
+    Returns
+    -------
+    numpy.ndarray
+        int8, shape of ``acc`` broadcast with the parameters.
+
+    Raises
+    ------
+    ValueError
+        If a value is outside the ranges above.
+    """
+    a = np.asarray(acc, dtype=np.int64)
+    b = np.asarray(bias, dtype=np.int64)
+    m = np.asarray(multiplier, dtype=np.int64)
+    s = np.asarray(shift, dtype=np.int64)
+    for name, v, lo, hi in (("acc", a, -(1 << 31), (1 << 31) - 1),
+                            ("bias", b, -(1 << 31), (1 << 31) - 1),
+                            ("multiplier", m, 0, MULTIPLIER_MAX),
+                            ("shift", s, 0, SHIFT_MAX)):
+        if v.size and (v.min() < lo or v.max() > hi):
+            raise ValueError(f"{name} out of range [{lo}, {hi}]: min {v.min()}, max {v.max()}")
+    x = a + b  # |x| <= 2**32, exact in int64
+    xmax = int(np.max(np.abs(x))) if x.size else 0
+    mmax = int(m.max()) if m.size else 0
+    smax = int(s.max()) if s.size else 0
+    rmax = (1 << smax) >> 1
+    if xmax * mmax + rmax < (1 << 63):
+        rnd = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
+        y = (x * m + rnd) >> s
+    else:
+        xo = x.astype(object)
+        so = np.broadcast_to(s, np.broadcast_shapes(x.shape, s.shape)).astype(object)
+        rnd = np.vectorize(lambda k: (1 << k) >> 1, otypes=[object])(so)
+        y = (xo * m.astype(object) + rnd) >> so
+        y = np.array([min(max(v, INT8_MIN), INT8_MAX) for v in y.ravel()],
+                     dtype=np.int64).reshape(y.shape)
+    y = np.clip(y, INT8_MIN, INT8_MAX)
+    if relu:
+        y = np.maximum(y, 0)
+    return y.astype(np.int8)
+
+
+def sqnr_db(ref: npt.ArrayLike, test: npt.ArrayLike) -> float:
+    """Signal-to-quantization-noise ratio ``10 log10(sum(ref**2) / sum((ref - test)**2))``.
+
+    Parameters
+    ----------
+    ref, test : array_like of float
+        Same shape; ``ref`` is the float reference, ``test`` the dequantized result.
+
+    Returns
+    -------
+    float
+        dB; ``inf`` if the two are identical.
+    """
+    r = np.asarray(ref, dtype=np.float64)
+    t = np.asarray(test, dtype=np.float64)
+    if r.shape != t.shape:
+        raise ValueError(f"shapes differ: {r.shape} vs {t.shape}")
+    noise = float(np.sum((r - t) ** 2))
+    signal = float(np.sum(r ** 2))
+    if noise == 0:
+        return math.inf
+    if signal == 0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def cosine(ref: npt.ArrayLike, test: npt.ArrayLike) -> float:
+    """Cosine similarity of the flattened arrays, ``<ref, test> / (|ref| |test|)``.
+
+    Returns
+    -------
+    float
+        In [-1, 1]; ``nan`` if either is all zero.
+    """
+    r = np.asarray(ref, dtype=np.float64).ravel()
+    t = np.asarray(test, dtype=np.float64).ravel()
+    if r.shape != t.shape:
+        raise ValueError(f"shapes differ: {r.shape} vs {t.shape}")
+    den = float(np.linalg.norm(r) * np.linalg.norm(t))
+    return float(np.dot(r, t) / den) if den else math.nan
