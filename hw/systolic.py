@@ -118,7 +118,8 @@ class SystolicArray(wiring.Component):
         # PE(k, n): w_shadow, w_active; registers a and swap to the right, psum downwards.
         psum = [None] * cols
         for k in range(rows):
-            load_row = self.w_en & (self.w_addr == k)
+            load_row = Signal(name=f"w_load_row{k}")
+            m.d.comb += load_row.eq(self.w_en & (self.w_addr == k))
             a_in, swap_in = a_left[k], swap_chain[k]
             for n in range(cols):
                 w_shadow = Signal(signed(8), name=f"pe{k}_{n}_w_shadow")

@@ -45,10 +45,11 @@ class MatrixEngine(wiring.Component):
     next. Each accumulator row is read and written once per command, so there is no
     read-after-write hazard for any ``m``.
 
-    Latency: a command with ``m > 0`` takes ``rows + m + (rows + cols - 1) + 6`` cycles from
-    accept to ``done`` (accept 1, check 1, weight reads ``rows``, activation reads ``m``, read
-    latency 1, array ``rows + cols - 1``, write-back 1, retire 1; ``done`` comes in the cycle
-    after the last write). Steady state: one activation row per cycle.
+    Latency: a command with ``m > 0`` takes ``rows + m + (rows + cols - 1) + 5`` cycles from
+    accept to ``done``, both counted (accept 1, check 1, weight reads ``rows``, activation reads
+    ``m``, read latency 1, array ``rows + cols - 1``, write-back 1, retire 1; ``done`` comes in
+    the cycle after the last write), see :meth:`command_cycles`. Failing commands and ``m == 0``
+    take 3 (accept, check, retire). Steady state: one activation row per cycle.
 
     Errors (checked in this order, nothing is written): opcode other than MATMUL ->
     ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``a_row .. a_row + m - 1`` or
@@ -69,14 +70,17 @@ class MatrixEngine(wiring.Component):
     def __init__(self, config: NPUConfig):
         check_config(self, config)
         self.config = config
-        #: cycles from accept to ``done`` of a command with ``m`` rows, ``m > 0``
-        self.command_cycles = lambda m: config.rows + m + (config.rows + config.cols - 1) + 6
         super().__init__({
             "engine": In(EngineSignature()),
             "spad_rd": In(ReadPort.Signature(**_spad_shape(config))),
             "acc_rd": In(ReadPort.Signature(**_acc_shape(config))),
             "acc_wr": In(WritePort.Signature(**_acc_shape(config))),
         })
+
+    @staticmethod
+    def command_cycles(config: NPUConfig, m: int) -> int:
+        """Cycles from accept to ``done`` (both inclusive) of a command with ``m > 0`` rows."""
+        return config.rows + m + (config.rows + config.cols - 1) + 5
 
     def elaborate(self, platform):
         m = Module()

@@ -44,11 +44,13 @@ class RequantEngine(wiring.Component):
 
     ``>>`` is an arithmetic shift (floor), so this is round to nearest with ties toward
     +infinity, computed exactly (65-bit intermediate, never saturating before the clamp).
-    gemmlowp/TFLite requantize with a Q31 fixed-point multiplier (``SaturatingRoundingDoubling
-    HighMul``) followed by a rounding right shift, i.e. two roundings; ours is a single rounding
-    shift of the exact product, so a TFLite multiplier ``M0 * 2**-31`` with right shift ``s``
-    maps to ``multiplier = M0``, ``shift = 31 + s``. Output bytes ``j >= cols`` of the
-    scratchpad row are written as 0.
+    Source of the scheme: gemmlowp/TFLite requantize with a Q31 fixed-point multiplier
+    (``SaturatingRoundingDoublingHighMul``) followed by ``RoundingDivideByPOT`` (ties away from
+    zero), i.e. two roundings. Ours is a single rounding shift of the exact product with ties
+    toward +infinity (the project's one rounding rule, see :class:`hw.isa.RequantBody`); a
+    TFLite multiplier ``M0 * 2**-31`` with right shift ``s`` corresponds to
+    ``multiplier = M0``, ``shift = 31 + s`` (equal results except where TFLite's first rounding
+    or its tie rule differs). Output bytes ``j >= cols`` of the scratchpad row are written as 0.
 
     Pipeline per row: accumulator read (1 cycle), bias add, multiply, round/shift/clamp (one
     register each), scratchpad write. A command of ``n_rows > 0`` rows takes ``n_rows + 10``
