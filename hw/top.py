@@ -40,8 +40,6 @@ class NPU(wiring.Component):
         If ``config.n_queues != 1`` (several hardware queues are not built yet).
     """
 
-    irq: Out(1)
-
     def __init__(self, config: NPUConfig = NPUConfig()):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")

@@ -24,17 +24,25 @@ room; the RTL must agree with these for the differential tests):
   (the wait/increment happens once). Semaphores are 32-bit, wrap on increment and compare
   unsigned.
 * **Command index.** ``ERR_CMD`` is the number of commands the queue consumed since its last
-  reset. A queue is reset by writing its ``RING_BASE`` or ``RING_SIZE`` (``HEAD := TAIL := 0``)
-  and by ``CONTROL`` bit 0 (``HEAD := TAIL``). On an error ``HEAD`` stays on the failing command.
-* **Error checks** happen before anything is written (no partial transfers); order:
-  ``BAD_OPCODE`` (``ERR_ADDR`` = the command's DRAM address; also for an undefined ``mem``
-  encoding of a DMA), ``BAD_SEM`` (``ERR_ADDR`` = the semaphore id), then per opcode
-  ``BAD_SIZE`` (``ERR_ADDR`` = row_bytes), ``MISALIGNED`` (the address or stride),
+  reset, ``CONTROL`` bit 0 (``HEAD := TAIL``, index := 0; as ``hw/cmdproc.py``). Writing
+  ``RING_BASE``/``RING_SIZE`` does not move ``HEAD``/``TAIL``. On an error ``HEAD`` stays on the
+  failing command.
+* **Error checks** happen before anything is written (no partial transfers); order and
+  ``ERR_ADDR`` as the RTL engines (``hw/cmdproc.py``, ``hw/dma.py``, ``hw/tile.py``,
+  ``hw/vector.py``): ``BAD_OPCODE`` (the command's DRAM address), ``BAD_SEM`` (the semaphore
+  id; wait checked before signal), then per opcode. DMA: ``BAD_SIZE`` (``dram_addr``),
+  ``MISALIGNED`` (``dram_addr``, or ``dram_addr + dram_stride`` for a bad stride),
   ``BAD_DRAM_ADDR`` (start of the first DRAM row that does not fit), ``BAD_LOCAL_ADDR`` (the
-  first local row outside the memory). A DMA with ``n_rows == 0`` or ``row_bytes == 0`` and a
-  MATMUL/REQUANT with ``m``/``n_rows == 0`` do nothing, are not checked, and still complete.
-  A doorbell on a ring whose ``RING_SIZE`` is not a power of two >= 2, or a ``TAIL`` outside
-  the ring, is a ``BAD_SIZE`` error with opcode 0; a ring slot outside DRAM is ``BAD_DRAM_ADDR``.
+  first local row, in transfer order, outside the memory: ``max(row, depth)``). MATMUL: A rows,
+  W rows, then accumulator rows. REQUANT: accumulator rows, scratchpad rows, then the three
+  parameter rows. FENCE: ``MISALIGNED`` then ``BAD_DRAM_ADDR`` (the fence address). A DMA with
+  ``n_rows == 0`` or ``row_bytes == 0`` and a MATMUL/REQUANT with ``m``/``n_rows == 0`` do
+  nothing, are not checked, and still complete. A DMA ``mem`` field other than ``ACC`` (the
+  undefined encodings 2 and 3 included) addresses the scratchpad, as the RTL decodes it.
+* **Ring checks** at fetch: ``RING_BASE`` not 32-byte aligned is ``MISALIGNED`` (opcode 0,
+  ``ERR_ADDR`` = ring base); a slot outside DRAM is ``BAD_DRAM_ADDR``. The model also reports a
+  doorbell on a ring whose ``RING_SIZE`` is not a power of two >= 2, or a ``TAIL`` outside the
+  ring, as ``BAD_SIZE`` with opcode 0 (the RTL masks with ``RING_SIZE - 1`` instead).
 * REQUANT parameters: the multiplier is the low 31 bits and the shift the low 6 bits of their
   accumulator words (the register widths of the vector unit).
 * ``CONTROL`` bit 0 clears the error latch only; ``IRQ_STATUS.ERROR`` is cleared separately
@@ -70,7 +78,6 @@ __all__ = ["ModelBackend"]
 _MASK32 = 0xFFFF_FFFF
 _OPCODE_FIELD = data.Layout.cast(Header)["opcode"]
 _OPCODE_VALUES = {op.value for op in Opcode}
-_MEM_VALUES = {m.value for m in LocalMem}
 _MEM_FIELD = data.Layout.cast(DmaBody)["mem"]
 
 
@@ -202,11 +209,9 @@ class ModelBackend:
                 return
             queue = self.queues[q]
             if reg == Csr.RING_BASE:
-                queue.ring_base = value & ~(COMMAND_BYTES - 1)
-                self._reset_queue(queue)
+                queue.ring_base = value
             elif reg == Csr.RING_SIZE:
                 queue.ring_size = value
-                self._reset_queue(queue)
             elif reg == Csr.TAIL:
                 queue.tail = value
                 self._pump()
@@ -263,12 +268,6 @@ class ModelBackend:
     def _busy(self) -> bool:
         return any(q.head != q.tail for q in self.queues)
 
-    @staticmethod
-    def _reset_queue(queue: _Queue) -> None:
-        queue.head = queue.tail = 0
-        queue.consumed = 0
-        queue.stopped = False
-
     def _clear(self) -> None:
         self.err_code = self.err_cmd = self.err_addr = 0
         for queue in self.queues:
@@ -306,6 +305,9 @@ class ModelBackend:
             if size < 2 or size & (size - 1) or queue.tail >= size:
                 self._raise_error(q, 0, ErrorCode.BAD_SIZE,
                                   size if size < 2 or size & (size - 1) else queue.tail)
+                break
+            if queue.ring_base % COMMAND_BYTES:
+                self._raise_error(q, 0, ErrorCode.MISALIGNED, queue.ring_base)
                 break
             slot_addr = queue.ring_base + queue.head * COMMAND_BYTES
             if slot_addr + COMMAND_BYTES > self.config.dram_bytes:
@@ -346,9 +348,8 @@ class ModelBackend:
 
         if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
             mem_bits = (cmd.body.raw >> _MEM_FIELD.offset) & 0b11
-            if mem_bits not in _MEM_VALUES:
-                raise _CommandError(ErrorCode.BAD_OPCODE, slot_addr)
-            self._dma(cmd.body.dma, load=op == Opcode.DMA_LOAD)
+            mem = LocalMem.ACC if mem_bits == LocalMem.ACC.value else LocalMem.SPAD
+            self._dma(cmd.body.dma, mem, load=op == Opcode.DMA_LOAD)
         elif op == Opcode.MATMUL:
             self._matmul(cmd.body.matmul, accumulate=bool(flags.accumulate))
         elif op == Opcode.REQUANT:
@@ -362,9 +363,8 @@ class ModelBackend:
             self.sems[s] = (self.sems[s] + 1) & _MASK32
         return True
 
-    def _dma(self, body: data.Const, load: bool) -> None:
+    def _dma(self, body: data.Const, mem: LocalMem, load: bool) -> None:
         c = self.config
-        mem = LocalMem(body.mem)
         n_rows, row_bytes = body.n_rows, body.row_bytes
         if n_rows == 0 or row_bytes == 0:
             return
@@ -372,14 +372,14 @@ class ModelBackend:
             local_row_bytes, depth = c.spad_row_bytes, c.spad_rows
         else:
             local_row_bytes, depth = c.acc_row_bytes, c.acc_rows
-        if row_bytes % local_row_bytes:
-            raise _CommandError(ErrorCode.BAD_SIZE, row_bytes)
-        align = min(local_row_bytes, c.axi_data_bytes)
         addr, stride = body.dram_addr, body.dram_stride
+        if row_bytes % local_row_bytes:
+            raise _CommandError(ErrorCode.BAD_SIZE, addr)
+        align = min(local_row_bytes, c.axi_data_bytes)
         if addr % align:
             raise _CommandError(ErrorCode.MISALIGNED, addr)
-        if stride % align:
-            raise _CommandError(ErrorCode.MISALIGNED, stride)
+        if stride % align:  # the first misaligned row address is that of row 1
+            raise _CommandError(ErrorCode.MISALIGNED, addr + stride)
         for r in range(n_rows):  # rows are in increasing address order: first bad one
             row_addr = addr + r * stride
             if row_addr + row_bytes > c.dram_bytes:
@@ -417,7 +417,7 @@ class ModelBackend:
         m = body.m
         if m == 0:
             return
-        for row, n, depth in ((body.w_row, c.rows, c.spad_rows), (body.a_row, m, c.spad_rows)):
+        for row, n, depth in ((body.a_row, m, c.spad_rows), (body.w_row, c.rows, c.spad_rows)):
             if row + n > depth:
                 raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(row, depth))
         if body.acc_row + m > c.acc_rows:
@@ -438,10 +438,10 @@ class ModelBackend:
             return
         if body.acc_row + n > c.acc_rows:
             raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.acc_row, c.acc_rows))
-        if body.param_row + 3 > c.acc_rows:
-            raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.param_row, c.acc_rows))
         if body.spad_row + n > c.spad_rows:
             raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.spad_row, c.spad_rows))
+        if body.param_row + 3 > c.acc_rows:
+            raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.param_row, c.acc_rows))
         p = self.acc[body.param_row:body.param_row + 3, :c.cols].astype(np.int64)
         bias = p[0]
         mult = p[1] & 0x7FFF_FFFF

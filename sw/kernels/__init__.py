@@ -1,0 +1,1 @@
+"""Kernels built as NPU command streams (:mod:`sw.kernels.linear`)."""

@@ -1,0 +1,552 @@
+# amaranth: UnusedElaboratable=no
+"""Block tests of :class:`hw.dma.DMA` in Amaranth's simulator.
+
+The DMA runs against a deliberately naive AXI4 subordinate (a ``bytearray``, optional seeded
+random stalls on every channel) and naive local memories (Python lists) behind its four memory
+ports; results are compared with a naive Python model of the transfer. The model also checks
+the bus rules on every beat: bursts of at most 256 beats that never cross 4 KiB, INCR, full
+beat size, ID 0, valid held with stable payload until ready, WLAST where the burst ends.
+"""
+
+import random
+from collections import deque
+from dataclasses import dataclass, replace
+
+import pytest
+from amaranth.sim import Simulator
+
+from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY, AXI_RESP_SLVERR
+from hw.config import NPUConfig
+from hw.dma import DMA, MAX_BURST_BEATS, PAGE_BYTES
+from hw.isa import Command, ErrorCode, LocalMem, Opcode
+
+CONFIGS = {
+    "default": NPUConfig(),                                     # 64-bit bus, spad 8 B, acc 32 B
+    "4x4": NPUConfig(rows=4, cols=4),                           # spad 4 B (< beat), acc 16 B
+    "bus32": NPUConfig(axi_data_bits=32, dram_bytes=1 << 20),   # spad 8 B, acc 32 B (> beat)
+    "bus128": NPUConfig(rows=2, cols=2, axi_data_bits=128, dram_bytes=1 << 20,
+                        dma_outstanding=4),                     # spad 2 B, acc 8 B
+    "bus256": NPUConfig(axi_data_bits=256, dram_bytes=1 << 20),  # spad 8 B, acc 32 B (= beat)
+}
+
+
+# -- naive reference model ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Transfer:
+    dram_addr: int
+    dram_stride: int
+    row_bytes: int
+    n_rows: int
+    local_row: int
+    local_stride: int
+    mem: LocalMem
+
+    def command(self, opcode: Opcode):
+        return Command.const({"header": {"opcode": opcode}, "body": {"dma": {
+            "dram_addr": self.dram_addr, "dram_stride": self.dram_stride,
+            "row_bytes": self.row_bytes, "n_rows": self.n_rows, "local_row": self.local_row,
+            "local_stride": self.local_stride, "mem": self.mem}}})
+
+
+def local_row_bytes(cfg: NPUConfig, mem: LocalMem) -> int:
+    return cfg.spad_row_bytes if mem == LocalMem.SPAD else cfg.acc_row_bytes
+
+
+def local_depth(cfg: NPUConfig, mem: LocalMem) -> int:
+    return cfg.spad_rows if mem == LocalMem.SPAD else cfg.acc_rows
+
+
+def expected_error(cfg: NPUConfig, t: Transfer) -> tuple[ErrorCode, int]:
+    """The error code and error_addr the DMA must report (NONE, 0 for a good transfer)."""
+    L = local_row_bytes(cfg, t.mem)
+    G = min(L, cfg.axi_data_bytes)
+    if t.n_rows == 0 or t.row_bytes == 0:
+        return ErrorCode.NONE, 0
+    if t.row_bytes % L:
+        return ErrorCode.BAD_SIZE, t.dram_addr
+    if t.dram_addr % G:
+        return ErrorCode.MISALIGNED, t.dram_addr
+    if t.dram_stride % G:
+        return ErrorCode.MISALIGNED, (t.dram_addr + t.dram_stride) & 0xFFFF_FFFF
+    for r in range(t.n_rows):
+        addr = t.dram_addr + r * t.dram_stride
+        if any(not 0 <= a < cfg.dram_bytes for a in (addr, addr + t.row_bytes - 1)):
+            return ErrorCode.BAD_DRAM_ADDR, addr & 0xFFFF_FFFF
+    for r in range(t.n_rows):
+        first = t.local_row + r * t.local_stride
+        for row in range(first, first + t.row_bytes // L):
+            if row >= local_depth(cfg, t.mem):
+                return ErrorCode.BAD_LOCAL_ADDR, row
+    return ErrorCode.NONE, 0
+
+
+def rows_of(cfg: NPUConfig, t: Transfer):
+    """(DRAM byte address, local row) of every local row of the transfer, in order."""
+    L = local_row_bytes(cfg, t.mem)
+    for r in range(t.n_rows):
+        for j in range(t.row_bytes // L):
+            yield t.dram_addr + r * t.dram_stride + j * L, t.local_row + r * t.local_stride + j
+
+
+def reference_load(cfg, t, dram, local):
+    L = local_row_bytes(cfg, t.mem)
+    for addr, row in rows_of(cfg, t):
+        local[t.mem][row] = int.from_bytes(dram[addr:addr + L], "little")
+
+
+def reference_store(cfg, t, dram, local):
+    L = local_row_bytes(cfg, t.mem)
+    for addr, row in rows_of(cfg, t):
+        dram[addr:addr + L] = local[t.mem][row].to_bytes(L, "little")
+
+
+def reference_bursts(cfg, t):
+    """Fewest bursts: split each row at 4 KiB boundaries and every 256 beats."""
+    A = cfg.axi_data_bytes
+    bursts = []
+    for r in range(t.n_rows):
+        start = t.dram_addr + r * t.dram_stride
+        beat = start - start % A
+        end = start + t.row_bytes
+        while beat < end:
+            n = min(MAX_BURST_BEATS, (PAGE_BYTES - beat % PAGE_BYTES) // A, -(-(end - beat) // A))
+            bursts.append((beat, n - 1))
+            beat += n * A
+    return bursts
+
+
+# -- naive models of the environment -------------------------------------------------------------
+
+class Environment:
+    """AXI4 subordinate over a bytearray plus local memories as Python lists.
+
+    ``stall`` is the probability that a ready or a new valid of the model is held low in a
+    cycle (seeded). ``r_latency`` is the number of cycles after an AR before its first R beat may
+    go. Reads of a beat, and writes of a burst, that touch ``[bad_lo, bad_hi)`` get SLVERR
+    (a failing write burst writes nothing).
+    """
+
+    def __init__(self, cfg: NPUConfig, *, seed=0, stall=0.0, r_latency=0, bad=(0, 0)):
+        self.cfg = cfg
+        self.rng = random.Random(seed)
+        self.stall = stall
+        self.r_latency = r_latency
+        self.bad = bad
+        self.dram = bytearray(self.rng.randbytes(cfg.dram_bytes))
+        self.local = {
+            mem: [self.rng.getrandbits(8 * local_row_bytes(cfg, mem))
+                  for _ in range(local_depth(cfg, mem))]
+            for mem in LocalMem}
+        self.ars, self.aws = [], []
+        self.max_reads_in_flight = 0
+        self.cycles = 0
+
+    def go(self):
+        return self.stall == 0 or self.rng.random() >= self.stall
+
+    def is_bad(self, lo, hi):
+        return lo < self.bad[1] and self.bad[0] < hi
+
+    def check_address(self, kind, addr, length, size, burst, id_):
+        A = self.cfg.axi_data_bytes
+        assert id_ == 0, f"{kind} id {id_}"
+        assert burst == AXI_BURST_INCR and 1 << size == A, f"{kind} burst {burst} size {size}"
+        assert addr % A == 0, f"{kind} address {addr:#x} not beat-aligned"
+        assert length + 1 <= MAX_BURST_BEATS
+        assert addr // PAGE_BYTES == (addr + (length + 1) * A - 1) // PAGE_BYTES, \
+            f"{kind} {addr:#x}+{length + 1} beats crosses 4 KiB"
+        assert addr + (length + 1) * A <= self.cfg.dram_bytes, f"{kind} {addr:#x} outside DRAM"
+
+    async def run(self, ctx, dut):
+        bus, A = dut.bus, self.cfg.axi_data_bytes
+        reads = deque()         # [addr, len, cycles until the first beat may go]
+        r_beat = 0
+        r_out = None            # R beat being offered: (data, resp, last)
+        writes = deque()        # accepted AW
+        w_beats = []            # accepted W beats of the oldest unfinished burst
+        w_done = deque()        # beats of complete bursts waiting for their AW
+        b_pending = deque()
+        b_out = None
+        pending = {}            # channel -> payload offered without ready (must stay)
+        ports_w = {LocalMem.SPAD: dut.spad_w, LocalMem.ACC: dut.acc_w}
+        ports_r = {LocalMem.SPAD: dut.spad_r, LocalMem.ACC: dut.acc_r}
+        watched = [
+            bus.arvalid, bus.araddr, bus.arlen, bus.arsize, bus.arburst, bus.arid,
+            bus.rready,
+            bus.awvalid, bus.awaddr, bus.awlen, bus.awsize, bus.awburst, bus.awid,
+            bus.wvalid, bus.wdata, bus.wstrb, bus.wlast,
+            bus.bready,
+        ]
+        for mem in LocalMem:
+            watched += [ports_w[mem].en, ports_w[mem].addr, ports_w[mem].data,
+                        ports_r[mem].en, ports_r[mem].addr]
+        while True:
+            # -- drive this cycle's outputs ----------------------------------------------------
+            arready, awready, wready = self.go(), self.go(), self.go()
+            ctx.set(bus.arready, arready)
+            ctx.set(bus.awready, awready)
+            ctx.set(bus.wready, wready)
+            for rd in reads:
+                rd[2] = max(0, rd[2] - 1)
+            if r_out is None and reads and reads[0][2] == 0 and self.go():
+                addr, length, _ = reads[0]
+                beat_addr = addr + r_beat * A
+                resp = AXI_RESP_SLVERR if self.is_bad(beat_addr, beat_addr + A) else AXI_RESP_OKAY
+                r_out = (int.from_bytes(self.dram[beat_addr:beat_addr + A], "little"), resp,
+                         int(r_beat == length))
+            ctx.set(bus.rvalid, r_out is not None)
+            if r_out is not None:
+                ctx.set(bus.rdata, r_out[0])
+                ctx.set(bus.rresp, r_out[1])
+                ctx.set(bus.rlast, r_out[2])
+            if b_out is None and b_pending and self.go():
+                b_out = b_pending.popleft()
+            ctx.set(bus.bvalid, b_out is not None)
+            ctx.set(bus.bresp, b_out or 0)
+
+            # -- the clock edge ---------------------------------------------------------------
+            _, _, *v = await ctx.tick().sample(*watched)
+            self.cycles += 1
+            (arvalid, araddr, arlen, arsize, arburst, arid, rready,
+             awvalid, awaddr, awlen, awsize, awburst, awid,
+             wvalid, wdata, wstrb, wlast, bready) = v[:18]
+            mem_samples = v[18:]
+
+            # valid must stay, with the same payload, until ready
+            for name, valid, ready, payload in (
+                    ("AR", arvalid, arready, (araddr, arlen)),
+                    ("AW", awvalid, awready, (awaddr, awlen)),
+                    ("W", wvalid, wready, (wdata, wstrb, wlast))):
+                if name in pending:
+                    assert valid and payload == pending[name], f"{name} dropped before ready"
+                    del pending[name]
+                if valid and not ready:
+                    pending[name] = payload
+
+            # -- AR / R -----------------------------------------------------------------------
+            if arvalid and arready:
+                self.check_address("AR", araddr, arlen, arsize, arburst, arid)
+                self.ars.append((araddr, arlen))
+                reads.append([araddr, arlen, self.r_latency])
+            if r_out is not None and rready:
+                if r_out[2]:
+                    reads.popleft()
+                    r_beat = 0
+                else:
+                    r_beat += 1
+                r_out = None
+            self.max_reads_in_flight = max(self.max_reads_in_flight, len(reads))
+
+            # -- AW / W / B -------------------------------------------------------------------
+            if awvalid and awready:
+                self.check_address("AW", awaddr, awlen, awsize, awburst, awid)
+                self.aws.append((awaddr, awlen))
+                writes.append((awaddr, awlen))
+            if wvalid and wready:
+                w_beats.append((wdata, wstrb))
+                if wlast:
+                    w_done.append(w_beats)
+                    w_beats = []
+            while writes and w_done:
+                (addr, length), beats = writes.popleft(), w_done.popleft()
+                assert len(beats) == length + 1, f"WLAST after {len(beats)} beats, AWLEN {length}"
+                if self.is_bad(addr, addr + len(beats) * A):
+                    b_pending.append(AXI_RESP_SLVERR)
+                    continue
+                for i, (data, strb) in enumerate(beats):
+                    raw = data.to_bytes(A, "little")
+                    for b in range(A):
+                        if strb >> b & 1:
+                            self.dram[addr + i * A + b] = raw[b]
+                b_pending.append(AXI_RESP_OKAY)
+            if b_out is not None and bready:
+                b_out = None
+
+            # -- local memories: synchronous read (old data), then write ---------------------
+            for i, mem in enumerate(LocalMem):
+                w_en, w_addr, w_data, r_en, r_addr = mem_samples[5 * i:5 * i + 5]
+                if r_en:
+                    ctx.set(ports_r[mem].data, self.local[mem][r_addr])
+                if w_en:
+                    self.local[mem][w_addr] = w_data
+
+
+async def run_command(ctx, port, cmd, *, limit=20000):
+    """Offer one command, wait for ``done``; check ``busy``. Returns (error, error_addr, cycles)."""
+    ctx.set(port.cmd.payload, cmd)
+    ctx.set(port.cmd.valid, 1)
+    while True:
+        _, _, ready = await ctx.tick().sample(port.cmd.ready)
+        if ready:
+            break
+    ctx.set(port.cmd.valid, 0)
+    for cycles in range(1, limit):
+        _, _, done, error, error_addr, busy, ready = await ctx.tick().sample(
+            port.done, port.error, port.error_addr, port.busy, port.cmd.ready)
+        assert busy and not ready
+        if done:
+            return error, error_addr, cycles
+    raise AssertionError(f"command did not retire in {limit} cycles")
+
+
+def simulate(cfg, env, *testbenches):
+    dut = DMA(cfg)
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    async def environment(ctx):
+        await env.run(ctx, dut)
+    sim.add_testbench(environment, background=True)
+    for tb in testbenches:
+        async def bench(ctx, tb=tb):
+            await tb(ctx, dut)
+        sim.add_testbench(bench)
+    sim.run()
+
+
+def run_and_check(cfg, env, jobs, *, expect_traffic=True):
+    """Run (opcode, Transfer) jobs one after the other; compare with the reference each time."""
+    results = []
+
+    async def tb(ctx, dut):
+        for opcode, t in jobs:
+            dram, local = bytearray(env.dram), {m: list(v) for m, v in env.local.items()}
+            n_ar, n_aw = len(env.ars), len(env.aws)
+            port = dut.load if opcode == Opcode.DMA_LOAD else dut.store
+            error, error_addr, cycles = await run_command(ctx, port, t.command(opcode))
+            want = expected_error(cfg, t)
+            assert (error, error_addr) == want, f"{opcode.name} {t}"
+            results.append((error, cycles))
+            moves = want[0] == ErrorCode.NONE and t.n_rows and t.row_bytes
+            if moves:
+                (reference_load if opcode == Opcode.DMA_LOAD else reference_store)(
+                    cfg, t, dram, local)
+                new = env.ars[n_ar:] if opcode == Opcode.DMA_LOAD else env.aws[n_aw:]
+                assert new == reference_bursts(cfg, t), f"bursts of {t}"
+            else:
+                assert (len(env.ars), len(env.aws)) == (n_ar, n_aw), f"bus traffic for {t}"
+            assert env.dram == dram, f"DRAM differs after {opcode.name} {t}"
+            for mem in LocalMem:
+                assert env.local[mem] == local[mem], f"{mem.name} differs after {t}"
+
+    simulate(cfg, env, tb)
+    return results
+
+
+def random_transfer(cfg, rng, mem, *, max_rows=4, max_local_rows=6):
+    A = cfg.axi_data_bytes
+    L = local_row_bytes(cfg, mem)
+    G = min(L, A)
+    row_bytes = L * rng.randint(1, max_local_rows)
+    n_rows = rng.randint(1, max_rows)
+    stride = G * rng.randint(row_bytes // G, row_bytes // G + 3)
+    # near a 4 KiB boundary now and then, anywhere (G-aligned) otherwise
+    if rng.random() < 0.3:
+        addr = PAGE_BYTES * rng.randint(1, 8) - G * rng.randint(1, 8)
+    else:
+        addr = G * rng.randrange(cfg.dram_bytes // 4 // G)
+    local_stride = rng.randint(row_bytes // L, row_bytes // L + 2)
+    local_row = rng.randrange(local_depth(cfg, mem) - n_rows * local_stride - row_bytes // L)
+    return Transfer(addr, stride, row_bytes, n_rows, local_row, local_stride, mem)
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stall", [0.0, 0.4], ids=["nostall", "stall"])
+@pytest.mark.parametrize("name", CONFIGS)
+def test_random_transfers(name, stall):
+    """Loads and stores, SPAD and ACC, 2-D strides, mid-beat rows, near 4 KiB boundaries."""
+    cfg = CONFIGS[name]
+    rng = random.Random(f"{name}{stall}")
+    jobs = []
+    for i in range(12):
+        mem = LocalMem.SPAD if i % 2 else LocalMem.ACC
+        opcode = Opcode.DMA_LOAD if i % 4 < 2 else Opcode.DMA_STORE
+        jobs.append((opcode, random_transfer(cfg, rng, mem)))
+    env = Environment(cfg, seed=len(jobs), stall=stall, r_latency=2 if stall else 0)
+    run_and_check(cfg, env, jobs)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_long_rows_split_at_4k_and_256_beats(name):
+    """A row crossing a 4 KiB boundary, and one longer than 256 beats within a page."""
+    cfg = CONFIGS[name]
+    A = cfg.axi_data_bytes
+    acc = cfg.acc_row_bytes
+    crossing = Transfer(PAGE_BYTES * 3 - 5 * min(acc, A), 0, acc * (1000 // acc), 1, 4, 0,
+                        LocalMem.ACC)
+    long_bytes = min(PAGE_BYTES, 300 * A) // acc * acc
+    long = Transfer(PAGE_BYTES * 5, 0, long_bytes, 2, 0, long_bytes // acc, LocalMem.ACC)
+    env = Environment(cfg, seed=3, stall=0.2)
+    jobs = [(Opcode.DMA_LOAD, crossing), (Opcode.DMA_STORE, crossing),
+            (Opcode.DMA_LOAD, long), (Opcode.DMA_STORE, replace(long, dram_addr=PAGE_BYTES * 9))]
+    run_and_check(cfg, env, jobs)
+    lengths = [length for _, length in env.ars + env.aws]
+    assert max(lengths) + 1 == min(MAX_BURST_BEATS, PAGE_BYTES // A)
+    assert len(env.ars) > 2 and len(env.aws) > 2
+
+
+@pytest.mark.parametrize("name", ["default", "bus128"])
+def test_reads_in_flight_and_throughput(name):
+    """Several read bursts in flight; one chunk of G bytes per cycle with an ideal bus."""
+    cfg = CONFIGS[name]
+    A = cfg.axi_data_bytes
+    L = cfg.spad_row_bytes
+    G = min(L, A)
+    # many one-beat rows, with read latency: needs bursts in flight to keep up
+    rows = Transfer(0x1000, A, L, 64, 0, 1, LocalMem.SPAD)
+    env = Environment(cfg, seed=1, r_latency=4)
+    run_and_check(cfg, env, [(Opcode.DMA_LOAD, rows)])
+    assert env.max_reads_in_flight == cfg.dma_outstanding
+    env = Environment(cfg, seed=1)
+    ((_, load_cycles),) = run_and_check(cfg, env, [(Opcode.DMA_LOAD, rows)])
+    print("64 one-beat rows:", load_cycles, "cycles")
+    assert load_cycles <= 64 + 6, load_cycles
+    # one long row each way, ideal bus
+    n_bytes = 2048
+    big = Transfer(0x2000, 0, n_bytes, 1, 0, 0, LocalMem.SPAD)
+    env = Environment(cfg, seed=2)
+    results = run_and_check(cfg, env, [(Opcode.DMA_LOAD, big), (Opcode.DMA_STORE, big)])
+    for _, cycles in results:
+        print(f"{n_bytes} bytes in one row: {cycles} cycles, {n_bytes // G} chunks")
+        assert cycles <= n_bytes // G + 12, (cycles, n_bytes // G)
+
+
+@pytest.mark.parametrize("name", ["default", "4x4"])
+def test_zero_length(name):
+    cfg = CONFIGS[name]
+    env = Environment(cfg, seed=4, stall=0.3)
+    jobs = []
+    for opcode in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
+        for mem in LocalMem:
+            jobs.append((opcode, Transfer(0x100, 64, 64, 0, 0, 1, mem)))
+            jobs.append((opcode, Transfer(0x100, 64, 0, 5, 0, 1, mem)))
+            # zero-length commands are not checked further
+            jobs.append((opcode, Transfer(0xFFFF_FFFF, 3, 0, 5, 0xFFFF, 1, mem)))
+    results = run_and_check(cfg, env, jobs)
+    assert all(err == ErrorCode.NONE and cycles <= 3 for err, cycles in results)
+    assert env.ars == env.aws == []
+
+
+def error_transfers(cfg):
+    A = cfg.axi_data_bytes
+    top = cfg.dram_bytes
+    out = []
+    for mem in LocalMem:
+        L = local_row_bytes(cfg, mem)
+        G = min(L, A)
+        depth = local_depth(cfg, mem)
+        out += [
+            (ErrorCode.BAD_SIZE, Transfer(0, 64, L + L // 2, 2, 0, 2, mem)),
+            (ErrorCode.MISALIGNED, Transfer(G // 2, 4 * L, L, 2, 0, 1, mem)),
+            (ErrorCode.MISALIGNED, Transfer(4 * L, 4 * L + G // 2, L, 2, 0, 1, mem)),
+            (ErrorCode.BAD_DRAM_ADDR, Transfer(top, 0, L, 1, 0, 1, mem)),
+            (ErrorCode.BAD_DRAM_ADDR, Transfer(top - L, L, 2 * L, 1, 0, 2, mem)),
+            (ErrorCode.BAD_DRAM_ADDR, Transfer(top - 10 * L, 3 * L, L, 5, 0, 1, mem)),
+            (ErrorCode.BAD_DRAM_ADDR, Transfer(0xFFFF_FFFF & -L, 0xFFFF_FFFF & -L, L, 7, 0, 1,
+                                               mem)),
+            (ErrorCode.BAD_DRAM_ADDR, Transfer(0, 0xFFFF_FFFF & -L, L, 3, 0, 1, mem)),
+            (ErrorCode.BAD_LOCAL_ADDR, Transfer(0, L, L, 1, depth, 1, mem)),
+            (ErrorCode.BAD_LOCAL_ADDR, Transfer(0, 4 * L, 4 * L, 1, depth - 2, 4, mem)),
+            (ErrorCode.BAD_LOCAL_ADDR, Transfer(0, L, L, 9, depth - 20, 4, mem)),
+            (ErrorCode.BAD_LOCAL_ADDR, Transfer(0, 0, L, 0xFFFF, 0xFFFF, 0xFFFF, mem)),
+        ]
+    return out
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_errors(name):
+    """Each check fails with the right code and error_addr, before any bus or memory access."""
+    cfg = CONFIGS[name]
+    env = Environment(cfg, seed=5)
+    cases = error_transfers(cfg)
+    jobs = []
+    for code, t in cases:
+        assert expected_error(cfg, t)[0] == code, t     # the case tests what it says
+        jobs += [(Opcode.DMA_LOAD, t), (Opcode.DMA_STORE, t)]
+    results = run_and_check(cfg, env, jobs)
+    assert [err for err, _ in results] == [code for code, _ in cases for _ in range(2)]
+    assert env.ars == env.aws == []
+
+
+@pytest.mark.parametrize("name", ["default", "bus32"])
+def test_axi_slverr(name):
+    """SLVERR on R and on B: AXI_ERROR with the failing burst's address; the bus drains and
+    the next command works."""
+    cfg = CONFIGS[name]
+    A = cfg.axi_data_bytes
+    L = cfg.acc_row_bytes
+    bad_lo = 0x3000 + L - A   # last beat of row 4 (the beat that completes a local row)
+    env = Environment(cfg, seed=6, stall=0.3, r_latency=1, bad=(bad_lo, bad_lo + A))
+    t = Transfer(0x3000 - 8 * L, 2 * L, L, 12, 0, 1, LocalMem.ACC)
+    good = Transfer(0x8000, L, L, 4, 200, 1, LocalMem.ACC)
+    failing_bursts = [(a, n) for a, n in reference_bursts(cfg, t)
+                      if env.is_bad(a, a + (n + 1) * A)]
+    results = []
+
+    # a load writes the rows before the failing beat and none from it on
+    dram, local = bytearray(env.dram), {m: list(v) for m, v in env.local.items()}
+    reference_load(cfg, replace(t, n_rows=4), dram, local)
+    loaded = []
+
+    async def tb(ctx, dut):
+        for port, opcode in ((dut.load, Opcode.DMA_LOAD), (dut.store, Opcode.DMA_STORE)):
+            results.append(await run_command(ctx, port, t.command(opcode)))
+            if opcode == Opcode.DMA_LOAD:
+                loaded.append(list(env.local[LocalMem.ACC]))
+            results.append(await run_command(ctx, port, good.command(opcode)))
+
+    simulate(cfg, env, tb)
+    first = failing_bursts[0][0]
+    assert [(e, a) for e, a, _ in results] == [
+        (ErrorCode.AXI_ERROR, first), (ErrorCode.NONE, 0),
+        (ErrorCode.AXI_ERROR, first), (ErrorCode.NONE, 0)]
+    assert loaded[0] == local[LocalMem.ACC]
+    # every burst of the failing transfers was still completed on the bus
+    assert env.ars[:len(reference_bursts(cfg, t))] == reference_bursts(cfg, t)
+    assert env.aws[:len(reference_bursts(cfg, t))] == reference_bursts(cfg, t)
+
+
+@pytest.mark.parametrize("name", ["default", "4x4", "bus32"])
+def test_concurrent_load_and_store(name):
+    """Both channels at once, on disjoint memory; both results right, and they overlapped."""
+    cfg = CONFIGS[name]
+    env = Environment(cfg, seed=7, stall=0.25, r_latency=1)
+    Ls, La = cfg.spad_row_bytes, cfg.acc_row_bytes
+    load = Transfer(0x1000 + min(Ls, cfg.axi_data_bytes), 3 * Ls * 4, Ls * 4, 6, 10, 5,
+                    LocalMem.SPAD)
+    store = Transfer(0x9000, La * 3, La * 2, 6, 40, 2, LocalMem.ACC)
+    dram, local = bytearray(env.dram), {m: list(v) for m, v in env.local.items()}
+    reference_load(cfg, load, dram, local)
+    reference_store(cfg, store, dram, local)
+    busy_both = []
+    results = {}
+
+    async def run(ctx, dut, opcode, t):
+        port = dut.load if opcode == Opcode.DMA_LOAD else dut.store
+        results[opcode] = await run_command(ctx, port, t.command(opcode))
+
+    async def watch(ctx, dut):
+        for _ in range(400):
+            _, _, a, b = await ctx.tick().sample(dut.load.busy, dut.store.busy)
+            busy_both.append(a and b)
+
+    simulate(cfg, env,
+             lambda ctx, dut: run(ctx, dut, Opcode.DMA_LOAD, load),
+             lambda ctx, dut: run(ctx, dut, Opcode.DMA_STORE, store),
+             watch)
+    assert [r[0] for r in results.values()] == [ErrorCode.NONE] * 2
+    assert env.dram == dram
+    assert env.local == local
+    assert sum(busy_both) > 20
+
+
+def test_rejects_bad_config():
+    with pytest.raises(TypeError, match="NPUConfig"):
+        DMA({"rows": 8})
+
+
+def test_converts_to_verilog():
+    from amaranth.back import verilog
+    text = verilog.convert(DMA(NPUConfig()), name="dma")
+    assert "module dma" in text

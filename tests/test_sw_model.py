@@ -1,0 +1,307 @@
+"""sw.model.ModelBackend: CSRs, every command, every error code, ring handling."""
+
+import numpy as np
+import pytest
+
+from hw.config import NPUConfig
+from hw.isa import (
+    CSR_ID_VALUE,
+    CSR_VERSION_VALUE,
+    Csr,
+    ErrorCode,
+    IrqBit,
+    LocalMem,
+    Opcode,
+    queue_csr,
+    sem_csr,
+)
+from sw.backend import Backend, BackendError
+from sw.golden import matmul_int
+from sw.model import ModelBackend
+from sw.quant import requantize
+from sw.runtime import CommandList
+
+RING = 0x1000
+
+
+class Host:
+    """Drives a ModelBackend's queue directly through CSRs (no runtime)."""
+
+    def __init__(self, config: NPUConfig, ring_size: int = 64, queue: int = 0) -> None:
+        self.be = config if isinstance(config, ModelBackend) else ModelBackend(config)
+        self.q = queue
+        self.ring_size = ring_size
+        self.base = RING + queue * 0x1000
+        self.be.csr_write(queue_csr(queue, Csr.RING_BASE), self.base)
+        self.be.csr_write(queue_csr(queue, Csr.RING_SIZE), ring_size)
+        self.tail = 0
+
+    def submit(self, cmds: CommandList) -> None:
+        for c in cmds:
+            self.be.mem_write(self.base + 32 * self.tail, c.raw)
+            self.tail = (self.tail + 1) % self.ring_size
+        self.be.csr_write(queue_csr(self.q, Csr.TAIL), self.tail)
+
+    def head(self) -> int:
+        return self.be.csr_read(queue_csr(self.q, Csr.HEAD))
+
+    def err(self) -> tuple[int, int, int, int, int]:
+        rd = self.be.csr_read
+        word = rd(Csr.ERR_CODE)
+        return word & 0xFF, (word >> 8) & 0xFF, word >> 16, rd(Csr.ERR_CMD), rd(Csr.ERR_ADDR)
+
+
+def test_identity_and_config_csrs():
+    cfg = NPUConfig(rows=4, cols=6, spad_rows=128, acc_rows=32, axi_data_bits=128,
+                    n_queues=2, n_sems=8, dma_outstanding=3)
+    be = ModelBackend(cfg)
+    assert isinstance(be, Backend)
+    rd = be.csr_read
+    assert rd(Csr.ID) == CSR_ID_VALUE and rd(Csr.VERSION) == CSR_VERSION_VALUE
+    assert rd(Csr.CFG_ARRAY) == 4 | 6 << 8 | 2 << 16 | 8 << 24
+    assert rd(Csr.CFG_SPAD) == 128 and rd(Csr.CFG_ACC) == 32
+    assert rd(Csr.CFG_BUS) == 16 | 3 << 8 | 8 << 16 | 8 << 24
+    assert rd(Csr.CFG_DRAM) == cfg.dram_bytes
+    assert rd(Csr.STATUS) == 0 and rd(Csr.CYCLES_LO) == 0 and rd(Csr.CYCLES_HI) == 0
+    assert rd(0x3FC) == 0  # unmapped
+    with pytest.raises(BackendError):
+        rd(0x3)
+    with pytest.raises(BackendError):
+        be.mem_read(cfg.dram_bytes - 2, 4)
+    with pytest.raises(BackendError):
+        be.mem_write(-1, b"x")
+
+
+def test_dma_2d_spad_and_acc_round_trip():
+    cfg = NPUConfig(rows=8, cols=8, spad_rows=64, acc_rows=32)
+    h = Host(cfg)
+    src = np.arange(4 * 48, dtype=np.uint8).astype(np.int8).reshape(4, 48)
+    h.be.mem_write(0x8000, src.tobytes())           # 4 DRAM rows, stride 48, 16 bytes used
+    acc_src = np.arange(-20, 28, dtype="<i4").reshape(2, 24)
+    h.be.mem_write(0x9000, acc_src.tobytes())       # 2 rows of 96 bytes, 64 used (2 acc rows)
+    c = CommandList()
+    c.dma_load(mem=LocalMem.SPAD, dram_addr=0x8000 + 8, dram_stride=48, row_bytes=16, n_rows=4,
+               local_row=10, local_stride=3)
+    c.dma_load(mem=LocalMem.ACC, dram_addr=0x9000, dram_stride=96, row_bytes=64, n_rows=2,
+               local_row=5, local_stride=2)
+    c.dma_store(mem=LocalMem.SPAD, dram_addr=0xA000, dram_stride=24, row_bytes=16, n_rows=4,
+                local_row=10, local_stride=3)
+    c.dma_store(mem=LocalMem.ACC, dram_addr=0xB000, dram_stride=64, row_bytes=64, n_rows=2,
+                local_row=5, local_stride=2)
+    c.dma_load(mem=LocalMem.SPAD, dram_addr=0, dram_stride=0, row_bytes=0, n_rows=5,
+               local_row=9999, local_stride=0)   # zero-length: nothing, no checks
+    h.submit(c)
+    assert h.be.csr_read(Csr.STATUS) == 0 and h.head() == 5
+    for r in range(4):
+        np.testing.assert_array_equal(h.be.spad[10 + 3 * r:12 + 3 * r].ravel(), src[r, 8:24])
+        got = np.frombuffer(h.be.mem_read(0xA000 + 24 * r, 16), np.int8)
+        np.testing.assert_array_equal(got, src[r, 8:24])
+    for r in range(2):
+        np.testing.assert_array_equal(h.be.acc[5 + 2 * r:7 + 2 * r].ravel(), acc_src[r, :16])
+    got = np.frombuffer(h.be.mem_read(0xB000, 128), "<i4").reshape(2, 16)
+    np.testing.assert_array_equal(got, acc_src[:, :16])
+
+
+def test_matmul_overwrite_accumulate_and_requant():
+    cfg = NPUConfig(rows=4, cols=3, spad_rows=64, acc_rows=32)  # acc row 4 elems, 1 unused
+    h = Host(cfg)
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (5, 4), dtype=np.int8)
+    w = rng.integers(-128, 128, (4, 3), dtype=np.int8)
+    h.be.spad[0:4, :3] = w
+    h.be.spad[0:4, 3] = 77                      # ignored: beyond cols
+    h.be.spad[8:13, :4] = a
+    h.be.acc[2:7] = 12345                       # old contents
+    c = CommandList()
+    c.matmul(a_row=8, w_row=0, acc_row=2, m=5)
+    h.submit(c)
+    ref = matmul_int(a, w)
+    np.testing.assert_array_equal(h.be.acc[2:7, :3], ref)
+    assert np.all(h.be.acc[2:7, 3] == 0)
+    c = CommandList()
+    c.matmul(a_row=8, w_row=0, acc_row=2, m=5, accumulate=True)
+    c.matmul(a_row=8, w_row=0, acc_row=20, m=0)  # m = 0: nothing
+    h.submit(c)
+    np.testing.assert_array_equal(h.be.acc[2:7, :3], 2 * ref.astype(np.int64))
+    # REQUANT with per-channel parameters at acc rows 10..12
+    bias, mult, shift = [5, -7, 100000], [1 << 30, 1500000000, (1 << 31) - 1], [33, 34, 40]
+    h.be.acc[10, :3], h.be.acc[11, :3], h.be.acc[12, :3] = bias, mult, shift
+    h.be.spad[30:35] = 99
+    for relu in (False, True):
+        c = CommandList()
+        c.requant(acc_row=2, spad_row=30, n_rows=5, param_row=10, relu=relu)
+        h.submit(c)
+        want = requantize(h.be.acc[2:7, :3], np.array(bias), np.array(mult), np.array(shift),
+                          relu=relu)
+        np.testing.assert_array_equal(h.be.spad[30:35, :3], want)
+        assert np.all(h.be.spad[30:35, 3] == 0)
+
+
+def test_fence_irq_w1c_and_semaphores():
+    cfg = NPUConfig(spad_rows=64, acc_rows=16, n_sems=4)
+    h = Host(cfg)
+    be = h.be
+    c = CommandList()
+    c.signal(2)
+    c.nop(signal=2)
+    c.wait(2, 2)
+    c.fence(addr=0x100, value=0xDEADBEEF, irq=False, wait=(2, 2), signal=3)
+    h.submit(c)
+    assert be.csr_read(sem_csr(2)) == 2 and be.csr_read(sem_csr(3)) == 1
+    assert be.mem_read(0x100, 4) == (0xDEADBEEF).to_bytes(4, "little")
+    assert be.csr_read(Csr.IRQ_STATUS) == 0
+    c = CommandList()
+    c.fence(addr=0x104, value=7, irq=True)
+    h.submit(c)
+    assert be.csr_read(Csr.IRQ_STATUS) == IrqBit.FENCE
+    assert not be.wait_irq(100)                  # not enabled
+    be.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE)
+    assert be.wait_irq(100)
+    be.csr_write(Csr.IRQ_STATUS, IrqBit.ERROR)   # W1C of another bit: no effect
+    assert be.wait_irq(100)
+    be.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
+    assert not be.wait_irq(100) and be.csr_read(Csr.IRQ_STATUS) == 0
+
+
+def test_unsatisfied_wait_blocks_until_another_queue_signals():
+    cfg = NPUConfig(spad_rows=64, acc_rows=16, n_queues=2)
+    be = ModelBackend(cfg)
+    q0, q1 = Host(be, queue=0), Host(be, queue=1)
+    c = CommandList()
+    c.nop(signal=0)
+    c.fence(addr=0x200, value=1, wait=(1, 1))
+    c.nop(signal=0)
+    q0.submit(c)
+    assert q0.head() == 1 and be.csr_read(Csr.STATUS) & 1   # blocked, busy
+    assert be.mem_read(0x200, 4) == bytes(4)
+    q0.submit(CommandList())                                   # another doorbell: still blocked
+    assert q0.head() == 1
+    c = CommandList()
+    c.signal(1)
+    q1.submit(c)                                               # queue 1 releases queue 0
+    assert q0.head() == 3 and be.csr_read(Csr.STATUS) == 0
+    assert be.mem_read(0x200, 4) == (1).to_bytes(4, "little")
+    assert be.csr_read(sem_csr(0)) == 2
+
+
+def test_ring_wraps_around():
+    cfg = NPUConfig(spad_rows=64, acc_rows=16)
+    h = Host(cfg, ring_size=4)
+    for i in range(10):  # 10 batches of up to 3 commands through a 4-slot ring
+        c = CommandList()
+        for _ in range(1 + i % 3):
+            c.signal(0)
+        h.submit(c)
+    assert h.be.csr_read(sem_csr(0)) == sum(1 + i % 3 for i in range(10))
+    assert h.head() == h.tail == sum(1 + i % 3 for i in range(10)) % 4
+
+
+def _error_case(cfg: NPUConfig, build, code: ErrorCode, addr: int, opcode: Opcode | int):
+    h = Host(cfg)
+    c = CommandList()
+    c.signal(0)
+    c.signal(0)
+    build(c)
+    c.signal(1)             # must not run: the queue stopped
+    h.submit(c)
+    be = h.be
+    assert be.csr_read(Csr.STATUS) == 0b11
+    op = opcode.value if isinstance(opcode, Opcode) else opcode
+    assert h.err() == (code.value, 0, op, 2, addr)
+    assert be.csr_read(Csr.IRQ_STATUS) & IrqBit.ERROR
+    assert be.csr_read(sem_csr(1)) == 0 and h.head() == 2
+    be.csr_write(Csr.IRQ_ENABLE, IrqBit.ERROR)
+    assert be.wait_irq(10)
+    # clear: error gone, queue flushed, semaphores zero, device works again
+    be.csr_write(Csr.CONTROL, 1)
+    be.csr_write(Csr.IRQ_STATUS, IrqBit.ERROR)
+    assert be.csr_read(Csr.STATUS) == 0 and h.head() == h.tail
+    assert be.csr_read(sem_csr(0)) == 0 and not be.wait_irq(10)
+    c = CommandList()
+    c.signal(1)
+    c.append_raw(bytes([0xEE]) + bytes(31))
+    h.submit(c)
+    assert be.csr_read(sem_csr(1)) == 1
+    assert h.err()[0] == ErrorCode.BAD_OPCODE.value and h.err()[3] == 1  # index since reset
+
+
+CFG = NPUConfig(rows=8, cols=8, spad_rows=64, acc_rows=16, n_sems=4, axi_data_bits=64)
+D = CFG.dram_bytes
+
+
+def _dma(c, **kw):
+    args = dict(mem=LocalMem.SPAD, dram_addr=0x2000, dram_stride=8, row_bytes=8, n_rows=4,
+                local_row=0, local_stride=1)
+    args.update(kw)
+    c.dma_load(**args)
+
+
+ERROR_CASES = {
+    "bad_opcode": (lambda c: c.append_raw(bytes([0x42]) + bytes(31)),
+                   ErrorCode.BAD_OPCODE, RING + 2 * 32, 0x42),
+    "bad_wait_sem": (lambda c: c.nop(wait=(4, 0)), ErrorCode.BAD_SEM, 4, Opcode.NOP),
+    "bad_signal_sem": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=0, m=1, signal=9),
+                       ErrorCode.BAD_SEM, 9, Opcode.MATMUL),
+    "bad_size": (lambda c: _dma(c, row_bytes=12), ErrorCode.BAD_SIZE, 0x2000, Opcode.DMA_LOAD),
+    "bad_size_acc": (lambda c: _dma(c, mem=LocalMem.ACC, row_bytes=16, dram_stride=32),
+                     ErrorCode.BAD_SIZE, 0x2000, Opcode.DMA_LOAD),
+    "misaligned_addr": (lambda c: _dma(c, dram_addr=0x2004), ErrorCode.MISALIGNED, 0x2004,
+                        Opcode.DMA_LOAD),
+    "misaligned_stride": (lambda c: c.dma_store(mem=LocalMem.ACC, dram_addr=0x2000,
+                                                dram_stride=36, row_bytes=32, n_rows=2,
+                                                local_row=0, local_stride=1),
+                          ErrorCode.MISALIGNED, 0x2000 + 36, Opcode.DMA_STORE),
+    "bad_dram_addr": (lambda c: _dma(c, dram_addr=D - 16, dram_stride=8),
+                      ErrorCode.BAD_DRAM_ADDR, D, Opcode.DMA_LOAD),
+    "bad_local_dma": (lambda c: _dma(c, local_row=62, local_stride=1),
+                      ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.DMA_LOAD),
+    "bad_local_matmul_w": (lambda c: c.matmul(a_row=0, w_row=60, acc_row=0, m=1),
+                           ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.MATMUL),
+    "bad_local_matmul_acc": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=10, m=7),
+                             ErrorCode.BAD_LOCAL_ADDR, 16, Opcode.MATMUL),
+    "bad_local_requant": (lambda c: c.requant(acc_row=0, spad_row=0, n_rows=1, param_row=14),
+                          ErrorCode.BAD_LOCAL_ADDR, 16, Opcode.REQUANT),
+    "fence_misaligned": (lambda c: c.fence(addr=0x102, value=1), ErrorCode.MISALIGNED, 0x102,
+                         Opcode.FENCE),
+    "fence_bad_addr": (lambda c: c.fence(addr=D, value=1), ErrorCode.BAD_DRAM_ADDR, D,
+                       Opcode.FENCE),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_error_codes(case):
+    build, code, addr, opcode = ERROR_CASES[case]
+    _error_case(CFG, build, code, addr, opcode)
+
+
+def test_bad_dram_row_reports_first_bad_row_and_writes_nothing():
+    h = Host(CFG)
+    c = CommandList()
+    c.dma_store(mem=LocalMem.SPAD, dram_addr=D - 24, dram_stride=16, row_bytes=8, n_rows=3,
+                local_row=0, local_stride=1)
+    h.be.spad[:] = 5
+    h.submit(c)
+    assert h.err()[0] == ErrorCode.BAD_DRAM_ADDR.value and h.err()[4] == D + 8
+    assert h.be.mem_read(D - 24, 24) == bytes(24)   # nothing written (no partial transfer)
+
+
+def test_requant_error_order_and_bad_ring():
+    h = Host(CFG)
+    c = CommandList()
+    c.requant(acc_row=15, spad_row=63, n_rows=2, param_row=15)  # acc rows first
+    h.submit(c)
+    assert h.err()[0] == ErrorCode.BAD_LOCAL_ADDR.value and h.err()[4] == 16
+    be = ModelBackend(CFG)
+    be.csr_write(queue_csr(0, Csr.RING_BASE), RING + 8)
+    be.csr_write(queue_csr(0, Csr.RING_SIZE), 8)
+    be.csr_write(queue_csr(0, Csr.TAIL), 1)
+    assert be.csr_read(Csr.ERR_CODE) == ErrorCode.MISALIGNED.value
+    assert be.csr_read(Csr.ERR_ADDR) == RING + 8
+
+
+def test_bad_ring_size():
+    be = ModelBackend(CFG)
+    be.csr_write(queue_csr(0, Csr.RING_BASE), RING)
+    be.csr_write(queue_csr(0, Csr.RING_SIZE), 6)
+    be.csr_write(queue_csr(0, Csr.TAIL), 1)
+    assert be.csr_read(Csr.ERR_CODE) & 0xFF == ErrorCode.BAD_SIZE.value

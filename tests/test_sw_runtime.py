@@ -1,0 +1,194 @@
+"""sw.runtime: allocator, configuration discovery, launch/synchronize, typed errors."""
+
+import numpy as np
+import pytest
+
+from hw.config import NPUConfig
+from hw.isa import Csr, ErrorCode, LocalMem
+from sw.model import ModelBackend
+from sw.runtime import (
+    Allocator,
+    CommandList,
+    ConfigMismatchError,
+    Device,
+    DeviceError,
+    DeviceTimeoutError,
+    NPUError,
+    OutOfMemoryError,
+)
+
+SMALL = NPUConfig(spad_rows=64, acc_rows=16, dram_bytes=1 << 16)
+
+
+def naive_first_fit(occupied: np.ndarray, nbytes: int, align: int) -> int | None:
+    """First-fit over the free runs of a byte-occupancy map."""
+    padded = np.concatenate(([True], occupied, [True]))
+    edges = np.flatnonzero(np.diff(padded.astype(np.int8)))
+    for start, end in zip(edges[0::2], edges[1::2], strict=True):
+        addr = -(-int(start) // align) * align
+        if addr + nbytes <= end:
+            return addr
+    return None
+
+
+def test_allocator_random_against_naive_model():
+    size = 1 << 14
+    alloc = Allocator(0, size)
+    occupied = np.zeros(size, dtype=bool)
+    live: dict[int, int] = {}
+    rng = np.random.default_rng(7)
+    n_oom = 0
+    for _ in range(10_000):
+        if live and rng.random() < 0.45:
+            addr = list(live)[rng.integers(len(live))]
+            alloc.free(addr)
+            occupied[addr:addr + live.pop(addr)] = False
+        else:
+            nbytes = int(rng.choice([1, 3, 8, 32, 100, 256, 1000, 3000]))
+            align = int(rng.choice([1, 4, 32, 64, 256]))
+            want = naive_first_fit(occupied, nbytes, align)
+            if want is None:
+                with pytest.raises(OutOfMemoryError):
+                    alloc.alloc(nbytes, align)
+                n_oom += 1
+                continue
+            addr = alloc.alloc(nbytes, align)
+            assert addr == want and addr % align == 0
+            assert not occupied[addr:addr + nbytes].any()
+            occupied[addr:addr + nbytes] = True
+            live[addr] = nbytes
+        s = alloc.stats()
+        assert s.used_bytes == int(occupied.sum()) and s.free_bytes == size - s.used_bytes
+        # coalescing: free blocks are exactly the maximal free runs
+        blocks = alloc.free_blocks()
+        assert all(a + n < b for (a, n), (b, _) in zip(blocks, blocks[1:], strict=False))
+    assert n_oom > 0
+    for addr in list(live):
+        alloc.free(addr)
+    assert alloc.free_blocks() == [(0, size)]
+    with pytest.raises(ValueError):
+        alloc.free(0)
+    with pytest.raises(ValueError):
+        alloc.alloc(0)
+    with pytest.raises(ValueError):
+        alloc.alloc(8, align=3)
+
+
+def test_device_discovers_config_and_refuses_mismatch():
+    cfg = NPUConfig(rows=4, cols=4, spad_rows=128, acc_rows=64, n_sems=256)
+    dev = Device(ModelBackend(cfg))
+    assert dev.config == cfg
+    with pytest.raises(ConfigMismatchError, match="cols: device 4, expected 8"):
+        Device(ModelBackend(cfg), NPUConfig(rows=4, cols=8, spad_rows=128, acc_rows=64,
+                                            n_sems=256))
+
+    class NotAnNpu(ModelBackend):
+        def csr_read(self, offset: int) -> int:
+            return 0x12345678 if offset == Csr.ID else super().csr_read(offset)
+
+    with pytest.raises(ConfigMismatchError, match="not an NPU"):
+        Device(NotAnNpu(cfg))
+
+
+def test_memory_upload_download_free():
+    dev = Device(ModelBackend(SMALL), SMALL)
+    before = dev.memory_stats()
+    x = np.arange(-50, 50, dtype=np.int32).reshape(10, 10)
+    buf = dev.upload(x)
+    assert buf.addr % 64 == 0 and buf.nbytes == 400
+    np.testing.assert_array_equal(dev.download(buf, np.int32, (10, 10)), x)
+    with pytest.raises(ValueError):
+        dev.download(buf, np.int32, (11, 10))
+    buf.free()
+    with pytest.raises(NPUError):
+        buf.free()
+    assert dev.memory_stats() == before
+    with pytest.raises(OutOfMemoryError, match="cannot allocate"):
+        dev.alloc(1 << 16)
+
+
+def test_launch_more_commands_than_the_ring_holds():
+    dev = Device(ModelBackend(SMALL), SMALL, ring_commands=4)
+    c = CommandList()
+    for _ in range(50):
+        c.signal(3)
+    dev.launch(c)
+    assert dev.synchronize() == 0
+    assert dev.semaphore(3) == 50
+
+
+def test_full_ring_with_blocked_queue_times_out_then_recovers():
+    dev = Device(ModelBackend(SMALL), SMALL, ring_commands=4)
+    c = CommandList()
+    c.wait(1, 1)          # never satisfied in a single in-order queue
+    for _ in range(5):
+        c.nop()
+    with pytest.raises(DeviceTimeoutError, match="HEAD=0x0, TAIL=0x3"):
+        dev.launch(c, timeout_cycles=1000)
+    dev.reset()
+    c = CommandList()
+    c.signal(1)
+    dev.run(c)
+    assert dev.semaphore(1) == 1
+
+
+def test_synchronize_timeout_names_state():
+    dev = Device(ModelBackend(SMALL), SMALL)
+    c = CommandList()
+    c.nop(wait=(2, 5))
+    dev.launch(c)
+    with pytest.raises(DeviceTimeoutError) as e:
+        dev.synchronize(timeout_cycles=100)
+    assert "STATUS=0x1" in str(e.value) and "sem2=0x0" in str(e.value)
+    dev.reset()
+    assert dev.run(CommandList()) == 0
+
+
+def test_unknown_opcode_raises_device_error_naming_the_command_then_works():
+    dev = Device(ModelBackend(SMALL), SMALL)
+    c = CommandList()
+    c.signal(0)
+    c.signal(0)
+    dev.launch(c)
+    dev.synchronize()                       # 3 commands so far (2 + fence)
+    c = CommandList()
+    c.nop()
+    c.append_raw(bytes([0x7F]) + bytes(31))
+    c.signal(0)
+    dev.launch(c)
+    with pytest.raises(DeviceError) as e:
+        dev.synchronize()
+    err = e.value
+    assert err.code == ErrorCode.BAD_OPCODE and err.command_index == 4 and err.opcode == 0x7F
+    assert "command #4 (opcode 0x7f (unknown)" in str(err) and "BAD_OPCODE" in str(err)
+    # the device keeps working
+    buf = dev.upload(np.arange(8, dtype=np.int8))
+    out = dev.alloc(8)
+    c = CommandList()
+    c.dma_load(mem=LocalMem.SPAD, dram_addr=buf.addr, dram_stride=8, row_bytes=8, n_rows=1,
+               local_row=0, local_stride=1)
+    c.dma_store(mem=LocalMem.SPAD, dram_addr=out.addr, dram_stride=8, row_bytes=8, n_rows=1,
+                local_row=0, local_stride=1)
+    dev.run(c)
+    np.testing.assert_array_equal(dev.download(out, np.int8, 8), np.arange(8))
+
+
+def test_device_error_names_a_bad_matmul():
+    dev = Device(ModelBackend(SMALL), SMALL)
+    c = CommandList()
+    c.matmul(a_row=0, w_row=0, acc_row=15, m=2, wait=(0, 0), signal=0)
+    dev.launch(c)
+    with pytest.raises(DeviceError, match=r"command #0 \(MATMUL a_row=0 w_row=0 acc_row=15 m=2 "
+                                          r"\[wait sem0>=0, signal sem0\]\) failed: "
+                                          r"BAD_LOCAL_ADDR at 0x10"):
+        dev.synchronize()
+    assert dev.status()["STATUS"] == 0
+
+
+def test_command_field_ranges_are_checked():
+    c = CommandList()
+    with pytest.raises(ValueError, match="row_bytes"):
+        c.dma_load(mem=LocalMem.SPAD, dram_addr=0, dram_stride=0, row_bytes=1 << 16, n_rows=1,
+                   local_row=0, local_stride=1)
+    with pytest.raises(ValueError, match="wait value"):
+        c.nop(wait=(0, -1))
