@@ -104,8 +104,10 @@ class DMA(wiring.Component):
     ----------------------
     Data moves in ``G``-byte chunks, one chunk per cycle in steady state: when ``L < beat`` a
     beat feeds ``beat / L`` local rows over as many cycles (RREADY low meanwhile); when
-    ``L > beat``, ``L / beat`` beats make one local row write. Command handshake to the first
-    AR/AW: 3 cycles; last R beat to ``done``: 1 cycle; last B response to ``done``: 1 cycle.
+    ``L > beat``, ``L / beat`` beats make one local row write. ARVALID/AWVALID rise 3 cycles
+    after the command handshake; ``done`` comes 2 cycles after the last R beat (load) or the
+    last B response (store). A zero-length command or a ``BAD_SIZE``/``MISALIGNED`` error
+    retires 2 cycles after the handshake, a range error after 3 + (rows searched) cycles.
     """
 
     def __init__(self, config: NPUConfig):
@@ -270,14 +272,12 @@ class _Control(Elaboratable):
                     with m.Else():
                         m.d.sync += row_local.eq(row_local + body.local_stride)
 
-            with m.State("Transfer"):
-                with m.If(self.finished):
-                    with m.If(self.bus_error):
-                        m.d.sync += error.eq(ErrorCode.AXI_ERROR)
-                    with m.Else():
-                        m.d.sync += error.eq(ErrorCode.NONE)
-                    m.d.sync += error_addr.eq(self.bus_error_addr)
-                    m.next = "Done"
+            with m.State("Transfer"), m.If(self.finished):
+                m.d.sync += [
+                    error.eq(Mux(self.bus_error, ErrorCode.AXI_ERROR, ErrorCode.NONE)),
+                    error_addr.eq(Mux(self.bus_error, self.bus_error_addr, 0)),
+                ]
+                m.next = "Done"
 
             with m.State("Done"):
                 m.d.comb += port.done.eq(1)
@@ -631,9 +631,10 @@ class _StoreMover(Elaboratable):
                     m.d.comb += [beat_data.eq(port.data), beat_strb.eq((1 << beat) - 1)]
                 elif local.row_bytes < beat:
                     index = s2_off[local.log2_row:]
+                    all_bytes = (1 << local.row_bytes) - 1
                     m.d.comb += [
                         beat_data.word_select(index, local.row_bytes * 8).eq(port.data),
-                        beat_strb.word_select(index, local.row_bytes).eq((1 << local.row_bytes) - 1),
+                        beat_strb.word_select(index, local.row_bytes).eq(all_bytes),
                     ]
                 else:
                     m.d.comb += [
