@@ -195,8 +195,8 @@ def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_
                 nk = min(kbc, kb - kb0)
                 cmds.dma_load(mem=LocalMem.SPAD,
                               dram_addr=w_buf.addr + (j * k_pad + kb0 * rows) * srb,
-                              dram_stride=srb, row_bytes=srb, n_rows=nk * rows,
-                              local_row=plan.w_base, local_stride=1, **seq())
+                              dram_stride=rows * srb, row_bytes=rows * srb, n_rows=nk,
+                              local_row=plan.w_base, local_stride=rows, **seq())
                 if n_chunks > 1:
                     load_a(kb0, nk)
                 for t in range(nk):
@@ -208,8 +208,8 @@ def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_
             cmds.requant(acc_row=_ACC_ROW, spad_row=plan.o_base, n_rows=mt,
                          param_row=_PARAM_ROW, relu=relu, **seq())
             cmds.dma_store(mem=LocalMem.SPAD, dram_addr=o_buf.addr + (j * m + i0) * srb,
-                           dram_stride=srb, row_bytes=srb, n_rows=mt, local_row=plan.o_base,
-                           local_stride=1, **seq())
+                           dram_stride=0, row_bytes=mt * srb, n_rows=1, local_row=plan.o_base,
+                           local_stride=0, **seq())
     return cmds
 
 
