@@ -65,6 +65,7 @@ _MASK32 = 0xFFFF_FFFF
 _OPCODE_FIELD = data.Layout.cast(Header)["opcode"]
 _MEM_FIELD = data.Layout.cast(DmaBody)["mem"]
 DEFAULT_TIMEOUT_CYCLES = 50_000_000  #: default budget of :meth:`Device.synchronize` (cycles)
+RING_POLL_CYCLES = 256  #: how often a host waiting for ring space reads HEAD (cycles)
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -525,8 +526,11 @@ class Device:
         (else from the :class:`NPUConfig` defaults).
     queue : int
         The hardware queue this device object drives.
-    ring_commands : int
+    ring_commands : int, optional
         Ring size in commands, a power of two >= 2 (holds ``ring_commands - 1`` commands).
+        Default: 4096 (128 KiB), or 1/16 of DRAM if that is smaller. A ring that holds a whole
+        kernel lets the host write it at once; a smaller one makes the host poll ``HEAD``
+        every :data:`RING_POLL_CYCLES` cycles for space, which can idle the device.
 
     Raises
     ------
@@ -545,9 +549,12 @@ class Device:
     """
 
     def __init__(self, backend: Backend, expected_config: NPUConfig | None = None, *,
-                 queue: int = 0, ring_commands: int = 256) -> None:
+                 queue: int = 0, ring_commands: int | None = None) -> None:
         self.backend = backend
         self.config = self._discover(expected_config)
+        if ring_commands is None:
+            fit = self.config.dram_bytes // 16 // COMMAND_BYTES
+            ring_commands = min(4096, 1 << (fit.bit_length() - 1))
         if not 0 <= queue < self.config.n_queues:
             raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
         if ring_commands < 2 or ring_commands & (ring_commands - 1):
@@ -712,8 +719,9 @@ class Device:
         while i < len(raws):
             free = self._ring_free()
             if free == 0:
+                # no interrupt announces ring space: poll HEAD every RING_POLL_CYCLES
                 self._wait_until(lambda: self._refresh_head() > 0, timeout_cycles,
-                                 "ring space")
+                                 "ring space", poll_cycles=RING_POLL_CYCLES)
                 continue
             n = min(free, len(raws) - i, self.ring_size - self._tail)
             chunk = raws[i:i + n]
@@ -771,7 +779,8 @@ class Device:
         self._window_start = None
         return self.cycles() - start
 
-    def _wait_until(self, done: Callable[[], bool], timeout_cycles: int, what: str) -> None:
+    def _wait_until(self, done: Callable[[], bool], timeout_cycles: int, what: str,
+                    poll_cycles: int | None = None) -> None:
         start = self.cycles()
         spent = 0  # lower bound of cycles waited, for backends whose counter does not move
         while True:
@@ -784,13 +793,14 @@ class Device:
                 raise DeviceTimeoutError(
                     f"{what}: no completion after {timeout_cycles} cycles; "
                     + ", ".join(f"{k}={v:#x}" for k, v in self.status().items()))
-            if self.backend.wait_irq(remaining):
+            step = remaining if poll_cycles is None else min(remaining, poll_cycles)
+            if self.backend.wait_irq(step):
                 # A fence interrupt: fences are detected through their DRAM word, so clear it
                 # to let wait_irq wait again. An error is picked up by _check_error.
                 self.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
                 spent += 1
             else:
-                spent += remaining
+                spent += step
 
     def _check_error(self) -> None:
         rd = self.backend.csr_read
