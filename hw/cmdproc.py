@@ -20,7 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from .bus import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature, EngineSignature
 from .config import NPUConfig
-from .isa import COMMAND_BYTES, Command, ErrorCode, Opcode
+from .isa import COMMAND_BYTES, ENGINE_NAMES, OPCODE_ENGINE, Command, ErrorCode, Opcode
 
 __all__ = ["CommandProcessor", "EngineQueue", "QueueEntry"]
 
@@ -109,12 +109,9 @@ class EngineQueue(wiring.Component):
         return m
 
 
-ENGINES = {  # port name -> opcode it runs
-    "load": Opcode.DMA_LOAD,
-    "store": Opcode.DMA_STORE,
-    "matrix": Opcode.MATMUL,
-    "vector": Opcode.REQUANT,
-}
+#: engine port name -> the opcodes it runs (from hw.isa.OPCODE_ENGINE)
+ENGINES = {name: tuple(op for op, engine in OPCODE_ENGINE.items() if engine == name)
+           for name in ENGINE_NAMES}
 
 
 class CommandProcessor(wiring.Component):
@@ -268,21 +265,22 @@ class CommandProcessor(wiring.Component):
                     fail(ErrorCode.AXI_ERROR, slot_addr)
                 with m.Elif(self.error | self.clear):
                     m.next = "IDLE"
-                with m.Elif(opcode.as_value() > max(op.value for op in Opcode)):
+                with m.Elif(~opcode.as_value().matches(*(op.value for op in Opcode))):
                     fail(ErrorCode.BAD_OPCODE, slot_addr)
                 with m.Elif(waits & (hdr.wait_sem >= cfg.n_sems)):
                     fail(ErrorCode.BAD_SEM, hdr.wait_sem)
                 with m.Elif(signals & (hdr.signal_sem >= cfg.n_sems)):
                     fail(ErrorCode.BAD_SEM, hdr.signal_sem)
-                with m.Elif(opcode.as_value().matches(*(op.value for op in ENGINES.values()))):
+                with m.Elif(opcode.as_value().matches(
+                        *(op.value for ops in ENGINES.values() for op in ops))):
                     m.next = "DISPATCH"
                 with m.Else():
                     m.next = "SYNC_WAIT"
             with m.State("DISPATCH"):
-                for name, op in ENGINES.items():
+                for name, ops in ENGINES.items():
                     q = queues[name]
                     m.d.comb += [q.i.payload.cmd.eq(cmd), q.i.payload.index.eq(cmd_count)]
-                    with m.If(opcode == op):
+                    with m.If(opcode.as_value().matches(*(op.value for op in ops))):
                         m.d.comb += q.i.valid.eq(~self.error & ~self.clear)
                         with m.If(self.error | self.clear):
                             m.next = "IDLE"

@@ -20,7 +20,8 @@ import functools
 from amaranth.lib import data, enum
 
 __all__ = [
-    "COMMAND_BYTES", "Opcode", "LocalMem", "ErrorCode", "Flags", "Header",
+    "COMMAND_BYTES", "Opcode", "OPCODE_ENGINE", "ENGINE_NAMES", "LocalMem", "ErrorCode",
+    "Flags", "Header",
     "DmaBody", "MatmulBody", "RequantBody", "FenceBody", "Body", "Command",
     "Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "sem_csr",
     "encode", "decode", "CommandView",
@@ -39,6 +40,22 @@ class Opcode(enum.Enum, shape=8):
     FENCE = 5       #: [processor] after all earlier work retired: DRAM[addr] = value, irq
     WAIT = 6        #: [processor] block the queue until sem[wait_sem] >= wait_value
     SIGNAL = 7      #: [processor] sem[signal_sem] += 1
+
+
+#: Which engine runs each opcode: "load", "store", "matrix", "vector" (the engine ports of
+#: the command processor) or "processor" (the command processor itself). One definition for
+#: the hardware's dispatch and the functional model.
+OPCODE_ENGINE = {
+    Opcode.NOP: "processor",
+    Opcode.DMA_LOAD: "load",
+    Opcode.DMA_STORE: "store",
+    Opcode.MATMUL: "matrix",
+    Opcode.REQUANT: "vector",
+    Opcode.FENCE: "processor",
+    Opcode.WAIT: "processor",
+    Opcode.SIGNAL: "processor",
+}
+ENGINE_NAMES = ("load", "store", "matrix", "vector")
 
 
 class LocalMem(enum.Enum, shape=2):

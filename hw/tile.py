@@ -180,7 +180,7 @@ class MatrixEngine(wiring.Component):
                 with m.If(count + 1 == body.m):
                     m.next = "DRAIN"
 
-            with m.State("DRAIN"):  # noqa: SIM117 (one FSM state per with)
+            with m.State("DRAIN"):
                 with m.If(c_valid & (written + 1 == body.m)):
                     m.next = "RETIRE"
 

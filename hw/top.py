@@ -40,7 +40,8 @@ class NPU(wiring.Component):
         If ``config.n_queues != 1`` (several hardware queues are not built yet).
     """
 
-    def __init__(self, config: NPUConfig = NPUConfig()):
+    def __init__(self, config: NPUConfig | None = None):
+        config = NPUConfig() if config is None else config
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         if config.n_queues != 1:

@@ -193,7 +193,7 @@ class RequantEngine(wiring.Component):
                 with m.If(count + 1 == body.n_rows):
                     m.next = "DRAIN"
 
-            with m.State("DRAIN"):  # noqa: SIM117 (one FSM state per with)
+            with m.State("DRAIN"):
                 with m.If(y_valid & (written + 1 == body.n_rows)):
                     m.next = "RETIRE"
 

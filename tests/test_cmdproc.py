@@ -12,8 +12,18 @@ from amaranth.sim import Simulator
 from hw.cmdproc import ENGINES, CommandProcessor
 from hw.config import NPUConfig
 from hw.csr import CsrBlock
-from hw.isa import (COMMAND_BYTES, CSR_ID_VALUE, Csr, ErrorCode, IrqBit, Opcode, decode,
-                    encode, queue_csr, sem_csr)
+from hw.isa import (
+    COMMAND_BYTES,
+    CSR_ID_VALUE,
+    Csr,
+    ErrorCode,
+    IrqBit,
+    Opcode,
+    decode,
+    encode,
+    queue_csr,
+    sem_csr,
+)
 from tests.amaranth_axi import AxiMemory, axil_read, axil_write
 
 RING = 0x1000
