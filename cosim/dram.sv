@@ -15,7 +15,8 @@
 //   the run when it is non-zero.
 // * Host backdoor, synchronous to clk: hold bd_op (1 = load words [bd_first, bd_last] from
 //   the hex file with $readmemh, 2 = dump them with $writememh) for one rising edge; bd_ack
-//   is high in the cycle after. The file name comes from the plusarg +npu_dram_file=PATH.
+//   is high in the cycle after. Loads read PATH, dumps write PATH.out, where PATH comes from
+//   the plusarg +npu_dram_file=PATH.
 //   Word i holds bytes [i*DATA_BYTES, (i+1)*DATA_BYTES), little-endian.
 module npu_dram #(
     parameter int DATA_BITS = 64,
@@ -72,9 +73,10 @@ module npu_dram #(
 
     logic [DATA_BITS-1:0] mem [0:WORDS-1];
 
-    string bd_file;
+    string bd_file, bd_out_file;
     initial begin
         if (!$value$plusargs("npu_dram_file=%s", bd_file)) bd_file = "npu_dram.hex";
+        bd_out_file = {bd_file, ".out"};
     end
 
     // A burst is bad if any byte is outside the memory or it is not INCR.
@@ -123,7 +125,7 @@ module npu_dram #(
         end else begin
             bd_ack <= bd_op != 2'd0;
             if (bd_op == 2'd1) $readmemh(bd_file, mem, bd_first, bd_last);
-            if (bd_op == 2'd2) $writememh(bd_file, mem, bd_first, bd_last);
+            if (bd_op == 2'd2) $writememh(bd_out_file, mem, bd_first, bd_last);
 
             case (wstate)
                 W_IDLE: if (awvalid) begin

@@ -42,7 +42,7 @@ module tb_top #(
     output logic [31:0] dram_prot_errors
 );
 `ifdef TB_INTERNAL_CLOCK
-    logic clk = 1'b0;
+    logic clk = 1'b1;  // same phase as cocotb's Clock: high at 0, falling at 5 ns
     always #5ns clk = ~clk;
 `endif
 

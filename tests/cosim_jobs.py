@@ -27,6 +27,20 @@ def fail(backend, message: str) -> dict:
     raise ValueError(message)
 
 
+def csr_timeout(backend) -> dict:
+    """A CSR read that is never answered raises after the timeout; the port still works."""
+    backend.csr_timeout_cycles = 50
+    start = backend.cycle
+    try:
+        backend.csr_read(StandInCsr.HANG)
+    except BackendError as e:
+        message = str(e)
+    else:
+        raise AssertionError("no timeout")
+    return {"message": message, "cycles": backend.cycle - start,
+            "id": backend.csr_read(Csr.ID)}
+
+
 def not_json(backend) -> object:
     return {"bytes": b"\x00"}
 
@@ -177,3 +191,93 @@ def check_id(backend) -> dict:
     value = backend.csr_read(Csr.ID)
     assert value == CSR_ID_VALUE, f"ID={value:#x}"
     return {"id": value}
+
+
+def fence_smoke(backend, ring: int = 0x1000, fence_addr: int = 0x2000,
+                value: int = 0xC0FFEE01, max_cycles: int = 20_000) -> dict:
+    """The real NPU end to end: one FENCE command through the ring raises irq and writes
+    ``value`` to ``fence_addr``."""
+    from hw.isa import Opcode, encode, queue_csr
+
+    ident = backend.csr_read(Csr.ID)
+    assert ident == CSR_ID_VALUE, f"ID={ident:#x}"
+    backend.mem_write(fence_addr, b"\x00" * 4)
+    cmd = encode({"header": {"opcode": Opcode.FENCE, "flags": {"irq": 1}},
+                  "body": {"fence": {"addr": fence_addr, "value": value}}})
+    backend.mem_write(ring, cmd)
+    backend.csr_write(queue_csr(0, Csr.RING_BASE), ring)
+    backend.csr_write(queue_csr(0, Csr.RING_SIZE), 4)
+    backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
+    start = backend.cycle
+    backend.csr_write(queue_csr(0, Csr.TAIL), 1)
+    assert backend.wait_irq(max_cycles), f"no irq within {max_cycles} cycles"
+    cycles = backend.cycle - start
+    irq_status = backend.csr_read(Csr.IRQ_STATUS)
+    err = backend.csr_read(Csr.ERR_CODE)
+    assert irq_status == IrqBit.FENCE, f"IRQ_STATUS={irq_status:#x}, ERR_CODE={err:#x}"
+    got = int.from_bytes(backend.mem_read(fence_addr, 4), "little")
+    assert got == value, f"fence wrote {got:#x}, expected {value:#x}"
+    head = backend.csr_read(queue_csr(0, Csr.HEAD))
+    assert head == 1, f"HEAD={head}"
+    backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
+    assert not backend.wait_irq(0), "irq still high after clearing IRQ_STATUS"
+    return {"cycles_to_irq": cycles, "head": head, "fence": got}
+
+
+def npu_dma_bench(backend, reps: int = 16, chunk: int = 32768, src: int = 0x100000,
+                  dst: int = 0x400000, ring: int = 0x1000) -> dict:
+    """The real NPU copies ``reps * chunk`` bytes DRAM -> scratchpad -> DRAM with DMA_LOAD and
+    DMA_STORE (ordered by semaphores 0 and 1), then a FENCE raises irq. Reports simulated
+    cycles per wall second of the whole run and checks the copy."""
+    from hw.isa import LocalMem, Opcode, encode, queue_csr
+
+    data = np.random.default_rng(3).integers(0, 256, reps * chunk, dtype=np.uint8).tobytes()
+    backend.mem_write(src, data)
+    row = backend.config.spad_row_bytes
+
+    def dma(op, i, flags, **sems):
+        return encode({"header": {"opcode": op, "flags": flags, **sems},
+                       "body": {"dma": {"dram_addr": (src if op == Opcode.DMA_LOAD else dst)
+                                        + i * chunk, "dram_stride": chunk, "row_bytes": chunk,
+                                        "n_rows": 1, "local_row": 0, "local_stride": chunk // row,
+                                        "mem": LocalMem.SPAD}}})
+
+    cmds = []
+    for i in range(reps):
+        # load i waits until store i-1 has read the scratchpad; store i waits for load i
+        cmds.append(dma(Opcode.DMA_LOAD, i, {"wait": i > 0, "signal": 1},
+                        wait_sem=1, wait_value=i, signal_sem=0))
+        cmds.append(dma(Opcode.DMA_STORE, i, {"wait": 1, "signal": 1},
+                        wait_sem=0, wait_value=i + 1, signal_sem=1))
+    cmds.append(encode({"header": {"opcode": Opcode.FENCE, "flags": {"irq": 1}},
+                        "body": {"fence": {"addr": ring - 4, "value": 1}}}))
+    size = 1 << (len(cmds)).bit_length()
+    backend.mem_write(ring, b"".join(cmds))
+    backend.csr_write(queue_csr(0, Csr.RING_BASE), ring)
+    backend.csr_write(queue_csr(0, Csr.RING_SIZE), size)
+    backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
+    start, t = backend.cycle, time.perf_counter()
+    backend.csr_write(queue_csr(0, Csr.TAIL), len(cmds))
+    assert backend.wait_irq(100 * reps * chunk), "no irq"
+    seconds, cycles = time.perf_counter() - t, backend.cycle - start
+    status = backend.csr_read(Csr.IRQ_STATUS)
+    assert status == IrqBit.FENCE, f"IRQ_STATUS={status:#x} ERR_CODE=" \
+        f"{backend.csr_read(Csr.ERR_CODE):#x} ERR_ADDR={backend.csr_read(Csr.ERR_ADDR):#x}"
+    assert backend.mem_read(dst, len(data)) == data, "copy differs"
+    return {"bytes": len(data), "cycles": cycles, "seconds": seconds,
+            "cycles_per_s": cycles / seconds,
+            "bytes_per_cycle_each_way": len(data) / cycles}
+
+
+def runtime_roundtrip(backend) -> dict:
+    """The device runtime on the RTL: discover the configuration from the CSRs, upload,
+    synchronize (a FENCE through the runtime's ring), download."""
+    from sw.runtime import Device
+
+    dev = Device(backend, expected_config=backend.config)
+    data = np.arange(1000, dtype=np.int32) * 7 - 3000
+    buf = dev.upload(data)
+    cycles = dev.synchronize()
+    back = dev.download(buf, np.int32, data.shape)
+    assert np.array_equal(back, data)
+    return {"config": dev.config.name, "sync_cycles": cycles}

@@ -30,6 +30,7 @@ class StandInCsr:
     STATUS = 0x218     #: bit 0 busy, 1 RRESP error, 2 BRESP error, 3 RID out of order
     MAX_OUT = 0x21C    #: read bursts allowed in flight, 1..15
     MAX_SEEN = 0x220   #: most read bursts seen in flight since GO
+    HANG = 0xFFC       #: a read here is never answered
 
 
 class StandIn(wiring.Component):
@@ -195,8 +196,9 @@ class StandIn(wiring.Component):
         with m.If(csr.bvalid & csr.bready):
             m.d.sync += csr.bvalid.eq(0)
 
-        m.d.comb += csr.arready.eq(~csr.rvalid)
-        with m.If(csr.arvalid & ~csr.rvalid):
+        # A read of HANG is never accepted (to test the host's timeout).
+        m.d.comb += csr.arready.eq(~csr.rvalid & (csr.araddr != StandInCsr.HANG))
+        with m.If(csr.arvalid & csr.arready):
             m.d.sync += [csr.rvalid.eq(1), csr.rresp.eq(0), csr.rdata.eq(0)]
             with m.Switch(csr.araddr):
                 with m.Case(Csr.ID):

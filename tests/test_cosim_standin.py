@@ -68,6 +68,13 @@ def test_backdoor_roundtrip_unaligned():
     assert r.result == {"refused": 6}
 
 
+def test_csr_timeout_raises():
+    r = run("csr_timeout", name="test_cosim_csr_timeout").result
+    assert "not answered within 50 cycles" in r["message"]
+    assert 50 <= r["cycles"] <= 53
+    assert r["id"] == CSR_ID_VALUE
+
+
 def test_job_exception_comes_back_with_traceback():
     with pytest.raises(CosimJobError) as info:
         run_on_rtl(CONFIG, "tests.cosim_jobs:fail", {"message": "boom"},

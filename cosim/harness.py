@@ -1,0 +1,250 @@
+"""Run synchronous runtime code on the RTL, from pytest or from the command line.
+
+:func:`run_on_rtl` builds the simulator for a configuration (cached, see :mod:`cosim.build`),
+starts one simulation of :mod:`cosim.cocotb_entry`, which calls ``function(backend, **args)``
+with an :class:`cosim.rtl_backend.RtlBackend`, and returns what the function returned.
+
+Arguments and results travel as JSON files in the run directory
+``build/<tag>/runs/<name>/`` (``spec.json``, ``result.json``, plus ``sim.log`` and the DRAM
+backdoor scratch file). Waveforms, when asked for, go to ``waves/<name>.vcd``.
+
+Command line::
+
+    python -m cosim.harness JOB [--args JSON] [--config JSON] [--name NAME] [--waves]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hw.config import NPUConfig
+
+from .build import (
+    DEFAULT_DESIGN,
+    ROOT,
+    WAVES_ROOT,
+    CosimBuildError,
+    _runner_class,
+    build_sim,
+    design_tag,
+)
+
+__all__ = ["run_on_rtl", "run_job", "RunResult", "CosimError", "CosimJobError", "main"]
+
+# Warnings are errors in the simulator process too; add narrow, named exceptions here.
+PYTHONWARNINGS = "error"
+
+
+class CosimError(RuntimeError):
+    """The simulation itself failed (crashed, or ended without a result).
+
+    Attributes
+    ----------
+    log_path : Path
+        The simulator's output.
+    """
+
+    def __init__(self, message: str, log_path: Path):
+        super().__init__(f"{message} (log: {log_path})")
+        self.log_path = log_path
+
+
+class CosimJobError(CosimError):
+    """The job raised (or returned something that is not JSON). ``str()`` ends with the
+    job's traceback from the simulator process.
+
+    Attributes
+    ----------
+    error : str
+        ``"ExceptionType: message"`` of the job's exception.
+    job_traceback : str
+        The traceback text.
+    """
+
+    def __init__(self, job: str, error: str, job_traceback: str, log_path: Path):
+        super().__init__(f"job {job} failed on the RTL: {error}\n{job_traceback}", log_path)
+        self.error = error
+        self.job_traceback = job_traceback
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of one :func:`run_job`.
+
+    Attributes
+    ----------
+    result : object
+        What the job returned (JSON round-tripped).
+    cycles : int
+        Simulated clock cycles at the end of the job (including reset).
+    job_seconds : float
+        Wall time of the job inside the simulator, seconds.
+    build_seconds : float
+        Wall time spent on the (cached) build, seconds.
+    run_dir : Path
+        Where spec, result and log are.
+    waves : Path or None
+        The VCD file, if traced.
+    """
+    result: object
+    cycles: int
+    job_seconds: float
+    build_seconds: float
+    run_dir: Path
+    waves: Path | None
+
+
+@contextlib.contextmanager
+def _repo_on_sys_path() -> Iterator[None]:
+    # runner.test() sets the simulator's PYTHONPATH from this process's sys.path.
+    added = str(ROOT) not in sys.path
+    if added:
+        sys.path.insert(0, str(ROOT))
+    try:
+        yield
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(str(ROOT))
+
+
+def _safe_name(name: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._")
+    if not safe:
+        raise ValueError(f"run name {name!r} has no usable characters")
+    return safe
+
+
+def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
+            waves: bool = False, design: str = DEFAULT_DESIGN,
+            internal_clock: bool = True) -> RunResult:
+    """Build (cached) and run ``job(backend, **args)`` on the RTL of ``design(config)``.
+
+    Parameters
+    ----------
+    config : NPUConfig
+    job : str
+        ``"module:function"``, importable from the repository root; the function takes an
+        :class:`~cosim.rtl_backend.RtlBackend` and keyword arguments and returns a
+        JSON-serialisable value.
+    args : dict, optional
+        JSON-serialisable keyword arguments of the job.
+    name : str
+        Names the run directory and the VCD (``waves/<name>.vcd``).
+    waves : bool
+        Trace the whole design into ``waves/<name>.vcd`` (a separate, traced build).
+    design : str
+        ``"module:Class"`` of the design under test, ``hw.top:NPU`` by default.
+    internal_clock : bool
+        Use the clock generated inside the simulation (default; about 2x faster than
+        cocotb's ``Clock``, which ``False`` selects).
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    CosimBuildError
+        If the build fails.
+    CosimJobError
+        If the job raised; the message carries its traceback.
+    CosimError
+        If the simulator crashed or ended without writing a result.
+    """
+    name = _safe_name(name)
+    args = dict(args or {})
+    json.dumps(args)  # fail here, not in the simulator
+    tag_dir = ROOT / "build" / design_tag(config, design)
+    sim = build_sim(config, waves=waves, design=design, internal_clock=internal_clock)
+
+    run_dir = tag_dir / "runs" / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = run_dir / "spec.json", run_dir / "result.json"
+    log_path = run_dir / "sim.log"
+    result_path.unlink(missing_ok=True)
+    dram_file = run_dir / "dram.hex"
+    spec_path.write_text(json.dumps({
+        "config": config.to_dict(), "job": job, "args": args,
+        "dram_file": str(dram_file), "internal_clock": internal_clock,
+    }))
+    vcd = None
+    test_args: list[str] = []
+    if waves:
+        WAVES_ROOT.mkdir(exist_ok=True)
+        vcd = WAVES_ROOT / f"{name}.vcd"
+        test_args = ["--trace-file", str(vcd)]
+
+    runner = _runner_class()()
+    with _repo_on_sys_path():
+        try:
+            runner.test(
+                test_module="cosim.cocotb_entry", hdl_toplevel="tb_top",
+                hdl_toplevel_lang="verilog",
+                build_dir=sim.build_dir, test_dir=run_dir, waves=waves, test_args=test_args,
+                plusargs=[f"+npu_dram_file={dram_file}"],
+                extra_env={"NPU_COSIM_SPEC": str(spec_path),
+                           "NPU_COSIM_RESULT": str(result_path),
+                           "PYTHONWARNINGS": PYTHONWARNINGS},
+                results_xml=str(run_dir / "results.xml"), log_file=log_path,
+                timescale=("1ns", "1ps"),
+            )
+        except SystemExit:
+            pass  # the runner exits under pytest when the cocotb test failed; see result.json
+        except (RuntimeError, OSError) as e:
+            raise CosimError(f"simulation of {name} could not run: {e}", log_path) from e
+    dram_file.unlink(missing_ok=True)  # scratch data can be large
+    Path(f"{dram_file}.out").unlink(missing_ok=True)
+
+    if not result_path.is_file():
+        raise CosimError(f"simulation of {name} ended without a result", log_path)
+    outcome = json.loads(result_path.read_text())
+    if not outcome["ok"]:
+        raise CosimJobError(job, outcome["error"], outcome["traceback"], log_path)
+    return RunResult(outcome["result"], outcome["cycles"], outcome["seconds"], sim.seconds,
+                     run_dir, vcd)
+
+
+def run_on_rtl(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
+               waves: bool = False, design: str = DEFAULT_DESIGN) -> object:
+    """Run ``job(backend, **args)`` on the RTL and return what it returned.
+
+    Same parameters and errors as :func:`run_job` (which also reports cycles and timings).
+    """
+    return run_job(config, job, args, name=name, waves=waves, design=design).result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry: run one job on the RTL and print its JSON result."""
+    p = argparse.ArgumentParser(prog="python -m cosim.harness", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("job", help="module:function taking (backend, **args)")
+    p.add_argument("--args", default="{}", help="JSON object of keyword arguments")
+    p.add_argument("--config", default="{}", help="JSON object of NPUConfig fields")
+    p.add_argument("--design", default=DEFAULT_DESIGN, help="module:Class of the design")
+    p.add_argument("--name", default=None, help="run name (default: the function name)")
+    p.add_argument("--waves", action="store_true", help="write waves/<name>.vcd")
+    ns = p.parse_args(argv)
+    config = NPUConfig(**json.loads(ns.config))
+    name = ns.name or ns.job.rpartition(":")[2]
+    try:
+        r = run_job(config, ns.job, json.loads(ns.args), name=name, waves=ns.waves,
+                    design=ns.design)
+    except (CosimBuildError, CosimError) as e:
+        print(e, file=sys.stderr)
+        return 1
+    print(json.dumps({"result": r.result, "cycles": r.cycles, "job_seconds": r.job_seconds,
+                      "build_seconds": r.build_seconds,
+                      "waves": str(r.waves) if r.waves else None}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

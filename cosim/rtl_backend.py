@@ -1,0 +1,342 @@
+"""The ``rtl`` backend of the runtime: cocotb + Verilator, driven from synchronous code.
+
+:class:`RtlBackend` implements :class:`sw.backend.Backend`. Its synchronous methods must be
+called from a thread started by cocotb's :func:`cocotb.task.bridge` (as
+:mod:`cosim.cocotb_entry` does); each one runs a short coroutine in the simulator through
+:func:`cocotb.task.resume` and returns when it is done. While the caller runs Python code,
+simulated time stands still.
+
+Timing model: the host drives the AXI4-Lite port from falling clock edges (so every value is
+stable at the rising edge that samples it) and checks handshakes in the ReadOnly phase just
+before the rising edge. A CSR access therefore costs a few clock cycles of simulated time;
+a backdoor DRAM access costs two cycles, whatever its size.
+
+Only signals of ``tb_top`` are touched (``cosim/tb_top.sv``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cocotb.simtime import get_sim_time
+from cocotb.task import resume
+from cocotb.triggers import FallingEdge, First, ReadOnly, RisingEdge, Timer
+
+from hw.config import NPUConfig
+from sw.backend import BackendError
+
+__all__ = ["RtlBackend", "CLOCK_PERIOD_NS", "hex_encode", "hex_decode"]
+
+#: Clock period of the simulation, ns (the cycle count is simulated time / period).
+CLOCK_PERIOD_NS = 10
+
+_BD_LOAD = 1
+_BD_DUMP = 2
+
+
+def hex_encode(data: bytes, word_bytes: int) -> bytes:
+    """Format ``data`` as a ``$readmemh`` file: one little-endian word of ``word_bytes`` bytes
+    per line, most significant hex digit first. ``len(data)`` must be a multiple of
+    ``word_bytes``."""
+    words = np.frombuffer(data, np.uint8).reshape(-1, word_bytes)[:, ::-1]
+    digits = np.frombuffer(words.tobytes().hex().encode(), "S1").reshape(-1, 2 * word_bytes)
+    out = np.empty((digits.shape[0], 2 * word_bytes + 1), "S1")
+    out[:, :-1] = digits
+    out[:, -1] = b"\n"
+    return out.tobytes()
+
+
+def hex_decode(text: bytes, word_bytes: int) -> bytes:
+    """Inverse of :func:`hex_encode` for a ``$writememh`` file (``//`` comments and ``@``
+    address lines are skipped).
+
+    Raises
+    ------
+    BackendError
+        If the file holds a word that is not plain hex (e.g. ``x``).
+    """
+    if b"@" in text or b"/" in text:
+        text = b"\n".join(line for line in text.split()
+                          if not line.startswith((b"@", b"//")))
+    digits = text.translate(None, b" \t\r\n")
+    try:
+        raw = bytes.fromhex(digits.decode("ascii"))
+    except ValueError as e:
+        raise BackendError(f"DRAM dump is not plain hex (X or Z in memory?): {e}") from e
+    return np.frombuffer(raw, np.uint8).reshape(-1, word_bytes)[:, ::-1].tobytes()
+
+
+class RtlBackend:
+    """:class:`sw.backend.Backend` on the Verilated ``tb_top`` (NPU + DRAM model).
+
+    Parameters
+    ----------
+    dut : cocotb handle
+        The ``tb_top`` handle. The clock must already run and reset must be released.
+    config : NPUConfig
+        The configuration the simulator was built for (DRAM size, bus width).
+    dram_file : Path
+        Scratch file for the DRAM backdoor; must be the file named by the simulator's
+        ``+npu_dram_file=`` plusarg (dumps go to the same name plus ``.out``).
+    csr_timeout_cycles : int
+        A CSR access that is not answered within this many clock cycles raises.
+
+    Notes
+    -----
+    The synchronous methods may only be called from a :func:`cocotb.task.bridge` thread;
+    elsewhere :func:`cocotb.task.resume` raises ``RuntimeError``. The ``a``-prefixed
+    coroutine methods do the same from cocotb coroutines.
+    """
+
+    name = "rtl"
+
+    def __init__(self, dut: Any, config: NPUConfig, *, dram_file: Path,
+                 csr_timeout_cycles: int = 1000):
+        self.dut = dut
+        self.config = config
+        self.dram_file = Path(dram_file)
+        self._dump_file = Path(f"{dram_file}.out")
+        self.csr_timeout_cycles = csr_timeout_cycles
+        self._word = config.axi_data_bytes
+        self._clk = dut.clk
+        # idle the host port and the backdoor
+        for sig in ("awvalid", "wvalid", "bready", "arvalid", "rready"):
+            getattr(dut, f"csr__{sig}").value = 0
+        dut.bd_op.value = 0
+
+    # -- Backend protocol (synchronous, from a bridge thread) ---------------------------------
+
+    def csr_read(self, offset: int) -> int:
+        """Read the 32-bit CSR at byte ``offset`` (0..0xFFC, a multiple of 4).
+
+        Raises
+        ------
+        ValueError
+            If ``offset`` is out of range or unaligned.
+        BackendError
+            On a non-OKAY response or no answer within ``csr_timeout_cycles`` cycles.
+        """
+        return resume(self.acsr_read)(offset)
+
+    def csr_write(self, offset: int, value: int) -> None:
+        """Write the 32-bit CSR at byte ``offset``; ``value`` in 0..2**32-1.
+
+        Raises
+        ------
+        ValueError
+            If ``offset`` or ``value`` is out of range.
+        BackendError
+            On a non-OKAY response or no answer within ``csr_timeout_cycles`` cycles.
+        """
+        resume(self.acsr_write)(offset, value)
+
+    def mem_write(self, addr: int, data: bytes) -> None:
+        """Write ``data`` to device DRAM at byte ``addr`` through the backdoor (any alignment).
+
+        Raises
+        ------
+        BackendError
+            If ``[addr, addr + len(data))`` is not inside ``[0, config.dram_bytes)``.
+        """
+        resume(self.amem_write)(addr, bytes(data))
+
+    def mem_read(self, addr: int, size: int) -> bytes:
+        """Read ``size`` bytes of device DRAM at byte ``addr`` through the backdoor.
+
+        Raises
+        ------
+        BackendError
+            If ``[addr, addr + size)`` is not inside ``[0, config.dram_bytes)``.
+        """
+        return resume(self.amem_read)(addr, size)
+
+    def wait_irq(self, max_cycles: int) -> bool:
+        """Let the simulation run until ``irq`` is high or ``max_cycles`` clock cycles passed.
+
+        Python is woken once (by the rising edge of ``irq`` or by a timer), not every cycle.
+
+        Returns
+        -------
+        bool
+            ``True`` if ``irq`` is high on return.
+        """
+        return resume(self.await_irq)(max_cycles)
+
+    def run_cycles(self, n: int) -> None:
+        """Let the simulation run for ``n`` clock cycles (one timer, no per-cycle wake-up)."""
+        resume(self.arun_cycles)(n)
+
+    @property
+    def cycle(self) -> int:
+        """Clock cycles simulated so far (simulated time / :data:`CLOCK_PERIOD_NS`)."""
+        return int(get_sim_time("ns") // CLOCK_PERIOD_NS)
+
+    @property
+    def dram_protocol_errors(self) -> int:
+        """AXI protocol violations the DRAM model has seen (4 KiB crossing, WLAST, burst)."""
+        return int(self.dut.dram_prot_errors.value)
+
+    # -- coroutines ---------------------------------------------------------------------------
+
+    async def acsr_write(self, offset: int, value: int) -> None:
+        """Coroutine form of :meth:`csr_write`."""
+        self._check_csr(offset)
+        if not 0 <= value < 1 << 32:
+            raise ValueError(f"CSR value {value!r} does not fit 32 bits")
+        dut = self.dut
+        await FallingEdge(self._clk)
+        dut.csr__awaddr.value = offset
+        dut.csr__wdata.value = value
+        dut.csr__wstrb.value = 0xF
+        dut.csr__awvalid.value = 1
+        dut.csr__wvalid.value = 1
+        dut.csr__bready.value = 1
+        aw_pending = w_pending = True
+        for _ in range(self.csr_timeout_cycles):
+            await ReadOnly()
+            aw_fire = aw_pending and bool(dut.csr__awready.value)
+            w_fire = w_pending and bool(dut.csr__wready.value)
+            b_fire = bool(dut.csr__bvalid.value)
+            resp = int(dut.csr__bresp.value)
+            await FallingEdge(self._clk)  # the rising edge in between took the handshakes
+            if aw_fire:
+                aw_pending = False
+                dut.csr__awvalid.value = 0
+            if w_fire:
+                w_pending = False
+                dut.csr__wvalid.value = 0
+            if b_fire:
+                dut.csr__bready.value = 0
+                if aw_pending or w_pending:
+                    raise BackendError(f"CSR write 0x{offset:03x}: B response before AW/W")
+                if resp != 0:
+                    raise BackendError(f"CSR write 0x{offset:03x}: response {resp:#04b}")
+                return
+        dut.csr__awvalid.value = 0
+        dut.csr__wvalid.value = 0
+        dut.csr__bready.value = 0
+        raise BackendError(f"CSR write 0x{offset:03x} not answered within "
+                           f"{self.csr_timeout_cycles} cycles")
+
+    async def acsr_read(self, offset: int) -> int:
+        """Coroutine form of :meth:`csr_read`."""
+        self._check_csr(offset)
+        dut = self.dut
+        await FallingEdge(self._clk)
+        dut.csr__araddr.value = offset
+        dut.csr__arvalid.value = 1
+        dut.csr__rready.value = 1
+        ar_pending = True
+        for _ in range(self.csr_timeout_cycles):
+            await ReadOnly()
+            ar_fire = ar_pending and bool(dut.csr__arready.value)
+            r_fire = bool(dut.csr__rvalid.value)
+            if r_fire:
+                data = int(dut.csr__rdata.value)
+                resp = int(dut.csr__rresp.value)
+            await FallingEdge(self._clk)
+            if ar_fire:
+                ar_pending = False
+                dut.csr__arvalid.value = 0
+            if r_fire:
+                dut.csr__rready.value = 0
+                if ar_pending:
+                    raise BackendError(f"CSR read 0x{offset:03x}: R response before AR")
+                if resp != 0:
+                    raise BackendError(f"CSR read 0x{offset:03x}: response {resp:#04b}")
+                return data
+        dut.csr__arvalid.value = 0
+        dut.csr__rready.value = 0
+        raise BackendError(f"CSR read 0x{offset:03x} not answered within "
+                           f"{self.csr_timeout_cycles} cycles")
+
+    async def amem_write(self, addr: int, data: bytes) -> None:
+        """Coroutine form of :meth:`mem_write`. Partial words at the edges are read first
+        (read-modify-write), so bytes outside ``[addr, addr + len(data))`` keep their value."""
+        self._check_mem(addr, len(data))
+        if not data:
+            return
+        w = self._word
+        first, last = addr // w, (addr + len(data) - 1) // w
+        head = addr - first * w
+        tail = (last + 1) * w - (addr + len(data))
+        buf = bytearray((last - first + 1) * w)
+        if head and tail and first == last:
+            buf[:] = await self._backdoor(_BD_DUMP, first, last)
+        else:
+            if head:
+                buf[:w] = await self._backdoor(_BD_DUMP, first, first)
+            if tail:
+                buf[-w:] = await self._backdoor(_BD_DUMP, last, last)
+        buf[head:head + len(data)] = data
+        await self._backdoor(_BD_LOAD, first, last, bytes(buf))
+
+    async def amem_read(self, addr: int, size: int) -> bytes:
+        """Coroutine form of :meth:`mem_read`."""
+        self._check_mem(addr, size)
+        if size == 0:
+            return b""
+        w = self._word
+        first, last = addr // w, (addr + size - 1) // w
+        raw = await self._backdoor(_BD_DUMP, first, last)
+        return raw[addr - first * w: addr - first * w + size]
+
+    async def await_irq(self, max_cycles: int) -> bool:
+        """Coroutine form of :meth:`wait_irq`."""
+        if max_cycles < 0:
+            raise ValueError(f"max_cycles must be >= 0, got {max_cycles}")
+        if bool(self.dut.irq.value) or max_cycles == 0:
+            return bool(self.dut.irq.value)
+        await First(RisingEdge(self.dut.irq), Timer(max_cycles * CLOCK_PERIOD_NS, "ns"))
+        return bool(self.dut.irq.value)
+
+    async def arun_cycles(self, n: int) -> None:
+        """Coroutine form of :meth:`run_cycles`."""
+        if n > 0:
+            await Timer(n * CLOCK_PERIOD_NS, "ns")
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    async def _backdoor(self, op: int, first: int, last: int, data: bytes = b"") -> bytes:
+        """Load (``data`` -> words ``first..last``) or dump words ``first..last``; 2 cycles."""
+        # The file is rewritten in place and the dump file removed first: on ext4, truncating
+        # a file that holds data and rewriting it costs ~0.4 ms (a forced flush).
+        if op == _BD_LOAD:
+            fd = os.open(self.dram_file, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                text = hex_encode(data, self._word)
+                os.write(fd, text)
+                os.ftruncate(fd, len(text))
+            finally:
+                os.close(fd)
+        else:
+            self._dump_file.unlink(missing_ok=True)
+        dut = self.dut
+        await FallingEdge(self._clk)
+        dut.bd_first.value = first
+        dut.bd_last.value = last
+        dut.bd_op.value = op
+        await FallingEdge(self._clk)  # the DRAM model ran $readmemh/$writememh at the edge
+        dut.bd_op.value = 0
+        if not bool(dut.bd_ack.value):
+            raise BackendError("DRAM backdoor not acknowledged (is the DRAM model in reset?)")
+        if op == _BD_DUMP:
+            raw = hex_decode(self._dump_file.read_bytes(), self._word)
+            if len(raw) != (last - first + 1) * self._word:
+                raise BackendError(f"DRAM dump of words {first}..{last} returned "
+                                   f"{len(raw) // self._word} words")
+            return raw
+        return b""
+
+    @staticmethod
+    def _check_csr(offset: int) -> None:
+        if not (0 <= offset < 0x1000 and offset % 4 == 0):
+            raise ValueError(f"CSR offset {offset!r} is not a multiple of 4 in 0..0xffc")
+
+    def _check_mem(self, addr: int, size: int) -> None:
+        if size < 0 or addr < 0 or addr + size > self.config.dram_bytes:
+            raise BackendError(f"DRAM access [{addr:#x}, {addr + size:#x}) outside "
+                               f"[0, {self.config.dram_bytes:#x})")
