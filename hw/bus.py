@@ -101,6 +101,12 @@ class EngineSignature(wiring.Signature):
         Valid in the ``done`` cycle when ``error`` is set: the offending address.
     busy : ``In(1)``
         High from taking a command until its ``done`` pulse (inclusive).
+    queue : ``Out(8)``
+        The command queue the offered command comes from (valid with ``cmd.valid``).
+    window_base, window_limit : ``Out(32)``
+        That queue's DRAM window ``[window_base, window_limit)`` in bytes, valid with
+        ``cmd.valid``; ``window_limit == 0`` means no limit below ``dram_bytes``. Engines that
+        touch DRAM (the DMA) latch it with the command and check every access against it.
     """
 
     def __init__(self):
@@ -110,4 +116,7 @@ class EngineSignature(wiring.Signature):
             "error": In(ErrorCode),
             "error_addr": In(32),
             "busy": In(1),
+            "queue": Out(8),
+            "window_base": Out(32),
+            "window_limit": Out(32),
         })

@@ -40,13 +40,15 @@ class NPUConfig:
         Size of device DRAM in bytes, a power of two of at most 2**31. Every DRAM address the
         device touches is checked against ``[0, dram_bytes)``.
     n_queues : int
-        Number of hardware command queues (ring buffers).
+        Number of hardware command queues (ring buffers), arbitrated round-robin.
     n_sems : int
         Number of 32-bit semaphores.
     dma_outstanding : int
         Maximum number of AXI read bursts in flight in the DMA (>= 2).
     cmd_fifo_depth : int
-        Depth of each engine's command FIFO in the command processor.
+        Depth of each queue's command FIFO in front of each engine (``n_queues x 4`` FIFOs).
+    trace_depth : int
+        Entries of each engine's command trace FIFO (see ``Csr.TRACE_*`` in :mod:`hw.isa`).
 
     Raises
     ------
@@ -62,10 +64,11 @@ class NPUConfig:
     axi_addr_bits: int = 32
     axi_id_bits: int = 4
     dram_bytes: int = 1 << 24
-    n_queues: int = 1
+    n_queues: int = 4
     n_sems: int = 16
     dma_outstanding: int = 2
-    cmd_fifo_depth: int = 4
+    cmd_fifo_depth: int = 2
+    trace_depth: int = 64
 
     # Fixed number formats of this generation of the tile.
     input_bits = 8
@@ -94,6 +97,7 @@ class NPUConfig:
         check("n_sems", 1 <= self.n_sems <= 256, "must be in 1..256")
         check("dma_outstanding", 2 <= self.dma_outstanding <= 16, "must be in 2..16")
         check("cmd_fifo_depth", 1 <= self.cmd_fifo_depth <= 64, "must be in 1..64")
+        check("trace_depth", 2 <= self.trace_depth <= 1024, "must be in 2..1024")
 
     # -- derived quantities -------------------------------------------------------------------
 

@@ -77,7 +77,10 @@ class DMA(wiring.Component):
        ``dram_addr + dram_stride``);
     4. a byte of a row outside ``[0, dram_bytes)``: ``BAD_DRAM_ADDR``, ``error_addr`` = the
        address of the first offending row (low 32 bits);
-    5. a local row outside the memory: ``BAD_LOCAL_ADDR``, ``error_addr`` = the first local row
+    5. a byte of a row outside the issuing queue's window ``[window_base, window_limit)``
+       (latched with the command; ``window_limit == 0`` means no limit): ``WINDOW``,
+       ``error_addr`` = the address of the first offending row;
+    6. a local row outside the memory: ``BAD_LOCAL_ADDR``, ``error_addr`` = the first local row
        index, in transfer order, that is outside the memory (``>= depth``).
 
     Checks 4 and 5 use one multiplier each (extent of the last row, no wrap); when they fail, a
@@ -214,12 +217,18 @@ class _Control(Elaboratable):
         local_span = Signal(32)     # (n_rows - 1) * local_stride
         row_dram = Signal(34)       # search for the first bad row
         row_local = Signal(34)
+        win_base = Signal(32)       # the issuing queue's DRAM window, latched with the command
+        win_limit = Signal(33)
 
         with m.FSM(name="control") as fsm:
             with m.State("Idle"):
                 m.d.comb += port.cmd.ready.eq(1)
                 with m.If(port.cmd.valid):
-                    m.d.sync += body.eq(port.cmd.payload.body.dma)
+                    m.d.sync += [
+                        body.eq(port.cmd.payload.body.dma),
+                        win_base.eq(port.window_base),
+                        win_limit.eq(Mux(port.window_limit == 0, 1 << 32, port.window_limit)),
+                    ]
                     m.next = "Check-shape"
 
             with m.State("Check-shape"):
@@ -250,6 +259,9 @@ class _Control(Elaboratable):
                 with m.If(dram_end > cfg.dram_bytes):
                     m.d.sync += error.eq(ErrorCode.BAD_DRAM_ADDR)
                     m.next = "Find-bad-row"
+                with m.Elif((body.dram_addr < win_base) | (dram_end > win_limit)):
+                    m.d.sync += error.eq(ErrorCode.WINDOW)
+                    m.next = "Find-bad-row"
                 with m.Elif(local_end > depth):
                     m.d.sync += error.eq(ErrorCode.BAD_LOCAL_ADDR)
                     m.next = "Find-bad-row"
@@ -261,6 +273,12 @@ class _Control(Elaboratable):
                 # Error path only: walk the rows until the first one that is out of range.
                 with m.If(error == ErrorCode.BAD_DRAM_ADDR):
                     with m.If(row_dram + body.row_bytes > cfg.dram_bytes):
+                        m.d.sync += error_addr.eq(row_dram)
+                        m.next = "Done"
+                    with m.Else():
+                        m.d.sync += row_dram.eq(row_dram + body.dram_stride)
+                with m.Elif(error == ErrorCode.WINDOW):
+                    with m.If((row_dram < win_base) | (row_dram + body.row_bytes > win_limit)):
                         m.d.sync += error_addr.eq(row_dram)
                         m.next = "Done"
                     with m.Else():

@@ -22,8 +22,11 @@ from amaranth.lib import data, enum
 __all__ = [
     "COMMAND_BYTES", "Opcode", "OPCODE_ENGINE", "ENGINE_NAMES", "LocalMem", "ErrorCode",
     "Flags", "Header",
-    "DmaBody", "MatmulBody", "RequantBody", "FenceBody", "Body", "Command",
+    "DmaBody", "MatmulBody", "RequantBody", "SoftmaxBody", "FenceBody", "Body", "Command",
+    "ROW_SCALE_SHIFT", "SOFTMAX_RECIP_BITS", "SOFTMAX_EXP_FRAC_BITS", "SOFTMAX_EXP_GUARD_BITS",
+    "SOFTMAX_EXP_MAX_SHIFT", "softmax_exp_table",
     "Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "sem_csr",
+    "sem_last_csr", "trace_csr",
     "encode", "decode", "CommandView",
 ]
 
@@ -40,6 +43,8 @@ class Opcode(enum.Enum, shape=8):
     FENCE = 5       #: [processor] after all earlier work retired: DRAM[addr] = value, irq
     WAIT = 6        #: [processor] block the queue until sem[wait_sem] >= wait_value
     SIGNAL = 7      #: [processor] sem[signal_sem] += 1
+    BARRIER = 0x10  #: [processor] block the queue until all its earlier commands retired
+    SOFTMAX = 8     #: [vector]    spad[P rows] = exp2 rows of acc[S rows]; acc[scale] = 1/sum
 
 
 #: Which engine runs each opcode: "load", "store", "matrix", "vector" (the engine ports of
@@ -54,6 +59,8 @@ OPCODE_ENGINE = {
     Opcode.FENCE: "processor",
     Opcode.WAIT: "processor",
     Opcode.SIGNAL: "processor",
+    Opcode.BARRIER: "processor",
+    Opcode.SOFTMAX: "vector",
 }
 ENGINE_NAMES = ("load", "store", "matrix", "vector")
 
@@ -74,6 +81,7 @@ class ErrorCode(enum.Enum, shape=8):
     BAD_SIZE = 5        #: a size the engine cannot do (e.g. row_bytes not a multiple of the row)
     BAD_SEM = 6         #: semaphore id >= n_sems
     AXI_ERROR = 7       #: SLVERR/DECERR response on the memory bus
+    WINDOW = 8          #: a DRAM access (ring fetch, fence, DMA) outside the queue's window
 
 
 class Flags(data.Struct):
@@ -83,7 +91,9 @@ class Flags(data.Struct):
     irq: 1         #: FENCE: raise the fence interrupt after the write
     accumulate: 1  #: MATMUL: add into the accumulator instead of overwriting
     relu: 1        #: REQUANT: clamp negative outputs to zero
-    _pad: 3
+    transpose: 1   #: MATMUL: load the weight tile transposed (needs rows == cols)
+    row_scale: 1   #: REQUANT: first multiply row i by its reciprocal (see RequantBody)
+    _pad: 1
 
 
 class Header(data.Struct):
@@ -122,6 +132,12 @@ class MatmulBody(data.Struct):
     ``W[k, 0:cols]`` (int8). Activations: scratchpad rows ``a_row .. a_row + m - 1``; row ``i``
     holds ``A[i, 0:rows]`` (int8). Result: accumulator row ``acc_row + i`` gets
     ``A[i] @ W`` (int32, ``cols`` elements), added to the old value if ``flags.accumulate``.
+
+    With ``flags.transpose`` the weight tile is loaded column by column: array column ``n``
+    gets the first ``rows`` bytes of scratchpad row ``w_row + n``, i.e. ``W[k, n] =
+    spad[w_row + n][k]``. Keys stored one per scratchpad row thus become ``K^T`` (the score
+    matmul ``Q @ K^T`` of attention) with no transpose in memory. Needs ``rows == cols``
+    (``BAD_SIZE`` with ``error_addr`` 0 otherwise, checked after the opcode and ``m == 0``).
     """
     a_row: 16
     w_row: 16
@@ -142,21 +158,102 @@ class RequantBody(data.Struct):
         spad[spad_row + i][j] = clamp(y, -128, 127)   (then max(., 0) if flags.relu)
 
     i.e. round to nearest, ties toward +infinity (see :func:`sw.quant.requantize`).
+
+    With ``flags.row_scale`` (deferred softmax normalization) each row is first scaled by its
+    own reciprocal ``r_i = acc[scale_row + i // cols][i % cols]`` (low 31 bits, unsigned), as
+    written by SOFTMAX, before the per-channel multiplier::
+
+        x = clamp((x * r_i + 2**(ROW_SCALE_SHIFT - 1)) >> ROW_SCALE_SHIFT, -2**32, 2**32 - 1)
+
+    The scale rows are checked after the parameter rows (``ceil(n_rows / cols)`` rows).
     """
     acc_row: 16
     spad_row: 16
     n_rows: 16
     param_row: 16
-    _pad: 128
+    scale_row: 16    #: first reciprocal row (only with ``flags.row_scale``)
+    _pad: 112
+
+
+#: REQUANT ``flags.row_scale``: the row reciprocal ``r_i`` is a fixed-point value with this many
+#: fractional bits after the multiplication (``x * r_i >> ROW_SCALE_SHIFT``).
+ROW_SCALE_SHIFT = 16
+#: SOFTMAX reciprocal: ``r_i = floor((2**SOFTMAX_RECIP_BITS + sum_i // 2) / sum_i)`` (0 if the
+#: row sum is 0), so ``x * r_i >> ROW_SCALE_SHIFT ~= x / sum_i * 2**16``.
+SOFTMAX_RECIP_BITS = 32
+#: SOFTMAX exponent: fractional bits ``F`` of the base-2 exponent (a ``2**F``-entry table).
+SOFTMAX_EXP_FRAC_BITS = 4
+#: SOFTMAX exponent: guard bits ``G`` of the table entries (``127 * 2**G * 2**(-f / 2**F)``).
+SOFTMAX_EXP_GUARD_BITS = 7
+#: SOFTMAX exponent: integer parts ``q >= SOFTMAX_EXP_MAX_SHIFT`` give exactly 0.
+SOFTMAX_EXP_MAX_SHIFT = 8
+
+
+def softmax_exp_table(frac_bits: int = SOFTMAX_EXP_FRAC_BITS,
+                      guard_bits: int = SOFTMAX_EXP_GUARD_BITS) -> list[int]:
+    """The SOFTMAX exponent table: ``round(127 * 2**guard_bits * 2**(-f / 2**frac_bits))`` for
+    ``f < 2**frac_bits`` (round half up). Entry 0 is ``127 << guard_bits``."""
+    import math
+    return [math.floor(127 * (1 << guard_bits) * 2.0 ** (-f / (1 << frac_bits)) + 0.5)
+            for f in range(1 << frac_bits)]
+
+
+class SoftmaxBody(data.Struct):
+    """SOFTMAX on the vector unit: integer base-2 softmax of score rows, row by row, with
+    deferred normalization (P is left unnormalized, max -> 127; the reciprocal of each row sum
+    goes to the accumulator for REQUANT ``flags.row_scale``).
+
+    Score row ``i < n_rows`` is ``n_blocks`` accumulator rows: block ``b`` is
+    ``acc[acc_row + b * stride + i][0:cols]`` = scores of keys ``b * cols .. b * cols + cols-1``
+    (int32). Key ``k`` of row ``i`` is *valid* if ``k < kv_len`` and, if ``causal``,
+    ``k <= q_offset + i``. With ``m_i`` the max of the valid scores of row ``i``::
+
+        d = m_i - s                                   (>= 0, 33-bit, exact)
+        n = (d * mult + (2**(shift - 1) if shift else 0)) >> shift   (base-2 exponent, F frac bits)
+        q, f = n >> F, n % 2**F
+        p = (T[f] + 2**(q + G - 1)) >> (q + G)   if q < SOFTMAX_EXP_MAX_SHIFT   else 0
+        p = 0 for an invalid key
+
+    with ``T = softmax_exp_table()`` (``F``, ``G`` = :data:`SOFTMAX_EXP_FRAC_BITS`,
+    :data:`SOFTMAX_EXP_GUARD_BITS`). So ``p ~= 127 * 2**(-(m_i - s) * mult / 2**shift)``: with
+    ``mult / 2**shift = scale * log2(e) * 2**F`` for a real score ``scale * s`` this is
+    ``127 * exp(scale * (s - m_i))``. ``p`` (0..127) goes to ``spad[spad_row + b * stride +
+    i][0:cols]`` (bytes ``>= cols`` are 0) -- the blocked activation layout of the ``P @ V``
+    MATMUL. The row sum ``sum_i`` of the ``p`` values is exact; its reciprocal ``r_i =
+    floor((2**32 + sum_i // 2) / sum_i)`` (0 for a fully masked row, whose ``p`` are all 0)
+    goes to ``acc[scale_row + i // cols][i % cols]``; elements of a scale row beyond the last
+    row are written 0.
+
+    Errors (in this order): ``n_rows == 0`` or ``n_blocks == 0`` does nothing; accumulator
+    rows of the scores, scratchpad rows of P, then the ``ceil(n_rows / cols)`` scale rows
+    outside their memory -> ``BAD_LOCAL_ADDR`` (``error_addr`` the first bad row of the range:
+    ``max(start, depth)`` with ``start = acc_row`` / ``spad_row`` and the range's last row
+    ``start + (n_blocks - 1) * stride + n_rows - 1``).
+    """
+    acc_row: 16
+    spad_row: 16
+    n_rows: 16
+    n_blocks: 16
+    stride: 16
+    scale_row: 16
+    kv_len: 16       #: keys >= kv_len are masked (key padding)
+    q_offset: 16     #: causal mask: key k is masked for row i if k > q_offset + i
+    mult: 16         #: score units -> base-2 exponent units (unsigned)
+    shift: 6
+    causal: 1
+    _pad: 41
 
 
 class FenceBody(data.Struct):
     """FENCE: once all earlier commands of the queue retired, write ``value`` (32-bit,
     little-endian) to the 4-byte aligned DRAM address ``addr``; then raise ``irq`` if
-    ``flags.irq``."""
+    ``flags.irq``. With ``timestamp`` set the word written is the low 32 bits of the cycle
+    counter (``CYCLES``) at the write instead of ``value`` (the runtime's event timestamps).
+    """
     addr: 32
     value: 32
-    _pad: 128
+    timestamp: 1
+    _pad: 127
 
 
 class Body(data.Union):
@@ -164,6 +261,7 @@ class Body(data.Union):
     dma: DmaBody
     matmul: MatmulBody
     requant: RequantBody
+    softmax: SoftmaxBody
     fence: FenceBody
 
 
@@ -282,27 +380,63 @@ CSR_VERSION_VALUE = 0x00010000  # 1.0
 
 
 class Csr:
-    """Byte offsets of the 32-bit CSRs on the AXI4-Lite ``csr`` port.
+    """Byte offsets of the 32-bit CSRs on the AXI4-Lite ``csr`` port (12-bit address space).
 
     Read-only configuration: ``CFG_ARRAY`` = rows | cols << 8 | n_queues << 16 | n_sems << 24;
     ``CFG_SPAD`` = spad_rows; ``CFG_ACC`` = acc_rows; ``CFG_BUS`` = axi_data_bytes |
     dma_outstanding << 8 | spad_row_bytes << 16 | acc_row_elems << 24; ``CFG_DRAM`` =
     dram_bytes.
 
-    ``STATUS``: bit 0 busy (a queue holds unretired commands), bit 1 error latched.
-    ``ERR_CODE``: :class:`ErrorCode` | queue << 8 | opcode << 16. ``ERR_CMD``: index of the
-    failing command (commands fetched from that queue since its last reset, from 0).
-    ``ERR_ADDR``: the offending address (DRAM byte address or local row).
-    ``IRQ_STATUS`` (write 1 to clear) and ``IRQ_ENABLE``: bits of :class:`IrqBit`; ``irq`` is
-    high while ``IRQ_STATUS & IRQ_ENABLE`` is non-zero. ``CYCLES_LO``/``CYCLES_HI``: free-running
-    64-bit cycle counter; reading ``CYCLES_LO`` latches ``CYCLES_HI``. ``CONTROL``: write bit 0
-    to clear the error, flush all queues (head := tail) and zero the semaphores.
+    Global status and control (``0x020..0x04C``):
 
-    Per queue ``q`` at :func:`queue_csr`: ``RING_BASE`` (32-byte aligned DRAM address),
-    ``RING_SIZE`` (commands, a power of two >= 2), ``HEAD`` (read-only, next slot the device
-    fetches), ``TAIL`` (doorbell: the host writes the slot after its last command). The ring is
-    empty when head == tail and holds at most ``RING_SIZE - 1`` commands.
-    Semaphore ``s`` reads at :func:`sem_csr` (read-only).
+    * ``STATUS``: bit 0 busy (some queue holds unretired commands), bit 1 error (some queue
+      has an error latched).
+    * ``ERR_CODE`` / ``ERR_CMD`` / ``ERR_ADDR``: the *first* error since it was last cleared
+      (compatibility view of the per-queue registers): :class:`ErrorCode` | queue << 8 |
+      opcode << 16; index of the failing command (commands fetched from that queue since its
+      last reset, from 0); the offending address (DRAM byte address, local row, semaphore id).
+      Cleared by ``CONTROL`` or by a ``QUEUE_RESET`` of the queue it names.
+    * ``IRQ_STATUS`` (write 1 to clear) and ``IRQ_ENABLE``: bits of :class:`IrqBit`; ``irq`` is
+      high while ``IRQ_STATUS & IRQ_ENABLE`` is non-zero.
+    * ``CYCLES_LO``/``CYCLES_HI``: free-running 64-bit cycle counter; reading ``CYCLES_LO``
+      latches ``CYCLES_HI``.
+    * ``CONTROL``: write bit 0 to reset every queue (as ``QUEUE_RESET`` with all bits), clear
+      every error and zero the semaphores and their ``SEM_LAST`` records.
+    * ``QUEUE_RESET`` (write-only): bit ``q`` resets queue ``q`` alone: its engine FIFOs and
+      staged command are dropped (a command already inside an engine finishes but neither
+      signals nor reports an error), ``HEAD := TAIL``, its command index restarts at 0 and
+      its error latch is cleared. Semaphores and the other queues are not touched.
+    * ``QUEUE_ERRORS`` / ``QUEUE_BUSY`` (read-only): bit ``q`` = queue ``q`` has an error
+      latched / holds unretired commands.
+
+    Performance counters (``0x050..0x064``, read-only, free-running 32-bit, wrap): busy
+    cycles of each engine at ``PERF_BUSY + 4 * e`` for ``e`` the index in
+    :data:`ENGINE_NAMES` (an engine is busy from taking a command to its ``done`` pulse);
+    ``PERF_DMA_BUSY``: cycles where the load or the store channel is busy;
+    ``PERF_OVERLAP``: cycles where a DMA channel and the matrix engine are both busy.
+
+    Command trace (``0x080..0x0BF``): one FIFO of ``trace_depth`` entries per engine, filled
+    when the engine retires a command; engine ``e`` at ``TRACE_BASE + TRACE_STRIDE * e``:
+    ``TRACE_INFO`` = valid << 31 | overflow << 30 | queue << 24 | command index[23:0] of the
+    oldest entry (valid = the FIFO is not empty; overflow = entries were dropped because the
+    FIFO was full, sticky until ``CONTROL``); ``TRACE_START`` / ``TRACE_END``: low 32 bits of
+    ``CYCLES`` when the engine took the command / pulsed ``done``; writing ``TRACE_POP``
+    drops the oldest entry.
+
+    Per queue ``q`` at :func:`queue_csr` (``QUEUE_BASE + QUEUE_STRIDE * q``): ``RING_BASE``
+    (32-byte aligned DRAM address), ``RING_SIZE`` (commands, a power of two >= 2), ``HEAD``
+    (read-only, next slot the device fetches), ``TAIL`` (doorbell: the host writes the slot
+    after its last command). The ring is empty when head == tail and holds at most
+    ``RING_SIZE - 1`` commands. ``WINDOW_BASE`` / ``WINDOW_LIMIT``: the DRAM window
+    ``[base, limit)`` the queue may touch (ring fetch, fence writes, DMA); ``WINDOW_LIMIT == 0``
+    means ``dram_bytes`` (the reset state: the whole DRAM). An access outside is a
+    ``WINDOW`` error and nothing is written. ``Q_STATUS``: bit 0 busy, bit 1 error latched.
+    ``Q_ERR_CODE`` (code | opcode << 16), ``Q_ERR_CMD``, ``Q_ERR_ADDR``: the queue's latched
+    error. ``Q_FETCHED``: commands fetched since the queue's last reset.
+
+    Semaphore ``s`` reads at :func:`sem_csr` (read-only); ``SEM_LAST_BASE + 4 * s``: what last
+    incremented it: valid << 31 | queue << 24 | command index[23:0] (read-only; zeroed by
+    ``CONTROL``).
     """
     ID = 0x000
     VERSION = 0x004
@@ -320,15 +454,37 @@ class Csr:
     CYCLES_LO = 0x038
     CYCLES_HI = 0x03C
     CONTROL = 0x040
+    QUEUE_RESET = 0x044
+    QUEUE_ERRORS = 0x048
+    QUEUE_BUSY = 0x04C
+
+    PERF_BUSY = 0x050       #: + 4 * engine index (load, store, matrix, vector)
+    PERF_DMA_BUSY = 0x060
+    PERF_OVERLAP = 0x064
+
+    TRACE_BASE = 0x080
+    TRACE_STRIDE = 0x10
+    TRACE_INFO = 0x0
+    TRACE_START = 0x4
+    TRACE_END = 0x8
+    TRACE_POP = 0xC
 
     QUEUE_BASE = 0x100
-    QUEUE_STRIDE = 0x10
-    RING_BASE = 0x0
-    RING_SIZE = 0x4
-    HEAD = 0x8
-    TAIL = 0xC
+    QUEUE_STRIDE = 0x40
+    RING_BASE = 0x00
+    RING_SIZE = 0x04
+    HEAD = 0x08
+    TAIL = 0x0C
+    WINDOW_BASE = 0x10
+    WINDOW_LIMIT = 0x14
+    Q_STATUS = 0x18
+    Q_ERR_CODE = 0x1C
+    Q_ERR_CMD = 0x20
+    Q_ERR_ADDR = 0x24
+    Q_FETCHED = 0x28
 
-    SEM_BASE = 0x400
+    SEM_BASE = 0x800
+    SEM_LAST_BASE = 0xC00
 
 
 class IrqBit:
@@ -344,3 +500,14 @@ def queue_csr(queue: int, reg: int) -> int:
 def sem_csr(sem: int) -> int:
     """Byte offset of the read-only value of semaphore ``sem``."""
     return Csr.SEM_BASE + 4 * sem
+
+
+def sem_last_csr(sem: int) -> int:
+    """Byte offset of the read-only record of what last incremented semaphore ``sem``."""
+    return Csr.SEM_LAST_BASE + 4 * sem
+
+
+def trace_csr(engine: int, reg: int) -> int:
+    """Byte offset of trace register ``reg`` (e.g. :attr:`Csr.TRACE_INFO`) of engine
+    ``engine`` (index in :data:`ENGINE_NAMES`)."""
+    return Csr.TRACE_BASE + engine * Csr.TRACE_STRIDE + reg

@@ -59,6 +59,10 @@ class SystolicArray(wiring.Component):
         Which shadow row ``w_en`` writes.
     w_en : ``In(1)``
         Write ``w_data`` into shadow row ``w_addr`` at the end of this cycle.
+    w_col : ``In(1)``
+        With ``w_en``: write ``w_data[k]`` into shadow column ``w_addr``, row ``k`` instead
+        (``k < min(rows, cols)``): loading a tile column by column transposes it (attention's
+        ``K^T``). Timing rules as for rows, with "row ``k``" read as "every row".
     i_a : ``In(ArrayLayout(signed(8), rows))``
         One activation row ``a[0:rows]``.
     i_valid : ``In(1)``
@@ -85,8 +89,9 @@ class SystolicArray(wiring.Component):
         self.latency = rows + cols - 1
         super().__init__({
             "w_data": In(data.ArrayLayout(signed(8), cols)),
-            "w_addr": In(range(rows)),
+            "w_addr": In(range(max(rows, cols))),
             "w_en": In(1),
+            "w_col": In(1),
             "i_a": In(data.ArrayLayout(signed(8), rows)),
             "i_valid": In(1),
             "i_swap": In(1),
@@ -119,7 +124,7 @@ class SystolicArray(wiring.Component):
         psum = [None] * cols
         for k in range(rows):
             load_row = Signal(name=f"w_load_row{k}")
-            m.d.comb += load_row.eq(self.w_en & (self.w_addr == k))
+            m.d.comb += load_row.eq(self.w_en & ~self.w_col & (self.w_addr == k))
             a_in, swap_in = a_left[k], swap_chain[k]
             for n in range(cols):
                 w_shadow = Signal(signed(8), name=f"pe{k}_{n}_w_shadow")
@@ -127,6 +132,9 @@ class SystolicArray(wiring.Component):
                 s_out = Signal(psum_shape, name=f"pe{k}_{n}_psum")
                 with m.If(load_row):
                     m.d.sync += w_shadow.eq(self.w_data[n])
+                if k < cols:
+                    with m.If(self.w_en & self.w_col & (self.w_addr == n)):
+                        m.d.sync += w_shadow.eq(self.w_data[k])
                 with m.If(swap_in):
                     m.d.sync += w_active.eq(w_shadow)
                 product = a_in * Mux(swap_in, w_shadow, w_active)

@@ -9,8 +9,9 @@ from amaranth.utils import exact_log2
 from .bus import EngineSignature
 from .config import NPUConfig
 from .isa import Command, ErrorCode, Opcode
+from .softmax import VectorUnit
 from .systolic import SystolicArray
-from .vector import RequantEngine, check_config, check_rows
+from .vector import check_config, check_rows
 
 __all__ = ["MatrixEngine", "ComputeTile"]
 
@@ -32,6 +33,10 @@ class MatrixEngine(wiring.Component):
     ``a_row + i``. The products are summed exactly in the array; the accumulator update
     (``flags.accumulate``) wraps modulo 2**32 (two's complement int32). Accumulator elements
     ``j >= cols`` are written as 0.
+
+    With ``flags.transpose`` (square arrays only, else ``BAD_SIZE``) scratchpad row
+    ``w_row + n`` is written into array *column* ``n`` (see :class:`hw.isa.MatmulBody`): the
+    same ``rows`` reads, the array's column-write mode, no extra cycles.
 
     Schedule of one command: load the weight tile into the array's shadow weights (one row per
     cycle), then stream the ``m`` activation rows back to back (one row per cycle; the first
@@ -99,12 +104,13 @@ class MatrixEngine(wiring.Component):
         # -- scratchpad read data into the array ------------------------------------------------
         spad = data.ArrayLayout(signed(8), cfg.spad_row_bytes)(self.spad_rd.data)
         w_ret = Signal()                    # a weight row returns this cycle
-        w_ret_k = Signal(range(rows))
+        w_ret_k = Signal(range(max(rows, cols)))
         a_ret = Signal()                    # an activation row returns this cycle
         a_ret_first = Signal()
         m.d.sync += [w_ret.eq(0), a_ret.eq(0)]
         m.d.comb += [
             array.w_en.eq(w_ret), array.w_addr.eq(w_ret_k),
+            array.w_col.eq(cmd.header.flags.transpose),
             array.i_valid.eq(a_ret), array.i_swap.eq(a_ret & a_ret_first),
         ]
         m.d.comb += [array.w_data[n].eq(spad[n]) for n in range(cols)]
@@ -154,6 +160,9 @@ class MatrixEngine(wiring.Component):
                     m.next = "RETIRE"
                 with m.Elif(body.m == 0):
                     m.next = "RETIRE"
+                with m.Elif(cmd.header.flags.transpose & int(rows != cols)):
+                    m.d.sync += error.eq(ErrorCode.BAD_SIZE)
+                    m.next = "RETIRE"
                 with m.Elif(bad_a):
                     m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR), error_addr.eq(bad_a_row)]
                     m.next = "RETIRE"
@@ -201,8 +210,8 @@ class ComputeTile(wiring.Component):
     * scratchpad: ``spad_rows`` rows of ``spad_row_bytes`` int8; element ``j`` of a row is bits
       ``[8j+7:8j]``. Ports: write DMA + vector engine; read DMA + matrix engine.
     * accumulator: ``acc_rows`` rows of ``acc_row_elems`` int32; element ``j`` is bits
-      ``[32j+31:32j]``. Ports: write DMA + matrix engine; read DMA + matrix engine (accumulate)
-      + vector engine (requantize).
+      ``[32j+31:32j]``. Ports: write DMA + matrix engine + vector engine (softmax
+      reciprocals); read DMA + matrix engine (accumulate) + vector engine (requantize, softmax).
 
     The software orders conflicting accesses with semaphores; there is no arbitration (two
     writes to the same row in the same cycle leave that row undefined).
@@ -212,7 +221,7 @@ class ComputeTile(wiring.Component):
     matrix : ``In(EngineSignature())``
         MATMUL commands, see :class:`MatrixEngine`.
     vector : ``In(EngineSignature())``
-        REQUANT commands, see :class:`~hw.vector.RequantEngine`.
+        REQUANT and SOFTMAX commands, see :class:`~hw.softmax.VectorUnit`.
     spad_w : ``Out(WritePort.Signature(addr_width=log2(spad_rows), shape=spad_row_bytes * 8))``
     acc_w : ``Out(WritePort.Signature(addr_width=log2(acc_rows), shape=acc_row_bytes * 8))``
     spad_r : ``Out(ReadPort.Signature(addr_width=log2(spad_rows), shape=spad_row_bytes * 8))``
@@ -242,7 +251,7 @@ class ComputeTile(wiring.Component):
         m.submodules.acc = acc = Memory(shape=cfg.acc_row_bytes * 8, depth=cfg.acc_rows,
                                         init=[])
         m.submodules.matrix = matrix = MatrixEngine(cfg)
-        m.submodules.vector = vector = RequantEngine(cfg)
+        m.submodules.vector = vector = VectorUnit(cfg)
 
         # -- DMA ports --------------------------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.spad_w), spad.write_port())
@@ -259,5 +268,6 @@ class ComputeTile(wiring.Component):
         # -- vector engine ----------------------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.vector), vector.engine)
         wiring.connect(m, vector.acc_rd, acc.read_port())
+        wiring.connect(m, vector.acc_wr, acc.write_port())
         wiring.connect(m, vector.spad_wr, spad.write_port())
         return m

@@ -21,7 +21,25 @@ from .csr import CSR_ADDR_BITS, CsrBlock
 from .dma import DMA
 from .tile import ComputeTile
 
-__all__ = ["NPU"]
+__all__ = ["NPU", "connect_csr"]
+
+
+def connect_csr(m: Module, csr: CsrBlock, cp: CommandProcessor) -> None:
+    """Wire the CSR block to the command processor (ring, window, error, semaphore, trace
+    and counter signals)."""
+    m.d.comb += [
+        cp.ring_base.eq(csr.ring_base), cp.ring_size.eq(csr.ring_size), cp.tail.eq(csr.tail),
+        cp.window_base.eq(csr.window_base), cp.window_limit.eq(csr.window_limit),
+        csr.head.eq(cp.head), csr.fetched.eq(cp.fetched), csr.busy.eq(cp.busy),
+        cp.stop.eq(csr.stop), cp.qclear.eq(csr.qclear), cp.sem_clear.eq(csr.sem_clear),
+        csr.err_set.eq(cp.err_set), csr.err_info.eq(cp.err_info),
+        csr.fence_irq.eq(cp.fence_irq),
+        csr.sems.eq(cp.sems), csr.sem_last.eq(cp.sem_last),
+        cp.cycles.eq(csr.cycles[:32]),
+        csr.perf.eq(cp.perf),
+        csr.trace.eq(cp.trace), csr.trace_valid.eq(cp.trace_valid),
+        csr.trace_overflow.eq(cp.trace_overflow), cp.trace_pop.eq(csr.trace_pop),
+    ]
 
 
 class NPU(wiring.Component):
@@ -36,17 +54,12 @@ class NPU(wiring.Component):
     ------
     TypeError
         If ``config`` is not an :class:`NPUConfig`.
-    ValueError
-        If ``config.n_queues != 1`` (several hardware queues are not built yet).
     """
 
     def __init__(self, config: NPUConfig | None = None):
         config = NPUConfig() if config is None else config
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
-        if config.n_queues != 1:
-            raise ValueError(f"NPUConfig.n_queues={config.n_queues}: this NPU builds exactly "
-                             "one command queue")
         self.config = config
         self.mem_signature = AXI4Signature(addr_width=config.axi_addr_bits,
                                            data_width=config.axi_data_bits,
@@ -69,16 +82,8 @@ class NPU(wiring.Component):
 
         # -- host interface -------------------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
-        m.d.comb += [
-            self.irq.eq(csr.irq),
-            cp.ring_base.eq(csr.ring_base), cp.ring_size.eq(csr.ring_size),
-            cp.tail.eq(csr.tail), csr.head.eq(cp.head), csr.busy.eq(cp.busy),
-            cp.error.eq(csr.error), cp.clear.eq(csr.clear),
-            csr.err_set.eq(cp.err_set), csr.err_code.eq(cp.err_code),
-            csr.err_opcode.eq(cp.err_opcode), csr.err_cmd.eq(cp.err_cmd),
-            csr.err_addr.eq(cp.err_addr), csr.fence_irq.eq(cp.fence_irq),
-            csr.sems.eq(cp.sems),
-        ]
+        m.d.comb += self.irq.eq(csr.irq)
+        connect_csr(m, csr, cp)
 
         # -- engines --------------------------------------------------------------------------
         wiring.connect(m, cp.load, dma.load)

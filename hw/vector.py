@@ -8,7 +8,7 @@ from amaranth.utils import exact_log2
 
 from .bus import EngineSignature
 from .config import NPUConfig
-from .isa import Command, ErrorCode, Opcode
+from .isa import ROW_SCALE_SHIFT, Command, ErrorCode, Opcode
 
 __all__ = ["RequantEngine", "check_rows"]
 
@@ -52,16 +52,23 @@ class RequantEngine(wiring.Component):
     ``multiplier = M0``, ``shift = 31 + s`` (equal results except where TFLite's first rounding
     or its tie rule differs). Output bytes ``j >= cols`` of the scratchpad row are written as 0.
 
-    Pipeline per row: accumulator read (1 cycle), bias add, multiply, round/shift/clamp (one
-    register each), scratchpad write. A command of ``n_rows > 0`` rows takes ``n_rows + 10``
-    cycles from accept to ``done``: accept 1, check 1, parameter reads 3, row reads ``n_rows``,
-    drain 4, retire 1 (the ``done`` cycle, which comes after the last write).
+    With ``flags.row_scale`` (deferred softmax normalization, see :class:`hw.isa.RequantBody`)
+    ``x`` is first multiplied by the row's reciprocal ``r_i`` from the scale rows written by
+    SOFTMAX: ``x = clamp((x * r_i + 2**15) >> 16, -2**32, 2**32 - 1)``. One scale row (the
+    reciprocals of ``cols`` consecutive rows) is read before each group of ``cols`` rows.
+
+    Pipeline per row: accumulator read (1 cycle), bias add, row scale, multiply,
+    round/shift/clamp (one register each), scratchpad write. A command of ``n_rows > 0`` rows
+    takes ``n_rows + 11`` cycles from accept to ``done`` (``+ ceil(n_rows / cols)`` scale-row
+    reads with ``flags.row_scale``): accept 1, check 1, parameter reads 3, row reads
+    ``n_rows``, drain 5, retire 1 (the ``done`` cycle, which comes after the last write).
 
     Errors (checked in this order, nothing is read or written): opcode other than REQUANT ->
     ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``acc_row .. acc_row + n_rows - 1``,
     ``spad_row .. spad_row + n_rows - 1`` or ``param_row .. param_row + 2`` outside its memory
-    -> ``BAD_LOCAL_ADDR`` with ``error_addr`` the first out-of-range row. ``n_rows == 0`` does
-    nothing, checks nothing and retires without error.
+    -> ``BAD_LOCAL_ADDR`` with ``error_addr`` the first out-of-range row; with
+    ``flags.row_scale`` then the scale rows ``scale_row .. scale_row + (n_rows - 1) // cols``.
+    ``n_rows == 0`` does nothing, checks nothing and retires without error.
 
     Members
     -------
@@ -95,6 +102,9 @@ class RequantEngine(wiring.Component):
         error_addr = Signal(32)
         count = Signal(17)      # reads issued in the current phase
         written = Signal(17)    # rows written
+        group = Signal(16)      # scale rows read
+        group_pos = Signal(range(cols))
+        need_scale = Signal()
 
         # -- parameters, latched per command -----------------------------------------------------
         bias = Signal(data.ArrayLayout(signed(32), cols))
@@ -105,10 +115,32 @@ class RequantEngine(wiring.Component):
         # -- stage 1: accumulator read data returns; latch a parameter or add the bias ---------
         ret_param = Signal(3)   # one-hot: bias, multiplier, shift row returns this cycle
         ret_row = Signal()      # a data row returns this cycle
+        ret_scale = Signal()    # a scale row (row reciprocals) returns this cycle
         acc = data.ArrayLayout(signed(32), cfg.acc_row_elems)(self.acc_rd.data)
+        x0 = Signal(data.ArrayLayout(signed(33), cols))
+        x0_valid = Signal()
+        x0_pos = Signal(range(cols))        # row index modulo cols
+        ret_pos = Signal(range(cols))
+        recip = Signal(data.ArrayLayout(unsigned(31), cols))
+        m.d.sync += [ret_param.eq(0), ret_row.eq(0), ret_scale.eq(0), x0_valid.eq(ret_row),
+                     x0_pos.eq(ret_pos)]
+        with m.If(ret_row):
+            m.d.sync += ret_pos.eq(Mux(ret_pos == cols - 1, 0, ret_pos + 1))
+        with m.If(ret_scale):
+            m.d.sync += [recip[j].eq(acc[j][:31]) for j in range(cols)]
+        for j in range(cols):
+            m.d.sync += x0[j].eq(acc[j] + bias[j])
+
+        # -- stage 1b: row scale (deferred softmax normalization) -------------------------------
         x = Signal(data.ArrayLayout(signed(33), cols))
         x_valid = Signal()
-        m.d.sync += [ret_param.eq(0), ret_row.eq(0), x_valid.eq(ret_row)]
+        m.d.sync += x_valid.eq(x0_valid)
+        r_sel = recip[x0_pos]
+        lo, hi = -(1 << 32), (1 << 32) - 1
+        for j in range(cols):
+            scaled = (x0[j] * r_sel + (1 << (ROW_SCALE_SHIFT - 1))) >> ROW_SCALE_SHIFT
+            sat = Mux(scaled > hi, hi, Mux(scaled < lo, lo, scaled))
+            m.d.sync += x[j].eq(Mux(cmd.header.flags.row_scale, sat, x0[j]))
         for j in range(cols):
             with m.If(ret_param[0]):
                 m.d.sync += bias[j].eq(acc[j])
@@ -118,7 +150,6 @@ class RequantEngine(wiring.Component):
                 s = acc[j][:6]
                 # round = 1 << (s - 1), or 0 when s == 0: bits 63..1 of 1 << s
                 m.d.sync += [shift[j].eq(s), rnd[j].eq((Const(1, 64) << s)[1:])]
-            m.d.sync += x[j].eq(acc[j] + bias[j])
 
         # -- stage 2: multiply ------------------------------------------------------------------
         p = Signal(data.ArrayLayout(signed(64), cols))
@@ -151,13 +182,16 @@ class RequantEngine(wiring.Component):
         bad_acc, bad_acc_row = check_rows(body.acc_row, body.n_rows, cfg.acc_rows)
         bad_spad, bad_spad_row = check_rows(body.spad_row, body.n_rows, cfg.spad_rows)
         bad_param, bad_param_row = check_rows(body.param_row, 3, cfg.acc_rows)
+        bad_scale, bad_scale_row = check_rows(body.scale_row, (body.n_rows - 1) // cols + 1,
+                                              cfg.acc_rows)
 
         with m.FSM(name="requant") as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.engine.cmd.ready.eq(1)
                 with m.If(self.engine.cmd.valid):
                     m.d.sync += [cmd.eq(self.engine.cmd.payload), error.eq(ErrorCode.NONE),
-                                 error_addr.eq(0), count.eq(0), written.eq(0)]
+                                 error_addr.eq(0), count.eq(0), written.eq(0), group.eq(0),
+                                 group_pos.eq(0), need_scale.eq(1), ret_pos.eq(0)]
                     m.next = "CHECK"
 
             with m.State("CHECK"):
@@ -177,6 +211,10 @@ class RequantEngine(wiring.Component):
                     m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR),
                                  error_addr.eq(bad_param_row)]
                     m.next = "RETIRE"
+                with m.Elif(cmd.header.flags.row_scale & bad_scale):
+                    m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR),
+                                 error_addr.eq(bad_scale_row)]
+                    m.next = "RETIRE"
                 with m.Else():
                     m.next = "READ_PARAMS"
 
@@ -188,10 +226,17 @@ class RequantEngine(wiring.Component):
                     m.next = "READ_ROWS"
 
             with m.State("READ_ROWS"):
-                m.d.comb += [self.acc_rd.en.eq(1), self.acc_rd.addr.eq(body.acc_row + count)]
-                m.d.sync += [ret_row.eq(1), count.eq(count + 1)]
-                with m.If(count + 1 == body.n_rows):
-                    m.next = "DRAIN"
+                m.d.comb += self.acc_rd.en.eq(1)
+                with m.If(cmd.header.flags.row_scale & need_scale):
+                    m.d.comb += self.acc_rd.addr.eq(body.scale_row + group)
+                    m.d.sync += [ret_scale.eq(1), need_scale.eq(0), group.eq(group + 1)]
+                with m.Else():
+                    m.d.comb += self.acc_rd.addr.eq(body.acc_row + count)
+                    m.d.sync += [ret_row.eq(1), count.eq(count + 1),
+                                 group_pos.eq(Mux(group_pos == cols - 1, 0, group_pos + 1)),
+                                 need_scale.eq(group_pos == cols - 1)]
+                    with m.If(count + 1 == body.n_rows):
+                        m.next = "DRAIN"
 
             with m.State("DRAIN"):
                 with m.If(y_valid & (written + 1 == body.n_rows)):

@@ -9,9 +9,18 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from hw.isa import (
+    ROW_SCALE_SHIFT,
+    SOFTMAX_EXP_FRAC_BITS,
+    SOFTMAX_EXP_GUARD_BITS,
+    SOFTMAX_EXP_MAX_SHIFT,
+    SOFTMAX_RECIP_BITS,
+    softmax_exp_table,
+)
 from sw.quant import requantize
 
-__all__ = ["matmul_int", "linear_int"]
+__all__ = ["matmul_int", "linear_int", "exp2_int", "softmax_int", "row_reciprocal",
+           "requantize_rows", "attention_head_int"]
 
 
 def matmul_int(a: npt.ArrayLike, w: npt.ArrayLike) -> np.ndarray:
@@ -83,3 +92,165 @@ def linear_int(a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
         if np.shape(v) != (n,):
             raise ValueError(f"{name} must have shape ({n},), got {np.shape(v)}")
     return requantize(acc, bias, multiplier, shift, relu=relu)
+
+
+def exp2_int(n: npt.ArrayLike, frac_bits: int = SOFTMAX_EXP_FRAC_BITS,
+             guard_bits: int = SOFTMAX_EXP_GUARD_BITS,
+             max_shift: int = SOFTMAX_EXP_MAX_SHIFT) -> np.ndarray:
+    """The SOFTMAX exponent: ``round(127 * 2**(-n / 2**frac_bits))`` from a table and a shift.
+
+    ``n = q * 2**F + f``; ``p = (T[f] + 2**(q + G - 1)) >> (q + G)`` for ``q < max_shift``,
+    else 0 (an exponent beyond the table's range gives 0, never a clamped last entry). ``T`` is
+    :func:`hw.isa.softmax_exp_table`. Base-2 exponent with a fractional-bit table and a shift
+    for the integer part: the "base-2 exp" of Softermax (Stevens et al., DAC 2021) and of
+    I-BERT's range reduction (Kim et al., ICML 2021, eq. 9), with a table in place of I-BERT's
+    second-order polynomial.
+
+    Parameters
+    ----------
+    n : array_like of int
+        Non-negative exponents in units of ``2**-frac_bits``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, same shape, values 0..127.
+    """
+    n = np.asarray(n, dtype=np.int64)
+    if n.size and n.min() < 0:
+        raise ValueError("exponent indices must be >= 0")
+    table = np.asarray(softmax_exp_table(frac_bits, guard_bits), dtype=np.int64)
+    q = n >> frac_bits
+    f = n & ((1 << frac_bits) - 1)
+    qs = np.minimum(q, max_shift - 1) + guard_bits
+    p = (table[f] + (np.int64(1) << (qs - 1))) >> qs
+    return np.where(q < max_shift, p, 0)
+
+
+def row_reciprocal(sums: npt.ArrayLike) -> np.ndarray:
+    """SOFTMAX's per-row reciprocal ``floor((2**32 + s // 2) / s)``, 0 for ``s == 0``
+    (round half up of ``2**32 / s``); int64."""
+    s = np.asarray(sums, dtype=np.int64)
+    safe = np.maximum(s, 1)
+    r = ((np.int64(1) << SOFTMAX_RECIP_BITS) + safe // 2) // safe
+    return np.where(s > 0, r, 0)
+
+
+def softmax_int(scores: npt.ArrayLike, *, mult: int, shift: int, kv_len: int | None = None,
+                causal: bool = False, q_offset: int = 0,
+                exp=exp2_int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What one SOFTMAX command computes (see :class:`hw.isa.SoftmaxBody`), bit for bit.
+
+    Parameters
+    ----------
+    scores : array_like of int32
+        Shape ``(R, K)``: row ``i`` = scores of query ``i`` against keys ``0..K-1``.
+    mult, shift : int
+        Score units -> base-2 exponent units in ``2**-F``: ``mult`` in 0..65535, ``shift`` 0..63.
+    kv_len : int, optional
+        Keys ``>= kv_len`` are masked (default ``K``).
+    causal : bool
+        Mask key ``k`` of row ``i`` if ``k > q_offset + i``.
+    q_offset : int
+        Position of query row 0 (for the causal mask).
+    exp : callable
+        The exponent (default :func:`exp2_int`, the hardware's); others for design sweeps.
+
+    Returns
+    -------
+    p : numpy.ndarray
+        int8, shape ``(R, K)``, unnormalized probabilities 0..127 (row max -> 127).
+    sums : numpy.ndarray
+        int64, shape ``(R,)``, exact row sums of ``p``.
+    recip : numpy.ndarray
+        int64, shape ``(R,)``, :func:`row_reciprocal` of ``sums``.
+    """
+    s = np.asarray(scores, dtype=np.int64)
+    r, k = s.shape
+    kv = k if kv_len is None else kv_len
+    key = np.arange(k)[None, :]
+    valid = np.broadcast_to(key < kv, (r, k))
+    if causal:
+        valid = valid & (key <= q_offset + np.arange(r)[:, None])
+    m = np.where(valid, s, np.iinfo(np.int64).min).max(axis=1, initial=np.iinfo(np.int64).min)
+    d = np.where(valid, m[:, None] - s, 0)
+    rnd = (1 << shift) >> 1
+    n = (d * int(mult) + rnd) >> shift
+    p = np.where(valid, exp(n), 0)
+    sums = p.sum(axis=1)
+    return p.astype(np.int8), sums, row_reciprocal(sums)
+
+
+def requantize_rows(acc: npt.ArrayLike, recip: npt.ArrayLike, bias: npt.ArrayLike,
+                    multiplier: npt.ArrayLike, shift: npt.ArrayLike,
+                    relu: bool = False) -> np.ndarray:
+    """REQUANT with ``flags.row_scale`` (see :class:`hw.isa.RequantBody`).
+
+    ``x = acc + bias``; ``x = clamp((x * recip[i] + 2**15) >> 16, -2**32, 2**32 - 1)``; then the
+    per-channel ``(x * multiplier + rnd) >> shift``, clamp to int8, optional ReLU (as
+    :func:`sw.quant.requantize`).
+
+    Parameters
+    ----------
+    acc : array_like of int32
+        Shape ``(R, N)``.
+    recip : array_like of int
+        Shape ``(R,)``, each in 0..2**31-1.
+    bias, multiplier, shift : array_like of int
+        Shape ``(N,)`` (ranges as :func:`sw.quant.requantize`).
+
+    Returns
+    -------
+    numpy.ndarray
+        int8, shape ``(R, N)``.
+    """
+    a = np.asarray(acc, dtype=np.int64).astype(object)
+    r = np.asarray(recip, dtype=np.int64).astype(object)[:, None]
+    x = a + np.asarray(bias, dtype=np.int64).astype(object)
+    x = (x * r + (1 << (ROW_SCALE_SHIFT - 1))) >> ROW_SCALE_SHIFT
+    lo, hi = -(1 << 32), (1 << 32) - 1
+    x = np.vectorize(lambda v: min(max(v, lo), hi), otypes=[object])(x) if x.size else x
+    m = np.asarray(multiplier, dtype=np.int64).astype(object)
+    sh = np.asarray(shift, dtype=np.int64)
+    rnd = np.array([(1 << int(v)) >> 1 for v in np.broadcast_to(sh, a.shape[1:])], dtype=object)
+    y = (x * m + rnd) >> sh.astype(object)
+    y = np.clip(np.asarray(y, dtype=object).astype(np.int64), -128, 127) if y.size else \
+        np.zeros(a.shape, np.int64)
+    if relu:
+        y = np.maximum(y, 0)
+    return y.astype(np.int8)
+
+
+def attention_head_int(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, *,
+                       score_mult: int, score_shift: int, out_mult: npt.ArrayLike,
+                       out_shift: npt.ArrayLike, kv_len: int | None = None,
+                       causal: bool = False, exp=exp2_int) -> np.ndarray:
+    """One attention head as the NPU computes it, bit for bit.
+
+    ``S = Q @ K^T`` (int32), ``P~, r = softmax_int(S)`` (deferred normalization),
+    ``O = P~ @ V`` (int32), ``out = requantize_rows(O, r, 0, out_mult, out_shift)``.
+
+    Parameters
+    ----------
+    q, k, v : array_like of int8
+        Shapes ``(L, d)``, ``(L, d)``, ``(L, dv)``.
+    score_mult, score_shift : int
+        SOFTMAX ``mult``/``shift`` (score units -> ``2**-F`` base-2 exponent units).
+    out_mult, out_shift : array_like of int
+        Per output channel ``(dv,)``: real ``2**-16 * s_v[j] / s_out[j]``.
+    kv_len : int, optional
+        Valid keys (default ``L``).
+    causal : bool
+        Causal mask (query ``i`` sees keys ``<= i``).
+
+    Returns
+    -------
+    numpy.ndarray
+        int8, shape ``(L, dv)``.
+    """
+    s = matmul_int(q, np.ascontiguousarray(np.asarray(k).T))
+    p, _, recip = softmax_int(s, mult=score_mult, shift=score_shift, kv_len=kv_len,
+                              causal=causal, exp=exp)
+    o = matmul_int(p, v)
+    dv = o.shape[1]
+    return requantize_rows(o, recip, np.zeros(dv, np.int64), out_mult, out_shift)

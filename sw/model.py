@@ -18,7 +18,19 @@ room; the RTL must agree with these for the differential tests):
   semaphore. In a single in-order queue such a wait can only be satisfied by a later
   doorbell after work from another queue, so a program that waits for its own later signals
   deadlocks here exactly as it would on hardware with one engine; the runtime reports it as a
-  timeout.
+  timeout. (The hardware's engines are decoupled, so it also runs streams whose waits refer
+  to later commands of the same queue; kernels meant for both backends only wait on earlier
+  commands.) ``BARRIER`` is a no-op here (everything earlier has retired).
+* **Several queues** (``n_queues``): each has its ring, ``WINDOW_BASE``/``WINDOW_LIMIT``
+  (``0`` = no limit; ring fetch, fence and DMA addresses outside are ``WINDOW`` errors, checked
+  after ``BAD_DRAM_ADDR``, ``ERR_ADDR`` the first offending row or slot) and its own error
+  latch (``Q_ERR_*``); an error stops its queue only. ``QUEUE_RESET`` bit ``q`` resets queue
+  ``q`` alone (``HEAD := TAIL``, index 0, error cleared; the global ``ERR_*`` too if they name
+  it). ``Q_FETCHED`` reads the commands retired (the hardware counts fetched ones).
+* **Trace and counters.** The engine trace FIFOs hold ``trace_depth`` entries each, with
+  *logical* time: a global counter incremented per retired engine command (``start`` = its
+  value, ``end`` = ``start + 1``), so order is exact and durations are not. ``PERF_*`` and
+  ``CYCLES`` read 0; a ``FENCE`` with ``timestamp`` writes 0. ``SEM_LAST`` as the hardware.
 * ``WAIT`` always waits on ``(wait_sem, wait_value)`` and ``SIGNAL`` always increments
   ``signal_sem``; setting ``flags.wait``/``flags.signal`` on them as well has no extra effect
   (the wait/increment happens once). Semaphores are 32-bit, wrap on increment and compare
@@ -33,9 +45,11 @@ room; the RTL must agree with these for the differential tests):
   id; wait checked before signal), then per opcode. DMA: ``BAD_SIZE`` (``dram_addr``),
   ``MISALIGNED`` (``dram_addr``, or ``dram_addr + dram_stride`` for a bad stride),
   ``BAD_DRAM_ADDR`` (start of the first DRAM row that does not fit), ``BAD_LOCAL_ADDR`` (the
-  first local row, in transfer order, outside the memory: ``max(row, depth)``). MATMUL: A rows,
-  W rows, then accumulator rows. REQUANT: accumulator rows, scratchpad rows, then the three
-  parameter rows. FENCE: ``MISALIGNED`` then ``BAD_DRAM_ADDR`` (the fence address). A DMA with
+  first local row, in transfer order, outside the memory: ``max(row, depth)``). MATMUL:
+  ``flags.transpose`` on a non-square array (``BAD_SIZE``, 0), A rows, W rows, then accumulator
+  rows. SOFTMAX: score rows, P rows, scale rows (``max(start, depth)``). REQUANT: accumulator
+  rows, scratchpad rows, the three parameter rows, then (``flags.row_scale``) the scale rows.
+  FENCE: ``MISALIGNED`` then ``BAD_DRAM_ADDR`` (the fence address). A DMA with
   ``n_rows == 0`` or ``row_bytes == 0`` and a MATMUL/REQUANT with ``m``/``n_rows == 0`` do
   nothing, are not checked, and still complete. A DMA ``mem`` field other than ``ACC`` (the
   undefined encodings 2 and 3 included) addresses the scratchpad, as the RTL decodes it.
@@ -45,7 +59,8 @@ room; the RTL must agree with these for the differential tests):
   ring, as ``BAD_SIZE`` with opcode 0 (the RTL masks with ``RING_SIZE - 1`` instead).
 * REQUANT parameters: the multiplier is the low 31 bits and the shift the low 6 bits of their
   accumulator words (the register widths of the vector unit).
-* ``CONTROL`` bit 0 clears the error latch only; ``IRQ_STATUS.ERROR`` is cleared separately
+* ``CONTROL`` bit 0 resets every queue, clears every error latch, zeroes the semaphores,
+  ``SEM_LAST`` and the traces; ``IRQ_STATUS.ERROR`` is cleared separately
   (write 1). Unmapped CSRs read 0 and ignore writes; writes to read-only CSRs are ignored.
 """
 
@@ -61,6 +76,8 @@ from hw.isa import (
     COMMAND_BYTES,
     CSR_ID_VALUE,
     CSR_VERSION_VALUE,
+    ENGINE_NAMES,
+    OPCODE_ENGINE,
     Csr,
     DmaBody,
     ErrorCode,
@@ -71,6 +88,7 @@ from hw.isa import (
     decode,
 )
 from sw.backend import BackendError
+from sw.golden import requantize_rows, softmax_int
 from sw.quant import requantize
 
 __all__ = ["ModelBackend"]
@@ -98,6 +116,14 @@ class _Queue:
     tail: int = 0
     consumed: int = 0      #: commands consumed since the last reset (ERR_CMD)
     stopped: bool = False  #: an error stopped this queue
+    window_base: int = 0   #: DRAM window [window_base, window_limit); limit 0 = dram_bytes
+    window_limit: int = 0
+    err_code: int = 0      #: Q_ERR_CODE (code | opcode << 16), Q_ERR_CMD, Q_ERR_ADDR
+    err_cmd: int = 0
+    err_addr: int = 0
+
+    def window(self, dram_bytes: int) -> tuple[int, int]:
+        return self.window_base, self.window_limit or (1 << 32)
 
 
 class ModelBackend:
@@ -142,6 +168,11 @@ class ModelBackend:
         self.irq_status = 0
         self.irq_enable = 0
         self.commands_executed = 0
+        self.sem_last = [0] * config.n_sems
+        self.traces: list[list[tuple[int, int, int, int]]] = [[] for _ in ENGINE_NAMES]
+        self.trace_overflow = [False] * len(ENGINE_NAMES)
+        self.clock = 0  #: logical time of the trace: +1 per retired engine command
+        self._cur = (0, 0)  #: (queue, command index) being executed
 
     # -- Backend interface ----------------------------------------------------------------------
 
@@ -164,7 +195,7 @@ class ModelBackend:
             Csr.CFG_BUS: (c.axi_data_bytes | c.dma_outstanding << 8 | c.spad_row_bytes << 16
                           | c.acc_row_elems << 24),
             Csr.CFG_DRAM: c.dram_bytes & _MASK32,
-            Csr.STATUS: int(self._busy()) | int(self.err_code != 0) << 1,
+            Csr.STATUS: int(self._busy()) | int(any(q.err_code for q in self.queues)) << 1,
             Csr.ERR_CODE: self.err_code,
             Csr.ERR_CMD: self.err_cmd,
             Csr.ERR_ADDR: self.err_addr,
@@ -173,16 +204,32 @@ class ModelBackend:
             Csr.CYCLES_LO: 0,  # untimed model
             Csr.CYCLES_HI: 0,
             Csr.CONTROL: 0,
+            Csr.QUEUE_ERRORS: sum(1 << q for q, x in enumerate(self.queues) if x.err_code),
+            Csr.QUEUE_BUSY: sum(1 << q for q, x in enumerate(self.queues) if x.head != x.tail),
         }
         if offset in fixed:
             return fixed[offset]
         q, reg = self._queue_reg(offset)
         if q is not None:
             queue = self.queues[q]
-            return {Csr.RING_BASE: queue.ring_base, Csr.RING_SIZE: queue.ring_size,
-                    Csr.HEAD: queue.head, Csr.TAIL: queue.tail}[reg]
+            return {Csr.WINDOW_BASE: queue.window_base, Csr.WINDOW_LIMIT: queue.window_limit,
+                    Csr.Q_STATUS: int(queue.head != queue.tail) | int(queue.err_code != 0) << 1,
+                    Csr.Q_ERR_CODE: queue.err_code, Csr.Q_ERR_CMD: queue.err_cmd,
+                    Csr.Q_ERR_ADDR: queue.err_addr, Csr.Q_FETCHED: queue.consumed,
+                    Csr.RING_BASE: queue.ring_base, Csr.RING_SIZE: queue.ring_size,
+                    Csr.HEAD: queue.head, Csr.TAIL: queue.tail}.get(reg, 0)
         if Csr.SEM_BASE <= offset < Csr.SEM_BASE + 4 * self.config.n_sems:
             return self.sems[(offset - Csr.SEM_BASE) // 4]
+        if Csr.SEM_LAST_BASE <= offset < Csr.SEM_LAST_BASE + 4 * self.config.n_sems:
+            return self.sem_last[(offset - Csr.SEM_LAST_BASE) // 4]
+        rel = offset - Csr.TRACE_BASE
+        if 0 <= rel < len(ENGINE_NAMES) * Csr.TRACE_STRIDE:
+            e, reg = divmod(rel, Csr.TRACE_STRIDE)
+            entries = self.traces[e]
+            q, index, start, end = entries[0] if entries else (0, 0, 0, 0)
+            return {Csr.TRACE_INFO: (index & 0xFF_FFFF) | (q & 0x3F) << 24
+                    | int(self.trace_overflow[e]) << 30 | int(bool(entries)) << 31,
+                    Csr.TRACE_START: start & _MASK32, Csr.TRACE_END: end & _MASK32}.get(reg, 0)
         return 0
 
     def csr_write(self, offset: int, value: int) -> None:
@@ -200,6 +247,15 @@ class ModelBackend:
             self.irq_status &= ~value
         elif offset == Csr.IRQ_ENABLE:
             self.irq_enable = value & (IrqBit.FENCE | IrqBit.ERROR)
+        elif offset == Csr.QUEUE_RESET:
+            for q in range(self.config.n_queues):
+                if value >> q & 1:
+                    self._reset_queue(q)
+            self._pump()
+        elif Csr.TRACE_BASE <= offset < Csr.TRACE_BASE + len(ENGINE_NAMES) * Csr.TRACE_STRIDE:
+            e, reg = divmod(offset - Csr.TRACE_BASE, Csr.TRACE_STRIDE)
+            if reg == Csr.TRACE_POP and self.traces[e]:
+                self.traces[e].pop(0)
         elif offset == Csr.CONTROL:
             if value & 1:
                 self._clear()
@@ -210,6 +266,10 @@ class ModelBackend:
             queue = self.queues[q]
             if reg == Csr.RING_BASE:
                 queue.ring_base = value
+            elif reg == Csr.WINDOW_BASE:
+                queue.window_base = value
+            elif reg == Csr.WINDOW_LIMIT:
+                queue.window_limit = value
             elif reg == Csr.RING_SIZE:
                 queue.ring_size = value
             elif reg == Csr.TAIL:
@@ -269,16 +329,32 @@ class ModelBackend:
         return any(q.head != q.tail for q in self.queues)
 
     def _clear(self) -> None:
+        for q in range(self.config.n_queues):
+            self._reset_queue(q)
         self.err_code = self.err_cmd = self.err_addr = 0
-        for queue in self.queues:
-            queue.head = queue.tail
-            queue.consumed = 0
-            queue.stopped = False
         self.sems = [0] * self.config.n_sems
+        self.sem_last = [0] * self.config.n_sems
+        self.traces = [[] for _ in ENGINE_NAMES]
+        self.trace_overflow = [False] * len(ENGINE_NAMES)
+
+    def _reset_queue(self, q: int) -> None:
+        """``QUEUE_RESET`` bit ``q``: drop the queue's pending commands, clear its error (and
+        the global first-error registers if they name it); semaphores are not touched."""
+        queue = self.queues[q]
+        queue.head = queue.tail
+        queue.consumed = 0
+        queue.stopped = False
+        queue.err_code = queue.err_cmd = queue.err_addr = 0
+        if self.err_code and (self.err_code >> 8) & 0xFF == q:
+            self.err_code = self.err_cmd = self.err_addr = 0
 
     def _raise_error(self, q: int, opcode: int, code: ErrorCode, addr: int) -> None:
         queue = self.queues[q]
         queue.stopped = True
+        if queue.err_code == 0:
+            queue.err_code = code.value | (opcode & 0xFF) << 16
+            queue.err_cmd = queue.consumed & _MASK32
+            queue.err_addr = addr & _MASK32
         if self.err_code == 0:  # the first error stays latched until CONTROL clears it
             self.err_code = code.value | q << 8 | (opcode & 0xFF) << 16
             self.err_cmd = queue.consumed & _MASK32
@@ -313,9 +389,14 @@ class ModelBackend:
             if slot_addr + COMMAND_BYTES > self.config.dram_bytes:
                 self._raise_error(q, 0, ErrorCode.BAD_DRAM_ADDR, slot_addr)
                 break
+            win_base, win_limit = queue.window(self.config.dram_bytes)
+            if slot_addr < win_base or slot_addr + COMMAND_BYTES > win_limit:
+                self._raise_error(q, 0, ErrorCode.WINDOW, slot_addr)
+                break
             raw = bytes(self.dram[slot_addr:slot_addr + COMMAND_BYTES])
             cmd = decode(raw)
             opcode = (int.from_bytes(raw, "little") >> _OPCODE_FIELD.offset) & 0xFF
+            self._cur = (q, queue.consumed)
             try:
                 done = self._execute(cmd, opcode, slot_addr)
             except _CommandError as e:
@@ -323,6 +404,14 @@ class ModelBackend:
                 break
             if not done:  # blocked on a semaphore
                 break
+            engine = OPCODE_ENGINE.get(Opcode(opcode), "processor")
+            if engine != "processor":  # the engine trace, in logical time
+                e = ENGINE_NAMES.index(engine)
+                if len(self.traces[e]) < self.config.trace_depth:
+                    self.traces[e].append((q, queue.consumed, self.clock, self.clock + 1))
+                else:
+                    self.trace_overflow[e] = True
+                self.clock += 1
             queue.head = (queue.head + 1) % size
             queue.consumed += 1
             self.commands_executed += 1
@@ -351,16 +440,23 @@ class ModelBackend:
             mem = LocalMem.ACC if mem_bits == LocalMem.ACC.value else LocalMem.SPAD
             self._dma(cmd.body.dma, mem, load=op == Opcode.DMA_LOAD)
         elif op == Opcode.MATMUL:
-            self._matmul(cmd.body.matmul, accumulate=bool(flags.accumulate))
+            self._matmul(cmd.body.matmul, accumulate=bool(flags.accumulate),
+                         transpose=bool(flags.transpose))
         elif op == Opcode.REQUANT:
-            self._requant(cmd.body.requant, relu=bool(flags.relu))
+            self._requant(cmd.body.requant, relu=bool(flags.relu),
+                          row_scale=bool(flags.row_scale))
+        elif op == Opcode.SOFTMAX:
+            self._softmax(cmd.body.softmax)
         elif op == Opcode.FENCE:
             self._fence(cmd.body.fence, irq=bool(flags.irq))
-        # NOP, WAIT, SIGNAL: nothing beyond the header's wait/signal.
+        # NOP, WAIT, SIGNAL, BARRIER (all earlier commands retired: execution is in order):
+        # nothing beyond the header's wait/signal.
 
         if do_signal:
             s = header.signal_sem
             self.sems[s] = (self.sems[s] + 1) & _MASK32
+            q, index = self._cur
+            self.sem_last[s] = 1 << 31 | (q & 0x7F) << 24 | (index & 0xFF_FFFF)
         return True
 
     def _dma(self, body: data.Const, mem: LocalMem, load: bool) -> None:
@@ -384,6 +480,13 @@ class ModelBackend:
             row_addr = addr + r * stride
             if row_addr + row_bytes > c.dram_bytes:
                 raise _CommandError(ErrorCode.BAD_DRAM_ADDR, row_addr)
+            if stride == 0:
+                break
+        win_base, win_limit = self.queues[self._cur[0]].window(c.dram_bytes)
+        for r in range(n_rows):  # then the issuing queue's window (WINDOW, first bad row)
+            row_addr = addr + r * stride
+            if row_addr < win_base or row_addr + row_bytes > win_limit:
+                raise _CommandError(ErrorCode.WINDOW, row_addr)
             if stride == 0:
                 break
         lrows = row_bytes // local_row_bytes
@@ -412,18 +515,23 @@ class ModelBackend:
                 else:
                     dram[row_addr:row_addr + row_bytes] = local.astype("<i4").view(np.uint8)
 
-    def _matmul(self, body: data.Const, accumulate: bool) -> None:
+    def _matmul(self, body: data.Const, accumulate: bool, transpose: bool = False) -> None:
         c = self.config
         m = body.m
         if m == 0:
             return
+        if transpose and c.rows != c.cols:
+            raise _CommandError(ErrorCode.BAD_SIZE, 0)
         for row, n, depth in ((body.a_row, m, c.spad_rows), (body.w_row, c.rows, c.spad_rows)):
             if row + n > depth:
                 raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(row, depth))
         if body.acc_row + m > c.acc_rows:
             raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.acc_row, c.acc_rows))
         a = self.spad[body.a_row:body.a_row + m, :c.rows].astype(np.int64)
-        w = self.spad[body.w_row:body.w_row + c.rows, :c.cols].astype(np.int64)
+        if transpose:  # array column n <- spad row w_row + n (rows == cols)
+            w = self.spad[body.w_row:body.w_row + c.cols, :c.rows].astype(np.int64).T
+        else:
+            w = self.spad[body.w_row:body.w_row + c.rows, :c.cols].astype(np.int64)
         out = a @ w
         dst = self.acc[body.acc_row:body.acc_row + m]
         if accumulate:
@@ -431,7 +539,7 @@ class ModelBackend:
         dst[:, :c.cols] = out.astype(np.int32)  # wraps modulo 2**32
         dst[:, c.cols:] = 0
 
-    def _requant(self, body: data.Const, relu: bool) -> None:
+    def _requant(self, body: data.Const, relu: bool, row_scale: bool = False) -> None:
         c = self.config
         n = body.n_rows
         if n == 0:
@@ -442,14 +550,48 @@ class ModelBackend:
             raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.spad_row, c.spad_rows))
         if body.param_row + 3 > c.acc_rows:
             raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.param_row, c.acc_rows))
+        n_scale = (n - 1) // c.cols + 1
+        if row_scale and body.scale_row + n_scale > c.acc_rows:
+            raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.scale_row, c.acc_rows))
         p = self.acc[body.param_row:body.param_row + 3, :c.cols].astype(np.int64)
         bias = p[0]
         mult = p[1] & 0x7FFF_FFFF
         shift = p[2] & 0x3F
         acc = self.acc[body.acc_row:body.acc_row + n, :c.cols]
-        out = requantize(acc, bias, mult, shift, relu=relu)
+        if row_scale:
+            recip = self.acc[body.scale_row:body.scale_row + n_scale, :c.cols].astype(np.int64)
+            recip = recip.reshape(-1)[:n] & 0x7FFF_FFFF
+            out = requantize_rows(acc, recip, bias, mult, shift, relu=relu)
+        else:
+            out = requantize(acc, bias, mult, shift, relu=relu)
         dst = self.spad[body.spad_row:body.spad_row + n]
         dst[:, :c.cols] = out
+        dst[:, c.cols:] = 0
+
+    def _softmax(self, body: data.Const) -> None:
+        c = self.config
+        n, nb, stride = body.n_rows, body.n_blocks, body.stride
+        if n == 0 or nb == 0:
+            return
+        span = (nb - 1) * stride + n
+        for start, depth in ((body.acc_row, c.acc_rows), (body.spad_row, c.spad_rows)):
+            if start + span > depth:
+                raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(start, depth))
+        n_scale = (n - 1) // c.cols + 1
+        if body.scale_row + n_scale > c.acc_rows:
+            raise _CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.scale_row, c.acc_rows))
+        blocks = [body.acc_row + b * stride for b in range(nb)]
+        scores = np.concatenate([self.acc[r:r + n, :c.cols] for r in blocks], axis=1)
+        p, _, recip = softmax_int(scores, mult=body.mult, shift=body.shift, kv_len=body.kv_len,
+                                  causal=bool(body.causal), q_offset=body.q_offset)
+        for b in range(nb):
+            dst = self.spad[body.spad_row + b * stride:body.spad_row + b * stride + n]
+            dst[:, :c.cols] = p[:, b * c.cols:(b + 1) * c.cols]
+            dst[:, c.cols:] = 0
+        rec = np.zeros(n_scale * c.cols, np.int64)
+        rec[:n] = recip
+        dst = self.acc[body.scale_row:body.scale_row + n_scale]
+        dst[:, :c.cols] = rec.reshape(n_scale, c.cols).astype(np.int32)
         dst[:, c.cols:] = 0
 
     def _fence(self, body: data.Const, irq: bool) -> None:
@@ -458,6 +600,10 @@ class ModelBackend:
             raise _CommandError(ErrorCode.MISALIGNED, addr)
         if addr + 4 > self.config.dram_bytes:
             raise _CommandError(ErrorCode.BAD_DRAM_ADDR, addr)
-        self.dram[addr:addr + 4] = (body.value & _MASK32).to_bytes(4, "little")
+        win_base, win_limit = self.queues[self._cur[0]].window(self.config.dram_bytes)
+        if addr < win_base or addr + 4 > win_limit:
+            raise _CommandError(ErrorCode.WINDOW, addr)
+        value = 0 if body.timestamp else body.value  # timestamp: CYCLES, 0 on the untimed model
+        self.dram[addr:addr + 4] = (value & _MASK32).to_bytes(4, "little")
         if irq:
             self.irq_status |= IrqBit.FENCE

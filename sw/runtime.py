@@ -14,15 +14,30 @@ The runtime only talks to a :class:`sw.backend.Backend` (CSR read/write, DRAM re
 wait for the interrupt); it never touches simulator handles, so the same code drives the
 functional model and the RTL.
 
+Streams and events, as in CUDA::
+
+    s0, s1 = dev.default_stream, dev.create_stream()
+    s0.launch(kernel_a)
+    done_a = s0.record()          # an Event: completes when s0's work so far retired
+    s1.wait_event(done_a)         # s1's later work starts after that
+    s1.launch(kernel_b)
+    s1.synchronize(timeout=10**6) # DeviceTimeoutError with a deadlock report on timeout
+    cycles = done_a.elapsed_cycles(s1.record())
+
 Conventions
 -----------
-* One hardware queue per :class:`Device` (queue 0 by default); its ring lives in device DRAM
-  and is allocated by the device's own allocator.
-* Every command written to the ring is recorded, so a device error can name the failing command
-  by the index the device reports in ``ERR_CMD`` (commands since the queue's last reset: ring
-  set-up or ``CONTROL`` clear).
-* After a device error the runtime clears it (``CONTROL`` bit 0: error latch cleared, queues
-  flushed, semaphores zeroed) before raising :class:`DeviceError`, so the device keeps working.
+* One :class:`Stream` per hardware queue; its ring lives in device DRAM (in its private window
+  if it has one). The device's default stream (queue 0 by default) serves
+  :meth:`Device.launch` / :meth:`Device.synchronize`.
+* Streams are ordered against each other only through events (semaphores); within a stream,
+  each launch starts after the previous launches retired (a ``BARRIER``).
+* Every command written to a ring is recorded, so a device error can name the failing command
+  by the index the device reports in ``Q_ERR_CMD`` (commands since the queue's last reset).
+* After a device error the runtime resets the failing queue alone (``QUEUE_RESET``: its error
+  cleared, its pending commands dropped) before raising :class:`DeviceError`; the other
+  queues and the semaphores are untouched, so the device keeps working.
+* Semaphore 0 is left to code that orders its commands by hand; events and kernels take
+  semaphores from the device's pool (:meth:`Device.alloc_semaphore`).
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ from hw.isa import (
     COMMAND_BYTES,
     CSR_ID_VALUE,
     CSR_VERSION_VALUE,
+    ENGINE_NAMES,
     Csr,
     DmaBody,
     ErrorCode,
@@ -52,13 +68,16 @@ from hw.isa import (
     encode,
     queue_csr,
     sem_csr,
+    sem_last_csr,
+    trace_csr,
 )
 from sw.backend import Backend
 
 __all__ = [
     "NPUError", "DeviceError", "OutOfMemoryError", "ConfigMismatchError", "DeviceTimeoutError",
     "AllocatorStats", "Allocator", "Buffer", "Command", "CommandList", "Device",
-    "describe_command", "DEFAULT_TIMEOUT_CYCLES",
+    "describe_command", "DEFAULT_TIMEOUT_CYCLES", "Stream", "Event", "Semaphore",
+    "OutOfSemaphoresError", "TraceRecord", "PerfCounters", "BlockedCommand",
 ]
 
 _MASK32 = 0xFFFF_FFFF
@@ -117,7 +136,18 @@ class ConfigMismatchError(NPUError):
 
 
 class DeviceTimeoutError(NPUError):
-    """The device did not finish within the cycle budget (e.g. blocked on a semaphore)."""
+    """The device did not finish within the cycle budget (e.g. blocked on a semaphore).
+
+    Attributes
+    ----------
+    blocked : list of BlockedCommand
+        The deadlock report: per stream, the first command whose semaphore wait is not
+        satisfied, the semaphore's value and what last signalled it.
+    """
+
+    def __init__(self, message: str, blocked: Iterable[BlockedCommand] = ()) -> None:
+        super().__init__(message)
+        self.blocked = list(blocked)
 
 
 # -- allocator ------------------------------------------------------------------------------------
@@ -350,13 +380,13 @@ def describe_command(raw: bytes) -> str:
                      f"param_row={b.param_row}")
     elif op == Opcode.FENCE:
         b = cmd.body.fence
-        parts.append(f"addr={b.addr:#x} value={b.value}")
+        parts.append(f"addr={b.addr:#x} " + ("timestamp" if b.timestamp else f"value={b.value}"))
     notes = []
     if h.flags.wait or op == Opcode.WAIT:
         notes.append(f"wait sem{h.wait_sem}>={h.wait_value}")
     if h.flags.signal or op == Opcode.SIGNAL:
         notes.append(f"signal sem{h.signal_sem}")
-    for flag in ("irq", "accumulate", "relu"):
+    for flag in ("irq", "accumulate", "relu", "transpose", "row_scale"):
         if getattr(h.flags, flag):
             notes.append(flag)
     if notes:
@@ -472,26 +502,52 @@ class CommandList:
                   local_stride, wait, signal)
 
     def matmul(self, *, a_row: int, w_row: int, acc_row: int, m: int, accumulate: bool = False,
-               wait: Wait = None, signal: int | None = None) -> None:
-        """``acc[acc_row+i] (+)= A[a_row+i] @ W[w_row:w_row+rows]`` for ``i < m`` (rows)."""
+               transpose: bool = False, wait: Wait = None, signal: int | None = None) -> None:
+        """``acc[acc_row+i] (+)= A[a_row+i] @ W[w_row:w_row+rows]`` for ``i < m`` (rows);
+        ``transpose``: ``W[k, n] = spad[w_row + n][k]`` (see :class:`hw.isa.MatmulBody`)."""
         body = {"matmul": {"a_row": _field("a_row", a_row, 16), "w_row": _field("w_row", w_row, 16),
                            "acc_row": _field("acc_row", acc_row, 16), "m": _field("m", m, 16)}}
-        self._add(Opcode.MATMUL, body, wait, signal, accumulate=int(bool(accumulate)))
+        self._add(Opcode.MATMUL, body, wait, signal, accumulate=int(bool(accumulate)),
+                  transpose=int(bool(transpose)))
 
     def requant(self, *, acc_row: int, spad_row: int, n_rows: int, param_row: int,
-                relu: bool = False, wait: Wait = None, signal: int | None = None) -> None:
-        """``spad[spad_row+i] = requant(acc[acc_row+i])`` with parameters at ``param_row``."""
+                relu: bool = False, scale_row: int | None = None, wait: Wait = None,
+                signal: int | None = None) -> None:
+        """``spad[spad_row+i] = requant(acc[acc_row+i])`` with parameters at ``param_row``;
+        with ``scale_row``, each row is first scaled by its SOFTMAX reciprocal
+        (``flags.row_scale``, see :class:`hw.isa.RequantBody`)."""
         body = {"requant": {"acc_row": _field("acc_row", acc_row, 16),
                             "spad_row": _field("spad_row", spad_row, 16),
                             "n_rows": _field("n_rows", n_rows, 16),
-                            "param_row": _field("param_row", param_row, 16)}}
-        self._add(Opcode.REQUANT, body, wait, signal, relu=int(bool(relu)))
+                            "param_row": _field("param_row", param_row, 16),
+                            "scale_row": _field("scale_row", scale_row or 0, 16)}}
+        self._add(Opcode.REQUANT, body, wait, signal, relu=int(bool(relu)),
+                  row_scale=int(scale_row is not None))
 
-    def fence(self, *, addr: int, value: int, irq: bool = False, wait: Wait = None,
-              signal: int | None = None) -> None:
-        """After all earlier commands retired: ``DRAM[addr] = value`` (32-bit), then irq."""
-        body = {"fence": {"addr": _field("addr", addr, 32), "value": _field("value", value, 32)}}
+    def softmax(self, *, acc_row: int, spad_row: int, n_rows: int, n_blocks: int, stride: int,
+                scale_row: int, kv_len: int, mult: int, shift: int, causal: bool = False,
+                q_offset: int = 0, wait: Wait = None, signal: int | None = None) -> None:
+        """Integer softmax of ``n_rows`` score rows of ``n_blocks`` blocks (see
+        :class:`hw.isa.SoftmaxBody`): P to ``spad_row``, reciprocals to ``scale_row``."""
+        fields = {"acc_row": acc_row, "spad_row": spad_row, "n_rows": n_rows,
+                  "n_blocks": n_blocks, "stride": stride, "scale_row": scale_row,
+                  "kv_len": kv_len, "q_offset": q_offset, "mult": mult}
+        body = {"softmax": {k: _field(k, v, 16) for k, v in fields.items()}
+                | {"shift": _field("shift", shift, 6), "causal": int(bool(causal))}}
+        self._add(Opcode.SOFTMAX, body, wait, signal)
+
+    def fence(self, *, addr: int, value: int = 0, irq: bool = False, timestamp: bool = False,
+              wait: Wait = None, signal: int | None = None) -> None:
+        """After all earlier commands of the queue retired: ``DRAM[addr] = value`` (32-bit;
+        with ``timestamp`` the low 32 bits of the cycle counter instead), then irq."""
+        body = {"fence": {"addr": _field("addr", addr, 32), "value": _field("value", value, 32),
+                          "timestamp": int(bool(timestamp))}}
         self._add(Opcode.FENCE, body, wait, signal, irq=int(bool(irq)))
+
+    def barrier(self, *, wait: Wait = None, signal: int | None = None) -> None:
+        """Block the queue until all its earlier commands retired (a fence without the
+        write); with ``signal``, increment that semaphore then."""
+        self._add(Opcode.BARRIER, None, wait, signal)
 
     def wait(self, sem: int, value: int, *, signal: int | None = None) -> None:
         """Block the queue until ``sem[sem] >= value``."""
@@ -510,10 +566,478 @@ class CommandList:
 
 _REPORTED_FIELDS = ("rows", "cols", "n_queues", "n_sems", "spad_rows", "acc_rows",
                     "axi_data_bits", "dma_outstanding", "dram_bytes")
+_ERROR_CODES = {c.value for c in ErrorCode}
+_WAIT_FIELD = data.Layout.cast(Header)["wait_sem"]
+
+
+@dataclass(frozen=True)
+class TraceRecord:
+    """One engine command from the hardware's command trace (``Csr.TRACE_*``).
+
+    ``start``/``end`` are the low 32 bits of ``CYCLES`` when the engine took the command and
+    when it retired it (logical time on the untimed model); ``index`` is the low 24 bits of
+    the command's index in its queue.
+    """
+    engine: str
+    queue: int
+    index: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class PerfCounters:
+    """Snapshot of the busy-cycle counters (``Csr.PERF_*``), cycles, 32-bit wrapping.
+
+    Subtract two snapshots for the cycles in between (``after - before``).
+    """
+    busy: dict[str, int]   #: per engine name
+    dma_busy: int          #: load or store channel busy
+    overlap: int           #: a DMA channel and the matrix engine both busy
+
+    def __sub__(self, other: PerfCounters) -> PerfCounters:
+        return PerfCounters({k: (v - other.busy[k]) & _MASK32 for k, v in self.busy.items()},
+                            (self.dma_busy - other.dma_busy) & _MASK32,
+                            (self.overlap - other.overlap) & _MASK32)
+
+
+@dataclass(frozen=True)
+class BlockedCommand:
+    """Diagnosis of a queue that does not progress: its first submitted command whose
+    semaphore wait is not satisfied.
+
+    Attributes
+    ----------
+    queue, command_index : int
+        Where the command is.
+    description : str
+        :func:`describe_command` of it.
+    sem, value, current : int
+        It waits for ``sem[sem] >= value``; the semaphore holds ``current``.
+    last_signal : tuple of (int, int) or None
+        ``(queue, command index)`` of the command that last incremented the semaphore
+        (``SEM_LAST``), or None if nothing did since the last ``CONTROL`` clear.
+    """
+    queue: int
+    command_index: int
+    description: str
+    sem: int
+    value: int
+    current: int
+    last_signal: tuple[int, int] | None
+
+    def __str__(self) -> str:
+        last = ("never signalled" if self.last_signal is None else
+                f"last signalled by queue {self.last_signal[0]} command #{self.last_signal[1]}")
+        return (f"queue {self.queue} waits at command #{self.command_index} "
+                f"({self.description}) on semaphore {self.sem} >= {self.value}: it holds "
+                f"{self.current}, {last}")
+
+
+class OutOfSemaphoresError(NPUError):
+    """Every semaphore of the runtime's pool is in use."""
+
+
+class Semaphore:
+    """A device semaphore taken from the runtime's pool (:meth:`Device.alloc_semaphore`).
+
+    Attributes
+    ----------
+    id : int
+        The semaphore index.
+    base : int
+        Its value when it was allocated (nothing else signals it while it is owned).
+    issued : int
+        Signals enqueued by the owner since allocation; ``base + issued`` is the value once
+        all of them executed.
+    """
+
+    def __init__(self, device: Device, sem_id: int) -> None:
+        self.device = device
+        self.id = sem_id
+        self.base = device.semaphore(sem_id)
+        self.issued = 0
+        self._freed = False
+
+    def target(self, n: int = 0) -> int:
+        """The value after the first ``issued + n`` signals (32-bit)."""
+        return (self.base + self.issued + n) & _MASK32
+
+    def value(self) -> int:
+        """The semaphore's current value (CSR read)."""
+        return self.device.semaphore(self.id)
+
+    def free(self) -> None:
+        """Return the semaphore to the pool (its owner must not signal it any more)."""
+        if not self._freed:
+            self._freed = True
+            self.device._sem_pool.append(self.id)
+            self.device._sems_live.pop(self.id, None)
+
+    def __repr__(self) -> str:
+        return f"<Semaphore {self.id} base={self.base} issued={self.issued}>"
+
+
+class Event:
+    """A point in a stream's work, in the idiom of CUDA events, backed by one semaphore.
+
+    :meth:`record` on a stream appends a ``FENCE`` that, once every earlier command of the
+    stream retired, writes the cycle counter to a DRAM word (the event's timestamp) and
+    increments the event's semaphore. :meth:`Stream.wait_event` appends a ``WAIT`` for that
+    value. Unlike CUDA, waiting on an event that was never recorded waits for its *first*
+    recording (a never-recorded event is a bug the watchdog then reports, not a no-op).
+
+    Raises
+    ------
+    OutOfSemaphoresError
+        If no semaphore is free.
+    """
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.sem = device.alloc_semaphore()
+        self._words: dict[int, Buffer] = {}   # stream queue -> timestamp word
+        self._last_word: Buffer | None = None
+        self.recorded_on: Stream | None = None
+
+    @property
+    def target(self) -> int:
+        """Semaphore value that marks the latest recording (or the first, if never
+        recorded)."""
+        return self.sem.target(0 if self.sem.issued else 1)
+
+    def record(self, stream: Stream) -> Event:
+        """Record the event at the current end of ``stream`` (see the class docstring)."""
+        return stream.record(self)
+
+    def query(self) -> bool:
+        """True once the latest recording has completed (False if never recorded)."""
+        if not self.sem.issued:
+            return False
+        if self.recorded_on is not None:
+            self.recorded_on._check_error()
+        return _sem_reached(self.sem.value(), self.target)
+
+    def synchronize(self, timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> None:
+        """Wait until the event completed.
+
+        Raises
+        ------
+        DeviceTimeoutError
+            With a deadlock report (:class:`BlockedCommand` list in ``blocked``).
+        DeviceError
+            If the recording stream failed.
+        """
+        streams = [self.recorded_on] if self.recorded_on is not None else []
+        self.device._wait_until(lambda: _sem_reached(self.sem.value(), self.target),
+                                timeout_cycles, f"event on semaphore {self.sem.id}", streams)
+
+    def timestamp(self) -> int:
+        """Low 32 bits of ``CYCLES`` when the latest recording completed (0 on the model).
+
+        Raises
+        ------
+        NPUError
+            If the event has not completed.
+        """
+        if not self.query() or self._last_word is None:
+            raise NPUError(f"event on semaphore {self.sem.id} has not completed")
+        return int.from_bytes(self._last_word.read(4), "little")
+
+    def elapsed_cycles(self, end: Event) -> int:
+        """Cycles from this event's completion to ``end``'s (both must have completed; 32-bit
+        wrapping difference, so intervals up to 2**32 cycles)."""
+        return (end.timestamp() - self.timestamp()) & _MASK32
+
+    def free(self) -> None:
+        """Release the semaphore and the timestamp words."""
+        for word in self._words.values():
+            if not word.freed:
+                word.free()
+        self._words.clear()
+        self.sem.free()
+
+    def _word_for(self, stream: Stream) -> Buffer:
+        if stream.queue not in self._words:
+            self._words[stream.queue] = stream.alloc(4)
+        return self._words[stream.queue]
+
+
+def _sem_reached(value: int, target: int) -> bool:
+    return value >= target
+
+
+class Stream:
+    """A hardware command queue seen as a stream of work, in the idiom of CUDA streams.
+
+    Commands launched on one stream run in launch order as far as their semaphores say;
+    every :meth:`launch` after the first starts with a ``BARRIER``, so a kernel starts only
+    after the stream's previous kernels retired (within a kernel, DMA and compute overlap as
+    its semaphores allow). Different streams run concurrently and are ordered against each
+    other only through events (:meth:`record`, :meth:`wait_event`).
+
+    Create streams with :meth:`Device.create_stream`; a device's default stream is
+    :attr:`Device.default_stream`.
+
+    Parameters
+    ----------
+    device : Device
+    queue : int
+        The hardware queue.
+    ring_commands : int
+        Ring size in commands (power of two >= 2; holds one less).
+    window_bytes : int, optional
+        If given, the stream gets a private DRAM window: one contiguous block holding its
+        ring, its fence word and an arena of ``window_bytes`` bytes (:meth:`alloc`), and the
+        hardware refuses (``WINDOW`` error) every ring fetch, fence or DMA of this queue
+        outside it. Otherwise the window is the whole DRAM.
+    """
+
+    def __init__(self, device: Device, queue: int, ring_commands: int,
+                 window_bytes: int | None = None) -> None:
+        self.device = device
+        self.queue = queue
+        self.ring_size = ring_commands
+        ring_bytes = ring_commands * COMMAND_BYTES
+        self._arena: Allocator | None = None
+        if window_bytes is None:
+            self._region = None
+            self.ring = device.alloc(ring_bytes, align=64)
+            self._fence_word = device.alloc(4, align=64)
+            self.window = (0, device.config.dram_bytes)
+        else:
+            total = ring_bytes + 64 + int(window_bytes)
+            self._region = device.alloc(total, align=4096)
+            self.ring = Buffer(device, self._region.addr, ring_bytes)
+            self._fence_word = Buffer(device, self._region.addr + ring_bytes, 4)
+            self._arena = Allocator(self._region.addr + ring_bytes + 64, int(window_bytes))
+            self.window = (self._region.addr, self._region.addr + total)
+        self._fence_word.write(bytes(4))
+        self._fence_seq = 0
+        self._record: list[bytes] = []
+        self._window_start: int | None = None
+        self._need_barrier = False
+        self.commands_submitted = 0
+        self._setup()
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        wr, q = self.device.backend.csr_write, self.queue
+        wr(Csr.QUEUE_RESET, 1 << q)
+        base, limit = self.window
+        wr(queue_csr(q, Csr.WINDOW_BASE), base)
+        wr(queue_csr(q, Csr.WINDOW_LIMIT), 0 if self._region is None else limit)
+        wr(queue_csr(q, Csr.RING_BASE), self.ring.addr)
+        wr(queue_csr(q, Csr.RING_SIZE), self.ring_size)
+        self._head = self.device.backend.csr_read(queue_csr(q, Csr.HEAD))
+        self._tail = self._head
+        wr(queue_csr(q, Csr.TAIL), self._tail)
+        self._forget()
+
+    def _forget(self) -> None:
+        self._record.clear()
+        self._window_start = None
+        self._need_barrier = False
+
+    def alloc(self, nbytes: int, align: int = 64) -> Buffer:
+        """Allocate device memory this stream may touch: from its private arena if it has a
+        window, else from the device.
+
+        Raises
+        ------
+        OutOfMemoryError
+            If the arena (or DRAM) has no block large enough.
+        """
+        if self._arena is None:
+            return self.device.alloc(nbytes, align)
+        return _ArenaBuffer(self.device, self._arena, self._arena.alloc(nbytes, align),
+                            int(nbytes))
+
+    def upload(self, array: npt.ArrayLike, align: int = 64) -> Buffer:
+        """:meth:`alloc` a buffer and copy ``array``'s raw bytes into it."""
+        a = np.ascontiguousarray(array)
+        buf = self.alloc(max(a.nbytes, 1), align)
+        buf.write(a.tobytes())
+        return buf
+
+    # -- submission -------------------------------------------------------------------------
+
+    def launch(self, commands: Iterable[Command | bytes], *,
+               timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES, ordered: bool = True) -> None:
+        """Append ``commands`` to the stream and ring the doorbell.
+
+        With ``ordered`` (default), a ``BARRIER`` goes first if the stream has unsynchronized
+        work, so these commands start after everything launched before on this stream.
+        Handles ring wrap-around; when the ring is full, rings the doorbell for what is
+        written and polls ``HEAD`` for space.
+
+        Raises
+        ------
+        DeviceError
+            If this stream's queue reports an error while the runtime waits for ring space.
+        DeviceTimeoutError
+            If the ring stays full for ``timeout_cycles`` cycles (with a deadlock report).
+        """
+        raws = [c.raw if isinstance(c, Command) else bytes(c) for c in commands]
+        if ordered and self._need_barrier and raws:
+            barrier = CommandList()
+            barrier.barrier()
+            raws.insert(0, barrier[0].raw)
+        if raws:
+            self._need_barrier = True
+        self._write(raws, timeout_cycles)
+
+    def _write(self, raws: list[bytes], timeout_cycles: int) -> None:
+        dev = self.device
+        if self._window_start is None:
+            self._window_start = dev.cycles()
+        i = 0
+        while i < len(raws):
+            free = self._ring_free()
+            if free == 0:
+                # no interrupt announces ring space: poll HEAD every RING_POLL_CYCLES
+                dev._wait_until(lambda: self._refresh_head() > 0, timeout_cycles,
+                                f"ring space of queue {self.queue}", [self],
+                                poll_cycles=RING_POLL_CYCLES)
+                continue
+            n = min(free, len(raws) - i, self.ring_size - self._tail)
+            chunk = raws[i:i + n]
+            dev.backend.mem_write(self.ring.addr + self._tail * COMMAND_BYTES, b"".join(chunk))
+            self._record.extend(chunk)
+            self._tail = (self._tail + n) % self.ring_size
+            dev.backend.csr_write(queue_csr(self.queue, Csr.TAIL), self._tail)
+            self.commands_submitted += n
+            i += n
+
+    def _ring_free(self) -> int:
+        free = self.ring_size - 1 - (self._tail - self._head) % self.ring_size
+        return free if free else self._refresh_head()
+
+    def _refresh_head(self) -> int:
+        self._head = self.device.backend.csr_read(queue_csr(self.queue, Csr.HEAD))
+        return self.ring_size - 1 - (self._tail - self._head) % self.ring_size
+
+    # -- events -------------------------------------------------------------------------------
+
+    def record(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new one if None) here: it completes once every command launched
+        on this stream so far retired; its timestamp is the cycle counter then.
+
+        Raises
+        ------
+        OutOfSemaphoresError
+            If a new event is needed and no semaphore is free.
+        """
+        ev = Event(self.device) if event is None else event
+        word = ev._word_for(self)
+        cmds = CommandList()
+        cmds.fence(addr=word.addr, timestamp=True, signal=ev.sem.id)
+        self._write([cmds[0].raw], DEFAULT_TIMEOUT_CYCLES)
+        ev.sem.issued += 1
+        ev._last_word = word
+        ev.recorded_on = self
+        return ev
+
+    def wait_event(self, event: Event) -> None:
+        """Make every command launched on this stream from now on wait until ``event``
+        completed (its latest recording, or its first if it was never recorded)."""
+        cmds = CommandList()
+        cmds.wait(event.sem.id, event.target)
+        self._write([cmds[0].raw], DEFAULT_TIMEOUT_CYCLES)
+
+    def query(self) -> bool:
+        """True if every command launched on this stream retired (``Q_STATUS.busy`` low).
+
+        Raises
+        ------
+        DeviceError
+            If the stream's queue has an error latched.
+        """
+        self._check_error()
+        return not self.device.backend.csr_read(queue_csr(self.queue, Csr.Q_STATUS)) & 1
+
+    def synchronize(self, timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES, *,
+                    timeout: int | None = None) -> int:
+        """Wait until every command launched on this stream retired.
+
+        Appends a ``FENCE`` (with ``irq``) that writes a new sequence number to the stream's
+        fence word and waits with :meth:`Backend.wait_irq` until the word holds it.
+
+        Parameters
+        ----------
+        timeout_cycles, timeout : int
+            Budget in device clock cycles (``timeout`` is an alias).
+
+        Returns
+        -------
+        int
+            Cycles from the first launch since the previous synchronize to the completion
+            (``CYCLES`` after minus before); 0 on the untimed model.
+
+        Raises
+        ------
+        DeviceError
+            If this stream's queue reported an error; that queue is reset first (its pending
+            commands are dropped, the other queues go on).
+        DeviceTimeoutError
+            If the fence did not complete in time; the message and ``blocked`` say which
+            queue waits on which semaphore and what last signalled it.
+        """
+        if timeout is not None:
+            timeout_cycles = timeout
+        seq = (self._fence_seq + 1) & _MASK32 or 1
+        self._fence_seq = seq
+        fence = CommandList()
+        fence.fence(addr=self._fence_word.addr, value=seq, irq=True)
+        self._write([fence[0].raw], timeout_cycles)
+        word = self._fence_word
+        self.device._wait_until(lambda: int.from_bytes(word.read(4), "little") == seq,
+                                timeout_cycles, f"synchronize of queue {self.queue}", [self])
+        self.device.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
+        start = self._window_start or 0
+        self._window_start = None
+        self._need_barrier = False
+        return self.device.cycles() - start
+
+    def reset(self) -> None:
+        """Reset this stream's queue alone (``QUEUE_RESET``): pending commands are dropped,
+        its error is cleared; semaphores and other streams are not touched."""
+        dev = self.device
+        dev.backend.csr_write(Csr.QUEUE_RESET, 1 << self.queue)
+        self._head = self._tail = dev.backend.csr_read(queue_csr(self.queue, Csr.HEAD))
+        self._forget()
+        dev._rearm_error_irq()
+
+    def _check_error(self) -> None:
+        self.device._check_errors([self])
+
+    @property
+    def next_index(self) -> int:
+        """Index (in the queue's command count since its last reset, as in ``Q_ERR_CMD`` and
+        the trace) that the next command launched on this stream will have."""
+        return len(self._record)
+
+    def __repr__(self) -> str:
+        return f"<Stream queue={self.queue} window=[{self.window[0]:#x}, {self.window[1]:#x})>"
+
+
+class _ArenaBuffer(Buffer):
+    """A :class:`Buffer` inside a stream's private arena."""
+
+    def __init__(self, device: Device, arena: Allocator, addr: int, nbytes: int) -> None:
+        super().__init__(device, addr, nbytes)
+        self._arena = arena
+
+    def free(self) -> None:
+        if self._freed:
+            raise NPUError(f"buffer at {self.addr:#x} ({self.nbytes} bytes) freed twice")
+        self._arena.free(self.addr)
+        self._freed = True
 
 
 class Device:
-    """An NPU seen through a backend: configuration, memory, one command queue.
+    """An NPU seen through a backend: configuration, memory, streams, semaphores, events.
 
     Parameters
     ----------
@@ -522,15 +1046,13 @@ class Device:
     expected_config : NPUConfig, optional
         If given, the configuration the caller built for; a difference on any field the
         ``CFG_*`` CSRs report raises :class:`ConfigMismatchError`. Fields the CSRs do not
-        report (``axi_addr_bits``, ``axi_id_bits``, ``cmd_fifo_depth``) are taken from it
-        (else from the :class:`NPUConfig` defaults).
+        report (``axi_addr_bits``, ``axi_id_bits``, ``cmd_fifo_depth``, ``trace_depth``) are
+        taken from it (else from the :class:`NPUConfig` defaults).
     queue : int
-        The hardware queue this device object drives.
+        The hardware queue of the default stream (:meth:`launch`, :meth:`synchronize`).
     ring_commands : int, optional
-        Ring size in commands, a power of two >= 2 (holds ``ring_commands - 1`` commands).
-        Default: 4096 (128 KiB), or 1/16 of DRAM if that is smaller. A ring that holds a whole
-        kernel lets the host write it at once; a smaller one makes the host poll ``HEAD``
-        every :data:`RING_POLL_CYCLES` cycles for space, which can idle the device.
+        Ring size of each stream in commands, a power of two >= 2 (holds one less).
+        Default: 4096 (128 KiB), or 1/16 of DRAM if that is smaller.
 
     Raises
     ------
@@ -546,6 +1068,14 @@ class Device:
         The configuration discovered from the CSRs.
     allocator : Allocator
         The DRAM allocator.
+    default_stream : Stream
+        The stream of :meth:`launch` / :meth:`synchronize`.
+
+    Notes
+    -----
+    Creating a :class:`Device` resets the NPU (``CONTROL``): every queue, error and semaphore.
+    Semaphore 0 is left to callers that manage semaphores by hand; the others form the pool of
+    :meth:`alloc_semaphore` (events, kernels).
     """
 
     def __init__(self, backend: Backend, expected_config: NPUConfig | None = None, *,
@@ -559,17 +1089,16 @@ class Device:
             raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
         if ring_commands < 2 or ring_commands & (ring_commands - 1):
             raise ValueError(f"ring_commands must be a power of two >= 2, got {ring_commands}")
-        self.queue = queue
+        self.ring_commands = ring_commands
         self.allocator = Allocator(0, self.config.dram_bytes)
-        self.ring = self.alloc(ring_commands * COMMAND_BYTES, align=64)
-        self.ring_size = ring_commands
-        self._fence_word = self.alloc(4, align=64)
-        self._fence_word.write(bytes(4))
-        self._fence_seq = 0
-        self._record: list[bytes] = []   # commands since the queue's last reset
-        self._window_start: int | None = None  # CYCLES at the first launch since a sync
-        self.commands_submitted = 0
-        self._setup_queue()
+        self._sem_pool = list(range(self.config.n_sems - 1, 0, -1))
+        self._sems_live: dict[int, Semaphore] = {}
+        self._barrier_sem: Semaphore | None = None
+        self.streams: dict[int, Stream] = {}
+        backend.csr_write(Csr.CONTROL, 1)
+        backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
+        backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
+        self.default_stream = self.create_stream(queue)
 
     # -- configuration ----------------------------------------------------------------------------
 
@@ -610,17 +1139,71 @@ class Device:
                 raise ConfigMismatchError("device configuration differs: " + "; ".join(diffs))
         return config
 
-    def _setup_queue(self) -> None:
-        wr = self.backend.csr_write
-        wr(Csr.CONTROL, 1)
-        wr(queue_csr(self.queue, Csr.RING_BASE), self.ring.addr)
-        wr(queue_csr(self.queue, Csr.RING_SIZE), self.ring_size)
-        self._head = self.backend.csr_read(queue_csr(self.queue, Csr.HEAD))
-        self._tail = self._head
-        wr(queue_csr(self.queue, Csr.TAIL), self._tail)
-        wr(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
-        wr(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
-        self._record.clear()
+    # -- streams, semaphores, events ---------------------------------------------------------
+
+    def create_stream(self, queue: int | None = None, *, window_bytes: int | None = None,
+                      ring_commands: int | None = None) -> Stream:
+        """Create a :class:`Stream` on hardware queue ``queue`` (the lowest free one if None).
+
+        Raises
+        ------
+        ValueError
+            If the queue does not exist or already has a stream, or none is free.
+        OutOfMemoryError
+            If the ring (or the window) does not fit in DRAM.
+        """
+        if queue is None:
+            free = [q for q in range(self.config.n_queues) if q not in self.streams]
+            if not free:
+                raise ValueError(f"all {self.config.n_queues} hardware queues have a stream")
+            queue = free[0]
+        if not 0 <= queue < self.config.n_queues:
+            raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
+        if queue in self.streams:
+            raise ValueError(f"queue {queue} already has a stream")
+        stream = Stream(self, queue, ring_commands or self.ring_commands, window_bytes)
+        self.streams[queue] = stream
+        return stream
+
+    def alloc_semaphore(self) -> Semaphore:
+        """Take a semaphore from the pool (ids ``n_sems - 1`` down to 1).
+
+        Raises
+        ------
+        OutOfSemaphoresError
+            If all are in use.
+        """
+        if not self._sem_pool:
+            raise OutOfSemaphoresError(f"all {self.config.n_sems - 1} pool semaphores in use")
+        sem = Semaphore(self, self._sem_pool.pop())
+        self._sems_live[sem.id] = sem
+        return sem
+
+    def event(self) -> Event:
+        """A new, unrecorded :class:`Event`."""
+        return Event(self)
+
+    def barrier(self, streams: Iterable[Stream]) -> None:
+        """Cross-stream barrier: work launched afterwards on any of ``streams`` starts only
+        after all work launched before on all of them retired.
+
+        Each stream appends a ``BARRIER`` that signals the device's barrier semaphore once
+        the stream's earlier work retired, then a ``WAIT`` until the semaphore counts every
+        such signal issued so far. The count is cumulative over all barriers, so a barrier
+        also waits for the streams of earlier barriers to reach them (conservative, never
+        deadlocks by itself). One pool semaphore is taken at the first barrier and kept.
+        """
+        streams = list(streams)
+        if self._barrier_sem is None:
+            self._barrier_sem = self.alloc_semaphore()
+        sem = self._barrier_sem
+        target = sem.target(len(streams))
+        for s in streams:
+            c = CommandList()
+            c.barrier(signal=sem.id)
+            c.wait(sem.id, target)
+            s._write([x.raw for x in c], DEFAULT_TIMEOUT_CYCLES)
+        sem.issued += len(streams)
 
     # -- memory -----------------------------------------------------------------------------------
 
@@ -676,146 +1259,176 @@ class Device:
             raise ValueError(f"semaphore {sem} does not exist (n_sems={self.config.n_sems})")
         return self.backend.csr_read(sem_csr(sem))
 
-    def status(self) -> dict[str, int]:
-        """Debug snapshot: STATUS, HEAD, TAIL, IRQ_STATUS and every semaphore."""
+    def last_signal(self, sem: int) -> tuple[int, int] | None:
+        """``(queue, command index)`` of what last incremented ``sem`` (``SEM_LAST``), or None
+        if nothing did since the last ``CONTROL`` clear."""
+        word = self.backend.csr_read(sem_last_csr(sem))
+        return ((word >> 24) & 0x7F, word & 0xFF_FFFF) if word >> 31 else None
+
+    def perf_counters(self) -> PerfCounters:
+        """Snapshot of the busy and overlap counters."""
         rd = self.backend.csr_read
-        snap = {"STATUS": rd(Csr.STATUS), "HEAD": rd(queue_csr(self.queue, Csr.HEAD)),
-                "TAIL": rd(queue_csr(self.queue, Csr.TAIL)), "IRQ_STATUS": rd(Csr.IRQ_STATUS)}
+        return PerfCounters({name: rd(Csr.PERF_BUSY + 4 * e)
+                             for e, name in enumerate(ENGINE_NAMES)},
+                            rd(Csr.PERF_DMA_BUSY), rd(Csr.PERF_OVERLAP))
+
+    def read_trace(self) -> list[TraceRecord]:
+        """Drain the engines' command trace FIFOs, oldest first per engine, sorted by start.
+
+        Raises
+        ------
+        NPUError
+            If a trace FIFO overflowed (entries were lost; it is cleared by ``CONTROL``).
+        """
+        rd, wr = self.backend.csr_read, self.backend.csr_write
+        out = []
+        for e, name in enumerate(ENGINE_NAMES):
+            while True:
+                info = rd(trace_csr(e, Csr.TRACE_INFO))
+                if info >> 30 & 1:
+                    raise NPUError(f"the {name} engine's command trace overflowed "
+                                   f"({self.config.trace_depth} entries); drain it sooner")
+                if not info >> 31:
+                    break
+                out.append(TraceRecord(name, (info >> 24) & 0x3F, info & 0xFF_FFFF,
+                                       rd(trace_csr(e, Csr.TRACE_START)),
+                                       rd(trace_csr(e, Csr.TRACE_END))))
+                wr(trace_csr(e, Csr.TRACE_POP), 1)
+        return sorted(out, key=lambda r: (r.start, r.end))
+
+    def status(self) -> dict[str, int]:
+        """Debug snapshot: STATUS, the default stream's HEAD and TAIL, IRQ_STATUS, every
+        stream's Q_STATUS/HEAD/TAIL and every semaphore."""
+        rd = self.backend.csr_read
+        q0 = self.default_stream.queue
+        snap = {"STATUS": rd(Csr.STATUS), "HEAD": rd(queue_csr(q0, Csr.HEAD)),
+                "TAIL": rd(queue_csr(q0, Csr.TAIL)), "IRQ_STATUS": rd(Csr.IRQ_STATUS)}
+        for q in sorted(self.streams):
+            if q != q0:
+                snap[f"q{q}.STATUS"] = rd(queue_csr(q, Csr.Q_STATUS))
+                snap[f"q{q}.HEAD"] = rd(queue_csr(q, Csr.HEAD))
+                snap[f"q{q}.TAIL"] = rd(queue_csr(q, Csr.TAIL))
         for s in range(self.config.n_sems):
             snap[f"sem{s}"] = rd(sem_csr(s))
         return snap
 
-    def reset(self) -> None:
-        """Clear errors, flush the queues and zero the semaphores (``CONTROL`` bit 0).
+    def diagnose(self) -> list[BlockedCommand]:
+        """Deadlock report: for each stream, its first submitted command (since its last
+        reset) whose semaphore wait is not satisfied, with the semaphore's value and what
+        last signalled it. Semaphores only grow, so such a command has not started; it blocks
+        its stream (a ``WAIT`` or fence) or its engine's FIFO for that stream."""
+        sems = [self.semaphore(s) for s in range(self.config.n_sems)]
+        blocked = []
+        for q, stream in sorted(self.streams.items()):
+            for i, raw in enumerate(stream._record):
+                word = int.from_bytes(raw[:8], "little")
+                op = word & 0xFF
+                waits = (word >> 8) & 1 or op == Opcode.WAIT.value
+                if not waits:
+                    continue
+                sem = (word >> _WAIT_FIELD.offset) & 0xFF
+                value = word >> 32
+                if sem < len(sems) and sems[sem] < value:
+                    blocked.append(BlockedCommand(q, i, describe_command(raw), sem, value,
+                                                  sems[sem], self.last_signal(sem)))
+                    break
+        return blocked
 
-        Commands not yet executed are dropped; command indices restart at 0.
+    # -- errors and waiting -----------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Reset the whole NPU (``CONTROL`` bit 0): every queue, error and semaphore.
+
+        Commands not yet executed are dropped; command indices restart at 0; pool semaphores
+        in use restart from 0.
         """
         self.backend.csr_write(Csr.CONTROL, 1)
         self.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
-        self._head = self._tail = self.backend.csr_read(queue_csr(self.queue, Csr.HEAD))
-        self._record.clear()
-        self._window_start = None
+        self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
+        for stream in self.streams.values():
+            stream._head = stream._tail = self.backend.csr_read(
+                queue_csr(stream.queue, Csr.HEAD))
+            stream._forget()
+        for sem in self._sems_live.values():   # the semaphores restart from 0
+            sem.base = sem.issued = 0
 
-    # -- submission -------------------------------------------------------------------------------
+    def _rearm_error_irq(self) -> None:
+        if not self.backend.csr_read(Csr.QUEUE_ERRORS):
+            self.backend.csr_write(Csr.IRQ_STATUS, IrqBit.ERROR)
+            self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
 
-    def launch(self, commands: Iterable[Command | bytes], *,
-               timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> None:
-        """Write ``commands`` into the ring and ring the doorbell.
-
-        Handles wrap-around; when the ring is full, rings the doorbell for what is written and
-        waits for the device to advance ``HEAD``.
-
-        Raises
-        ------
-        DeviceError
-            If the device reports an error while the runtime waits for ring space.
-        DeviceTimeoutError
-            If the ring stays full for ``timeout_cycles`` cycles.
-        """
-        raws = [c.raw if isinstance(c, Command) else bytes(c) for c in commands]
-        if self._window_start is None:
-            self._window_start = self.cycles()
-        i = 0
-        while i < len(raws):
-            free = self._ring_free()
-            if free == 0:
-                # no interrupt announces ring space: poll HEAD every RING_POLL_CYCLES
-                self._wait_until(lambda: self._refresh_head() > 0, timeout_cycles,
-                                 "ring space", poll_cycles=RING_POLL_CYCLES)
+    def _check_errors(self, streams: Iterable[Stream] | None = None) -> None:
+        """Raise :class:`DeviceError` for the first of ``streams`` (default: all) whose queue
+        has an error latched, after resetting that queue alone."""
+        rd = self.backend.csr_read
+        bits = rd(Csr.QUEUE_ERRORS)
+        if not bits:
+            return
+        check = self.streams.values() if streams is None else streams
+        for stream in check:
+            q = stream.queue
+            if not bits >> q & 1:
                 continue
-            n = min(free, len(raws) - i, self.ring_size - self._tail)
-            chunk = raws[i:i + n]
-            self.backend.mem_write(self.ring.addr + self._tail * COMMAND_BYTES, b"".join(chunk))
-            self._record.extend(chunk)
-            self._tail = (self._tail + n) % self.ring_size
-            self.backend.csr_write(queue_csr(self.queue, Csr.TAIL), self._tail)
-            self.commands_submitted += n
-            i += n
-
-    def _ring_free(self) -> int:
-        free = self.ring_size - 1 - (self._tail - self._head) % self.ring_size
-        return free if free else self._refresh_head()
-
-    def _refresh_head(self) -> int:
-        self._head = self.backend.csr_read(queue_csr(self.queue, Csr.HEAD))
-        return self.ring_size - 1 - (self._tail - self._head) % self.ring_size
-
-    def synchronize(self, timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> int:
-        """Wait until every launched command has retired.
-
-        Appends a ``FENCE`` (with ``irq``) that writes a new sequence number to a fence word in
-        DRAM and waits with :meth:`Backend.wait_irq` until the word holds it.
-
-        Parameters
-        ----------
-        timeout_cycles : int
-            Budget in device clock cycles.
-
-        Returns
-        -------
-        int
-            Cycles elapsed from the first :meth:`launch` since the previous synchronize to the
-            completion (``CYCLES`` after minus before); 0 on the untimed model.
-
-        Raises
-        ------
-        DeviceError
-            If the device reported an error; the error is cleared first (the device keeps
-            working, pending commands are dropped).
-        DeviceTimeoutError
-            If the fence did not complete in ``timeout_cycles``; the message has STATUS, HEAD,
-            TAIL and the semaphores.
-        """
-        seq = (self._fence_seq + 1) & _MASK32 or 1
-        self._fence_seq = seq
-        fence = CommandList()
-        fence.fence(addr=self._fence_word.addr, value=seq, irq=True)
-        self.launch(fence, timeout_cycles=timeout_cycles)
-        word = self._fence_word
-        self._wait_until(lambda: int.from_bytes(word.read(4), "little") == seq,
-                         timeout_cycles, "synchronize")
-        self.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
-        start = self._window_start or 0
-        self._window_start = None
-        return self.cycles() - start
+            word = rd(queue_csr(q, Csr.Q_ERR_CODE))
+            index, addr = rd(queue_csr(q, Csr.Q_ERR_CMD)), rd(queue_csr(q, Csr.Q_ERR_ADDR))
+            raw_code, opcode = word & 0xFF, (word >> 16) & 0xFF
+            code: ErrorCode | int = ErrorCode(raw_code) if raw_code in _ERROR_CODES else raw_code
+            if index < len(stream._record):
+                desc = describe_command(stream._record[index])
+            else:
+                desc = f"opcode {opcode:#04x}, not in this runtime's record"
+            stream.reset()
+            raise DeviceError(code, q, index, opcode, addr, desc)
+        # an error on a queue nobody waits for here: stop it from waking wait_irq
+        self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE)
 
     def _wait_until(self, done: Callable[[], bool], timeout_cycles: int, what: str,
-                    poll_cycles: int | None = None) -> None:
+                    streams: list[Stream], poll_cycles: int | None = None) -> None:
         start = self.cycles()
         spent = 0  # lower bound of cycles waited, for backends whose counter does not move
         while True:
             if done():
                 return
-            self._check_error()
+            self._check_errors(streams)
             elapsed = max(self.cycles() - start, spent)
             remaining = timeout_cycles - elapsed
             if remaining <= 0:
+                blocked = self.diagnose()
+                report = "; ".join(str(b) for b in blocked) or "no unsatisfied semaphore wait"
                 raise DeviceTimeoutError(
-                    f"{what}: no completion after {timeout_cycles} cycles; "
-                    + ", ".join(f"{k}={v:#x}" for k, v in self.status().items()))
+                    f"{what}: no completion after {timeout_cycles} cycles; deadlock report: "
+                    f"{report}; " + ", ".join(f"{k}={v:#x}" for k, v in self.status().items()),
+                    blocked)
             step = remaining if poll_cycles is None else min(remaining, poll_cycles)
             if self.backend.wait_irq(step):
                 # A fence interrupt: fences are detected through their DRAM word, so clear it
-                # to let wait_irq wait again. An error is picked up by _check_error.
+                # to let wait_irq wait again. An error is picked up by _check_errors.
                 self.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
                 spent += 1
             else:
                 spent += step
 
-    def _check_error(self) -> None:
-        rd = self.backend.csr_read
-        if not rd(Csr.STATUS) & 2:
-            return
-        word, index, addr = rd(Csr.ERR_CODE), rd(Csr.ERR_CMD), rd(Csr.ERR_ADDR)
-        raw_code, queue, opcode = word & 0xFF, (word >> 8) & 0xFF, (word >> 16) & 0xFF
-        code: ErrorCode | int = (ErrorCode(raw_code) if raw_code in {c.value for c in ErrorCode}
-                                 else raw_code)
-        if queue == self.queue and index < len(self._record):
-            desc = describe_command(self._record[index])
-        else:
-            desc = f"opcode {opcode:#04x}, not in this runtime's record"
-        self.reset()
-        raise DeviceError(code, queue, index, opcode, addr, desc)
+    # -- default stream -----------------------------------------------------------------------
+
+    @property
+    def queue(self) -> int:
+        """The default stream's hardware queue."""
+        return self.default_stream.queue
+
+    @property
+    def commands_submitted(self) -> int:
+        return self.default_stream.commands_submitted
+
+    def launch(self, commands: Iterable[Command | bytes], *,
+               timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> None:
+        """:meth:`Stream.launch` on the default stream, unordered (as the single-queue runtime:
+        the caller's semaphores order the work)."""
+        self.default_stream.launch(commands, timeout_cycles=timeout_cycles, ordered=False)
+
+    def synchronize(self, timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES, *,
+                    timeout: int | None = None) -> int:
+        """:meth:`Stream.synchronize` of the default stream; returns the cycles elapsed."""
+        return self.default_stream.synchronize(timeout_cycles, timeout=timeout)
 
     def run(self, commands: Iterable[Command | bytes],
             timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> int:

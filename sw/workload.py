@@ -15,7 +15,7 @@ from .kernels.linear import linear_with_stats
 from .minilm import DEFAULT_EVAL_TEXT, PROJECTIONS, calibrate_qkv, evaluate, load_minilm
 from .runtime import Device
 
-__all__ = ["run_qkv_job", "format_report"]
+__all__ = ["run_qkv_job", "format_report", "run_attention_job", "format_attention_report"]
 
 
 def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None) -> dict:
@@ -95,4 +95,135 @@ def format_report(result: dict) -> str:
                      f"{'yes' if k['bit_exact'] else 'NO'}")
     if "wall_seconds" in result:
         lines.append(f"\nwall time {result['wall_seconds']} s")
+    return "\n".join(lines)
+
+
+def run_attention_job(backend: Backend, *, config: dict, text: str | None = None,
+                      seq_len: int | None = 32, causal: bool = False,
+                      fill: str = "repeat") -> dict:
+    """The whole layer-0 self-attention block of all-MiniLM-L6-v2 on ``backend``.
+
+    Q, K, V projections (linear kernels), per head ``Q K^T`` / integer softmax / ``P V``
+    (:mod:`sw.kernels.attention`), the output projection (linear kernel). Scales are calibrated
+    on :data:`sw.minilm.DEFAULT_CALIBRATION_TEXT` (see :mod:`sw.attention_block`).
+
+    Parameters
+    ----------
+    seq_len : int, optional
+        Tokens ``L`` (see :func:`sw.attention_block.tokens_for_length`); None: the text's own.
+    causal : bool
+        Causal mask.
+    fill : str
+        ``"repeat"`` the text or ``"pad"`` (masked ``[PAD]`` keys) to reach ``seq_len``.
+
+    Returns
+    -------
+    dict
+        ``{"backend", "config", "config_name", "text", "tokens", "kv_len", "causal",
+        "stages": [{"name", "cycles", "macs", "utilization", "launches"}], "kernels": [...]
+        (per projection, as :func:`run_qkv_job`), "sqnr_db", "cosine", "bit_exact"}``.
+        Utilization is ``None`` for the softmax stage (no MACs) and on the untimed model.
+    """
+    from .attention_block import (
+        calibrate_block,
+        dequantize_output,
+        embed_ids,
+        float_block,
+        golden_block,
+        tokens_for_length,
+    )
+    from .kernels.attention import attention_with_stats
+    from .quant import cosine, quantize, sqnr_db
+
+    cfg = NPUConfig(**config)
+    text = text or DEFAULT_EVAL_TEXT
+    model = load_minilm()
+    bq = calibrate_block(model)
+    ids, kv_len = tokens_for_length(model, text, seq_len, fill)
+    x = embed_ids(model, ids)
+    ref = float_block(model, x, kv_len, causal)
+    gold = golden_block(bq, x, kv_len, causal)
+    device = Device(backend, expected_config=cfg)
+    x_q = quantize(x, bq.x_scale)
+    pes = cfg.n_pes
+
+    def util(macs: int, cycles: int):
+        return macs / (cycles * pes) if cycles and macs else None
+
+    outs, kernels = {}, []
+    proj_cycles = proj_macs = 0
+    for name in ("query", "key", "value"):
+        p = bq.proj[name]
+        out, st = linear_with_stats(device, x_q, p.w, p.bias, p.multiplier, p.shift)
+        outs[name] = out
+        proj_cycles += st.cycles
+        proj_macs += st.macs
+        r = ref[name][:kv_len]
+        t = out[:kv_len] * p.out_scale
+        kernels.append({"name": name, "shape": [int(x_q.shape[0]), int(p.w.shape[0]),
+                                                int(p.w.shape[1])],
+                        "cycles": st.cycles, "macs": st.macs, "utilization": st.utilization,
+                        "sqnr_db": round(float(sqnr_db(r, t)), 3),
+                        "cosine": round(float(cosine(r, t)), 6),
+                        "bit_exact": bool(np.array_equal(out, gold[name])),
+                        "commands": st.n_commands})
+    ctx, ast = attention_with_stats(device, outs["query"], outs["key"], outs["value"],
+                                    heads=bq.heads, score_mult=bq.score_mult,
+                                    score_shift=bq.score_shift, out_mult=bq.pv_mult,
+                                    out_shift=bq.pv_shift, kv_len=kv_len, causal=causal)
+    p = bq.proj["output"]
+    y, ost = linear_with_stats(device, ctx, p.w, p.bias, p.multiplier, p.shift)
+    stages = [{"name": "projections", "cycles": proj_cycles, "macs": proj_macs,
+               "utilization": util(proj_macs, proj_cycles), "launches": 3}]
+    labels = {"scores": "Q.K^T", "softmax": "softmax", "context": "P.V"}
+    for s, v in ast.stages.items():
+        stages.append({"name": labels[s], "cycles": v["cycles"], "macs": v["macs"],
+                       "utilization": util(v["macs"], v["cycles"]), "launches": v["launches"]})
+    stages.append({"name": "out proj", "cycles": ost.cycles, "macs": ost.macs,
+                   "utilization": ost.utilization, "launches": 1})
+    total_c = sum(s["cycles"] for s in stages)
+    total_m = sum(s["macs"] for s in stages)
+    stages.append({"name": "total", "cycles": total_c, "macs": total_m,
+                   "utilization": util(total_m, total_c), "launches": None})
+    r, t = ref["output"][:kv_len], dequantize_output(bq, y)[:kv_len]
+    rc, tc = ref["context"][:kv_len], (ctx * bq.ctx_scale)[:kv_len]
+    return {
+        "backend": backend.name, "config": cfg.to_dict(), "config_name": cfg.name,
+        "text": text, "tokens": int(len(ids)), "kv_len": int(kv_len), "causal": causal,
+        "stages": stages, "kernels": kernels,
+        "context_sqnr_db": round(float(sqnr_db(rc, tc)), 3),
+        "sqnr_db": round(float(sqnr_db(r, t)), 3), "cosine": round(float(cosine(r, t)), 6),
+        "bit_exact": bool(np.array_equal(ctx, gold["context"])
+                          and np.array_equal(y, gold["output"])
+                          and all(k["bit_exact"] for k in kernels)),
+    }
+
+
+def format_attention_report(result: dict) -> str:
+    """A fixed-width per-stage table of :func:`run_attention_job`'s figures."""
+    lines = [
+        f"all-MiniLM-L6-v2 layer-0 self-attention block, L={result['tokens']} "
+        f"(valid keys {result['kv_len']}{', causal' if result['causal'] else ''}): "
+        f"{result['text']!r}",
+        f"NPU {result['config_name']} ({result['backend']} backend)",
+        "",
+        f"{'projection':<11}{'M x K x N':>16}{'cycles':>10}{'util':>8}{'SQNR dB':>9}"
+        f"{'cosine':>10}  bit-exact",
+    ]
+    for k in result["kernels"]:
+        u = "-" if k["utilization"] is None else f"{100 * k['utilization']:.1f}%"
+        shape = "x".join(str(v) for v in k["shape"])
+        lines.append(f"{k['name']:<11}{shape:>16}{k['cycles']:>10}{u:>8}"
+                     f"{k['sqnr_db']:>9.2f}{k['cosine']:>10.5f}  "
+                     f"{'yes' if k['bit_exact'] else 'NO'}")
+    lines += ["", f"{'stage':<13}{'cycles':>10}{'MACs':>12}{'util':>8}{'launches':>10}"]
+    for s in result["stages"]:
+        u = "n/a" if s["utilization"] is None else f"{100 * s['utilization']:.1f}%"
+        la = "" if s["launches"] is None else str(s["launches"])
+        lines.append(f"{s['name']:<13}{s['cycles']:>10}{s['macs']:>12}{u:>8}{la:>10}")
+    lines += ["", f"context SQNR {result['context_sqnr_db']:.2f} dB; block output vs float32: "
+              f"SQNR {result['sqnr_db']:.2f} dB, cosine {result['cosine']:.5f}; "
+              f"bit-exact with the golden model: {'yes' if result['bit_exact'] else 'NO'}"]
+    if "wall_seconds" in result:
+        lines.append(f"wall time {result['wall_seconds']} s")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ from hw.csr import CsrBlock
 from hw.isa import (
     COMMAND_BYTES,
     CSR_ID_VALUE,
+    ENGINE_NAMES,
     Csr,
     ErrorCode,
     IrqBit,
@@ -23,10 +24,14 @@ from hw.isa import (
     encode,
     queue_csr,
     sem_csr,
+    sem_last_csr,
+    trace_csr,
 )
+from hw.top import connect_csr
 from tests.amaranth_axi import AxiMemory, axil_read, axil_write
 
 RING = 0x1000
+QUEUE_RING_BYTES = 0x400   # queue q's ring at RING + q * QUEUE_RING_BYTES
 FENCE_ADDR = 0x800
 
 
@@ -41,15 +46,7 @@ class Harness(wiring.Component):
         m = Module()
         m.submodules.csr = csr = self.csr
         m.submodules.cp = cp = self.cp
-        m.d.comb += [
-            cp.ring_base.eq(csr.ring_base), cp.ring_size.eq(csr.ring_size),
-            cp.tail.eq(csr.tail), csr.head.eq(cp.head), csr.busy.eq(cp.busy),
-            cp.error.eq(csr.error), cp.clear.eq(csr.clear),
-            csr.err_set.eq(cp.err_set), csr.err_code.eq(cp.err_code),
-            csr.err_opcode.eq(cp.err_opcode), csr.err_cmd.eq(cp.err_cmd),
-            csr.err_addr.eq(cp.err_addr), csr.fence_irq.eq(cp.fence_irq),
-            csr.sems.eq(cp.sems),
-        ]
+        connect_csr(m, csr, cp)
         return m
 
 
@@ -123,8 +120,9 @@ def run(cfg, program, *, latency=None, fail=None, stall=0.0, ring_size=8):
 
     async def tb(ctx):
         bus = h.csr.bus
-        await axil_write(ctx, bus, queue_csr(0, Csr.RING_BASE), RING)
-        await axil_write(ctx, bus, queue_csr(0, Csr.RING_SIZE), ring_size)
+        for q in range(cfg.n_queues):
+            await axil_write(ctx, bus, queue_csr(q, Csr.RING_BASE), RING + q * QUEUE_RING_BYTES)
+            await axil_write(ctx, bus, queue_csr(q, Csr.RING_SIZE), ring_size)
         await axil_write(ctx, bus, Csr.IRQ_ENABLE, 3)
         await program(ctx, h, mem, result)
         result["done"] = True
@@ -136,12 +134,13 @@ def run(cfg, program, *, latency=None, fail=None, stall=0.0, ring_size=8):
     return log, result
 
 
-async def submit(ctx, h, mem, cmds, tail_start=0, ring_size=8):
+async def submit(ctx, h, mem, cmds, tail_start=0, ring_size=8, queue=0):
     tail = tail_start
+    ring = RING + queue * QUEUE_RING_BYTES
     for c in cmds:
-        mem.mem[RING + tail * COMMAND_BYTES:RING + (tail + 1) * COMMAND_BYTES] = c
+        mem.mem[ring + tail * COMMAND_BYTES:ring + (tail + 1) * COMMAND_BYTES] = c
         tail = (tail + 1) % ring_size
-    await axil_write(ctx, h.csr.bus, queue_csr(0, Csr.TAIL), tail)
+    await axil_write(ctx, h.csr.bus, queue_csr(queue, Csr.TAIL), tail)
     return tail
 
 
@@ -174,7 +173,7 @@ def test_identity_and_fence(cfg):
 
     _, out = run(cfg, program, stall=0.3)
     assert out["id"] == CSR_ID_VALUE
-    assert out["array"] == cfg.rows | cfg.cols << 8 | 1 << 16 | cfg.n_sems << 24
+    assert out["array"] == cfg.rows | cfg.cols << 8 | cfg.n_queues << 16 | cfg.n_sems << 24
     assert out["bus"] & 0xFF == cfg.axi_data_bytes
     assert out["irq"] and out["irq_status"] == IrqBit.FENCE and not out["irq_after"]
     assert out["head"] == 1 and out["status"] == 0
@@ -325,3 +324,156 @@ def test_decode_roundtrip():
     raw = fence(0xABCD)
     c = decode(raw)
     assert c.header.opcode == Opcode.FENCE and c.body.fence.value == 0xABCD
+
+
+# -- several queues ---------------------------------------------------------------------------
+
+async def wait_idle(ctx, h, limit=400, queues=0xF):
+    """Poll ``QUEUE_BUSY`` until the queues in the mask are idle (a queue stopped by an
+    error stays busy)."""
+    for _ in range(limit):
+        if not await axil_read(ctx, h.csr.bus, Csr.QUEUE_BUSY) & queues:
+            return True
+    return False
+
+
+def test_no_head_of_line_blocking_between_queues():
+    """Queue 0's matmul waits on a semaphore; queue 1's matmuls use the same engine meanwhile;
+    queue 1 then signals the semaphore and queue 0 proceeds."""
+    cfg = NPUConfig()
+
+    async def program(ctx, h, mem, out):
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 1, wait=(5, 1)),
+                                   engine_cmd(Opcode.MATMUL, 2)], queue=0)
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 3), engine_cmd(Opcode.MATMUL, 4),
+                                   cmd(Opcode.SIGNAL, signal=5)], queue=1)
+        out["idle"] = await wait_idle(ctx, h)
+        out["last5"] = await axil_read(ctx, h.csr.bus, sem_last_csr(5))
+
+    log, out = run(cfg, program)
+    assert out["idle"]
+    assert [tag for _, tag, _, _ in log] == [3, 4, 1, 2]
+    assert out["last5"] == 1 << 31 | 1 << 24 | 2      # queue 1, command #2
+
+
+def test_round_robin_between_queues():
+    cfg = NPUConfig()
+
+    async def program(ctx, h, mem, out):
+        for q in range(3):
+            await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 10 * q + i) for i in range(4)],
+                         queue=q)
+        out["idle"] = await wait_idle(ctx, h)
+
+    log, out = run(cfg, program, latency={"matrix": 20})
+    tags = [tag for _, tag, _, _ in log]
+    assert out["idle"] and sorted(tags) == sorted(10 * q + i for q in range(3) for i in range(4))
+    # every queue keeps its order, and no queue runs twice before the others had a turn
+    for q in range(3):
+        assert [t for t in tags if t // 10 == q] == [10 * q + i for i in range(4)]
+    for i in range(0, 9, 3):
+        assert len({t // 10 for t in tags[i:i + 3]}) == 3, tags
+
+
+def test_wait_in_one_queue_is_released_by_another():
+    cfg = NPUConfig()
+
+    async def program(ctx, h, mem, out):
+        await submit(ctx, h, mem, [cmd(Opcode.WAIT, wait=(7, 1)), fence(0x55)], queue=2)
+        for _ in range(50):
+            await ctx.tick()
+        out["blocked"] = not ctx.get(h.csr.irq)
+        await submit(ctx, h, mem, [cmd(Opcode.SIGNAL, signal=7)], queue=3)
+        out["irq"] = await wait_irq(ctx, h)
+        out["fence"] = int.from_bytes(mem.mem[FENCE_ADDR:FENCE_ADDR + 4], "little")
+
+    _, out = run(cfg, program)
+    assert out["blocked"] and out["irq"] and out["fence"] == 0x55
+
+
+def test_error_stops_only_its_queue_and_queue_reset_recovers():
+    cfg = NPUConfig()
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        await submit(ctx, h, mem, [engine_cmd(Opcode.DMA_LOAD, 1),
+                                   engine_cmd(Opcode.DMA_LOAD, 2, wait=(0, 1))], queue=0)
+        await submit(ctx, h, mem, [engine_cmd(Opcode.DMA_LOAD, 3, signal=1),
+                                   engine_cmd(Opcode.DMA_LOAD, 4, wait=(1, 1))], queue=1)
+        out["irq"] = await wait_irq(ctx, h)
+        out["idle"] = await wait_idle(ctx, h, queues=0b10)   # queue 0 stopped, 1 finished
+        out["busy"] = await axil_read(ctx, bus, Csr.QUEUE_BUSY)
+        out["errors"] = await axil_read(ctx, bus, Csr.QUEUE_ERRORS)
+        out["q0"] = [await axil_read(ctx, bus, queue_csr(0, r))
+                     for r in (Csr.Q_ERR_CODE, Csr.Q_ERR_CMD, Csr.Q_ERR_ADDR, Csr.Q_STATUS)]
+        out["q1"] = await axil_read(ctx, bus, queue_csr(1, Csr.Q_ERR_CODE))
+        out["global"] = await axil_read(ctx, bus, Csr.ERR_CODE)
+        await axil_write(ctx, bus, Csr.QUEUE_RESET, 1)
+        out["errors_after"] = await axil_read(ctx, bus, Csr.QUEUE_ERRORS)
+        out["global_after"] = await axil_read(ctx, bus, Csr.ERR_CODE)
+        await submit(ctx, h, mem, [engine_cmd(Opcode.DMA_LOAD, 5)], tail_start=2, queue=0)
+        out["idle2"] = await wait_idle(ctx, h)
+        out["sem1"] = await axil_read(ctx, bus, sem_csr(1))
+
+    log, out = run(cfg, program, fail=("load", 1, ErrorCode.BAD_DRAM_ADDR, 0x4321),
+                   latency={"load": 10})
+    tags = [tag for _, tag, _, _ in log]
+    assert out["irq"] and out["idle"] and out["idle2"]
+    assert tags == [1, 3, 4, 5], tags                # 2 never ran; queue 1 unaffected
+    assert out["errors"] == 1 and out["q1"] == 0 and out["busy"] == 0b01
+    assert out["q0"] == [ErrorCode.BAD_DRAM_ADDR.value | Opcode.DMA_LOAD.value << 16, 0,
+                         0x4321, 0b11]
+    assert out["global"] == ErrorCode.BAD_DRAM_ADDR.value | Opcode.DMA_LOAD.value << 16
+    assert out["errors_after"] == 0 and out["global_after"] == 0
+    assert out["sem1"] == 1                          # semaphores untouched by the reset
+
+
+def test_ring_fetch_outside_window():
+    cfg = NPUConfig()
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        await axil_write(ctx, bus, queue_csr(1, Csr.WINDOW_BASE), 0x8000)
+        await axil_write(ctx, bus, queue_csr(1, Csr.WINDOW_LIMIT), 0x9000)
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 1)], queue=1)
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 2)], queue=0)
+        out["irq"] = await wait_irq(ctx, h)
+        out["idle"] = await wait_idle(ctx, h, queues=0b01)
+        out["code"] = await axil_read(ctx, bus, queue_csr(1, Csr.Q_ERR_CODE))
+        out["addr"] = await axil_read(ctx, bus, queue_csr(1, Csr.Q_ERR_ADDR))
+
+    log, out = run(cfg, program)
+    assert out["irq"] and out["idle"]
+    assert out["code"] == ErrorCode.WINDOW.value and out["addr"] == RING + QUEUE_RING_BYTES
+    assert [tag for _, tag, _, _ in log] == [2]
+
+
+def test_trace_and_busy_counters():
+    cfg = NPUConfig()
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 1), engine_cmd(Opcode.DMA_LOAD, 2),
+                                   engine_cmd(Opcode.MATMUL, 3)], queue=2)
+        out["idle"] = await wait_idle(ctx, h)
+        e = ENGINE_NAMES.index("matrix")
+        entries = []
+        while (info := await axil_read(ctx, bus, trace_csr(e, Csr.TRACE_INFO))) >> 31:
+            entries.append((info >> 24 & 0x3F, info & 0xFFFFFF,
+                            await axil_read(ctx, bus, trace_csr(e, Csr.TRACE_START)),
+                            await axil_read(ctx, bus, trace_csr(e, Csr.TRACE_END))))
+            await axil_write(ctx, bus, trace_csr(e, Csr.TRACE_POP), 1)
+        out["trace"] = entries
+        out["busy"] = [await axil_read(ctx, bus, Csr.PERF_BUSY + 4 * i) for i in range(4)]
+        out["dma"] = await axil_read(ctx, bus, Csr.PERF_DMA_BUSY)
+        out["overlap"] = await axil_read(ctx, bus, Csr.PERF_OVERLAP)
+
+    log, out = run(cfg, program, latency={"matrix": 30, "load": 30})
+    assert out["idle"]
+    assert [(q, i) for q, i, _, _ in out["trace"]] == [(2, 0), (2, 2)]
+    for (_, _, start, end), (_, _, s, e) in zip(out["trace"],
+                                                [x for x in log if x[0] == "matrix"],
+                                                strict=True):
+        assert end - start == e - s + 1      # handshake cycle to done cycle
+    assert out["busy"][ENGINE_NAMES.index("matrix")] == 2 * 30   # the fake engine's busy
+    assert out["dma"] == 30 and 0 < out["overlap"] <= 30

@@ -192,3 +192,60 @@ def test_command_field_ranges_are_checked():
                    local_row=0, local_stride=1)
     with pytest.raises(ValueError, match="wait value"):
         c.nop(wait=(0, -1))
+
+
+# -- streams, events, barriers, semaphore pool (functional model) ------------------------------
+
+def test_streams_events_and_barrier_on_the_model():
+    dev = Device(ModelBackend(SMALL), SMALL, ring_commands=16)
+    s0, s1 = dev.default_stream, dev.create_stream()
+    assert s1.queue == 1 and dev.create_stream().queue == 2
+    ev = dev.event()
+    assert not ev.query()
+    s1.wait_event(ev)              # before the record: waits for the first recording
+    c = CommandList()
+    c.signal(0)
+    s1.launch(c)
+    assert dev.semaphore(0) == 0   # blocked
+    c0 = CommandList()
+    c0.nop()
+    s0.launch(c0)
+    s0.record(ev)
+    s1.synchronize()
+    assert ev.query() and dev.semaphore(0) == 1
+    assert ev.elapsed_cycles(s0.record()) == 0      # the untimed model
+    dev.barrier([s0, s1])
+    s0.synchronize()
+    s1.synchronize()
+    ev.free()
+
+
+def test_semaphore_pool_exhaustion_is_typed():
+    from sw.runtime import OutOfSemaphoresError
+    dev = Device(ModelBackend(SMALL), SMALL)
+    sems = [dev.alloc_semaphore() for _ in range(SMALL.n_sems - 1)]
+    assert sorted(s.id for s in sems) == list(range(1, SMALL.n_sems))
+    with pytest.raises(OutOfSemaphoresError):
+        dev.alloc_semaphore()
+    sems[0].free()
+    assert dev.alloc_semaphore().id == sems[0].id
+
+
+def test_error_in_one_stream_leaves_the_other_running():
+    dev = Device(ModelBackend(SMALL), SMALL, ring_commands=16)
+    s1 = dev.create_stream()
+    bad = CommandList()
+    bad.nop()
+    bad.matmul(a_row=0, w_row=0, acc_row=15, m=2)
+    s1.launch(bad)
+    good = CommandList()
+    good.signal(0)
+    dev.launch(good)
+    assert dev.synchronize() == 0 and dev.semaphore(0) == 1
+    with pytest.raises(DeviceError) as e:
+        s1.synchronize()
+    assert e.value.queue == 1 and e.value.command_index == 1
+    assert e.value.code == ErrorCode.BAD_LOCAL_ADDR and e.value.address == 16
+    s1.launch(good)
+    s1.synchronize()
+    assert dev.semaphore(0) == 2

@@ -243,7 +243,7 @@ def test_requant(cfg):
                     "param_row": param_row}
             error, _, cycles = await command(ctx, dut.vector, Opcode.REQUANT, body, relu=relu)
             assert error == ErrorCode.NONE
-            assert cycles == n_rows + 10
+            assert cycles == n_rows + 11
             model_requant(cfg, mem.spad, mem.acc, acc_row, spad_row, n_rows, param_row, relu)
             await mem.check(ctx, f"REQUANT {body} relu={relu}")
             b, mlt, s = mem.acc[param_row:param_row + 3]

@@ -1,0 +1,193 @@
+"""FPGA flows: reproducible Verilog bundle, lint, Icarus, ECP5 synthesis, report parsers.
+
+Tool runs use the smallest configuration (2x2, 16-row memories). The parsers are tested on
+saved tool output in ``tests/data/`` (Yosys 0.70 ``stat -json`` and log lines, nextpnr 0.11
+``--report`` JSON and log), so they run without the tools. The memory-mapping log is from the
+real 2x2 NPU; the stat and nextpnr files are from a miniature with the NPU's hierarchy
+(``npu > tile > matrix > array`` and a scratchpad; ``tests/data/mini_npu_gen.py.txt``) so that
+they stay small. Larger configurations are for
+``make area`` / ``npu area``, never for tests.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cosim.fpga import (
+    FpgaToolError,
+    Resources,
+    ToolMissingError,
+    block_of,
+    compile_icarus,
+    find_tool,
+    format_area_table,
+    lint_verilator,
+    parse_memory_mapping,
+    parse_nextpnr_log,
+    parse_nextpnr_report,
+    parse_yosys_stat,
+    synthesize,
+    write_verilog,
+)
+from hw.config import NPUConfig
+
+DATA = Path(__file__).parent / "data"
+SMALLEST = NPUConfig(rows=2, cols=2, spad_rows=16, acc_rows=16)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return write_verilog(SMALLEST, tmp_path_factory.mktemp("fpga") / SMALLEST.name)
+
+
+# -- Verilog bundle -----------------------------------------------------------------------------
+
+def test_bundle_files_and_reproducible(bundle, tmp_path):
+    assert bundle.filelist.read_text() == "npu.v\n"
+    desc = json.loads(bundle.config_json.read_text())
+    assert desc["top"] == "npu"
+    assert desc["parameters"] == SMALLEST.to_dict()
+    assert desc["derived"]["spad_bytes"] == SMALLEST.spad_bytes
+    assert "module npu(" in bundle.verilog.read_text()
+
+    again = write_verilog(SMALLEST, tmp_path / "again")   # a fresh conversion, no cache
+    for a, b in ((bundle.verilog, again.verilog), (bundle.filelist, again.filelist),
+                 (bundle.config_json, again.config_json)):
+        assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two runs"
+
+
+# -- lint and Icarus ----------------------------------------------------------------------------
+
+def test_verilator_lint_clean(bundle):
+    result = lint_verilator(bundle.verilog)
+    assert result.clean, f"lint findings {result.messages}, see {result.log}"
+
+
+def test_verilator_lint_reports_findings(tmp_path):
+    # the waivers are scoped to generated files: a hand-written file is fully linted
+    bad = tmp_path / "bad.v"
+    bad.write_text("module bad(input wire [7:0] a, output wire [3:0] y);\n"
+                   "  assign y = a;\nendmodule\n")
+    result = lint_verilator(bad, top="bad")
+    assert not result.clean
+    assert result.messages.get("WIDTHTRUNC") == 1
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None,
+                    reason="Icarus Verilog not installed (apt-get install -y iverilog)")
+def test_icarus_compiles(bundle):
+    result = compile_icarus(bundle.verilog)
+    assert result.clean, f"iverilog said {result.messages}, see {result.log}"
+
+
+def test_missing_tool_is_a_typed_error():
+    with pytest.raises(ToolMissingError, match="not found"):
+        find_tool("no-such-fpga-tool")
+
+
+def test_tool_failure_names_the_log(tmp_path):
+    broken = tmp_path / "broken.v"
+    broken.write_text("module npu(; endmodule\n")
+    with pytest.raises(FpgaToolError) as info:
+        synthesize(broken, "generic", out_dir=tmp_path / "synth")
+    assert info.value.log_path is not None and info.value.log_path.is_file()
+    assert str(info.value.log_path) in str(info.value)
+
+
+def test_unknown_family():
+    with pytest.raises(ValueError, match="family"):
+        synthesize(Path("npu.v"), "virtex")
+
+
+# -- ECP5 synthesis of the smallest configuration -----------------------------------------------
+
+@pytest.mark.skipif(
+    os.environ.get("NPU_FPGA_SLOW") != "1",
+    reason="ECP5 synthesis of even the 2x2 NPU takes 6-10 min (Yosys ABC9 on ~150k AND gates, "
+           "mostly memories mapped to flip-flops); set NPU_FPGA_SLOW=1 to run it")
+def test_synth_ecp5_smallest(bundle):
+    result = synthesize(bundle.verilog, "ecp5")
+    assert result.total.lut4 > 0 and result.total.ff > 0
+    # 2x2 array: 4 int8 x int8 products plus the requantizer's multipliers on DSP blocks
+    assert result.total.dsp >= 4
+    names = {m.name: m for m in result.memories}
+    assert {"npu.tile.spad", "npu.tile.acc"} <= set(names)
+    assert result.netlist.is_file()
+
+
+# -- parsers on saved output --------------------------------------------------------------------
+
+def test_parse_yosys_stat_hierarchy():
+    stat = json.loads((DATA / "yosys_stat_hier.json").read_text())
+    blocks, design = parse_yosys_stat(stat)
+    assert design == blocks["npu"]
+    # a parent block includes its children
+    tile, array = blocks["npu.tile"], blocks["npu.tile.matrix.array"]
+    for cell, n in array.items():
+        assert tile.get(cell, 0) >= n
+    assert not any(k.lstrip("\\").startswith("npu.") for k in design)  # instances expanded
+    r = Resources.from_cells("ecp5", design)
+    assert r.lut4 == design.get("LUT4", 0) + 2 * design.get("CCU2C", 0)
+    assert r.ff == design.get("TRELLIS_FF", 0)
+
+
+def test_parse_yosys_stat_rejects_other_json():
+    with pytest.raises(ValueError, match="stat -json"):
+        parse_yosys_stat({"foo": 1})
+    with pytest.raises(ValueError, match="'top'"):
+        parse_yosys_stat({"modules": {"\\a": {"num_cells_by_type": {}}}}, top="top")
+
+
+def test_parse_memory_mapping():
+    log = (DATA / "yosys_ecp5_libmap.log").read_text()
+    mems = {m.name: m for m in parse_memory_mapping(log)}
+    assert mems["npu.tile.spad"].kind == "logic"
+    assert mems["npu.tile.acc"].kind == "logic"
+    fifo = [m for name, m in mems.items() if "fifo" in name]
+    assert fifo and all(m.kind == "lutram" for m in fifo)
+    assert not any(name.startswith("$") or ".$" in name for name in mems)
+    synthetic = "mapping memory npu.tile.spad via $__ECP5_PDPW16KD_\n"
+    assert parse_memory_mapping(synthetic)[0].kind == "bram"
+
+
+def test_parse_nextpnr_report():
+    report = json.loads((DATA / "nextpnr_report.json").read_text())
+    parsed = parse_nextpnr_report(report)
+    assert 1.0 < parsed["fmax_mhz"] < 1000.0
+    used, available = parsed["utilization"]["TRELLIS_COMB"]
+    assert 0 < used <= available
+    crit = parsed["critical_path"]
+    assert crit["block"].startswith("npu")
+    assert crit["delay_ns"] == pytest.approx(crit["logic_ns"] + crit["routing_ns"], abs=0.01)
+
+
+def test_parse_nextpnr_log():
+    parsed = parse_nextpnr_log((DATA / "nextpnr.log").read_text())
+    assert parsed["fmax_mhz"] is not None
+    # the post-route figure (the last one printed) wins
+    report = parse_nextpnr_report(json.loads((DATA / "nextpnr_report.json").read_text()))
+    assert parsed["fmax_mhz"] == pytest.approx(report["fmax_mhz"], abs=0.01)
+    assert "TRELLIS_COMB" in parsed["utilization"]
+
+
+@pytest.mark.parametrize("cell, block", [
+    ("tile.matrix.array.pe0_1_psum_TRELLIS_FF_Q", "npu.tile.matrix.array"),
+    ("$flatten\\tile.\\vector.$mul$npu.v:123$45", "npu.tile.vector"),
+    ("csr_rdata_TRELLIS_FF_Q", "npu"),
+    ("tile.matrix.array.$1_MULT18X18D_P9", "npu.tile.matrix.array"),
+    ("tile.spad.0.0", "npu.tile.spad"),
+    ("dut.tile.vector.p_TRELLIS_FF_Q", "npu.tile.vector"),
+])
+def test_block_of(cell, block):
+    assert block_of(cell) == block
+
+
+def test_format_area_table():
+    from cosim.fpga import AreaRow
+    row = AreaRow("2x2", "ecp5", 100, 50, 4, 0, 8, fmax_mhz=61.5, critical_block="npu.tile",
+                  memories_not_in_bram=["npu.tile.spad (logic)"], seconds={"synth": 1.0})
+    text = format_area_table([row])
+    assert "61.5" in text and "npu.tile.spad (logic)" in text
