@@ -39,6 +39,7 @@ def event_dependency(backend) -> dict:
     _, _, c_bias, c_mult, c_shift = random_linear_operands(rng, m, n, cfg.cols)
 
     device.read_trace()                                  # start from an empty trace
+    start_a = s0.record()
     r0 = s0.next_index
     job_a = linear_launch(s0, a, w, bias, mult, shift, spad_region=(0, half_s),
                           acc_region=(0, half_a))
@@ -64,9 +65,11 @@ def event_dependency(backend) -> dict:
         "c": bool(np.array_equal(job_c.output(),
                                  linear_int(want_a, c_w, c_bias, c_mult, c_shift))),
     }
+    elapsed = start_a.elapsed_cycles(done_a)
     for job in (job_a, job_b, job_c):
         job.free()
     done_a.free()
+    start_a.free()
 
     def span(queue: int, lo: int, hi: int) -> list:
         return [(t.start, t.end) for t in trace if t.queue == queue and lo <= t.index < hi]
@@ -80,6 +83,7 @@ def event_dependency(backend) -> dict:
         "dependency_honoured": min(s for s, _ in c_cmds) >= a_end,
         "a_end": a_end, "c_start": min(s for s, _ in c_cmds),
         "a_b_overlap": any(_overlaps(x, y) for x in a_cmds for y in b_cmds),
+        "a_start": min(s for s, _ in a_cmds), "event_elapsed": elapsed,
     }
 
 

@@ -32,6 +32,10 @@ def test_event_dependency_between_concurrent_gemms(backend):
                                      f"at {r['a_end']}"
     if backend == "rtl":
         assert r["a_b_overlap"], "the two independent GEMMs did not run concurrently"
+        # events bracket GEMM A: their timestamps span its traced commands
+        assert r["event_elapsed"] >= r["a_end"] - r["a_start"] > 0
+    else:
+        assert r["event_elapsed"] == 0                  # the untimed model
 
 
 def test_unrecorded_event_times_out_naming_the_semaphore(backend):
