@@ -8,15 +8,20 @@
                  (``--lint``: Verilator lint and Icarus compile).
 ``npu area``     FPGA cost per configuration: LUT4/FF/DSP/BRAM, Fmax, critical block.
 ``npu board``    the NPU on a ULX3S 85F, through to a bitstream.
+``npu bench``    GEMM roofline sweep, attention utilization, co-simulation speed, build time.
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
+from cosim.harness import CosimJobError
 from hw.config import NPUConfig
+from sw.backend import BackendError
+from sw.runtime import NPUError
 
 __all__ = ["main", "parse_config"]
 
@@ -29,19 +34,41 @@ def parse_config(text: str) -> NPUConfig:
     argparse.ArgumentTypeError
         On a malformed string or a value :class:`NPUConfig` rejects (the message says which).
     """
-    try:
-        size, *rest = text.split(",")
-        rows, cols = (int(v) for v in size.lower().split("x"))
-        extra = {}
-        for item in rest:
-            key, value = item.split("=")
-            if key not in NPUConfig.__dataclass_fields__:
-                raise ValueError(f"unknown configuration parameter {key!r}; known: "
-                                 + ", ".join(NPUConfig.__dataclass_fields__))
+    fmt = "expected ROWSxCOLS[,key=value...], e.g. 8x8 or 4x4,spad_rows=1024"
+    size, *rest = text.split(",")
+    parts = size.lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"bad configuration {text!r}: {fmt}")
+    extra = {}
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"bad configuration {text!r}: {item!r} is not "
+                                             f"key=value; {fmt}")
+        if key not in NPUConfig.__dataclass_fields__ or key in ("rows", "cols"):
+            raise argparse.ArgumentTypeError(
+                f"bad configuration {text!r}: unknown parameter {key!r}; known: "
+                + ", ".join(k for k in NPUConfig.__dataclass_fields__ if k not in ("rows", "cols")))
+        try:
             extra[key] = int(value, 0)
-        return NPUConfig(rows=rows, cols=cols, **extra)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"bad configuration {text!r}: {key} needs an integer, got {value!r}") from None
+    try:
+        return NPUConfig(rows=int(parts[0]), cols=int(parts[1]), **extra)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"bad configuration {text!r}: {e}") from e
+
+
+def _seq_len(text: str) -> int:
+    """``--seq-len``: 1..512 tokens (MiniLM has 512 position embeddings)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value <= 512:
+        raise argparse.ArgumentTypeError(f"must be in 1..512 (MiniLM's positions), got {value}")
+    return value
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -113,6 +140,24 @@ def _cmd_area(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from cosim.bench import FULL_SIZES, QUICK_SIZES, format_bench, run_bench
+
+    configs = args.configs or ([NPUConfig()] if args.quick
+                               else [NPUConfig(), parse_config("16x16")])
+    sizes = args.sizes or list(QUICK_SIZES if args.quick else FULL_SIZES)
+    attn = args.attention_len if args.attention_len is not None else (32 if args.quick else 128)
+    res = run_bench(configs, sizes, attention_len=attn, backend=args.backend,
+                    build_timing=not args.no_build_timing,
+                    progress=lambda m: print(m, file=sys.stderr, flush=True),
+                    json_path=Path(args.json) if args.json else None)
+    print(format_bench(res))
+    if args.json:
+        print(f"wrote {args.json}")
+    exact = all(r["bit_exact"] for g in res["gemm"].values() for r in g["rows"])
+    return 0 if exact and (res["attention"] is None or res["attention"]["bit_exact"]) else 1
+
+
 def _cmd_board(args: argparse.Namespace) -> int:
     from cosim.board import build_board
 
@@ -144,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--text", default=None,
                      help="evaluation sentence (default: a built-in sentence that is not "
                           "part of the calibration text)")
-    run.add_argument("--seq-len", type=int, default=32, metavar="L",
-                     help="sequence length: the tokenized text is truncated, or repeated (see "
-                          "--fill) to L tokens (default %(default)s)")
-    run.add_argument("--fill", choices=("repeat", "pad"), default="repeat",
+    run.add_argument("--seq-len", type=_seq_len, default=None, metavar="L",
+                     help="sequence length in tokens, 1..512: the tokenized text is truncated, "
+                          "or repeated (see --fill) to L tokens (default 32)")
+    run.add_argument("--fill", choices=("repeat", "pad"), default=None,
                      help="reach --seq-len by repeating the text (default) or by [PAD] tokens "
                           "masked as keys (key-padding mask)")
     run.add_argument("--causal", action="store_true", help="causal attention mask")
@@ -155,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="run only the Q/K/V projections (the earlier main job)")
     run.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     run.add_argument("--waves", action="store_true",
-                     help="write a VCD of the whole run to waves/npu_run.vcd (rtl only; "
-                          "large and about 2x slower)")
+                     help="write a VCD of the whole run to waves/npu_run.vcd (rtl only; about "
+                          "2x slower and large: ~6 GB for the default L=32 run, so use a short "
+                          "run such as --seq-len 8, or `npu waves cut` afterwards)")
     run.set_defaults(func=_cmd_run)
 
     ver = sub.add_parser("verilog", help="write the NPU's Verilog for one or more configurations",
@@ -202,13 +248,75 @@ def main(argv: list[str] | None = None) -> int:
     bd.add_argument("--no-bitstream", action="store_true", help="stop after place and route")
     bd.set_defaults(func=_cmd_board)
 
+    be = sub.add_parser(
+        "bench", help="GEMM roofline sweep, attention utilization, co-sim speed, build time",
+        description="Square int8 GEMMs (double-buffered linear kernel) per size and "
+                    "configuration with utilization, roofline bound and engine busy counters; "
+                    "the MiniLM attention block; simulated cycles per second; clean and cached "
+                    "Verilator build time (see cosim/bench.py). Exit 1 if a result is not "
+                    "bit-exact.")
+    be.add_argument("--quick", action="store_true",
+                    help="sizes 64 128 on 8x8, attention at L=32 (unless given)")
+    be.add_argument("--sizes", type=int, nargs="+", metavar="N",
+                    help="GEMM sizes M=K=N (default 64 128 256 512)")
+    be.add_argument("--configs", type=parse_config, nargs="+", metavar="CFG",
+                    help="configurations (default 8x8 16x16); attention runs on the first")
+    be.add_argument("--attention-len", type=int, metavar="L",
+                    help="attention block sequence length (default 128, --quick 32; 0 skips)")
+    be.add_argument("--backend", choices=("rtl", "model"), default="rtl",
+                    help="model: untimed functional model (for testing the bench itself)")
+    be.add_argument("--no-build-timing", action="store_true",
+                    help="skip the clean/cached Verilator build timing")
+    be.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH "
+                                                   "(rewritten after every step)")
+    be.set_defaults(func=_cmd_bench)
+
     from cosim.waves_cli import add_parser as add_waves_parser
     add_waves_parser(sub)
 
     args = parser.parse_args(argv)
-    if getattr(args, "waves", False) and args.backend != "rtl":
+    if args.command == "run":
+        _check_run_args(run, args)
+    try:
+        return args.func(args)
+    except (ValueError, OSError, NPUError, BackendError) as e:
+        # typed errors the user can act on: one line, no traceback
+        print(f"npu {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except CosimJobError as e:
+        # the job failed inside the simulator: its error, and where the full traceback is
+        print(f"npu {args.command}: error on the RTL: {e.error} (traceback in {e.log_path})",
+              file=sys.stderr)
+        return 2
+
+
+def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject bad ``npu run`` arguments before minutes of build and simulation."""
+    if args.waves and args.backend != "rtl":
         parser.error("--waves needs --backend rtl")
-    return args.func(args)
+    if args.text is not None and not args.text.strip():
+        parser.error("--text is empty")
+    if args.qkv_only:
+        for flag, value in (("--seq-len", args.seq_len), ("--fill", args.fill),
+                            ("--causal", args.causal or None)):
+            if value is not None:
+                parser.error(f"{flag} applies to the attention block, not to --qkv-only")
+    else:
+        if args.config.rows != args.config.cols:
+            parser.error(f"attention needs a square array (the transposed K load), got "
+                         f"{args.config.rows}x{args.config.cols}; use --qkv-only for a "
+                         "non-square array")
+        args.seq_len = args.seq_len or 32
+        args.fill = args.fill or "repeat"
+    if args.json:
+        target = Path(args.json)
+        if target.is_dir():
+            parser.error(f"--json {args.json}: is a folder, give a file name")
+        parent = target.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not os.access(parent, os.W_OK):
+            parser.error(f"--json {args.json}: {parent} is not writable")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,9 @@ OUTPUT_HEADROOM = 1.5
 _NAMES = ("query", "key", "value")
 
 
+MAX_POSITIONS = 512  #: all-MiniLM-L6-v2's max_position_embeddings
+
+
 def tokens_for_length(model: MiniLM, text: str, seq_len: int | None, fill: str = "repeat"
                       ) -> tuple[np.ndarray, int]:
     """Token ids of ``text`` brought to ``seq_len`` tokens.
@@ -69,7 +72,12 @@ def tokens_for_length(model: MiniLM, text: str, seq_len: int | None, fill: str =
         return ids, len(ids)
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    if seq_len > MAX_POSITIONS:
+        raise ValueError(f"seq_len must be <= {MAX_POSITIONS} (MiniLM's position embeddings), "
+                         f"got {seq_len}")
     cls, body, sep = ids[:1], ids[1:-1], ids[-1:]
+    if len(body) == 0:
+        raise ValueError(f"text {text!r} has no tokens besides [CLS] and [SEP]")
     if seq_len <= len(ids):
         out = np.concatenate([ids[:seq_len - 1], sep]) if seq_len > 1 else ids[:1]
         return out, seq_len

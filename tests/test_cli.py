@@ -1,0 +1,32 @@
+"""`npu run` rejects bad arguments up front, with one-line messages (no build, no traceback)."""
+
+import pytest
+
+from cosim.cli import main
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "3x3x3"], "expected ROWSxCOLS"),
+    (["--config", "8x8,rows=4"], "unknown parameter 'rows'"),
+    (["--config", "8x8,spad_rows"], "is not key=value"),
+    (["--config", "40x40"], "2..32"),
+    (["--config", "4x8"], "square array"),
+    (["--seq-len", "0"], "1..512"),
+    (["--seq-len", "513"], "1..512"),
+    (["--text", " "], "--text is empty"),
+    (["--qkv-only", "--causal"], "not to --qkv-only"),
+    (["--backend", "model", "--waves"], "--waves needs --backend rtl"),
+    (["--json", "/"], "is a folder"),
+])
+def test_run_rejects_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_run_reports_runtime_errors_in_one_line(capsys):
+    assert main(["run", "--backend", "model", "--config", "8x8,dram_bytes=4096"]) == 2
+    err = capsys.readouterr().err
+    assert "OutOfMemoryError" in err and "Traceback" not in err
