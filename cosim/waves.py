@@ -679,7 +679,7 @@ GTKW_GROUPS: list[tuple[str, list[str]]] = [
     ("AXI W", [r"mem__w(valid|ready|data|strb|last)"]),
     ("AXI B", [r"mem__b(valid|ready|id|resp)"]),
     ("Systolic array", [r"tile\.matrix__(busy|done|error)", r"tile\.matrix\.\w*_state"]),
-    ("Vector unit", [r"tile\.vector__(busy|done|error)", r"tile\.vector\.\w*_state"]),
+    ("Vector unit", [r"tile\.vector__(busy|done|error)", r"tile\.vector\.(\w+\.)?\w*_state"]),
 ]
 
 _GTKW_BIT, _GTKW_HEX = "@28", "@22"
