@@ -1,0 +1,47 @@
+"""``npu bench``: the roofline arithmetic, and the sweep/table/JSON code on the functional model
+(tiny sizes, no simulation; the RTL figures come from running ``npu bench`` itself)."""
+
+import json
+
+import pytest
+
+from cosim.bench import format_bench, kernel_dram_bytes, roofline, run_bench
+from cosim.cli import main
+from hw.config import NPUConfig
+from sw.kernels.linear import plan_linear
+
+
+def test_roofline_arithmetic():
+    r = roofline(NPUConfig(rows=16, cols=16), 64, 64, 64)
+    assert r["min_dram_bytes"] == 3 * 64 * 64
+    assert r["operational_intensity"] == pytest.approx(64 / 3)
+    assert r["bound"] == pytest.approx(8 * 64 / 3 / 256)       # 64-bit AXI: 8 B/cycle
+    assert r["bound_kind"] == "memory"
+    assert roofline(NPUConfig(), 512, 512, 512)["bound"] == 1.0
+
+
+def test_kernel_bytes_at_least_the_minimum():
+    cfg = NPUConfig()
+    for size in (8, 40, 128):
+        b = kernel_dram_bytes(cfg, plan_linear(cfg, size, size, size, double_buffer=True))
+        assert b["total"] >= roofline(cfg, size, size, size)["min_dram_bytes"]
+
+
+def test_bench_on_model_writes_json_and_table(tmp_path):
+    path = tmp_path / "bench.json"
+    res = run_bench([NPUConfig(rows=4, cols=4)], [8, 20], attention_len=0, backend="model",
+                    json_path=path)
+    rows = res["gemm"]["4x4"]["rows"]
+    assert [r["size"] for r in rows] == [8, 20] and all(r["bit_exact"] for r in rows)
+    assert json.loads(path.read_text())["gemm"]["4x4"]["rows"][1]["macs"] == 20 ** 3
+    assert res["cosim_speed"]["verilator_cpp_harness"].startswith("not measured")
+    table = format_bench(res)
+    assert "4x4" in table and "bound" in table
+
+
+def test_cli_bench_model(tmp_path, capsys):
+    path = tmp_path / "b.json"
+    assert main(["bench", "--backend", "model", "--configs", "4x4", "--sizes", "8",
+                 "--attention-len", "0", "--json", str(path)]) == 0
+    assert "untimed backend" in capsys.readouterr().out
+    assert json.loads(path.read_text())["sizes"] == [8]
