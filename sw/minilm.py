@@ -245,7 +245,8 @@ def calibrate_qkv(model: MiniLM, calibration_text: tuple[str, ...] = DEFAULT_CAL
         Keys ``"query"``, ``"key"``, ``"value"``.
     """
     if layer != 0:
-        raise NotImplementedError("only layer 0 (fed by the embeddings) is calibrated so far")
+        raise ValueError(f"layer={layer}: only layer 0 (fed by the embeddings) can be "
+                         "calibrated; deeper layers need the full encoder in float first")
     x = np.concatenate([model.embed(s) for s in calibration_text], axis=0)
     return {name: calibrate_linear(x, *model.projection(name, layer)) for name in PROJECTIONS}
 

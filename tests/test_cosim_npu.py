@@ -1,15 +1,7 @@
 """End-to-end smoke test of the real NPU (``hw.top.NPU``) on Verilator with the DRAM model."""
 
-from pathlib import Path
-
-import pytest
-
 from cosim.harness import run_job
 from hw.config import NPUConfig
-
-pytestmark = pytest.mark.skipif(
-    not (Path(__file__).resolve().parent.parent / "hw" / "top.py").is_file(),
-    reason="hw/top.py (the NPU) is not written yet")
 
 
 def test_fence_through_the_ring():
