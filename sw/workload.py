@@ -56,18 +56,9 @@ def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None) -> d
         host_seconds = time.perf_counter() - start
         weight, bias = model.projection(name)
         sqnr, cos = evaluate(q, x, weight, bias, out)
-        kernels.append({
-            "name": name,
-            "shape": [int(x_int8.shape[0]), int(q.w.shape[0]), int(q.w.shape[1])],
-            "cycles": stats.cycles,
-            "macs": stats.macs,
-            "utilization": stats.utilization,
-            "sqnr_db": round(float(sqnr), 3),
-            "cosine": round(float(cos), 6),
-            "bit_exact": bool(np.array_equal(out, q.golden(x_int8))),
-            "commands": stats.n_commands,
-            "host_seconds": round(host_seconds, 3),
-        })
+        kernels.append(_kernel_record(name, x_int8, q.w, stats, sqnr, cos,
+                                      np.array_equal(out, q.golden(x_int8)))
+                       | {"host_seconds": round(host_seconds, 3)})
     return {
         "backend": backend.name,
         "config": cfg.to_dict(),
@@ -78,21 +69,42 @@ def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None) -> d
     }
 
 
+def _kernel_record(name: str, a, w, stats, sqnr: float, cos: float, exact: bool) -> dict:
+    """One linear kernel's figures: shape (M, K, N), cycles, MACs, utilization, accuracy."""
+    return {
+        "name": name,
+        "shape": [int(a.shape[0]), int(w.shape[0]), int(w.shape[1])],
+        "cycles": stats.cycles,
+        "macs": stats.macs,
+        "utilization": stats.utilization,
+        "sqnr_db": round(float(sqnr), 3),
+        "cosine": round(float(cos), 6),
+        "bit_exact": bool(exact),
+        "commands": stats.n_commands,
+    }
+
+
+def _kernel_table(kernels: list[dict], title: str, width: int) -> list[str]:
+    """Fixed-width lines for :func:`_kernel_record` entries, with a header."""
+    lines = [f"{title:<{width}}{'M x K x N':>16}{'cycles':>10}{'util':>8}{'SQNR dB':>9}"
+             f"{'cosine':>10}  bit-exact"]
+    for k in kernels:
+        util = "-" if k["utilization"] is None else f"{100 * k['utilization']:.1f}%"
+        shape = "x".join(str(v) for v in k["shape"])
+        lines.append(f"{k['name']:<{width}}{shape:>16}{k['cycles']:>10}{util:>8}"
+                     f"{k['sqnr_db']:>9.2f}{k['cosine']:>10.5f}  "
+                     f"{'yes' if k['bit_exact'] else 'NO'}")
+    return lines
+
+
 def format_report(result: dict) -> str:
     """A fixed-width table of :func:`run_qkv_job`'s figures."""
     lines = [
         f"all-MiniLM-L6-v2 layer 0, {result['tokens']} tokens: {result['text']!r}",
         f"NPU {result['config_name']} ({result['backend']} backend)",
         "",
-        f"{'kernel':<8}{'M x K x N':>16}{'cycles':>10}{'util':>8}{'SQNR dB':>9}"
-        f"{'cosine':>10}  bit-exact",
+        *_kernel_table(result["kernels"], "kernel", 8),
     ]
-    for k in result["kernels"]:
-        util = "-" if k["utilization"] is None else f"{100 * k['utilization']:.1f}%"
-        shape = "x".join(str(v) for v in k["shape"])
-        lines.append(f"{k['name']:<8}{shape:>16}{k['cycles']:>10}{util:>8}"
-                     f"{k['sqnr_db']:>9.2f}{k['cosine']:>10.5f}  "
-                     f"{'yes' if k['bit_exact'] else 'NO'}")
     if "wall_seconds" in result:
         lines.append(f"\nwall time {result['wall_seconds']} s")
     return "\n".join(lines)
@@ -160,13 +172,8 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
         proj_macs += st.macs
         r = ref[name][:kv_len]
         t = out[:kv_len] * p.out_scale
-        kernels.append({"name": name, "shape": [int(x_q.shape[0]), int(p.w.shape[0]),
-                                                int(p.w.shape[1])],
-                        "cycles": st.cycles, "macs": st.macs, "utilization": st.utilization,
-                        "sqnr_db": round(float(sqnr_db(r, t)), 3),
-                        "cosine": round(float(cosine(r, t)), 6),
-                        "bit_exact": bool(np.array_equal(out, gold[name])),
-                        "commands": st.n_commands})
+        kernels.append(_kernel_record(name, x_q, p.w, st, sqnr_db(r, t), cosine(r, t),
+                                      np.array_equal(out, gold[name])))
     ctx, ast = attention_with_stats(device, outs["query"], outs["key"], outs["value"],
                                     heads=bq.heads, score_mult=bq.score_mult,
                                     score_shift=bq.score_shift, out_mult=bq.pv_mult,
@@ -207,15 +214,8 @@ def format_attention_report(result: dict) -> str:
         f"{result['text']!r}",
         f"NPU {result['config_name']} ({result['backend']} backend)",
         "",
-        f"{'projection':<11}{'M x K x N':>16}{'cycles':>10}{'util':>8}{'SQNR dB':>9}"
-        f"{'cosine':>10}  bit-exact",
+        *_kernel_table(result["kernels"], "projection", 11),
     ]
-    for k in result["kernels"]:
-        u = "-" if k["utilization"] is None else f"{100 * k['utilization']:.1f}%"
-        shape = "x".join(str(v) for v in k["shape"])
-        lines.append(f"{k['name']:<11}{shape:>16}{k['cycles']:>10}{u:>8}"
-                     f"{k['sqnr_db']:>9.2f}{k['cosine']:>10.5f}  "
-                     f"{'yes' if k['bit_exact'] else 'NO'}")
     lines += ["", f"{'stage':<13}{'cycles':>10}{'MACs':>12}{'util':>8}{'launches':>10}"]
     for s in result["stages"]:
         u = "n/a" if s["utilization"] is None else f"{100 * s['utilization']:.1f}%"
