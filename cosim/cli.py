@@ -200,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="run only the Q/K/V projections (the earlier main job)")
     run.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     run.add_argument("--waves", action="store_true",
-                     help="write a VCD of the whole run to waves/npu_run.vcd (rtl only; about "
-                          "2x slower and large: ~6 GB for the default L=32 run, so use a short "
-                          "run such as --seq-len 8, or `npu waves cut` afterwards)")
+                     help="write a VCD of the whole run to waves/npu_run.vcd (rtl only). Large and "
+                          "slow: about 2.4 GB and 8x the run time even at --seq-len 8 (the "
+                          "projections dominate); keep runs short and use `npu waves cut`")
     run.set_defaults(func=_cmd_run)
 
     ver = sub.add_parser("verilog", help="write the NPU's Verilog for one or more configurations",
