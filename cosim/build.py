@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD_ROOT = ROOT / "build"
 WAVES_ROOT = ROOT / "waves"
 COSIM_DIR = Path(__file__).resolve().parent
+TRACED_MAIN = COSIM_DIR / "verilator_main.cpp"  #: main loop of the traced builds
 DEFAULT_DESIGN = "hw.top:NPU"
 
 #: Read bursts the DRAM model queues (ARREADY falls when full).
@@ -246,6 +247,9 @@ def _runner_class():
             if not self.public_all:
                 cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
             cmds[1] = cmds[1] + _MAKE_FIXES
+            if self.waves:  # the windowed main loop instead of cocotb's (same scheduling)
+                cmds[0] = [str(TRACED_MAIN) if a.endswith("verilator.cpp") else a
+                           for a in cmds[0]]
             return cmds
 
     return _NpuVerilator
@@ -313,7 +317,7 @@ def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool
     h = hashlib.sha256()
     h.update(json.dumps([str(root), parameters, build_args, defines, waves, public_all,
                          sys.version]).encode())
-    _hash_files(h, [p for p in sources] + [Path(__file__).resolve()])
+    _hash_files(h, [p for p in sources] + [Path(__file__).resolve(), TRACED_MAIN])
     digest = h.hexdigest()
     stamp = build_dir / "build.hash"
     exe = build_dir / "tb_top"

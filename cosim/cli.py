@@ -89,7 +89,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"co-simulating the {args.config.name} NPU on Verilator "
               f"(first run builds it, about a minute)...", file=sys.stderr)
         result = run_on_rtl(args.config, f"sw.workload:{job}", job_args,
-                            waves=args.waves, name="npu_run")
+                            waves=args.waves, name="npu_run", waves_window=args.waves_window)
     result["wall_seconds"] = round(time.perf_counter() - start, 2)
     print(fmt(result))
     if args.json:
@@ -202,7 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--waves", action="store_true",
                      help="write a VCD of the whole run to waves/npu_run.vcd (rtl only). Large and "
                           "slow: about 2.4 GB and 8x the run time even at --seq-len 8 (the "
-                          "projections dominate); keep runs short and use `npu waves cut`")
+                          "projections dominate); prefer a window (--waves-kernel, "
+                          "--waves-from/--waves-to)")
+    run.add_argument("--waves-kernel", metavar="NAME[:N]",
+                     help="trace only the N-th (default first) run of kernel NAME: query, key, "
+                          "value, output (projections), scores, softmax, context (attention, "
+                          "head by head); implies --waves")
+    run.add_argument("--waves-from", type=int, metavar="CYCLE",
+                     help="trace from this absolute clock cycle; implies --waves")
+    run.add_argument("--waves-to", type=int, metavar="CYCLE",
+                     help="trace up to this absolute clock cycle (default: the end); "
+                          "implies --waves")
     run.set_defaults(func=_cmd_run)
 
     ver = sub.add_parser("verilog", help="write the NPU's Verilog for one or more configurations",
@@ -292,6 +302,24 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject bad ``npu run`` arguments before minutes of build and simulation."""
+    args.waves_window = None
+    if args.waves_kernel is not None or args.waves_from is not None \
+            or args.waves_to is not None:
+        if args.waves_kernel is not None:
+            if args.waves_from is not None or args.waves_to is not None:
+                parser.error("--waves-kernel and --waves-from/--waves-to exclude each other")
+            name, _, nth = args.waves_kernel.partition(":")
+            if not name or (nth and (not nth.isdigit() or int(nth) < 1)):
+                parser.error(f"--waves-kernel {args.waves_kernel}: expected NAME or NAME:N "
+                             "with N >= 1")
+            args.waves_window = {"kernel": name, "occurrence": int(nth or 1)}
+        else:
+            first = args.waves_from or 0
+            if first < 0 or (args.waves_to is not None and args.waves_to <= first):
+                parser.error(f"--waves-from/--waves-to: need 0 <= from < to, got {first} and "
+                             f"{args.waves_to}")
+            args.waves_window = {"from": first, "to": args.waves_to}
+        args.waves = True
     if args.waves and args.backend != "rtl":
         parser.error("--waves needs --backend rtl")
     if args.text is not None and not args.text.strip():

@@ -1,10 +1,15 @@
 """The cocotb test module that :func:`cosim.harness.run_job` runs in the simulator process.
 
 It reads the run description from the JSON file named by ``NPU_COSIM_SPEC`` (config, job,
-args, clock), starts the clock, resets the design, builds an :class:`RtlBackend`, calls the
-job ``function(backend, **args)`` in a :func:`cocotb.task.bridge` thread and writes the
-outcome to ``NPU_COSIM_RESULT``: ``{"ok": true, "result": ..., "cycles": ...}`` or
+args, clock, waveform window), starts the clock, resets the design, builds an
+:class:`RtlBackend`, calls the job ``function(backend, **args)`` in a
+:func:`cocotb.task.bridge` thread and writes the outcome to ``NPU_COSIM_RESULT``:
+``{"ok": true, "result": ..., "cycles": ..., "regions": {kernel name: count}}`` or
 ``{"ok": false, "error": ..., "traceback": ...}``. A failing job also fails the cocotb test.
+
+``tb_top.trace_on`` (read only by traced builds) is 1 for the whole run without a window; with
+``waves_window = {"from": cycle, "to": cycle or None}`` it is 1 over those absolute cycles; with
+``{"kernel": name, "occurrence": n}`` over the ``n``-th :meth:`RtlBackend.region` of that name.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 
 import cocotb
 from cocotb.clock import Clock
+from cocotb.simtime import get_sim_time
 from cocotb.task import bridge
 from cocotb.triggers import Timer
 
@@ -25,6 +31,17 @@ from cosim.rtl_backend import CLOCK_PERIOD_NS, RtlBackend
 from hw.config import NPUConfig
 
 RESET_CYCLES = 4
+
+
+async def _cycle_window(dut, first: int, last: int | None) -> None:
+    """Drive ``trace_on`` high from cycle ``first`` to cycle ``last`` (absolute cycles)."""
+    delay = first * CLOCK_PERIOD_NS - get_sim_time("ns")
+    if delay > 0:
+        await Timer(delay, "ns")
+    dut.trace_on.value = 1
+    if last is not None:
+        await Timer((last - first) * CLOCK_PERIOD_NS, "ns")
+        dut.trace_on.value = 0
 
 
 def _load_job(spec: str):
@@ -45,7 +62,12 @@ async def run_job(dut) -> None:
         if not spec.get("internal_clock"):
             Clock(dut.clk, CLOCK_PERIOD_NS, "ns").start()
         dut.rst.value = 1
-        backend = RtlBackend(dut, config, dram_file=Path(spec["dram_file"]))
+        window = spec.get("waves_window") or {}
+        dut.trace_on.value = 0 if window else 1
+        if "from" in window:
+            cocotb.start_soon(_cycle_window(dut, window["from"], window.get("to")))
+        kernel = (window["kernel"], window.get("occurrence", 1)) if "kernel" in window else None
+        backend = RtlBackend(dut, config, dram_file=Path(spec["dram_file"]), trace_kernel=kernel)
         # release reset mid-cycle (falling edge), away from the rising edge that samples it
         await Timer(RESET_CYCLES * CLOCK_PERIOD_NS + CLOCK_PERIOD_NS // 2, "ns")
         dut.rst.value = 0
@@ -57,7 +79,8 @@ async def run_job(dut) -> None:
         if backend.dram_protocol_errors:
             raise AssertionError(f"the DRAM model saw {backend.dram_protocol_errors} AXI "
                                  "protocol violations (see the simulation log)")
-        outcome = {"ok": True, "result": result, "cycles": backend.cycle, "seconds": seconds}
+        outcome = {"ok": True, "result": result, "cycles": backend.cycle, "seconds": seconds,
+                   "regions": backend.regions}
     except BaseException as e:
         outcome = {"ok": False, "error": f"{type(e).__name__}: {e}",
                    "traceback": traceback.format_exc()}

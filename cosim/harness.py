@@ -36,7 +36,8 @@ from .build import (
     design_tag,
 )
 
-__all__ = ["run_on_rtl", "run_job", "RunResult", "CosimError", "CosimJobError", "main"]
+__all__ = ["run_on_rtl", "run_job", "check_waves_window", "RunResult", "CosimError",
+           "CosimJobError", "main"]
 
 # Warnings are errors in the simulator process too; add narrow, named exceptions here.
 PYTHONWARNINGS = "error"
@@ -122,9 +123,34 @@ def _safe_name(name: str) -> str:
     return safe
 
 
+def check_waves_window(window: dict) -> dict:
+    """Validate a ``waves_window`` (see :func:`run_job`) and fill its defaults.
+
+    Raises
+    ------
+    ValueError
+        Unknown keys, both a cycle range and a kernel, a negative or empty cycle range, or an
+        occurrence below 1.
+    """
+    window = dict(window)
+    if set(window) - {"from", "to", "kernel", "occurrence"}:
+        raise ValueError(f"waves_window: unknown keys in {sorted(window)}")
+    if "kernel" in window:
+        if "from" in window or "to" in window:
+            raise ValueError("waves_window: give a cycle range or a kernel, not both")
+        window.setdefault("occurrence", 1)
+        if not window["kernel"] or int(window["occurrence"]) < 1:
+            raise ValueError(f"waves_window: bad kernel window {window}")
+        return window
+    first, last = int(window.get("from", 0)), window.get("to")
+    if first < 0 or (last is not None and int(last) <= first):
+        raise ValueError(f"waves_window: need 0 <= from < to, got from={first} to={last}")
+    return {"from": first, "to": None if last is None else int(last)}
+
+
 def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
             waves: bool = False, design: str = DEFAULT_DESIGN,
-            internal_clock: bool = True) -> RunResult:
+            internal_clock: bool = True, waves_window: dict | None = None) -> RunResult:
     """Build (cached) and run ``job(backend, **args)`` on the RTL of ``design(config)``.
 
     Parameters
@@ -145,6 +171,11 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     internal_clock : bool
         Use the clock generated inside the simulation (default; about 2x faster than
         cocotb's ``Clock``, which ``False`` selects).
+    waves_window : dict, optional
+        Trace only a window (implies ``waves``): ``{"from": first_cycle, "to": last_cycle}``
+        (absolute clock cycles, ``"to"`` may be None: to the end) or ``{"kernel": name,
+        "occurrence": n}`` (the ``n``-th, from 1, :meth:`sw.runtime.Device.region` of that
+        name, e.g. ``"query"`` or ``"softmax"``). The VCD keeps absolute times.
 
     Returns
     -------
@@ -157,9 +188,15 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     CosimJobError
         If the job raised; the message carries its traceback.
     CosimError
-        If the simulator crashed or ended without writing a result.
+        If the simulator crashed or ended without writing a result, or the window's kernel
+        never ran.
+    ValueError
+        If ``waves_window`` is malformed.
     """
     name = _safe_name(name)
+    if waves_window is not None:
+        waves_window = check_waves_window(waves_window)
+        waves = True
     args = dict(args or {})
     json.dumps(args)  # fail here, not in the simulator
     tag_dir = ROOT / "build" / design_tag(config, design)
@@ -174,6 +211,7 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     spec_path.write_text(json.dumps({
         "config": config.to_dict(), "job": job, "args": args,
         "dram_file": str(dram_file), "internal_clock": internal_clock,
+        "waves_window": waves_window,
     }))
     vcd = None
     test_args: list[str] = []
@@ -208,17 +246,27 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     outcome = json.loads(result_path.read_text())
     if not outcome["ok"]:
         raise CosimJobError(job, outcome["error"], outcome["traceback"], log_path)
+    if waves_window and "kernel" in waves_window:
+        ran = outcome.get("regions", {}).get(waves_window["kernel"], 0)
+        if ran < waves_window["occurrence"]:
+            known = ", ".join(f"{k} x{v}" for k, v in outcome.get("regions", {}).items())
+            raise CosimError(f"waveform window: kernel {waves_window['kernel']!r} ran {ran} "
+                             f"times, occurrence {waves_window['occurrence']} was asked for "
+                             f"(kernels of this run: {known or 'none'}); {vcd} is empty",
+                             log_path)
     return RunResult(outcome["result"], outcome["cycles"], outcome["seconds"], sim.seconds,
                      run_dir, vcd)
 
 
 def run_on_rtl(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
-               waves: bool = False, design: str = DEFAULT_DESIGN) -> object:
+               waves: bool = False, design: str = DEFAULT_DESIGN,
+               waves_window: dict | None = None) -> object:
     """Run ``job(backend, **args)`` on the RTL and return what it returned.
 
     Same parameters and errors as :func:`run_job` (which also reports cycles and timings).
     """
-    return run_job(config, job, args, name=name, waves=waves, design=design).result
+    return run_job(config, job, args, name=name, waves=waves, design=design,
+                   waves_window=waves_window).result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,9 @@ Only signals of ``tb_top`` are touched (``cosim/tb_top.sv``).
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +96,8 @@ class RtlBackend:
     name = "rtl"
 
     def __init__(self, dut: Any, config: NPUConfig, *, dram_file: Path,
-                 csr_timeout_cycles: int = 1000):
+                 csr_timeout_cycles: int = 1000,
+                 trace_kernel: tuple[str, int] | None = None):
         self.dut = dut
         self.config = config
         self.dram_file = Path(dram_file)
@@ -106,6 +109,8 @@ class RtlBackend:
         for sig in ("awvalid", "wvalid", "bready", "arvalid", "rready"):
             getattr(dut, f"csr__{sig}").value = 0
         dut.bd_op.value = 0
+        self.trace_kernel = trace_kernel
+        self.regions: dict[str, int] = {}  #: kernel name -> regions entered so far
 
     # -- Backend protocol (synchronous, from a bridge thread) ---------------------------------
 
@@ -168,6 +173,28 @@ class RtlBackend:
     def run_cycles(self, n: int) -> None:
         """Let the simulation run for ``n`` clock cycles (one timer, no per-cycle wake-up)."""
         resume(self.arun_cycles)(n)
+
+    @contextlib.contextmanager
+    def region(self, name: str) -> Iterator[None]:
+        """Mark a named kernel (see :meth:`sw.runtime.Device.region`).
+
+        If this run's waveform window is that kernel (``trace_kernel = (name, occurrence)``,
+        occurrences counted from 1), its ``occurrence``-th region drives ``tb_top.trace_on``
+        high on entry and low on exit, so the VCD holds exactly that kernel (see
+        ``cosim/verilator_main.cpp``). Every region is counted in :attr:`regions`.
+        """
+        n = self.regions[name] = self.regions.get(name, 0) + 1
+        hit = self.trace_kernel == (name, n)
+        if hit:
+            resume(self._set_trace)(1)
+        try:
+            yield
+        finally:
+            if hit:
+                resume(self._set_trace)(0)
+
+    async def _set_trace(self, on: int) -> None:
+        self.dut.trace_on.value = on
 
     @property
     def cycle(self) -> int:

@@ -2,8 +2,9 @@
 //
 // Ports seen by cocotb: clk (driven by cocotb unless TB_INTERNAL_CLOCK is defined, then a
 // 10 ns clock runs inside the simulation), rst, irq, the AXI4-Lite host port csr__*, the DRAM
-// backdoor (bd_op, bd_first, bd_last, bd_ack) and dram_prot_errors (AXI violations seen by the
-// DRAM model). Parameters come from NPUConfig through cosim/build.py.
+// backdoor (bd_op, bd_first, bd_last, bd_ack), dram_prot_errors (AXI violations seen by the
+// DRAM model) and trace_on (traced builds write a VCD step only while it is 1, see
+// cosim/verilator_main.cpp). Parameters come from NPUConfig through cosim/build.py.
 module tb_top #(
     parameter int DATA_BITS = 64,
     parameter int ADDR_BITS = 32,
@@ -16,6 +17,7 @@ module tb_top #(
 `endif
     input  logic        rst,
     output logic        irq,
+    input  logic        trace_on,
 
     input  logic [11:0] csr__awaddr,
     input  logic        csr__awvalid,

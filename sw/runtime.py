@@ -42,6 +42,7 @@ Conventions
 
 from __future__ import annotations
 
+import contextlib
 import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
@@ -1407,6 +1408,16 @@ class Device:
                 spent += 1
             else:
                 spent += step
+
+    def region(self, name: str) -> contextlib.AbstractContextManager:
+        """Context manager marking a named stretch of work (a kernel, e.g. ``"query"``).
+
+        The runtime itself does nothing with it; a backend with a ``region(name)`` context
+        manager gets the call (the RTL backend uses it to choose the waveform window by
+        kernel, ``npu run --waves-kernel NAME``); on other backends it does nothing.
+        """
+        hook = getattr(self.backend, "region", None)
+        return hook(name) if hook is not None else contextlib.nullcontext()
 
     # -- default stream -----------------------------------------------------------------------
 

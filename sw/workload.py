@@ -52,7 +52,8 @@ def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None) -> d
         q = quantized[name]
         x_int8 = q.quantize_input(x)
         start = time.perf_counter()
-        out, stats = linear_with_stats(device, x_int8, q.w, q.bias, q.multiplier, q.shift)
+        with device.region(name):
+            out, stats = linear_with_stats(device, x_int8, q.w, q.bias, q.multiplier, q.shift)
         host_seconds = time.perf_counter() - start
         weight, bias = model.projection(name)
         sqnr, cos = evaluate(q, x, weight, bias, out)
@@ -166,7 +167,8 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
     proj_cycles = proj_macs = 0
     for name in ("query", "key", "value"):
         p = bq.proj[name]
-        out, st = linear_with_stats(device, x_q, p.w, p.bias, p.multiplier, p.shift)
+        with device.region(name):
+            out, st = linear_with_stats(device, x_q, p.w, p.bias, p.multiplier, p.shift)
         outs[name] = out
         proj_cycles += st.cycles
         proj_macs += st.macs
@@ -179,7 +181,8 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
                                     score_shift=bq.score_shift, out_mult=bq.pv_mult,
                                     out_shift=bq.pv_shift, kv_len=kv_len, causal=causal)
     p = bq.proj["output"]
-    y, ost = linear_with_stats(device, ctx, p.w, p.bias, p.multiplier, p.shift)
+    with device.region("output"):
+        y, ost = linear_with_stats(device, ctx, p.w, p.bias, p.multiplier, p.shift)
     stages = [{"name": "projections", "cycles": proj_cycles, "macs": proj_macs,
                "utilization": util(proj_macs, proj_cycles), "launches": 3}]
     labels = {"scores": "Q.K^T", "softmax": "softmax", "context": "P.V"}

@@ -281,3 +281,15 @@ def runtime_roundtrip(backend) -> dict:
     back = dev.download(buf, np.int32, data.shape)
     assert np.array_equal(back, data)
     return {"config": dev.config.name, "sync_cycles": cycles}
+
+
+def regions(backend, names: list[str], cycles: int = 40) -> dict:
+    """Run ``cycles`` idle cycles inside a region per name; return {name: [first, last]}
+    cycles (absolute) of each region, the second name run twice (for occurrences)."""
+    spans: dict[str, list[list[int]]] = {}
+    for name in [*names, names[1]]:
+        with backend.region(name):
+            start = backend.cycle
+            backend.run_cycles(cycles)
+            spans.setdefault(name, []).append([start, backend.cycle])
+    return spans

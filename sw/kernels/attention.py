@@ -159,6 +159,9 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
     causal : bool
         Query ``i`` sees keys ``<= i``.
 
+    Each launch runs inside :meth:`sw.runtime.Device.region` named after its stage
+    (``"scores"``, ``"softmax"``, ``"context"``), in order head by head, query tile by tile.
+
     Returns
     -------
     context : numpy.ndarray
@@ -213,8 +216,9 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
             return {"wait": (_SEM, base + len(cmds)), "signal": _SEM}
 
         build(cmds, seq_kw)
-        device.launch(cmds, **sync_kw)
-        cycles = device.synchronize(**sync_kw)
+        with device.region(stage):
+            device.launch(cmds, **sync_kw)
+            cycles = device.synchronize(**sync_kw)
         st = stats.stages[stage]
         st["cycles"] += cycles
         st["macs"] += macs

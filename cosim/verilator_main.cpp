@@ -1,0 +1,116 @@
+// Verilator main loop of the traced co-simulation build, with a waveform window.
+//
+// Same VPI scheduling as cocotb's share/lib/verilator/verilator.cpp (cocotb 2.1, BSD-3-Clause;
+// cosim/build.py swaps this file in for that one in the `sim-waves` builds only), with one
+// change: a time step is written to the VCD only while the testbench input `trace_on` is 1, and
+// the file is closed the first time `trace_on` falls after having been 1. So the VCD holds one
+// contiguous window [first step with trace_on, last step with trace_on], with absolute
+// simulation times, opened by a full dump of every signal. cosim/cocotb_entry.py drives
+// `trace_on` (always 1 without a window; from/to a cycle, or around a named kernel).
+//
+// Options: --trace, --trace-file FILE (as cocotb's main).
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "Vtop.h"
+#include "verilated.h"
+#include "verilated_vcd_c.h"
+#include "verilated_vpi.h"
+
+static vluint64_t main_time = 0;
+
+double sc_time_stamp() { return main_time; }
+
+extern "C" void vlog_startup_routines_bootstrap(void);
+
+static VerilatedVcdC *tfp = nullptr;
+static bool window_seen = false;  // trace_on has been 1 at a dumped step
+static bool window_done = false;  // ... and has fallen since: the file is closed
+
+static void settle_value_callbacks() {
+    while (VerilatedVpi::callValueCbs()) {
+    }
+}
+
+static void close_trace() {
+    if (tfp && !window_done) {
+        tfp->close();
+        window_done = true;
+    }
+}
+
+static void wrap_up() {
+    VerilatedVpi::callCbs(cbEndOfSimulation);
+    close_trace();
+}
+
+int main(int argc, char **argv) {
+    const char *trace_file = "dump.vcd";
+    bool trace = false;
+    for (int i = 1; i < argc; i++) {
+        std::string arg = argv[i];
+        if (arg == "--trace") {
+            trace = true;
+        } else if (arg == "--trace-file" && i + 1 < argc) {
+            trace_file = argv[++i];
+        } else if (arg == "--trace-file") {
+            fprintf(stderr, "Error: --trace-file requires a parameter\n");
+            return 2;
+        }
+    }
+    Verilated::commandArgs(argc, argv);
+    std::unique_ptr<Vtop> top(new Vtop(""));
+    Verilated::fatalOnVpiError(false);  // cocotb's system tasks are not errors
+    Verilated::traceEverOn(true);
+    if (trace) {
+        tfp = new VerilatedVcdC;
+        top->trace(tfp, 99);
+        tfp->open(trace_file);
+    }
+
+    vlog_startup_routines_bootstrap();
+    Verilated::addExitCb([](void *) { wrap_up(); }, nullptr);
+    VerilatedVpi::callCbs(cbStartOfSimulation);
+    settle_value_callbacks();
+
+    const vluint64_t none = ~static_cast<vluint64_t>(0);
+    while (!Verilated::gotFinish()) {
+        do {  // evaluate until no VPI write asks for another pass
+            do {
+                top->eval_step();
+                VerilatedVpi::clearEvalNeeded();
+                VerilatedVpi::doInertialPuts();
+                settle_value_callbacks();
+            } while (VerilatedVpi::evalNeeded());
+            VerilatedVpi::callCbs(cbReadWriteSynch);
+            VerilatedVpi::doInertialPuts();
+            settle_value_callbacks();
+        } while (VerilatedVpi::evalNeeded());
+        top->eval_end_step();
+        VerilatedVpi::callCbs(cbReadOnlySynch);
+
+        if (tfp && !window_done) {
+            if (top->trace_on) {
+                tfp->dump(main_time);
+                window_seen = true;
+            } else if (window_seen) {
+                close_trace();
+            }
+        }
+
+        vluint64_t next_cocotb = VerilatedVpi::cbNextDeadline();
+        vluint64_t next_timing = top->eventsPending() ? top->nextTimeSlot() : none;
+        vluint64_t next = next_cocotb < next_timing ? next_cocotb : next_timing;
+        if (next == none) break;
+        main_time = next;
+        VerilatedVpi::callCbs(cbNextSimTime);
+        settle_value_callbacks();
+        VerilatedVpi::callTimedCbs();
+        settle_value_callbacks();
+    }
+    top->final();
+    wrap_up();
+    return Verilated::threadContextp()->errorCount() > 0 ? 1 : 0;
+}
