@@ -16,6 +16,10 @@ from cosim.cli import main
     (["--text", " "], "--text is empty"),
     (["--qkv-only", "--causal"], "not to --qkv-only"),
     (["--backend", "model", "--waves"], "--waves needs --backend rtl"),
+    (["--backend", "model", "--waves-kernel", "query"], "--waves needs --backend rtl"),
+    (["--waves-kernel", "query", "--waves-to", "9"], "exclude each other"),
+    (["--waves-kernel", "query:0"], "NAME:N with N >= 1"),
+    (["--waves-from", "10", "--waves-to", "5"], "need 0 <= from < to"),
     (["--json", "/"], "is a folder"),
 ])
 def test_run_rejects_bad_arguments(argv, message, capsys):
