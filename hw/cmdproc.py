@@ -376,20 +376,28 @@ class CommandProcessor(wiring.Component):
             sig = h.flags.signal | (h.opcode == Opcode.SIGNAL)
             incs.append((proc_done[q] & sig, h.signal_sem, Const(q, 8), stage_index[q]))
         incs.append((fence_inc, fence_sem, cur, fence_index))
+        # Enables and per-semaphore hits are named signals: Amaranth's lowering copies a shared
+        # expression at each use (2 * n_sems uses of each enable).
         widened = []
-        for inc, sid, q, index in incs:
+        for i, (inc, sid, q, index) in enumerate(incs):
             q7 = Signal(7)
-            m.d.comb += q7.eq(q)
-            widened.append((inc, sid, q7, index))
+            en = Signal(name=f"sem_inc_en{i}")
+            m.d.comb += [q7.eq(q), en.eq(inc)]
+            widened.append((en, sid, q7, index))
         incs = widened
         for s in range(cfg.n_sems):
-            total = sum((inc & (sid == s)) for inc, sid, _, _ in incs)
+            hits = []
+            for i, (inc, sid, _, _) in enumerate(incs):
+                hit = Signal(name=f"sem{s}_hit{i}")
+                m.d.comb += hit.eq(inc & (sid == s))
+                hits.append(hit)
+            total = sum(hits)
             with m.If(self.sem_clear):
                 m.d.sync += [self.sems[s].eq(0), self.sem_last[s].eq(0)]
             with m.Else():
                 m.d.sync += self.sems[s].eq(self.sems[s] + total)
-                for inc, sid, q, index in incs:
-                    with m.If(inc & (sid == s)):
+                for hit, (_, _, q, index) in zip(hits, incs, strict=True):
+                    with m.If(hit):
                         m.d.sync += self.sem_last[s].eq(
                             Cat(index[:24], q, Const(1, 1)))
 

@@ -137,15 +137,34 @@ class SoftmaxEngine(wiring.Component):
         ret_key = Signal(22)             # key index of its lane 0
         m.d.sync += ret.eq(0)
         kv_len = body.kv_len
-        limit = body.q_offset + row      # causal: keys <= limit
+        limit = Signal.like(body.q_offset + row, name="limit")     # causal: keys <= limit
+        m.d.comb += limit.eq(body.q_offset + row)
         valid = [Signal(name=f"valid{j}") for j in range(cols)]
         for j in range(cols):
             k = ret_key + j
             m.d.comb += valid[j].eq((k < kv_len) & (~body.causal | (k <= limit)))
         mx = Signal(signed(32))
-        lane_max = mx
+        # max(mx, valid lanes) as a tree of named signals. Every intermediate is a Signal:
+        # Amaranth's lowering copies a shared subexpression at each use, so a chain like
+        # ``Mux(acc[j] > prev, acc[j], prev)`` would grow as 2**cols (15 MB of Verilog at
+        # 16x16). An invalid lane counts as INT32_MIN, which never exceeds mx.
+        level = [mx]
         for j in range(cols):
-            lane_max = Mux(valid[j] & (acc[j] > lane_max), acc[j], lane_max)
+            lane = Signal(signed(32), name=f"max_in{j}")
+            m.d.comb += lane.eq(Mux(valid[j], acc[j], -(1 << 31)))
+            level.append(lane)
+        depth = 0
+        while len(level) > 1:
+            nxt = []
+            for i in range(0, len(level) - 1, 2):
+                a, b = level[i], level[i + 1]
+                win = Signal(signed(32), name=f"max_t{depth}_{i // 2}")
+                m.d.comb += win.eq(Mux(b > a, b, a))
+                nxt.append(win)
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level, depth = nxt, depth + 1
+        lane_max = level[0]
 
         # -- pass 2: exponent pipeline -------------------------------------------------------------
         # e1: difference and mask
@@ -160,9 +179,11 @@ class SoftmaxEngine(wiring.Component):
         e3 = Signal()
         p = Signal(data.ArrayLayout(unsigned(7), cols))
         m.d.sync += [e1.eq(0), e2.eq(e1), e3.eq(e2)]
+        rnd_value = Mux(body.shift == 0, 0, Const(1, 64) << (body.shift - 1).as_unsigned()[:6])
+        rnd = Signal.like(rnd_value, name="exp_rnd")     # one for all lanes
+        m.d.comb += rnd.eq(rnd_value)
         for j in range(cols):
             m.d.sync += [d[j].eq(mx - acc[j]), v1[j].eq(valid[j])]
-            rnd = Mux(body.shift == 0, 0, Const(1, 64) << (body.shift - 1).as_unsigned()[:6])
             prod = d[j] * body.mult + rnd
             m.d.sync += [n[j].eq(prod >> body.shift), v2[j].eq(v1[j])]
             m.d.sync += p[j].eq(Mux(v2[j], exp2_lane(n[j], frac), 0))

@@ -122,6 +122,11 @@ class SystolicArray(wiring.Component):
         # -- the PE grid ------------------------------------------------------------------------
         # PE(k, n): w_shadow, w_active; registers a and swap to the right, psum downwards.
         psum = [None] * cols
+        load_col = []       # column-write strobes, shared by all rows of a column
+        for n in range(cols):
+            strobe = Signal(name=f"w_load_col{n}")
+            m.d.comb += strobe.eq(self.w_en & self.w_col & (self.w_addr == n))
+            load_col.append(strobe)
         for k in range(rows):
             load_row = Signal(name=f"w_load_row{k}")
             m.d.comb += load_row.eq(self.w_en & ~self.w_col & (self.w_addr == k))
@@ -133,7 +138,7 @@ class SystolicArray(wiring.Component):
                 with m.If(load_row):
                     m.d.sync += w_shadow.eq(self.w_data[n])
                 if k < cols:
-                    with m.If(self.w_en & self.w_col & (self.w_addr == n)):
+                    with m.If(load_col[n]):
                         m.d.sync += w_shadow.eq(self.w_data[k])
                 with m.If(swap_in):
                     m.d.sync += w_active.eq(w_shadow)

@@ -135,10 +135,15 @@ class RequantEngine(wiring.Component):
         x = Signal(data.ArrayLayout(signed(33), cols))
         x_valid = Signal()
         m.d.sync += x_valid.eq(x0_valid)
-        r_sel = recip[x0_pos]
+        # Shared subexpressions go through named signals: Amaranth's lowering copies an
+        # expression at each of its uses (``scaled`` three times: three multipliers per lane).
+        r_sel = Signal(unsigned(31), name="r_sel")
+        m.d.comb += r_sel.eq(recip[x0_pos])
         lo, hi = -(1 << 32), (1 << 32) - 1
         for j in range(cols):
-            scaled = (x0[j] * r_sel + (1 << (ROW_SCALE_SHIFT - 1))) >> ROW_SCALE_SHIFT
+            scaled_value = (x0[j] * r_sel + (1 << (ROW_SCALE_SHIFT - 1))) >> ROW_SCALE_SHIFT
+            scaled = Signal.like(scaled_value, name=f"scaled{j}")
+            m.d.comb += scaled.eq(scaled_value)
             sat = Mux(scaled > hi, hi, Mux(scaled < lo, lo, scaled))
             m.d.sync += x[j].eq(Mux(cmd.header.flags.row_scale, sat, x0[j]))
         for j in range(cols):
@@ -163,7 +168,9 @@ class RequantEngine(wiring.Component):
         y_valid = Signal()
         m.d.sync += y_valid.eq(p_valid)
         for j in range(cols):
-            shifted = (p[j] + rnd[j]) >> shift[j]
+            shifted_value = (p[j] + rnd[j]) >> shift[j]
+            shifted = Signal.like(shifted_value, name=f"shifted{j}")
+            m.d.comb += shifted.eq(shifted_value)
             clamped = Mux(shifted > 127, 127, Mux(shifted < -128, -128, shifted))
             m.d.sync += y[j].eq(Mux(cmd.header.flags.relu & (shifted < 0), 0, clamped))
 
