@@ -628,7 +628,8 @@ class _LoadMover(Elaboratable):
                 m.d.comb += port.data.eq(Cat(held, bus.rdata))
         m.d.comb += hold.eq(Cat(*holds).any())
         m.d.comb += self.stall_dram.eq(
-            ((bus.arvalid & ~bus.arready) | (in_flight.r_rdy & ~bus.rvalid)) & ~hold)
+            ((bus.arvalid & ~bus.arready) | (in_flight.r_rdy & ~bus.rvalid))
+            & ~(bus.rvalid & hold))
 
         m.d.comb += [
             ctl.finished.eq(bursts.idle & ~in_flight.r_rdy),
