@@ -424,16 +424,16 @@ class SynthResult:
 
 
 def check_memories(memories: list[MemoryMapping], required: tuple[str, ...] = TILE_MEMORIES,
-                   *, lutram_ok: bool = True) -> list[str]:
+                   *, lutram_ok: bool = False) -> list[str]:
     """What is wrong with how the ``required`` memories were implemented; empty if nothing.
 
     A required memory must appear in the synthesis log's memory mapping (a memory that Yosys
     did not see as a memory at all, e.g. one it replaced by registers in the frontend or one
     that was renamed, has no mapping line, and is reported as missing rather than passing
-    silently) and must have mapped to block RAM, or to LUT RAM if ``lutram_ok`` (Yosys picks
-    LUT RAM for shallow memories, e.g. 16 rows, where it is the cheaper RAM). A memory mapped
-    to flip-flops (``logic``) is always a problem: on ECP5 that happens when a memory has more
-    than one write port.
+    silently) and must have mapped to block RAM, or also to LUT RAM if ``lutram_ok``. (The
+    tile's memories ask for block RAM, :data:`hw.tile.RAM_ATTRS`, so by default LUT RAM is a
+    failure too.) A memory mapped to flip-flops (``logic``) is always a problem: on ECP5 that
+    happens when a memory has more than one write port.
 
     Parameters
     ----------

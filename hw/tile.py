@@ -15,6 +15,13 @@ from .vector import check_config, check_rows
 
 __all__ = ["MatrixEngine", "ComputeTile", "TileStall"]
 
+#: Attributes of the scratchpad and accumulator memories. ``ram_style = "block"`` makes Yosys'
+#: ``memory_libmap`` use block RAM (ECP5 DP16KD, iCE40 SB_RAM40_4K) even for shallow memories
+#: where it would pick LUT RAM (e.g. 16 rows); LUT RAM would cost logic that grows with the
+#: depth, and with it the flat ``synth_ecp5`` of Yosys 0.70 fails an assertion in ABC9 on the
+#: 2x2 NPU.
+RAM_ATTRS = {"ram_style": "block"}
+
 #: Layout of :attr:`ComputeTile.stall` (one bit per stall reason, valid every cycle).
 TileStall = data.StructLayout({"vector_acc": 1})
 
@@ -229,7 +236,8 @@ class ComputeTile(wiring.Component):
     Memories (``amaranth.lib.memory.Memory``, zero-initialised, synchronous read ports with one
     cycle of latency, not transparent), each with exactly **one write port** so that FPGA
     synthesis maps it to block RAM (Yosys ``memory_libmap`` gives every read port its own copy
-    of the memory, each copy a simple dual-port RAM: one write, one read):
+    of the memory, each copy a simple dual-port RAM: one write, one read; the memories carry
+    :data:`RAM_ATTRS`):
 
     * scratchpad: ``spad_rows`` rows of ``spad_row_bytes`` int8; element ``j`` of a row is bits
       ``[8j+7:8j]``. Write port shared by, in priority order, the vector engine (REQUANT
@@ -286,10 +294,11 @@ class ComputeTile(wiring.Component):
         m = Module()
         cfg = self.config
 
+        # ram_style: block RAM even where Yosys would pick LUT RAM (shallow memories)
         m.submodules.spad = spad = Memory(shape=cfg.spad_row_bytes * 8, depth=cfg.spad_rows,
-                                          init=[])
+                                          init=[], attrs=RAM_ATTRS)
         m.submodules.acc = acc = Memory(shape=cfg.acc_row_bytes * 8, depth=cfg.acc_rows,
-                                        init=[])
+                                        init=[], attrs=RAM_ATTRS)
         m.submodules.matrix = matrix = MatrixEngine(cfg)
         m.submodules.vector = vector = VectorUnit(cfg)
 

@@ -170,9 +170,9 @@ def test_check_memories():
         "npu.tile.gone: no memory mapping in the synthesis log"]
     lut = parse_memory_mapping("mapping memory npu.tile.spad via $__TRELLIS_DPR16X4_\n"
                                "mapping memory npu.tile.acc via $__DP16KD_\n")
-    assert check_memories(lut) == []
-    assert check_memories(lut, lutram_ok=False) == [
+    assert check_memories(lut) == [
         "npu.tile.spad: mapped to lutram ($__TRELLIS_DPR16X4_), not block RAM"]
+    assert check_memories(lut, lutram_ok=True) == []
 
 
 def test_parse_nextpnr_report():
