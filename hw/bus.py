@@ -5,9 +5,14 @@
 * :class:`AXI4LiteSignature`: an AXI4-Lite manager port (32-bit data).
 * :class:`EngineSignature`: how the command processor hands one command at a time to an
   engine (DMA load, DMA store, matrix, vector) and learns that it retired.
+* :class:`ArbitratedWriteSignature`: a write request to a local memory whose single write
+  port is shared by several writers (``amaranth.lib.memory.WritePort.Signature`` plus
+  ``ready``).
 
 Signatures are written from the manager's (initiator's) point of view; a subordinate uses
-``In(...)`` (``.flip()``).
+``In(...)`` (``.flip()``). The exception is :class:`ArbitratedWriteSignature`, which follows
+Amaranth's memory port signatures (written from the memory's side) so that it sits beside
+``ReadPort.Signature``/``WritePort.Signature``.
 """
 
 from amaranth.lib import stream, wiring
@@ -16,7 +21,8 @@ from amaranth.lib.wiring import In, Out
 from .isa import Command, ErrorCode
 
 __all__ = ["AXI4Signature", "AXI4LiteSignature", "EngineSignature",
-           "AXI_BURST_INCR", "AXI_RESP_OKAY", "AXI_RESP_SLVERR", "AXI_RESP_DECERR"]
+           "ArbitratedWriteSignature", "AXI_BURST_INCR", "AXI_RESP_OKAY", "AXI_RESP_SLVERR",
+           "AXI_RESP_DECERR"]
 
 AXI_BURST_INCR = 0b01
 AXI_RESP_OKAY = 0b00
@@ -120,3 +126,48 @@ class EngineSignature(wiring.Signature):
             "window_base": Out(32),
             "window_limit": Out(32),
         })
+
+
+class ArbitratedWriteSignature(wiring.Signature):
+    """Write request to a local memory whose one write port is shared by several writers.
+
+    Written from the memory's (arbiter's) side, like ``amaranth.lib.memory.WritePort.Signature``:
+    a writer uses ``In(ArbitratedWriteSignature(...))``, the arbiter ``Out(...)``.
+
+    Members
+    -------
+    en : ``In(1)``
+        The writer requests a write of ``data`` to row ``addr`` in this cycle.
+    addr : ``In(addr_width)``
+    data : ``In(shape)``
+    ready : ``Out(1, init=1)``
+        The write port is free for this writer in this cycle (no writer of higher priority
+        writes). The row is written at the clock edge iff ``en & ready``; with ``en & ~ready``
+        nothing is written and the writer must hold (or retry) the write in a later cycle.
+        ``ready`` does not depend on this writer's ``en``, and ``en`` must not depend on
+        ``ready`` (no combinational loop; the same rule as a stream's ``valid``). An
+        unconnected ``ready`` stays at its initial value 1 (never denied).
+
+    Parameters
+    ----------
+    addr_width : int
+    shape : shape-castable
+        The row shape of the memory.
+    """
+
+    def __init__(self, *, addr_width: int, shape):
+        self.addr_width = addr_width
+        self.shape = shape
+        super().__init__({
+            "en": In(1),
+            "addr": In(addr_width),
+            "data": In(shape),
+            "ready": Out(1, init=1),
+        })
+
+    def __eq__(self, other):
+        return (type(other) is type(self) and self.addr_width == other.addr_width
+                and self.shape == other.shape)
+
+    def __repr__(self):
+        return f"ArbitratedWriteSignature(addr_width={self.addr_width}, shape={self.shape!r})"

@@ -17,11 +17,11 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .bus import AXI_BURST_INCR, AXI4Signature, EngineSignature
+from .bus import AXI_BURST_INCR, ArbitratedWriteSignature, AXI4Signature, EngineSignature
 from .config import NPUConfig
 from .isa import DmaBody, ErrorCode, LocalMem
 
-__all__ = ["DMA", "PAGE_BYTES", "MAX_BURST_BEATS"]
+__all__ = ["DMA", "DmaStall", "PAGE_BYTES", "MAX_BURST_BEATS"]
 
 #: An AXI4 burst must not cross a 4 KiB address boundary (AMBA AXI spec, ARM IHI 0022,
 #: section A3.4.1 "Address structure").
@@ -30,6 +30,10 @@ PAGE_BYTES = 4096
 MAX_BURST_BEATS = 256
 #: Depth of the store channel's buffer of assembled W beats.
 _W_BUFFER_DEPTH = 4
+
+
+#: Layout of :attr:`DMA.stall` (one bit per stall reason, valid every cycle).
+DmaStall = data.StructLayout({"load_dram": 1, "load_spad": 1, "load_acc": 1, "store_dram": 1})
 
 
 def _log2(n: int) -> int:
@@ -52,12 +56,36 @@ class DMA(wiring.Component):
     bus : ``Out(AXI4Signature(...))``
         AXI4 manager. All transactions use ID 0, ``AxBURST`` = INCR and
         ``AxSIZE`` = log2(``axi_data_bytes``).
-    spad_w, acc_w : ``In(memory.WritePort.Signature(...))``
-        Write ports of the scratchpad and the accumulator (used by the load channel).
+    spad_w, acc_w : ``In(ArbitratedWriteSignature(...))``
+        Write requests to the scratchpad and the accumulator (used by the load channel), see
+        :class:`hw.bus.ArbitratedWriteSignature`: a row is written at the clock edge iff
+        ``en & ready``. ``ready`` is the grant of the memory's shared write port (low while a
+        writer of higher priority, the vector unit or the matrix engine, writes); while it is
+        low the load channel keeps ``en``/``addr``/``data`` and holds the R beat that completes
+        the row (RREADY low), so no data is lost or reordered (see *Local write stalls*).
     spad_r, acc_r : ``In(memory.ReadPort.Signature(...))``
         Synchronous read ports (data the cycle after ``en``; used by the store channel).
         ``en`` is driven every cycle; the DMA re-reads instead of relying on the port holding
-        its data.
+        its data. Read ports are never shared, so the store channel never waits for them.
+    stall : ``Out(DmaStall)``
+        Why a channel is not moving data in this cycle, one bit per reason, for performance
+        counters (count the cycles each bit is high):
+
+        * ``load_spad`` / ``load_acc``: the load channel has an R beat (RVALID high, no bus
+          error seen in the command) whose chunk completes a local row of the scratchpad /
+          accumulator, and that memory's ``ready`` is low (a writer of higher priority has the
+          write port), so the beat is held (RREADY low). A beat with an error response is held
+          like any other (its row is not written, but the hold is decided before RRESP is
+          looked at).
+        * ``load_dram``: the load channel is waiting on DRAM: ARVALID high and ARREADY low, or
+          read bursts in flight and RVALID low; and neither ``load_spad`` nor ``load_acc`` is
+          high. (Cycles where a beat is present but not yet consumed because it feeds several
+          local rows, one per cycle, are not stalls.)
+        * ``store_dram``: the store channel is waiting on DRAM: AWVALID high and AWREADY low,
+          or WVALID high and WREADY low, or every W beat of the command has been sent (no local
+          row left to read, beat buffer empty) and B responses are still outstanding.
+
+        All bits are 0 while a channel is idle or checking a command.
 
     Command ports
     -------------
@@ -103,14 +131,29 @@ class DMA(wiring.Component):
     waiting for B and retire only after the last B response. W data never waits for AW
     (ARM IHI 0022 A3.3.1).
 
+    Local write stalls
+    ------------------
+    Each local memory has one write port (so that it maps to FPGA block RAM), shared by the
+    DMA load channel and the engines (see :class:`hw.tile.ComputeTile`), with the DMA last in
+    priority. A chunk that completes a local row is written only when that memory's ``ready``
+    is high; otherwise the chunk waits with its R beat held (RREADY low, ``en``/``addr``/
+    ``data`` held; ``stall.load_spad``/``load_acc`` high). ``ready`` is looked at before RVALID
+    and the chunk position only, so RREADY never depends on RVALID or the R payload. Chunks
+    that only fill the row assembly register (``L > beat``, not the last beat of the row) never
+    wait; the assembly register is updated only when its chunk is taken, so multi-beat rows
+    stay intact. The AR channel keeps issuing bursts while a beat is held (up to
+    ``dma_outstanding`` in flight).
+
     Throughput and latency
     ----------------------
     Data moves in ``G``-byte chunks, one chunk per cycle in steady state: when ``L < beat`` a
     beat feeds ``beat / L`` local rows over as many cycles (RREADY low meanwhile); when
-    ``L > beat``, ``L / beat`` beats make one local row write. ARVALID/AWVALID rise 3 cycles
-    after the command handshake; ``done`` comes 2 cycles after the last R beat (load) or the
-    last B response (store). A zero-length command or a ``BAD_SIZE``/``MISALIGNED`` error
-    retires 2 cycles after the handshake, a range error after 3 + (rows searched) cycles.
+    ``L > beat``, ``L / beat`` beats make one local row write. Every cycle in which a load's
+    local write is denied (``stall.load_spad``/``load_acc``) adds one cycle. ARVALID/AWVALID
+    rise 3 cycles after the command handshake; ``done`` comes 2 cycles after the last R beat
+    (load) or the last B response (store). A zero-length command or a
+    ``BAD_SIZE``/``MISALIGNED`` error retires 2 cycles after the handshake, a range error after
+    3 + (rows searched) cycles.
     """
 
     def __init__(self, config: NPUConfig):
@@ -124,14 +167,15 @@ class DMA(wiring.Component):
             "bus": Out(AXI4Signature(addr_width=cfg.axi_addr_bits,
                                      data_width=cfg.axi_data_bits,
                                      id_width=cfg.axi_id_bits)),
-            "spad_w": In(memory.WritePort.Signature(addr_width=_log2(cfg.spad_rows),
-                                                    shape=cfg.spad_row_bytes * 8)),
-            "acc_w": In(memory.WritePort.Signature(addr_width=_log2(cfg.acc_rows),
-                                                   shape=cfg.acc_row_bytes * 8)),
+            "spad_w": In(ArbitratedWriteSignature(addr_width=_log2(cfg.spad_rows),
+                                                  shape=cfg.spad_row_bytes * 8)),
+            "acc_w": In(ArbitratedWriteSignature(addr_width=_log2(cfg.acc_rows),
+                                                 shape=cfg.acc_row_bytes * 8)),
             "spad_r": In(memory.ReadPort.Signature(addr_width=_log2(cfg.spad_rows),
                                                    shape=cfg.spad_row_bytes * 8)),
             "acc_r": In(memory.ReadPort.Signature(addr_width=_log2(cfg.acc_rows),
                                                   shape=cfg.acc_row_bytes * 8)),
+            "stall": Out(DmaStall),
         })
 
     def elaborate(self, platform):
@@ -140,14 +184,20 @@ class DMA(wiring.Component):
 
         # -- load channel: command checks, then AR bursts and R data into local rows ---------
         m.submodules.load_control = load_control = _Control(cfg, self.load)
-        m.submodules.load_mover = _LoadMover(cfg, load_control, self.bus,
-                                             {LocalMem.SPAD: self.spad_w, LocalMem.ACC: self.acc_w})
+        m.submodules.load_mover = load_mover = _LoadMover(
+            cfg, load_control, self.bus, {LocalMem.SPAD: self.spad_w, LocalMem.ACC: self.acc_w})
 
         # -- store channel: command checks, then local rows into W beats, AW bursts, B -------
         m.submodules.store_control = store_control = _Control(cfg, self.store)
-        m.submodules.store_mover = _StoreMover(cfg, store_control, self.bus,
-                                               {LocalMem.SPAD: self.spad_r,
-                                                LocalMem.ACC: self.acc_r})
+        m.submodules.store_mover = store_mover = _StoreMover(
+            cfg, store_control, self.bus, {LocalMem.SPAD: self.spad_r, LocalMem.ACC: self.acc_r})
+
+        m.d.comb += [
+            self.stall.load_dram.eq(load_mover.stall_dram),
+            self.stall.load_spad.eq(load_mover.stall_local[LocalMem.SPAD]),
+            self.stall.load_acc.eq(load_mover.stall_local[LocalMem.ACC]),
+            self.stall.store_dram.eq(store_mover.stall_dram),
+        ]
         return m
 
 
@@ -488,13 +538,20 @@ class _Walker(Elaboratable):
 
 
 class _LoadMover(Elaboratable):
-    """Load data path: AR bursts from :class:`_BurstGen`, R beats cut into local rows."""
+    """Load data path: AR bursts from :class:`_BurstGen`, R beats cut into local rows.
+
+    A chunk that completes a local row waits (R beat held) while its memory's ``ready`` is
+    low. ``stall_local[mem]`` and ``stall_dram`` are the :attr:`DMA.stall` bits.
+    """
 
     def __init__(self, cfg: NPUConfig, control: _Control, bus, write_ports: dict):
         self.cfg = cfg
         self.control = control
         self.bus = bus
         self.write_ports = write_ports
+        self.stall_local = {mem: Signal(name=f"stall_{mem.name.lower()}")
+                            for mem in write_ports}
+        self.stall_dram = Signal()
 
     def elaborate(self, platform):
         m = Module()
@@ -527,41 +584,52 @@ class _LoadMover(Elaboratable):
         error = Signal()
         error_addr = Signal(32)
         r_take = bus.rvalid & bus.rready
+        want = Signal()         # the current chunk is wanted (its beat may not be here yet)
+        hold = Signal()         # ... and it completes a local row whose write port is taken
         chunk_go = Signal()
         write = Signal()
         m.d.comb += [
-            chunk_go.eq(bus.rvalid & walker.valid & ~error),
+            want.eq(walker.valid & ~error),
+            chunk_go.eq(bus.rvalid & want & ~hold),
             walker.step.eq(chunk_go),
-            bus.rready.eq(error | (walker.valid & walker.beat_end)),
+            bus.rready.eq(error | (walker.valid & walker.beat_end & ~hold)),
             in_flight.r_en.eq(r_take & bus.rlast),
-            write.eq(chunk_go & ~bus.rresp[1]),
+            write.eq(bus.rvalid & want & ~bus.rresp[1]),
         ]
         with m.If(ctl.start):
             m.d.sync += error.eq(0)
         with m.Elif(r_take & bus.rresp[1] & ~error):
             m.d.sync += [error.eq(1), error_addr.eq(in_flight.r_data)]
 
+        holds = []
         for mem, port in self.write_ports.items():
             local = _Local(cfg, mem)
             selected = ctl.is_acc if mem == LocalMem.ACC else ~ctl.is_acc
-            m.d.comb += port.addr.eq(walker.lrow)
+            # this chunk writes a local row (only the last chunk of a row when L > beat)
+            row_done = walker.local_end if local.row_bytes > beat else Const(1)
+            mem_hold = Signal(name=f"hold_{mem.name.lower()}")
+            m.d.comb += [
+                mem_hold.eq(want & selected & row_done & ~port.ready),
+                self.stall_local[mem].eq(bus.rvalid & mem_hold),
+                port.addr.eq(walker.lrow),
+                port.en.eq(write & selected & row_done),
+            ]
+            holds.append(mem_hold)
             if local.row_bytes == beat:
-                m.d.comb += [port.data.eq(bus.rdata), port.en.eq(write & selected)]
+                m.d.comb += port.data.eq(bus.rdata)
             elif local.row_bytes < beat:
-                m.d.comb += [
-                    port.data.eq(bus.rdata.word_select(walker.off[local.log2_row:],
-                                                       local.row_bytes * 8)),
-                    port.en.eq(write & selected),
-                ]
+                m.d.comb += port.data.eq(bus.rdata.word_select(walker.off[local.log2_row:],
+                                                               local.row_bytes * 8))
             else:
                 # Several beats per local row: keep all but the last, write with the last.
                 held = Signal((local.row_bytes - beat) * 8, name=f"held_{mem.name.lower()}")
                 with m.If(chunk_go & selected & ~walker.local_end):
                     m.d.sync += held.word_select(walker.sub, beat * 8).eq(bus.rdata)
-                m.d.comb += [
-                    port.data.eq(Cat(held, bus.rdata)),
-                    port.en.eq(write & selected & walker.local_end),
-                ]
+                m.d.comb += port.data.eq(Cat(held, bus.rdata))
+        m.d.comb += hold.eq(Cat(*holds).any())
+        m.d.comb += self.stall_dram.eq(
+            ((bus.arvalid & ~bus.arready) | (in_flight.r_rdy & ~bus.rvalid))
+            & ~(bus.rvalid & hold))
 
         m.d.comb += [
             ctl.finished.eq(bursts.idle & ~in_flight.r_rdy),
@@ -575,7 +643,7 @@ class _StoreMover(Elaboratable):
     """Store data path: local rows read into W beats (with WSTRB), AW bursts, B responses.
 
     Local reads are issued only when the W beat buffer is sure to have room one cycle later,
-    so the read data never has to wait.
+    so the read data never has to wait. ``stall_dram`` is :attr:`DMA.stall` ``.store_dram``.
     """
 
     def __init__(self, cfg: NPUConfig, control: _Control, bus, read_ports: dict):
@@ -583,6 +651,7 @@ class _StoreMover(Elaboratable):
         self.control = control
         self.bus = bus
         self.read_ports = read_ports
+        self.stall_dram = Signal()
 
     def elaborate(self, platform):
         m = Module()
@@ -693,6 +762,9 @@ class _StoreMover(Elaboratable):
         with m.Elif(bus.bvalid & bus.bresp[1] & ~error):
             m.d.sync += [error.eq(1), error_addr.eq(in_flight.r_data)]
 
+        all_sent = ~walker.valid & ~s2_valid & ~w_beats.r_rdy
+        m.d.comb += self.stall_dram.eq((bus.awvalid & ~bus.awready) | (bus.wvalid & ~bus.wready)
+                                       | (all_sent & in_flight.r_rdy & ~bus.bvalid))
         m.d.comb += [
             ctl.finished.eq(bursts.idle & ~in_flight.r_rdy & ~walker.valid & ~s2_valid
                             & ~w_beats.r_rdy),

@@ -14,7 +14,7 @@ from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In
 from amaranth.utils import exact_log2
 
-from .bus import EngineSignature
+from .bus import ArbitratedWriteSignature, EngineSignature
 from .config import NPUConfig
 from .isa import (
     SOFTMAX_EXP_FRAC_BITS,
@@ -63,15 +63,20 @@ class SoftmaxEngine(wiring.Component):
     3. ``DIVIDE``: ``r = floor((2**32 + sum // 2) / sum)`` by a restoring divider, one quotient
        bit per cycle (33 cycles; ``sum == 0`` -> ``r = 0``), collected in a ``cols``-entry
        register; after every ``cols`` rows (and after the last row) the collected reciprocals
-       are written as one accumulator row.
+       are written as one accumulator row. That write goes through the accumulator's shared
+       write port (``acc_wr.ready``, see :class:`hw.bus.ArbitratedWriteSignature`): the engine
+       stays in its row-end state, with the write request held, until ``ready`` is high (the
+       matrix engine has priority and never waits).
 
     Two passes over the scores (instead of buffering a row) keep the engine's storage at a few
     registers for any row length; the accumulator read port gives one block per cycle.
 
     Latency per row: ``2 * n_blocks + 43`` cycles (start 1, max pass ``n_blocks + 2``, exponent
     pass ``n_blocks + 4``, divider 35, row end 1); per command ``+ 3`` (accept, check,
-    retire). The exponent pipeline is 4 registers deep
-    (difference, multiply/shift, table/shift, write/sum).
+    retire); plus one cycle for every cycle a reciprocal row write waits for ``acc_wr.ready``
+    (none when no MATMUL writes the accumulator at the same time). The exponent pipeline is
+    4 registers deep (difference, multiply/shift, table/shift, write/sum). The P writes to the
+    scratchpad never wait (the vector unit has the scratchpad's write port first).
 
     Errors (in this order, nothing written): opcode other than SOFTMAX -> ``BAD_OPCODE``;
     ``n_rows == 0`` or ``n_blocks == 0`` does nothing; then the score rows, the P rows and the
@@ -90,8 +95,8 @@ class SoftmaxEngine(wiring.Component):
     engine : ``In(EngineSignature())``
     acc_rd : ``In(ReadPort.Signature(...))``
         Reads score blocks.
-    acc_wr : ``In(WritePort.Signature(...))``
-        Writes the reciprocal rows.
+    acc_wr : ``In(ArbitratedWriteSignature(...))``
+        Writes the reciprocal rows; waits while ``ready`` is low.
     spad_wr : ``In(WritePort.Signature(...))``
         Writes P blocks.
     """
@@ -108,7 +113,7 @@ class SoftmaxEngine(wiring.Component):
         super().__init__({
             "engine": In(EngineSignature()),
             "acc_rd": In(ReadPort.Signature(**acc)),
-            "acc_wr": In(WritePort.Signature(**acc)),
+            "acc_wr": In(ArbitratedWriteSignature(**acc)),
             "spad_wr": In(WritePort.Signature(**spad)),
         })
 
@@ -294,15 +299,19 @@ class SoftmaxEngine(wiring.Component):
 
             with m.State("ROW_END"):
                 last = row + 1 == body.n_rows
-                with m.If((row_pos == cols - 1) | last):
+                flush = (row_pos == cols - 1) | last
+                # the reciprocal row write waits here for the accumulator's write port
+                with m.If(flush):
                     m.d.comb += self.acc_wr.en.eq(1)
-                    m.d.sync += [recips.eq(0), scale_addr.eq(scale_addr + 1)]
-                m.d.sync += [row.eq(row + 1),
-                             row_pos.eq(Mux(row_pos == cols - 1, 0, row_pos + 1))]
-                with m.If(last):
-                    m.next = "RETIRE"
-                with m.Else():
-                    m.next = "ROW_START"
+                with m.If(~flush | self.acc_wr.ready):
+                    with m.If(flush):
+                        m.d.sync += [recips.eq(0), scale_addr.eq(scale_addr + 1)]
+                    m.d.sync += [row.eq(row + 1),
+                                 row_pos.eq(Mux(row_pos == cols - 1, 0, row_pos + 1))]
+                    with m.If(last):
+                        m.next = "RETIRE"
+                    with m.Else():
+                        m.next = "ROW_START"
 
             with m.State("RETIRE"):
                 m.d.comb += self.engine.done.eq(1)
@@ -325,7 +334,8 @@ class VectorUnit(wiring.Component):
     -------
     engine : ``In(EngineSignature())``
     acc_rd, acc_wr, spad_wr
-        As :class:`SoftmaxEngine` (``acc_wr`` is used by SOFTMAX only).
+        As :class:`SoftmaxEngine` (``acc_wr`` is used by SOFTMAX only; its ``ready`` goes to
+        the softmax engine).
     """
 
     def __init__(self, config: NPUConfig, exp_frac_bits: int = SOFTMAX_EXP_FRAC_BITS):
@@ -337,7 +347,7 @@ class VectorUnit(wiring.Component):
         super().__init__({
             "engine": In(EngineSignature()),
             "acc_rd": In(ReadPort.Signature(**acc)),
-            "acc_wr": In(WritePort.Signature(**acc)),
+            "acc_wr": In(ArbitratedWriteSignature(**acc)),
             "spad_wr": In(WritePort.Signature(**spad)),
         })
 
@@ -374,5 +384,5 @@ class VectorUnit(wiring.Component):
                          self.spad_wr.addr.eq(rq.spad_wr.addr),
                          self.spad_wr.data.eq(rq.spad_wr.data)]
         m.d.comb += [self.acc_wr.en.eq(sm.acc_wr.en), self.acc_wr.addr.eq(sm.acc_wr.addr),
-                     self.acc_wr.data.eq(sm.acc_wr.data)]
+                     self.acc_wr.data.eq(sm.acc_wr.data), sm.acc_wr.ready.eq(self.acc_wr.ready)]
         return m

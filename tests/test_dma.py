@@ -3,9 +3,11 @@
 
 The DMA runs against a deliberately naive AXI4 subordinate (a ``bytearray``, optional seeded
 random stalls on every channel) and naive local memories (Python lists) behind its four memory
-ports; results are compared with a naive Python model of the transfer. The model also checks
-the bus rules on every beat: bursts of at most 256 beats that never cross 4 KiB, INCR, full
-beat size, ID 0, valid held with stable payload until ready, WLAST where the burst ends.
+ports (the write ports optionally denied at random, as the tile's arbiter does); results are
+compared with a naive Python model of the transfer. The model also checks the bus rules on
+every beat: bursts of at most 256 beats that never cross 4 KiB, INCR, full beat size, ID 0,
+valid held with stable payload until ready, WLAST where the burst ends; and the ``stall``
+status bits against what it sees on the bus and the memory ports.
 """
 
 import random
@@ -124,15 +126,23 @@ class Environment:
     ``stall`` is the probability that a ready or a new valid of the model is held low in a
     cycle (seeded). ``r_latency`` is the number of cycles after an AR before its first R beat may
     go. Reads of a beat, and writes of a burst, that touch ``[bad_lo, bad_hi)`` get SLVERR
-    (a failing write burst writes nothing).
+    (a failing write burst writes nothing). ``deny`` is the probability that a local write
+    port's ``ready`` is low in a cycle (a higher-priority writer has the port); a row is
+    written only on ``en & ready``. ``stall_counts`` counts the cycles each ``stall`` bit of
+    the DMA was high.
     """
 
-    def __init__(self, cfg: NPUConfig, *, seed=0, stall=0.0, r_latency=0, bad=(0, 0)):
+    def __init__(self, cfg: NPUConfig, *, seed=0, stall=0.0, r_latency=0, bad=(0, 0),
+                 deny=0.0):
         self.cfg = cfg
         self.rng = random.Random(seed)
+        self.deny_rng = random.Random(f"deny{seed}")
         self.stall = stall
         self.r_latency = r_latency
         self.bad = bad
+        self.deny = deny
+        self.stall_counts = dict.fromkeys(("load_dram", "load_spad", "load_acc", "store_dram"), 0)
+        self.denied_writes = 0
         self.dram = bytearray(self.rng.randbytes(cfg.dram_bytes))
         self.local = {
             mem: [self.rng.getrandbits(8 * local_row_bytes(cfg, mem))
@@ -178,15 +188,23 @@ class Environment:
             bus.wvalid, bus.wdata, bus.wstrb, bus.wlast,
             bus.bready,
         ]
+        watched += [dut.stall.load_dram, dut.stall.load_spad, dut.stall.load_acc,
+                    dut.stall.store_dram]
         for mem in LocalMem:
             watched += [ports_w[mem].en, ports_w[mem].addr, ports_w[mem].data,
                         ports_r[mem].en, ports_r[mem].addr]
+        writes_open = 0         # write bursts accepted on AW, B response not yet taken
         while True:
             # -- drive this cycle's outputs ----------------------------------------------------
             arready, awready, wready = self.go(), self.go(), self.go()
             ctx.set(bus.arready, arready)
             ctx.set(bus.awready, awready)
             ctx.set(bus.wready, wready)
+            w_ready = {mem: not (self.deny and self.deny_rng.random() < self.deny)
+                       for mem in LocalMem}
+            for mem in LocalMem:
+                ctx.set(ports_w[mem].ready, w_ready[mem])
+            reads_open = bool(reads)
             for rd in reads:
                 rd[2] = max(0, rd[2] - 1)
             if r_out is None and reads and reads[0][2] == 0 and self.go():
@@ -211,7 +229,33 @@ class Environment:
             (arvalid, araddr, arlen, arsize, arburst, arid, rready,
              awvalid, awaddr, awlen, awsize, awburst, awid,
              wvalid, wdata, wstrb, wlast, bready) = v[:18]
-            mem_samples = v[18:]
+            stall_load_dram, stall_load_spad, stall_load_acc, stall_store_dram = v[18:22]
+            mem_samples = v[22:]
+
+            # -- stall status bits, from what is visible on the ports -------------------------
+            rvalid, bvalid = r_out is not None, b_out is not None
+            w_en = {mem: mem_samples[5 * i] for i, mem in enumerate(LocalMem)}
+            for mem, bit in ((LocalMem.SPAD, stall_load_spad), (LocalMem.ACC, stall_load_acc)):
+                if w_en[mem] and not w_ready[mem]:
+                    self.denied_writes += 1
+                    assert bit, f"{mem.name} write denied but stall.load_{mem.name.lower()} low"
+                    assert not rready, "R beat taken while its local write was denied"
+                if bit:
+                    assert rvalid and not rready and not w_ready[mem], \
+                        f"stall.load_{mem.name.lower()} without a held beat and a denied port"
+                    if r_out[1] == AXI_RESP_OKAY:
+                        assert w_en[mem], f"stall.load_{mem.name.lower()} without a write"
+            load_local = stall_load_spad or stall_load_acc
+            assert stall_load_dram == (((arvalid and not arready) or (reads_open and not rvalid))
+                                       and not load_local), "stall.load_dram"
+            if (awvalid and not awready) or (wvalid and not wready):
+                assert stall_store_dram, "store_dram low while AW or W waits"
+            elif stall_store_dram:
+                assert writes_open and not bvalid and not wvalid, \
+                    "store_dram high without waiting for AW, W or B"
+            for name, bit in (("load_dram", stall_load_dram), ("load_spad", stall_load_spad),
+                              ("load_acc", stall_load_acc), ("store_dram", stall_store_dram)):
+                self.stall_counts[name] += bit
 
             # valid must stay, with the same payload, until ready
             for name, valid, ready, payload in (
@@ -243,6 +287,7 @@ class Environment:
                 self.check_address("AW", awaddr, awlen, awsize, awburst, awid)
                 self.aws.append((awaddr, awlen))
                 writes.append((awaddr, awlen))
+                writes_open += 1
             if wvalid and wready:
                 w_beats.append((wdata, wstrb))
                 if wlast:
@@ -262,13 +307,14 @@ class Environment:
                 b_pending.append(AXI_RESP_OKAY)
             if b_out is not None and bready:
                 b_out = None
+                writes_open -= 1
 
             # -- local memories: synchronous read (old data), then write ---------------------
             for i, mem in enumerate(LocalMem):
                 w_en, w_addr, w_data, r_en, r_addr = mem_samples[5 * i:5 * i + 5]
                 if r_en:
                     ctx.set(ports_r[mem].data, self.local[mem][r_addr])
-                if w_en:
+                if w_en and w_ready[mem]:
                     self.local[mem][w_addr] = w_data
 
 
@@ -550,3 +596,38 @@ def test_converts_to_verilog():
     from amaranth.back import verilog
     text = verilog.convert(DMA(NPUConfig()), name="dma")
     assert "module dma" in text
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_load_with_denied_writes(name):
+    """The local write ports are denied at random (as the tile's arbiter does while an engine
+    writes): every row still arrives intact and in order, the R beat is held while its write
+    is denied, multi-beat rows are still assembled, and the stall bits say why (checked every
+    cycle by the environment)."""
+    cfg = CONFIGS[name]
+    rng = random.Random(f"deny{name}")
+    jobs = [(Opcode.DMA_LOAD, random_transfer(cfg, rng, mem))
+            for mem in (LocalMem.SPAD, LocalMem.ACC, LocalMem.SPAD, LocalMem.ACC)]
+    jobs.append((Opcode.DMA_STORE, random_transfer(cfg, rng, LocalMem.ACC)))
+    env = Environment(cfg, seed=8, stall=0.2, r_latency=1, deny=0.5)
+    run_and_check(cfg, env, jobs)
+    assert env.denied_writes > 0
+    counts = env.stall_counts
+    assert counts["load_spad"] > 0 and counts["load_acc"] > 0, counts
+    assert counts["load_dram"] > 0 and counts["store_dram"] > 0, counts
+
+
+@pytest.mark.parametrize("name", ["default", "4x4", "bus32"])
+@pytest.mark.parametrize("mem", list(LocalMem), ids=lambda m: m.name)
+def test_denied_write_costs_one_cycle(name, mem):
+    """On an ideal bus each cycle a load's local write is denied costs exactly one cycle, and
+    the load_spad/load_acc bit counts those cycles."""
+    cfg = CONFIGS[name]
+    L = local_row_bytes(cfg, mem)
+    t = Transfer(0x1000, 0, 16 * L, 1, 0, 0, mem)
+    ((_, free),) = run_and_check(cfg, Environment(cfg, seed=9), [(Opcode.DMA_LOAD, t)])
+    env = Environment(cfg, seed=9, deny=0.3)
+    ((_, denied),) = run_and_check(cfg, env, [(Opcode.DMA_LOAD, t)])
+    bit = "load_acc" if mem == LocalMem.ACC else "load_spad"
+    assert env.stall_counts[bit] == env.denied_writes > 0
+    assert denied == free + env.stall_counts[bit]

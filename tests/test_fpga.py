@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from cosim.fpga import (
+    TILE_MEMORIES,
     FpgaToolError,
     Resources,
     ToolMissingError,
     block_of,
+    check_memories,
     compile_icarus,
     find_tool,
     format_area_table,
@@ -151,6 +153,26 @@ def test_parse_memory_mapping():
     assert not any(name.startswith("$") or ".$" in name for name in mems)
     synthetic = "mapping memory npu.tile.spad via $__ECP5_PDPW16KD_\n"
     assert parse_memory_mapping(synthetic)[0].kind == "bram"
+
+
+def test_check_memories():
+    # the old tile (several write ports per memory): both memories became flip-flops
+    old = parse_memory_mapping((DATA / "yosys_ecp5_libmap.log").read_text())
+    problems = check_memories(old)
+    assert len(problems) == 2 and all("flip-flops" in p for p in problems)
+    # one write port per memory (4x4, 4096 x 32-bit scratchpad, 1024 x 128-bit accumulator)
+    new = parse_memory_mapping((DATA / "yosys_ecp5_libmap_4x4.log").read_text())
+    assert {m.name: m.kind for m in new if m.name in TILE_MEMORIES} == dict.fromkeys(
+        TILE_MEMORIES, "bram")
+    assert check_memories(new) == [] and check_memories(new, lutram_ok=False) == []
+    # a memory with no mapping line (renamed, or turned into registers before mapping) fails
+    assert check_memories(new, ("npu.tile.gone",)) == [
+        "npu.tile.gone: no memory mapping in the synthesis log"]
+    lut = parse_memory_mapping("mapping memory npu.tile.spad via $__TRELLIS_DPR16X4_\n"
+                               "mapping memory npu.tile.acc via $__DP16KD_\n")
+    assert check_memories(lut) == [
+        "npu.tile.spad: mapped to lutram ($__TRELLIS_DPR16X4_), not block RAM"]
+    assert check_memories(lut, lutram_ok=True) == []
 
 
 def test_parse_nextpnr_report():

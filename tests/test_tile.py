@@ -298,6 +298,119 @@ def test_engines_run_concurrently():
     simulate(cfg, tb)
 
 
+# -- one write port per memory: matrix, softmax and DMA write at once ---------------------------
+
+async def dma_writes(ctx, port, bits, rows, *, gap=0):
+    """Play the DMA load channel on an arbitrated write port: write ``rows`` (``(row, values)``)
+    in order, each held until ``ready`` at a clock edge, ``gap`` idle cycles after each.
+    Returns the number of cycles a write was denied."""
+    denied = 0
+    for addr, values in rows:
+        ctx.set(port.en, 1)
+        ctx.set(port.addr, addr)
+        ctx.set(port.data, pack(values, bits))
+        while True:
+            _, _, ready = await ctx.tick().sample(port.ready)
+            if ready:
+                break
+            denied += 1
+        ctx.set(port.en, 0)
+        for _ in range(gap):
+            await ctx.tick()
+    return denied
+
+
+def test_shared_write_ports():
+    """MATMULs, a SOFTMAX and DMA writes use the accumulator's one write port (and the
+    softmax and the DMA the scratchpad's) in the same cycles: the matrix engine never waits,
+    the softmax reciprocal write waits exactly the cycles ``stall.vector_acc`` counts, the DMA
+    waits its turn, and every row ends up right."""
+    from tests.test_softmax import issue, naive_softmax
+    cfg = NPUConfig(rows=4, cols=4, spad_rows=128, acc_rows=128)
+    rng = np.random.default_rng(21)
+    elems, width = cfg.acc_row_elems, cfg.spad_row_bytes
+    n_mat, m = 6, 40
+    sm = dict(acc_row=60, spad_row=100, n_rows=8, n_blocks=2, stride=8, scale_row=90,
+              kv_len=7, causal=0, q_offset=0, mult=40000, shift=16)
+    dma_acc = [(110 + i % 18, rng.integers(-2**31, 2**31, elems).tolist()) for i in range(60)]
+    dma_spad = [(80 + i % 20, rng.integers(-128, 128, width).tolist()) for i in range(60)]
+
+    dut = ComputeTile(cfg)
+    mem = Memories(cfg, dut)
+    mem.spad[:] = random_int8_rows(rng, cfg.spad_rows, width, width)
+    mem.acc[:] = rng.integers(-3000, 3000, size=(cfg.acc_rows, elems)).tolist()
+    want_spad = [list(r) for r in mem.spad]
+    want_acc = [list(r) for r in mem.acc]
+    naive_softmax(cfg, want_acc, want_spad, sm)
+    for k in range(n_mat):
+        model_matmul(cfg, want_spad, want_acc, k, 50 + 4 * k, 0, m, k > 0)
+    for row, values in dma_acc:
+        want_acc[row] = values
+    for row, values in dma_spad:
+        want_spad[row] = values
+    state = {"uploaded": False, "vector_acc": 0}
+    results = {}
+
+    async def wait_upload(ctx):
+        while not state["uploaded"]:
+            await ctx.tick()
+
+    async def matrix(ctx):
+        await mem.upload(ctx)
+        state["uploaded"] = True
+        for k in range(n_mat):
+            body = {"a_row": k, "w_row": 50 + 4 * k, "acc_row": 0, "m": m}
+            error, _, cycles = await command(ctx, dut.matrix, Opcode.MATMUL, body,
+                                             accumulate=k > 0)
+            # the matrix engine's writes never wait
+            assert (error, cycles) == (ErrorCode.NONE, MatrixEngine.command_cycles(cfg, m))
+        results["matrix"] = True
+
+    async def softmax(ctx):
+        await wait_upload(ctx)
+        for _ in range(20):
+            await ctx.tick()
+        results["softmax"] = await issue(ctx, dut.vector, Opcode.SOFTMAX, "softmax", sm)
+
+    async def dma_acc_writer(ctx):
+        await wait_upload(ctx)
+        results["dma_acc"] = await dma_writes(ctx, dut.acc_w, 32, dma_acc, gap=3)
+
+    async def dma_spad_writer(ctx):
+        await wait_upload(ctx)
+        results["dma_spad"] = await dma_writes(ctx, dut.spad_w, 8, dma_spad, gap=3)
+
+    async def watch(ctx):
+        await wait_upload(ctx)
+        async for _, _, stall in ctx.tick().sample(dut.stall.vector_acc):
+            state["vector_acc"] += stall
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(matrix)
+    sim.add_testbench(softmax)
+    sim.add_testbench(dma_acc_writer)
+    sim.add_testbench(dma_spad_writer)
+    sim.add_testbench(watch, background=True)
+
+    async def check(ctx):
+        await wait_upload(ctx)
+        while len(results) < 4:
+            await ctx.tick()
+        mem.spad, mem.acc = want_spad, want_acc
+        await mem.check(ctx, "MATMUL + SOFTMAX + DMA writes")
+
+    sim.add_testbench(check)
+    sim.run()
+
+    error, _, cycles = results["softmax"]
+    assert error == ErrorCode.NONE
+    # the reciprocal writes collided with MATMUL writes and waited exactly that long
+    assert state["vector_acc"] > 0
+    assert cycles == 3 + sm["n_rows"] * (2 * sm["n_blocks"] + 43) + state["vector_acc"]
+    assert results["dma_acc"] > 0 and results["dma_spad"] > 0, results
+
+
 # -- errors -----------------------------------------------------------------------------------
 
 def test_errors_write_nothing():
