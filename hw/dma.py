@@ -132,11 +132,14 @@ class DMA(wiring.Component):
                                                    shape=cfg.spad_row_bytes * 8)),
             "acc_r": In(memory.ReadPort.Signature(addr_width=_log2(cfg.acc_rows),
                                                   shape=cfg.acc_row_bytes * 8)),
+            "stall": Out(data.StructLayout({"load_dram": 1, "load_spad": 1, "load_acc": 1,
+                                            "store_dram": 1})),
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
+        m.d.comb += self.stall.eq(0)  # driven by the single-write-port change
 
         # -- load channel: command checks, then AR bursts and R data into local rows ---------
         m.submodules.load_control = load_control = _Control(cfg, self.load)

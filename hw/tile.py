@@ -240,11 +240,13 @@ class ComputeTile(wiring.Component):
             "acc_w": Out(WritePort.Signature(**_acc_shape(config))),
             "spad_r": Out(ReadPort.Signature(**_spad_shape(config))),
             "acc_r": Out(ReadPort.Signature(**_acc_shape(config))),
+            "stall": Out(data.StructLayout({"vector_acc": 1})),
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
+        m.d.comb += self.stall.eq(0)  # driven by the single-write-port change
 
         m.submodules.spad = spad = Memory(shape=cfg.spad_row_bytes * 8, depth=cfg.spad_rows,
                                           init=[])
