@@ -26,7 +26,18 @@ from .dma import DMA
 from .isa import COUNTER_NAMES, ENGINE_NAMES
 from .tile import ComputeTile
 
-__all__ = ["NPU", "connect_csr", "connect_counters", "counter_events"]
+__all__ = ["NPU", "connect_csr", "connect_counters", "counter_events", "RESOURCE_STALLS"]
+
+#: Where each resource stall counter comes from: ``(engine, reason)`` -> ``(submodule,
+#: field)``, the field of the ``stall`` port of the NPU's submodule ``dma`` (``DMA.stall``)
+#: or ``tile`` (``ComputeTile.stall``). Pairs not listed have no source and no counter.
+RESOURCE_STALLS = {
+    ("load", "dram_read"): ("dma", "load_dram"),
+    ("load", "spad"): ("dma", "load_spad"),
+    ("load", "acc"): ("dma", "load_acc"),
+    ("store", "dram_write"): ("dma", "store_dram"),
+    ("vector", "acc"): ("tile", "vector_acc"),
+}
 
 
 def connect_csr(m: Module, csr: CsrBlock, cp: CommandProcessor) -> None:
@@ -62,13 +73,7 @@ def counter_events(cp: CommandProcessor, mem, dma_stall, tile_stall) -> dict[str
     """
     busy = {e: getattr(cp, e).busy for e in ENGINE_NAMES}
     done = {e: getattr(cp, e).done for e in ENGINE_NAMES}
-    resource = {
-        "load": {"dram_read": dma_stall.load_dram, "spad": dma_stall.load_spad,
-                 "acc": dma_stall.load_acc},
-        "store": {"dram_write": dma_stall.store_dram},
-        "matrix": {},
-        "vector": {"acc": tile_stall.vector_acc},
-    }
+    ports = {"dma": dma_stall, "tile": tile_stall}
     bus_bytes = len(mem.wstrb)
     strobed = sum(mem.wstrb[i] for i in range(bus_bytes))
     dma_busy = busy["load"] | busy["store"]
@@ -82,8 +87,8 @@ def counter_events(cp: CommandProcessor, mem, dma_stall, tile_stall) -> dict[str
         events[f"busy.{name}"] = busy[name]
         events[f"retired.{name}"] = done[name]
         events[f"stall.{name}.sem"] = cp.sem_stall[e]
-        for reason, bit in resource[name].items():
-            events[f"stall.{name}.{reason}"] = busy[name] & bit
+    for (name, reason), (module, fld) in RESOURCE_STALLS.items():
+        events[f"stall.{name}.{reason}"] = busy[name] & getattr(ports[module], fld)
     if set(events) != set(COUNTER_NAMES):
         raise AssertionError(f"counter definitions {sorted(events)} do not match "
                              f"COUNTER_NAMES {sorted(COUNTER_NAMES)}")
