@@ -24,9 +24,9 @@ Signals used, relative to the NPU instance scope (found as the scope that holds
     head command of queue ``q`` in the engine's FIFO, a :class:`hw.cmdproc.QueueEntry`),
     ``cmdproc.<engine>_queue.stop`` / ``.flush`` and ``.sems`` (the semaphore values): the
     head's wait is decoded and compared with the semaphore here, in Python;
-  - resource stalls: the fields of the ``stall`` ports of ``dma`` and ``tile``
-    (``dma.stall.load_dram`` ..., see :data:`hw.top.RESOURCE_STALLS`), counted while the
-    engine is busy.
+  - resource stalls: the NPU-level copies of the fields of the ``stall`` ports of ``dma``
+    and ``tile`` (``stall_load_dram_read`` ..., :func:`hw.top.stall_source_name` of the pairs
+    of :data:`hw.top.RESOURCE_STALLS`), counted while the engine is busy.
 
 Counters and the VCD of the same run agree exactly (:func:`check_counters`,
 :func:`check_counter_snapshots`): a snapshot of the counters taken in the cycle in which
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from hw.cmdproc import QueueEntry
 from hw.isa import COUNTER_BITS
-from hw.top import RESOURCE_STALLS
+from hw.top import RESOURCE_STALLS, stall_source_name
 
 from .vcd import (
     ClockSampler,
@@ -211,8 +211,8 @@ def locate_signals(header: VcdHeader, scope: str | None = None) -> NpuSignals:
     axi = {ch: (header.find(f"{s}.mem__{ch}valid"), header.find(f"{s}.mem__{ch}ready"))
            for ch in AXI_CHANNELS}
     stalls = {}
-    for (engine, reason), (module, fld) in RESOURCE_STALLS.items():
-        v = header.get(f"{s}.{module}.stall.{fld}")
+    for engine, reason in RESOURCE_STALLS:
+        v = header.get(f"{s}.{stall_source_name(engine, reason)}")
         if v is not None and engine in engines:
             stalls[f"stall.{engine}.{reason}"] = v
     return NpuSignals(s, clock, engines, axi, header.find(f"{s}.mem__wstrb"),

@@ -12,7 +12,7 @@ Performance counters (:mod:`hw.counters`, CSRs ``Csr.CNT_*``): :func:`connect_co
 the signal behind each definition of :data:`hw.isa.COUNTER_NAMES`.
 """
 
-from amaranth import Module, Mux, Value
+from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -26,11 +26,14 @@ from .dma import DMA
 from .isa import COUNTER_NAMES, ENGINE_NAMES
 from .tile import ComputeTile
 
-__all__ = ["NPU", "connect_csr", "connect_counters", "counter_events", "RESOURCE_STALLS"]
+__all__ = ["NPU", "connect_csr", "connect_counters", "counter_events", "RESOURCE_STALLS",
+           "stall_source_name"]
 
 #: Where each resource stall counter comes from: ``(engine, reason)`` -> ``(submodule,
 #: field)``, the field of the ``stall`` port of the NPU's submodule ``dma`` (``DMA.stall``)
 #: or ``tile`` (``ComputeTile.stall``). Pairs not listed have no source and no counter.
+#: :func:`connect_counters` copies each field into a signal of the NPU named
+#: :func:`stall_source_name` (kept in the Verilog and the VCD whatever the block does).
 RESOURCE_STALLS = {
     ("load", "dram_read"): ("dma", "load_dram"),
     ("load", "spad"): ("dma", "load_spad"),
@@ -57,11 +60,19 @@ def connect_csr(m: Module, csr: CsrBlock, cp: CommandProcessor) -> None:
     ]
 
 
-def counter_events(cp: CommandProcessor, mem, dma_stall, tile_stall) -> dict[str, Value]:
+def stall_source_name(engine: str, reason: str) -> str:
+    """Name of the NPU-level copy of a resource stall source (``stall_load_dram_read``)."""
+    return f"stall_{engine}_{reason}"
+
+
+def counter_events(m: Module, cp: CommandProcessor, mem, dma_stall, tile_stall
+                   ) -> dict[str, Value]:
     """The per-cycle increment of every counter of :data:`hw.isa.COUNTER_NAMES`.
 
     Parameters
     ----------
+    m : Module
+        Gets the named copies of the resource stall sources (:func:`stall_source_name`).
     cp : CommandProcessor
         Engine ``busy``/``done`` (at the processor's engine ports) and ``sem_stall``.
     mem : AXI4 interface
@@ -88,7 +99,9 @@ def counter_events(cp: CommandProcessor, mem, dma_stall, tile_stall) -> dict[str
         events[f"retired.{name}"] = done[name]
         events[f"stall.{name}.sem"] = cp.sem_stall[e]
     for (name, reason), (module, fld) in RESOURCE_STALLS.items():
-        events[f"stall.{name}.{reason}"] = busy[name] & getattr(ports[module], fld)
+        source = Signal(name=stall_source_name(name, reason))
+        m.d.comb += source.eq(getattr(ports[module], fld))
+        events[f"stall.{name}.{reason}"] = busy[name] & source
     if set(events) != set(COUNTER_NAMES):
         raise AssertionError(f"counter definitions {sorted(events)} do not match "
                              f"COUNTER_NAMES {sorted(COUNTER_NAMES)}")
@@ -99,7 +112,7 @@ def connect_counters(m: Module, counters: PerfCounters, csr: CsrBlock, cp: Comma
                      mem, dma_stall, tile_stall) -> None:
     """Wire the counter block: increments from :func:`counter_events`, cycle count and
     snapshot pulse from the CSR block, snapshot values back to it."""
-    events = counter_events(cp, mem, dma_stall, tile_stall)
+    events = counter_events(m, cp, mem, dma_stall, tile_stall)
     for i, name in enumerate(COUNTER_NAMES):
         m.d.comb += counters.inc[i].eq(events[name])
     m.d.comb += [

@@ -4,7 +4,7 @@ naively from the per-cycle table that produced the file.
 
 With ``counters=True`` the file also holds the sources of the performance counters that
 :func:`cosim.waves.summarize` re-derives (``csr.cycles``, the engine queues' FIFO heads,
-stop/flush and semaphores, the ``stall`` port fields of ``dma`` and ``tile``), with random
+stop/flush and semaphores, the NPU-level resource stall sources), with random
 values, and :func:`expected_figures` counts the stalls naively from them.
 
 The clock is high at 0 and rises every 10 time units (1 ns timescale, like the cosim
@@ -25,11 +25,11 @@ BUS_BYTES = 8
 N_QUEUES = 2        # queues of the generated engine FIFOs (counters=True)
 N_SEMS = 4
 RESET_CYCLES = 3    # csr.cycles stays 0 for the first cycles, then counts
-#: resource stall sources: row name -> (engine, reason)
-STALL_FIELDS = {"dma.stall.load_dram": ("load", "dram_read"),
-                "dma.stall.load_spad": ("load", "spad"), "dma.stall.load_acc": ("load", "acc"),
-                "dma.stall.store_dram": ("store", "dram_write"),
-                "tile.stall.vector_acc": ("vector", "acc")}
+#: resource stall sources (signals of the NPU scope): row name -> (engine, reason)
+STALL_FIELDS = {"stall_load_dram_read": ("load", "dram_read"),
+                "stall_load_spad": ("load", "spad"), "stall_load_acc": ("load", "acc"),
+                "stall_store_dram_write": ("store", "dram_write"),
+                "stall_vector_acc": ("vector", "acc")}
 
 
 def _ids() -> Iterator[str]:
@@ -141,13 +141,9 @@ def write_npu_vcd(path: Path, rows: list[dict[str, int]]) -> Path:
         code["csr.cycles"] = next(ids)
         decl += ["$scope module csr $end", _var(code["csr.cycles"], "cycles", 64),
                  "$upscope $end"]
-        for module in ("dma", "tile"):
-            decl.append(f"$scope module {module} $end")
-            for name in STALL_FIELDS:
-                if name.startswith(module + "."):
-                    code[name] = next(ids)
-                    decl.append(_var(code[name], name.split(".", 1)[1], 1))
-            decl.append("$upscope $end")
+        for name in STALL_FIELDS:
+            code[name] = next(ids)
+            decl.append(_var(code[name], name, 1))
     decl.append("$scope module cmdproc $end")
     for e in ENGINES:
         for sig in ("busy", "done", "cmd__valid", "cmd__ready"):
