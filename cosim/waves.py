@@ -924,6 +924,8 @@ GTKW_GROUPS: list[tuple[str, list[str]]] = [
     ("AXI B", [r"mem__b(valid|ready|id|resp)"]),
     ("Systolic array", [r"tile\.matrix__(busy|done|error)", r"tile\.matrix\.\w*_state"]),
     ("Vector unit", [r"tile\.vector__(busy|done|error)", r"tile\.vector\.(\w+\.)?\w*_state"]),
+    ("Performance counters", [r"csr\.(cycles|snapshot)", r"cmdproc\.sem_stall",
+                              r"stall_\w+"]),
 ]
 
 _GTKW_BIT, _GTKW_HEX = "@28", "@22"
