@@ -441,10 +441,12 @@ class Csr:
     * ``CNT_SNAPSHOT`` (write-only, any value): copies every counter and ``CYCLES`` into the
       snapshot registers in one clock edge, so one snapshot is one instant of the device.
       The write takes effect in the cycle ``s`` in which the CSR block accepts it (the cycle
-      after both AW and W were taken); ``CYCLES`` then reads ``s`` and every event counter
-      holds the number of cycles ``c < s`` since reset in which its event happened. The
-      difference of snapshots at ``s1 < s2`` therefore counts exactly the cycles
-      ``s1 <= c < s2`` (and ``CNT_CYCLES`` differs by ``s2 - s1``).
+      after both AW and W were taken); ``CNT_CYCLES`` then reads ``s`` (the value of
+      ``CYCLES`` in that cycle) and every other counter holds what happened in the cycles
+      ``c < s`` since reset (cycles, commands or bytes). The difference of snapshots at
+      ``s1 < s2`` therefore covers exactly the cycles ``s1 <= c < s2``: those in which
+      ``CYCLES`` reads ``s1`` .. ``s2 - 1`` (the edges a VCD tool counts, see
+      :mod:`cosim.waves`), and ``CNT_CYCLES`` differs by ``s2 - s1``.
     * ``CNT_CYCLES_LO`` / ``CNT_CYCLES_HI``: ``CYCLES`` at the last snapshot (64-bit).
     * ``CNT_BYTES_READ``, ``CNT_BYTES_WRITTEN``, ``CNT_DMA_BUSY``, ``CNT_OVERLAP`` and, per
       engine ``e`` (index in :data:`ENGINE_NAMES`) at :func:`engine_counter_csr`
@@ -453,7 +455,12 @@ class Csr:
       All read the last snapshot (0 before the first). A stall register of a pair that is not
       in :data:`ENGINE_STALLS` (e.g. ``matrix``/``dram_read``) always reads 0.
 
-    :func:`counter_csr` maps a counter name to its register.
+    Layout: ``0x500`` SNAPSHOT, ``0x504``/``0x508`` CYCLES_LO/HI, ``0x50C`` reserved,
+    ``0x510`` BYTES_READ, ``0x514`` BYTES_WRITTEN, ``0x518`` DMA_BUSY, ``0x51C`` OVERLAP; engine
+    ``e`` (load, store, matrix, vector) at ``0x520 + 0x20 * e``: ``+0x00`` BUSY, ``+0x04``
+    RETIRED, ``+0x08`` stall sem, ``+0x0C`` dram_read, ``+0x10`` dram_write, ``+0x14`` spad,
+    ``+0x18`` acc, ``+0x1C`` reserved. :func:`counter_csr` maps a counter name to its
+    register.
 
     Semaphore ``s`` reads at :func:`sem_csr` (read-only); ``SEM_LAST_BASE + 4 * s``: what last
     incremented it: valid << 31 | queue << 24 | command index[23:0] (read-only; zeroed by
