@@ -7,8 +7,10 @@ What is measured
   (:func:`sw.kernels.linear.linear_with_stats`), one RTL simulation per configuration that
   loops over the sizes (:func:`gemm_sweep_job`). Per size: cycles (launch to completion),
   utilization ``MACs / (cycles * PEs)``, the busy counters of the engines over the kernel
-  (``Device.perf_counters()``: load/store/matrix/vector busy, DMA busy, DMA-and-matrix
-  overlap) and bit-exactness against :func:`sw.golden.linear_int`.
+  (``Device.counters()``: load/store/matrix/vector busy, DMA busy, DMA-and-matrix
+  overlap; ``None`` on the untimed model), every counter of the kernel (``counters``: also
+  retired commands, stalls and the bytes read and written on the DRAM port, the latter also on
+  the model) and bit-exactness against :func:`sw.golden.linear_int`.
 * **Roofline bound** (:func:`roofline`): ``min(1, bw * OI / PEs)`` with ``bw`` = AXI data bytes
   per cycle (one beat per cycle; reads and writes counted against the same ``bw``, which is
   conservative if the bus could read and write at once) and ``OI = MACs / bytes`` where
@@ -99,6 +101,7 @@ def _operands(rng: np.random.Generator, m: int, k: int, n: int):
 def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
     """Run one square int8 GEMM per size on ``backend`` with the double-buffered linear
     kernel; return cycles, utilization, busy counters and bit-exactness per size."""
+    from hw.isa import ENGINE_NAMES
     from sw.golden import linear_int
     from sw.kernels.linear import linear_with_stats
     from sw.runtime import Device
@@ -109,17 +112,18 @@ def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
     rows = []
     for size in sizes:
         a, w, bias, mult, shift = _operands(rng, size, size, size)
-        before = device.perf_counters()
+        before = device.counters()
         t0 = time.perf_counter()
         out, st = linear_with_stats(device, a, w, bias, mult, shift, double_buffer=True)
         wall = time.perf_counter() - t0
-        d = device.perf_counters() - before
+        d = device.counters() - before
         p = st.plan
         rows.append({
             "size": size, "shape": [size, size, size], "cycles": st.cycles, "macs": st.macs,
             "utilization": st.utilization, "commands": st.n_commands,
             "bit_exact": bool(np.array_equal(out, linear_int(a, w, bias, mult, shift))),
-            "busy": dict(d.busy), "dma_busy": d.dma_busy, "overlap": d.overlap,
+            "busy": {e: d.get(f"busy.{e}") for e in ENGINE_NAMES},
+            "dma_busy": d.get("dma_busy"), "overlap": d.get("overlap"), "counters": dict(d),
             "plan": {"m_tile": p.m_tile, "kb": p.kb, "nb": p.nb, "k_chunk": p.k_chunk,
                      "double_buffer": p.double_buffer},
             "kernel_dram_bytes": kernel_dram_bytes(cfg, p),

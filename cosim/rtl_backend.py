@@ -94,6 +94,7 @@ class RtlBackend:
     """
 
     name = "rtl"
+    timed = True  #: cycle-accurate: every performance counter is meaningful
 
     def __init__(self, dut: Any, config: NPUConfig, *, dram_file: Path,
                  csr_timeout_cycles: int = 1000,

@@ -14,7 +14,25 @@ Signals used, relative to the NPU instance scope (found as the scope that holds
   (found by the pattern ``cmdproc.(\\w+)__busy``: load, store, matrix, vector today);
 * ``cmdproc.<engine>_queue.cur_index`` and ``cur_opcode`` (optional: command records);
 * ``mem__{ar,r,aw,w,b}{valid,ready}``, ``mem__wstrb``, ``mem__rdata`` (its width gives the
-  bytes per R beat), ``mem__rid`` (optional: R bytes per AXI id).
+  bytes per R beat), ``mem__rid`` (optional: R bytes per AXI id);
+* ``csr.cycles`` (optional): the NPU's ``CYCLES`` counter, for windows given in counter cycles
+  (``unit="counter"``);
+* the performance counters' sources (optional), to re-derive every counter of
+  :data:`hw.isa.COUNTER_NAMES` from first principles:
+
+  - ``sem`` stalls: per engine, ``cmdproc.<engine>_queue.fifo<q>.r_rdy`` / ``.r_data`` (the
+    head command of queue ``q`` in the engine's FIFO, a :class:`hw.cmdproc.QueueEntry`),
+    ``cmdproc.<engine>_queue.stop`` / ``.flush`` and ``.sems`` (the semaphore values): the
+    head's wait is decoded and compared with the semaphore here, in Python;
+  - resource stalls: the NPU-level copies of the fields of the ``stall`` ports of ``dma``
+    and ``tile`` (``stall_load_dram_read`` ..., :func:`hw.top.stall_source_name` of the pairs
+    of :data:`hw.top.RESOURCE_STALLS`), counted while the engine is busy.
+
+Counters and the VCD of the same run agree exactly (:func:`check_counters`,
+:func:`check_counter_snapshots`): a snapshot of the counters taken in the cycle in which
+``CYCLES`` reads ``s`` counts the cycles ``c < s``, so the difference of two snapshots equals
+the figures of :func:`summarize` over the cycles whose sampled ``csr.cycles`` is in
+``[before["cycles"], after["cycles"])``.
 """
 
 from __future__ import annotations
@@ -25,6 +43,10 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+
+from hw.cmdproc import QueueEntry
+from hw.isa import COUNTER_BITS
+from hw.top import RESOURCE_STALLS, stall_source_name
 
 from .vcd import (
     ClockSampler,
@@ -40,8 +62,8 @@ from .vcd import (
 
 __all__ = [
     "find_npu_scope", "NpuSignals", "locate_signals", "EngineStats", "Summary", "summarize",
-    "CounterCheck", "check_counters", "cut", "CutResult", "write_gtkw", "gtkw_text",
-    "GTKW_GROUPS",
+    "CounterCheck", "check_counters", "counter_delta", "check_counter_snapshots", "cut",
+    "CutResult", "write_gtkw", "gtkw_text", "GTKW_GROUPS",
 ]
 
 AXI_CHANNELS = ("ar", "r", "aw", "w", "b")
@@ -66,6 +88,41 @@ def find_npu_scope(header: VcdHeader) -> str:
     return hits[0]
 
 
+def _queue_entry_fields() -> tuple[int, int, int]:
+    """Bit offsets in a :class:`hw.cmdproc.QueueEntry` of ``flags.wait``, ``wait_sem`` and
+    ``wait_value`` (from the layouts, so nothing is re-declared here)."""
+    from amaranth.lib import data
+
+    from hw.isa import Command, Flags, Header
+    cmd = data.Layout.cast(QueueEntry)["cmd"].offset
+    hdr = cmd + data.Layout.cast(Command)["header"].offset
+    h = data.Layout.cast(Header)
+    wait = hdr + h["flags"].offset + data.Layout.cast(Flags)["wait"].offset
+    return wait, hdr + h["wait_sem"].offset, hdr + h["wait_value"].offset
+
+
+_WAIT_BIT, _WAIT_SEM, _WAIT_VALUE = _queue_entry_fields()
+
+
+@dataclass(frozen=True)
+class SemStallSignals:
+    """What the ``sem`` stall of one engine is derived from (see the module docstring).
+
+    Attributes
+    ----------
+    heads : list of (VcdVar, VcdVar)
+        Per queue: ``r_rdy`` and ``r_data`` of its FIFO in front of the engine.
+    stop, flush, sems : VcdVar
+    """
+    heads: list[tuple[VcdVar, VcdVar]]
+    stop: VcdVar
+    flush: VcdVar
+    sems: VcdVar
+
+    def all(self) -> list[VcdVar]:
+        return [v for pair in self.heads for v in pair] + [self.stop, self.flush, self.sems]
+
+
 @dataclass(frozen=True)
 class EngineSignals:
     """The command port of one engine, as seen at the command processor."""
@@ -75,6 +132,7 @@ class EngineSignals:
     cmd_ready: VcdVar | None
     cur_index: VcdVar | None
     cur_opcode: VcdVar | None
+    sem: SemStallSignals | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +150,10 @@ class NpuSignals:
         Channel (``ar``, ``r``, ``aw``, ``w``, ``b``) -> ``(valid, ready)``.
     wstrb, rdata : VcdVar
     rid : VcdVar or None
+    cycles : VcdVar or None
+        The NPU's ``CYCLES`` counter (``csr.cycles``).
+    stalls : dict
+        Resource stall counter name (``stall.<engine>.<reason>``) -> its 1-bit source.
     """
     scope: str
     clock: VcdVar
@@ -100,15 +162,20 @@ class NpuSignals:
     wstrb: VcdVar
     rdata: VcdVar
     rid: VcdVar | None
+    cycles: VcdVar | None = None
+    stalls: dict[str, VcdVar] = field(default_factory=dict)
 
     def all(self) -> list[VcdVar]:
         out = [self.clock, self.wstrb, self.rdata] + ([self.rid] if self.rid else [])
+        out += [self.cycles] if self.cycles else []
         for e in self.engines.values():
             out += [s for s in (e.busy, e.done, e.cmd_valid, e.cmd_ready, e.cur_index,
                                 e.cur_opcode) if s is not None]
+            out += e.sem.all() if e.sem else []
         for valid, ready in self.axi.values():
             out += [valid, ready]
-        return out
+        out += list(self.stalls.values())
+        return list(dict.fromkeys(out))
 
     @property
     def bus_bytes(self) -> int:
@@ -137,14 +204,36 @@ def locate_signals(header: VcdHeader, scope: str | None = None) -> NpuSignals:
         q = f"{s}.cmdproc.{name}_queue"
         engines[name] = EngineSignals(v, header.get(f"{p}__done"), header.get(f"{p}__cmd__valid"),
                                       header.get(f"{p}__cmd__ready"), header.get(f"{q}.cur_index"),
-                                      header.get(f"{q}.cur_opcode"))
+                                      header.get(f"{q}.cur_opcode"), _sem_signals(header, q))
     if not engines:
         raise VcdSignalError(f"{s}.cmdproc.<engine>__busy",
                              (v.path for v in header.vars if v.name.endswith("busy")))
     axi = {ch: (header.find(f"{s}.mem__{ch}valid"), header.find(f"{s}.mem__{ch}ready"))
            for ch in AXI_CHANNELS}
+    stalls = {}
+    for engine, reason in RESOURCE_STALLS:
+        v = header.get(f"{s}.{stall_source_name(engine, reason)}")
+        if v is not None and engine in engines:
+            stalls[f"stall.{engine}.{reason}"] = v
     return NpuSignals(s, clock, engines, axi, header.find(f"{s}.mem__wstrb"),
-                      header.find(f"{s}.mem__rdata"), header.get(f"{s}.mem__rid"))
+                      header.find(f"{s}.mem__rdata"), header.get(f"{s}.mem__rid"),
+                      header.get(f"{s}.csr.cycles"), stalls)
+
+
+def _sem_signals(header: VcdHeader, queue_scope: str) -> SemStallSignals | None:
+    """The sem-stall sources of one engine queue, or None if the file lacks any of them."""
+    heads = []
+    q = 0
+    while (rdy := header.get(f"{queue_scope}.fifo{q}.r_rdy")) is not None:
+        data_ = header.get(f"{queue_scope}.fifo{q}.r_data")
+        if data_ is None:
+            return None
+        heads.append((rdy, data_))
+        q += 1
+    rest = [header.get(f"{queue_scope}.{n}") for n in ("stop", "flush", "sems")]
+    if not heads or any(v is None for v in rest):
+        return None
+    return SemStallSignals(heads, *rest)
 
 
 @dataclass
@@ -166,6 +255,9 @@ class EngineStats:
     records : list of dict
         One per retired command: ``{engine, index, opcode, start_cycle, end_cycle}`` (index
         and opcode ``None`` if the queue's ``cur_index``/``cur_opcode`` are not in the file).
+    stalls : dict
+        Stall reason -> cycles, for the reasons whose sources are in the file (``sem`` from
+        the engine queue's FIFO heads and semaphores, the others from the ``stall`` ports).
     """
     busy_cycles: int = 0
     unknown_cycles: int = 0
@@ -173,6 +265,7 @@ class EngineStats:
     commands: int = 0
     retired: int = 0
     records: list[dict] = field(default_factory=list)
+    stalls: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -191,6 +284,9 @@ class Summary:
         First cycle counted (index of a rising edge).
     cycles : int
         Cycles counted (rising edges in the window).
+    dma_busy, overlap : int
+        Cycles with the load or the store engine busy; with one of them and the matrix
+        engine busy.
     engines : dict
         Engine name -> :class:`EngineStats`.
     handshakes : dict
@@ -216,6 +312,9 @@ class Summary:
     w_bytes: int
     r_bytes_by_id: dict[int, int]
     bus_bytes: int
+    dma_busy: int = 0
+    overlap: int = 0
+    counter_window: tuple[int, int] | None = None
 
     def utilization(self, engine: str) -> float:
         """Busy cycles / cycles of ``engine`` (0.0 for an empty window)."""
@@ -225,13 +324,20 @@ class Summary:
         """Flat integer figures, named as the counters they are checked against.
 
         Keys: ``cycles``, ``busy.<engine>``, ``commands.<engine>``, ``retired.<engine>``,
-        ``axi.<channel>`` (handshakes), ``bytes_read``, ``bytes_written``.
+        ``stall.<engine>.<reason>`` (the pairs whose sources are in the file),
+        ``dma_busy`` and ``overlap`` (when the load, store and matrix engines are in the
+        file), ``axi.<channel>`` (handshakes), ``bytes_read``, ``bytes_written``.
         """
         out = {"cycles": self.cycles}
         for name, e in self.engines.items():
             out[f"busy.{name}"] = e.busy_cycles
             out[f"commands.{name}"] = e.commands
             out[f"retired.{name}"] = e.retired
+            for reason, n in e.stalls.items():
+                out[f"stall.{name}.{reason}"] = n
+        if {"load", "store", "matrix"} <= set(self.engines):
+            out["dma_busy"] = self.dma_busy
+            out["overlap"] = self.overlap
         for ch, n in self.handshakes.items():
             out[f"axi.{ch}"] = n
         out["bytes_read"] = self.r_bytes
@@ -249,7 +355,8 @@ class Summary:
             "file": str(self.file), "scope": self.scope,
             "period_ns": None if self.period is None
             else float(self.period * self.timescale_s * 10**9),
-            "first_cycle": self.first_cycle, "figures": self.figures(),
+            "first_cycle": self.first_cycle, "counter_window": self.counter_window,
+            "figures": self.figures(),
             "utilization": {k: self.utilization(k) for k in self.engines},
             "intervals": {k: e.intervals for k, e in self.engines.items()},
             "bytes_per_cycle": {"r": self.r_bytes / self.cycles if self.cycles else 0.0,
@@ -263,7 +370,9 @@ class Summary:
         c = max(self.cycles, 1)
         period = "?" if self.period is None else f"{float(self.period * self.timescale_s * 1e9):g}"
         lines = [f"{self.file}: scope {self.scope}, clock period {period} ns, "
-                 f"{self.cycles} cycles (from cycle {self.first_cycle})", "",
+                 f"{self.cycles} cycles (from cycle {self.first_cycle}"
+                 + (f"; CYCLES {self.counter_window[0]}..{self.counter_window[1]}"
+                    if self.counter_window else "") + ")", "",
                  f"{'engine':<8} {'busy':>8} {'util':>7} {'cmds':>5} {'done':>5}  timeline "
                  f"(cycles {self.first_cycle}..{self.first_cycle + self.cycles}, "
                  f"'#' busy, '+' >50%, '.' some)"]
@@ -272,6 +381,15 @@ class Summary:
             lines.append(f"{name:<8} {e.busy_cycles:>8} {e.busy_cycles / c:>7.1%} "
                          f"{e.commands:>5} {e.retired:>5}  |{self._bar(e.intervals, width)}|"
                          + unk)
+        if {"load", "store", "matrix"} <= set(self.engines):
+            lines.append(f"DMA busy {self.dma_busy} cycles ({self.dma_busy / c:.1%}), "
+                         f"overlapping the matrix engine {self.overlap} ({self.overlap / c:.1%})")
+        stalled = [(n, e.stalls) for n, e in self.engines.items() if e.stalls]
+        if stalled:
+            lines += ["", "stall cycles (sem: idle, every queued head waits on a semaphore; "
+                          "others: busy and waiting)"]
+            for n, st in stalled:
+                lines.append(f"{n:<8} " + ", ".join(f"{r} {v}" for r, v in st.items()))
         lines += ["", "AXI     handshakes  per cycle"]
         for ch, n in self.handshakes.items():
             lines.append(f"{ch.upper():<8} {n:>10}  {n / c:.4f}")
@@ -300,16 +418,20 @@ class Summary:
 
 
 def summarize(path: Path | str, *, start: int | None = None, end: int | None = None,
-              scope: str | None = None) -> Summary:
-    """Stream a VCD of an NPU run and measure engine activity and AXI traffic.
+              scope: str | None = None, unit: str = "cycle") -> Summary:
+    """Stream a VCD of an NPU run and measure engine activity, stalls and AXI traffic.
 
     Parameters
     ----------
     path : Path or str
     start, end : int, optional
-        Count only cycles ``start <= cycle < end`` (rising-edge indices from 0).
+        The window ``[start, end)``: rising-edge indices from 0 (``unit="cycle"``), or
+        values of the NPU's ``CYCLES`` counter sampled at the edges (``unit="counter"``,
+        needs ``csr.cycles`` in the file; the window of a counter snapshot pair is
+        ``[before["cycles"], after["cycles"])``).
     scope : str, optional
         The NPU instance scope (found automatically by default).
+    unit : {"cycle", "counter"}
 
     Returns
     -------
@@ -317,37 +439,78 @@ def summarize(path: Path | str, *, start: int | None = None, end: int | None = N
 
     Raises
     ------
+    ValueError
+        For an unknown ``unit``, or ``unit="counter"`` without both ends or with
+        ``start < 1``.
     VcdFormatError
         If the file is malformed (with the line).
     VcdSignalError
         If a required signal is missing.
+    VcdError
+        With ``unit="counter"``, if the file does not hold every cycle of the window.
     """
+    if unit not in ("cycle", "counter"):
+        raise ValueError(f"unit must be 'cycle' or 'counter', not {unit!r}")
+    by_counter = unit == "counter"
+    if by_counter and (start is None or end is None):
+        raise ValueError("a window in counter cycles needs both start and end")
+    if by_counter and start < 1:
+        raise ValueError(f"a window in counter cycles starts after reset (start >= 1, not "
+                         f"{start}): CYCLES also reads 0 during reset")
     path = Path(path)
     header = read_header(path)
     sig = locate_signals(header, scope)
+    if by_counter and sig.cycles is None:
+        raise VcdSignalError(f"{sig.scope}.csr.cycles", (v.path for v in header.vars
+                                                         if v.name.startswith("cycles")))
     lo = 0 if start is None else start
     hi = end
     engines = {name: EngineStats() for name in sig.engines}
+    for name, e in sig.engines.items():
+        if e.sem is not None:
+            engines[name].stalls["sem"] = 0
+    for key in sig.stalls:
+        _, name, reason = key.split(".")
+        engines[name].stalls[reason] = 0
     open_since: dict[str, int | None] = dict.fromkeys(sig.engines)
     taken_at: dict[str, int] = {}
     hs = dict.fromkeys(AXI_CHANNELS, 0)
-    totals = {"r": 0, "w": 0, "cycles": 0, "last": lo - 1}
+    totals = {"r": 0, "w": 0, "cycles": 0, "last": lo - 1, "first": -1, "dma": 0,
+              "overlap": 0}
     r_by_id: dict[int, int] = {}
     bus_bytes = sig.bus_bytes
     eng = [(name, e.busy.id, e.done.id if e.done else None,
             e.cmd_valid.id if e.cmd_valid else None, e.cmd_ready.id if e.cmd_ready else None,
             e.cur_index.id if e.cur_index else None, e.cur_opcode.id if e.cur_opcode else None)
            for name, e in sig.engines.items()]
+    sem_src = [(name, [(r.id, d.id) for r, d in e.sem.heads], e.sem.stop.id, e.sem.flush.id,
+                e.sem.sems.id) for name, e in sig.engines.items() if e.sem is not None]
+    res_src = []
+    for key, var in sig.stalls.items():
+        _, name, reason = key.split(".")
+        res_src.append((engines[name].stalls, reason, sig.engines[name].busy.id, var.id))
+    busy_ids = {name: e.busy.id for name, e in sig.engines.items()}
+    dma_ids = [busy_ids.get(n) for n in ("load", "store", "matrix")]
     chans = [(ch, v.id, r.id) for ch, (v, r) in sig.axi.items()]
     wstrb_id, rid_id = sig.wstrb.id, sig.rid.id if sig.rid else None
+    cycles_id = sig.cycles.id if sig.cycles else ""
 
     def on_cycle(cycle: int, time: int, vals: dict[str, str]) -> None:
-        if cycle < lo:
-            return
-        if hi is not None and cycle >= hi:
-            raise _Stop
+        if by_counter:
+            now = to_int(vals[cycles_id])
+            if now is None or now < lo:
+                return
+            if now >= hi:
+                raise _Stop
+        else:
+            if cycle < lo:
+                return
+            if hi is not None and cycle >= hi:
+                raise _Stop
         totals["cycles"] += 1
         totals["last"] = cycle
+        if totals["first"] < 0:
+            totals["first"] = cycle
         for name, busy, done, cv, cr, idx, opc in eng:
             st = engines[name]
             b = vals[busy]
@@ -371,6 +534,17 @@ def summarize(path: Path | str, *, start: int | None = None, end: int | None = N
                     "index": to_int(vals[idx]) if idx else None,
                     "opcode": to_int(vals[opc]) if opc else None,
                     "start_cycle": taken_at.pop(name, lo), "end_cycle": cycle + 1})
+        if None not in dma_ids:
+            load, store, matrix = (vals[i] == "1" for i in dma_ids)
+            if load or store:
+                totals["dma"] += 1
+                totals["overlap"] += matrix
+        for name, heads, stop, flush, sems in sem_src:
+            if vals[busy_ids[name]] == "0" and _sem_stalled(vals, heads, stop, flush, sems):
+                engines[name].stalls["sem"] += 1
+        for stalls, reason, busy, bit in res_src:
+            if vals[busy] == "1" and vals[bit] == "1":
+                stalls[reason] += 1
         for ch, v, r in chans:
             if vals[v] == "1" and vals[r] == "1":
                 hs[ch] += 1
@@ -386,12 +560,45 @@ def summarize(path: Path | str, *, start: int | None = None, end: int | None = N
     sampler = ClockSampler(sig.clock, sig.all(), on_cycle)
     with contextlib.suppress(_Stop):
         stream(path, header, sig.all(), sampler.step, with_previous=True)
+    if by_counter and totals["cycles"] != hi - lo:
+        raise VcdError(f"{path}: the counter window [{lo}, {hi}) has {hi - lo} cycles, the "
+                       f"file holds {totals['cycles']} of them (CYCLES x, or outside the dump)")
     last = totals["last"] + 1
     for name, since in open_since.items():
         if since is not None:
             engines[name].intervals.append((since, last))
-    return Summary(path, sig.scope, header.timescale_s, sampler.period, lo, totals["cycles"],
-                   engines, hs, totals["r"], totals["w"], r_by_id, bus_bytes)
+    first = totals["first"] if by_counter and totals["first"] >= 0 else lo
+    return Summary(path, sig.scope, header.timescale_s, sampler.period, first, totals["cycles"],
+                   engines, hs, totals["r"], totals["w"], r_by_id, bus_bytes, totals["dma"],
+                   totals["overlap"], (lo, hi) if by_counter else None)
+
+
+def _sem_stalled(vals: dict[str, str], heads: list[tuple[str, str]], stop_id: str,
+                 flush_id: str, sems_id: str) -> bool:
+    """The ``sem`` stall condition of an idle engine (:data:`hw.isa.STALL_REASONS`), from its
+    FIFO heads: none ready, and some live queue's head waits on an unsatisfied semaphore."""
+    stop, flush = to_int(vals[stop_id]), to_int(vals[flush_id])
+    if stop is None or flush is None:
+        return False
+    blocked = False
+    sems = None
+    for q, (rdy, rdata) in enumerate(heads):
+        if vals[rdy] != "1" or (stop >> q) & 1 or (flush >> q) & 1:
+            continue
+        entry = to_int(vals[rdata])
+        if entry is None:
+            return False
+        if not (entry >> _WAIT_BIT) & 1:
+            return False                    # a ready head: the engine is not stalled
+        if sems is None:
+            sems = to_int(vals[sems_id])
+            if sems is None:
+                return False
+        sem = (entry >> _WAIT_SEM) & 0xFF
+        if (sems >> (32 * sem)) & 0xFFFF_FFFF >= (entry >> _WAIT_VALUE) & 0xFFFF_FFFF:
+            return False
+        blocked = True
+    return blocked
 
 
 class _Stop(Exception):
@@ -474,6 +681,43 @@ def check_counters(summary: Summary, counters: dict) -> CounterCheck:
         else:
             mismatched[k] = (figs[k], v)
     return CounterCheck(matched, mismatched, unchecked)
+
+
+def counter_delta(before: dict, after: dict) -> dict[str, int]:
+    """``after - before`` of two counter snapshots (``Device.counters()``, or their JSON),
+    modulo each counter's width (:data:`hw.isa.COUNTER_BITS`; 32 bits for unknown names).
+
+    Raises
+    ------
+    KeyError
+        If a name of ``after`` is missing in ``before``.
+    """
+    return {k: (int(v) - int(before[k])) % (1 << COUNTER_BITS.get(k, 32))
+            for k, v in after.items()}
+
+
+def check_counter_snapshots(vcd: Path | str, before: dict, after: dict, *,
+                            scope: str | None = None) -> tuple[Summary, CounterCheck]:
+    """Check two counter snapshots of a traced run against its VCD, exactly.
+
+    The window is ``[before["cycles"], after["cycles"])`` in the NPU's ``CYCLES`` (so the
+    snapshots must come from a timed backend); every counter of the difference is compared
+    with the figure re-derived from the VCD over those cycles.
+
+    Returns
+    -------
+    (Summary, CounterCheck)
+
+    Raises
+    ------
+    KeyError
+        If a snapshot has no ``cycles``.
+    VcdError, VcdFormatError, VcdSignalError
+        As :func:`summarize` with ``unit="counter"``.
+    """
+    s = summarize(vcd, start=int(before["cycles"]), end=int(after["cycles"]), scope=scope,
+                  unit="counter")
+    return s, check_counters(s, counter_delta(before, after))
 
 
 # -- windowing -----------------------------------------------------------------------------
@@ -680,6 +924,8 @@ GTKW_GROUPS: list[tuple[str, list[str]]] = [
     ("AXI B", [r"mem__b(valid|ready|id|resp)"]),
     ("Systolic array", [r"tile\.matrix__(busy|done|error)", r"tile\.matrix\.\w*_state"]),
     ("Vector unit", [r"tile\.vector__(busy|done|error)", r"tile\.vector\.(\w+\.)?\w*_state"]),
+    ("Performance counters", [r"csr\.(cycles|snapshot)", r"cmdproc\.sem_stall",
+                              r"stall_\w+"]),
 ]
 
 _GTKW_BIT, _GTKW_HEX = "@28", "@22"
@@ -756,7 +1002,9 @@ def write_gtkw(vcd: Path | str, out: Path | str | None = None) -> tuple[Path, li
 
 
 def load_counters(path: Path | str) -> dict:
-    """Read a counters JSON file (an object of integers, possibly nested)."""
+    """Read a counters JSON file: an object of integers, possibly nested, or a snapshot pair
+    ``{"before": {...}, "after": {...}}`` of ``Device.counters()`` (see
+    :func:`check_counter_snapshots`)."""
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict):
         raise ValueError(f"{path}: counters must be a JSON object")

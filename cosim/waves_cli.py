@@ -3,6 +3,10 @@
 ::
 
     npu waves summarize FILE.vcd [--from C1] [--to C2] [--counters JSON] [--json OUT]
+
+``--counters`` takes counter values over the window, or a snapshot pair
+``{"before": dev.counters(), "after": dev.counters()}`` of the same traced run, whose
+difference is checked exactly over the cycles between the two snapshots.
     npu waves gtkw FILE.vcd [-o OUT.gtkw]
     npu waves cut FILE.vcd --from C1 --to C2 [-o OUT.vcd] [--time]
     npu waves trace FILE.vcd [-o OUT.json] [--png OUT.png] [--cycle-ns NS]
@@ -22,13 +26,26 @@ __all__ = ["add_parser"]
 
 
 def _summarize(args: argparse.Namespace) -> int:
-    from .waves import check_counters, load_counters, summarize
+    from .waves import check_counters, counter_delta, load_counters, summarize
 
-    s = summarize(args.file, start=args.start, end=args.end)
+    counters = load_counters(args.counters) if args.counters else None
+    if counters is not None and {"before", "after"} <= set(counters):
+        # a snapshot pair of Device.counters(): the window is theirs, in CYCLES
+        if args.start is not None or args.end is not None:
+            print("npu waves summarize: --from/--to cannot be combined with a counter "
+                  "snapshot pair (its window is before.cycles .. after.cycles)",
+                  file=sys.stderr)
+            return 2
+        before, after = counters["before"], counters["after"]
+        s = summarize(args.file, start=int(before["cycles"]), end=int(after["cycles"]),
+                      unit="counter")
+        counters = counter_delta(before, after)
+    else:
+        s = summarize(args.file, start=args.start, end=args.end)
     print(s.format(width=args.width))
     status = 0
-    if args.counters:
-        check = check_counters(s, load_counters(args.counters))
+    if counters is not None:
+        check = check_counters(s, counters)
         print()
         print(check.format())
         status = 0 if check.ok else 1
@@ -103,9 +120,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--to", dest="end", type=int, default=None, metavar="CYCLE",
                    help="count cycles before this one")
     s.add_argument("--counters", metavar="JSON",
-                   help="counters of the same run (names as in 'figures': cycles, "
-                        "busy.<engine>, commands.<engine>, retired.<engine>, axi.<ch>, "
-                        "bytes_read, bytes_written); exit 1 on any difference")
+                   help="counters of the same run, exit 1 on any difference: either values "
+                        "over the --from/--to window (names as in 'figures': cycles, "
+                        "busy.<engine>, retired.<engine>, stall.<engine>.<reason>, dma_busy, "
+                        "overlap, bytes_read, bytes_written, commands.<engine>, axi.<ch>) or "
+                        "a snapshot pair {\"before\": ..., \"after\": ...} of "
+                        "Device.counters(), checked over its own window (CYCLES before.cycles "
+                        "to after.cycles)")
     s.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
     s.add_argument("--width", type=int, default=60, help="timeline width in characters")
     s.set_defaults(func=_guard(_summarize))

@@ -110,6 +110,11 @@ class EngineQueue(wiring.Component):
     err_set : ``Out(1)``, err_queue : ``Out(8)``, err_info : ``Out(ErrorReport)``
     idle : ``Out(n_queues)``
         Per queue: no queued command and none in the engine.
+    sem_stall : ``Out(1)``
+        The engine is idle (``busy`` low) and cannot take a command because every queue that
+        has one for it (and is neither stopped nor being reset) has a head command waiting on
+        an unsatisfied semaphore; at least one such queue exists. (The ``sem`` stall reason of
+        :data:`hw.isa.STALL_REASONS`.)
     trace : ``Out(TraceEntry)``, trace_valid : ``Out(1)``, trace_pop : ``In(1)``,
     trace_overflow : ``Out(1)``
         Read side of the trace FIFO (first-word fall-through).
@@ -128,7 +133,7 @@ class EngineQueue(wiring.Component):
             "cycles": In(32),
             "sem_inc": Out(1), "sem_id": Out(8), "sem_queue": Out(8), "sem_index": Out(32),
             "err_set": Out(1), "err_queue": Out(8), "err_info": Out(ErrorReport),
-            "idle": Out(n),
+            "idle": Out(n), "sem_stall": Out(1),
             "trace": Out(TraceEntry), "trace_valid": Out(1), "trace_pop": In(1),
             "trace_overflow": Out(1),
         })
@@ -141,7 +146,7 @@ class EngineQueue(wiring.Component):
         eng = self.engine
 
         # -- per-queue FIFOs ------------------------------------------------------------------
-        fifos, heads, ready = [], [], []
+        fifos, heads, ready, blocked = [], [], [], []
         for q in range(n):
             f = ResetInserter(self.flush[q])(
                 fifo.SyncFIFOBuffered(width=width, depth=cfg.cmd_fifo_depth))
@@ -153,9 +158,12 @@ class EngineQueue(wiring.Component):
             wait_ok = ~hdr.flags.wait | (self.sems[hdr.wait_sem] >= hdr.wait_value)
             r = Signal(name=f"ready{q}")
             m.d.comb += r.eq(f.r_rdy & wait_ok & ~self.stop[q] & ~self.flush[q])
+            b = Signal(name=f"sem_blocked{q}")      # has a head that waits on a semaphore
+            m.d.comb += b.eq(f.r_rdy & ~wait_ok & ~self.stop[q] & ~self.flush[q])
             fifos.append(f)
             heads.append(head)
             ready.append(r)
+            blocked.append(b)
 
         # -- arbitration: round-robin among ready heads, one command in the engine ------------
         in_engine = Signal()
@@ -168,6 +176,7 @@ class EngineQueue(wiring.Component):
         cur_start = Signal(32)
         last = Signal(range(max(n, 2)))
         any_ready, sel = _round_robin(m, last, ready, n)
+        m.d.comb += self.sem_stall.eq(~eng.busy & ~any_ready & Cat(*blocked).any())
 
         sel_head = QueueEntry(Signal(width))
         with m.Switch(sel):
@@ -268,9 +277,9 @@ class CommandProcessor(wiring.Component):
         Per queue: holds commands not yet retired.
     cycles : ``In(32)``
         Cycle counter (fence timestamps and traces).
-    perf : ``Out(ArrayLayout(32, 6))``
-        Busy cycles of load, store, matrix, vector; DMA (load or store) busy; overlap (a DMA
-        channel and the matrix engine both busy). Free-running, wrap.
+    sem_stall : ``Out(4)``
+        Per engine (order of :data:`ENGINES`): the ``sem`` stall condition of its
+        :class:`EngineQueue` (for the counters of :mod:`hw.counters`).
     trace, trace_valid, trace_overflow : per engine (``Out`` arrays of 4), trace_pop : ``In(4)``
         Read side of the engines' trace FIFOs.
 
@@ -301,7 +310,7 @@ class CommandProcessor(wiring.Component):
             "sem_last": Out(data.ArrayLayout(32, config.n_sems)),
             "busy": Out(n),
             "cycles": In(32),
-            "perf": Out(data.ArrayLayout(32, 6)),
+            "sem_stall": Out(n_eng),
             "trace": Out(data.ArrayLayout(TraceEntry, n_eng)),
             "trace_valid": Out(n_eng), "trace_overflow": Out(n_eng), "trace_pop": In(n_eng),
         }
@@ -329,15 +338,9 @@ class CommandProcessor(wiring.Component):
                 eq.windows_base.eq(self.window_base), eq.windows_limit.eq(self.window_limit),
                 self.trace[e].eq(eq.trace), self.trace_valid[e].eq(eq.trace_valid),
                 self.trace_overflow[e].eq(eq.trace_overflow), eq.trace_pop.eq(self.trace_pop[e]),
+                self.sem_stall[e].eq(eq.sem_stall),
             ]
         all_idle = [Cat(eq.idle[q] for eq in queues.values()).all() for q in range(n)]
-
-        # -- performance counters -------------------------------------------------------------
-        busy = [getattr(self, name).busy for name in ENGINES]
-        dma_busy = self.load.busy | self.store.busy
-        for i, b in enumerate([*busy, dma_busy, dma_busy & self.matrix.busy]):
-            with m.If(b):
-                m.d.sync += self.perf[i].eq(self.perf[i] + 1)
 
         # -- per-queue state: stage register (one command between fetch and its engine) -------
         stage_valid = Signal(n)

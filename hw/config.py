@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .isa import MAX_QUEUES
+
 __all__ = ["NPUConfig", "next_pow2"]
 
 
@@ -40,7 +42,8 @@ class NPUConfig:
         Size of device DRAM in bytes, a power of two of at most 2**31. Every DRAM address the
         device touches is checked against ``[0, dram_bytes)``.
     n_queues : int
-        Number of hardware command queues (ring buffers), arbitrated round-robin.
+        Number of hardware command queues (ring buffers), arbitrated round-robin; at most
+        :data:`hw.isa.MAX_QUEUES` (16), the room the CSR map has below the counter block.
     n_sems : int
         Number of 32-bit semaphores.
     dma_outstanding : int
@@ -93,7 +96,9 @@ class NPUConfig:
         check("dram_bytes", _is_pow2(self.dram_bytes) and 4096 <= self.dram_bytes <= (1 << 31)
               and self.dram_bytes <= (1 << self.axi_addr_bits),
               "must be a power of two in 4096..2**31 that fits the AXI address")
-        check("n_queues", 1 <= self.n_queues <= 16, "must be in 1..16")
+        check("n_queues", 1 <= self.n_queues <= MAX_QUEUES,
+              f"must be in 1..{MAX_QUEUES} (the CSR map has room for {MAX_QUEUES} queues' "
+              "registers below the counter block)")
         check("n_sems", 1 <= self.n_sems <= 256, "must be in 1..256")
         check("dma_outstanding", 2 <= self.dma_outstanding <= 16, "must be in 2..16")
         check("cmd_fifo_depth", 1 <= self.cmd_fifo_depth <= 64, "must be in 1..64")

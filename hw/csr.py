@@ -14,9 +14,11 @@ from .bus import AXI4LiteSignature
 from .cmdproc import ENGINES, ErrorReport, TraceEntry
 from .config import NPUConfig
 from .isa import (
+    COUNTER_NAMES,
     CSR_ID_VALUE,
     CSR_VERSION_VALUE,
     Csr,
+    counter_csr,
     queue_csr,
     sem_csr,
     sem_last_csr,
@@ -58,8 +60,11 @@ class CsrBlock(wiring.Component):
         Semaphore values and last-signaller records.
     cycles : ``Out(64)``
         Free-running cycle counter (also readable at ``CYCLES_LO``/``CYCLES_HI``).
-    perf : ``In(ArrayLayout(32, 6))``
-        Performance counters (see :class:`hw.cmdproc.CommandProcessor`).
+    counters : ``In(ArrayLayout(32, len(COUNTER_NAMES)))``, counters_cycles : ``In(64)``
+        The last snapshot of the counter block (:class:`hw.counters.PerfCounters`), read at
+        ``Csr.CNT_*``.
+    snapshot : ``Out(1)``
+        One-cycle pulse in the cycle a ``CNT_SNAPSHOT`` write takes effect.
     trace, trace_valid, trace_overflow : ``In``; trace_pop : ``Out(4)``
         The engines' trace FIFOs; ``trace_pop[e]`` pulses on a ``TRACE_POP`` write.
     """
@@ -82,7 +87,8 @@ class CsrBlock(wiring.Component):
             "sems": In(data.ArrayLayout(32, config.n_sems)),
             "sem_last": In(data.ArrayLayout(32, config.n_sems)),
             "cycles": Out(64),
-            "perf": In(data.ArrayLayout(32, 6)),
+            "counters": In(data.ArrayLayout(32, len(COUNTER_NAMES))),
+            "counters_cycles": In(64), "snapshot": Out(1),
             "trace": In(data.ArrayLayout(TraceEntry, n_eng)),
             "trace_valid": In(n_eng), "trace_overflow": In(n_eng), "trace_pop": Out(n_eng),
         })
@@ -138,11 +144,13 @@ class CsrBlock(wiring.Component):
                 Csr.IRQ_STATUS: irq_status, Csr.IRQ_ENABLE: irq_enable,
                 Csr.CYCLES_LO: self.cycles[:32], Csr.CYCLES_HI: cycles_hi_latch,
                 Csr.QUEUE_ERRORS: self.stop, Csr.QUEUE_BUSY: self.busy,
-                Csr.PERF_DMA_BUSY: self.perf[4], Csr.PERF_OVERLAP: self.perf[5],
+                Csr.CNT_CYCLES_LO: self.counters_cycles[:32],
+                Csr.CNT_CYCLES_HI: self.counters_cycles[32:],
             }
+            for i, name in enumerate(COUNTER_NAMES):
+                regs[counter_csr(name)] = self.counters[i]
             for e in range(len(ENGINES)):
                 t = self.trace[e]
-                regs[Csr.PERF_BUSY + 4 * e] = self.perf[e]
                 regs[trace_csr(e, Csr.TRACE_INFO)] = Cat(
                     t.index, t.queue[:6], self.trace_overflow[e], self.trace_valid[e])
                 regs[trace_csr(e, Csr.TRACE_START)] = t.start
@@ -221,6 +229,8 @@ class CsrBlock(wiring.Component):
                                 m.d.comb += self.qclear.eq(-1)
                         with m.Case(Csr.QUEUE_RESET >> 2):
                             m.d.comb += self.qclear.eq(w_data[:n])
+                        with m.Case(Csr.CNT_SNAPSHOT >> 2):
+                            m.d.comb += self.snapshot.eq(1)
                     m.next = "RESPOND"
             with m.State("RESPOND"):
                 m.d.comb += [bus.bvalid.eq(1), bus.bresp.eq(0)]

@@ -26,7 +26,9 @@ __all__ = [
     "ROW_SCALE_SHIFT", "SOFTMAX_RECIP_BITS", "SOFTMAX_EXP_FRAC_BITS", "SOFTMAX_EXP_GUARD_BITS",
     "SOFTMAX_EXP_MAX_SHIFT", "softmax_exp_table",
     "Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "sem_csr",
-    "sem_last_csr", "trace_csr",
+    "sem_last_csr", "trace_csr", "MAX_QUEUES",
+    "STALL_REASONS", "ENGINE_STALLS", "COUNTER_NAMES", "TIMING_COUNTERS", "COUNTER_BITS",
+    "counter_csr", "engine_counter_csr",
     "encode", "decode", "CommandView",
 ]
 
@@ -376,7 +378,7 @@ def decode(raw: bytes) -> CommandView:
 # -- CSR map (AXI4-Lite, 32-bit registers, byte offsets) ---------------------------------------
 
 CSR_ID_VALUE = 0x4E505530       # "NPU0"
-CSR_VERSION_VALUE = 0x00010000  # 1.0
+CSR_VERSION_VALUE = 0x00020000  # 2.0: the PERF_* registers moved into the counter block
 
 
 class Csr:
@@ -409,11 +411,7 @@ class Csr:
     * ``QUEUE_ERRORS`` / ``QUEUE_BUSY`` (read-only): bit ``q`` = queue ``q`` has an error
       latched / holds unretired commands.
 
-    Performance counters (``0x050..0x064``, read-only, free-running 32-bit, wrap): busy
-    cycles of each engine at ``PERF_BUSY + 4 * e`` for ``e`` the index in
-    :data:`ENGINE_NAMES` (an engine is busy from taking a command to its ``done`` pulse);
-    ``PERF_DMA_BUSY``: cycles where the load or the store channel is busy;
-    ``PERF_OVERLAP``: cycles where a DMA channel and the matrix engine are both busy.
+    ``0x050..0x07F`` are free (the 1.x ``PERF_*`` registers moved into the counter block).
 
     Command trace (``0x080..0x0BF``): one FIFO of ``trace_depth`` entries per engine, filled
     when the engine retires a command; engine ``e`` at ``TRACE_BASE + TRACE_STRIDE * e``:
@@ -433,6 +431,36 @@ class Csr:
     ``WINDOW`` error and nothing is written. ``Q_STATUS``: bit 0 busy, bit 1 error latched.
     ``Q_ERR_CODE`` (code | opcode << 16), ``Q_ERR_CMD``, ``Q_ERR_ADDR``: the queue's latched
     error. ``Q_FETCHED``: commands fetched since the queue's last reset.
+
+    Performance counters (``CNT_BASE`` = ``0x500`` .. ``0x59F``, just above the registers of
+    :data:`MAX_QUEUES` queues): see :data:`COUNTER_NAMES` for the definitions. Every counter
+    is free-running from reset (never cleared by ``CONTROL``), 32 bits wide and wraps modulo
+    2**32, except the 64-bit cycle count; the difference of two snapshots taken less than
+    2**32 cycles (bytes) apart is exact modulo 2**32.
+
+    * ``CNT_SNAPSHOT`` (write-only, any value): copies every counter and ``CYCLES`` into the
+      snapshot registers in one clock edge, so one snapshot is one instant of the device.
+      The write takes effect in the cycle ``s`` in which the CSR block accepts it (the cycle
+      after both AW and W were taken); ``CNT_CYCLES`` then reads ``s`` (the value of
+      ``CYCLES`` in that cycle) and every other counter holds what happened in the cycles
+      ``c < s`` since reset (cycles, commands or bytes). The difference of snapshots at
+      ``s1 < s2`` therefore covers exactly the cycles ``s1 <= c < s2``: those in which
+      ``CYCLES`` reads ``s1`` .. ``s2 - 1`` (the edges a VCD tool counts, see
+      :mod:`cosim.waves`), and ``CNT_CYCLES`` differs by ``s2 - s1``.
+    * ``CNT_CYCLES_LO`` / ``CNT_CYCLES_HI``: ``CYCLES`` at the last snapshot (64-bit).
+    * ``CNT_BYTES_READ``, ``CNT_BYTES_WRITTEN``, ``CNT_DMA_BUSY``, ``CNT_OVERLAP`` and, per
+      engine ``e`` (index in :data:`ENGINE_NAMES`) at :func:`engine_counter_csr`
+      (``CNT_ENGINE_BASE + CNT_ENGINE_STRIDE * e``): ``CNT_BUSY``, ``CNT_RETIRED`` and the
+      stall counters at ``CNT_STALL + 4 * r`` for ``r`` the index in :data:`STALL_REASONS`.
+      All read the last snapshot (0 before the first). A stall register of a pair that is not
+      in :data:`ENGINE_STALLS` (e.g. ``matrix``/``dram_read``) always reads 0.
+
+    Layout: ``0x500`` SNAPSHOT, ``0x504``/``0x508`` CYCLES_LO/HI, ``0x50C`` reserved,
+    ``0x510`` BYTES_READ, ``0x514`` BYTES_WRITTEN, ``0x518`` DMA_BUSY, ``0x51C`` OVERLAP; engine
+    ``e`` (load, store, matrix, vector) at ``0x520 + 0x20 * e``: ``+0x00`` BUSY, ``+0x04``
+    RETIRED, ``+0x08`` stall sem, ``+0x0C`` dram_read, ``+0x10`` dram_write, ``+0x14`` spad,
+    ``+0x18`` acc, ``+0x1C`` reserved. :func:`counter_csr` maps a counter name to its
+    register.
 
     Semaphore ``s`` reads at :func:`sem_csr` (read-only); ``SEM_LAST_BASE + 4 * s``: what last
     incremented it: valid << 31 | queue << 24 | command index[23:0] (read-only; zeroed by
@@ -458,10 +486,6 @@ class Csr:
     QUEUE_ERRORS = 0x048
     QUEUE_BUSY = 0x04C
 
-    PERF_BUSY = 0x050       #: + 4 * engine index (load, store, matrix, vector)
-    PERF_DMA_BUSY = 0x060
-    PERF_OVERLAP = 0x064
-
     TRACE_BASE = 0x080
     TRACE_STRIDE = 0x10
     TRACE_INFO = 0x0
@@ -482,6 +506,21 @@ class Csr:
     Q_ERR_CMD = 0x20
     Q_ERR_ADDR = 0x24
     Q_FETCHED = 0x28
+
+    CNT_BASE = 0x500
+    CNT_SNAPSHOT = 0x500        #: write: snapshot every counter (reads 0)
+    CNT_CYCLES_LO = 0x504
+    CNT_CYCLES_HI = 0x508
+    CNT_BYTES_READ = 0x510
+    CNT_BYTES_WRITTEN = 0x514
+    CNT_DMA_BUSY = 0x518
+    CNT_OVERLAP = 0x51C
+    CNT_ENGINE_BASE = 0x520
+    CNT_ENGINE_STRIDE = 0x20
+    CNT_BUSY = 0x00
+    CNT_RETIRED = 0x04
+    CNT_STALL = 0x08            #: + 4 * index in STALL_REASONS
+    CNT_END = 0x5A0             #: first offset after the counter block
 
     SEM_BASE = 0x800
     SEM_LAST_BASE = 0xC00
@@ -511,3 +550,107 @@ def trace_csr(engine: int, reg: int) -> int:
     """Byte offset of trace register ``reg`` (e.g. :attr:`Csr.TRACE_INFO`) of engine
     ``engine`` (index in :data:`ENGINE_NAMES`)."""
     return Csr.TRACE_BASE + engine * Csr.TRACE_STRIDE + reg
+
+
+#: Most command queues the register map has room for: the queue registers
+#: (``QUEUE_BASE + QUEUE_STRIDE * q``) end where the counter block starts. ``NPUConfig``
+#: checks ``n_queues`` against this.
+MAX_QUEUES = (Csr.CNT_BASE - Csr.QUEUE_BASE) // Csr.QUEUE_STRIDE
+
+
+# -- performance counters ------------------------------------------------------------------------
+
+#: Stall reasons, in register order (``Csr.CNT_STALL + 4 * index``):
+#:
+#: * ``sem``: the engine is idle (its ``busy`` is low) and cannot take a command although it
+#:   has one: at least one queue that is neither stopped (error latched) nor being reset holds
+#:   a command in this engine's FIFO, and the head command of every such queue waits on an
+#:   unsatisfied semaphore (``flags.wait`` and ``sem[wait_sem] < wait_value``). Commands
+#:   still in the command processor's stage or ring do not count.
+#: * ``dram_read``, ``dram_write``, ``spad``, ``acc``: the engine is busy and its block
+#:   reports that it waits for the DRAM read data / the DRAM write channel / a scratchpad port
+#:   / an accumulator port (``DMA.stall``, ``ComputeTile.stall``). A cycle may count under
+#:   several reasons if the block reports several at once.
+STALL_REASONS = ("sem", "dram_read", "dram_write", "spad", "acc")
+
+#: The (engine, stall reason) pairs that can happen and are counted. The other registers of
+#: the regular map always read 0 and are not in :data:`COUNTER_NAMES`.
+ENGINE_STALLS = {
+    "load": ("sem", "dram_read", "spad", "acc"),
+    "store": ("sem", "dram_write"),
+    "matrix": ("sem",),
+    "vector": ("sem", "acc"),
+}
+
+
+def _counter_names() -> tuple[str, ...]:
+    names = ["bytes_read", "bytes_written", "dma_busy", "overlap"]
+    for e in ENGINE_NAMES:
+        names += [f"busy.{e}", f"retired.{e}"] + [f"stall.{e}.{r}" for r in ENGINE_STALLS[e]]
+    return tuple(names)
+
+
+#: Every 32-bit event counter of the counter block, by its stable dotted name (``cycles``, the
+#: 64-bit ``CYCLES`` at the snapshot, comes on top). Units and definitions, per cycle ``c``:
+#:
+#: * ``bytes_read`` (bytes): ``axi_data_bytes`` per R handshake (``rvalid & rready``) on
+#:   the NPU's ``mem`` port -- every read burst, ring fetches included, whole beats;
+#: * ``bytes_written`` (bytes): the number of set ``wstrb`` bits per W handshake on ``mem``
+#:   (DMA stores and fence writes);
+#: * ``dma_busy`` (cycles): the load or the store channel is busy;
+#: * ``overlap`` (cycles): a DMA channel and the matrix engine are both busy;
+#: * ``busy.<engine>`` (cycles): the engine's ``busy`` is high (from the cycle after it took
+#:   a command to its ``done`` pulse, inclusive);
+#: * ``retired.<engine>`` (commands): ``done`` pulses of the engine: every command it
+#:   finished, with or without an error (also one whose queue was reset meanwhile);
+#: * ``stall.<engine>.<reason>`` (cycles): see :data:`STALL_REASONS`; only the pairs of
+#:   :data:`ENGINE_STALLS`.
+COUNTER_NAMES = _counter_names()
+
+#: The counters that measure time (cycles); the untimed functional model has none of them.
+TIMING_COUNTERS = ("cycles", "dma_busy", "overlap",
+                   *(n for n in COUNTER_NAMES if n.startswith(("busy.", "stall."))))
+
+#: Width of each counter in bits: they wrap modulo ``2 ** COUNTER_BITS[name]``.
+COUNTER_BITS = {"cycles": 64, **dict.fromkeys(COUNTER_NAMES, 32)}
+
+
+def engine_counter_csr(engine: int, reg: int) -> int:
+    """Byte offset of counter register ``reg`` (:attr:`Csr.CNT_BUSY`, :attr:`Csr.CNT_RETIRED`,
+    ``Csr.CNT_STALL + 4 * r``) of engine ``engine`` (index in :data:`ENGINE_NAMES`)."""
+    return Csr.CNT_ENGINE_BASE + engine * Csr.CNT_ENGINE_STRIDE + reg
+
+
+def counter_csr(name: str) -> int:
+    """Byte offset of the snapshot register of counter ``name`` (one of
+    :data:`COUNTER_NAMES`).
+
+    Raises
+    ------
+    KeyError
+        For an unknown name (the message lists the valid ones).
+    """
+    try:
+        return _COUNTER_CSRS[name]
+    except KeyError:
+        raise KeyError(f"unknown counter {name!r}; counters: {', '.join(COUNTER_NAMES)}"
+                       ) from None
+
+
+def _counter_csrs() -> dict[str, int]:
+    out = {"bytes_read": Csr.CNT_BYTES_READ, "bytes_written": Csr.CNT_BYTES_WRITTEN,
+           "dma_busy": Csr.CNT_DMA_BUSY, "overlap": Csr.CNT_OVERLAP}
+    for e, name in enumerate(ENGINE_NAMES):
+        out[f"busy.{name}"] = engine_counter_csr(e, Csr.CNT_BUSY)
+        out[f"retired.{name}"] = engine_counter_csr(e, Csr.CNT_RETIRED)
+        for reason in ENGINE_STALLS[name]:
+            out[f"stall.{name}.{reason}"] = engine_counter_csr(
+                e, Csr.CNT_STALL + 4 * STALL_REASONS.index(reason))
+    assert list(out) == list(COUNTER_NAMES)
+    assert max(out.values()) < Csr.CNT_END
+    assert engine_counter_csr(len(ENGINE_NAMES), 0) == Csr.CNT_END
+    assert Csr.CNT_STALL + 4 * len(STALL_REASONS) <= Csr.CNT_ENGINE_STRIDE
+    return out
+
+
+_COUNTER_CSRS = _counter_csrs()

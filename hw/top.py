@@ -7,9 +7,12 @@ One clock domain (``sync``). External ports:
 * ``mem``: AXI4 manager to device DRAM. IDs: 0 = DMA, 1 = command processor (ring fetch and
   fence writes). Reads with the same ID must return in order;
 * ``irq``: level interrupt (fence completion, error).
+
+Performance counters (:mod:`hw.counters`, CSRs ``Csr.CNT_*``): :func:`connect_counters` wires
+the signal behind each definition of :data:`hw.isa.COUNTER_NAMES`.
 """
 
-from amaranth import Module
+from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,11 +20,27 @@ from .axi_arbiter import AXI4Arbiter
 from .bus import AXI4LiteSignature, AXI4Signature
 from .cmdproc import CommandProcessor
 from .config import NPUConfig
+from .counters import PerfCounters
 from .csr import CSR_ADDR_BITS, CsrBlock
 from .dma import DMA
+from .isa import COUNTER_NAMES, ENGINE_NAMES
 from .tile import ComputeTile
 
-__all__ = ["NPU", "connect_csr"]
+__all__ = ["NPU", "connect_csr", "connect_counters", "counter_events", "RESOURCE_STALLS",
+           "stall_source_name"]
+
+#: Where each resource stall counter comes from: ``(engine, reason)`` -> ``(submodule,
+#: field)``, the field of the ``stall`` port of the NPU's submodule ``dma`` (``DMA.stall``)
+#: or ``tile`` (``ComputeTile.stall``). Pairs not listed have no source and no counter.
+#: :func:`connect_counters` copies each field into a signal of the NPU named
+#: :func:`stall_source_name` (kept in the Verilog and the VCD whatever the block does).
+RESOURCE_STALLS = {
+    ("load", "dram_read"): ("dma", "load_dram"),
+    ("load", "spad"): ("dma", "load_spad"),
+    ("load", "acc"): ("dma", "load_acc"),
+    ("store", "dram_write"): ("dma", "store_dram"),
+    ("vector", "acc"): ("tile", "vector_acc"),
+}
 
 
 def connect_csr(m: Module, csr: CsrBlock, cp: CommandProcessor) -> None:
@@ -36,9 +55,69 @@ def connect_csr(m: Module, csr: CsrBlock, cp: CommandProcessor) -> None:
         csr.fence_irq.eq(cp.fence_irq),
         csr.sems.eq(cp.sems), csr.sem_last.eq(cp.sem_last),
         cp.cycles.eq(csr.cycles[:32]),
-        csr.perf.eq(cp.perf),
         csr.trace.eq(cp.trace), csr.trace_valid.eq(cp.trace_valid),
         csr.trace_overflow.eq(cp.trace_overflow), cp.trace_pop.eq(csr.trace_pop),
+    ]
+
+
+def stall_source_name(engine: str, reason: str) -> str:
+    """Name of the NPU-level copy of a resource stall source (``stall_load_dram_read``)."""
+    return f"stall_{engine}_{reason}"
+
+
+def counter_events(m: Module, cp: CommandProcessor, mem, dma_stall, tile_stall
+                   ) -> dict[str, Value]:
+    """The per-cycle increment of every counter of :data:`hw.isa.COUNTER_NAMES`.
+
+    Parameters
+    ----------
+    m : Module
+        Gets the named copies of the resource stall sources (:func:`stall_source_name`).
+    cp : CommandProcessor
+        Engine ``busy``/``done`` (at the processor's engine ports) and ``sem_stall``.
+    mem : AXI4 interface
+        The NPU's DRAM port (R and W handshakes, ``wstrb``).
+    dma_stall, tile_stall
+        ``DMA.stall`` and ``ComputeTile.stall``.
+
+    Resource stalls count only while their engine is busy (a stall is part of busy time).
+    """
+    busy = {e: getattr(cp, e).busy for e in ENGINE_NAMES}
+    done = {e: getattr(cp, e).done for e in ENGINE_NAMES}
+    ports = {"dma": dma_stall, "tile": tile_stall}
+    bus_bytes = len(mem.wstrb)
+    strobed = sum(mem.wstrb[i] for i in range(bus_bytes))
+    dma_busy = busy["load"] | busy["store"]
+    events = {
+        "bytes_read": Mux(mem.rvalid & mem.rready, bus_bytes, 0),
+        "bytes_written": Mux(mem.wvalid & mem.wready, strobed, 0),
+        "dma_busy": dma_busy,
+        "overlap": dma_busy & busy["matrix"],
+    }
+    for e, name in enumerate(ENGINE_NAMES):
+        events[f"busy.{name}"] = busy[name]
+        events[f"retired.{name}"] = done[name]
+        events[f"stall.{name}.sem"] = cp.sem_stall[e]
+    for (name, reason), (module, fld) in RESOURCE_STALLS.items():
+        source = Signal(name=stall_source_name(name, reason))
+        m.d.comb += source.eq(getattr(ports[module], fld))
+        events[f"stall.{name}.{reason}"] = busy[name] & source
+    if set(events) != set(COUNTER_NAMES):
+        raise AssertionError(f"counter definitions {sorted(events)} do not match "
+                             f"COUNTER_NAMES {sorted(COUNTER_NAMES)}")
+    return events
+
+
+def connect_counters(m: Module, counters: PerfCounters, csr: CsrBlock, cp: CommandProcessor,
+                     mem, dma_stall, tile_stall) -> None:
+    """Wire the counter block: increments from :func:`counter_events`, cycle count and
+    snapshot pulse from the CSR block, snapshot values back to it."""
+    events = counter_events(m, cp, mem, dma_stall, tile_stall)
+    for i, name in enumerate(COUNTER_NAMES):
+        m.d.comb += counters.inc[i].eq(events[name])
+    m.d.comb += [
+        counters.cycles.eq(csr.cycles), counters.snapshot.eq(csr.snapshot),
+        csr.counters.eq(counters.values), csr.counters_cycles.eq(counters.cycles_snap),
     ]
 
 
@@ -79,6 +158,7 @@ class NPU(wiring.Component):
         m.submodules.dma = dma = DMA(cfg)
         m.submodules.tile = tile = ComputeTile(cfg)
         m.submodules.arbiter = arbiter = AXI4Arbiter(self.mem_signature, 2)
+        m.submodules.counters = counters = PerfCounters(cfg)
 
         # -- host interface -------------------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
@@ -97,4 +177,7 @@ class NPU(wiring.Component):
         wiring.connect(m, dma.bus, arbiter.m0)
         wiring.connect(m, cp.bus, arbiter.m1)
         wiring.connect(m, arbiter.bus, wiring.flipped(self.mem))
+
+        # -- performance counters -------------------------------------------------------------
+        connect_counters(m, counters, csr, cp, self.mem, dma.stall, tile.stall)
         return m

@@ -20,6 +20,9 @@ class BackendError(RuntimeError):
 @runtime_checkable
 class Backend(Protocol):
     name: str  #: "model" or "rtl"
+    #: Whether the device counts cycles. An untimed backend (the functional model) reads 0
+    #: from ``CYCLES`` and the timing counters; ``Device.counters()`` leaves those out.
+    timed: bool
 
     def csr_read(self, offset: int) -> int:
         """Read the 32-bit CSR at byte ``offset`` (see :class:`hw.isa.Csr`)."""

@@ -29,8 +29,20 @@ room; the RTL must agree with these for the differential tests):
   it). ``Q_FETCHED`` reads the commands retired (the hardware counts fetched ones).
 * **Trace and counters.** The engine trace FIFOs hold ``trace_depth`` entries each, with
   *logical* time: a global counter incremented per retired engine command (``start`` = its
-  value, ``end`` = ``start + 1``), so order is exact and durations are not. ``PERF_*`` and
-  ``CYCLES`` read 0; a ``FENCE`` with ``timestamp`` writes 0. ``SEM_LAST`` as the hardware.
+  value, ``end`` = ``start + 1``), so order is exact and durations are not. ``CYCLES`` reads
+  0; a ``FENCE`` with ``timestamp`` writes 0. ``SEM_LAST`` as the hardware.
+* **Performance counters** (``Csr.CNT_*``, snapshot on a ``CNT_SNAPSHOT`` write as the
+  hardware): the timing counters (:data:`hw.isa.TIMING_COUNTERS`: cycles, busy, stalls, DMA
+  busy, overlap) read 0, and :meth:`sw.runtime.Device.counters` leaves them out
+  (``timed = False``). The untimed ones count what the commands do at the ISA level:
+  ``retired.<engine>`` +1 for every engine command that passed the fetch checks (opcode,
+  semaphore ids) and reached its engine, whether the engine then reports an error or not;
+  ``bytes_read`` +32 for every command read from a ring (counted when it executes or fails,
+  not while it waits) and, per DMA load row, whole bus beats from the row's first byte
+  aligned down to its last byte aligned up; ``bytes_written`` the bytes of every DMA store
+  row and 4 per fence. These equal the hardware's counters once every submitted command has
+  retired, in programs without errors and queue resets (the hardware fetches ahead, so it
+  also reads commands that an error or a reset later drops).
 * ``WAIT`` always waits on ``(wait_sem, wait_value)`` and ``SIGNAL`` always increments
   ``signal_sem``; setting ``flags.wait``/``flags.signal`` on them as well has no extra effect
   (the wait/increment happens once). Semaphores are 32-bit, wrap on increment and compare
@@ -74,10 +86,12 @@ from amaranth.lib import data
 from hw.config import NPUConfig
 from hw.isa import (
     COMMAND_BYTES,
+    COUNTER_NAMES,
     CSR_ID_VALUE,
     CSR_VERSION_VALUE,
     ENGINE_NAMES,
     OPCODE_ENGINE,
+    TIMING_COUNTERS,
     Csr,
     DmaBody,
     ErrorCode,
@@ -85,6 +99,7 @@ from hw.isa import (
     IrqBit,
     LocalMem,
     Opcode,
+    counter_csr,
     decode,
 )
 from sw.backend import BackendError
@@ -152,6 +167,7 @@ class ModelBackend:
     """
 
     name = "model"
+    timed = False  #: no cycle timing: the runtime's counters() has no timing counters
 
     def __init__(self, config: NPUConfig) -> None:
         if not isinstance(config, NPUConfig):
@@ -173,6 +189,9 @@ class ModelBackend:
         self.trace_overflow = [False] * len(ENGINE_NAMES)
         self.clock = 0  #: logical time of the trace: +1 per retired engine command
         self._cur = (0, 0)  #: (queue, command index) being executed
+        #: live untimed performance counters and the last CNT_SNAPSHOT of them
+        self.counters = {c: 0 for c in COUNTER_NAMES if c not in TIMING_COUNTERS}
+        self.counter_snapshot = dict.fromkeys(self.counters, 0)
 
     # -- Backend interface ----------------------------------------------------------------------
 
@@ -209,6 +228,8 @@ class ModelBackend:
         }
         if offset in fixed:
             return fixed[offset]
+        if Csr.CNT_BASE <= offset < Csr.CNT_END:
+            return self._counter_csrs.get(offset, 0)
         q, reg = self._queue_reg(offset)
         if q is not None:
             queue = self.queues[q]
@@ -259,6 +280,8 @@ class ModelBackend:
         elif offset == Csr.CONTROL:
             if value & 1:
                 self._clear()
+        elif offset == Csr.CNT_SNAPSHOT:
+            self.counter_snapshot = dict(self.counters)
         else:
             q, reg = self._queue_reg(offset)
             if q is None:
@@ -324,6 +347,11 @@ class ModelBackend:
         if 0 <= rel < self.config.n_queues * Csr.QUEUE_STRIDE:
             return rel // Csr.QUEUE_STRIDE, rel % Csr.QUEUE_STRIDE
         return None, 0
+
+    @property
+    def _counter_csrs(self) -> dict[int, int]:
+        """Offset -> value of the counter registers (the last snapshot; timing ones 0)."""
+        return {counter_csr(k): v & _MASK32 for k, v in self.counter_snapshot.items()}
 
     def _busy(self) -> bool:
         return any(q.head != q.tail for q in self.queues)
@@ -400,10 +428,12 @@ class ModelBackend:
             try:
                 done = self._execute(cmd, opcode, slot_addr)
             except _CommandError as e:
+                self.counters["bytes_read"] += COMMAND_BYTES     # it was fetched
                 self._raise_error(q, opcode, e.code, e.addr)
                 break
             if not done:  # blocked on a semaphore
                 break
+            self.counters["bytes_read"] += COMMAND_BYTES
             engine = OPCODE_ENGINE.get(Opcode(opcode), "processor")
             if engine != "processor":  # the engine trace, in logical time
                 e = ENGINE_NAMES.index(engine)
@@ -434,6 +464,9 @@ class ModelBackend:
             raise _CommandError(ErrorCode.BAD_SEM, header.signal_sem)
         if do_wait and self.sems[header.wait_sem] < header.wait_value:
             return False
+        engine = OPCODE_ENGINE[op]
+        if engine != "processor":   # the engine takes it and retires it, error or not
+            self.counters[f"retired.{engine}"] += 1
 
         if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
             mem_bits = (cmd.body.raw >> _MEM_FIELD.offset) & 0b11
@@ -498,6 +531,14 @@ class ModelBackend:
             if local_stride == 0:
                 break
 
+        beat = c.axi_data_bytes
+        if load:   # whole beats from the row start aligned down to its end aligned up
+            for r in range(n_rows):
+                row_addr = addr + r * stride
+                beats = -(-(row_addr + row_bytes) // beat) - row_addr // beat
+                self.counters["bytes_read"] += beat * beats
+        else:
+            self.counters["bytes_written"] += n_rows * row_bytes
         dram = np.frombuffer(self.dram, dtype=np.uint8)
         for r in range(n_rows):
             row_addr = addr + r * stride
@@ -605,5 +646,6 @@ class ModelBackend:
             raise _CommandError(ErrorCode.WINDOW, addr)
         value = 0 if body.timestamp else body.value  # timestamp: CYCLES, 0 on the untimed model
         self.dram[addr:addr + 4] = (value & _MASK32).to_bytes(4, "little")
+        self.counters["bytes_written"] += 4
         if irq:
             self.irq_status |= IrqBit.FENCE

@@ -55,9 +55,12 @@ from amaranth.lib import data
 from hw.config import NPUConfig
 from hw.isa import (
     COMMAND_BYTES,
+    COUNTER_BITS,
+    COUNTER_NAMES,
     CSR_ID_VALUE,
     CSR_VERSION_VALUE,
     ENGINE_NAMES,
+    TIMING_COUNTERS,
     Csr,
     DmaBody,
     ErrorCode,
@@ -65,6 +68,7 @@ from hw.isa import (
     IrqBit,
     LocalMem,
     Opcode,
+    counter_csr,
     decode,
     encode,
     queue_csr,
@@ -78,7 +82,7 @@ __all__ = [
     "NPUError", "DeviceError", "OutOfMemoryError", "ConfigMismatchError", "DeviceTimeoutError",
     "AllocatorStats", "Allocator", "Buffer", "Command", "CommandList", "Device",
     "describe_command", "DEFAULT_TIMEOUT_CYCLES", "Stream", "Event", "Semaphore",
-    "OutOfSemaphoresError", "TraceRecord", "PerfCounters", "BlockedCommand",
+    "OutOfSemaphoresError", "TraceRecord", "Counters", "UntimedCounterError", "BlockedCommand",
 ]
 
 _MASK32 = 0xFFFF_FFFF
@@ -130,6 +134,14 @@ class DeviceError(NPUError):
 
 class OutOfMemoryError(NPUError):
     """Device DRAM has no free block large enough for an allocation."""
+
+
+class UntimedCounterError(NPUError, KeyError):
+    """A timing counter (cycles, busy, stall, DMA busy, overlap) was asked of a snapshot
+    taken on an untimed backend (the functional model), which has none."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class ConfigMismatchError(NPUError):
@@ -586,20 +598,54 @@ class TraceRecord:
     end: int
 
 
-@dataclass(frozen=True)
-class PerfCounters:
-    """Snapshot of the busy-cycle counters (``Csr.PERF_*``), cycles, 32-bit wrapping.
+class Counters(dict[str, int]):
+    """One snapshot of the performance counters, by stable dotted name (see
+    :data:`hw.isa.COUNTER_NAMES` for the exact definitions):
 
-    Subtract two snapshots for the cycles in between (``after - before``).
+    ==========================  ========  ==================================================
+    name                        unit      what
+    ==========================  ========  ==================================================
+    ``cycles``                  cycles    ``CYCLES`` at the snapshot (64-bit)
+    ``busy.<engine>``           cycles    the engine holds a command (take to ``done``)
+    ``retired.<engine>``        commands  commands the engine finished (with or without error)
+    ``stall.<engine>.<reason>`` cycles    stalls, reasons of :data:`hw.isa.STALL_REASONS`,
+                                          pairs of :data:`hw.isa.ENGINE_STALLS`
+    ``dma_busy``                cycles    the load or the store DMA channel is busy
+    ``overlap``                 cycles    a DMA channel and the matrix engine both busy
+    ``bytes_read``              bytes     read on the DRAM port (R beats x bus bytes)
+    ``bytes_written``           bytes     written on the DRAM port (strobed bytes)
+    ==========================  ========  ==================================================
+
+    ``<engine>`` is one of ``load``, ``store``, ``matrix``, ``vector``. Values are absolute
+    (free-running since reset, 32-bit, ``cycles`` 64-bit); subtract two snapshots for the
+    events in between: ``after - before`` gives a :class:`Counters` of differences modulo
+    each counter's width (exact for intervals shorter than 2**32 cycles or bytes). All values
+    of one snapshot are taken at the same clock edge (``Csr.CNT_SNAPSHOT``); the difference of
+    snapshots taken at cycles ``s1 < s2`` counts the cycles ``s1 <= c < s2``.
+
+    On an untimed backend (``timed`` False: the functional model) only ``retired.*`` and
+    ``bytes_*`` are present; asking for a timing counter raises :class:`UntimedCounterError`
+    (``get`` returns its default, ``in`` is False).
     """
-    busy: dict[str, int]   #: per engine name
-    dma_busy: int          #: load or store channel busy
-    overlap: int           #: a DMA channel and the matrix engine both busy
 
-    def __sub__(self, other: PerfCounters) -> PerfCounters:
-        return PerfCounters({k: (v - other.busy[k]) & _MASK32 for k, v in self.busy.items()},
-                            (self.dma_busy - other.dma_busy) & _MASK32,
-                            (self.overlap - other.overlap) & _MASK32)
+    def __init__(self, values: dict[str, int], *, timed: bool = True) -> None:
+        super().__init__(values)
+        self.timed = timed
+
+    def __missing__(self, key: str) -> int:
+        if not self.timed and key in TIMING_COUNTERS:
+            raise UntimedCounterError(f"{key!r} is a timing counter; this backend is untimed "
+                                      "(the functional model has no cycles)")
+        raise KeyError(key)
+
+    def __sub__(self, other: Counters) -> Counters:
+        if not isinstance(other, Counters):
+            return NotImplemented
+        return Counters({k: (v - other[k]) % (1 << COUNTER_BITS[k]) for k, v in self.items()},
+                        timed=self.timed)
+
+    def __reduce__(self):
+        return (type(self), (dict(self),), {"timed": self.timed})
 
 
 @dataclass(frozen=True)
@@ -1266,12 +1312,25 @@ class Device:
         word = self.backend.csr_read(sem_last_csr(sem))
         return ((word >> 24) & 0x7F, word & 0xFF_FFFF) if word >> 31 else None
 
-    def perf_counters(self) -> PerfCounters:
-        """Snapshot of the busy and overlap counters."""
+    def counters(self) -> Counters:
+        """Snapshot of the performance counters (see :class:`Counters` for names and units).
+
+        Writes ``CNT_SNAPSHOT`` (every counter is copied at that one clock edge), then reads
+        the snapshot registers, so the values are consistent with each other however long
+        the reads take. On an untimed backend (``backend.timed`` False, the functional
+        model) the timing counters are left out.
+        """
         rd = self.backend.csr_read
-        return PerfCounters({name: rd(Csr.PERF_BUSY + 4 * e)
-                             for e, name in enumerate(ENGINE_NAMES)},
-                            rd(Csr.PERF_DMA_BUSY), rd(Csr.PERF_OVERLAP))
+        timed = bool(getattr(self.backend, "timed", True))
+        self.backend.csr_write(Csr.CNT_SNAPSHOT, 1)
+        values = {}
+        if timed:
+            lo = rd(Csr.CNT_CYCLES_LO)
+            values["cycles"] = rd(Csr.CNT_CYCLES_HI) << 32 | lo
+        for name in COUNTER_NAMES:
+            if timed or name not in TIMING_COUNTERS:
+                values[name] = rd(counter_csr(name))
+        return Counters(values, timed=timed)
 
     def read_trace(self) -> list[TraceRecord]:
         """Drain the engines' command trace FIFOs, oldest first per engine, sorted by start.

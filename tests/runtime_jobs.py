@@ -227,12 +227,12 @@ def overlap(backend, *, m: int = 16, k: int = 384, n: int = 128) -> dict:
     want = linear_int(a, w, bias, mult, shift)
     out = {}
     for name, db in (("serialized", False), ("double_buffered", True)):
-        before = device.perf_counters()
+        before = device.counters()
         res, stats = linear_with_stats(device, a, w, bias, mult, shift, double_buffer=db)
-        d = device.perf_counters() - before
+        d = device.counters() - before   # no timing counters on the untimed model: None
         out[name] = {"bit_exact": bool(np.array_equal(res, want)), "cycles": stats.cycles,
-                     "dma_busy": d.dma_busy, "matrix_busy": d.busy["matrix"],
-                     "overlap": d.overlap, "commands": stats.n_commands,
+                     "dma_busy": d.get("dma_busy"), "matrix_busy": d.get("busy.matrix"),
+                     "overlap": d.get("overlap"), "commands": stats.n_commands,
                      "double_buffer": stats.plan.double_buffer}
     return out
 
@@ -253,12 +253,50 @@ def minilm_qkv_compare(backend, *, text: str | None = None) -> dict:
         row: dict = {"name": name, "shape": [int(xi.shape[0]), int(q.w.shape[0]),
                                              int(q.w.shape[1])]}
         for label, db in (("serialized", False), ("double_buffered", True)):
-            before = device.perf_counters()
+            before = device.counters()
             out, stats = linear_with_stats(device, xi, q.w, q.bias, q.multiplier, q.shift,
                                            double_buffer=db)
-            d = device.perf_counters() - before
-            row[label] = {"cycles": stats.cycles, "dma_busy": d.dma_busy,
-                          "overlap": d.overlap, "bit_exact": bool(np.array_equal(
+            d = device.counters() - before
+            row[label] = {"cycles": stats.cycles, "dma_busy": d.get("dma_busy"),
+                          "overlap": d.get("overlap"), "bit_exact": bool(np.array_equal(
                               out, q.golden(xi)))}
         rows.append(row)
     return {"tokens": int(x.shape[0]), "kernels": rows}
+
+
+def counter_snapshots(backend) -> dict:
+    """Two small GEMMs on two streams at once, then a third on stream 1 after an event of
+    stream 0, bracketed by two snapshots of the performance counters (``Device.counters``).
+
+    The engines wait on each other's semaphores (load -> matmul -> requant -> store in each
+    GEMM, and across the streams), so the ``sem`` stalls, busy, retired and byte counters
+    all move. Returns both snapshots (absolute values) and bit-exactness.
+    """
+    device = Device(backend)
+    cfg = device.config
+    half_s, half_a = cfg.spad_rows // 2, cfg.acc_rows // 2
+    s0, s1 = device.default_stream, device.create_stream()
+    rng = np.random.default_rng(5)
+    m, k, n = 8, 2 * cfg.rows, cfg.cols
+    a, w, bias, mult, shift = random_linear_operands(rng, m, k, n)
+    b_a, b_w, b_bias, b_mult, b_shift = random_linear_operands(rng, m, k, n)
+    before = device.counters()
+    job_a = linear_launch(s0, a, w, bias, mult, shift, spad_region=(0, half_s),
+                          acc_region=(0, half_a))
+    done_a = s0.record()
+    job_b = linear_launch(s1, b_a, b_w, b_bias, b_mult, b_shift,
+                          spad_region=(half_s, half_s), acc_region=(half_a, half_a))
+    s1.wait_event(done_a)
+    job_c = linear_launch(s1, b_a, b_w, b_bias, b_mult, b_shift,
+                          spad_region=(half_s, half_s), acc_region=(half_a, half_a))
+    s1.synchronize()
+    s0.synchronize()
+    after = device.counters()
+    want_b = linear_int(b_a, b_w, b_bias, b_mult, b_shift)
+    ok = (np.array_equal(job_a.output(), linear_int(a, w, bias, mult, shift))
+          and np.array_equal(job_b.output(), want_b) and np.array_equal(job_c.output(), want_b))
+    for job in (job_a, job_b, job_c):
+        job.free()
+    done_a.free()
+    return {"before": dict(before), "after": dict(after), "timed": before.timed,
+            "bit_exact": bool(ok)}

@@ -1,25 +1,30 @@
-"""Command processor + CSR block in Amaranth's simulator, with engines modelled in Python.
+"""Command processor + CSR block + counter block in Amaranth's simulator, with engines
+modelled in Python.
 
 The engines here are deliberately naive: take a command, wait a fixed number of cycles, retire
 (optionally with an error). The checks are on what the processor does: fetch from the ring,
-dispatch, semaphore order, fences, errors, ring wrap-around."""
+dispatch, semaphore order, fences, errors, ring wrap-around, and on the performance counters
+(against per-cycle models of their definitions)."""
 
 import pytest
-from amaranth import Module
-from amaranth.lib import wiring
+from amaranth import Module, Signal
+from amaranth.lib import data, wiring
 from amaranth.sim import Simulator
 
 from hw.cmdproc import ENGINES, CommandProcessor
 from hw.config import NPUConfig
+from hw.counters import PerfCounters
 from hw.csr import CsrBlock
 from hw.isa import (
     COMMAND_BYTES,
+    COUNTER_NAMES,
     CSR_ID_VALUE,
     ENGINE_NAMES,
     Csr,
     ErrorCode,
     IrqBit,
     Opcode,
+    counter_csr,
     decode,
     encode,
     queue_csr,
@@ -27,8 +32,12 @@ from hw.isa import (
     sem_last_csr,
     trace_csr,
 )
-from hw.top import connect_csr
+from hw.top import connect_counters, connect_csr
 from tests.amaranth_axi import AxiMemory, axil_read, axil_write
+
+#: the layouts of ``DMA.stall`` and ``ComputeTile.stall`` (hw/dma.py, hw/tile.py)
+DMA_STALL = data.StructLayout({"load_dram": 1, "load_spad": 1, "load_acc": 1, "store_dram": 1})
+TILE_STALL = data.StructLayout({"vector_acc": 1})
 
 RING = 0x1000
 QUEUE_RING_BYTES = 0x400   # queue q's ring at RING + q * QUEUE_RING_BYTES
@@ -36,18 +45,37 @@ FENCE_ADDR = 0x800
 
 
 class Harness(wiring.Component):
+    """The processor's ``bus`` stands for the NPU's ``mem`` port; ``dma_stall`` and
+    ``tile_stall`` (the layouts of ``DMA.stall`` and ``ComputeTile.stall``) are driven by the
+    testbench."""
+
     def __init__(self, cfg):
         self.cfg = cfg
         self.csr = CsrBlock(cfg)
         self.cp = CommandProcessor(cfg)
+        self.counters = PerfCounters(cfg)
+        self.dma_stall = Signal(DMA_STALL, name="dma_stall")
+        self.tile_stall = Signal(TILE_STALL, name="tile_stall")
         super().__init__({})
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.csr = csr = self.csr
         m.submodules.cp = cp = self.cp
+        m.submodules.counters = counters = self.counters
         connect_csr(m, csr, cp)
+        connect_counters(m, counters, csr, cp, cp.bus, self.dma_stall, self.tile_stall)
         return m
+
+
+async def snapshot(ctx, bus) -> dict:
+    """``CNT_SNAPSHOT`` then every counter, as ``Device.counters`` does."""
+    await axil_write(ctx, bus, Csr.CNT_SNAPSHOT, 1)
+    out = {"cycles": await axil_read(ctx, bus, Csr.CNT_CYCLES_LO)
+           | await axil_read(ctx, bus, Csr.CNT_CYCLES_HI) << 32}
+    for name in COUNTER_NAMES:
+        out[name] = await axil_read(ctx, bus, counter_csr(name))
+    return out
 
 
 def cmd(opcode, *, wait=None, signal=None, irq=0, body=None):
@@ -70,11 +98,12 @@ def engine_cmd(opcode, tag, **kw):
     return cmd(opcode, body={"raw": tag}, **kw)
 
 
-def run(cfg, program, *, latency=None, fail=None, stall=0.0, ring_size=8):
+def run(cfg, program, *, latency=None, fail=None, stall=0.0, ring_size=8, background=()):
     """Run ``program(ctx, h, mem, log)`` with fake engines; returns the engine log.
 
     ``latency[engine]`` cycles per command; ``fail`` = (engine, tag, code, addr) makes that
-    command retire with an error.
+    command retire with an error; ``background`` holds functions ``f(h)`` returning more
+    background testbenches (monitors, drivers).
     """
     latency = latency or {}
     h = Harness(cfg)
@@ -84,6 +113,8 @@ def run(cfg, program, *, latency=None, fail=None, stall=0.0, ring_size=8):
     log = []
     sim.add_testbench(mem.run_reads, background=True)
     sim.add_testbench(mem.run_writes, background=True)
+    for make in background:
+        sim.add_testbench(make(h), background=True)
 
     for name in ENGINES:
         port = getattr(h.cp, name)
@@ -464,9 +495,11 @@ def test_trace_and_busy_counters():
                             await axil_read(ctx, bus, trace_csr(e, Csr.TRACE_END))))
             await axil_write(ctx, bus, trace_csr(e, Csr.TRACE_POP), 1)
         out["trace"] = entries
-        out["busy"] = [await axil_read(ctx, bus, Csr.PERF_BUSY + 4 * i) for i in range(4)]
-        out["dma"] = await axil_read(ctx, bus, Csr.PERF_DMA_BUSY)
-        out["overlap"] = await axil_read(ctx, bus, Csr.PERF_OVERLAP)
+        snap = await snapshot(ctx, bus)
+        out["busy"] = [snap[f"busy.{e}"] for e in ENGINE_NAMES]
+        out["dma"] = snap["dma_busy"]
+        out["overlap"] = snap["overlap"]
+        out["retired"] = [snap[f"retired.{e}"] for e in ENGINE_NAMES]
 
     log, out = run(cfg, program, latency={"matrix": 30, "load": 30})
     assert out["idle"]
@@ -477,3 +510,203 @@ def test_trace_and_busy_counters():
         assert end - start == e - s + 1      # handshake cycle to done cycle
     assert out["busy"][ENGINE_NAMES.index("matrix")] == 2 * 30   # the fake engine's busy
     assert out["dma"] == 30 and 0 < out["overlap"] <= 30
+    assert out["retired"] == [1, 0, 2, 0]
+
+
+# -- performance counters ------------------------------------------------------------------------
+
+class _FifoModel:
+    """Naive model of one queue's command FIFO in front of an engine (``SyncFIFOBuffered``):
+    an entry pushed in cycle ``w`` is readable from cycle ``w + 2``; the entry behind a head
+    popped in cycle ``t`` is readable from ``t + 1`` (if it was pushed before ``t``)."""
+
+    def __init__(self):
+        self.entries = []       # [header dict, push cycle]
+        self.last_pop = -10
+
+    def head(self, cycle):
+        if self.entries and cycle >= max(self.entries[0][1] + 2, self.last_pop + 1):
+            return self.entries[0][0]
+        return None
+
+
+def test_sem_stall_of_engine_queue_matches_naive_model():
+    """``EngineQueue.sem_stall`` against a per-cycle model of its definition
+    (:data:`hw.isa.STALL_REASONS`): the engine idle, no queue's head ready, and some queue
+    that is neither stopped nor being reset has a head waiting on a semaphore. Random
+    pushes, waits, semaphore values, stops, resets and engine latencies."""
+    import random
+
+    from hw.cmdproc import EngineQueue
+
+    cfg = NPUConfig(cmd_fifo_depth=3)
+    n = cfg.n_queues
+    dut = EngineQueue(cfg)
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    rng = random.Random(3)
+    out = {"stall": 0, "cycles": 0, "takes": 0, "blocked_any": 0}
+
+    async def tb(ctx):
+        fifos = [_FifoModel() for _ in range(n)]
+        sems = [0] * 4
+        stop = [0] * n
+        busy_left = 0          # cycles of busy left (busy includes the done cycle)
+        for cycle in range(3000):
+            # -- inputs of this cycle ----------------------------------------------------------
+            flush = [int(rng.random() < 0.01) for _ in range(n)]
+            if rng.random() < 0.02:
+                stop[rng.randrange(n)] ^= 1
+            if rng.random() < 0.05:
+                sems[rng.randrange(4)] += 1
+            for s in range(4):
+                ctx.set(dut.sems[s], sems[s])
+            ctx.set(dut.stop, sum(b << q for q, b in enumerate(stop)))
+            ctx.set(dut.flush, sum(b << q for q, b in enumerate(flush)))
+            pushes = []
+            for q in range(n):
+                port = dut.i[q]
+                if rng.random() < 0.15:
+                    wait = rng.random() < 0.6
+                    header = {"opcode": Opcode.MATMUL, "flags": {"wait": int(wait)},
+                              "wait_sem": rng.randrange(4),
+                              "wait_value": rng.randrange(1, 6) if wait else 0}
+                    bits = int.from_bytes(encode({"header": header}), "little")
+                    ctx.set(port.payload.as_value(), bits | cycle << 256)
+                    ctx.set(port.valid, 1)
+                    pushes.append((q, header))
+                else:
+                    ctx.set(port.valid, 0)
+            busy = busy_left > 0
+            ctx.set(dut.engine.busy, int(busy))
+            ctx.set(dut.engine.done, int(busy_left == 1))
+            ctx.set(dut.engine.cmd.ready, int(not busy))
+
+            # -- the model's view of this cycle --------------------------------------------
+            ready, blocked = [], []
+            for q in range(n):
+                h = fifos[q].head(cycle)
+                live = h is not None and not stop[q] and not flush[q]
+                ok = h is not None and (not h["flags"]["wait"]
+                                        or sems[h["wait_sem"]] >= h["wait_value"])
+                ready.append(live and ok)
+                blocked.append(live and not ok)
+            expect = (not busy) and not any(ready) and any(blocked)
+            got = ctx.get(dut.sem_stall)
+            assert got == expect, f"cycle {cycle}: sem_stall {got}, model {expect}"
+            valid = ctx.get(dut.engine.cmd.valid)
+            assert valid == (any(ready) and not busy), f"cycle {cycle}: valid {valid}"
+            out["stall"] += got
+            out["blocked_any"] += any(blocked)
+            out["cycles"] += 1
+
+            # -- state updates at the clock edge -----------------------------------------------
+            if valid and not busy:
+                q = ctx.get(dut.engine.queue)
+                assert ready[q]
+                fifos[q].entries.pop(0)
+                fifos[q].last_pop = cycle
+                busy_left = rng.randint(1, 6)
+                out["takes"] += 1
+            elif busy_left:
+                busy_left -= 1
+            for q, header in pushes:
+                if ctx.get(dut.i[q].ready) and not flush[q]:
+                    fifos[q].entries.append([header, cycle])
+            for q in range(n):
+                if flush[q]:
+                    fifos[q].entries.clear()
+            await ctx.tick()
+
+    sim.add_testbench(tb)
+    sim.run()
+    # the random stream exercised the interesting cases
+    assert out["takes"] > 100 and 100 < out["stall"] < out["blocked_any"] < out["cycles"], out
+
+
+@pytest.mark.parametrize("cfg", [NPUConfig(), NPUConfig(rows=4, cols=4, axi_data_bits=32)],
+                         ids=lambda c: f"bus{c.axi_data_bits}")
+def test_counters_equal_per_cycle_count_of_their_definitions(cfg):
+    """Every counter, read through ``CNT_SNAPSHOT`` and the CSRs, equals a per-cycle count of
+    its definition at the block's ports (engine busy/done, the bus R and W handshakes and
+    ``wstrb``, random resource-stall inputs, the processor's ``sem_stall``) over the cycles
+    before the snapshot, and ``CNT_CYCLES`` is ``CYCLES`` in the snapshot cycle. A
+    load -> matmul -> requant -> store chain ordered by semaphores makes the later engines
+    wait (``sem`` stalls) while the earlier ones run; the bus stalls randomly."""
+    import random
+
+    rng = random.Random(9)
+    bus_bytes = cfg.axi_data_bytes
+    seen = {"snapshots": []}
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        out["a"] = await snapshot(ctx, bus)
+        chain = [engine_cmd(Opcode.DMA_LOAD, 1, signal=1),
+                 engine_cmd(Opcode.MATMUL, 2, wait=(1, 1), signal=2),
+                 engine_cmd(Opcode.REQUANT, 3, wait=(2, 1), signal=3),
+                 engine_cmd(Opcode.DMA_STORE, 4, wait=(3, 1)),
+                 fence(0x77, irq=0)]
+        await submit(ctx, h, mem, chain, queue=0)
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 5), engine_cmd(Opcode.DMA_LOAD, 6),
+                                   engine_cmd(Opcode.REQUANT, 7, wait=(3, 1))], queue=1)
+        out["idle"] = await wait_idle(ctx, h)
+        out["b"] = await snapshot(ctx, bus)
+
+    def monitor(h):
+        sigs = [h.csr.snapshot, h.csr.cycles, h.cp.sem_stall, h.dma_stall.as_value(),
+                h.tile_stall.as_value(), h.cp.bus.rvalid, h.cp.bus.rready, h.cp.bus.wvalid,
+                h.cp.bus.wready, h.cp.bus.wstrb]
+        for e in ENGINE_NAMES:
+            sigs += [getattr(h.cp, e).busy, getattr(h.cp, e).done]
+
+        async def run(ctx):
+            count = dict.fromkeys(COUNTER_NAMES, 0)
+            async for _, _, snap, cycles, sem, dstall, tstall, rv, rr, wv, wr, strb, *eng \
+                    in ctx.tick().sample(*sigs):
+                if snap:     # the snapshot holds the counts of the cycles before this one
+                    seen["snapshots"].append(dict(count, cycles=cycles))
+                busy = {e: eng[2 * i] for i, e in enumerate(ENGINE_NAMES)}
+                reasons = {"load": {"dram_read": dstall & 1, "spad": dstall >> 1 & 1,
+                                    "acc": dstall >> 2 & 1},
+                           "store": {"dram_write": dstall >> 3 & 1}, "matrix": {},
+                           "vector": {"acc": tstall & 1}}
+                count["bytes_read"] += bus_bytes * (rv & rr)
+                count["bytes_written"] += bin(strb).count("1") * (wv & wr)
+                count["dma_busy"] += busy["load"] | busy["store"]
+                count["overlap"] += (busy["load"] | busy["store"]) & busy["matrix"]
+                for i, e in enumerate(ENGINE_NAMES):
+                    count[f"busy.{e}"] += busy[e]
+                    count[f"retired.{e}"] += eng[2 * i + 1]
+                    count[f"stall.{e}.sem"] += sem >> i & 1
+                    for r, bit in reasons[e].items():
+                        count[f"stall.{e}.{r}"] += busy[e] & bit
+        return run
+
+    def stall_driver(h):
+        async def run(ctx):
+            while True:
+                ctx.set(h.dma_stall.as_value(), rng.randrange(16))
+                ctx.set(h.tile_stall.as_value(), rng.randrange(2))
+                await ctx.tick()
+        return run
+
+    log, out = run(cfg, program, latency={"load": 60, "matrix": 20, "vector": 10, "store": 15},
+                   stall=0.3, background=[monitor, stall_driver])
+    assert out["idle"]
+    a, b = out["a"], out["b"]
+    assert seen["snapshots"] == [a, b]                  # absolute values, both snapshots
+    d = {k: b[k] - a[k] for k in a}
+    assert [d[f"retired.{e}"] for e in ENGINE_NAMES] == [2, 1, 2, 2]
+    assert d["bytes_read"] == 8 * COMMAND_BYTES       # the ring fetches (fake engines)
+    assert d["bytes_written"] == 4                     # the fence
+    assert d["busy.load"] == 120 and d["busy.matrix"] == 40
+    # the chain's later engines waited on the semaphores while the earlier ones ran (the
+    # matrix engine after its queue-1 command, until the first load retired)
+    load_end = next(end for e, tag, _, end in log if tag == 1)
+    matrix_free = max(end for e, _, _, end in log if e == "matrix" and end < load_end)
+    # (the fake engines drop busy in their done cycle, so that cycle is idle too)
+    assert 0 < d["stall.matrix.sem"] <= load_end - matrix_free + 1
+    assert d["stall.store.sem"] > 0 and d["stall.vector.sem"] > 0
+    for name in ("stall.load.dram_read", "stall.store.dram_write", "stall.vector.acc"):
+        assert 0 < d[name] < d[f"busy.{name.split('.')[1]}"]

@@ -6,7 +6,9 @@ the model checks the same semantics in logical time."""
 import pytest
 
 from cosim.harness import run_job
+from cosim.waves import check_counter_snapshots, counter_delta
 from hw.config import NPUConfig
+from hw.isa import COUNTER_NAMES, TIMING_COUNTERS
 from sw.model import ModelBackend
 from tests import runtime_jobs
 
@@ -70,3 +72,30 @@ def test_double_buffered_linear_overlaps_dma_with_compute(backend):
         assert dbl["overlap"] >= 0.5 * dbl["dma_busy"], r
         assert ser["overlap"] == 0, r                       # the serialized chain never overlaps
         assert dbl["cycles"] < ser["cycles"], r
+
+
+def test_counters_equal_the_waveform_exactly():
+    """Every counter of ``Device.counters()`` (cycles, busy, retired, every stall, DMA busy,
+    overlap, bytes read and written) moves between two snapshots by exactly what the VCD of
+    the same run shows over the cycles between the snapshots (``CYCLES`` before.cycles ..
+    after.cycles, see ``hw.isa.Csr``), re-derived from the engine, queue, stall-port and AXI
+    signals by ``cosim.waves``. The untimed counters (retired, bytes) also equal the
+    functional model's for the same job."""
+    run = run_job(CONFIG, "tests.runtime_jobs:counter_snapshots", name="counters_vs_vcd",
+                  waves=True)
+    r = run.result
+    assert r["bit_exact"] and r["timed"]
+    assert set(r["after"]) == {"cycles", *COUNTER_NAMES}
+    summary, check = check_counter_snapshots(run.waves, r["before"], r["after"])
+    assert check.ok, check.format()
+    assert not check.unchecked and set(check.matched) == set(r["after"]), check.format()
+    d = counter_delta(r["before"], r["after"])
+    assert d["cycles"] == summary.cycles > 0
+    for e in ("load", "store", "matrix", "vector"):
+        assert d[f"retired.{e}"] > 0 and d[f"busy.{e}"] > 0
+    assert d["stall.matrix.sem"] > 0 and d["stall.vector.sem"] > 0 and d["stall.store.sem"] > 0
+    assert d["bytes_read"] > 0 and d["bytes_written"] > 0 and 0 < d["overlap"] <= d["dma_busy"]
+    model = runtime_jobs.counter_snapshots(ModelBackend(CONFIG))
+    assert model["bit_exact"] and not model["timed"]
+    untimed = {k: v for k, v in d.items() if k not in TIMING_COUNTERS}
+    assert counter_delta(model["before"], model["after"]) == untimed

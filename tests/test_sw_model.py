@@ -305,3 +305,47 @@ def test_bad_ring_size():
     be.csr_write(queue_csr(0, Csr.RING_SIZE), 6)
     be.csr_write(queue_csr(0, Csr.TAIL), 1)
     assert be.csr_read(Csr.ERR_CODE) & 0xFF == ErrorCode.BAD_SIZE.value
+
+
+def test_untimed_counters_count_commands_and_dram_bytes():
+    """The model's counter block (Csr.CNT_*): snapshot on CNT_SNAPSHOT, timing counters read
+    0, retired per engine, ring fetches, whole-beat DMA reads, strobed bytes written; and
+    the runtime's view of it (no timing counters, a typed error for them)."""
+    from hw.isa import counter_csr
+    from sw.runtime import Counters, Device, UntimedCounterError
+
+    cfg = NPUConfig(rows=4, cols=4, axi_data_bits=64)       # spad rows of 4 bytes, 8-byte beats
+    h = Host(cfg)
+    rd = h.be.csr_read
+    c = CommandList()
+    # 3 rows of 12 bytes at 4-byte offsets: beats [0x8004, 0x8010) -> 2, [0x8018, 0x8024) -> 2,
+    # [0x802C, 0x8038) -> 2 (row starts aligned down, ends aligned up)
+    c.dma_load(mem=LocalMem.SPAD, dram_addr=0x8004, dram_stride=20, row_bytes=12, n_rows=3,
+               local_row=0, local_stride=3)
+    c.dma_store(mem=LocalMem.SPAD, dram_addr=0x9004, dram_stride=12, row_bytes=12, n_rows=3,
+                local_row=0, local_stride=3)
+    c.matmul(a_row=0, w_row=0, acc_row=0, m=2)
+    c.fence(addr=0x7000, value=1)
+    c.dma_load(mem=LocalMem.SPAD, dram_addr=0x8000, dram_stride=0, row_bytes=4, n_rows=1,
+               local_row=10**4, local_stride=0)             # BAD_LOCAL_ADDR: still retired
+    h.submit(c)
+    assert rd(counter_csr("retired.load")) == 0             # nothing before a snapshot
+    h.be.csr_write(Csr.CNT_SNAPSHOT, 1)
+    assert [rd(counter_csr(f"retired.{e}")) for e in ("load", "store", "matrix", "vector")] \
+        == [2, 1, 1, 0]
+    assert rd(counter_csr("bytes_read")) == 5 * 32 + 3 * 2 * 8
+    assert rd(counter_csr("bytes_written")) == 3 * 12 + 4
+    assert rd(counter_csr("busy.load")) == rd(Csr.CNT_CYCLES_LO) == 0
+
+    dev = Device(ModelBackend(cfg))
+    before = dev.counters()
+    assert set(before) == {"bytes_read", "bytes_written", "retired.load", "retired.store",
+                           "retired.matrix", "retired.vector"} and not before.timed
+    with pytest.raises(UntimedCounterError, match="untimed"):
+        before["busy.matrix"]
+    with pytest.raises(KeyError):
+        before["no.such.counter"]
+    assert before.get("cycles") is None and "cycles" not in before
+    wrapped = Counters({"cycles": 5, "busy.load": 3}) - Counters({"cycles": 10,
+                                                                  "busy.load": 2**32 - 1})
+    assert wrapped == {"cycles": 2**64 - 5, "busy.load": 4} and wrapped.timed

@@ -15,9 +15,23 @@ from cosim.trace import (
     timeline_png,
     write_chrome_trace,
 )
-from cosim.vcd import VcdSignalError, read_header
-from cosim.waves import check_counters, cut, gtkw_text, summarize, write_gtkw
-from tests.npu_vcd_gen import ENGINES, expected_figures, random_cycles, write_npu_vcd
+from cosim.vcd import VcdError, VcdSignalError, read_header
+from cosim.waves import (
+    check_counter_snapshots,
+    check_counters,
+    counter_delta,
+    cut,
+    gtkw_text,
+    summarize,
+    write_gtkw,
+)
+from tests.npu_vcd_gen import (
+    ENGINES,
+    RESET_CYCLES,
+    expected_figures,
+    random_cycles,
+    write_npu_vcd,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -56,6 +70,60 @@ def test_counters_check(run):
     assert "MISMATCH cycles" in bad.format()
     with pytest.raises(TypeError, match="must be an integer"):
         check_counters(s, {"cycles": "12"})
+
+
+@pytest.fixture(scope="module")
+def counter_run(tmp_path_factory):
+    rows = random_cycles(1500, seed=11, counters=True)
+    return rows, write_npu_vcd(tmp_path_factory.mktemp("waves") / "counters.vcd", rows)
+
+
+def test_stalls_re_derived_from_their_sources(counter_run):
+    """sem stalls from the FIFO heads, stop/flush and semaphores (decoded here, compared with
+    a naive decode through hw.isa.decode), resource stalls from the stall port fields."""
+    rows, vcd = counter_run
+    figs = summarize(vcd).figures()
+    exp = expected_figures(rows)
+    assert figs == exp
+    for e in ENGINES:
+        assert 0 < exp[f"stall.{e}.sem"] < exp["cycles"] - exp[f"busy.{e}"]
+    assert all(exp[n] > 0 for n in ("stall.load.dram_read", "stall.store.dram_write",
+                                     "stall.vector.acc"))
+
+
+def test_counter_window_and_snapshot_pair(counter_run, tmp_path, capsys):
+    """A window in CYCLES values (the counters' own time) and the check of a snapshot pair
+    (with counters wrapping modulo 2**32 between the snapshots)."""
+    rows, vcd = counter_run
+    s = summarize(vcd, start=100, end=900, unit="counter")
+    exp = expected_figures(rows, 100 + RESET_CYCLES, 900 + RESET_CYCLES)
+    assert s.figures() == exp and s.first_cycle == 100 + RESET_CYCLES
+    assert s.counter_window == (100, 900)
+    names = [k for k in exp if not k.startswith(("commands.", "axi."))]
+    before = {k: (1 << 32) - 3 for k in names} | {"cycles": 100}
+    after = {k: (before[k] + exp[k]) % (1 << 32) for k in names} | {"cycles": 900}
+    assert counter_delta(before, after) == {k: exp[k] for k in names}
+    _, check = check_counter_snapshots(vcd, before, after)
+    assert check.ok and not check.unchecked and len(check.matched) == len(names)
+    after["stall.load.sem"] += 1
+    _, bad = check_counter_snapshots(vcd, before, after)
+    assert list(bad.mismatched) == ["stall.load.sem"]
+    with pytest.raises(VcdError, match="has 1900 cycles, the file holds 1397 of them"):
+        summarize(vcd, start=100, end=2000, unit="counter")
+    with pytest.raises(ValueError, match="after reset"):
+        summarize(vcd, start=0, end=20, unit="counter")
+    pair = tmp_path / "pair.json"
+    pair.write_text(json.dumps({"before": before, "after": after}))
+    capsys.readouterr()
+    assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair)]) == 1
+    assert "MISMATCH stall.load.sem" in capsys.readouterr().out
+    after["stall.load.sem"] -= 1
+    pair.write_text(json.dumps({"before": before, "after": after}))
+    assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(names)} equal, 0 different" in out and "CYCLES 100..900" in out
+    assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair),
+                     "--from", "3"]) == 2
 
 
 def test_cut_keeps_window_exactly(run, tmp_path):
