@@ -507,7 +507,7 @@ def _program(config: NPUConfig, plan: LinearPlan, a_addr: int, w_addr: int, p_ad
 
     def emit_p(s: int) -> None:
         j0, g = n_groups[steps[s][1]]
-        p_op[s] = add("load", "p", ("R", r_after.get(s - 2, 0)), "L", mem=LocalMem.ACC,
+        p_op[s] = add("load", "p", ("R", r_after[s - 2]) if s >= 2 else None, "L", mem=LocalMem.ACC,
                       dram_addr=p_addr + j0 * 3 * acc_rb, dram_stride=acc_rb, row_bytes=acc_rb,
                       n_rows=3 * g, local_row=p.param_rows[s % 2], local_stride=1)
 
@@ -544,12 +544,14 @@ def _program(config: NPUConfig, plan: LinearPlan, a_addr: int, w_addr: int, p_ad
                 emit_p(s)
 
     def emit_matmuls(ph: int, block_waits: dict[int, int],
-                     hooks: dict[int, Callable[[int], None]]) -> None:
+                     before: dict[int, Callable[[int], None]],
+                     after: dict[int, Callable[[], None]]) -> None:
         """The matmuls of phase ``ph``: for each K block, every N block of the group. The first
-        matmul of K block ``i`` waits ``L >= block_waits[i]`` (if given); ``hooks[i](i)`` runs
-        before K block ``i``. The first K block of a step overwrites the accumulator; its
-        rows that the previous step may still requantize (``overlap``) go last and wait for
-        those requantizations. The last matmul signals ``M``."""
+        matmul of K block ``i`` waits ``L >= block_waits[i]`` (if given); ``before[i](i)``
+        runs before K block ``i``, ``after[i]()`` after its first matmul. The first K block of
+        a step overwrites the accumulator; its rows that the previous step may still
+        requantize (``overlap``) go last and wait for those requantizations. The last matmul
+        signals ``M``."""
         s, ci = phases[ph]
         i0, mt = m_tiles[steps[s][0]]
         j0, g = n_groups[steps[s][1]]
@@ -560,8 +562,8 @@ def _program(config: NPUConfig, plan: LinearPlan, a_addr: int, w_addr: int, p_ad
         ov = overlap(s) if ph == first[s] else None
         emitted: list[list] = []
         for i in range(nk):
-            if i in hooks:
-                hooks[i](i)
+            if i in before:
+                before[i](i)
             overwrite = ph == first[s] and i == 0
             wait = ("L", block_waits[i]) if i in block_waits else None
             deferred = []
@@ -580,6 +582,8 @@ def _program(config: NPUConfig, plan: LinearPlan, a_addr: int, w_addr: int, p_ad
                     ops.append(o)
                     emitted.append(o)
                     wait = None
+                    if i in after:
+                        after.pop(i)()
             if deferred and wait is not None:
                 raise _Infeasible("every row of the first K block overlaps the previous step")
             for gg, a, b in deferred:
@@ -615,77 +619,133 @@ def _program(config: NPUConfig, plan: LinearPlan, a_addr: int, w_addr: int, p_ad
                 hit = {gg for gg, _, _ in early}
                 early = [t for t in tiles if t[0] in hit]
                 rest = [t for t in tiles if t[0] not in hit]
+        if s == len(steps) - 1:
+            # The last step: nothing follows, so split each tile into pieces whose stores
+            # overlap the next piece's requantization (the number that the timing model says
+            # ends soonest).
+            def tail(n: int) -> int:
+                sizes = _balanced(mt, _ceil_div(mt, n))
+                return (g * sum(requant_cycles(c, x) for x in sizes)
+                        + dma_cycles(c, sizes[-1] * srb, 1))
+            n = min(range(1, min(mt, _TAIL_PIECES) + 1), key=tail)
+            rest = []
+            for gg, lo, _ in tiles:
+                for size in _balanced(mt, _ceil_div(mt, n)):
+                    rest.append((gg, lo, lo + size))
+                    lo += size
         wait = ("M", last[s] + 1)
-        done_at: dict[int, int] = {}
+        pieces: list[tuple[int, int, int, int]] = []
         for n_early, (gg, lo, hi) in enumerate(early + rest, start=1):
             add("requant", None, wait, "R", acc_row=lo, spad_row=o0 + lo - acc0,
                 n_rows=hi - lo, param_row=p.param_rows[s % 2] + 3 * gg, relu=relu)
             wait = None
-            done_at[gg] = count["R"]
+            pieces.append((gg, lo, hi, count["R"]))
             if n_early == len(early):
                 r_free[s + 1] = count["R"]
         r_after[s] = count["R"]
-        for gg in sorted(done_at, key=done_at.get):
-            add("store", "out", ("R", done_at[gg]), "S", mem=LocalMem.SPAD,
-                dram_addr=o_addr + ((j0 + gg) * m + i0) * srb, dram_stride=0,
-                row_bytes=mt * srb, n_rows=1, local_row=o0 + gg * mt, local_stride=0)
+        # One store per tile after its last piece, except for the last step's pieces.
+        done_at = {gg: (gg, acc0 + gg * mt, acc0 + (gg + 1) * mt, r) for gg, _, _, r in pieces}
+        stores = pieces if s == len(steps) - 1 else sorted(done_at.values(), key=lambda x: x[3])
+        for gg, lo, hi, r in stores:
+            add("store", "out", ("R", r), "S", mem=LocalMem.SPAD,
+                dram_addr=o_addr + ((j0 + gg) * m + i0 + lo - acc0 - gg * mt) * srb,
+                dram_stride=0, row_bytes=(hi - lo) * srb, n_rows=1, local_row=o0 + lo - acc0,
+                local_stride=0)
         s_after[s] = count["S"]
 
-    def emit_first_phase() -> None:
+    def first_pieces(nk: int, w_whole: bool) -> tuple[int, list[int]]:
+        """Estimated end and sizes (K blocks) of the first phase's load pieces, each as large
+        as the timing model says still arrives before the array reaches it (at least one
+        block). ``w_whole``: the weights of the whole chunk load with the first piece, else
+        each piece loads its own; the parameters of step 0 load before the second piece."""
+        s0 = phases[0][0]
+        mt, g = m_tiles[steps[s0][0]][1], n_groups[steps[s0][1]][1]
+        per_block = g * matmul_cycles(c, mt)
+        p_cycles = dma_cycles(c, acc_rb, 3 * g)
+
+        def dma(n: int, first_piece: bool) -> int:
+            w = 0
+            if w_use[0][1] and (first_piece or not w_whole):
+                w = dma_cycles(c, (nk if w_whole else n) * rows * srb, g)
+            return w + (dma_cycles(c, mt * srb, n) if a_use[0][1] else 0) + \
+                (p_cycles if len(pieces) == 1 and not first_piece else 0)
+        pieces = [1]
+        t_dma = t_start = dma(1, True)    # loads done; compute start of the piece's block
+        pos = 1
+        while pos < nk:
+            reach = t_start + pieces[-1] * per_block
+            n = 1
+            while pos + n < nk and t_dma + dma(n + 1, False) <= reach:
+                n += 1
+            t_dma += dma(n, False)
+            t_start = max(reach, t_dma)
+            pieces.append(n)
+            pos += n
+        return t_start + pieces[-1] * per_block, pieces
+
+    def emit_first_phase(after_last: Callable[[], None]) -> None:
         """The first phase loads in pieces of K blocks, each followed by its matmuls, so that
-        the array starts after one piece instead of the whole first chunk; the prefetch of
-        phase 1 follows the last piece's loads."""
-        for q in p_at.get(0, []):
-            emit_p(q)
+        the array starts after one piece instead of the whole first chunk (the weights with
+        the first piece or with each, whichever the timing model finds faster).
+        ``after_last()`` runs after the first matmul of the last piece."""
         nk = chunks[phases[0][1]][1]
-        pieces = _balanced(nk, _ceil_div(nk, _FIRST_PIECES))
+        (_, pieces), w_whole = min((first_pieces(nk, w), w) for w in (False, True))
         starts = [sum(pieces[:i]) for i in range(len(pieces))]
         waits: dict[int, int] = {}
 
         def load_piece(i: int) -> None:
             j = starts.index(i)
-            if w_use[0][1]:
-                emit_w(0, i, pieces[j])
+            if j == min(1, len(pieces) - 1):
+                for q in p_at.get(0, []):
+                    emit_p(q)
+            if w_use[0][1] and (j == 0 or not w_whole):
+                emit_w(0, i, nk if w_whole else pieces[j])
             if a_use[0][1]:
                 emit_a(0, i, pieces[j])
             waits[i] = count["L"]
-            if j == len(pieces) - 1 and n_ph > 1:
-                emit_loads(1, late=False)
-        emit_matmuls(0, waits, dict.fromkeys(starts, load_piece))
+        emit_matmuls(0, waits, dict.fromkeys(starts, load_piece), {starts[-1]: after_last})
 
+    def end_of_step(s: int) -> None:
+        """Out tile reuse: a matmul of step ``s`` that waits for nothing else waits until the
+        step that used the same output tile before was stored."""
+        prev = s - len(p.o_bases)
+        if prev >= 0:
+            free_mm = [o for o in step_matmuls[s] if o[2] is None]
+            if free_mm:
+                free_mm[-1][2] = ("S", s_after[prev])
+            elif len(p.o_bases) == 2 and s in p_op:
+                p_op[s][2] = ("S", s_after[prev])
+            else:
+                raise _Infeasible("no matmul can wait for the output tile")
+
+    # Stream order of phase p >= 1: its late loads, its first matmul, the requantization and
+    # stores of the step that ended with phase p - 1, the prefetch of phase p + 1, the rest of
+    # its matmuls: the first matmul is fetched right behind the previous phase's matmuls.
     step_matmuls: dict[int, list] = {}
-    loads_through = [0] * n_ph
     for ph in range(n_ph):
         s = phases[ph][0]
-        if ph == 0:
-            emit_first_phase()
-        else:
-            emit_loads(ph, late=True)
-            loads_through[ph] = count["L"]
+
+        def after_first(ph: int = ph, s: int = s) -> None:
+            if ph == first[s] and s > 0:
+                emit_end(s - 1)
             if ph + 1 < n_ph:
                 emit_loads(ph + 1, late=False)
-            emit_matmuls(ph, {0: loads_through[ph]}, {})
+        if ph == 0:
+            emit_first_phase(after_first)
+        else:
+            emit_loads(ph, late=True)
+            emit_matmuls(ph, {0: count["L"]}, {}, {0: after_first})
         if ph == last[s]:
-            # Out tile reuse: a matmul of step s that waits for nothing else waits until the
-            # step that used the same output tile before was stored.
-            prev = s - len(p.o_bases)
-            if prev >= 0:
-                free_mm = [o for o in step_matmuls[s] if o[2] is None]
-                if free_mm:
-                    free_mm[-1][2] = ("S", s_after[prev])
-                elif len(p.o_bases) == 2 and s in p_op:
-                    p_op[s][2] = ("S", s_after[prev])
-                else:
-                    raise _Infeasible("no matmul can wait for the output tile")
-            emit_end(s)
+            end_of_step(s)
+    emit_end(len(steps) - 1)
     return ops
 
 
 #: The planner stops replaying candidates on the timing model (best lower bound first) once it
 #: has replayed this many matmuls and has a plan (bounds the planning time of huge layers).
 _REPLAY_BUDGET = 100_000
-#: The first phase's loads are split into at most this many pieces (see :func:`_program`).
-_FIRST_PIECES = 8
+#: The last step's requantization and store are split into at most this many pieces per tile.
+_TAIL_PIECES = 8
 
 
 class _Timer:
