@@ -355,8 +355,10 @@ def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_
 # -- timing model of the engines (used by the planner to choose among feasible tilings) ---------
 
 #: DMA command overhead in cycles besides its beats: handshake, ``ARVALID`` 3 cycles later,
-#: ``done`` 2 cycles after the last beat (see :class:`hw.dma.DMA`, "Throughput and latency").
-_DMA_COMMAND_CYCLES = 6
+#: ``done`` 2 cycles after the last beat (see :class:`hw.dma.DMA`, "Throughput and latency"),
+#: and about as many until the next command arrives (its fetch shares the read channel with
+#: the previous transfer's bursts), as measured on the co-simulation.
+_DMA_COMMAND_CYCLES = 12
 _PAGE_BYTES = 4096       #: AXI bursts do not cross 4 KiB (ARM IHI 0022 A3.4.1)
 _MAX_BURST_BEATS = 256   #: longest AXI4 INCR burst
 
