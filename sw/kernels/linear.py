@@ -388,6 +388,18 @@ def dma_cycles(config: NPUConfig, row_bytes: int, n_rows: int) -> int:
 
 # -- the double-buffered program ----------------------------------------------------------------
 
+def _w_row_blocks(config: NPUConfig, m_tile: int, n_blocks: int) -> int:
+    """K blocks per DRAM row of a weight load of ``n_blocks`` blocks in a step of ``m_tile``
+    rows: the largest divisor of ``n_blocks`` whose row is at most half a matmul's cycles of
+    bus beats (at least one block). The co-simulation DRAM answers reads in order, so a
+    command fetch waits for the burst in progress; with short matmuls and long weight
+    bursts the matrix engine would run out of commands."""
+    c = config
+    block_beats = -(-c.rows * c.spad_row_bytes // c.axi_data_bytes)
+    most = max(1, matmul_cycles(c, m_tile) // 2 // block_beats)
+    return max(d for d in range(1, min(most, n_blocks) + 1) if n_blocks % d == 0)
+
+
 class _Infeasible(Exception):
     """A candidate tiling cannot be expressed (planner only)."""
 
@@ -523,16 +535,32 @@ def _program(config: NPUConfig, plan: LinearPlan, a_addr: int, w_addr: int, p_ad
             dram_addr=a_addr + ((kb0 + off) * m + i0) * srb, dram_stride=m * srb,
             row_bytes=mt * srb, n_rows=n, local_row=p.a_bases[b] + off * mt, local_stride=mt)
 
+    block_bytes = rows * srb              # one weight block (K block x N block) in DRAM
+
     def emit_w(ph: int, off: int = 0, n: int | None = None) -> None:
+        """Weights of K blocks ``off .. off + n`` of phase ``ph``'s chunk for its N group. A
+        DRAM row (so an AXI burst) stays shorter than half a matmul of the step: a command
+        fetch queues behind the burst in progress, and the array must not run dry meanwhile
+        (see :func:`_w_row_blocks`)."""
         s, ci = phases[ph]
+        mt = m_tiles[steps[s][0]][1]
         j0, g = n_groups[steps[s][1]]
         kb0, nk = chunks[ci]
         b, _, q = w_use[ph]
         n = nk if n is None else n
-        add("load", "w", ("M", q + 1), "L", mem=LocalMem.SPAD,
-            dram_addr=w_addr + (j0 * k_pad + (kb0 + off) * rows) * srb,
-            dram_stride=k_pad * srb, row_bytes=n * rows * srb, n_rows=g,
-            local_row=p.w_bases[b] + off * rows, local_stride=nk * rows)
+        per_row = _w_row_blocks(c, mt, n)
+        dram = w_addr + (j0 * k_pad + (kb0 + off) * rows) * srb
+        local = p.w_bases[b] + off * rows
+        if per_row == n:          # one DRAM row per N block
+            add("load", "w", ("M", q + 1), "L", mem=LocalMem.SPAD, dram_addr=dram,
+                dram_stride=k_pad * srb, row_bytes=n * block_bytes, n_rows=g,
+                local_row=local, local_stride=nk * rows)
+            return
+        for gg in range(g):       # per N block, rows of per_row K blocks
+            add("load", "w", ("M", q + 1), "L", mem=LocalMem.SPAD,
+                dram_addr=dram + gg * k_pad * srb, dram_stride=per_row * block_bytes,
+                row_bytes=per_row * block_bytes, n_rows=n // per_row,
+                local_row=local + gg * nk * rows, local_stride=per_row * rows)
 
     def emit_loads(ph: int, late: bool) -> None:
         """The loads of phase ``ph`` into buffers the previous phase used (``late``: emitted
