@@ -12,28 +12,47 @@ is a multiple of the row and the DMA alignment rule holds for any configuration)
   (a DRAM row per K block, ``Mt * spad_row_bytes`` bytes, landing on ``Mt`` consecutive
   scratchpad rows).
 * ``W``: shape ``(NB, K_pad, spad_row_bytes)`` int8, ``NB = ceil(N / cols)``,
-  ``K_pad = KB * rows``; ``[nb, k, :cols]`` = ``W[k, nb*cols : (nb+1)*cols]``. A weight column
-  block (or a K range of it) is one contiguous DMA.
+  ``K_pad = KB * rows``; ``[nb, k, :cols]`` = ``W[k, nb*cols : (nb+1)*cols]``. A K range of a
+  weight column block is contiguous (one DMA per group of N blocks, in DRAM rows short enough
+  that a command fetch never waits long behind a burst: :func:`_w_row_blocks`).
 * Parameters: shape ``(NB, 3, acc_row_elems)`` int32: bias, multiplier, shift of the block's
-  ``cols`` channels (zero for padding channels), loaded with one DMA into accumulator rows 0..2.
+  ``cols`` channels (zero for padding channels); the ``3 G`` rows of a group of N blocks are one
+  DMA into the accumulator.
 * Output: shape ``(NB, M, spad_row_bytes)`` int8; ``[nb, i, :cols]`` = ``out[i, nb*cols : ...]``.
 
-Tiling: the scratchpad holds a weight chunk (``KBc * rows`` rows), an activation chunk
-(``KBc * Mt`` rows) and an output tile (``Mt`` rows); the accumulator holds the parameters
-(rows 0..2) and the ``Mt`` accumulator rows (from row 3). ``Mt`` is chosen as large as fits with
-the whole K resident (``KBc = KB``); if even ``Mt = 1`` does not fit, K is split into chunks of
-``KBc`` blocks and ``Mt`` is the largest that allows ``KBc >= 1``. Loops: M tiles, then N
-blocks, then K chunks, then K blocks (one MATMUL each, ``accumulate`` after the first).
+Double-buffered tiling (the default; :func:`plan_linear` with ``double_buffer=True``,
+:func:`build_linear_commands_double_buffered`). A MATMUL streams ``Mt`` activation rows through
+one ``rows x cols`` weight tile and costs ``Mt`` plus a fixed overhead (weight load, array fill
+and drain: :func:`matmul_cycles`, 28 cycles on 8x8), so the plan makes ``Mt`` as large as the
+accumulator allows and chunks K to fit the scratchpad:
 
-Ordering (double buffering, the default; :func:`build_linear_commands_double_buffered`): two
-weight buffers, two parameter buffers, two accumulator tiles and two output tiles alternate
-between consecutive (M tile, N block) steps, and four pool semaphores (loads, matrix steps,
-requantizations, stores) order the engines, so the weight block of step ``t + 1`` streams in
-while the array computes step ``t``. If two buffers do not fit (or ``double_buffer=False``)
-the kernel falls back to the serialized stream: every command waits for ``sem >= base + i``
-(all earlier commands retired) and signals it; no overlap. Semaphores come from the device's
-pool (:meth:`sw.runtime.Device.alloc_semaphore`), so kernels on different streams, each in its
-own ``spad_region``/``acc_region``, can run concurrently (:func:`linear_launch`).
+* a *step* is one M tile of ``Mt`` rows and one group of ``n_group`` (G) N blocks, each with its
+  own accumulator tile of ``Mt`` rows; the tiles of consecutive steps sit at opposite ends of
+  the accumulator (after two sets of ``3 G`` parameter rows) and may overlap;
+* a *phase* is one K chunk of ``KBc`` blocks of a step: an activation chunk (``KBc * Mt``
+  scratchpad rows) and a weight chunk (``G * KBc * rows`` rows), two buffers each, and
+  ``G * KBc`` MATMULs accumulating over K (``accumulate`` after the first K block of the step);
+* with the whole K resident (``KBc = KB``) the activations load once per M tile and serve every
+  N group; otherwise they stream per phase, and every other step runs its K chunks backwards
+  (``snake``) so that the two chunks still resident are not reloaded;
+* one or two output tiles (``G * Mt`` rows each).
+
+:func:`plan_linear` enumerates the tilings that fit (G up to ``cmd_fifo_depth``; ``Mt`` as large
+as the accumulator allows, or as the whole K resident allows; whole or chunked K; one or two
+output tiles) and replays each candidate's command stream on a timing model of the engines
+(:class:`_Timer`: :func:`matmul_cycles`, :func:`requant_cycles`, :func:`dma_cycles`, in-order
+engines, semaphore waits), keeping the fastest; everything derives from the
+:class:`~hw.config.NPUConfig` and the region sizes. Loads for the next phase stream in while the
+array computes the current one; see :func:`build_linear_commands_double_buffered` for the
+ordering. If no double-buffered tiling fits (tiny memories) or with ``double_buffer=False`` the
+kernel uses the serialized plan: a weight chunk (``KBc * rows`` rows), an activation chunk
+(``KBc * Mt``) and an output tile (``Mt``) with ``Mt`` as large as fits with the whole K
+resident, else K in chunks; every command waits for ``sem >= base + i`` (all earlier commands
+retired) and signals it; no overlap.
+
+Semaphores come from the device's pool (:meth:`sw.runtime.Device.alloc_semaphore`), so kernels
+on different streams, each in its own ``spad_region``/``acc_region``, can run concurrently
+(:func:`linear_launch`).
 """
 
 from __future__ import annotations
@@ -824,20 +843,29 @@ def build_linear_commands_double_buffered(
     ``L`` counts retired loads, ``M`` finished phases (the last MATMUL of a phase signals),
     ``R`` requantizations, ``S`` stores.
 
-    * Loads of phase ``p + 1`` go to the buffers phase ``p`` does not use and are issued
-      before the matmuls of phase ``p`` (prefetch), waiting ``M`` for the phase that used the
-      buffer before. A load into a buffer phase ``p`` itself used (a single activation buffer)
-      is issued after phase ``p``'s matmuls. Content already in a buffer is not reloaded.
-    * Parameters of step ``s`` (2 buffers) wait until the requantizations of step ``s - 2``
-      retired; the first matmul of every phase waits ``L`` for the phase's loads.
-    * The first phase of the kernel loads in pieces of K blocks, each followed by its matmuls.
+    * Loads of phase ``p + 1`` go to the buffers phase ``p`` does not use, waiting ``M`` for
+      the phase that used the buffer before; they are issued during phase ``p`` (prefetch).
+      A load into a buffer phase ``p`` itself used (a single activation buffer) is issued
+      after phase ``p``'s matmuls. Content already in a buffer is not reloaded.
+    * Parameters of step ``s`` (2 buffers) load with phase ``min(first(s - 1) + 2,
+      first(s))`` and wait ``R`` for the requantizations of step ``s - 2``; the first matmul of
+      every phase waits ``L`` for the phase's loads (so the accumulator and parameter buffers
+      of step ``s - 2`` are free before step ``s`` overwrites them).
     * Accumulator tiles of consecutive steps sit at opposite ends of the accumulator region;
-      if they overlap (two full tiles do not fit), the overwriting matmuls of the overlapped
-      rows run last in their K block and wait ``R`` for the requantization of those rows,
-      which step ``s`` requantizes first.
-    * Output tiles (``len(plan.o_bases)`` buffers): one matmul of step ``s`` without other
-      wait waits ``S`` for the store of the step that used the output tile before.
+      if they overlap (two full tiles do not fit), step ``s`` requantizes the overlapped rows
+      first and the overwriting matmuls of those rows in step ``s + 1`` run last in their K
+      block, waiting ``R`` for them.
+    * Output tiles (``len(plan.o_bases)`` buffers): the last matmul of step ``s`` that has no
+      other wait waits ``S`` for the store of the step that used the output tile before (or,
+      with two output tiles and no such matmul, the step's parameter load does).
     * Requantization of step ``s`` waits ``M`` for its last phase; each store waits ``R``.
+    * Stream order of phase ``p >= 1``: its late loads, its first matmul, the
+      requantizations and stores of the step that ended with phase ``p - 1``, the prefetch of
+      phase ``p + 1``, the rest of its matmuls. The first matmul is thus fetched right behind
+      the previous phase's (a command fetch shares the read channel with DMA bursts).
+    * The first phase loads in pieces of K blocks (sized by the timing model), each followed by
+      its matmuls, so the array starts after one K block; the last step's requantization and
+      stores are split into pieces that overlap.
 
     Every wait is on a command earlier in the stream, so the stream cannot deadlock and the
     in-order functional model runs it too. Returns the commands and the number of signals
