@@ -70,7 +70,8 @@ from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
 __all__ = ["LinearPlan", "LinearStats", "LinearJob", "plan_linear", "linear", "linear_with_stats",
            "linear_launch", "pack_activations", "build_linear_commands",
-           "build_linear_commands_double_buffered", "linear_dram_bytes", "matmul_cycles",
+           "build_linear_commands_double_buffered", "double_buffered_plan", "linear_dram_bytes",
+           "matmul_cycles",
            "requant_cycles", "dma_cycles"]
 
 _SEM = 0           #: the semaphore used as the kernel's sequence counter
@@ -256,18 +257,8 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
         if best is not None and (bound > best[0][0] or replayed >= _REPLAY_BUDGET):
             break
         replayed += _ceil_div(m, mt) * nb * kb      # matmuls of this candidate
-        w_rows, a_rows_ = g * kbc * c.rows, kbc * mt
-        w_bases = tuple(s0 + i * w_rows for i in range(w_bufs))
-        a_start = s0 + w_bufs * w_rows
-        a_bases = tuple(a_start + i * a_rows_ for i in range(a_bufs))
-        o_start = a_start + a_bufs * a_rows_
-        o_bases = tuple(o_start + i * g * mt for i in range(o_bufs))
-        plan = LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=mt, k_chunk=kbc,
-                          w_base=w_bases[0], a_base=a_bases[0], o_base=o_bases[0],
-                          double_buffer=True, n_group=g, w_bases=w_bases, a_bases=a_bases,
-                          o_bases=o_bases, param_rows=(a0, a0 + 3 * g),
-                          acc_span=(a0 + 6 * g, a0 + a_rows), snake=kbc < kb,
-                          param_row=a0, acc_row=a0 + 6 * g)
+        plan = _make_plan(c, m, k, n, s0, a0, a_rows, mt, kbc, g, o_bufs, a_bufs, w_bufs,
+                          kbc < kb)
         timer = _Timer(c)
         try:
             ops = _program(c, plan, 0, 0, 0, 0, False)
@@ -280,6 +271,62 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
     if best is None:
         return None
     return dataclasses.replace(best[1], est_cycles=best[0][0])
+
+
+def _make_plan(c: NPUConfig, m: int, k: int, n: int, s0: int, a0: int, a_rows: int, mt: int,
+               kbc: int, g: int, o_bufs: int, a_bufs: int, w_bufs: int,
+               snake: bool) -> LinearPlan:
+    """A double-buffered plan with the buffers laid out from ``s0`` (weights, activations,
+    output tiles) and ``a0`` (two parameter sets of ``3 g`` rows, then the tiles)."""
+    kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    w_rows, a_rows_ = g * kbc * c.rows, kbc * mt
+    w_bases = tuple(s0 + i * w_rows for i in range(w_bufs))
+    a_start = s0 + w_bufs * w_rows
+    a_bases = tuple(a_start + i * a_rows_ for i in range(a_bufs))
+    o_start = a_start + a_bufs * a_rows_
+    o_bases = tuple(o_start + i * g * mt for i in range(o_bufs))
+    return LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=mt, k_chunk=kbc,
+                      w_base=w_bases[0], a_base=a_bases[0], o_base=o_bases[0],
+                      double_buffer=True, n_group=g, w_bases=w_bases, a_bases=a_bases,
+                      o_bases=o_bases, param_rows=(a0, a0 + 3 * g),
+                      acc_span=(a0 + 6 * g, a0 + a_rows), snake=snake,
+                      param_row=a0, acc_row=a0 + 6 * g)
+
+
+def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: int,
+                         k_chunk: int, n_group: int = 1, out_buffers: int = 2,
+                         a_buffers: int = 2, w_buffers: int = 2, snake: bool | None = None,
+                         spad_region: tuple[int, int] | None = None,
+                         acc_region: tuple[int, int] | None = None) -> LinearPlan:
+    """A double-buffered tiling chosen by hand (for experiments and tests; :func:`plan_linear`
+    chooses one). ``snake`` defaults to ``k_chunk < KB``; one-buffer variants are correct
+    but serialize the loads that reuse the buffer.
+
+    Raises
+    ------
+    ValueError
+        If a count is out of range or the buffers do not fit the regions (the tiles of one
+        step must leave at least one accumulator row to the other step's).
+    """
+    c = config
+    s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
+    a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
+    kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    m_lim = min(m, _MAX_ROW_BYTES // c.spad_row_bytes)
+    kbc_lim = _MAX_ROW_BYTES // (c.rows * c.spad_row_bytes)
+    checks = [(1 <= m_tile <= m_lim, f"m_tile must be in 1..{m_lim}"),
+              (1 <= k_chunk <= min(kb, kbc_lim), f"k_chunk must be in 1..{min(kb, kbc_lim)}"),
+              (1 <= n_group <= nb, f"n_group must be in 1..{nb}"),
+              (all(x in (1, 2) for x in (out_buffers, a_buffers, w_buffers)),
+               "buffer counts must be 1 or 2"),
+              (w_buffers * n_group * k_chunk * c.rows + a_buffers * k_chunk * m_tile
+               + out_buffers * n_group * m_tile <= s_rows, "the buffers do not fit the scratchpad"),
+              (n_group * m_tile < a_rows - 6 * n_group, "the tiles do not fit the accumulator")]
+    for ok, why in checks:
+        if not ok:
+            raise ValueError(why)
+    return _make_plan(c, m, k, n, s0, a0, a_rows, m_tile, k_chunk, n_group, out_buffers,
+                      a_buffers, w_buffers, k_chunk < kb if snake is None else snake)
 
 
 def _check_operands(a: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
@@ -419,8 +466,8 @@ def _w_row_blocks(config: NPUConfig, m_tile: int, n_blocks: int) -> int:
     return max(d for d in range(1, min(most, n_blocks) + 1) if n_blocks % d == 0)
 
 
-class _Infeasible(Exception):
-    """A candidate tiling cannot be expressed (planner only)."""
+class _Infeasible(ValueError):
+    """A tiling cannot be expressed as a command stream (the planner skips it)."""
 
 
 def _balanced(total: int, most: int) -> list[int]:
@@ -961,7 +1008,7 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
                   relu: bool = False, *, shape_k: int | None = None, m: int | None = None,
                   double_buffer: bool = True, spad_region: tuple[int, int] | None = None,
                   acc_region: tuple[int, int] | None = None,
-                  timeout_cycles: int | None = None) -> LinearJob:
+                  timeout_cycles: int | None = None, plan: LinearPlan | None = None) -> LinearJob:
     """Launch a quantized linear layer on ``stream`` without waiting for it.
 
     Parameters
@@ -977,6 +1024,9 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
         Overlap weight loads with compute (default); False gives the fully serialized stream.
     spad_region, acc_region : tuple of (int, int), optional
         Rows of the local memories the kernel may use (see :func:`plan_linear`).
+    plan : LinearPlan, optional
+        Use this tiling (e.g. from :func:`double_buffered_plan`) instead of planning one;
+        ``double_buffer`` and the regions are then ignored.
 
     Returns
     -------
@@ -1004,8 +1054,11 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     _check_operands(a_arr, w_arr, b_arr, m_arr, s_arr)
     mm, k = a_arr.shape
     n = w_arr.shape[1]
-    plan = plan_linear(c, mm, k, n, double_buffer=double_buffer, spad_region=spad_region,
-                       acc_region=acc_region)
+    if plan is None:
+        plan = plan_linear(c, mm, k, n, double_buffer=double_buffer, spad_region=spad_region,
+                           acc_region=acc_region)
+    elif (plan.m, plan.k, plan.n) != (mm, k, n):
+        raise ValueError(f"the plan is for {plan.m}x{plan.k}x{plan.n}, not {mm}x{k}x{n}")
     a_dram, w_dram, p_dram = _pack(c, plan, a_arr, w_arr, b_arr, m_arr, s_arr)
     kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
     bufs: list[Buffer] = []
@@ -1048,7 +1101,8 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
 def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
                       multiplier: npt.ArrayLike, shift: npt.ArrayLike, relu: bool = False,
                       timeout_cycles: int | None = None, *, double_buffer: bool = True,
-                      stream: Stream | None = None) -> tuple[np.ndarray, LinearStats]:
+                      stream: Stream | None = None,
+                      plan: LinearPlan | None = None) -> tuple[np.ndarray, LinearStats]:
     """Run a quantized linear layer on ``device``; bit-exact with :func:`sw.golden.linear_int`.
 
     Parameters
@@ -1073,6 +1127,8 @@ def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: 
         Double-buffered stream (DMA overlaps compute; default) or the fully serialized one.
     stream : Stream, optional
         Where to run (default: the device's default stream); waits for it to complete.
+    plan : LinearPlan, optional
+        Use this tiling instead of planning one (see :func:`linear_launch`).
 
     Returns
     -------
@@ -1092,7 +1148,7 @@ def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: 
     sync_kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
     stream.synchronize(**sync_kw)   # the cycle count below covers this kernel only
     job = linear_launch(stream, a, w, bias, multiplier, shift, relu,
-                        double_buffer=double_buffer, timeout_cycles=timeout_cycles)
+                        double_buffer=double_buffer, timeout_cycles=timeout_cycles, plan=plan)
     try:
         cycles = stream.synchronize(**sync_kw)
         out = job.output()
