@@ -17,9 +17,10 @@ What is measured
   ``bytes`` is the least DRAM traffic any kernel must move: int8 ``A`` (M*K) + int8 ``W``
   (K*N) + int8 output (M*N). Not counted: the per-channel parameters (bias, multiplier,
   shift; 12 bytes per output channel), the command ring and padding. The kernel's actual
-  DRAM traffic from its tiling plan (``W`` is reloaded once per M tile, rows are padded to
-  ``spad_row_bytes``, parameters are reloaded per step) is reported beside it as
-  ``kernel_dram_bytes``.
+  DRAM traffic from its tiling plan (activations and weights as often as the tiling reloads
+  them, rows padded to ``spad_row_bytes``, parameters per step) is reported beside it as
+  ``kernel_dram_bytes``, and the planner's timing-model estimate as
+  ``plan.estimated_cycles``.
 * **Attention**: :func:`sw.workload.run_attention_job` (all-MiniLM-L6-v2 layer 0) at
   ``seq_len`` on the RTL of the first configuration; per-stage cycles and utilization.
 * **Co-simulation speed**: simulated cycles per wall second of the full NPU under cocotb +
@@ -72,19 +73,11 @@ def roofline(config: NPUConfig, m: int, k: int, n: int) -> dict:
 
 
 def kernel_dram_bytes(config: NPUConfig, plan) -> dict:
-    """DRAM bytes the linear kernel's command stream moves for ``plan`` (see
-    :mod:`sw.kernels.linear`: padded rows, ``W`` and parameters reloaded per step)."""
-    c = config
-    srb = c.spad_row_bytes
-    m_tiles = -(-plan.m // plan.m_tile)
-    if plan.double_buffer or plan.k_chunk == plan.kb:
-        a = plan.kb * plan.m * srb                       # each M tile's activations once
-    else:                                               # K chunked: A reloaded per N block
-        a = plan.nb * plan.kb * plan.m * srb
-    w = m_tiles * plan.nb * plan.kb * c.rows * srb
-    p = m_tiles * plan.nb * 3 * c.acc_row_bytes
-    out = plan.nb * plan.m * srb
-    return {"a": a, "w": w, "params": p, "out": out, "total": a + w + p + out}
+    """DRAM bytes the linear kernel's command stream moves for ``plan`` (padded rows,
+    activations and weights as often as the tiling reloads them, parameters per step, the
+    output): :func:`sw.kernels.linear.linear_dram_bytes`."""
+    from sw.kernels.linear import linear_dram_bytes
+    return linear_dram_bytes(config, plan)
 
 
 # -- the job (runs inside the simulator, or in-process on the model) -----------------------------
@@ -125,7 +118,8 @@ def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
             "busy": {e: d.get(f"busy.{e}") for e in ENGINE_NAMES},
             "dma_busy": d.get("dma_busy"), "overlap": d.get("overlap"), "counters": dict(d),
             "plan": {"m_tile": p.m_tile, "kb": p.kb, "nb": p.nb, "k_chunk": p.k_chunk,
-                     "double_buffer": p.double_buffer},
+                     "n_group": p.n_group, "double_buffer": p.double_buffer,
+                     "estimated_cycles": p.est_cycles},
             "kernel_dram_bytes": kernel_dram_bytes(cfg, p),
             "wall_seconds": round(wall, 3),
         })
