@@ -40,6 +40,9 @@ __all__ = ["run_on_rtl", "run_job", "RunResult", "CosimError", "CosimJobError", 
 
 # Warnings are errors in the simulator process too; add narrow, named exceptions here.
 PYTHONWARNINGS = "error"
+# cocotb rewrites the asserts of every imported module by default ("*.py"), recompiling hw/, sw/
+# and amaranth on each start (about 1.5 s); detailed assert messages are kept for job modules.
+REWRITE_ASSERTION_FILES = "*_jobs.py"
 
 
 class CosimError(RuntimeError):
@@ -92,6 +95,12 @@ class RunResult:
         Where spec, result and log are.
     waves : Path or None
         The VCD file, if traced.
+    job_cpu_seconds : float or None
+        CPU time of the simulator process (simulation, cocotb and the job's Python) over the
+        same span; less disturbed than wall time when other processes share the cores.
+    recording : dict or None
+        With ``record=``: the summary of the recording (:meth:`cosim.replay.Recorder.write`:
+        path in ``"path"``, events, cycles...).
     """
     result: object
     cycles: int
@@ -99,6 +108,8 @@ class RunResult:
     build_seconds: float
     run_dir: Path
     waves: Path | None
+    recording: dict | None = None
+    job_cpu_seconds: float | None = None
 
 
 @contextlib.contextmanager
@@ -124,7 +135,7 @@ def _safe_name(name: str) -> str:
 
 def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
             waves: bool = False, design: str = DEFAULT_DESIGN,
-            internal_clock: bool = True) -> RunResult:
+            internal_clock: bool = True, record: Path | None = None) -> RunResult:
     """Build (cached) and run ``job(backend, **args)`` on the RTL of ``design(config)``.
 
     Parameters
@@ -145,6 +156,9 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     internal_clock : bool
         Use the clock generated inside the simulation (default; about 2x faster than
         cocotb's ``Clock``, which ``False`` selects).
+    record : Path, optional
+        Record the host's pin activity into this file for the native replay harness
+        (:mod:`cosim.replay`); needs the internal clock.
 
     Returns
     -------
@@ -160,6 +174,8 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         If the simulator crashed or ended without writing a result.
     """
     name = _safe_name(name)
+    if record is not None and not internal_clock:
+        raise ValueError("recording needs the internal clock (the replay does not drive clk)")
     args = dict(args or {})
     json.dumps(args)  # fail here, not in the simulator
     tag_dir = ROOT / "build" / design_tag(config, design)
@@ -174,6 +190,7 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     spec_path.write_text(json.dumps({
         "config": config.to_dict(), "job": job, "args": args,
         "dram_file": str(dram_file), "internal_clock": internal_clock,
+        "record": str(Path(record).resolve()) if record is not None else None,
     }))
     vcd = None
     test_args: list[str] = []
@@ -192,7 +209,8 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
                 plusargs=[f"+npu_dram_file={dram_file}"],
                 extra_env={"NPU_COSIM_SPEC": str(spec_path),
                            "NPU_COSIM_RESULT": str(result_path),
-                           "PYTHONWARNINGS": PYTHONWARNINGS},
+                           "PYTHONWARNINGS": PYTHONWARNINGS,
+                           "COCOTB_REWRITE_ASSERTION_FILES": REWRITE_ASSERTION_FILES},
                 results_xml=str(run_dir / "results.xml"), log_file=log_path,
                 timescale=("1ns", "1ps"),
             )
@@ -208,8 +226,11 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     outcome = json.loads(result_path.read_text())
     if not outcome["ok"]:
         raise CosimJobError(job, outcome["error"], outcome["traceback"], log_path)
+    recording = outcome.get("recording")
+    if recording is not None:
+        recording = dict(recording, path=str(Path(record).resolve()))
     return RunResult(outcome["result"], outcome["cycles"], outcome["seconds"], sim.seconds,
-                     run_dir, vcd)
+                     run_dir, vcd, recording, outcome.get("cpu_seconds"))
 
 
 def run_on_rtl(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
