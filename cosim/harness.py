@@ -11,6 +11,10 @@ backdoor scratch file). Waveforms, when asked for, go to ``waves/<name>.vcd``.
 Command line::
 
     python -m cosim.harness JOB [--args JSON] [--config JSON] [--name NAME] [--waves]
+                                [--record PATH]
+
+``--record PATH`` records the host's pin activity for the native replay harness
+(``python -m cosim.replay PATH``, see :mod:`cosim.replay`).
 """
 
 from __future__ import annotations
@@ -252,18 +256,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--design", default=DEFAULT_DESIGN, help="module:Class of the design")
     p.add_argument("--name", default=None, help="run name (default: the function name)")
     p.add_argument("--waves", action="store_true", help="write waves/<name>.vcd")
+    p.add_argument("--record", type=Path, default=None,
+                   help="record the host's pin activity to PATH (replay: python -m cosim.replay)")
     ns = p.parse_args(argv)
     config = NPUConfig(**json.loads(ns.config))
     name = ns.name or ns.job.rpartition(":")[2]
     try:
         r = run_job(config, ns.job, json.loads(ns.args), name=name, waves=ns.waves,
-                    design=ns.design)
+                    design=ns.design, record=ns.record)
     except (CosimBuildError, CosimError) as e:
         print(e, file=sys.stderr)
         return 1
     print(json.dumps({"result": r.result, "cycles": r.cycles, "job_seconds": r.job_seconds,
-                      "build_seconds": r.build_seconds,
-                      "waves": str(r.waves) if r.waves else None}, indent=1))
+                      "job_cpu_seconds": r.job_cpu_seconds, "build_seconds": r.build_seconds,
+                      "waves": str(r.waves) if r.waves else None,
+                      "recording": r.recording and {k: v for k, v in r.recording.items()
+                                                    if k not in ("args", "config", "signals")}},
+                     indent=1))
     return 0
 
 

@@ -202,7 +202,57 @@ class NativeBuild:
     model_dir: Path
 
 
-def build_native(config: NPUConfig) -> NativeBuild:
+def _cocotb_verilator_args(model: Path) -> list[str]:
+    """The Verilator command line of the cocotb build in ``model`` (from its
+    ``Vtop__verFiles.dat``), without what belongs to cocotb: ``--vpi``, the cocotb library in
+    ``-LDFLAGS``, cocotb's main ``verilator.cpp``, ``-Mdir`` and ``-o``."""
+    lines = [ln for ln in (model / "Vtop__verFiles.dat").read_text().splitlines()
+             if ln.startswith('C "')]
+    if not lines:
+        raise ReplayError(f"no Verilator command line in {model / 'Vtop__verFiles.dat'}")
+    toks = lines[0][3:].rstrip('"').split()
+    out, i = [], 0
+    while i < len(toks):
+        t = toks[i]
+        if t in ("-Mdir", "-o"):
+            i += 2
+            continue
+        if t == "-LDFLAGS":   # its value (one argument with spaces) was split above
+            i += 1
+            while i < len(toks) and toks[i].startswith(("-Wl,", "-L", "-l")):
+                i += 1
+            continue
+        if t == "--vpi" or t.endswith("/verilator.cpp"):
+            i += 1
+            continue
+        out.append(t)
+        i += 1
+    return out
+
+
+def _build_own_model(model: Path, out_dir: Path, main_cpp: Path) -> Path:
+    """``verilator --cc --exe`` + make of ``main_cpp`` and the design into ``out_dir``, with
+    the cocotb build's Verilator options (no VPI, no cocotb); returns the executable."""
+    from cosim.build import _MAKE_FIXES, verilator_root
+
+    root = verilator_root()
+    env = dict(os.environ, VERILATOR_ROOT=str(root),
+               PATH=str(root / "bin") + os.pathsep + os.environ.get("PATH", ""))
+    args = _cocotb_verilator_args(model)
+    cmd = [str(root / "bin" / "verilator"), *args, "-Mdir", str(out_dir), "-o", "npu_replay",
+           str(main_cpp)]
+    log = out_dir / "build.log"
+    with open(log, "w") as f:
+        f.write(" ".join(cmd) + "\n")
+        f.flush()
+        for c in (cmd, ["make", "-C", str(out_dir), "-f", "Vtop.mk", *_MAKE_FIXES]):
+            p = subprocess.run(c, stdout=f, stderr=subprocess.STDOUT, env=env)
+            if p.returncode != 0:
+                raise ReplayError(f"building the native harness failed (log: {log})")
+    return out_dir / "npu_replay"
+
+
+def build_native(config: NPUConfig, *, own_model: bool = False) -> NativeBuild:
     """Build (cached) ``build/<config>/native/npu_replay``: ``cosim/native/main.cpp`` linked
     against the Verilated model of the cocotb build (:func:`cosim.build.build_sim`, built
     first if needed).
@@ -213,6 +263,11 @@ def build_native(config: NPUConfig) -> NativeBuild:
     the model. Only the main differs: cocotb's VPI main loop there, this replay loop here
     (``main.cpp`` is compiled with the same flags as the model; no tracing, no cocotb
     library). So the two speeds compare the same compiled design.
+
+    ``own_model=True`` instead verilates and compiles the design again with ``main.cpp``
+    into ``build/<config>/native-own/`` (the cocotb build's Verilator options minus
+    ``--vpi`` and cocotb; a full model compile, minutes): a check that the shared model is
+    not slower than a standalone one.
 
     Raises
     ------
@@ -228,7 +283,7 @@ def build_native(config: NPUConfig) -> NativeBuild:
     t0 = time.perf_counter()
     sim = build_sim(config)
     model = sim.build_dir
-    out_dir = model.parent / "native"
+    out_dir = model.parent / ("native-own" if own_model else "native")
     exe = out_dir / "npu_replay"
     main_cpp = NATIVE_DIR / "main.cpp"
     objs = [model / f"{n}.o" for n in ("verilated", "verilated_dpi", "verilated_vpi",
@@ -236,7 +291,7 @@ def build_native(config: NPUConfig) -> NativeBuild:
     lib = model / "Vtop__ALL.a"
     with _locked(out_dir / ".lock"):
         h = hashlib.sha256()
-        for p in [main_cpp, lib, *objs, model / "build.hash"]:
+        for p in [main_cpp, lib, *objs, model / "build.hash", Path(__file__)]:
             h.update(p.read_bytes())
         digest = h.hexdigest()
         stamp = out_dir / "build.hash"
@@ -249,6 +304,10 @@ def build_native(config: NPUConfig) -> NativeBuild:
                  "-DVM_TRACE_SAIF=0", f"-I{model}", f"-I{inc}", f"-I{inc / 'vltstd'}"]
         out_dir.mkdir(parents=True, exist_ok=True)
         stamp.unlink(missing_ok=True)
+        if own_model:
+            _build_own_model(model, out_dir, main_cpp)
+            stamp.write_text(digest)
+            return NativeBuild(exe, time.perf_counter() - t0, False, out_dir)
         cmd = ["g++", *flags, str(main_cpp), *map(str, objs), str(lib), "-pthread",
                "-o", str(exe)]
         if shutil.which("g++") is None:
@@ -305,11 +364,11 @@ def run_native(exe: Path, recording: Path, *, work_dir: Path | None = None,
     ReplayError
         If the harness crashed or printed no result.
     """
-    recording = Path(recording)
+    recording = Path(recording).resolve()
     work_dir = Path(work_dir) if work_dir is not None else recording.parent
     work_dir.mkdir(parents=True, exist_ok=True)
     dram_file = work_dir / "native_dram.hex"
-    p = subprocess.run([str(exe), str(recording), f"+npu_dram_file={dram_file}"],
+    p = subprocess.run([str(Path(exe).resolve()), str(recording), f"+npu_dram_file={dram_file}"],
                        capture_output=True, text=True, cwd=work_dir, timeout=timeout)
     dram_file.unlink(missing_ok=True)
     Path(f"{dram_file}.out").unlink(missing_ok=True)
@@ -323,3 +382,32 @@ def run_native(exe: Path, recording: Path, *, work_dir: Path | None = None,
                           f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
     return NativeResult(raw["cycles"], raw["sim_wall_seconds"], raw["sim_cpu_seconds"],
                         raw["checks"], raw["mismatches"], raw.get("first_mismatch"), raw)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cosim.replay RECORDING [--config JSON] [--own-model]``: build the harness
+    (cached) and replay a recording made with ``python -m cosim.harness JOB --record PATH``;
+    print the harness's JSON. Exit 0 if the replay matched, 2 if not."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m cosim.replay", description=main.__doc__)
+    p.add_argument("recording", type=Path)
+    p.add_argument("--config", default=None,
+                   help="JSON object of NPUConfig fields (default: the recording's sidecar)")
+    p.add_argument("--own-model", action="store_true",
+                   help="link against a separately verilated model (a full build, minutes)")
+    ns = p.parse_args(argv)
+    if ns.config is not None:
+        fields = json.loads(ns.config)
+    else:
+        fields = json.loads(Path(f"{ns.recording}.json").read_text())["config"]
+    b = build_native(NPUConfig(**fields), own_model=ns.own_model)
+    n = run_native(b.exe, ns.recording)
+    print(json.dumps(dict(n.raw, build_seconds=round(b.seconds, 2), build_cached=b.cached,
+                          exe=str(b.exe))))
+    return 0 if n.ok else 2
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())
