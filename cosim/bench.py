@@ -210,12 +210,14 @@ def measure_build(config: NPUConfig) -> dict:
 
 # -- driver -----------------------------------------------------------------------------------
 
-def measure_native(config: NPUConfig, run, recording: Path) -> dict:
-    """Build the native harness (cached) and replay ``recording`` of the cocotb run ``run``
-    (a :class:`cosim.harness.RunResult`); the speeds, their ratio and the replay checks."""
+def measure_native(config: NPUConfig, run, recording: Path, *,
+                   clean_build: bool = False) -> dict:
+    """Build the native harness (``clean_build``: even if cached, to time it) and replay
+    ``recording`` of the cocotb run ``run`` (a :class:`cosim.harness.RunResult`); the speeds,
+    their ratio and the replay checks."""
     from cosim.replay import build_native, run_native
 
-    b = build_native(config)
+    b = build_native(config, force=clean_build)
     n = run_native(b.exe, recording)
     c_wall = run.cycles / run.job_seconds if run.job_seconds else None
     c_cpu = run.cycles / run.job_cpu_seconds if run.job_cpu_seconds else None
@@ -298,7 +300,8 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
             if record is not None:
                 say(f"replaying the recorded run ({r.recording['events']} events, "
                     f"{r.cycles} cycles) in the pure Verilator C++ harness...")
-                out["cosim_speed"]["verilator_cpp_harness"] = measure_native(cfg, r, record)
+                out["cosim_speed"]["verilator_cpp_harness"] = measure_native(
+                    cfg, r, record, clean_build=build_timing)
             run_info = {"run": f"gemm {cfg.name}", "cycles": r.cycles,
                         "job_seconds": round(r.job_seconds, 2),
                         "build_seconds": round(r.build_seconds, 2),

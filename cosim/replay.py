@@ -252,7 +252,8 @@ def _build_own_model(model: Path, out_dir: Path, main_cpp: Path) -> Path:
     return out_dir / "npu_replay"
 
 
-def build_native(config: NPUConfig, *, own_model: bool = False) -> NativeBuild:
+def build_native(config: NPUConfig, *, own_model: bool = False,
+                 force: bool = False) -> NativeBuild:
     """Build (cached) ``build/<config>/native/npu_replay``: ``cosim/native/main.cpp`` linked
     against the Verilated model of the cocotb build (:func:`cosim.build.build_sim`, built
     first if needed).
@@ -267,7 +268,8 @@ def build_native(config: NPUConfig, *, own_model: bool = False) -> NativeBuild:
     ``own_model=True`` instead verilates and compiles the design again with ``main.cpp``
     into ``build/<config>/native-own/`` (the cocotb build's Verilator options minus
     ``--vpi`` and cocotb; a full model compile, minutes): a check that the shared model is
-    not slower than a standalone one.
+    not slower than a standalone one. ``force=True`` rebuilds even if the cached
+    executable is up to date (to time a clean build of the harness).
 
     Raises
     ------
@@ -295,7 +297,8 @@ def build_native(config: NPUConfig, *, own_model: bool = False) -> NativeBuild:
             h.update(p.read_bytes())
         digest = h.hexdigest()
         stamp = out_dir / "build.hash"
-        if exe.is_file() and stamp.is_file() and stamp.read_text() == digest:
+        if (not force and exe.is_file() and stamp.is_file()
+                and stamp.read_text() == digest):
             return NativeBuild(exe, time.perf_counter() - t0, True, model)
         inc = verilator_root() / "include"
         # the model's compile flags, from the cocotb build (Vtop.mk / verilated.mk)
