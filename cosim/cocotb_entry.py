@@ -71,7 +71,8 @@ async def run_job(dut) -> None:
             outcome["recording"] = recorder.write(
                 Path(spec["record"]), end_step=get_sim_time("step"),
                 period_steps=convert(CLOCK_PERIOD_NS, "ns", to="step"),
-                meta={"job": spec["job"], "args": spec["args"], "config": spec["config"]})
+                meta={"job": spec["job"], "args": spec["args"], "config": spec["config"],
+                      "design": spec.get("design")})
     except BaseException as e:
         outcome = {"ok": False, "error": f"{type(e).__name__}: {e}",
                    "traceback": traceback.format_exc()}

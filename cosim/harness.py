@@ -195,6 +195,7 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         "config": config.to_dict(), "job": job, "args": args,
         "dram_file": str(dram_file), "internal_clock": internal_clock,
         "record": str(Path(record).resolve()) if record is not None else None,
+        "design": design,
     }))
     vcd = None
     test_args: list[str] = []

@@ -252,8 +252,8 @@ def _build_own_model(model: Path, out_dir: Path, main_cpp: Path) -> Path:
     return out_dir / "npu_replay"
 
 
-def build_native(config: NPUConfig, *, own_model: bool = False,
-                 force: bool = False) -> NativeBuild:
+def build_native(config: NPUConfig, *, own_model: bool = False, force: bool = False,
+                 design: str | None = None) -> NativeBuild:
     """Build (cached) ``build/<config>/native/npu_replay``: ``cosim/native/main.cpp`` linked
     against the Verilated model of the cocotb build (:func:`cosim.build.build_sim`, built
     first if needed).
@@ -269,7 +269,8 @@ def build_native(config: NPUConfig, *, own_model: bool = False,
     into ``build/<config>/native-own/`` (the cocotb build's Verilator options minus
     ``--vpi`` and cocotb; a full model compile, minutes): a check that the shared model is
     not slower than a standalone one. ``force=True`` rebuilds even if the cached
-    executable is up to date (to time a clean build of the harness).
+    executable is up to date (to time a clean build of the harness). ``design`` (default the
+    NPU) selects another design under ``tb_top``, as in :func:`cosim.harness.run_job`.
 
     Raises
     ------
@@ -280,10 +281,10 @@ def build_native(config: NPUConfig, *, own_model: bool = False,
     """
     import hashlib
 
-    from cosim.build import _locked, build_sim, verilator_root
+    from cosim.build import DEFAULT_DESIGN, _locked, build_sim, verilator_root
 
     t0 = time.perf_counter()
-    sim = build_sim(config)
+    sim = build_sim(config, design=design or DEFAULT_DESIGN)
     model = sim.build_dir
     out_dir = model.parent / ("native-own" if own_model else "native")
     exe = out_dir / "npu_replay"
@@ -400,11 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--own-model", action="store_true",
                    help="link against a separately verilated model (a full build, minutes)")
     ns = p.parse_args(argv)
-    if ns.config is not None:
-        fields = json.loads(ns.config)
-    else:
-        fields = json.loads(Path(f"{ns.recording}.json").read_text())["config"]
-    b = build_native(NPUConfig(**fields), own_model=ns.own_model)
+    side = json.loads(Path(f"{ns.recording}.json").read_text())
+    fields = json.loads(ns.config) if ns.config is not None else side["config"]
+    b = build_native(NPUConfig(**fields), own_model=ns.own_model, design=side.get("design"))
     n = run_native(b.exe, ns.recording)
     print(json.dumps(dict(n.raw, build_seconds=round(b.seconds, 2), build_cached=b.cached,
                           exe=str(b.exe))))
