@@ -26,7 +26,17 @@ What is measured
 * **Co-simulation speed**: simulated cycles per wall second of the full NPU under cocotb +
   Verilator, ``RunResult.cycles / RunResult.job_seconds`` per run (includes the host-side
   Python of the runtime and of cocotb), and per GEMM size (kernel cycles / wall time of that
-  kernel). A pure Verilator C++ harness is not measured.
+  kernel).
+* **Ratio to a pure Verilator C++ harness** (``cosim_speed.verilator_cpp_harness``): the GEMM
+  sweep of the first configuration is recorded while it runs under cocotb (every pin value the
+  host drove or sampled and every DRAM backdoor file, with its simulated time; see
+  :mod:`cosim.replay`), then replayed by ``cosim/native/main.cpp`` linked against the same
+  compiled Verilator model, which checks every sampled output and DRAM dump against the
+  recording and runs to the same end cycle. Reported: cocotb and native cycles per second
+  (wall time, and CPU time, which other processes on the machine disturb less), their ratio
+  (target: cocotb >= 0.5x native), the number of checks, and the native build time. Native
+  time covers the replay loop only; cocotb time is the whole job (runtime, numpy, golden
+  check, recording), so the ratio is what the Python side costs end to end.
 * **Build time**: a throwaway configuration (the first one with ``n_sems`` changed, so it has
   its own build directory and the shared caches are not wiped) has its build directory
   removed, then: Verilog generation (Amaranth), the clean Verilator build, and a second,
@@ -43,8 +53,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import numpy.random  # numpy imports it lazily; load it before the timed job
 
 from hw.config import NPUConfig
+from hw.isa import ENGINE_NAMES
+from sw.golden import linear_int
+from sw.kernels.linear import linear_with_stats
+from sw.runtime import Device
 
 __all__ = ["gemm_sweep_job", "roofline", "kernel_dram_bytes", "measure_build", "run_bench",
            "format_bench", "FULL_SIZES", "QUICK_SIZES"]
@@ -94,11 +109,6 @@ def _operands(rng: np.random.Generator, m: int, k: int, n: int):
 def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
     """Run one square int8 GEMM per size on ``backend`` with the double-buffered linear
     kernel; return cycles, utilization, busy counters and bit-exactness per size."""
-    from hw.isa import ENGINE_NAMES
-    from sw.golden import linear_int
-    from sw.kernels.linear import linear_with_stats
-    from sw.runtime import Device
-
     device = Device(backend)
     cfg = device.config
     rng = np.random.default_rng(seed)
@@ -198,11 +208,52 @@ def measure_build(config: NPUConfig) -> dict:
 
 # -- driver -----------------------------------------------------------------------------------
 
+def measure_native(config: NPUConfig, run, recording: Path, *,
+                   clean_build: bool = False) -> dict:
+    """Build the native harness (``clean_build``: even if cached, to time it) and replay
+    ``recording`` of the cocotb run ``run`` (a :class:`cosim.harness.RunResult`); the speeds,
+    their ratio and the replay checks."""
+    from cosim.replay import build_native, run_native
+
+    b = build_native(config, force=clean_build)
+    n = run_native(b.exe, recording)
+    c_wall = run.cycles / run.job_seconds if run.job_seconds else None
+    c_cpu = run.cycles / run.job_cpu_seconds if run.job_cpu_seconds else None
+    n_wall = n.cycles / n.wall_seconds if n.wall_seconds else None
+    n_cpu = n.cycles / n.cpu_seconds if n.cpu_seconds else None
+    ratio = c_wall / n_wall if c_wall and n_wall else None
+    rec = run.recording or {}
+    return {
+        "job": "GEMM sweep (this bench's run on the first configuration)",
+        "config_name": config.name,
+        "cycles_cocotb": run.cycles, "cycles_native": n.cycles,
+        "cycles_agree": run.cycles == n.cycles,
+        "replay_matches": n.ok and run.cycles == n.cycles,
+        "checks": n.checks, "mismatches": n.mismatches, "first_mismatch": n.first_mismatch,
+        "recording": {k: rec.get(k) for k in ("events", "counts", "payload_bytes",
+                                              "file_bytes", "path")},
+        "cocotb_wall_seconds": round(run.job_seconds, 3),
+        "cocotb_cpu_seconds": (round(run.job_cpu_seconds, 3)
+                               if run.job_cpu_seconds is not None else None),
+        "native_wall_seconds": round(n.wall_seconds, 3),
+        "native_cpu_seconds": round(n.cpu_seconds, 3),
+        "cocotb_cycles_per_second": c_wall, "native_cycles_per_second": n_wall,
+        "cocotb_cpu_cycles_per_second": c_cpu, "native_cpu_cycles_per_second": n_cpu,
+        "ratio": ratio, "ratio_cpu": c_cpu / n_cpu if c_cpu and n_cpu else None,
+        "target_ratio": 0.5, "meets_target": ratio is not None and ratio >= 0.5,
+        "native_build_seconds": round(b.seconds, 2), "native_build_cached": b.cached,
+        "native_build": "cosim/native/main.cpp compiled with the model's flags (-O2) and "
+                        "linked against the cocotb build's compiled model (Vtop__ALL.a, "
+                        "verilated*.o); the model itself is built once, by the cocotb build",
+    }
+
+
 def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int = 128,
               backend: str = "rtl", build_timing: bool = True, seed: int = 0,
-              progress=None, json_path: Path | None = None) -> dict:
+              native: bool = True, progress=None, json_path: Path | None = None) -> dict:
     """Run the whole bench; ``json_path`` is rewritten after every step (a long run keeps
-    what it has)."""
+    what it has). ``native``: record the first configuration's GEMM run and replay it in the
+    pure Verilator C++ harness (:func:`measure_native`)."""
     def say(msg: str) -> None:
         if progress:
             progress(msg)
@@ -216,7 +267,9 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
             "(A + W + output bytes, int8, unpadded; parameters and commands not counted)"),
         "gemm": {}, "attention": None, "cosim_speed": {"runs": []}, "build": None,
     }
-    out["cosim_speed"]["verilator_cpp_harness"] = "not measured (out of scope)"
+    out["cosim_speed"]["verilator_cpp_harness"] = (
+        "not measured (model backend)" if backend == "model"
+        else "not measured (disabled)" if not native else "not measured (yet)")
 
     def dump() -> None:
         if json_path:
@@ -228,17 +281,25 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
         out["build"] = measure_build(configs[0])
         dump()
 
-    for cfg in configs:
+    for ci, cfg in enumerate(configs):
         say(f"GEMM sweep {list(sizes)} on {cfg.name} ({backend})...")
         if backend == "model":
             from sw.model import ModelBackend
             res = gemm_sweep_job(ModelBackend(cfg), sizes=list(sizes), seed=seed)
             run_info = None
         else:
+            from cosim.build import BUILD_ROOT, design_tag
             from cosim.harness import run_job
+            record = (BUILD_ROOT / design_tag(cfg) / "runs" / "bench_gemm" / "gemm.rec"
+                      if native and ci == 0 else None)
             r = run_job(cfg, "cosim.bench:gemm_sweep_job", {"sizes": list(sizes), "seed": seed},
-                        name="bench_gemm")
+                        name="bench_gemm", record=record)
             res = r.result
+            if record is not None:
+                say(f"replaying the recorded run ({r.recording['events']} events, "
+                    f"{r.cycles} cycles) in the pure Verilator C++ harness...")
+                out["cosim_speed"]["verilator_cpp_harness"] = measure_native(
+                    cfg, r, record, clean_build=build_timing)
             run_info = {"run": f"gemm {cfg.name}", "cycles": r.cycles,
                         "job_seconds": round(r.job_seconds, 2),
                         "build_seconds": round(r.build_seconds, 2),
@@ -325,7 +386,32 @@ def format_bench(res: dict) -> str:
         for r in sp["runs"]:
             lines.append(f"  {r['run']:<28}{r['cycles']:>10} cycles {r['job_seconds']:>8.1f} s "
                          f"{r['cycles_per_second']:>9.0f} cycles/s")
-        lines.append(f"  pure Verilator C++ harness: {sp['verilator_cpp_harness']}")
+        nat = sp["verilator_cpp_harness"]
+        if isinstance(nat, dict):
+            def cps(v) -> str:
+                return "-" if v is None else f"{v:.0f}"
+
+            def rat(v) -> str:
+                return "-" if v is None else f"{v:.2f}x"
+
+            lines += [
+                f"  same run replayed in a pure Verilator C++ harness ({nat['config_name']}, "
+                f"{nat['cycles_native']} cycles, {nat['checks']} checks, "
+                + ("replay matches bit for bit, cycles agree)" if nat["replay_matches"]
+                   else f"REPLAY MISMATCH: {nat['first_mismatch']})"),
+                f"  {'':<28}{'wall cycles/s':>14}{'cpu cycles/s':>14}",
+                f"  {'cocotb + Python runtime':<28}{cps(nat['cocotb_cycles_per_second']):>14}"
+                f"{cps(nat['cocotb_cpu_cycles_per_second']):>14}",
+                f"  {'native C++ replay':<28}{cps(nat['native_cycles_per_second']):>14}"
+                f"{cps(nat['native_cpu_cycles_per_second']):>14}",
+                f"  {'ratio cocotb / native':<28}{rat(nat['ratio']):>14}{rat(nat['ratio_cpu']):>14}"
+                f"   (target >= {nat['target_ratio']}x: "
+                f"{'met' if nat['meets_target'] else 'NOT met'})",
+                f"  native harness build: {nat['native_build_seconds']} s"
+                + (" (cached)" if nat["native_build_cached"] else "")
+                + " (main.cpp linked against the cocotb build's compiled model)"]
+        else:
+            lines.append(f"  pure Verilator C++ harness: {nat}")
     b = res.get("build")
     if b:
         lines += ["", f"Verilator build ({b['config_name']}, throwaway): Verilog "

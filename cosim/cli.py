@@ -152,14 +152,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     sizes = args.sizes or list(QUICK_SIZES if args.quick else FULL_SIZES)
     attn = args.attention_len if args.attention_len is not None else (32 if args.quick else 128)
     res = run_bench(configs, sizes, attention_len=attn, backend=args.backend,
-                    build_timing=not args.no_build_timing,
+                    build_timing=not args.no_build_timing, native=not args.no_native,
                     progress=lambda m: print(m, file=sys.stderr, flush=True),
                     json_path=Path(args.json) if args.json else None)
     print(format_bench(res))
     if args.json:
         print(f"wrote {args.json}")
     exact = all(r["bit_exact"] for g in res["gemm"].values() for r in g["rows"])
-    return 0 if exact and (res["attention"] is None or res["attention"]["bit_exact"]) else 1
+    native = res["cosim_speed"]["verilator_cpp_harness"]
+    replay_ok = not isinstance(native, dict) or native["replay_matches"]
+    return 0 if (exact and replay_ok and (res["attention"] is None
+                                           or res["attention"]["bit_exact"])) else 1
 
 
 def _cmd_board(args: argparse.Namespace) -> int:
@@ -267,9 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         "bench", help="GEMM roofline sweep, attention utilization, co-sim speed, build time",
         description="Square int8 GEMMs (double-buffered linear kernel) per size and "
                     "configuration with utilization, roofline bound and engine busy counters; "
-                    "the MiniLM attention block; simulated cycles per second; clean and cached "
-                    "Verilator build time (see cosim/bench.py). Exit 1 if a result is not "
-                    "bit-exact.")
+                    "the MiniLM attention block; simulated cycles per second under cocotb and "
+                    "its ratio to a pure Verilator C++ replay of the same run; clean and "
+                    "cached Verilator build time (see cosim/bench.py). Exit 1 if a result is "
+                    "not bit-exact or the replay does not match.")
     be.add_argument("--quick", action="store_true",
                     help="sizes 64 128 on 8x8, attention at L=32 (unless given)")
     be.add_argument("--sizes", type=int, nargs="+", metavar="N",
@@ -282,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="model: untimed functional model (for testing the bench itself)")
     be.add_argument("--no-build-timing", action="store_true",
                     help="skip the clean/cached Verilator build timing")
+    be.add_argument("--no-native", action="store_true",
+                    help="skip the replay of the GEMM run in the pure Verilator C++ harness")
     be.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH "
                                                    "(rewritten after every step)")
     be.set_defaults(func=_cmd_bench)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.simtime import get_sim_time
+from cocotb.simtime import convert, get_sim_time
 from cocotb.task import bridge
 from cocotb.triggers import Timer
 
@@ -61,26 +61,40 @@ async def run_job(dut) -> None:
         config = NPUConfig(**spec["config"])
         if not spec.get("internal_clock"):
             Clock(dut.clk, CLOCK_PERIOD_NS, "ns").start()
-        dut.rst.value = 1
         window = spec.get("waves_window") or {}
         dut.trace_on.value = 0 if window else 1
         if "from" in window:
             cocotb.start_soon(_cycle_window(dut, window["from"], window.get("to")))
         kernel = (window["kernel"], window.get("occurrence", 1)) if "kernel" in window else None
-        backend = RtlBackend(dut, config, dram_file=Path(spec["dram_file"]), trace_kernel=kernel)
+        recorder = None
+        if spec.get("record"):
+            from cosim.replay import Recorder
+            recorder = Recorder()
+        backend = RtlBackend(dut, config, dram_file=Path(spec["dram_file"]), recorder=recorder,
+                             trace_kernel=kernel)
+        backend.drive_reset(1)
         # release reset mid-cycle (falling edge), away from the rising edge that samples it
         await Timer(RESET_CYCLES * CLOCK_PERIOD_NS + CLOCK_PERIOD_NS // 2, "ns")
-        dut.rst.value = 0
+        backend.drive_reset(0)
         job = _load_job(spec["job"])
-        t0 = time.perf_counter()
+        # Import the runtime (and with it Amaranth, through hw.isa: about a second) before the
+        # clock starts, so that the job's wall time measures simulation and host work only.
+        importlib.import_module("sw.runtime")
+        t0, c0 = time.perf_counter(), time.process_time()
         result = await bridge(job)(backend, **spec["args"])
-        seconds = time.perf_counter() - t0
+        seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
         json.dumps(result)  # must be JSON-serialisable: fail here, with the job's name
         if backend.dram_protocol_errors:
             raise AssertionError(f"the DRAM model saw {backend.dram_protocol_errors} AXI "
                                  "protocol violations (see the simulation log)")
         outcome = {"ok": True, "result": result, "cycles": backend.cycle, "seconds": seconds,
-                   "regions": backend.regions}
+                   "cpu_seconds": cpu_seconds, "regions": backend.regions}
+        if recorder is not None:
+            outcome["recording"] = recorder.write(
+                Path(spec["record"]), end_step=get_sim_time("step"),
+                period_steps=convert(CLOCK_PERIOD_NS, "ns", to="step"),
+                meta={"job": spec["job"], "args": spec["args"], "config": spec["config"],
+                      "design": spec.get("design")})
     except BaseException as e:
         outcome = {"ok": False, "error": f"{type(e).__name__}: {e}",
                    "traceback": traceback.format_exc()}

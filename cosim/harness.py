@@ -11,6 +11,10 @@ backdoor scratch file). Waveforms, when asked for, go to ``waves/<name>.vcd``.
 Command line::
 
     python -m cosim.harness JOB [--args JSON] [--config JSON] [--name NAME] [--waves]
+                                [--record PATH]
+
+``--record PATH`` records the host's pin activity for the native replay harness
+(``python -m cosim.replay PATH``, see :mod:`cosim.replay`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ __all__ = ["run_on_rtl", "run_job", "check_waves_window", "RunResult", "CosimErr
 
 # Warnings are errors in the simulator process too; add narrow, named exceptions here.
 PYTHONWARNINGS = "error"
+# cocotb rewrites the asserts of every imported module by default ("*.py"), recompiling hw/, sw/
+# and amaranth on each start (about 1.5 s); detailed assert messages are kept for job modules.
+REWRITE_ASSERTION_FILES = "*_jobs.py"
 
 
 class CosimError(RuntimeError):
@@ -93,6 +100,12 @@ class RunResult:
         Where spec, result and log are.
     waves : Path or None
         The VCD file, if traced.
+    job_cpu_seconds : float or None
+        CPU time of the simulator process (simulation, cocotb and the job's Python) over the
+        same span; less disturbed than wall time when other processes share the cores.
+    recording : dict or None
+        With ``record=``: the summary of the recording (:meth:`cosim.replay.Recorder.write`:
+        path in ``"path"``, events, cycles...).
     """
     result: object
     cycles: int
@@ -100,6 +113,8 @@ class RunResult:
     build_seconds: float
     run_dir: Path
     waves: Path | None
+    recording: dict | None = None
+    job_cpu_seconds: float | None = None
 
 
 @contextlib.contextmanager
@@ -150,7 +165,8 @@ def check_waves_window(window: dict) -> dict:
 
 def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
             waves: bool = False, design: str = DEFAULT_DESIGN,
-            internal_clock: bool = True, waves_window: dict | None = None) -> RunResult:
+            internal_clock: bool = True, waves_window: dict | None = None,
+            record: Path | None = None) -> RunResult:
     """Build (cached) and run ``job(backend, **args)`` on the RTL of ``design(config)``.
 
     Parameters
@@ -176,6 +192,9 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         (absolute clock cycles, ``"to"`` may be None: to the end) or ``{"kernel": name,
         "occurrence": n}`` (the ``n``-th, from 1, :meth:`sw.runtime.Device.region` of that
         name, e.g. ``"query"`` or ``"softmax"``). The VCD keeps absolute times.
+    record : Path, optional
+        Record the host's pin activity into this file for the native replay harness
+        (:mod:`cosim.replay`); needs the internal clock.
 
     Returns
     -------
@@ -197,6 +216,8 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     if waves_window is not None:
         waves_window = check_waves_window(waves_window)
         waves = True
+    if record is not None and not internal_clock:
+        raise ValueError("recording needs the internal clock (the replay does not drive clk)")
     args = dict(args or {})
     json.dumps(args)  # fail here, not in the simulator
     tag_dir = ROOT / "build" / design_tag(config, design)
@@ -212,6 +233,8 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         "config": config.to_dict(), "job": job, "args": args,
         "dram_file": str(dram_file), "internal_clock": internal_clock,
         "waves_window": waves_window,
+        "record": str(Path(record).resolve()) if record is not None else None,
+        "design": design,
     }))
     vcd = None
     test_args: list[str] = []
@@ -230,7 +253,8 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
                 plusargs=[f"+npu_dram_file={dram_file}"],
                 extra_env={"NPU_COSIM_SPEC": str(spec_path),
                            "NPU_COSIM_RESULT": str(result_path),
-                           "PYTHONWARNINGS": PYTHONWARNINGS},
+                           "PYTHONWARNINGS": PYTHONWARNINGS,
+                           "COCOTB_REWRITE_ASSERTION_FILES": REWRITE_ASSERTION_FILES},
                 results_xml=str(run_dir / "results.xml"), log_file=log_path,
                 timescale=("1ns", "1ps"),
             )
@@ -254,8 +278,11 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
                              f"times, occurrence {waves_window['occurrence']} was asked for "
                              f"(kernels of this run: {known or 'none'}); {vcd} is empty",
                              log_path)
+    recording = outcome.get("recording")
+    if recording is not None:
+        recording = dict(recording, path=str(Path(record).resolve()))
     return RunResult(outcome["result"], outcome["cycles"], outcome["seconds"], sim.seconds,
-                     run_dir, vcd)
+                     run_dir, vcd, recording, outcome.get("cpu_seconds"))
 
 
 def run_on_rtl(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
@@ -279,18 +306,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--design", default=DEFAULT_DESIGN, help="module:Class of the design")
     p.add_argument("--name", default=None, help="run name (default: the function name)")
     p.add_argument("--waves", action="store_true", help="write waves/<name>.vcd")
+    p.add_argument("--record", type=Path, default=None,
+                   help="record the host's pin activity to PATH (replay: python -m cosim.replay)")
     ns = p.parse_args(argv)
     config = NPUConfig(**json.loads(ns.config))
     name = ns.name or ns.job.rpartition(":")[2]
     try:
         r = run_job(config, ns.job, json.loads(ns.args), name=name, waves=ns.waves,
-                    design=ns.design)
+                    design=ns.design, record=ns.record)
     except (CosimBuildError, CosimError) as e:
         print(e, file=sys.stderr)
         return 1
     print(json.dumps({"result": r.result, "cycles": r.cycles, "job_seconds": r.job_seconds,
-                      "build_seconds": r.build_seconds,
-                      "waves": str(r.waves) if r.waves else None}, indent=1))
+                      "job_cpu_seconds": r.job_cpu_seconds, "build_seconds": r.build_seconds,
+                      "waves": str(r.waves) if r.waves else None,
+                      "recording": r.recording and {k: v for k, v in r.recording.items()
+                                                    if k not in ("args", "config", "signals")}},
+                     indent=1))
     return 0
 
 

@@ -20,7 +20,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cocotb.simtime import get_sim_time
@@ -30,10 +30,19 @@ from cocotb.triggers import FallingEdge, First, ReadOnly, RisingEdge, Timer
 from hw.config import NPUConfig
 from sw.backend import BackendError
 
+if TYPE_CHECKING:
+    from cosim.replay import Recorder
+
 __all__ = ["RtlBackend", "CLOCK_PERIOD_NS", "hex_encode", "hex_decode"]
 
 #: Clock period of the simulation, ns (the cycle count is simulated time / period).
 CLOCK_PERIOD_NS = 10
+
+#: The pins of ``tb_top`` the host touches (inputs it drives, outputs it samples).
+PINS = ("rst", "csr__awaddr", "csr__awvalid", "csr__wdata", "csr__wstrb", "csr__wvalid",
+        "csr__bready", "csr__araddr", "csr__arvalid", "csr__rready", "bd_op", "bd_first",
+        "bd_last", "irq", "csr__awready", "csr__wready", "csr__bresp", "csr__bvalid",
+        "csr__arready", "csr__rdata", "csr__rresp", "csr__rvalid", "bd_ack", "dram_prot_errors")
 
 _BD_LOAD = 1
 _BD_DUMP = 2
@@ -97,19 +106,21 @@ class RtlBackend:
     timed = True  #: cycle-accurate: every performance counter is meaningful
 
     def __init__(self, dut: Any, config: NPUConfig, *, dram_file: Path,
-                 csr_timeout_cycles: int = 1000,
+                 csr_timeout_cycles: int = 1000, recorder: Recorder | None = None,
                  trace_kernel: tuple[str, int] | None = None):
         self.dut = dut
         self.config = config
         self.dram_file = Path(dram_file)
         self._dump_file = Path(f"{dram_file}.out")
         self.csr_timeout_cycles = csr_timeout_cycles
+        self.recorder = recorder
         self._word = config.axi_data_bytes
         self._clk = dut.clk
+        self._pins = {name: getattr(dut, name) for name in PINS}
         # idle the host port and the backdoor
         for sig in ("awvalid", "wvalid", "bready", "arvalid", "rready"):
-            getattr(dut, f"csr__{sig}").value = 0
-        dut.bd_op.value = 0
+            self._set(f"csr__{sig}", 0)
+        self._set("bd_op", 0)
         self.trace_kernel = trace_kernel
         self.regions: dict[str, int] = {}  #: kernel name -> regions entered so far
 
@@ -205,7 +216,11 @@ class RtlBackend:
     @property
     def dram_protocol_errors(self) -> int:
         """AXI protocol violations the DRAM model has seen (4 KiB crossing, WLAST, burst)."""
-        return int(self.dut.dram_prot_errors.value)
+        return self._get("dram_prot_errors")
+
+    def drive_reset(self, level: int) -> None:
+        """Drive ``rst`` (1 holds the design in reset); from a cocotb coroutine."""
+        self._set("rst", level)
 
     # -- coroutines ---------------------------------------------------------------------------
 
@@ -214,70 +229,68 @@ class RtlBackend:
         self._check_csr(offset)
         if not 0 <= value < 1 << 32:
             raise ValueError(f"CSR value {value!r} does not fit 32 bits")
-        dut = self.dut
         await FallingEdge(self._clk)
-        dut.csr__awaddr.value = offset
-        dut.csr__wdata.value = value
-        dut.csr__wstrb.value = 0xF
-        dut.csr__awvalid.value = 1
-        dut.csr__wvalid.value = 1
-        dut.csr__bready.value = 1
+        self._set("csr__awaddr", offset)
+        self._set("csr__wdata", value)
+        self._set("csr__wstrb", 0xF)
+        self._set("csr__awvalid", 1)
+        self._set("csr__wvalid", 1)
+        self._set("csr__bready", 1)
         aw_pending = w_pending = True
         for _ in range(self.csr_timeout_cycles):
             await ReadOnly()
-            aw_fire = aw_pending and bool(dut.csr__awready.value)
-            w_fire = w_pending and bool(dut.csr__wready.value)
-            b_fire = bool(dut.csr__bvalid.value)
-            resp = int(dut.csr__bresp.value)
+            aw_fire = aw_pending and bool(self._get("csr__awready"))
+            w_fire = w_pending and bool(self._get("csr__wready"))
+            b_fire = bool(self._get("csr__bvalid"))
+            resp = self._get("csr__bresp")
             await FallingEdge(self._clk)  # the rising edge in between took the handshakes
             if aw_fire:
                 aw_pending = False
-                dut.csr__awvalid.value = 0
+                self._set("csr__awvalid", 0)
             if w_fire:
                 w_pending = False
-                dut.csr__wvalid.value = 0
+                self._set("csr__wvalid", 0)
             if b_fire:
-                dut.csr__bready.value = 0
+                self._set("csr__bready", 0)
                 if aw_pending or w_pending:
                     raise BackendError(f"CSR write 0x{offset:03x}: B response before AW/W")
                 if resp != 0:
                     raise BackendError(f"CSR write 0x{offset:03x}: response {resp:#04b}")
                 return
-        dut.csr__awvalid.value = 0
-        dut.csr__wvalid.value = 0
-        dut.csr__bready.value = 0
+        self._set("csr__awvalid", 0)
+        self._set("csr__wvalid", 0)
+        self._set("csr__bready", 0)
         raise BackendError(f"CSR write 0x{offset:03x} not answered within "
                            f"{self.csr_timeout_cycles} cycles")
 
     async def acsr_read(self, offset: int) -> int:
         """Coroutine form of :meth:`csr_read`."""
         self._check_csr(offset)
-        dut = self.dut
         await FallingEdge(self._clk)
-        dut.csr__araddr.value = offset
-        dut.csr__arvalid.value = 1
-        dut.csr__rready.value = 1
+        self._set("csr__araddr", offset)
+        self._set("csr__arvalid", 1)
+        self._set("csr__rready", 1)
         ar_pending = True
         for _ in range(self.csr_timeout_cycles):
             await ReadOnly()
-            ar_fire = ar_pending and bool(dut.csr__arready.value)
-            r_fire = bool(dut.csr__rvalid.value)
+            ar_fire = ar_pending and bool(self._get("csr__arready"))
+            r_fire = bool(self._get("csr__rvalid"))
             if r_fire:
-                data = int(dut.csr__rdata.value)
-                resp = int(dut.csr__rresp.value)
+                data = self._get("csr__rdata")
+                resp = self._get("csr__rresp")
             await FallingEdge(self._clk)
             if ar_fire:
                 ar_pending = False
-                dut.csr__arvalid.value = 0
+                self._set("csr__arvalid", 0)
             if r_fire:
-                dut.csr__rready.value = 0
+                self._set("csr__rready", 0)
                 if ar_pending:
                     raise BackendError(f"CSR read 0x{offset:03x}: R response before AR")
                 if resp != 0:
                     raise BackendError(f"CSR read 0x{offset:03x}: response {resp:#04b}")
                 return data
-        dut.csr__arvalid.value = 0
-        dut.csr__rready.value = 0
+        self._set("csr__arvalid", 0)
+        self._set("csr__rready", 0)
         raise BackendError(f"CSR read 0x{offset:03x} not answered within "
                            f"{self.csr_timeout_cycles} cycles")
 
@@ -316,10 +329,11 @@ class RtlBackend:
         """Coroutine form of :meth:`wait_irq`."""
         if max_cycles < 0:
             raise ValueError(f"max_cycles must be >= 0, got {max_cycles}")
-        if bool(self.dut.irq.value) or max_cycles == 0:
-            return bool(self.dut.irq.value)
+        irq = self._get("irq")
+        if irq or max_cycles == 0:
+            return bool(irq)
         await First(RisingEdge(self.dut.irq), Timer(max_cycles * CLOCK_PERIOD_NS, "ns"))
-        return bool(self.dut.irq.value)
+        return bool(self._get("irq"))
 
     async def arun_cycles(self, n: int) -> None:
         """Coroutine form of :meth:`run_cycles`."""
@@ -340,24 +354,41 @@ class RtlBackend:
                 os.ftruncate(fd, len(text))
             finally:
                 os.close(fd)
+            if self.recorder is not None:
+                self.recorder.load(text)
         else:
             self._dump_file.unlink(missing_ok=True)
-        dut = self.dut
         await FallingEdge(self._clk)
-        dut.bd_first.value = first
-        dut.bd_last.value = last
-        dut.bd_op.value = op
+        self._set("bd_first", first)
+        self._set("bd_last", last)
+        self._set("bd_op", op)
         await FallingEdge(self._clk)  # the DRAM model ran $readmemh/$writememh at the edge
-        dut.bd_op.value = 0
-        if not bool(dut.bd_ack.value):
+        self._set("bd_op", 0)
+        if not bool(self._get("bd_ack")):
             raise BackendError("DRAM backdoor not acknowledged (is the DRAM model in reset?)")
         if op == _BD_DUMP:
-            raw = hex_decode(self._dump_file.read_bytes(), self._word)
+            text = self._dump_file.read_bytes()
+            if self.recorder is not None:
+                self.recorder.dump(text)
+            raw = hex_decode(text, self._word)
             if len(raw) != (last - first + 1) * self._word:
                 raise BackendError(f"DRAM dump of words {first}..{last} returned "
                                    f"{len(raw) // self._word} words")
             return raw
         return b""
+
+    def _set(self, name: str, value: int) -> None:
+        """Drive input pin ``name`` of ``tb_top`` (recorded when a recorder is attached)."""
+        self._pins[name].value = value
+        if self.recorder is not None:
+            self.recorder.drive(name, value)
+
+    def _get(self, name: str) -> int:
+        """Sample output pin ``name`` of ``tb_top`` (recorded when a recorder is attached)."""
+        value = int(self._pins[name].value)
+        if self.recorder is not None:
+            self.recorder.check(name, value)
+        return value
 
     @staticmethod
     def _check_csr(offset: int) -> None:

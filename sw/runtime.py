@@ -89,7 +89,8 @@ _MASK32 = 0xFFFF_FFFF
 _OPCODE_FIELD = data.Layout.cast(Header)["opcode"]
 _MEM_FIELD = data.Layout.cast(DmaBody)["mem"]
 DEFAULT_TIMEOUT_CYCLES = 50_000_000  #: default budget of :meth:`Device.synchronize` (cycles)
-RING_POLL_CYCLES = 256  #: how often a host waiting for ring space reads HEAD (cycles)
+RING_POLL_CYCLES = 256  #: first interval at which a host waiting for ring space reads HEAD
+RING_POLL_MAX_CYCLES = 65536  #: the interval doubles after each poll that found too little space
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -917,7 +918,10 @@ class Stream:
         With ``ordered`` (default), a ``BARRIER`` goes first if the stream has unsynchronized
         work, so these commands start after everything launched before on this stream.
         Handles ring wrap-around; when the ring is full, rings the doorbell for what is
-        written and polls ``HEAD`` for space.
+        written and polls ``HEAD`` until a quarter of the ring (or all that is left to write)
+        is free, at an interval that starts at ``RING_POLL_CYCLES`` and doubles after each poll
+        (each poll is an MMIO round trip, and under co-simulation a Python one; the quarter
+        refilled is at most a third of what is still queued, so the device is not starved).
 
         Raises
         ------
@@ -940,13 +944,16 @@ class Stream:
         if self._window_start is None:
             self._window_start = dev.cycles()
         i = 0
+        batch = max(1, self.ring_size // 4)
         while i < len(raws):
             free = self._ring_free()
             if free == 0:
-                # no interrupt announces ring space: poll HEAD every RING_POLL_CYCLES
-                dev._wait_until(lambda: self._refresh_head() > 0, timeout_cycles,
-                                f"ring space of queue {self.queue}", [self],
-                                poll_cycles=RING_POLL_CYCLES)
+                # no interrupt announces ring space: poll HEAD, backing off, until a batch fits
+                want = min(batch, len(raws) - i)
+                dev._wait_until(lambda want=want: self._refresh_head() >= want,
+                                timeout_cycles, f"ring space of queue {self.queue}", [self],
+                                poll_cycles=RING_POLL_CYCLES,
+                                max_poll_cycles=RING_POLL_MAX_CYCLES)
                 continue
             n = min(free, len(raws) - i, self.ring_size - self._tail)
             chunk = raws[i:i + n]
@@ -1443,7 +1450,10 @@ class Device:
         self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE)
 
     def _wait_until(self, done: Callable[[], bool], timeout_cycles: int, what: str,
-                    streams: list[Stream], poll_cycles: int | None = None) -> None:
+                    streams: list[Stream], poll_cycles: int | None = None,
+                    max_poll_cycles: int | None = None) -> None:
+        """Wait for ``done()``, waking on interrupts or every ``poll_cycles`` (doubling up to
+        ``max_poll_cycles`` after each wake-up if given); raise after ``timeout_cycles``."""
         start = self.cycles()
         spent = 0  # lower bound of cycles waited, for backends whose counter does not move
         while True:
@@ -1460,6 +1470,8 @@ class Device:
                     f"{report}; " + ", ".join(f"{k}={v:#x}" for k, v in self.status().items()),
                     blocked)
             step = remaining if poll_cycles is None else min(remaining, poll_cycles)
+            if poll_cycles is not None and max_poll_cycles is not None:
+                poll_cycles = min(2 * poll_cycles, max_poll_cycles)
             if self.backend.wait_irq(step):
                 # A fence interrupt: fences are detected through their DRAM word, so clear it
                 # to let wait_irq wait again. An error is picked up by _check_errors.
