@@ -24,10 +24,11 @@ CONFIG = NPUConfig()
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded(tmp_path_factory, worker_id):
+    # one run directory per xdist worker: each worker runs this module fixture itself
     rec = tmp_path_factory.mktemp("replay") / "tiny_gemm.rec"
-    r = run_job(CONFIG, "cosim.bench:gemm_sweep_job", {"sizes": [16]}, name="test_replay",
-                record=rec)
+    r = run_job(CONFIG, "cosim.bench:gemm_sweep_job", {"sizes": [16]},
+                name=f"test_replay_{worker_id}", record=rec)
     assert r.result["gemm"][0]["bit_exact"]
     return r, rec, build_native(CONFIG)
 
