@@ -55,6 +55,26 @@ def linear_shapes(backend, *, shapes: list, seed: int = 0, relu_every: int = 3) 
     return {"shapes": results, "free_bytes_after": device.memory_stats().free_bytes}
 
 
+def linear_plans(backend, *, cases: list, seed: int = 0) -> dict:
+    """Run a quantized linear layer with a hand-picked double-buffered tiling for each
+    ``[M, K, N, double_buffered_plan keyword arguments]`` in ``cases`` (see
+    ``tests.test_sw_linear.FORCED``); compare with the golden integer model. Returns per
+    case: bit-exactness, cycles, the planner's estimate and an output digest."""
+    from sw.kernels.linear import double_buffered_plan
+    device = Device(backend)
+    rng = np.random.default_rng(seed)
+    results = []
+    for i, (m, k, n, kw) in enumerate(cases):
+        a, w, bias, mult, shift = random_linear_operands(rng, m, k, n)
+        plan = double_buffered_plan(device.config, m, k, n, **kw)
+        relu = i % 2 == 1
+        out, stats = linear_with_stats(device, a, w, bias, mult, shift, relu=relu, plan=plan)
+        results.append({"shape": [m, k, n], "cycles": stats.cycles, "digest": _digest(out),
+                         "bit_exact": bool(np.array_equal(
+                             out, linear_int(a, w, bias, mult, shift, relu=relu)))})
+    return {"cases": results, "free_bytes_after": device.memory_stats().free_bytes}
+
+
 def dma_edge_cases(backend) -> dict:
     """DMA transfers whose rows cross a 4 KiB boundary, and zero-length transfers.
 

@@ -42,6 +42,24 @@ def test_linear_bit_exact_on_rtl_and_model(config):
     assert run.cycles > 0
 
 
+def test_double_buffered_tilings_on_rtl_and_model():
+    """The hand-picked double-buffered tilings of ``tests.test_sw_linear`` (K chunks, N groups,
+    overlapping accumulator tiles, one output tile, one activation buffer, weights loaded once,
+    parameter loads ordered after stores, ragged M/K/N) on the 8x8 RTL: a missing semaphore
+    wait would show here as a wrong result, never on the in-order model."""
+    from tests.test_sw_linear import DEFAULT, FORCED
+    cases = [[m, k, n, kw] for c, m, k, n, kw, _ in FORCED if c == DEFAULT]
+    run = run_job(DEFAULT, "tests.rtl_jobs:linear_plans", {"cases": cases},
+                  name="linear_plans_8x8")
+    rtl = run.result["cases"]
+    model = rtl_jobs.linear_plans(ModelBackend(DEFAULT), cases=cases)["cases"]
+    for r, m in zip(rtl, model, strict=True):
+        assert r["bit_exact"], f"RTL differs from the golden model for {r['shape']}"
+        assert r["digest"] == m["digest"] and r["cycles"] > 0
+    assert run.result["free_bytes_after"] == \
+        rtl_jobs.linear_plans(ModelBackend(DEFAULT), cases=[])["free_bytes_after"]
+
+
 def test_dma_crossing_4k_and_zero_length(config):
     result = run_job(config, "tests.rtl_jobs:dma_edge_cases", name=f"dma_edges_{config.name}"
                      ).result
