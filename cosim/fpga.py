@@ -520,9 +520,9 @@ def synthesize(verilog: Path, family: str = "ecp5", *, top: str = "npu",
     hierarchy : bool
         Keep the Amaranth hierarchy (``-noflatten``) so that :attr:`SynthResult.blocks` has
         one entry per block. Cross-block optimisation is lost (a few per cent more logic). The
-        script passes ``-noabc9`` for ECP5 (older Yosys tripped an ABC9 assertion on
-        hierarchical designs), which Yosys 0.70 ignores: it maps with ABC9. Use the flat run
-        for totals and place and route.
+        script passes ``-noabc9`` for ECP5 (meant to avoid an ABC9 assertion on hierarchical
+        designs), but Yosys 0.70's ``synth_ecp5`` ignores it and maps with ABC9. Use the flat
+        run for totals and place and route.
     timeout : float, optional
         Seconds before Yosys is stopped (per attempt).
     abc9 : bool, optional
