@@ -402,6 +402,12 @@ class SynthResult:
         Yosys JSON netlist (input of nextpnr).
     log : Path
     seconds : float
+        Wall time of the run that produced the netlist (a failed ABC9 attempt not included).
+    mapper : str
+        LUT mapper of an ECP5 run: ``"abc9"`` (Yosys' default) or ``"abc"`` (classic ABC,
+        ``abc -lut 4:7 -dress``; used when asked for or when ABC9 failed).
+    notes : list of str
+        E.g. why the run fell back from ABC9 to ABC, with the failed attempt's log and time.
     """
     family: str
     total: Resources
@@ -411,6 +417,8 @@ class SynthResult:
     netlist: Path
     log: Path
     seconds: float
+    mapper: str = "abc9"
+    notes: list[str] = field(default_factory=list)
 
     @property
     def memories_not_in_bram(self) -> list[MemoryMapping]:
@@ -456,9 +464,43 @@ def check_memories(memories: list[MemoryMapping], required: tuple[str, ...] = TI
     return problems
 
 
+def _synth_commands(family: str, top: str, *, hierarchy: bool, abc9: bool) -> list[str]:
+    """The Yosys synthesis commands of one run (without reading sources and writing results).
+
+    ECP5 without ``abc9`` runs ``synth_ecp5`` in two parts around classic ABC in place of its
+    ``map_luts`` step (``abc9 -W 300``): Yosys 0.70's ``synth_ecp5`` (a wrapper of
+    ``synth_lattice``) always maps with ABC9 and ignores ``-noabc9``.
+    """
+    synth = FAMILIES[family] + f" -top {top}"
+    if hierarchy:
+        synth += " -noflatten"
+        if family == "ecp5":
+            synth += " -noabc9"
+    elif family == "generic":
+        synth += " -flatten"
+    if family == "ecp5" and not abc9:
+        return [f"{synth} -run :map_luts", "techmap -map +/lattice/latches_map.v",
+                "abc -lut 4:7 -dress", "clean", f"{synth} -run map_cells:"]
+    return [synth]
+
+
+_RE_HEADER = re.compile(r"^(\d+(?:\.\d+)*)\. Executing (\S+)", re.M)
+
+
+def _abc9_error(log: str) -> str | None:
+    """The ``ERROR:`` line if Yosys stopped with an error inside its ABC9 pass, else None."""
+    headers = list(_RE_HEADER.finditer(log))
+    abc9 = [h for h in headers if h[2] == "ABC9"]
+    error = re.search(r"^ERROR: .*$", log, re.M)
+    if not abc9 or error is None or error.start() < abc9[-1].start():
+        return None
+    last = [h for h in headers if h.start() < error.start()][-1]
+    return error[0] if last[1].startswith(abc9[-1][1] + ".") else None
+
+
 def synthesize(verilog: Path, family: str = "ecp5", *, top: str = "npu",
                out_dir: Path | None = None, hierarchy: bool = False, harness: bool = False,
-               timeout: float | None = None) -> SynthResult:
+               timeout: float | None = None, abc9: bool | None = None) -> SynthResult:
     """Synthesize ``verilog`` with Yosys for ``family``.
 
     Parameters
@@ -477,11 +519,19 @@ def synthesize(verilog: Path, family: str = "ecp5", *, top: str = "npu",
         the harness (see :func:`harness_cost`).
     hierarchy : bool
         Keep the Amaranth hierarchy (``-noflatten``) so that :attr:`SynthResult.blocks` has
-        one entry per block. Cross-block optimisation is lost (a few per cent more logic), and
-        ABC9 is replaced by ABC for ECP5 (ABC9 trips an assertion on hierarchical designs in
-        this Yosys). Use the flat run for totals and place and route.
+        one entry per block. Cross-block optimisation is lost (a few per cent more logic). The
+        script passes ``-noabc9`` for ECP5 (meant to avoid an ABC9 assertion on hierarchical
+        designs), but Yosys 0.70's ``synth_ecp5`` ignores it and maps with ABC9. Use the flat
+        run for totals and place and route.
     timeout : float, optional
-        Seconds before Yosys is stopped.
+        Seconds before Yosys is stopped (per attempt).
+    abc9 : bool, optional
+        ECP5 flat runs only: True maps LUTs with ABC9 (Yosys' default), False with classic ABC
+        (see :func:`_synth_commands`; faster, somewhat different LUT counts). None (default)
+        tries ABC9 and, if Yosys fails with an error inside the ABC9 pass (Yosys 0.70 fails an
+        assertion in ``abc_ops_reintegrate`` on some netlists, e.g. the 2x2 NPU), runs again
+        with classic ABC; :attr:`SynthResult.mapper` and :attr:`SynthResult.notes` say so,
+        and the failed attempt's log is kept as ``synth_abc9_failed.log``.
 
     Raises
     ------
@@ -508,34 +558,47 @@ def synthesize(verilog: Path, family: str = "ecp5", *, top: str = "npu",
     if harness:
         sources.append(write_pnr_harness(verilog, top=top).name)
         top = "pnr_top"
-    synth = FAMILIES[family] + f" -top {top}"
-    if hierarchy:
-        synth += " -noflatten"
-        if family == "ecp5":
-            synth += " -noabc9"
-    elif family == "generic":
-        synth += " -flatten"
+    flat_ecp5 = family == "ecp5" and not hierarchy
+    use_abc9 = abc9 is not False or not flat_ecp5
     script = out_dir / "synth.ys"
-    script.write_text("\n".join([
-        *(f"read_verilog -sv {src}" for src in sources),
-        synth,
-        f"tee -q -o {rel / 'stat.json'} stat -json",
-        f"tee -q -o {rel / 'stat.txt'} stat",
-        f"write_json {rel / 'netlist.json'}",
-    ]) + "\n")
     log = out_dir / "synth.log"
-    seconds = _run([yosys, "-q", "-l", rel / log.name, rel / script.name],
-                   out_dir / "yosys.out", cwd=base, what=f"yosys {FAMILIES[family]}",
-                   timeout=timeout)
     stat_path = out_dir / "stat.json"
+    notes = []
+
+    def attempt(with_abc9: bool) -> float:
+        stat_path.unlink(missing_ok=True)
+        script.write_text("\n".join([
+            *(f"read_verilog -sv {src}" for src in sources),
+            *_synth_commands(family, top, hierarchy=hierarchy, abc9=with_abc9),
+            f"tee -q -o {rel / 'stat.json'} stat -json",
+            f"tee -q -o {rel / 'stat.txt'} stat",
+            f"write_json {rel / 'netlist.json'}",
+        ]) + "\n")
+        return _run([yosys, "-q", "-l", rel / log.name, rel / script.name],
+                    out_dir / "yosys.out", cwd=base, what=f"yosys {FAMILIES[family]}",
+                    timeout=timeout)
+
+    try:
+        seconds = attempt(use_abc9)
+    except FpgaToolError:
+        error = _abc9_error(log.read_text(errors="replace")) if log.is_file() else None
+        if not (flat_ecp5 and abc9 is None and error):
+            raise
+        failed = log.with_name("synth_abc9_failed.log")
+        log.replace(failed)
+        notes.append(f"ABC9 failed ({error.strip()}, log {failed.name}); mapped with "
+                     "classic ABC instead")
+        use_abc9 = False
+        seconds = attempt(use_abc9)
     if not stat_path.is_file():
         raise FpgaToolError("yosys wrote no stat.json", log)
     modules, design = parse_yosys_stat(json.loads(stat_path.read_text()), top=top)
     blocks = {name: Resources.from_cells(family, cells) for name, cells in modules.items()} \
         if hierarchy else {}
     memories = parse_memory_mapping(log.read_text(errors="replace"))
+    mapper = ("abc9" if use_abc9 else "abc") if family == "ecp5" else ""
     return SynthResult(family, Resources.from_cells(family, design), blocks, design, memories,
-                       out_dir / "netlist.json", log, seconds)
+                       out_dir / "netlist.json", log, seconds, mapper, notes)
 
 
 def parse_yosys_stat(stat: dict, *, top: str = "npu") -> tuple[dict[str, dict[str, int]],
@@ -922,7 +985,8 @@ class AreaRow:
     ``pnr``); ``commands`` the command of each tool step (relative to ``directory``).
     ``memories_not_in_bram`` lists every memory Yosys did not put in block RAM (small FIFOs in
     LUT RAM are normal); ``memory_problems`` is :func:`check_memories` of the tile's memories
-    (ECP5 and iCE40; empty when they are in RAM primitives).
+    (ECP5 and iCE40; empty when they are in RAM primitives). ``notes`` are the synthesis
+    runs' :attr:`SynthResult.notes` (e.g. an ABC9 failure and the fallback to ABC).
     """
     config: str
     family: str
@@ -936,6 +1000,7 @@ class AreaRow:
     critical_path: dict = field(default_factory=dict)
     memories_not_in_bram: list[str] = field(default_factory=list)
     memory_problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     harness: dict[str, int] = field(default_factory=dict)
     blocks: dict[str, dict] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -982,11 +1047,13 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
                                         for m in flat.memories_not_in_bram],
                   memory_problems=check_memories(flat.memories) if family != "generic" else [],
                   seconds=seconds, directory=str(bundle.directory),
-                  harness=harness_cost(bundle.verilog.read_text()) if harness else {})
+                  harness=harness_cost(bundle.verilog.read_text()) if harness else {},
+                  notes=[f"flat synthesis: {n}" for n in flat.notes])
     if blocks:
         hier = synthesize(bundle.verilog, family, hierarchy=True, timeout=timeout)
         seconds["synth_hier"] = round(hier.seconds, 2)
         row.blocks = {name: asdict(res) for name, res in sorted(hier.blocks.items())}
+        row.notes += [f"hierarchical synthesis: {n}" for n in hier.notes]
     if pnr and family == "ecp5":
         try:
             p = place_route(flat.netlist, device=device, package=package, freq_mhz=freq_mhz,
@@ -1014,6 +1081,8 @@ def format_area_table(rows: list[AreaRow]) -> str:
     for r in rows:
         for problem in r.memory_problems:
             lines.append(f"{r.config}: MEMORY CHECK FAILED: {problem}")
+        for note in r.notes:
+            lines.append(f"{r.config}: {note}")
         if r.memories_not_in_bram:
             lines.append(f"{r.config}: memories not in block RAM: "
                          + ", ".join(r.memories_not_in_bram))

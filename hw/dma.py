@@ -137,8 +137,8 @@ class DMA(wiring.Component):
     DMA load channel and the engines (see :class:`hw.tile.ComputeTile`), with the DMA last in
     priority. A chunk that completes a local row is written only when that memory's ``ready``
     is high; otherwise the chunk waits with its R beat held (RREADY low, ``en``/``addr``/
-    ``data`` held; ``stall.load_spad``/``load_acc`` high). ``ready`` is looked at before RVALID
-    and the chunk position only, so RREADY never depends on RVALID or the R payload. Chunks
+    ``data`` held; ``stall.load_spad``/``load_acc`` high). The hold is decided from ``ready``
+    and the chunk position alone, so RREADY never depends on RVALID or the R payload. Chunks
     that only fill the row assembly register (``L > beat``, not the last beat of the row) never
     wait; the assembly register is updated only when its chunk is taken, so multi-beat rows
     stay intact. The AR channel keeps issuing bursts while a beat is held (up to
@@ -148,12 +148,12 @@ class DMA(wiring.Component):
     ----------------------
     Data moves in ``G``-byte chunks, one chunk per cycle in steady state: when ``L < beat`` a
     beat feeds ``beat / L`` local rows over as many cycles (RREADY low meanwhile); when
-    ``L > beat``, ``L / beat`` beats make one local row write. Every cycle in which a load's
-    local write is denied (``stall.load_spad``/``load_acc``) adds one cycle. ARVALID/AWVALID
-    rise 3 cycles after the command handshake; ``done`` comes 2 cycles after the last R beat
-    (load) or the last B response (store). A zero-length command or a
-    ``BAD_SIZE``/``MISALIGNED`` error retires 2 cycles after the handshake, a range error after
-    3 + (rows searched) cycles.
+    ``L > beat``, ``L / beat`` beats make one local row write. On an otherwise ideal bus,
+    every cycle in which a load's local write is denied (``stall.load_spad``/``load_acc``)
+    adds one cycle to the load. ARVALID/AWVALID rise 3 cycles after the command handshake;
+    ``done`` comes 2 cycles after the last R beat (load) or the last B response (store). A
+    zero-length command or a ``BAD_SIZE``/``MISALIGNED`` error retires 2 cycles after the
+    handshake, a range error after 3 + (rows searched) cycles.
     """
 
     def __init__(self, config: NPUConfig):

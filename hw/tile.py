@@ -16,10 +16,10 @@ from .vector import check_config, check_rows
 __all__ = ["MatrixEngine", "ComputeTile", "TileStall"]
 
 #: Attributes of the scratchpad and accumulator memories. ``ram_style = "block"`` makes Yosys'
-#: ``memory_libmap`` use block RAM (ECP5 DP16KD, iCE40 SB_RAM40_4K) even for shallow memories
-#: where it would pick LUT RAM (e.g. 16 rows); LUT RAM would cost logic that grows with the
-#: depth, and with it the flat ``synth_ecp5`` of Yosys 0.70 fails an assertion in ABC9 on the
-#: 2x2 NPU.
+#: ``memory_libmap`` use block RAM (ECP5 DP16KD, iCE40 SB_RAM40_4K) also for shallow memories,
+#: where it would otherwise pick LUT RAM (the 16-row memories of the smallest test
+#: configuration): the tile's buffers map to the same kind of RAM in every configuration, and
+#: LUT RAM would take slices from the logic.
 RAM_ATTRS = {"ram_style": "block"}
 
 #: Layout of :attr:`ComputeTile.stall` (one bit per stall reason, valid every cycle).
