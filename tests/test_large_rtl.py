@@ -1,7 +1,7 @@
 """Smoke runs of the large configurations (16x16, 32x32) on Verilator: one small GEMM job and
 one small attention job each, bit-exact against the golden and the functional model.
 
-Opt-in, because the clean Verilator build is the cost: about 3 CPU-minutes for 16x16 and
+Opt-in, because the clean Verilator build is the cost: about 2 CPU-minutes for 16x16 and
 about 10 for 32x32 (the runs themselves take seconds). Set ``NPU_LARGE_RTL`` to the
 configurations to run, e.g. ``NPU_LARGE_RTL=16x16`` or ``NPU_LARGE_RTL=16x16,32x32``.
 """
