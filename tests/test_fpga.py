@@ -211,5 +211,35 @@ def test_format_area_table():
     from cosim.fpga import AreaRow
     row = AreaRow("2x2", "ecp5", 100, 50, 4, 0, 8, fmax_mhz=61.5, critical_block="npu.tile",
                   memories_not_in_bram=["npu.tile.spad (logic)"], seconds={"synth": 1.0})
+    row.blocks = {"npu": vars(Resources(100, 50, 4)), "npu.tile.spad": vars(Resources(bram=2)),
+                  "npu.tile.matrix.array": vars(Resources(40, 20, 4))}
+    row.blocks_method = "by cell name"
     text = format_area_table([row])
     assert "61.5" in text and "npu.tile.spad (logic)" in text
+    assert "PE array" in text and "scratchpad" in text and "method: by cell name" in text
+
+
+def test_blocks_from_netlist():
+    from cosim.fpga import blocks_from_netlist
+    top = {"attributes": {"top": "00000000000000000000000000000001"}, "cells": {
+        "dut": {"type": "$scopeinfo"},
+        "dut.tile": {"type": "$scopeinfo"},
+        "dut.tile.matrix": {"type": "$scopeinfo"},
+        "dut.tile.matrix.array": {"type": "$scopeinfo"},
+        "dut.tile.matrix.array.pe0_0_psum_TRELLIS_FF_Q": {"type": "TRELLIS_FF"},
+        "dut.tile.matrix.array.$1_MULT18X18D_P9": {"type": "MULT18X18D"},
+        # a struct field's dots are not a block: the cell counts for the enclosing block
+        "dut.tile.matrix.cmd.body.x_LUT4_Z": {"type": "LUT4"},
+        "dut.tile.spad.0.0": {"type": "DP16KD"},
+        "dut.tile.acc.1.0": {"type": "DP16KD"},
+        "dut.tile.acc_rdata_CCU2C_S0": {"type": "CCU2C"},
+        "$abc$123$lut": {"type": "LUT4"},          # no hierarchy left: top only
+        "outs_q_TRELLIS_FF_Q": {"type": "TRELLIS_FF"},   # the P&R harness
+    }}
+    blocks = blocks_from_netlist({"modules": {"pnr_top": top, "npu": {"cells": {}}}}, "ecp5")
+    assert blocks["npu.tile.matrix.array"] == Resources(lut4=0, ff=1, dsp=1)
+    assert blocks["npu.tile.matrix"] == Resources(lut4=1, ff=1, dsp=1)
+    assert blocks["npu.tile.spad"].bram == 1 and blocks["npu.tile.acc"].bram == 1
+    assert blocks["npu.tile"] == Resources(lut4=3, ff=1, dsp=1, bram=2)
+    assert blocks["npu"] == Resources(lut4=4, ff=2, dsp=1, bram=2)
+    assert "npu.tile.matrix.cmd" not in blocks
