@@ -613,8 +613,11 @@ def blocks_from_netlist(netlist: dict | Path, family: str, *, top: str | None = 
             raise ValueError(f"cannot tell the top module (candidates {tops})")
         top = tops[0]
     cells = modules[top]["cells"]
-    known = {tuple(p.split(".")[1:]) for p in (*TILE_MEMORIES, *memories)
-             if p.startswith("npu.")}
+    # block names are under "npu" (also for the pnr_top harness), or under a block synthesized
+    # on its own (top "npu.tile")
+    root = top.lstrip("\\") if top.lstrip("\\").startswith("npu.") else "npu"
+    known = {tuple(p[len(root) + 1:].split(".")) for p in (*TILE_MEMORIES, *memories)
+             if p.startswith(root + ".")}
     for name, cell in cells.items():
         if cell["type"] == "$scopeinfo":
             known.add(tuple(_cell_path(name)))
@@ -626,7 +629,7 @@ def blocks_from_netlist(netlist: dict | Path, family: str, *, top: str | None = 
         while path and tuple(path) not in known:
             path.pop()
         for depth in range(len(path) + 1):
-            key = ".".join(["npu", *path[:depth]])
+            key = ".".join([root, *path[:depth]])
             counts.setdefault(key, Counter())[cell["type"]] += 1
     return {k: Resources.from_cells(family, dict(v)) for k, v in sorted(counts.items())}
 
