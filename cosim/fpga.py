@@ -558,7 +558,7 @@ KEY_BLOCKS = {
 }
 
 #: How :func:`blocks_from_netlist` attributes cells (printed with the per-block table).
-BLOCKS_METHOD = ("cells of the flat synthesis netlist (the one placed and routed) attributed "
+BLOCKS_METHOD = ("cells of the flat synthesis netlist (the P&R input) attributed "
                  "to the deepest Amaranth block or memory that prefixes their hierarchical "
                  "name (blocks known from Yosys' $scopeinfo cells); a block includes its "
                  "sub-blocks; cells whose name lost its hierarchy count for 'npu' only")
