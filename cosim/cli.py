@@ -125,7 +125,7 @@ def _cmd_area(args: argparse.Namespace) -> int:
         print(f"synthesizing {config.name} for {args.family}...", file=sys.stderr)
         try:
             rows.append(area(config, family=args.family, pnr=not args.no_pnr,
-                             blocks=not args.no_blocks, freq_mhz=args.freq,
+                             blocks=not args.no_blocks, hier=args.hier, freq_mhz=args.freq,
                              out_dir=Path(args.out) / config.name, device=args.device))
         except FpgaToolError as e:
             print(f"{config.name}: {e}", file=sys.stderr)
@@ -248,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="P&R target clock in MHz (default %(default)s)")
     ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
     ar.add_argument("--no-blocks", action="store_true",
-                    help="skip the hierarchy-preserving synthesis of the per-block table")
+                    help="leave out the per-block table (cells of the flat netlist attributed "
+                         "by hierarchical name; costs no extra synthesis)")
+    ar.add_argument("--hier", action="store_true",
+                    help="also run a hierarchy-preserving synthesis (-noflatten, ECP5 "
+                         "-noabc9) and print its per-module table (slow; for comparison)")
     ar.add_argument("--out", default="build/fpga", help="output folder (default %(default)s)")
     ar.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
     ar.set_defaults(func=_cmd_area)

@@ -44,7 +44,8 @@ __all__ = [
     "MemoryMapping", "SynthResult", "PnrResult", "AreaRow", "find_tool", "write_verilog",
     "lint_verilator", "compile_icarus", "synthesize", "place_route", "pack_bitstream", "area",
     "format_area_table", "parse_yosys_stat", "parse_memory_mapping", "parse_nextpnr_report",
-    "parse_nextpnr_log", "block_of", "TILE_MEMORIES", "check_memories",
+    "parse_nextpnr_log", "block_of", "TILE_MEMORIES", "check_memories", "blocks_from_netlist",
+    "KEY_BLOCKS", "BLOCKS_METHOD",
 ]
 
 FPGA_ROOT = BUILD_ROOT / "fpga"
@@ -393,8 +394,9 @@ class SynthResult:
     total : Resources
         The whole design (with submodules).
     blocks : dict[str, Resources]
-        Per Amaranth block (``npu.tile``, ``npu.tile.matrix.array``...), each *including* its
-        sub-blocks; only filled by a hierarchy-preserving run.
+        Per Amaranth block (``npu.tile``, ``npu.tile.matrix.array``...) and tile memory
+        (``npu.tile.spad``), each *including* its sub-blocks: of a flat run by cell name
+        (:func:`blocks_from_netlist`), of a hierarchy-preserving run by module.
     cells : dict[str, int]
         Cell counts of the whole design by type.
     memories : list[MemoryMapping]
@@ -593,12 +595,105 @@ def synthesize(verilog: Path, family: str = "ecp5", *, top: str = "npu",
     if not stat_path.is_file():
         raise FpgaToolError("yosys wrote no stat.json", log)
     modules, design = parse_yosys_stat(json.loads(stat_path.read_text()), top=top)
-    blocks = {name: Resources.from_cells(family, cells) for name, cells in modules.items()} \
-        if hierarchy else {}
     memories = parse_memory_mapping(log.read_text(errors="replace"))
     mapper = ("abc9" if use_abc9 else "abc") if family == "ecp5" else ""
+    if hierarchy:
+        blocks = {name: Resources.from_cells(family, cells) for name, cells in modules.items()}
+    else:
+        blocks = blocks_from_netlist(out_dir / "netlist.json", family, top=top,
+                                     memories=[m.name for m in memories])
     return SynthResult(family, Resources.from_cells(family, design), blocks, design, memories,
                        out_dir / "netlist.json", log, seconds, mapper, notes)
+
+
+#: The blocks of the per-block table: label and hierarchical path (sub-blocks included).
+KEY_BLOCKS = {
+    "PE array": "npu.tile.matrix.array",
+    "matrix unit": "npu.tile.matrix",
+    "scratchpad": "npu.tile.spad",
+    "accumulator": "npu.tile.acc",
+    "vector unit": "npu.tile.vector",
+    "tile (all)": "npu.tile",
+    "DMA": "npu.dma",
+    "command processor": "npu.cmdproc",
+    "CSR": "npu.csr",
+}
+
+#: How :func:`blocks_from_netlist` attributes cells (printed with the per-block table).
+BLOCKS_METHOD = ("cells of the flat synthesis netlist (the P&R input) attributed "
+                 "to the deepest Amaranth block or memory that prefixes their hierarchical "
+                 "name (blocks known from Yosys' $scopeinfo cells); a block includes its "
+                 "sub-blocks; cells whose name lost its hierarchy count for 'npu' only")
+
+
+def _cell_path(name: str) -> list[str]:
+    """Dotted components of a flattened cell name, without Yosys' escapes and the harness."""
+    if name.startswith("$flatten"):
+        name = name[len("$flatten"):]
+    name = name.replace("\\", "")
+    if name.startswith("dut."):     # inside write_pnr_harness's pnr_top
+        name = name[4:]
+    elif name == "dut":
+        name = ""
+    return name.split(".") if name else []
+
+
+def blocks_from_netlist(netlist: dict | Path, family: str, *, top: str | None = None,
+                        memories: list[str] = ()) -> dict[str, Resources]:
+    """Per-block resources of a *flat* Yosys JSON netlist, by hierarchical cell name.
+
+    Yosys' ``flatten`` keeps one ``$scopeinfo`` cell per flattened instance (``tile.matrix``)
+    and names the cells it imports ``<instance path>.<name>``; techmapping and ABC9 derive
+    the names of LUTs, flip-flops and carry cells from the wires they drive, so almost every
+    cell keeps its block's prefix. Each cell counts for the deepest known block (or memory,
+    e.g. the block RAMs ``tile.spad.0.0`` of ``npu.tile.spad``) that prefixes its name, and
+    for every block above it. This attributes exactly the cells that are placed and routed,
+    without a second, hierarchy-preserving synthesis (which loses cross-block optimisation
+    and, for ECP5, cannot use ABC9). Cells whose name has no known prefix (rare) count for
+    ``npu`` only, so ``blocks['npu']`` is the whole design.
+
+    Parameters
+    ----------
+    netlist : dict or Path
+        ``write_json`` output of a flattened design.
+    family : str
+        For :meth:`Resources.from_cells`.
+    top : str, optional
+        Module to read (default: the one with the ``top`` attribute). A ``pnr_top`` harness's
+        own cells count for ``npu`` like unattributed ones.
+    memories : list of str
+        Further block names (``npu.tile.spad``...) to attribute memory primitives to.
+    """
+    if not isinstance(netlist, dict):
+        netlist = json.loads(Path(netlist).read_text())
+    modules = netlist.get("modules") or {}
+    if top is None:
+        # write_json gives the attribute as a binary string ("000...1") or an integer
+        tops = [n for n, m in modules.items()
+                if str(m.get("attributes", {}).get("top", "0")).strip("0") not in ("", "'")]
+        if len(tops) != 1:
+            raise ValueError(f"cannot tell the top module (candidates {tops})")
+        top = tops[0]
+    cells = modules[top]["cells"]
+    # block names are under "npu" (also for the pnr_top harness), or under a block synthesized
+    # on its own (top "npu.tile")
+    root = top.lstrip("\\") if top.lstrip("\\").startswith("npu.") else "npu"
+    known = {tuple(p[len(root) + 1:].split(".")) for p in (*TILE_MEMORIES, *memories)
+             if p.startswith(root + ".")}
+    for name, cell in cells.items():
+        if cell["type"] == "$scopeinfo":
+            known.add(tuple(_cell_path(name)))
+    counts: dict[str, Counter] = {}
+    for name, cell in cells.items():
+        if cell["type"] == "$scopeinfo":
+            continue
+        path = _cell_path(name)[:-1]
+        while path and tuple(path) not in known:
+            path.pop()
+        for depth in range(len(path) + 1):
+            key = ".".join([root, *path[:depth]])
+            counts.setdefault(key, Counter())[cell["type"]] += 1
+    return {k: Resources.from_cells(family, dict(v)) for k, v in sorted(counts.items())}
 
 
 def parse_yosys_stat(stat: dict, *, top: str = "npu") -> tuple[dict[str, dict[str, int]],
@@ -982,7 +1077,9 @@ class AreaRow:
     """One row of ``npu area``: a configuration's cost on one family.
 
     ``seconds`` holds the wall time of each step (``verilog``, ``synth``, ``synth_hier``,
-    ``pnr``); ``commands`` the command of each tool step (relative to ``directory``).
+    ``pnr``). ``blocks`` is the per-block table of the flat synthesis
+    (:func:`blocks_from_netlist`, method in ``blocks_method``); ``blocks_hier`` that of the
+    optional hierarchy-preserving synthesis (``synth_ecp5 -noflatten -noabc9``, per module).
     ``memories_not_in_bram`` lists every memory Yosys did not put in block RAM (small FIFOs in
     LUT RAM are normal); ``memory_problems`` is :func:`check_memories` of the tile's memories
     (ECP5 and iCE40; empty when they are in RAM primitives). ``notes`` are the synthesis
@@ -1003,6 +1100,8 @@ class AreaRow:
     notes: list[str] = field(default_factory=list)
     harness: dict[str, int] = field(default_factory=dict)
     blocks: dict[str, dict] = field(default_factory=dict)
+    blocks_method: str = ""
+    blocks_hier: dict[str, dict] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     directory: str = ""
@@ -1012,8 +1111,9 @@ class AreaRow:
 
 
 def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: bool = True,
-         out_dir: Path | None = None, freq_mhz: float = 50.0, device: str = ECP5_DEVICE,
-         package: str = ECP5_PACKAGE, timeout: float | None = None) -> AreaRow:
+         hier: bool = False, out_dir: Path | None = None, freq_mhz: float = 50.0,
+         device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
+         timeout: float | None = None) -> AreaRow:
     """Synthesize (and for ECP5, place and route) one configuration; one :class:`AreaRow`.
 
     With ``pnr`` the flat synthesis is of :func:`write_pnr_harness`'s ``pnr_top`` (the NPU has
@@ -1021,9 +1121,10 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     included in the totals (``ff`` exactly ``harness['ff']`` more, LUT4 about
     ``output_bits / 3`` more for the XOR tree).
 
-    Steps: Verilog bundle; flat synthesis (totals, memory mapping, P&R netlist); with
-    ``blocks`` a hierarchy-preserving synthesis for the per-block table; with ``pnr`` (ECP5
-    only) nextpnr for Fmax and the critical path. A failing P&R (e.g. the design does not fit
+    Steps: Verilog bundle; flat synthesis (totals, memory mapping, P&R netlist and, with
+    ``blocks``, the per-block table by cell name); with ``hier`` also a hierarchy-preserving
+    synthesis (per-module table, for comparison; slow); with ``pnr`` (ECP5 only) nextpnr for
+    Fmax and the critical path. A failing P&R (e.g. the design does not fit
     the device) is recorded in :attr:`AreaRow.error`, not raised, so a sweep goes on; so is a
     tile memory that did not map to RAM primitives (:attr:`AreaRow.memory_problems`, see
     :func:`check_memories`; ``npu area`` then exits with status 1).
@@ -1050,10 +1151,12 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
                   harness=harness_cost(bundle.verilog.read_text()) if harness else {},
                   notes=[f"flat synthesis: {n}" for n in flat.notes])
     if blocks:
-        hier = synthesize(bundle.verilog, family, hierarchy=True, timeout=timeout)
-        seconds["synth_hier"] = round(hier.seconds, 2)
-        row.blocks = {name: asdict(res) for name, res in sorted(hier.blocks.items())}
-        row.notes += [f"hierarchical synthesis: {n}" for n in hier.notes]
+        row.blocks = {name: asdict(res) for name, res in sorted(flat.blocks.items())}
+        row.blocks_method = BLOCKS_METHOD
+    if hier:
+        h = synthesize(bundle.verilog, family, hierarchy=True, timeout=timeout)
+        seconds["synth_hier"] = round(h.seconds, 2)
+        row.blocks_hier = {name: asdict(res) for name, res in sorted(h.blocks.items())}
     if pnr and family == "ecp5":
         try:
             p = place_route(flat.netlist, device=device, package=package, freq_mhz=freq_mhz,
@@ -1090,12 +1193,35 @@ def format_area_table(rows: list[AreaRow]) -> str:
             lines.append(f"{r.config}: {r.error}")
         if r.blocks:
             lines.append(f"\n{r.config} ({r.family}) per block, sub-blocks included:")
-            lines.append(f"  {'block':<40} {'LUT4':>7} {'FF':>7} {'DSP':>4} {'BRAM':>5} "
-                         f"{'LUTRAM':>6}")
-            for name, b in r.blocks.items():
-                lines.append(f"  {name:<40} {b['lut4']:>7} {b['ff']:>7} {b['dsp']:>4} "
-                             f"{b['bram']:>5} {b['lutram']:>6}")
+            lines.extend(_block_lines(r.blocks))
+            lines.append(f"  method: {r.blocks_method}")
+        if r.blocks_hier:
+            lines.append(f"\n{r.config} ({r.family}) per module, hierarchy-preserving "
+                         f"synthesis ({FAMILIES[r.family]} -noflatten"
+                         f"{' -noabc9' if r.family == 'ecp5' else ''}):")
+            lines.extend(_block_lines(r.blocks_hier))
         timing = ", ".join(f"{k} {v} s" if v is not None else f"{k} failed"
                            for k, v in r.seconds.items())
         lines.append(f"{r.config}: step times: {timing}")
     return "\n".join(lines)
+
+
+def _block_lines(blocks: dict[str, dict]) -> list[str]:
+    """The per-block table: :data:`KEY_BLOCKS` first, then every block up to 2 levels deep."""
+    lines = [f"  {'block':<22} {'path':<32} {'LUT4':>7} {'FF':>7} {'DSP':>4} {'BRAM':>5} "
+             f"{'LUTRAM':>6}"]
+
+    def line(label, name):
+        b = blocks[name]
+        lines.append(f"  {label:<22} {name:<32} {b['lut4']:>7} {b['ff']:>7} {b['dsp']:>4} "
+                     f"{b['bram']:>5} {b['lutram']:>6}")
+    if "npu" in blocks:
+        line("total", "npu")
+    for label, name in KEY_BLOCKS.items():
+        if name in blocks:
+            line(label, name)
+    others = [n for n in blocks if n != "npu" and n.count(".") <= 2
+              and n not in KEY_BLOCKS.values()]
+    for name in others:
+        line("", name)
+    return lines

@@ -1,11 +1,12 @@
 """FPGA flows: reproducible Verilog bundle, lint, Icarus, ECP5 synthesis, report parsers.
 
-Tool runs use the smallest configuration (2x2, 16-row memories). The parsers are tested on
-saved tool output in ``tests/data/`` (Yosys 0.70 ``stat -json`` and log lines, nextpnr 0.11
-``--report`` JSON and log), so they run without the tools. The memory-mapping log is from the
-real 2x2 NPU; the stat and nextpnr files are from a miniature with the NPU's hierarchy
-(``npu > tile > matrix > array`` and a scratchpad; ``tests/data/mini_npu_gen.py.txt``) so that
-they stay small. Larger configurations are for
+Tool runs use the smallest configuration (2x2, 16-row memories); its tile is synthesized for
+ECP5 by default (about 1 CPU-minute), the whole NPU only with ``NPU_FPGA_SLOW=1``. The
+parsers are tested on saved tool output in ``tests/data/`` (Yosys 0.70 ``stat -json`` and
+log lines, nextpnr 0.11 ``--report`` JSON and log), so they run without the tools. The
+memory-mapping log is from the real 2x2 NPU; the stat and nextpnr files are from a miniature
+with the NPU's hierarchy (``npu > tile > matrix > array`` and a scratchpad;
+``tests/data/mini_npu_gen.py.txt``) so that they stay small. Larger configurations are for
 ``make area`` / ``npu area``, never for tests.
 """
 
@@ -109,9 +110,9 @@ def test_unknown_family():
 
 @pytest.mark.skipif(
     os.environ.get("NPU_FPGA_SLOW") != "1",
-    reason="ECP5 synthesis of the 2x2 NPU takes about 3 min of Yosys CPU even with classic ABC "
-           "(~130k AND gates of logic: softmax, requantizer, DMA, command processor; the "
-           "memories are in block RAM); set NPU_FPGA_SLOW=1 to run it")
+    reason="ECP5 synthesis of the whole 2x2 NPU takes minutes (about 3 min of Yosys CPU with "
+           "classic ABC; the command processor's queues dominate); the tile alone is "
+           "synthesized by default (test_synth_ecp5_smallest_tile); set NPU_FPGA_SLOW=1")
 def test_synth_ecp5_smallest(bundle):
     # classic ABC: Yosys 0.70's ABC9 spends ~10 min on this netlist and then fails an
     # assertion (synthesize() would fall back to ABC by itself, after that attempt)
@@ -122,8 +123,11 @@ def test_synth_ecp5_smallest(bundle):
     assert result.total.dsp >= 4
     # one write port per memory: scratchpad and accumulator in block RAM, one copy per read
     # port (spad: 2, acc: 3)
+    names = {m.name: m for m in result.memories}
+    assert {"npu.tile.spad", "npu.tile.acc"} <= set(names)
     assert check_memories(result.memories) == []
     assert result.total.bram >= 5
+    assert result.blocks["npu.tile.matrix.array"].dsp == SMALLEST.rows * SMALLEST.cols
     assert result.netlist.is_file()
 
 
@@ -135,6 +139,26 @@ def test_abc9_error_detection():
     other = "2.46. Executing ABC9 pass.\n2.47. Executing CHECK pass.\nERROR: Found 1 problem.\n"
     assert _abc9_error(other) is None
     assert _abc9_error("2.3. Executing PROC pass.\nERROR: x\n") is None
+
+
+def test_synth_ecp5_smallest_tile(bundle):
+    """ECP5 synthesis (``synth_ecp5``, ABC9) of the smallest tile, run by default.
+
+    The tile holds everything whose mapping matters: the PE array's multipliers must become
+    MULT18X18D blocks and the scratchpad and accumulator DP16KD block RAM (one write port
+    each). The whole NPU (``test_synth_ecp5_smallest``) adds the command processor, DMA and
+    CSRs and takes several minutes.
+    """
+    result = synthesize(bundle.verilog, "ecp5", top="npu.tile")
+    assert check_memories(result.memories) == []
+    mems = {m.name: m for m in result.memories}
+    assert all("16KD" in mems[name].cell for name in TILE_MEMORIES)   # DP16KD, PDPW16KD
+    assert result.cells.get("DP16KD", 0) >= 2
+    array = result.blocks["npu.tile.matrix.array"]
+    assert array.dsp == SMALLEST.rows * SMALLEST.cols    # one MULT18X18D per PE
+    assert result.cells.get("MULT18X18D", 0) >= array.dsp
+    assert result.blocks["npu.tile.spad"].bram >= 1 and result.blocks["npu.tile.acc"].bram >= 1
+    assert result.blocks["npu.tile"] == result.total
 
 
 # -- parsers on saved output --------------------------------------------------------------------
@@ -228,5 +252,35 @@ def test_format_area_table():
     from cosim.fpga import AreaRow
     row = AreaRow("2x2", "ecp5", 100, 50, 4, 0, 8, fmax_mhz=61.5, critical_block="npu.tile",
                   memories_not_in_bram=["npu.tile.spad (logic)"], seconds={"synth": 1.0})
+    row.blocks = {"npu": vars(Resources(100, 50, 4)), "npu.tile.spad": vars(Resources(bram=2)),
+                  "npu.tile.matrix.array": vars(Resources(40, 20, 4))}
+    row.blocks_method = "by cell name"
     text = format_area_table([row])
     assert "61.5" in text and "npu.tile.spad (logic)" in text
+    assert "PE array" in text and "scratchpad" in text and "method: by cell name" in text
+
+
+def test_blocks_from_netlist():
+    from cosim.fpga import blocks_from_netlist
+    top = {"attributes": {"top": "00000000000000000000000000000001"}, "cells": {
+        "dut": {"type": "$scopeinfo"},
+        "dut.tile": {"type": "$scopeinfo"},
+        "dut.tile.matrix": {"type": "$scopeinfo"},
+        "dut.tile.matrix.array": {"type": "$scopeinfo"},
+        "dut.tile.matrix.array.pe0_0_psum_TRELLIS_FF_Q": {"type": "TRELLIS_FF"},
+        "dut.tile.matrix.array.$1_MULT18X18D_P9": {"type": "MULT18X18D"},
+        # a struct field's dots are not a block: the cell counts for the enclosing block
+        "dut.tile.matrix.cmd.body.x_LUT4_Z": {"type": "LUT4"},
+        "dut.tile.spad.0.0": {"type": "DP16KD"},
+        "dut.tile.acc.1.0": {"type": "DP16KD"},
+        "dut.tile.acc_rdata_CCU2C_S0": {"type": "CCU2C"},
+        "$abc$123$lut": {"type": "LUT4"},          # no hierarchy left: top only
+        "outs_q_TRELLIS_FF_Q": {"type": "TRELLIS_FF"},   # the P&R harness
+    }}
+    blocks = blocks_from_netlist({"modules": {"pnr_top": top, "npu": {"cells": {}}}}, "ecp5")
+    assert blocks["npu.tile.matrix.array"] == Resources(lut4=0, ff=1, dsp=1)
+    assert blocks["npu.tile.matrix"] == Resources(lut4=1, ff=1, dsp=1)
+    assert blocks["npu.tile.spad"].bram == 1 and blocks["npu.tile.acc"].bram == 1
+    assert blocks["npu.tile"] == Resources(lut4=3, ff=1, dsp=1, bram=2)
+    assert blocks["npu"] == Resources(lut4=4, ff=2, dsp=1, bram=2)
+    assert "npu.tile.matrix.cmd" not in blocks
