@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from cosim.harness import CosimJobError
+from cosim.harness import CosimError, CosimJobError
 from hw.config import NPUConfig
 from sw.backend import BackendError
 from sw.runtime import NPUError
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                           "projections dominate); prefer a window (--waves-kernel, "
                           "--waves-from/--waves-to)")
     run.add_argument("--waves-kernel", metavar="NAME[:N]",
-                     help="trace only the N-th (default first) run of kernel NAME: query, key, "
+                     help="trace only the N-th (from 1, default 1) run of kernel NAME: query, key, "
                           "value, output (projections), scores, softmax, context (attention, "
                           "head by head); implies --waves")
     run.add_argument("--waves-from", type=int, metavar="CYCLE",
@@ -313,6 +313,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"npu {args.command}: error on the RTL: {e.error} (traceback in {e.log_path})",
               file=sys.stderr)
         return 2
+    except CosimError as e:
+        # the simulation could not run or ended without a result: one line, log path in it
+        print(f"npu {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+#: Kernel names of ``npu run`` for ``--waves-kernel`` (``Device.region`` names in sw/workload.py
+#: and sw/kernels/attention.py).
+PROJECTION_KERNELS = ("query", "key", "value")
+ATTENTION_KERNELS = (*PROJECTION_KERNELS, "scores", "softmax", "context", "output")
 
 
 def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -327,6 +337,10 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             if not name or (nth and (not nth.isdigit() or int(nth) < 1)):
                 parser.error(f"--waves-kernel {args.waves_kernel}: expected NAME or NAME:N "
                              "with N >= 1")
+            kernels = PROJECTION_KERNELS if args.qkv_only else ATTENTION_KERNELS
+            if name not in kernels:
+                parser.error(f"--waves-kernel {args.waves_kernel}: no kernel {name!r} in this "
+                             f"run; kernels: {', '.join(kernels)}")
             args.waves_window = {"kernel": name, "occurrence": int(nth or 1)}
         else:
             first = args.waves_from or 0

@@ -19,6 +19,8 @@ from cosim.cli import main
     (["--backend", "model", "--waves-kernel", "query"], "--waves needs --backend rtl"),
     (["--waves-kernel", "query", "--waves-to", "9"], "exclude each other"),
     (["--waves-kernel", "query:0"], "NAME:N with N >= 1"),
+    (["--waves-kernel", "nosuch"], "no kernel 'nosuch' in this run; kernels: query, key"),
+    (["--qkv-only", "--waves-kernel", "softmax"], "kernels: query, key, value"),
     (["--waves-from", "10", "--waves-to", "5"], "need 0 <= from < to"),
     (["--json", "/"], "is a folder"),
 ])
