@@ -30,19 +30,18 @@ def config(request) -> NPUConfig:
     return CONFIGS[request.param]
 
 
+def _check_against_models(config, job: str, args: dict, key: str, label: str) -> None:
+    """Run ``tests.rtl_jobs:<job>`` on the RTL and on the model: golden-exact and equal."""
+    rtl = run_job(config, f"tests.rtl_jobs:{job}", args, name=f"large_{job}_{config.name}")
+    model = getattr(rtl_jobs, job)(ModelBackend(config), **args)[key]
+    for r, m in zip(rtl.result[key], model, strict=True):
+        assert r["bit_exact"], f"RTL differs from the golden model for {r[label]}"
+        assert r["digest"] == m["digest"], f"RTL and functional model differ for {r[label]}"
+
+
 def test_large_gemm_bit_exact(config):
-    rtl = run_job(config, "tests.rtl_jobs:linear_shapes", {"shapes": SHAPES},
-                  name=f"large_linear_{config.name}").result["shapes"]
-    model = rtl_jobs.linear_shapes(ModelBackend(config), shapes=SHAPES)["shapes"]
-    for r, m in zip(rtl, model, strict=True):
-        assert r["bit_exact"], f"RTL differs from the golden model for {r['shape']}"
-        assert r["digest"] == m["digest"], f"RTL and functional model differ for {r['shape']}"
+    _check_against_models(config, "linear_shapes", {"shapes": SHAPES}, "shapes", "shape")
 
 
 def test_large_attention_bit_exact(config):
-    rtl = run_job(config, "tests.rtl_jobs:attention_cases", {"cases": ATTENTION},
-                  name=f"large_attention_{config.name}").result["cases"]
-    model = rtl_jobs.attention_cases(ModelBackend(config), cases=ATTENTION)["cases"]
-    for r, m in zip(rtl, model, strict=True):
-        assert r["bit_exact"], f"RTL differs from the golden model for {r['case']}"
-        assert r["digest"] == m["digest"], f"RTL and functional model differ for {r['case']}"
+    _check_against_models(config, "attention_cases", {"cases": ATTENTION}, "cases", "case")

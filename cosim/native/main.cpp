@@ -46,19 +46,12 @@ struct Port {
     bool input;
 };
 
-uint64_t rd64(const std::vector<char>& b, size_t& off) {
-    if (off + 8 > b.size()) throw std::runtime_error("recording truncated");
-    uint64_t v;
-    std::memcpy(&v, b.data() + off, 8);
-    off += 8;
-    return v;
-}
-
-uint32_t rd32(const std::vector<char>& b, size_t& off) {
-    if (off + 4 > b.size()) throw std::runtime_error("recording truncated");
-    uint32_t v;
-    std::memcpy(&v, b.data() + off, 4);
-    off += 4;
+template <typename T>
+T rd(const std::vector<char>& b, size_t& off) {
+    if (off + sizeof(T) > b.size()) throw std::runtime_error("recording truncated");
+    T v;
+    std::memcpy(&v, b.data() + off, sizeof(T));
+    off += sizeof(T);
     return v;
 }
 
@@ -159,11 +152,11 @@ int main(int argc, char** argv) {
         if (rec.size() < 8 || std::memcmp(rec.data(), "NPUREC1\0", 8) != 0)
             throw std::runtime_error("not an NPU recording");
         size_t off = 8;
-        end_step = rd64(rec, off);
-        period = rd64(rec, off);
-        uint64_t n_sig = rd64(rec, off), n_ev = rd64(rec, off);
+        end_step = rd<uint64_t>(rec, off);
+        period = rd<uint64_t>(rec, off);
+        uint64_t n_sig = rd<uint64_t>(rec, off), n_ev = rd<uint64_t>(rec, off);
         for (uint64_t i = 0; i < n_sig; i++) {
-            uint64_t n = rd64(rec, off);
+            uint64_t n = rd<uint64_t>(rec, off);
             std::string name(rec.data() + off, n);
             off += n + (-n & 7);
             const Port* found = nullptr;
@@ -175,11 +168,11 @@ int main(int argc, char** argv) {
         events.reserve(n_ev);
         for (uint64_t i = 0; i < n_ev; i++) {
             Event e;
-            e.step = rd64(rec, off);
-            e.op = rd32(rec, off);
-            e.sig = rd32(rec, off);
-            e.value = rd64(rec, off);
-            e.len = rd64(rec, off);
+            e.step = rd<uint64_t>(rec, off);
+            e.op = rd<uint32_t>(rec, off);
+            e.sig = rd<uint32_t>(rec, off);
+            e.value = rd<uint64_t>(rec, off);
+            e.len = rd<uint64_t>(rec, off);
             if (off + e.len > rec.size()) throw std::runtime_error("recording truncated");
             e.data = rec.data() + off;
             off += e.len + (-e.len & 7);
