@@ -6,7 +6,10 @@
   stands in for device DRAM (the NPU checks every DRAM address against ``dram_bytes``);
 * ``csr`` (AXI4-Lite) is driven by :class:`UartCsrBridge` from the FTDI serial port
   (``uart`` resource 0, 115200 baud 8N1), the documented host interface below;
-* ``irq`` lights LED 0; LED 7 blinks with the clock (alive).
+* ``irq`` lights LED 0; LED 7 blinks with the clock (alive);
+* the ``sync`` clock comes from an ECP5 PLL (``EHXPLLL``) fed by the board's 25 MHz
+  oscillator, at ``clock_hz`` (default :data:`DEFAULT_CLOCK_HZ`, below the design's routed
+  Fmax); the domain is held in reset until the PLL locks.
 
 Host protocol of the UART bridge (bytes, big-endian fields)::
 
@@ -30,8 +33,9 @@ import os
 import time
 from pathlib import Path
 
-from amaranth import Cat, Module, Signal
-from amaranth.lib import wiring
+from amaranth import Cat, ClockDomain, Instance, Module, Signal
+from amaranth.lib import io, wiring
+from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -44,10 +48,65 @@ from hw.top import NPU
 from .fpga import FpgaToolError, find_tool, parse_nextpnr_log
 
 __all__ = ["AXI4RAM", "UartRx", "UartTx", "UartCsrBridge", "NPUBoard", "build_board",
-           "BOARD_CLOCK_HZ"]
+           "BOARD_CLOCK_HZ", "DEFAULT_CLOCK_HZ", "ecp5_pll"]
 
 #: The ULX3S oscillator.
 BOARD_CLOCK_HZ = 25_000_000
+
+#: Default clock of the NPU on the board, from the PLL: below the routed Fmax of the board
+#: build (see the README's FPGA section).
+DEFAULT_CLOCK_HZ = 12_500_000
+
+#: ECP5 PLL operating ranges in Hz: phase-detector input (CLKI / CLKI_DIV) and VCO
+#: (Lattice FPGA-TN-02200, "ECP5 and ECP5-5G sysCLOCK PLL/DLL Design and Usage Guide",
+#: and the same limits in Project Trellis' ``ecppll``).
+PLL_PFD_HZ = (3.125e6, 400e6)
+PLL_VCO_HZ = (400e6, 800e6)
+
+
+def ecp5_pll(f_in_hz: float, f_out_hz: float) -> dict:
+    """Divider settings of an ECP5 ``EHXPLLL`` with feedback from ``CLKOP``.
+
+    With ``FEEDBK_PATH="CLKOP"`` the output is ``f_in * CLKFB_DIV / CLKI_DIV`` and the VCO runs
+    at ``f_out * CLKOP_DIV`` (TN-02200); ``CLKOP_CPHASE = (CLKOP_DIV - 1) // 2`` as
+    Project Trellis' ``ecppll`` writes it. Among the settings whose phase-detector and VCO
+    frequencies are in range (:data:`PLL_PFD_HZ`, :data:`PLL_VCO_HZ`) the one closest to
+    ``f_out_hz`` is returned (the first found on a tie), with ``CLKOP_DIV`` putting the VCO
+    nearest the middle of its range.
+
+    Parameters
+    ----------
+    f_in_hz, f_out_hz : float
+        Input and wanted output frequency, Hz.
+
+    Returns
+    -------
+    dict
+        ``CLKI_DIV``, ``CLKFB_DIV``, ``CLKOP_DIV``, ``CLKOP_CPHASE`` and ``f_out_hz`` (the
+        frequency achieved) and ``f_vco_hz``.
+
+    Raises
+    ------
+    ValueError
+        If no setting is within 1% of ``f_out_hz``.
+    """
+    best = None
+    for clki in range(1, 129):
+        if not PLL_PFD_HZ[0] <= f_in_hz / clki <= PLL_PFD_HZ[1]:
+            continue
+        for clkfb in range(1, 81):
+            out = f_in_hz * clkfb / clki
+            clkop = min((d for d in range(1, 129)
+                         if PLL_VCO_HZ[0] <= out * d <= PLL_VCO_HZ[1]),
+                        key=lambda d: abs(out * d - sum(PLL_VCO_HZ) / 2), default=None)
+            if clkop is not None and (best is None or abs(out - f_out_hz) < best[0]):
+                best = (abs(out - f_out_hz), clki, clkfb, clkop, out)
+    if best is None or best[0] > 0.01 * f_out_hz:
+        raise ValueError(f"no ECP5 PLL setting gives {f_out_hz / 1e6:g} MHz from "
+                         f"{f_in_hz / 1e6:g} MHz within 1%")
+    _, clki, clkfb, clkop, out = best
+    return {"CLKI_DIV": clki, "CLKFB_DIV": clkfb, "CLKOP_DIV": clkop,
+            "CLKOP_CPHASE": (clkop - 1) // 2, "f_out_hz": out, "f_vco_hz": out * clkop}
 
 
 class AXI4RAM(wiring.Component):
@@ -322,7 +381,9 @@ class NPUBoard(wiring.Component):
         ``dram_bytes`` sets the on-chip RAM size (block RAM), so keep it small (16 KiB uses
         8 of the LFE5U-85F's 208 DP16KD).
     clock_hz : int
-        Clock of the ``sync`` domain, for the UART divisor.
+        Clock of the ``sync`` domain in Hz (sets the UART divisor). On the board it comes from
+        a PLL (:func:`ecp5_pll`, the closest setting; :attr:`clock_hz` holds the frequency
+        achieved) unless it equals :data:`BOARD_CLOCK_HZ`, when the oscillator drives it.
     baud : int
     """
 
@@ -331,13 +392,15 @@ class NPUBoard(wiring.Component):
     irq_led: Out(1)
     alive_led: Out(1)
 
-    def __init__(self, config: NPUConfig, *, clock_hz: int = BOARD_CLOCK_HZ,
+    def __init__(self, config: NPUConfig, *, clock_hz: int = DEFAULT_CLOCK_HZ,
                  baud: int = 115200):
         if config.dram_bytes > (1 << 20):
             raise ValueError(f"NPUConfig.dram_bytes={config.dram_bytes}: on-chip DRAM of a "
                              "board build must be at most 1 MiB")
         self.config = config
-        self.divisor = clock_hz // baud
+        self.pll = ecp5_pll(BOARD_CLOCK_HZ, clock_hz) if clock_hz != BOARD_CLOCK_HZ else None
+        self.clock_hz = self.pll["f_out_hz"] if self.pll else clock_hz
+        self.divisor = round(self.clock_hz / baud)
         super().__init__()
 
     def elaborate(self, platform):
@@ -353,20 +416,51 @@ class NPUBoard(wiring.Component):
         m.d.comb += [host.rx.eq(self.rx), self.tx.eq(host.tx), self.irq_led.eq(npu.irq),
                      self.alive_led.eq(alive[-1])]
         if platform is not None:
-            uart = platform.request("uart", 0)
-            led0 = platform.request("led", 0)
-            led7 = platform.request("led", 7)
-            m.d.comb += [host.rx.eq(uart.rx.i), uart.tx.o.eq(host.tx),
-                         led0.o.eq(npu.irq), led7.o.eq(alive[-1])]
+            self._clock(m, platform)
+            uart = platform.request("uart", 0, dir="-")
+            m.submodules.uart_rx_buf = rx = io.Buffer("i", uart.rx)
+            m.submodules.uart_tx_buf = tx = io.Buffer("o", uart.tx)
+            m.submodules.led0_buf = led0 = io.Buffer("o", platform.request("led", 0, dir="-"))
+            m.submodules.led7_buf = led7 = io.Buffer("o", platform.request("led", 7, dir="-"))
+            m.d.comb += [self.rx.eq(rx.i), tx.o.eq(self.tx), led0.o.eq(self.irq_led),
+                         led7.o.eq(self.alive_led)]
         return m
+
+    def _clock(self, m: Module, platform) -> None:
+        """The ``sync`` domain: the oscillator, or the PLL's ``CLKOP`` (reset until lock)."""
+        m.submodules.osc_buf = osc_buf = io.Buffer(
+            "i", platform.request(platform.default_clk, 0, dir="-"))
+        osc = osc_buf.i
+        m.domains.sync = sync = ClockDomain("sync")
+        if self.pll is None:
+            m.d.comb += sync.clk.eq(osc)
+            return
+        locked = Signal()
+        pll = self.pll
+        m.submodules.pll = Instance(
+            "EHXPLLL",
+            a_FREQUENCY_PIN_CLKI=f"{BOARD_CLOCK_HZ / 1e6:g}",
+            a_FREQUENCY_PIN_CLKOP=f"{self.clock_hz / 1e6:g}",
+            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+            p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_CLKOP_ENABLE="ENABLED",
+            p_CLKI_DIV=pll["CLKI_DIV"], p_CLKFB_DIV=pll["CLKFB_DIV"],
+            p_CLKOP_DIV=pll["CLKOP_DIV"], p_CLKOP_CPHASE=pll["CLKOP_CPHASE"],
+            p_CLKOP_FPHASE=0, p_FEEDBK_PATH="CLKOP",
+            i_CLKI=osc, i_CLKFB=sync.clk, o_CLKOP=sync.clk, o_LOCK=locked,
+            i_RST=0, i_STDBY=0, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1,
+            i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0)
+        # nextpnr derives the CLKOP constraint from the oscillator's and the dividers
+        m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
 
 
 def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
-                bitstream: bool = True) -> dict:
+                bitstream: bool = True, clock_hz: int = DEFAULT_CLOCK_HZ) -> dict:
     """Build :class:`NPUBoard` for the ULX3S 85F with amaranth-boards' Trellis flow.
 
-    Runs Yosys (``synth_ecp5``), nextpnr-ecp5 (25 MHz clock constraint from the board file)
-    and, with ``bitstream``, ecppack, all from the ``yowasp-*`` wheels.
+    Runs Yosys (``synth_ecp5``), nextpnr-ecp5 (``--router router2``; the clock constraint is
+    the board's 25 MHz oscillator, which nextpnr carries through the PLL to ``clock_hz``) and,
+    with ``bitstream``, ecppack, all from the ``yowasp-*`` wheels. nextpnr fails the build
+    when the routed design does not meet ``clock_hz``.
 
     Parameters
     ----------
@@ -375,12 +469,14 @@ def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
         Build folder (``top.v``, ``top.lpf``, ``top.json``, ``top.tim``, ``top.bit``).
     bitstream : bool
         Also pack the bitstream (``top.bit``); otherwise stop after place and route.
+    clock_hz : int
+        NPU clock from the PLL (see :class:`NPUBoard`).
 
     Returns
     -------
     dict
-        ``config``, ``fmax_mhz``, ``utilization``, ``seconds``, ``bitstream`` (path or None),
-        ``log`` (nextpnr's log).
+        ``config``, ``clock_mhz`` (achieved by the PLL), ``fmax_mhz`` (routed),
+        ``utilization``, ``seconds``, ``bitstream`` (path or None), ``log`` (nextpnr's log).
 
     Raises
     ------
@@ -403,8 +499,9 @@ def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
     t0 = time.perf_counter()
     try:
         platform = ULX3S_85F_Platform()
-        plan = platform.build(NPUBoard(config), name="top", build_dir=str(out_dir),
-                              do_build=False)
+        board = NPUBoard(config, clock_hz=clock_hz)
+        plan = platform.build(board, name="top", build_dir=str(out_dir), do_build=False,
+                              nextpnr_opts="--router router2")
         if not bitstream:
             # drop the ecppack step from the generated script
             script = "build_top.sh"
@@ -429,6 +526,7 @@ def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
     result = {
         "config": config.name,
         "board": "ULX3S 85F (LFE5U-85F-6BG381C)",
+        "clock_mhz": board.clock_hz / 1e6,
         "fmax_mhz": parsed.get("fmax_mhz"),
         "utilization": {k: list(v) for k, v in parsed.get("utilization", {}).items()},
         "seconds": round(seconds, 1),

@@ -168,7 +168,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_board(args: argparse.Namespace) -> int:
     from cosim.board import build_board
 
-    result = build_board(args.config, out_dir=Path(args.out), bitstream=not args.no_bitstream)
+    result = build_board(args.config, out_dir=Path(args.out), bitstream=not args.no_bitstream,
+                         clock_hz=round(args.clock_mhz * 1e6))
     print(json.dumps(result, indent=2))
     return 0
 
@@ -268,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
                          "2x2,spad_rows=64,acc_rows=64,dram_bytes=16384)")
     bd.add_argument("--out", default="build/board", help="output folder (default %(default)s)")
     bd.add_argument("--no-bitstream", action="store_true", help="stop after place and route")
+    from cosim.board import DEFAULT_CLOCK_HZ
+    bd.add_argument("--clock-mhz", type=float, default=DEFAULT_CLOCK_HZ / 1e6,
+                    help="NPU clock made by the ECP5 PLL from the 25 MHz oscillator "
+                         "(default %(default)s; the build fails if routing misses it)")
     bd.set_defaults(func=_cmd_board)
 
     be = sub.add_parser(

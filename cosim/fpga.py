@@ -52,7 +52,7 @@ FPGA_ROOT = BUILD_ROOT / "fpga"
 LINT_WAIVERS = COSIM_DIR / "lint_waivers.vlt"
 
 #: Yosys synthesis command per family.
-FAMILIES = {"ecp5": "synth_ecp5", "ice40": "synth_ice40", "generic": "synth -lut 4"}
+FAMILIES = {"ecp5": "synth_ecp5", "ice40": "synth_ice40 -dsp", "generic": "synth -lut 4"}
 
 #: The tile's memories: each has one write port so that it maps to RAM primitives
 #: (see :class:`hw.tile.ComputeTile`); :func:`check_memories` verifies that it did.

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cosim.board import PLL_PFD_HZ, PLL_VCO_HZ, NPUBoard, ecp5_pll
 from cosim.fpga import (
     TILE_MEMORIES,
     FpgaToolError,
@@ -284,3 +285,39 @@ def test_blocks_from_netlist():
     assert blocks["npu.tile"] == Resources(lut4=3, ff=1, dsp=1, bram=2)
     assert blocks["npu"] == Resources(lut4=4, ff=2, dsp=1, bram=2)
     assert "npu.tile.matrix.cmd" not in blocks
+
+
+@pytest.mark.parametrize("mhz", [10, 12.5, 20, 25, 50])
+def test_ecp5_pll_settings_in_range(mhz):
+    p = ecp5_pll(25e6, mhz * 1e6)
+    assert p["f_out_hz"] == 25e6 * p["CLKFB_DIV"] / p["CLKI_DIV"] == pytest.approx(mhz * 1e6)
+    assert PLL_PFD_HZ[0] <= 25e6 / p["CLKI_DIV"] <= PLL_PFD_HZ[1]
+    assert p["f_vco_hz"] == p["f_out_hz"] * p["CLKOP_DIV"]
+    assert PLL_VCO_HZ[0] <= p["f_vco_hz"] <= PLL_VCO_HZ[1]
+    assert p["CLKOP_CPHASE"] == (p["CLKOP_DIV"] - 1) // 2
+
+
+def test_ecp5_pll_matches_ecppll():
+    # "ecppll -i 12 -o 16" (Project Trellis), as checked in by olofk/serv (ecp5_evn_pll.v)
+    p = ecp5_pll(12e6, 16e6)
+    assert (p["CLKI_DIV"], p["CLKFB_DIV"], p["CLKOP_DIV"], p["CLKOP_CPHASE"]) == (3, 4, 37, 18)
+
+
+def test_ecp5_pll_unreachable_frequency():
+    # 25 * fb / clki = 16 needs clki = 25: a 1 MHz phase detector input, below 3.125 MHz
+    with pytest.raises(ValueError, match="16 MHz from 25 MHz"):
+        ecp5_pll(25e6, 16e6)
+
+
+def test_board_elaborates_for_ulx3s_with_pll():
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+    board = NPUBoard(NPUConfig(rows=2, cols=2, spad_rows=16, acc_rows=16, dram_bytes=4096),
+                     clock_hz=20_000_000)
+    assert board.clock_hz == 20e6 and board.divisor == round(20e6 / 115200)
+    plan = ULX3S_85F_Platform().prepare(board, name="top")
+    rtlil = plan.files["top.il"]
+    assert "EHXPLLL" in rtlil
+    for name, value in ecp5_pll(25e6, 20e6).items():
+        if name.isupper():
+            assert f"parameter \\{name} {value}" in rtlil
