@@ -382,8 +382,8 @@ class NPUBoard(wiring.Component):
         8 of the LFE5U-85F's 208 DP16KD).
     clock_hz : int
         Clock of the ``sync`` domain in Hz (sets the UART divisor). On the board it comes from
-        a PLL (:func:`ecp5_pll`, the closest setting; :attr:`clock_hz` holds the frequency
-        achieved) unless it equals :data:`BOARD_CLOCK_HZ`, when the oscillator drives it.
+        a PLL (:func:`ecp5_pll`; elaboration raises ``ValueError`` unless the PLL makes exactly
+        this frequency) unless it equals :data:`BOARD_CLOCK_HZ`, when the oscillator drives it.
     baud : int
     """
 
@@ -398,9 +398,8 @@ class NPUBoard(wiring.Component):
             raise ValueError(f"NPUConfig.dram_bytes={config.dram_bytes}: on-chip DRAM of a "
                              "board build must be at most 1 MiB")
         self.config = config
-        self.pll = ecp5_pll(BOARD_CLOCK_HZ, clock_hz) if clock_hz != BOARD_CLOCK_HZ else None
-        self.clock_hz = self.pll["f_out_hz"] if self.pll else clock_hz
-        self.divisor = round(self.clock_hz / baud)
+        self.clock_hz = clock_hz
+        self.divisor = round(clock_hz / baud)
         super().__init__()
 
     def elaborate(self, platform):
@@ -432,11 +431,14 @@ class NPUBoard(wiring.Component):
             "i", platform.request(platform.default_clk, 0, dir="-"))
         osc = osc_buf.i
         m.domains.sync = sync = ClockDomain("sync")
-        if self.pll is None:
+        if self.clock_hz == BOARD_CLOCK_HZ:
             m.d.comb += sync.clk.eq(osc)
             return
+        pll = ecp5_pll(BOARD_CLOCK_HZ, self.clock_hz)
+        if round(pll["f_out_hz"]) != self.clock_hz:
+            raise ValueError(f"the ECP5 PLL cannot make {self.clock_hz} Hz from "
+                             f"{BOARD_CLOCK_HZ} Hz; the nearest is {pll['f_out_hz']:.0f} Hz")
         locked = Signal()
-        pll = self.pll
         m.submodules.pll = Instance(
             "EHXPLLL",
             a_FREQUENCY_PIN_CLKI=f"{BOARD_CLOCK_HZ / 1e6:g}",
@@ -470,7 +472,8 @@ def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
     bitstream : bool
         Also pack the bitstream (``top.bit``); otherwise stop after place and route.
     clock_hz : int
-        NPU clock from the PLL (see :class:`NPUBoard`).
+        NPU clock from the PLL: the nearest frequency it makes (:func:`ecp5_pll`, which raises
+        ``ValueError`` if none is within 1%).
 
     Returns
     -------
@@ -499,7 +502,8 @@ def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
     t0 = time.perf_counter()
     try:
         platform = ULX3S_85F_Platform()
-        board = NPUBoard(config, clock_hz=clock_hz)
+        pll = ecp5_pll(BOARD_CLOCK_HZ, clock_hz)
+        board = NPUBoard(config, clock_hz=round(pll["f_out_hz"]))
         plan = platform.build(board, name="top", build_dir=str(out_dir), do_build=False,
                               nextpnr_opts="--router router2")
         if not bitstream:

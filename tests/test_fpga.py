@@ -10,9 +10,11 @@ with the NPU's hierarchy (``npu > tile > matrix > array`` and a scratchpad;
 ``make area`` / ``npu area``, never for tests.
 """
 
+import gc
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -321,3 +323,17 @@ def test_board_elaborates_for_ulx3s_with_pll():
     for name, value in ecp5_pll(25e6, 20e6).items():
         if name.isupper():
             assert f"parameter \\{name} {value}" in rtlil
+
+
+def test_board_clock_the_pll_cannot_make():
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+    board = NPUBoard(NPUConfig(rows=2, cols=2, spad_rows=16, acc_rows=16, dram_bytes=4096),
+                     clock_hz=24_900_000)
+    with pytest.raises(ValueError, match="nearest is 25000000 Hz"):
+        ULX3S_85F_Platform().prepare(board, name="top")
+    # the half-elaborated design is garbage now; its "never used" warnings are expected
+    del board
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gc.collect()
