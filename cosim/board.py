@@ -9,7 +9,7 @@
 * ``irq`` lights LED 0; LED 7 blinks with the clock (alive);
 * the ``sync`` clock comes from an ECP5 PLL (``EHXPLLL``) fed by the board's 25 MHz
   oscillator, at ``clock_hz`` (default :data:`DEFAULT_CLOCK_HZ`, below the design's routed
-  Fmax); the domain is held in reset until the PLL locks.
+  Fmax); the domain is held in reset until the PLL locks, its reset on a global network.
 
 Host protocol of the UART bridge (bytes, big-endian fields)::
 
@@ -35,7 +35,6 @@ from pathlib import Path
 
 from amaranth import Cat, ClockDomain, Instance, Module, Signal
 from amaranth.lib import io, wiring
-from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -426,33 +425,40 @@ class NPUBoard(wiring.Component):
         return m
 
     def _clock(self, m: Module, platform) -> None:
-        """The ``sync`` domain: the oscillator, or the PLL's ``CLKOP`` (reset until lock)."""
+        """The ``sync`` domain: the oscillator, or the PLL's ``CLKOP``.
+
+        Its reset is held from configuration until the PLL locks (and two clock edges more),
+        and reaches the flip-flops through a ``DCCA`` global buffer: on fabric routing the
+        reset's thousands of loads kept nextpnr's router from converging.
+        """
         m.submodules.osc_buf = osc_buf = io.Buffer(
             "i", platform.request(platform.default_clk, 0, dir="-"))
         osc = osc_buf.i
         m.domains.sync = sync = ClockDomain("sync")
+        locked = Signal(init=1)
         if self.clock_hz == BOARD_CLOCK_HZ:
             m.d.comb += sync.clk.eq(osc)
-            return
-        pll = ecp5_pll(BOARD_CLOCK_HZ, self.clock_hz)
-        if round(pll["f_out_hz"]) != self.clock_hz:
-            raise ValueError(f"the ECP5 PLL cannot make {self.clock_hz} Hz from "
-                             f"{BOARD_CLOCK_HZ} Hz; the nearest is {pll['f_out_hz']:.0f} Hz")
-        locked = Signal()
-        m.submodules.pll = Instance(
-            "EHXPLLL",
-            a_FREQUENCY_PIN_CLKI=f"{BOARD_CLOCK_HZ / 1e6:g}",
-            a_FREQUENCY_PIN_CLKOP=f"{self.clock_hz / 1e6:g}",
-            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
-            p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_CLKOP_ENABLE="ENABLED",
-            p_CLKI_DIV=pll["CLKI_DIV"], p_CLKFB_DIV=pll["CLKFB_DIV"],
-            p_CLKOP_DIV=pll["CLKOP_DIV"], p_CLKOP_CPHASE=pll["CLKOP_CPHASE"],
-            p_CLKOP_FPHASE=0, p_FEEDBK_PATH="CLKOP",
-            i_CLKI=osc, i_CLKFB=sync.clk, o_CLKOP=sync.clk, o_LOCK=locked,
-            i_RST=0, i_STDBY=0, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1,
-            i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0)
-        # nextpnr derives the CLKOP constraint from the oscillator's and the dividers
-        m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
+        else:
+            pll = ecp5_pll(BOARD_CLOCK_HZ, self.clock_hz)
+            if round(pll["f_out_hz"]) != self.clock_hz:
+                raise ValueError(f"the ECP5 PLL cannot make {self.clock_hz} Hz from "
+                                 f"{BOARD_CLOCK_HZ} Hz; the nearest is {pll['f_out_hz']:.0f} Hz")
+            # nextpnr derives the CLKOP constraint from the oscillator's and the dividers
+            m.submodules.pll = Instance(
+                "EHXPLLL",
+                a_FREQUENCY_PIN_CLKI=f"{BOARD_CLOCK_HZ / 1e6:g}",
+                a_FREQUENCY_PIN_CLKOP=f"{self.clock_hz / 1e6:g}",
+                p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+                p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_CLKOP_ENABLE="ENABLED",
+                p_CLKI_DIV=pll["CLKI_DIV"], p_CLKFB_DIV=pll["CLKFB_DIV"],
+                p_CLKOP_DIV=pll["CLKOP_DIV"], p_CLKOP_CPHASE=pll["CLKOP_CPHASE"],
+                p_CLKOP_FPHASE=0, p_FEEDBK_PATH="CLKOP",
+                i_CLKI=osc, i_CLKFB=sync.clk, o_CLKOP=sync.clk, o_LOCK=locked,
+                i_RST=0, i_STDBY=0, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1,
+                i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0)
+        hold = Signal(2, init=0b11, reset_less=True)    # 1 from configuration until lock
+        m.d.sync += hold.eq(Cat(~locked, hold[0]))
+        m.submodules.rst_dcca = Instance("DCCA", i_CLKI=hold[1], i_CE=1, o_CLKO=sync.rst)
 
 
 def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",

@@ -826,7 +826,10 @@ def write_pnr_harness(verilog: Path, top: str = "npu") -> Path:
     pins, so core-only place and route wraps it: a shift register fed from pin ``sin`` drives
     every input, every output is registered and XOR-reduced into register ``sout``. All NPU
     paths stay register to register, nothing is optimised away, and the harness adds
-    :func:`harness_cost` flip-flops and an XOR tree. ``clk`` and ``rst`` stay pins.
+    :func:`harness_cost` flip-flops and an XOR tree. ``clk`` and ``rst`` stay pins; ``rst``
+    reaches the NPU through an ECP5 ``DCCA`` buffer, so nextpnr puts it on a global network
+    (on fabric routing its ~8,500 flip-flop loads in the 4x4 NPU kept the router from
+    converging).
     """
     text = verilog.read_text()
     ports = [p for p in top_ports(text, top) if p[1] not in ("clk", "rst")]
@@ -839,7 +842,9 @@ def write_pnr_harness(verilog: Path, top: str = "npu") -> Path:
              f"  reg [{outs - 1}:0] outs_q = {outs}'d0;",
              f"  always @(posedge clk) chain <= {{chain[{ins - 2}:0], sin}};",
              "  always @(posedge clk) begin outs_q <= outs; sout <= ^outs_q; end",
-             f"  {top} dut (", "    .clk(clk),", "    .rst(rst),"]
+             "  wire rst_global;",
+             "  DCCA rst_dcca (.CLKI(rst), .CE(1'b1), .CLKO(rst_global));",
+             f"  {top} dut (", "    .clk(clk),", "    .rst(rst_global),"]
     i = o = 0
     conns = []
     for d, name, w in ports:

@@ -14,6 +14,7 @@ import gc
 import json
 import os
 import shutil
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from cosim.fpga import (
     parse_nextpnr_report,
     parse_yosys_stat,
     synthesize,
+    write_pnr_harness,
     write_verilog,
 )
 from hw.config import NPUConfig
@@ -319,7 +321,7 @@ def test_board_elaborates_for_ulx3s_with_pll():
     assert board.clock_hz == 20e6 and board.divisor == round(20e6 / 115200)
     plan = ULX3S_85F_Platform().prepare(board, name="top")
     rtlil = plan.files["top.il"]
-    assert "EHXPLLL" in rtlil
+    assert "EHXPLLL" in rtlil and "DCCA" in rtlil    # the reset on a global network
     for name, value in ecp5_pll(25e6, 20e6).items():
         if name.isupper():
             assert f"parameter \\{name} {value}" in rtlil
@@ -337,3 +339,17 @@ def test_board_clock_the_pll_cannot_make():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gc.collect()
+
+
+def test_pnr_harness_elaborates_with_reset_on_a_global(bundle):
+    harness = write_pnr_harness(bundle.verilog)
+    text = harness.read_text()
+    assert "DCCA rst_dcca (.CLKI(rst), .CE(1'b1), .CLKO(rst_global));" in text
+    assert ".rst(rst_global)" in text
+    # the WebAssembly Yosys reads below its working directory: run in the bundle's folder
+    (bundle.directory / "check.ys").write_text(
+        f"read_verilog -lib +/ecp5/cells_bb.v\nread_verilog -sv {bundle.verilog.name}\n"
+        f"read_verilog -sv {harness.name}\nhierarchy -check -top pnr_top\n")
+    run = subprocess.run([find_tool("yosys"), "-q", "check.ys"], cwd=bundle.directory,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
