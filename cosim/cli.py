@@ -126,7 +126,8 @@ def _cmd_area(args: argparse.Namespace) -> int:
         try:
             rows.append(area(config, family=args.family, pnr=not args.no_pnr,
                              blocks=not args.no_blocks, hier=args.hier, freq_mhz=args.freq,
-                             out_dir=Path(args.out) / config.name, device=args.device))
+                             out_dir=Path(args.out) / config.name, device=args.device,
+                             route=not args.no_route))
         except FpgaToolError as e:
             print(f"{config.name}: {e}", file=sys.stderr)
             return 1
@@ -248,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     ar.add_argument("--freq", type=float, default=50.0,
                     help="P&R target clock in MHz (default %(default)s)")
     ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
+    ar.add_argument("--no-route", action="store_true",
+                    help="place but do not route: Fmax is nextpnr's post-placement estimate "
+                         "(marked ~), no critical path; for configurations whose routing takes "
+                         "hours")
     ar.add_argument("--no-blocks", action="store_true",
                     help="leave out the per-block table (cells of the flat netlist attributed "
                          "by hierarchical name; costs no extra synthesis)")

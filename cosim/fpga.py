@@ -877,16 +877,19 @@ class PnrResult:
     Attributes
     ----------
     fmax_mhz : float or None
-        Achieved maximum frequency of ``clk`` after routing.
+        Achieved maximum frequency of ``clk`` after routing; without routing, nextpnr's
+        estimate after placement (``routed`` False).
     constraint_mhz : float
         The frequency target given to nextpnr.
     utilization : dict[str, tuple[int, int]]
         ``{bel type: (used, available)}``.
     critical_path : dict
         ``from``/``to`` cells, their blocks, total delay in ns, logic and routing delay, and
-        the block that holds the most logic delay (``block``).
+        the block that holds the most logic delay (``block``); ``{}`` without routing
+        (nextpnr reports paths only after routing).
     log : Path
     seconds : float
+    routed : bool
     """
     fmax_mhz: float | None
     constraint_mhz: float
@@ -894,11 +897,12 @@ class PnrResult:
     critical_path: dict
     log: Path
     seconds: float
+    routed: bool = True
 
 
 def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
                 freq_mhz: float = 50.0, out_dir: Path | None = None, lpf: Path | None = None,
-                seed: int = 1, timeout: float | None = None) -> PnrResult:
+                seed: int = 1, timeout: float | None = None, route: bool = True) -> PnrResult:
     """Place and route an ECP5 netlist with nextpnr-ecp5; estimate Fmax.
 
     Without ``lpf`` the design's ports are left to nextpnr (no pin constraints); Fmax is then
@@ -920,6 +924,9 @@ def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5
         Pin constraints.
     seed : int
     timeout : float, optional
+    route : bool
+        False: stop after placement (``--no-route``); Fmax is then nextpnr's post-placement
+        estimate (delays predicted from distances) and there is no critical path.
 
     Raises
     ------
@@ -947,6 +954,8 @@ def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5
         cmd += ["--lpf", "pins.lpf"]
     else:
         cmd += ["--lpf-allow-unconstrained"]
+    if not route:
+        cmd += ["--no-route"]
     seconds = _run(cmd, out_dir / "nextpnr.out", cwd=out_dir, what="nextpnr-ecp5",
                    timeout=timeout)
     if not report.is_file():
@@ -956,7 +965,7 @@ def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5
     if fmax is None and log.is_file():
         fmax = parse_nextpnr_log(log.read_text(errors="replace"))["fmax_mhz"]
     return PnrResult(fmax, freq_mhz, parsed["utilization"], parsed["critical_path"], log,
-                     seconds)
+                     seconds, route)
 
 
 def pack_bitstream(textcfg: Path, bitstream: Path) -> float:
@@ -1100,6 +1109,7 @@ class AreaRow:
     bram: int
     lutram: int
     fmax_mhz: float | None = None
+    fmax_routed: bool = True
     critical_block: str | None = None
     critical_path: dict = field(default_factory=dict)
     memories_not_in_bram: list[str] = field(default_factory=list)
@@ -1120,7 +1130,7 @@ class AreaRow:
 def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: bool = True,
          hier: bool = False, out_dir: Path | None = None, freq_mhz: float = 50.0,
          device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
-         timeout: float | None = None) -> AreaRow:
+         timeout: float | None = None, route: bool = True) -> AreaRow:
     """Synthesize (and for ECP5, place and route) one configuration; one :class:`AreaRow`.
 
     With ``pnr`` the flat synthesis is of :func:`write_pnr_harness`'s ``pnr_top`` (the NPU has
@@ -1167,13 +1177,14 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     if pnr and family == "ecp5":
         try:
             p = place_route(flat.netlist, device=device, package=package, freq_mhz=freq_mhz,
-                            timeout=timeout)
+                            timeout=timeout, route=route)
         except FpgaToolError as e:
             row.error = str(e).splitlines()[0]
-            seconds["pnr"] = None
+            seconds["pnr" if route else "place"] = None
         else:
-            seconds["pnr"] = round(p.seconds, 2)
+            seconds["pnr" if route else "place"] = round(p.seconds, 2)
             row.fmax_mhz = p.fmax_mhz
+            row.fmax_routed = p.routed
             row.critical_path = p.critical_path
             row.critical_block = p.critical_path.get("block")
     return row
@@ -1185,9 +1196,13 @@ def format_area_table(rows: list[AreaRow]) -> str:
            f"{'LUTRAM':>6} {'Fmax MHz':>9}  critical block"
     lines = [head, "-" * len(head)]
     for r in rows:
-        fmax = f"{r.fmax_mhz:9.1f}" if r.fmax_mhz is not None else f"{'-':>9}"
+        fmax = (f"{'' if r.fmax_routed else '~'}{r.fmax_mhz:.1f}" if r.fmax_mhz is not None
+                else "-")
+        fmax = f"{fmax:>9}"
         lines.append(f"{r.config:<28} {r.family:<7} {r.lut4:>7} {r.ff:>7} {r.dsp:>4} "
                      f"{r.bram:>5} {r.lutram:>6} {fmax}  {r.critical_block or '-'}")
+    if any(r.fmax_mhz is not None and not r.fmax_routed for r in rows):
+        lines.append("~ Fmax: nextpnr's estimate after placement (not routed)")
     for r in rows:
         for problem in r.memory_problems:
             lines.append(f"{r.config}: MEMORY CHECK FAILED: {problem}")

@@ -263,6 +263,10 @@ def test_format_area_table():
     text = format_area_table([row])
     assert "61.5" in text and "npu.tile.spad (logic)" in text
     assert "PE array" in text and "scratchpad" in text and "method: by cell name" in text
+    assert "~" not in text
+    placed = AreaRow("4x4", "ecp5", 100, 50, 4, 0, 8, fmax_mhz=19.47, fmax_routed=False)
+    text = format_area_table([row, placed])
+    assert "~19.5" in text and "estimate after placement" in text
 
 
 def test_blocks_from_netlist():
