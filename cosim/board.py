@@ -44,7 +44,7 @@ from hw.config import NPUConfig
 from hw.csr import CSR_ADDR_BITS
 from hw.top import NPU
 
-from .fpga import FpgaToolError, find_tool, parse_nextpnr_log
+from .fpga import FpgaToolError, find_tool, parse_nextpnr_log, parse_nextpnr_report
 
 __all__ = ["AXI4RAM", "UartRx", "UartTx", "UartCsrBridge", "NPUBoard", "build_board",
            "BOARD_CLOCK_HZ", "DEFAULT_CLOCK_HZ", "ecp5_pll"]
@@ -485,7 +485,8 @@ def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
     -------
     dict
         ``config``, ``clock_mhz`` (achieved by the PLL), ``fmax_mhz`` (routed),
-        ``utilization``, ``seconds``, ``bitstream`` (path or None), ``log`` (nextpnr's log).
+        ``utilization``, ``critical_path`` (:func:`cosim.fpga.parse_nextpnr_report`),
+        ``seconds``, ``bitstream`` (path or None), ``log`` (nextpnr's log).
 
     Raises
     ------
@@ -511,7 +512,7 @@ def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
         pll = ecp5_pll(BOARD_CLOCK_HZ, clock_hz)
         board = NPUBoard(config, clock_hz=round(pll["f_out_hz"]))
         plan = platform.build(board, name="top", build_dir=str(out_dir), do_build=False,
-                              nextpnr_opts="--router router2")
+                              nextpnr_opts="--router router2 --report top.report.json")
         if not bitstream:
             # drop the ecppack step from the generated script
             script = "build_top.sh"
@@ -532,6 +533,9 @@ def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
     seconds = time.perf_counter() - t0
     tim = out_dir / "top.tim"
     parsed = parse_nextpnr_log(tim.read_text(errors="replace")) if tim.is_file() else {}
+    report = out_dir / "top.report.json"
+    critical = (parse_nextpnr_report(json.loads(report.read_text()))["critical_path"]
+                if report.is_file() else {})
     bit = out_dir / "top.bit"
     result = {
         "config": config.name,
@@ -539,6 +543,7 @@ def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
         "clock_mhz": board.clock_hz / 1e6,
         "fmax_mhz": parsed.get("fmax_mhz"),
         "utilization": {k: list(v) for k, v in parsed.get("utilization", {}).items()},
+        "critical_path": critical,
         "seconds": round(seconds, 1),
         "bitstream": str(bit) if bitstream and bit.is_file() else None,
         "log": str(tim),

@@ -139,15 +139,18 @@ class SoftmaxEngine(wiring.Component):
         # -- pass 1: masked running max ----------------------------------------------------------
         acc = data.ArrayLayout(signed(32), cfg.acc_row_elems)(self.acc_rd.data)
         ret = Signal()                   # a score block returns this cycle
-        ret_key = Signal(22)             # key index of its lane 0
+        iss_key = Signal(22)             # key index of lane 0 of the block read this cycle
         m.d.sync += ret.eq(0)
         kv_len = body.kv_len
         limit = Signal.like(body.q_offset + row, name="limit")     # causal: keys <= limit
         m.d.comb += limit.eq(body.q_offset + row)
+        # The key mask of a block is registered when its read is issued, so that it is ready
+        # when the data returns: the adders and comparators stay off the path from the
+        # accumulator's read data through the max tree (the board build's critical path).
         valid = [Signal(name=f"valid{j}") for j in range(cols)]
         for j in range(cols):
-            k = ret_key + j
-            m.d.comb += valid[j].eq((k < kv_len) & (~body.causal | (k <= limit)))
+            k = iss_key + j
+            m.d.sync += valid[j].eq((k < kv_len) & (~body.causal | (k <= limit)))
         mx = Signal(signed(32))
         # max(mx, valid lanes) as a tree of named signals. Every intermediate is a Signal:
         # Amaranth's lowering copies a shared subexpression at each use, so a chain like
@@ -255,7 +258,7 @@ class SoftmaxEngine(wiring.Component):
                     m.next = "ROW_START"
 
             with m.State("ROW_START"):
-                m.d.sync += [issued.eq(0), rd_addr.eq(body.acc_row + row), ret_key.eq(0),
+                m.d.sync += [issued.eq(0), rd_addr.eq(body.acc_row + row), iss_key.eq(0),
                              mx.eq(-(1 << 31))]
                 m.next = "MAX_READ"
 
@@ -263,11 +266,11 @@ class SoftmaxEngine(wiring.Component):
                 with m.If(issued != body.n_blocks):
                     m.d.comb += self.acc_rd.en.eq(1)
                     m.d.sync += [issued.eq(issued + 1), rd_addr.eq(rd_addr + body.stride),
-                                 ret.eq(1)]
+                                 ret.eq(1), iss_key.eq(iss_key + cols)]
                 with m.If(ret):
-                    m.d.sync += [mx.eq(lane_max), ret_key.eq(ret_key + cols)]
+                    m.d.sync += mx.eq(lane_max)
                 with m.If((issued == body.n_blocks) & ~ret):
-                    m.d.sync += [issued.eq(0), rd_addr.eq(body.acc_row + row), ret_key.eq(0),
+                    m.d.sync += [issued.eq(0), rd_addr.eq(body.acc_row + row), iss_key.eq(0),
                                  wr_addr.eq(body.spad_row + row), written.eq(0), row_sum.eq(0)]
                     m.next = "EXP_READ"
 
@@ -275,9 +278,9 @@ class SoftmaxEngine(wiring.Component):
                 with m.If(issued != body.n_blocks):
                     m.d.comb += self.acc_rd.en.eq(1)
                     m.d.sync += [issued.eq(issued + 1), rd_addr.eq(rd_addr + body.stride),
-                                 ret.eq(1)]
+                                 ret.eq(1), iss_key.eq(iss_key + cols)]
                 with m.If(ret):
-                    m.d.sync += [e1.eq(1), ret_key.eq(ret_key + cols)]
+                    m.d.sync += e1.eq(1)
                 with m.If(e3 & (written + 1 == body.n_blocks)):
                     m.next = "DIV_START"
 
