@@ -407,7 +407,8 @@ class SynthResult:
         Wall time of the run that produced the netlist (a failed ABC9 attempt not included).
     mapper : str
         LUT mapper of an ECP5 run: ``"abc9"`` (Yosys' default) or ``"abc"`` (classic ABC,
-        ``abc -lut 4:7 -dress``; used when asked for or when ABC9 failed).
+        ``abc -lut 4:7 -dress``; used when asked for or when ABC9 failed); ``"abc"`` for
+        generic runs (always classic ABC, see :func:`_synth_commands`); empty for iCE40.
     notes : list of str
         E.g. why the run fell back from ABC9 to ABC, with the failed attempt's log and time.
     """
@@ -472,14 +473,20 @@ def _synth_commands(family: str, top: str, *, hierarchy: bool, abc9: bool) -> li
     ECP5 without ``abc9`` runs ``synth_ecp5`` in two parts around classic ABC in place of its
     ``map_luts`` step (``abc9 -W 300``): Yosys 0.70's ``synth_ecp5`` (a wrapper of
     ``synth_lattice``) always maps with ABC9 and ignores ``-noabc9``.
+
+    Generic synthesis always maps with classic ABC (``abc -lut 4 -dress``) after ``synth
+    -noabc``: Yosys 0.70's ``synth -lut 4`` fails an assertion while re-integrating ABC's
+    result into the whole NPU, flat (after 40 minutes) and hierarchical.
     """
+    if family == "generic":
+        flatten = "" if hierarchy else " -flatten"
+        return [f"synth -top {top}{flatten} -noabc -run :check", "abc -lut 4 -dress",
+                "opt -fast", f"synth -top {top} -run check:"]
     synth = FAMILIES[family] + f" -top {top}"
     if hierarchy:
         synth += " -noflatten"
         if family == "ecp5":
             synth += " -noabc9"
-    elif family == "generic":
-        synth += " -flatten"
     if family == "ecp5" and not abc9:
         return [f"{synth} -run :map_luts", "techmap -map +/lattice/latches_map.v",
                 "abc -lut 4:7 -dress", "clean", f"{synth} -run map_cells:"]
@@ -596,7 +603,7 @@ def synthesize(verilog: Path, family: str = "ecp5", *, top: str = "npu",
         raise FpgaToolError("yosys wrote no stat.json", log)
     modules, design = parse_yosys_stat(json.loads(stat_path.read_text()), top=top)
     memories = parse_memory_mapping(log.read_text(errors="replace"))
-    mapper = ("abc9" if use_abc9 else "abc") if family == "ecp5" else ""
+    mapper = {"ecp5": "abc9" if use_abc9 else "abc", "generic": "abc"}.get(family, "")
     if hierarchy:
         blocks = {name: Resources.from_cells(family, cells) for name, cells in modules.items()}
     else:

@@ -357,3 +357,16 @@ def test_pnr_harness_elaborates_with_reset_on_a_global(bundle):
     run = subprocess.run([find_tool("yosys"), "-q", "check.ys"], cwd=bundle.directory,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("family", ["generic", "ice40"])
+def test_synth_pe_array_other_families(bundle, family):
+    # the whole NPU takes minutes per family (`npu area --family ...`); the PE array shows
+    # the flow and its cell classification work
+    result = synthesize(bundle.verilog, family, top="npu.tile.matrix.array")
+    assert result.total.lut4 > 0 and result.total.ff > 0
+    assert result.mapper == ("abc" if family == "generic" else "")
+    if family == "ice40":    # -dsp: one SB_MAC16 per PE (iCE40 UltraPlus)
+        assert result.total.dsp == SMALLEST.rows * SMALLEST.cols
+    else:                    # no DSP blocks: multipliers in LUTs
+        assert result.total.dsp == 0
