@@ -47,10 +47,17 @@ from hw.top import NPU
 from .fpga import FpgaToolError, find_tool, parse_nextpnr_log, parse_nextpnr_report
 
 __all__ = ["AXI4RAM", "UartRx", "UartTx", "UartCsrBridge", "NPUBoard", "build_board",
-           "BOARD_CLOCK_HZ", "DEFAULT_CLOCK_HZ", "ecp5_pll"]
+           "BOARD_CLOCK_HZ", "BOARD_CONFIG", "DEFAULT_CLOCK_HZ", "ecp5_pll"]
 
 #: The ULX3S oscillator.
 BOARD_CLOCK_HZ = 25_000_000
+
+#: Default configuration of the board build (``npu board``): the smallest array, one command
+#: queue, 8 semaphores: 17k LUT4, routed in minutes. The command processor with the default 4
+#: queues and 16 semaphores is about 18k LUT4 by itself (per queue and engine a 288-bit
+#: command FIFO and a 32-bit semaphore comparison), and the 4x4 NPU with it did not route
+#: (nextpnr's router2 stalled at about 30,000 overused wires).
+BOARD_CONFIG = "2x2,spad_rows=64,acc_rows=64,dram_bytes=16384,n_queues=1,n_sems=8,trace_depth=16"
 
 #: Default clock of the NPU on the board, from the PLL: below the routed Fmax of the board
 #: build (see the README's FPGA section).

@@ -263,18 +263,17 @@ def main(argv: list[str] | None = None) -> int:
     ar.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
     ar.set_defaults(func=_cmd_area)
 
+    from cosim.board import BOARD_CONFIG, DEFAULT_CLOCK_HZ
     bd = sub.add_parser(
         "board", help="the NPU on a ULX3S 85F: synthesis, P&R, bitstream",
         description="Wrap the NPU for the ULX3S 85F (cosim/board.py: on-chip RAM behind the "
                     "AXI memory port, CSRs over a UART bridge on the FTDI serial port) and "
                     "take it through Yosys, nextpnr-ecp5 and ecppack.")
-    bd.add_argument("--config", type=parse_config,
-                    default=parse_config("2x2,spad_rows=64,acc_rows=64,dram_bytes=16384"),
-                    help="configuration (default the smallest: "
-                         "2x2,spad_rows=64,acc_rows=64,dram_bytes=16384)")
+    bd.add_argument("--config", type=parse_config, default=parse_config(BOARD_CONFIG),
+                    help=f"configuration (default {BOARD_CONFIG}: the smallest array, one "
+                         "command queue; see BOARD_CONFIG in cosim/board.py)")
     bd.add_argument("--out", default="build/board", help="output folder (default %(default)s)")
     bd.add_argument("--no-bitstream", action="store_true", help="stop after place and route")
-    from cosim.board import DEFAULT_CLOCK_HZ
     bd.add_argument("--clock-mhz", type=float, default=DEFAULT_CLOCK_HZ / 1e6,
                     help="NPU clock made by the ECP5 PLL from the 25 MHz oscillator "
                          "(default %(default)s; the build fails if routing misses it)")
