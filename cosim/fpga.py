@@ -1002,14 +1002,17 @@ def block_of(cell: str) -> str:
     ``$flatten\\<inst>.\\<sub>.$...`` for generated ones; techmapping appends
     ``_TRELLIS_FF_Q``-style suffixes. ``"tile.matrix.array.pe0_1_psum_TRELLIS_FF_Q"`` gives
     ``"npu.tile.matrix.array"``; a cell of the top module gives ``"npu"``; a block RAM cell of
-    a memory (``"tile.spad.0.0"``) gives the memory (``"npu.tile.spad"``).
+    a memory (``"tile.spad.0.0"``) gives the memory (``"npu.tile.spad"``). The NPU inside a
+    wrapper (``dut.`` of the P&R harness, ``npu.`` of the board) counts as the top.
     """
     name = cell
     if name.startswith("$flatten"):
         name = name[len("$flatten"):]
     name = name.replace("\\", "")
-    if name.startswith("dut."):     # inside write_pnr_harness's pnr_top
-        name = name[4:]
+    for wrapper in ("dut.", "npu."):   # write_pnr_harness's pnr_top; cosim.board.NPUBoard
+        if name.startswith(wrapper):
+            name = name[len(wrapper):]
+            break
     parts = []
     for part in name.split(".")[:-1]:   # the last component is the cell's own name
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part):

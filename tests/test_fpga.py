@@ -248,6 +248,7 @@ def test_parse_nextpnr_log():
     ("tile.matrix.array.$1_MULT18X18D_P9", "npu.tile.matrix.array"),
     ("tile.spad.0.0", "npu.tile.spad"),
     ("dut.tile.vector.p_TRELLIS_FF_Q", "npu.tile.vector"),
+    ("npu.tile.vector.requant.x[0]_TRELLIS_FF_Q_6", "npu.tile.vector.requant"),   # board
 ])
 def test_block_of(cell, block):
     assert block_of(cell) == block
@@ -370,3 +371,14 @@ def test_synth_pe_array_other_families(bundle, family):
         assert result.total.dsp == SMALLEST.rows * SMALLEST.cols
     else:                    # no DSP blocks: multipliers in LUTs
         assert result.total.dsp == 0
+
+
+def test_parse_nextpnr_report_of_the_board_build():
+    # saved from `npu board` (2x2, one queue, 12.5 MHz PLL clock): routed, with a critical path
+    parsed = parse_nextpnr_report(json.loads((DATA / "nextpnr_report_board.json").read_text()))
+    assert parsed["fmax_mhz"] == pytest.approx(34.86)
+    assert parsed["utilization"]["MULT18X18D"] == (31, 156)
+    crit = parsed["critical_path"]
+    assert crit["block"] == crit["from_block"] == "npu.tile.vector.requant"
+    assert crit["delay_ns"] == pytest.approx(28.687, abs=0.01)
+    assert 1000 / crit["delay_ns"] == pytest.approx(parsed["fmax_mhz"], rel=0.01)
