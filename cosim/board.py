@@ -53,10 +53,9 @@ __all__ = ["AXI4RAM", "UartRx", "UartTx", "UartCsrBridge", "NPUBoard", "build_bo
 BOARD_CLOCK_HZ = 25_000_000
 
 #: Default configuration of the board build (``npu board``): the smallest array, one command
-#: queue, 8 semaphores: 17k LUT4, routed in minutes. The command processor with the default 4
-#: queues and 16 semaphores is about 18k LUT4 by itself (per queue and engine a 288-bit
-#: command FIFO and a 32-bit semaphore comparison), and the 4x4 NPU with it did not route
-#: (nextpnr's router2 stalled at about 30,000 overused wires).
+#: queue, 8 semaphores: 17k LUT4, routed in about 3 minutes. Larger designs did not route:
+#: the 4x4 NPU stalled in nextpnr's router2 at about 30,000 overused wires with the default
+#: 4 queues and 16 semaphores, and at about 6,000 with one queue.
 BOARD_CONFIG = "2x2,spad_rows=64,acc_rows=64,dram_bytes=16384,n_queues=1,n_sems=8,trace_depth=16"
 
 #: Default clock of the NPU on the board, from the PLL: below the routed Fmax of the board
