@@ -107,8 +107,9 @@ def ecp5_pll(f_in_hz: float, f_out_hz: float) -> dict:
             if clkop is not None and (best is None or abs(out - f_out_hz) < best[0]):
                 best = (abs(out - f_out_hz), clki, clkfb, clkop, out)
     if best is None or best[0] > 0.01 * f_out_hz:
+        nearest = f" (nearest: {best[4] / 1e6:.4g} MHz)" if best else ""
         raise ValueError(f"no ECP5 PLL setting gives {f_out_hz / 1e6:g} MHz from "
-                         f"{f_in_hz / 1e6:g} MHz within 1%")
+                         f"{f_in_hz / 1e6:g} MHz within 1%{nearest}")
     _, clki, clkfb, clkop, out = best
     return {"CLKI_DIV": clki, "CLKFB_DIV": clkfb, "CLKOP_DIV": clkop,
             "CLKOP_CPHASE": (clkop - 1) // 2, "f_out_hz": out, "f_vco_hz": out * clkop}
