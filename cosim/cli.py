@@ -127,7 +127,8 @@ def _cmd_area(args: argparse.Namespace) -> int:
             rows.append(area(config, family=args.family, pnr=not args.no_pnr,
                              blocks=not args.no_blocks, hier=args.hier, freq_mhz=args.freq,
                              out_dir=Path(args.out) / config.name, device=args.device,
-                             route=not args.no_route))
+                             route=not args.no_route,
+                             timeout=args.timeout * 60 if args.timeout else None))
         except FpgaToolError as e:
             print(f"{config.name}: {e}", file=sys.stderr)
             return 1
@@ -253,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="place but do not route: Fmax is nextpnr's post-placement estimate "
                          "(marked ~), no critical path; for configurations whose routing takes "
                          "hours")
+    ar.add_argument("--timeout", type=float, metavar="MIN",
+                    help="stop any one tool run (synthesis, place and route) after MIN minutes; "
+                         "a stopped place and route is reported in the table and the sweep goes "
+                         "on (default: no limit)")
     ar.add_argument("--no-blocks", action="store_true",
                     help="leave out the per-block table (cells of the flat netlist attributed "
                          "by hierarchical name; costs no extra synthesis)")
