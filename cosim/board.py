@@ -435,8 +435,8 @@ class NPUBoard(wiring.Component):
         """The ``sync`` domain: the oscillator, or the PLL's ``CLKOP``.
 
         Its reset is held from configuration until the PLL locks (and two clock edges more),
-        and reaches the flip-flops through a ``DCCA`` global buffer: on fabric routing the
-        reset's thousands of loads kept nextpnr's router from converging.
+        and reaches its thousands of flip-flops through a ``DCCA`` buffer on a global network
+        rather than on fabric routing.
         """
         m.submodules.osc_buf = osc_buf = io.Buffer(
             "i", platform.request(platform.default_clk, 0, dir="-"))

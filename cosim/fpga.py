@@ -835,8 +835,8 @@ def write_pnr_harness(verilog: Path, top: str = "npu") -> Path:
     paths stay register to register, nothing is optimised away, and the harness adds
     :func:`harness_cost` flip-flops and an XOR tree. ``clk`` and ``rst`` stay pins; ``rst``
     reaches the NPU through an ECP5 ``DCCA`` buffer, so nextpnr puts it on a global network
-    (on fabric routing its ~8,500 flip-flop loads in the 4x4 NPU kept the router from
-    converging).
+    instead of fabric routing (about 8,500 flip-flop loads in the 4x4 NPU; that alone did not
+    make the 4x4 NPU routable).
     """
     text = verilog.read_text()
     ports = [p for p in top_ports(text, top) if p[1] not in ("clk", "rst")]
