@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from cosim.fpga import ECP5_DEVICES
 from cosim.harness import CosimError, CosimJobError
 from hw.config import NPUConfig
 from sw.backend import BackendError
@@ -143,6 +144,10 @@ def _cmd_area(args: argparse.Namespace) -> int:
         print("npu area: a tile memory did not map to RAM primitives (see MEMORY CHECK FAILED)",
               file=sys.stderr)
         return 1
+    if any(r.error for r in rows):
+        print("npu area: place and route failed for "
+              + ", ".join(r.config for r in rows if r.error), file=sys.stderr)
+        return 1
     return 0
 
 
@@ -229,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                          description="Generate Verilog with amaranth.back.verilog into "
                                      "OUT/<config name>/npu.v (top module 'npu').")
     ver.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
-                     help="one or more configurations (default 8x8)")
+                     help="one or more configurations, each ROWSxCOLS[,key=value...] "
+                          "(default 8x8; e.g. 4x4 or 16x16,spad_rows=8192)")
     ver.add_argument("--out", default="build/verilog", help="output folder (default %(default)s)")
     ver.add_argument("--lint", action="store_true",
                      help="also lint with verilator --lint-only -Wall (waivers: "
@@ -244,9 +250,14 @@ def main(argv: list[str] | None = None) -> int:
                     "per-block breakdown. Exit 1 if the scratchpad or the accumulator did not "
                     "map to RAM primitives. Large configurations take long (minutes to hours).")
     ar.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
-                    help="one or more configurations (default 8x8)")
-    ar.add_argument("--family", choices=("ecp5", "ice40", "generic"), default="ecp5")
-    ar.add_argument("--device", default="85k", help="nextpnr-ecp5 device (default %(default)s)")
+                    help="one or more configurations, each ROWSxCOLS[,key=value...] "
+                         "(default 8x8; e.g. 4x4 or 2x2,n_queues=1)")
+    ar.add_argument("--family", choices=("ecp5", "ice40", "generic"), default="ecp5",
+                    help="ecp5: synth_ecp5, then nextpnr-ecp5 (default); ice40: synth_ice40 "
+                         "-dsp (UltraPlus SB_MAC16), synthesis only; generic: 4-input LUTs and "
+                         "flip-flops, no DSP or block RAM, synthesis only")
+    ar.add_argument("--device", default="85k", choices=ECP5_DEVICES,
+                    help="nextpnr-ecp5 device (default %(default)s, the ULX3S 85F's part)")
     ar.add_argument("--freq", type=float, default=50.0,
                     help="P&R target clock in MHz (default %(default)s)")
     ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
@@ -280,8 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     bd.add_argument("--out", default="build/board", help="output folder (default %(default)s)")
     bd.add_argument("--no-bitstream", action="store_true", help="stop after place and route")
     bd.add_argument("--clock-mhz", type=float, default=DEFAULT_CLOCK_HZ / 1e6,
-                    help="NPU clock made by the ECP5 PLL from the 25 MHz oscillator "
-                         "(default %(default)s; the build fails if routing misses it)")
+                    help="NPU clock made by the ECP5 PLL from the 25 MHz oscillator, 25 x M / "
+                         "D MHz (e.g. 10, 12.5, 20, 25, 30; a frequency it cannot make is "
+                         "rejected with the nearest one); default %(default)s; the build fails "
+                         "if routing misses it")
     bd.set_defaults(func=_cmd_board)
 
     be = sub.add_parser(
@@ -316,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         _check_run_args(run, args)
+    elif args.command in ("area", "bench"):
+        _check_json_arg({"area": ar, "bench": be}[args.command], args)
+    if args.command == "area" and args.freq <= 0:
+        ar.error(f"--freq must be positive, got {args.freq:g}")
     try:
         return args.func(args)
     except (ValueError, OSError, NPUError, BackendError) as e:
@@ -379,7 +396,12 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          "non-square array")
         args.seq_len = args.seq_len or 32
         args.fill = args.fill or "repeat"
-    if args.json:
+    _check_json_arg(parser, args)
+
+
+def _check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject a ``--json`` path that cannot be written before the work starts."""
+    if getattr(args, "json", None):
         target = Path(args.json)
         if target.is_dir():
             parser.error(f"--json {args.json}: is a folder, give a file name")

@@ -45,7 +45,7 @@ __all__ = [
     "lint_verilator", "compile_icarus", "synthesize", "place_route", "pack_bitstream", "area",
     "format_area_table", "parse_yosys_stat", "parse_memory_mapping", "parse_nextpnr_report",
     "parse_nextpnr_log", "block_of", "TILE_MEMORIES", "check_memories", "blocks_from_netlist",
-    "KEY_BLOCKS", "BLOCKS_METHOD",
+    "KEY_BLOCKS", "BLOCKS_METHOD", "ECP5_DEVICE", "ECP5_DEVICES",
 ]
 
 FPGA_ROOT = BUILD_ROOT / "fpga"
@@ -60,6 +60,9 @@ TILE_MEMORIES = ("npu.tile.spad", "npu.tile.acc")
 
 #: Default ECP5 part: LFE5U-85F in the CABGA381 package, as on the ULX3S 85F.
 ECP5_DEVICE = "85k"
+#: nextpnr-ecp5's device options (LFE5U, LFE5UM and LFE5UM5G parts).
+ECP5_DEVICES = ("12k", "25k", "45k", "85k", "um-25k", "um-45k", "um-85k", "um5g-25k",
+                "um5g-45k", "um5g-85k")
 ECP5_PACKAGE = "CABGA381"
 
 # Cell types per resource class and family. A carry cell (CCU2C) holds two LUT4s.
@@ -1189,7 +1192,7 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
             p = place_route(flat.netlist, device=device, package=package, freq_mhz=freq_mhz,
                             timeout=timeout, route=route)
         except FpgaToolError as e:
-            row.error = str(e).splitlines()[0]
+            row.error = str(e)      # the tool's last log lines and the log's path
             seconds["pnr" if route else "place"] = None
         else:
             seconds["pnr" if route else "place"] = round(p.seconds, 2)
@@ -1202,14 +1205,15 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
 
 def format_area_table(rows: list[AreaRow]) -> str:
     """A plain-text table: one line per configuration, then the per-block breakdown."""
-    head = f"{'config':<28} {'family':<7} {'LUT4':>7} {'FF':>7} {'DSP':>4} {'BRAM':>5} " \
+    w = max([28, *(len(r.config) for r in rows)])
+    head = f"{'config':<{w}} {'family':<7} {'LUT4':>7} {'FF':>7} {'DSP':>4} {'BRAM':>5} " \
            f"{'LUTRAM':>6} {'Fmax MHz':>9}  critical block"
     lines = [head, "-" * len(head)]
     for r in rows:
         fmax = (f"{'' if r.fmax_routed else '~'}{r.fmax_mhz:.1f}" if r.fmax_mhz is not None
                 else "-")
         fmax = f"{fmax:>9}"
-        lines.append(f"{r.config:<28} {r.family:<7} {r.lut4:>7} {r.ff:>7} {r.dsp:>4} "
+        lines.append(f"{r.config:<{w}} {r.family:<7} {r.lut4:>7} {r.ff:>7} {r.dsp:>4} "
                      f"{r.bram:>5} {r.lutram:>6} {fmax}  {r.critical_block or '-'}")
     if any(r.fmax_mhz is not None and not r.fmax_routed for r in rows):
         lines.append("~ Fmax: nextpnr's estimate after placement (not routed)")

@@ -1,4 +1,4 @@
-"""`npu run` rejects bad arguments up front, with one-line messages (no build, no traceback)."""
+"""The CLI rejects bad arguments up front, with one-line messages (no build, no traceback)."""
 
 import pytest
 
@@ -36,3 +36,21 @@ def test_run_reports_runtime_errors_in_one_line(capsys):
     assert main(["run", "--backend", "model", "--config", "8x8,dram_bytes=4096"]) == 2
     err = capsys.readouterr().err
     assert "OutOfMemoryError" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["area", "--json", "/"], "is a folder"),
+    (["area", "--freq", "-1"], "--freq must be positive"),
+    (["area", "--device", "xyz"], "invalid choice: 'xyz'"),
+    (["bench", "--json", "/"], "is a folder"),
+])
+def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_board_rejects_a_clock_the_pll_cannot_make(capsys):
+    assert main(["board", "--clock-mhz", "16", "--out", "/nonexistent/board"]) == 2
+    assert "nearest: 15.62 MHz" in capsys.readouterr().err
