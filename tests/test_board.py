@@ -157,6 +157,15 @@ def test_axi4ram_bad_size(size):
 
 # -- UART -------------------------------------------------------------------------------------
 
+def byte_monitor(rx, got: list):
+    """A background testbench appending every byte ``rx`` (a :class:`UartRx`) delivers."""
+    async def monitor(ctx):
+        async for _, _, valid, data in ctx.tick().sample(rx.valid, rx.data):
+            if valid:
+                got.append(data)
+    return monitor
+
+
 def uart_waveform(byte: int, divisor: int) -> list[int]:
     """The 8N1 line level in each clock cycle of one frame: start, 8 data bits LSB first,
     stop."""
@@ -221,11 +230,6 @@ def test_uart_rx_decodes(divisor):
     dut = UartRx(divisor)
     got = []
 
-    async def monitor(ctx):
-        async for _, _, valid, data in ctx.tick().sample(dut.valid, dut.data):
-            if valid:
-                got.append(data)
-
     async def tb(ctx):
         await ctx.tick().repeat(5)
         for byte in BYTES:                       # back to back
@@ -234,7 +238,7 @@ def test_uart_rx_decodes(divisor):
         await uart_send(ctx, dut.rx, 0x3C, divisor)
         await ctx.tick().repeat(3 * divisor)
 
-    run(dut, tb, background=[monitor])
+    run(dut, tb, background=[byte_monitor(dut, got)])
     assert got == [*BYTES, 0x3C]
 
 
@@ -242,11 +246,6 @@ def test_uart_rx_drops_framing_error():
     divisor = 4
     dut = UartRx(divisor)
     got = []
-
-    async def monitor(ctx):
-        async for _, _, valid, data in ctx.tick().sample(dut.valid, dut.data):
-            if valid:
-                got.append(data)
 
     async def tb(ctx):
         for level in uart_waveform(0x42, divisor)[:-divisor] + [0] * divisor:   # stop bit low
@@ -257,7 +256,7 @@ def test_uart_rx_drops_framing_error():
         await uart_send(ctx, dut.rx, 0x24, divisor)
         await ctx.tick().repeat(3 * divisor)
 
-    run(dut, tb, background=[monitor])
+    run(dut, tb, background=[byte_monitor(dut, got)])
     # 0x42 is dropped; the low stop bit itself may then be taken for a start bit (0xFF)
     assert 0x42 not in got and got[-1] == 0x24
 
@@ -275,18 +274,13 @@ def test_uart_loopback_all_bytes():
     m.d.comb += rx.rx.eq(tx.tx)
     got = []
 
-    async def monitor(ctx):
-        async for _, _, valid, data in ctx.tick().sample(rx.valid, rx.data):
-            if valid:
-                got.append(data)
-
     async def tb(ctx):
         for byte in range(256):
             ctx.set(tx.data, byte)
             await handshake(ctx, tx.valid, tx.ready, limit=20 * divisor)
         await ctx.tick().repeat(20 * divisor)
 
-    run(m, tb, background=[monitor])
+    run(m, tb, background=[byte_monitor(rx, got)])
     assert got == list(range(256))
 
 
