@@ -54,3 +54,20 @@ def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
 def test_board_rejects_a_clock_the_pll_cannot_make(capsys):
     assert main(["board", "--clock-mhz", "16", "--out", "/nonexistent/board"]) == 2
     assert "nearest: 15.62 MHz" in capsys.readouterr().err
+
+
+def test_verilog_lint_without_icarus_skips_it(tmp_path, monkeypatch, capsys):
+    import cosim.fpga
+
+    real = cosim.fpga.find_tool
+
+    def no_iverilog(name):
+        if name == "iverilog":
+            raise cosim.fpga.ToolMissingError("iverilog not found: apt-get install -y iverilog")
+        return real(name)
+
+    monkeypatch.setattr(cosim.fpga, "find_tool", no_iverilog)
+    assert main(["verilog", "--config", "2x2,spad_rows=16,acc_rows=16", "--lint",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "verilator: clean" in out and "icarus: skipped, iverilog not found" in out
