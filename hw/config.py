@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .isa import MAX_QUEUES
+from hw.isa import MAX_QUEUES
 
 __all__ = ["NPUConfig", "next_pow2"]
 

@@ -12,8 +12,8 @@ from amaranth import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import NPUConfig
-from .isa import COUNTER_NAMES
+from hw.config import NPUConfig
+from hw.isa import COUNTER_NAMES
 
 __all__ = ["PerfCounters", "COUNTER_WIDTH"]
 

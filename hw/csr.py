@@ -10,14 +10,15 @@ from amaranth import Cat, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .bus import AXI4LiteSignature
-from .cmdproc import ENGINES, ErrorReport, TraceEntry
-from .config import NPUConfig
-from .isa import (
+from hw.bus import AXI4LiteSignature
+from hw.cmdproc import ENGINES, ErrorReport
+from hw.config import NPUConfig
+from hw.isa import (
     COUNTER_NAMES,
     CSR_ID_VALUE,
     CSR_VERSION_VALUE,
     Csr,
+    TraceEntry,
     counter_csr,
     queue_csr,
     sem_csr,

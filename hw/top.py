@@ -16,15 +16,15 @@ from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi_arbiter import AXI4Arbiter
-from .bus import AXI4LiteSignature, AXI4Signature
-from .cmdproc import CommandProcessor
-from .config import NPUConfig
-from .counters import PerfCounters
-from .csr import CSR_ADDR_BITS, CsrBlock
-from .dma import DMA
-from .isa import COUNTER_NAMES, ENGINE_NAMES
-from .tile import ComputeTile
+from hw.bus import AXI4LiteSignature, AXI4Signature
+from hw.bus.arbiter import AXI4Arbiter
+from hw.cmdproc import CommandProcessor
+from hw.config import NPUConfig
+from hw.counters import PerfCounters
+from hw.csr import CSR_ADDR_BITS, CsrBlock
+from hw.dma import DMA
+from hw.isa import COUNTER_NAMES, ENGINE_NAMES
+from hw.tile import ComputeTile
 
 __all__ = ["NPU", "connect_csr", "connect_counters", "counter_events", "RESOURCE_STALLS",
            "stall_source_name"]

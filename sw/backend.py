@@ -5,7 +5,7 @@ bulk access to device DRAM, and waiting for the interrupt line. The runtime (:mo
 only ever talks to a :class:`Backend`; it never touches simulator handles.
 
 Implementations: :class:`sw.model.ModelBackend` (functional ISA model, instant) and
-:class:`cosim.rtl_backend.RtlBackend` (cocotb + Verilator).
+:class:`cosim.tb.rtl_backend.RtlBackend` (cocotb + Verilator).
 """
 
 from typing import Protocol, runtime_checkable

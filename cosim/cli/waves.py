@@ -1,0 +1,162 @@
+"""``npu waves ...``: the waveform subcommands of the ``npu`` CLI (see :mod:`cosim.cli`).
+
+::
+
+    npu waves summarize FILE.vcd [--from C1] [--to C2] [--counters JSON] [--json OUT]
+
+``--counters`` takes counter values over the window, or a snapshot pair
+``{"before": dev.counters(), "after": dev.counters()}`` of the same traced run, whose
+difference is checked exactly over the cycles between the two snapshots.
+    npu waves gtkw FILE.vcd [-o OUT.gtkw]
+    npu waves cut FILE.vcd --from C1 --to C2 [-o OUT.vcd] [--time]
+    npu waves trace FILE.vcd [-o OUT.json] [--png OUT.png] [--cycle-ns NS]
+
+Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable file or a missing
+signal (the message says which line or signal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["add_parser"]
+
+
+def _summarize(args: argparse.Namespace) -> int:
+    from cosim.waves import check_counters, counter_delta, load_counters, summarize
+
+    counters = load_counters(args.counters) if args.counters else None
+    if counters is not None and {"before", "after"} <= set(counters):
+        # a snapshot pair of Device.counters(): the window is theirs, in CYCLES
+        if args.start is not None or args.end is not None:
+            print("npu waves summarize: --from/--to cannot be combined with a counter "
+                  "snapshot pair (its window is before.cycles .. after.cycles)",
+                  file=sys.stderr)
+            return 2
+        before, after = counters["before"], counters["after"]
+        s = summarize(args.file, start=int(before["cycles"]), end=int(after["cycles"]),
+                      unit="counter")
+        counters = counter_delta(before, after)
+    else:
+        s = summarize(args.file, start=args.start, end=args.end)
+    print(s.format(width=args.width))
+    status = 0
+    if counters is not None:
+        check = check_counters(s, counters)
+        print()
+        print(check.format())
+        status = 0 if check.ok else 1
+    if args.json:
+        Path(args.json).write_text(json.dumps(s.to_dict(), indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return status
+
+
+def _gtkw(args: argparse.Namespace) -> int:
+    from cosim.waves import write_gtkw
+
+    out, missing = write_gtkw(args.file, args.out)
+    print(out)
+    for m in missing:
+        print(f"note: no signal for {m}", file=sys.stderr)
+    return 0
+
+
+def _cut(args: argparse.Namespace) -> int:
+    from cosim.waves import cut
+
+    src = Path(args.file)
+    out = args.out or src.with_name(f"{src.stem}.{args.start}-{args.end}{src.suffix}")
+    r = cut(src, out, args.start, args.end, unit="time" if args.time else "cycle")
+    print(f"{r.out}: time {r.start_time}..{r.end_time}, read {r.bytes_in} bytes, "
+          f"wrote {r.bytes_out}")
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from cosim.waves import summarize
+    from cosim.waves.trace import timeline_png, write_chrome_trace
+
+    src = Path(args.file)
+    s = summarize(src)
+    out = Path(args.out or src.with_suffix(".trace.json"))
+    write_chrome_trace(out, s.records(), cycle_ns=args.cycle_ns,
+                       metadata={"source": str(src), "figures": s.figures()})
+    print(f"{out}: {len(s.records())} commands (open in https://ui.perfetto.dev)")
+    if args.png:
+        timeline_png(args.png, s.records(), title=src.name,
+                     busy={k: e.intervals for k, e in s.engines.items()})
+        print(args.png)
+    return 0
+
+
+def _guard(func):
+    def run(args: argparse.Namespace) -> int:
+        from cosim.waves.vcd import VcdError
+        try:
+            return func(args)
+        except (VcdError, FileNotFoundError, ValueError, TypeError) as e:
+            print(f"npu waves {args.waves_command}: {e}", file=sys.stderr)
+            return 2
+    return run
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``waves`` command (with its subcommands) to the ``npu`` parser."""
+    w = sub.add_parser("waves", help="summarize, cut, group and export VCD waveforms of runs",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ws = w.add_subparsers(dest="waves_command", required=True)
+
+    s = ws.add_parser("summarize", help="engine utilization and AXI traffic of a run",
+                      description="Stream a VCD of an NPU run: per-engine busy cycles, "
+                                  "utilization and timeline; AXI handshakes per channel and "
+                                  "bytes per cycle; optionally compare with counters.")
+    s.add_argument("file", help="VCD of an NPU run (e.g. waves/<run>.vcd)")
+    s.add_argument("--from", dest="start", type=int, default=None, metavar="CYCLE",
+                   help="first cycle counted (rising-edge index from 0)")
+    s.add_argument("--to", dest="end", type=int, default=None, metavar="CYCLE",
+                   help="count cycles before this one")
+    s.add_argument("--counters", metavar="JSON",
+                   help="counters of the same run, exit 1 on any difference: either values "
+                        "over the --from/--to window (names as in 'figures': cycles, "
+                        "busy.<engine>, retired.<engine>, stall.<engine>.<reason>, dma_busy, "
+                        "overlap, bytes_read, bytes_written, commands.<engine>, axi.<ch>) or "
+                        "a snapshot pair {\"before\": ..., \"after\": ...} of "
+                        "Device.counters(), checked over its own window (CYCLES before.cycles "
+                        "to after.cycles)")
+    s.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
+    s.add_argument("--width", type=int, default=60, help="timeline width in characters")
+    s.set_defaults(func=_guard(_summarize))
+
+    g = ws.add_parser("gtkw", help="write a GTKWave save file grouping the NPU's signals",
+                      description="Write <file>.gtkw (or -o) with groups for the command "
+                                  "processor, DMA, AXI channels, array and vector unit, "
+                                  "from the signals the VCD actually has.")
+    g.add_argument("file")
+    g.add_argument("-o", "--out", default=None)
+    g.set_defaults(func=_guard(_gtkw))
+
+    c = ws.add_parser("cut", help="copy a cycle window of a VCD into a smaller VCD",
+                      description="Stream FILE and write the window [--from, --to] with the "
+                                  "header and every value at the window start.")
+    c.add_argument("file")
+    c.add_argument("--from", dest="start", type=int, required=True, metavar="C1")
+    c.add_argument("--to", dest="end", type=int, required=True, metavar="C2")
+    c.add_argument("--time", action="store_true",
+                   help="C1 and C2 are VCD time units, not cycles")
+    c.add_argument("-o", "--out", default=None,
+                   help="output (default <stem>.<C1>-<C2>.vcd beside the input)")
+    c.set_defaults(func=_guard(_cut))
+
+    t = ws.add_parser("trace", help="Perfetto/Chrome trace (and PNG timeline) from a VCD",
+                      description="Command records from the VCD (engine handshakes and done "
+                                  "pulses) as a traceEvents JSON for ui.perfetto.dev.")
+    t.add_argument("file")
+    t.add_argument("-o", "--out", default=None, help="default <stem>.trace.json")
+    t.add_argument("--png", default=None, help="also draw a PNG timeline")
+    t.add_argument("--cycle-ns", type=float, default=1.0,
+                   help="ns per cycle in the trace (default 1: the viewer's ns are cycles)")
+    t.set_defaults(func=_guard(_trace))

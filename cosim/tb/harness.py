@@ -1,0 +1,330 @@
+"""Run synchronous runtime code on the RTL, from pytest or from the command line.
+
+:func:`run_on_rtl` builds the simulator for a configuration (cached, see :mod:`cosim.build`),
+starts one simulation of :mod:`cosim.tb.cocotb_entry`, which calls ``function(backend, **args)``
+with an :class:`cosim.tb.rtl_backend.RtlBackend`, and returns what the function returned.
+
+Arguments and results travel as JSON files in the run directory
+``build/<tag>/runs/<name>/`` (``spec.json``, ``result.json``, plus ``sim.log`` and the DRAM
+backdoor scratch file). Waveforms, when asked for, go to ``waves/<name>.vcd``.
+
+Command line::
+
+    python -m cosim.tb.harness JOB [--args JSON] [--config JSON] [--name NAME] [--waves]
+                                [--record PATH]
+
+``--record PATH`` records the host's pin activity for the native replay harness
+(``python -m cosim.tb.replay PATH``, see :mod:`cosim.tb.replay`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cosim.build import (
+    DEFAULT_DESIGN,
+    ROOT,
+    WAVES_ROOT,
+    CosimBuildError,
+    _runner_class,
+    build_sim,
+    design_tag,
+)
+from hw.config import NPUConfig
+
+__all__ = ["run_on_rtl", "run_job", "check_waves_window", "RunResult", "CosimError",
+           "CosimJobError", "main"]
+
+# Warnings are errors in the simulator process too; add narrow, named exceptions here.
+PYTHONWARNINGS = "error"
+# cocotb rewrites the asserts of every imported module by default ("*.py"), recompiling hw/, sw/
+# and amaranth on each start (about 1.5 s); detailed assert messages are kept for job modules.
+REWRITE_ASSERTION_FILES = "*_jobs.py"
+
+
+class CosimError(RuntimeError):
+    """The simulation itself failed (crashed, or ended without a result).
+
+    Attributes
+    ----------
+    log_path : Path
+        The simulator's output.
+    """
+
+    def __init__(self, message: str, log_path: Path):
+        super().__init__(f"{message} (log: {log_path})")
+        self.log_path = log_path
+
+
+class CosimJobError(CosimError):
+    """The job raised (or returned something that is not JSON). ``str()`` ends with the
+    job's traceback from the simulator process.
+
+    Attributes
+    ----------
+    error : str
+        ``"ExceptionType: message"`` of the job's exception.
+    job_traceback : str
+        The traceback text.
+    """
+
+    def __init__(self, job: str, error: str, job_traceback: str, log_path: Path):
+        super().__init__(f"job {job} failed on the RTL: {error}\n{job_traceback}", log_path)
+        self.error = error
+        self.job_traceback = job_traceback
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of one :func:`run_job`.
+
+    Attributes
+    ----------
+    result : object
+        What the job returned (JSON round-tripped).
+    cycles : int
+        Simulated clock cycles at the end of the job (including reset).
+    job_seconds : float
+        Wall time of the job inside the simulator, seconds.
+    build_seconds : float
+        Wall time spent on the (cached) build, seconds.
+    run_dir : Path
+        Where spec, result and log are.
+    waves : Path or None
+        The VCD file, if traced.
+    job_cpu_seconds : float or None
+        CPU time of the simulator process (simulation, cocotb and the job's Python) over the
+        same span; less disturbed than wall time when other processes share the cores.
+    recording : dict or None
+        With ``record=``: the summary of the recording (:meth:`cosim.tb.replay.Recorder.write`:
+        path in ``"path"``, events, cycles...).
+    """
+    result: object
+    cycles: int
+    job_seconds: float
+    build_seconds: float
+    run_dir: Path
+    waves: Path | None
+    recording: dict | None = None
+    job_cpu_seconds: float | None = None
+
+
+@contextlib.contextmanager
+def _repo_on_sys_path() -> Iterator[None]:
+    # runner.test() sets the simulator's PYTHONPATH from this process's sys.path.
+    added = str(ROOT) not in sys.path
+    if added:
+        sys.path.insert(0, str(ROOT))
+    try:
+        yield
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(str(ROOT))
+
+
+def _safe_name(name: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._")
+    if not safe:
+        raise ValueError(f"run name {name!r} has no usable characters")
+    return safe
+
+
+def check_waves_window(window: dict) -> dict:
+    """Validate a ``waves_window`` (see :func:`run_job`) and fill its defaults.
+
+    Raises
+    ------
+    ValueError
+        Unknown keys, both a cycle range and a kernel, a negative or empty cycle range, or an
+        occurrence below 1.
+    """
+    window = dict(window)
+    if set(window) - {"from", "to", "kernel", "occurrence"}:
+        raise ValueError(f"waves_window: unknown keys in {sorted(window)}")
+    if "kernel" in window:
+        if "from" in window or "to" in window:
+            raise ValueError("waves_window: give a cycle range or a kernel, not both")
+        window.setdefault("occurrence", 1)
+        if not window["kernel"] or int(window["occurrence"]) < 1:
+            raise ValueError(f"waves_window: bad kernel window {window}")
+        return window
+    first, last = int(window.get("from", 0)), window.get("to")
+    if first < 0 or (last is not None and int(last) <= first):
+        raise ValueError(f"waves_window: need 0 <= from < to, got from={first} to={last}")
+    return {"from": first, "to": None if last is None else int(last)}
+
+
+def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
+            waves: bool = False, design: str = DEFAULT_DESIGN,
+            internal_clock: bool = True, waves_window: dict | None = None,
+            record: Path | None = None) -> RunResult:
+    """Build (cached) and run ``job(backend, **args)`` on the RTL of ``design(config)``.
+
+    Parameters
+    ----------
+    config : NPUConfig
+    job : str
+        ``"module:function"``, importable from the repository root; the function takes an
+        :class:`~cosim.tb.rtl_backend.RtlBackend` and keyword arguments and returns a
+        JSON-serialisable value.
+    args : dict, optional
+        JSON-serialisable keyword arguments of the job.
+    name : str
+        Names the run directory and the VCD (``waves/<name>.vcd``).
+    waves : bool
+        Trace the whole design into ``waves/<name>.vcd`` (a separate, traced build).
+    design : str
+        ``"module:Class"`` of the design under test, ``hw.top:NPU`` by default.
+    internal_clock : bool
+        Use the clock generated inside the simulation (default; about 2x faster than
+        cocotb's ``Clock``, which ``False`` selects).
+    waves_window : dict, optional
+        Trace only a window (implies ``waves``): ``{"from": first_cycle, "to": last_cycle}``
+        (absolute clock cycles, ``"to"`` may be None: to the end) or ``{"kernel": name,
+        "occurrence": n}`` (the ``n``-th, from 1, :meth:`sw.runtime.Device.region` of that
+        name, e.g. ``"query"`` or ``"softmax"``). The VCD keeps absolute times.
+    record : Path, optional
+        Record the host's pin activity into this file for the native replay harness
+        (:mod:`cosim.tb.replay`); needs the internal clock.
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    CosimBuildError
+        If the build fails.
+    CosimJobError
+        If the job raised; the message carries its traceback.
+    CosimError
+        If the simulator crashed or ended without writing a result, or the window's kernel
+        never ran.
+    ValueError
+        If ``waves_window`` is malformed.
+    """
+    name = _safe_name(name)
+    if waves_window is not None:
+        waves_window = check_waves_window(waves_window)
+        waves = True
+    if record is not None and not internal_clock:
+        raise ValueError("recording needs the internal clock (the replay does not drive clk)")
+    args = dict(args or {})
+    json.dumps(args)  # fail here, not in the simulator
+    tag_dir = ROOT / "build" / design_tag(config, design)
+    sim = build_sim(config, waves=waves, design=design, internal_clock=internal_clock)
+
+    run_dir = tag_dir / "runs" / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = run_dir / "spec.json", run_dir / "result.json"
+    log_path = run_dir / "sim.log"
+    result_path.unlink(missing_ok=True)
+    dram_file = run_dir / "dram.hex"
+    spec_path.write_text(json.dumps({
+        "config": config.to_dict(), "job": job, "args": args,
+        "dram_file": str(dram_file), "internal_clock": internal_clock,
+        "waves_window": waves_window,
+        "record": str(Path(record).resolve()) if record is not None else None,
+        "design": design,
+    }))
+    vcd = None
+    test_args: list[str] = []
+    if waves:
+        WAVES_ROOT.mkdir(exist_ok=True)
+        vcd = WAVES_ROOT / f"{name}.vcd"
+        test_args = ["--trace-file", str(vcd)]
+
+    runner = _runner_class()()
+    with _repo_on_sys_path():
+        try:
+            runner.test(
+                test_module="cosim.tb.cocotb_entry", hdl_toplevel="tb_top",
+                hdl_toplevel_lang="verilog",
+                build_dir=sim.build_dir, test_dir=run_dir, waves=waves, test_args=test_args,
+                plusargs=[f"+npu_dram_file={dram_file}"],
+                extra_env={"NPU_COSIM_SPEC": str(spec_path),
+                           "NPU_COSIM_RESULT": str(result_path),
+                           "PYTHONWARNINGS": PYTHONWARNINGS,
+                           "COCOTB_REWRITE_ASSERTION_FILES": REWRITE_ASSERTION_FILES},
+                results_xml=str(run_dir / "results.xml"), log_file=log_path,
+                timescale=("1ns", "1ps"),
+            )
+        except SystemExit:
+            pass  # the runner exits under pytest when the cocotb test failed; see result.json
+        except (RuntimeError, OSError) as e:
+            raise CosimError(f"simulation of {name} could not run: {e}", log_path) from e
+    dram_file.unlink(missing_ok=True)  # scratch data can be large
+    Path(f"{dram_file}.out").unlink(missing_ok=True)
+
+    if not result_path.is_file():
+        raise CosimError(f"simulation of {name} ended without a result", log_path)
+    outcome = json.loads(result_path.read_text())
+    if not outcome["ok"]:
+        raise CosimJobError(job, outcome["error"], outcome["traceback"], log_path)
+    if waves_window and "kernel" in waves_window:
+        ran = outcome.get("regions", {}).get(waves_window["kernel"], 0)
+        if ran < waves_window["occurrence"]:
+            known = ", ".join(f"{k} x{v}" for k, v in outcome.get("regions", {}).items())
+            raise CosimError(f"waveform window: kernel {waves_window['kernel']!r} ran {ran} "
+                             f"times, occurrence {waves_window['occurrence']} was asked for "
+                             f"(kernels of this run: {known or 'none'}); {vcd} is empty",
+                             log_path)
+    recording = outcome.get("recording")
+    if recording is not None:
+        recording = dict(recording, path=str(Path(record).resolve()))
+    return RunResult(outcome["result"], outcome["cycles"], outcome["seconds"], sim.seconds,
+                     run_dir, vcd, recording, outcome.get("cpu_seconds"))
+
+
+def run_on_rtl(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
+               waves: bool = False, design: str = DEFAULT_DESIGN,
+               waves_window: dict | None = None) -> object:
+    """Run ``job(backend, **args)`` on the RTL and return what it returned.
+
+    Same parameters and errors as :func:`run_job` (which also reports cycles and timings).
+    """
+    return run_job(config, job, args, name=name, waves=waves, design=design,
+                   waves_window=waves_window).result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry: run one job on the RTL and print its JSON result."""
+    p = argparse.ArgumentParser(prog="python -m cosim.tb.harness", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("job", help="module:function taking (backend, **args)")
+    p.add_argument("--args", default="{}", help="JSON object of keyword arguments")
+    p.add_argument("--config", default="{}", help="JSON object of NPUConfig fields")
+    p.add_argument("--design", default=DEFAULT_DESIGN, help="module:Class of the design")
+    p.add_argument("--name", default=None, help="run name (default: the function name)")
+    p.add_argument("--waves", action="store_true", help="write waves/<name>.vcd")
+    p.add_argument("--record", type=Path, default=None,
+                   help="record the host's pin activity to PATH "
+                   "(replay: python -m cosim.tb.replay)")
+    ns = p.parse_args(argv)
+    config = NPUConfig(**json.loads(ns.config))
+    name = ns.name or ns.job.rpartition(":")[2]
+    try:
+        r = run_job(config, ns.job, json.loads(ns.args), name=name, waves=ns.waves,
+                    design=ns.design, record=ns.record)
+    except (CosimBuildError, CosimError) as e:
+        print(e, file=sys.stderr)
+        return 1
+    print(json.dumps({"result": r.result, "cycles": r.cycles, "job_seconds": r.job_seconds,
+                      "job_cpu_seconds": r.job_cpu_seconds, "build_seconds": r.build_seconds,
+                      "waves": str(r.waves) if r.waves else None,
+                      "recording": r.recording and {k: v for k, v in r.recording.items()
+                                                    if k not in ("args", "config", "signals")}},
+                     indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

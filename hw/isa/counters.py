@@ -1,0 +1,103 @@
+"""Performance counters: names, definitions, widths and their registers in the counter block."""
+
+from hw.isa.commands import ENGINE_NAMES
+from hw.isa.registers import Csr
+
+__all__ = ["STALL_REASONS", "ENGINE_STALLS", "COUNTER_NAMES", "TIMING_COUNTERS", "COUNTER_BITS",
+           "counter_csr", "engine_counter_csr"]
+
+
+#: Stall reasons, in register order (``Csr.CNT_STALL + 4 * index``):
+#:
+#: * ``sem``: the engine is idle (its ``busy`` is low) and cannot take a command although it
+#:   has one: at least one queue that is neither stopped (error latched) nor being reset holds
+#:   a command in this engine's FIFO, and the head command of every such queue waits on an
+#:   unsatisfied semaphore (``flags.wait`` and ``sem[wait_sem] < wait_value``). Commands
+#:   still in the command processor's stage or ring do not count.
+#: * ``dram_read``, ``dram_write``, ``spad``, ``acc``: the engine is busy and its block
+#:   reports that it waits for the DRAM read data / the DRAM write channel / a scratchpad port
+#:   / an accumulator port (``DMA.stall``, ``ComputeTile.stall``). A cycle may count under
+#:   several reasons if the block reports several at once.
+STALL_REASONS = ("sem", "dram_read", "dram_write", "spad", "acc")
+
+#: The (engine, stall reason) pairs that can happen and are counted. The other registers of
+#: the regular map always read 0 and are not in :data:`COUNTER_NAMES`.
+ENGINE_STALLS = {
+    "load": ("sem", "dram_read", "spad", "acc"),
+    "store": ("sem", "dram_write"),
+    "matrix": ("sem",),
+    "vector": ("sem", "acc"),
+}
+
+
+def _counter_names() -> tuple[str, ...]:
+    names = ["bytes_read", "bytes_written", "dma_busy", "overlap"]
+    for e in ENGINE_NAMES:
+        names += [f"busy.{e}", f"retired.{e}"] + [f"stall.{e}.{r}" for r in ENGINE_STALLS[e]]
+    return tuple(names)
+
+
+#: Every 32-bit event counter of the counter block, by its stable dotted name (``cycles``, the
+#: 64-bit ``CYCLES`` at the snapshot, comes on top). Units and definitions, per cycle ``c``:
+#:
+#: * ``bytes_read`` (bytes): ``axi_data_bytes`` per R handshake (``rvalid & rready``) on
+#:   the NPU's ``mem`` port -- every read burst, ring fetches included, whole beats;
+#: * ``bytes_written`` (bytes): the number of set ``wstrb`` bits per W handshake on ``mem``
+#:   (DMA stores and fence writes);
+#: * ``dma_busy`` (cycles): the load or the store channel is busy;
+#: * ``overlap`` (cycles): a DMA channel and the matrix engine are both busy;
+#: * ``busy.<engine>`` (cycles): the engine's ``busy`` is high (from the cycle after it took
+#:   a command to its ``done`` pulse, inclusive);
+#: * ``retired.<engine>`` (commands): ``done`` pulses of the engine: every command it
+#:   finished, with or without an error (also one whose queue was reset meanwhile);
+#: * ``stall.<engine>.<reason>`` (cycles): see :data:`STALL_REASONS`; only the pairs of
+#:   :data:`ENGINE_STALLS`.
+COUNTER_NAMES = _counter_names()
+
+#: The counters that measure time (cycles); the untimed functional model has none of them.
+TIMING_COUNTERS = ("cycles", "dma_busy", "overlap",
+                   *(n for n in COUNTER_NAMES if n.startswith(("busy.", "stall."))))
+
+#: Width of each counter in bits: they wrap modulo ``2 ** COUNTER_BITS[name]``.
+COUNTER_BITS = {"cycles": 64, **dict.fromkeys(COUNTER_NAMES, 32)}
+
+
+def engine_counter_csr(engine: int, reg: int) -> int:
+    """Byte offset of counter register ``reg`` (:attr:`Csr.CNT_BUSY`, :attr:`Csr.CNT_RETIRED`,
+    ``Csr.CNT_STALL + 4 * r``) of engine ``engine`` (index in :data:`ENGINE_NAMES`)."""
+    return Csr.CNT_ENGINE_BASE + engine * Csr.CNT_ENGINE_STRIDE + reg
+
+
+def counter_csr(name: str) -> int:
+    """Byte offset of the snapshot register of counter ``name`` (one of
+    :data:`COUNTER_NAMES`).
+
+    Raises
+    ------
+    KeyError
+        For an unknown name (the message lists the valid ones).
+    """
+    try:
+        return _COUNTER_CSRS[name]
+    except KeyError:
+        raise KeyError(f"unknown counter {name!r}; counters: {', '.join(COUNTER_NAMES)}"
+                       ) from None
+
+
+def _counter_csrs() -> dict[str, int]:
+    out = {"bytes_read": Csr.CNT_BYTES_READ, "bytes_written": Csr.CNT_BYTES_WRITTEN,
+           "dma_busy": Csr.CNT_DMA_BUSY, "overlap": Csr.CNT_OVERLAP}
+    for e, name in enumerate(ENGINE_NAMES):
+        out[f"busy.{name}"] = engine_counter_csr(e, Csr.CNT_BUSY)
+        out[f"retired.{name}"] = engine_counter_csr(e, Csr.CNT_RETIRED)
+        for reason in ENGINE_STALLS[name]:
+            out[f"stall.{name}.{reason}"] = engine_counter_csr(
+                e, Csr.CNT_STALL + 4 * STALL_REASONS.index(reason))
+    assert list(out) == list(COUNTER_NAMES)
+    assert max(out.values()) < Csr.CNT_END
+    assert engine_counter_csr(len(ENGINE_NAMES), 0) == Csr.CNT_END
+    assert Csr.CNT_STALL + 4 * len(STALL_REASONS) <= Csr.CNT_ENGINE_STRIDE
+    return out
+
+
+_COUNTER_CSRS = _counter_csrs()

@@ -1,0 +1,269 @@
+"""The CSR map of the NPU (AXI4-Lite, 32-bit registers, byte offsets) and the layout of every
+packed register and trace entry: one :class:`~amaranth.lib.data.Struct` each. The CSR block
+builds register values from these layouts; the functional model packs and the runtime unpacks
+them with :func:`hw.isa.pack_fields` / :func:`hw.isa.unpack_fields`. Nothing packs a field by
+hand anywhere else."""
+
+from amaranth.lib import data
+
+from hw.isa.commands import ErrorCode
+
+__all__ = ["Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "sem_csr",
+           "sem_last_csr", "trace_csr", "MAX_QUEUES",
+           "CfgArray", "CfgBus", "StatusWord", "ErrorWord", "QueueErrorWord", "TraceInfo",
+           "SemLast", "TraceEntry", "REGISTER_STRUCTS"]
+
+CSR_ID_VALUE = 0x4E505530       # "NPU0"
+CSR_VERSION_VALUE = 0x00020000  # 2.0: the PERF_* registers moved into the counter block
+
+
+class Csr:
+    """Byte offsets of the 32-bit CSRs on the AXI4-Lite ``csr`` port (12-bit address space).
+
+    Read-only configuration: ``CFG_ARRAY`` = rows | cols << 8 | n_queues << 16 | n_sems << 24;
+    ``CFG_SPAD`` = spad_rows; ``CFG_ACC`` = acc_rows; ``CFG_BUS`` = axi_data_bytes |
+    dma_outstanding << 8 | spad_row_bytes << 16 | acc_row_elems << 24; ``CFG_DRAM`` =
+    dram_bytes.
+
+    Global status and control (``0x020..0x04C``):
+
+    * ``STATUS``: bit 0 busy (some queue holds unretired commands), bit 1 error (some queue
+      has an error latched).
+    * ``ERR_CODE`` / ``ERR_CMD`` / ``ERR_ADDR``: the *first* error since it was last cleared
+      (compatibility view of the per-queue registers): :class:`ErrorCode` | queue << 8 |
+      opcode << 16; index of the failing command (commands fetched from that queue since its
+      last reset, from 0); the offending address (DRAM byte address, local row, semaphore id).
+      Cleared by ``CONTROL`` or by a ``QUEUE_RESET`` of the queue it names.
+    * ``IRQ_STATUS`` (write 1 to clear) and ``IRQ_ENABLE``: bits of :class:`IrqBit`; ``irq`` is
+      high while ``IRQ_STATUS & IRQ_ENABLE`` is non-zero.
+    * ``CYCLES_LO``/``CYCLES_HI``: free-running 64-bit cycle counter; reading ``CYCLES_LO``
+      latches ``CYCLES_HI``.
+    * ``CONTROL``: write bit 0 to reset every queue (as ``QUEUE_RESET`` with all bits), clear
+      every error and zero the semaphores and their ``SEM_LAST`` records.
+    * ``QUEUE_RESET`` (write-only): bit ``q`` resets queue ``q`` alone: its engine FIFOs and
+      staged command are dropped (a command already inside an engine finishes but neither
+      signals nor reports an error), ``HEAD := TAIL``, its command index restarts at 0 and
+      its error latch is cleared. Semaphores and the other queues are not touched.
+    * ``QUEUE_ERRORS`` / ``QUEUE_BUSY`` (read-only): bit ``q`` = queue ``q`` has an error
+      latched / holds unretired commands.
+
+    ``0x050..0x07F`` are free (the 1.x ``PERF_*`` registers moved into the counter block).
+
+    Command trace (``0x080..0x0BF``): one FIFO of ``trace_depth`` entries per engine, filled
+    when the engine retires a command; engine ``e`` at ``TRACE_BASE + TRACE_STRIDE * e``:
+    ``TRACE_INFO`` = valid << 31 | overflow << 30 | queue << 24 | command index[23:0] of the
+    oldest entry (valid = the FIFO is not empty; overflow = entries were dropped because the
+    FIFO was full, sticky until ``CONTROL``); ``TRACE_START`` / ``TRACE_END``: low 32 bits of
+    ``CYCLES`` when the engine took the command / pulsed ``done``; writing ``TRACE_POP``
+    drops the oldest entry.
+
+    Per queue ``q`` at :func:`queue_csr` (``QUEUE_BASE + QUEUE_STRIDE * q``): ``RING_BASE``
+    (32-byte aligned DRAM address), ``RING_SIZE`` (commands, a power of two >= 2), ``HEAD``
+    (read-only, next slot the device fetches), ``TAIL`` (doorbell: the host writes the slot
+    after its last command). The ring is empty when head == tail and holds at most
+    ``RING_SIZE - 1`` commands. ``WINDOW_BASE`` / ``WINDOW_LIMIT``: the DRAM window
+    ``[base, limit)`` the queue may touch (ring fetch, fence writes, DMA); ``WINDOW_LIMIT == 0``
+    means ``dram_bytes`` (the reset state: the whole DRAM). An access outside is a
+    ``WINDOW`` error and nothing is written. ``Q_STATUS``: bit 0 busy, bit 1 error latched.
+    ``Q_ERR_CODE`` (code | opcode << 16), ``Q_ERR_CMD``, ``Q_ERR_ADDR``: the queue's latched
+    error. ``Q_FETCHED``: commands fetched since the queue's last reset.
+
+    Performance counters (``CNT_BASE`` = ``0x500`` .. ``0x59F``, just above the registers of
+    :data:`MAX_QUEUES` queues): see :data:`COUNTER_NAMES` for the definitions. Every counter
+    is free-running from reset (never cleared by ``CONTROL``), 32 bits wide and wraps modulo
+    2**32, except the 64-bit cycle count; the difference of two snapshots taken less than
+    2**32 cycles (bytes) apart is exact modulo 2**32.
+
+    * ``CNT_SNAPSHOT`` (write-only, any value): copies every counter and ``CYCLES`` into the
+      snapshot registers in one clock edge, so one snapshot is one instant of the device.
+      The write takes effect in the cycle ``s`` in which the CSR block accepts it (the cycle
+      after both AW and W were taken); ``CNT_CYCLES`` then reads ``s`` (the value of
+      ``CYCLES`` in that cycle) and every other counter holds what happened in the cycles
+      ``c < s`` since reset (cycles, commands or bytes). The difference of snapshots at
+      ``s1 < s2`` therefore covers exactly the cycles ``s1 <= c < s2``: those in which
+      ``CYCLES`` reads ``s1`` .. ``s2 - 1`` (the edges a VCD tool counts, see
+      :mod:`cosim.waves`), and ``CNT_CYCLES`` differs by ``s2 - s1``.
+    * ``CNT_CYCLES_LO`` / ``CNT_CYCLES_HI``: ``CYCLES`` at the last snapshot (64-bit).
+    * ``CNT_BYTES_READ``, ``CNT_BYTES_WRITTEN``, ``CNT_DMA_BUSY``, ``CNT_OVERLAP`` and, per
+      engine ``e`` (index in :data:`ENGINE_NAMES`) at :func:`engine_counter_csr`
+      (``CNT_ENGINE_BASE + CNT_ENGINE_STRIDE * e``): ``CNT_BUSY``, ``CNT_RETIRED`` and the
+      stall counters at ``CNT_STALL + 4 * r`` for ``r`` the index in :data:`STALL_REASONS`.
+      All read the last snapshot (0 before the first). A stall register of a pair that is not
+      in :data:`ENGINE_STALLS` (e.g. ``matrix``/``dram_read``) always reads 0.
+
+    Layout: ``0x500`` SNAPSHOT, ``0x504``/``0x508`` CYCLES_LO/HI, ``0x50C`` reserved,
+    ``0x510`` BYTES_READ, ``0x514`` BYTES_WRITTEN, ``0x518`` DMA_BUSY, ``0x51C`` OVERLAP; engine
+    ``e`` (load, store, matrix, vector) at ``0x520 + 0x20 * e``: ``+0x00`` BUSY, ``+0x04``
+    RETIRED, ``+0x08`` stall sem, ``+0x0C`` dram_read, ``+0x10`` dram_write, ``+0x14`` spad,
+    ``+0x18`` acc, ``+0x1C`` reserved. :func:`counter_csr` maps a counter name to its
+    register.
+
+    Semaphore ``s`` reads at :func:`sem_csr` (read-only); ``SEM_LAST_BASE + 4 * s``: what last
+    incremented it: valid << 31 | queue << 24 | command index[23:0] (read-only; zeroed by
+    ``CONTROL``).
+    """
+    ID = 0x000
+    VERSION = 0x004
+    CFG_ARRAY = 0x008
+    CFG_SPAD = 0x00C
+    CFG_ACC = 0x010
+    CFG_BUS = 0x014
+    CFG_DRAM = 0x018
+    STATUS = 0x020
+    ERR_CODE = 0x024
+    ERR_CMD = 0x028
+    ERR_ADDR = 0x02C
+    IRQ_STATUS = 0x030
+    IRQ_ENABLE = 0x034
+    CYCLES_LO = 0x038
+    CYCLES_HI = 0x03C
+    CONTROL = 0x040
+    QUEUE_RESET = 0x044
+    QUEUE_ERRORS = 0x048
+    QUEUE_BUSY = 0x04C
+
+    TRACE_BASE = 0x080
+    TRACE_STRIDE = 0x10
+    TRACE_INFO = 0x0
+    TRACE_START = 0x4
+    TRACE_END = 0x8
+    TRACE_POP = 0xC
+
+    QUEUE_BASE = 0x100
+    QUEUE_STRIDE = 0x40
+    RING_BASE = 0x00
+    RING_SIZE = 0x04
+    HEAD = 0x08
+    TAIL = 0x0C
+    WINDOW_BASE = 0x10
+    WINDOW_LIMIT = 0x14
+    Q_STATUS = 0x18
+    Q_ERR_CODE = 0x1C
+    Q_ERR_CMD = 0x20
+    Q_ERR_ADDR = 0x24
+    Q_FETCHED = 0x28
+
+    CNT_BASE = 0x500
+    CNT_SNAPSHOT = 0x500        #: write: snapshot every counter (reads 0)
+    CNT_CYCLES_LO = 0x504
+    CNT_CYCLES_HI = 0x508
+    CNT_BYTES_READ = 0x510
+    CNT_BYTES_WRITTEN = 0x514
+    CNT_DMA_BUSY = 0x518
+    CNT_OVERLAP = 0x51C
+    CNT_ENGINE_BASE = 0x520
+    CNT_ENGINE_STRIDE = 0x20
+    CNT_BUSY = 0x00
+    CNT_RETIRED = 0x04
+    CNT_STALL = 0x08            #: + 4 * index in STALL_REASONS
+    CNT_END = 0x5A0             #: first offset after the counter block
+
+    SEM_BASE = 0x800
+    SEM_LAST_BASE = 0xC00
+
+
+class IrqBit:
+    FENCE = 1 << 0
+    ERROR = 1 << 1
+
+
+def queue_csr(queue: int, reg: int) -> int:
+    """Byte offset of register ``reg`` (e.g. :attr:`Csr.TAIL`) of command queue ``queue``."""
+    return Csr.QUEUE_BASE + queue * Csr.QUEUE_STRIDE + reg
+
+
+def sem_csr(sem: int) -> int:
+    """Byte offset of the read-only value of semaphore ``sem``."""
+    return Csr.SEM_BASE + 4 * sem
+
+
+def sem_last_csr(sem: int) -> int:
+    """Byte offset of the read-only record of what last incremented semaphore ``sem``."""
+    return Csr.SEM_LAST_BASE + 4 * sem
+
+
+def trace_csr(engine: int, reg: int) -> int:
+    """Byte offset of trace register ``reg`` (e.g. :attr:`Csr.TRACE_INFO`) of engine
+    ``engine`` (index in :data:`ENGINE_NAMES`)."""
+    return Csr.TRACE_BASE + engine * Csr.TRACE_STRIDE + reg
+
+
+#: Most command queues the register map has room for: the queue registers
+#: (``QUEUE_BASE + QUEUE_STRIDE * q``) end where the counter block starts. ``NPUConfig``
+#: checks ``n_queues`` against this.
+MAX_QUEUES = (Csr.CNT_BASE - Csr.QUEUE_BASE) // Csr.QUEUE_STRIDE
+
+
+
+# -- packed registers: one layout each ------------------------------------------------------------
+
+class CfgArray(data.Struct):
+    """``CFG_ARRAY`` (read-only): array size, queues and semaphores. ``n_sems`` is the low 8 bits
+    of :attr:`~hw.config.NPUConfig.n_sems` (256 reads 0)."""
+    rows: 8
+    cols: 8
+    n_queues: 8
+    n_sems: 8
+
+
+class CfgBus(data.Struct):
+    """``CFG_BUS`` (read-only): bus and row geometry."""
+    axi_data_bytes: 8
+    dma_outstanding: 8
+    spad_row_bytes: 8
+    acc_row_elems: 8
+
+
+class StatusWord(data.Struct):
+    """``STATUS`` (whole device) and ``Q_STATUS`` (one queue)."""
+    busy: 1     #: holds commands not yet retired
+    error: 1    #: an error is latched
+    _pad: 30
+
+
+class ErrorWord(data.Struct):
+    """``ERR_CODE``: the first error since it was cleared, and the queue it came from."""
+    code: ErrorCode
+    queue: 8
+    opcode: 8   #: opcode of the failing command (0 for a fetch error before decode)
+    _pad: 8
+
+
+class QueueErrorWord(data.Struct):
+    """``Q_ERR_CODE``: the queue's latched error."""
+    code: ErrorCode
+    _pad0: 8
+    opcode: 8
+    _pad1: 8
+
+
+class TraceInfo(data.Struct):
+    """``TRACE_INFO``: the oldest entry of an engine's trace FIFO."""
+    index: 24     #: command index in its queue, low 24 bits
+    queue: 6
+    overflow: 1   #: entries were dropped because the FIFO was full (sticky until ``CONTROL``)
+    valid: 1      #: the FIFO is not empty
+
+
+class SemLast(data.Struct):
+    """``SEM_LAST_BASE + 4 * s``: what last incremented semaphore ``s``."""
+    index: 24     #: command index in its queue, low 24 bits
+    queue: 7
+    valid: 1
+
+
+class TraceEntry(data.Struct):
+    """One retired engine command in an engine's trace FIFO (cycles are ``CYCLES[31:0]``);
+    read through ``TRACE_INFO`` / ``TRACE_START`` / ``TRACE_END``."""
+    index: 24
+    queue: 8
+    start: 32     #: cycle in which the engine took the command
+    end: 32       #: cycle of the engine's ``done`` pulse
+
+
+#: Every packed 32-bit register, by the :class:`Csr` name(s) it is read at.
+REGISTER_STRUCTS = {
+    "CFG_ARRAY": CfgArray, "CFG_BUS": CfgBus, "STATUS": StatusWord, "Q_STATUS": StatusWord,
+    "ERR_CODE": ErrorWord, "Q_ERR_CODE": QueueErrorWord, "TRACE_INFO": TraceInfo,
+    "SEM_LAST": SemLast,
+}

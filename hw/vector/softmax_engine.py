@@ -1,0 +1,324 @@
+"""Integer softmax engine (SOFTMAX) and the vector unit that hosts it beside REQUANT.
+
+The softmax is the base-2, deferred-normalization integer softmax of :class:`hw.isa.SoftmaxBody`:
+row max, ``2**-x`` from a ``2**F``-entry table plus a shift (Softermax, Stevens et al., DAC
+2021; I-BERT's range reduction, Kim et al., ICML 2021, with a table instead of a polynomial),
+exact row sum of the quantized values, one reciprocal per row by a restoring divider; the
+division by the row sum is applied later by REQUANT ``flags.row_scale`` on ``P @ V`` (as
+FlashAttention-style deferred normalization; TOOLCHAIN.md measured 25-27 dB this way).
+"""
+
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import ReadPort, WritePort
+from amaranth.lib.wiring import In
+from amaranth.utils import exact_log2
+
+from hw.bus import ArbitratedWriteSignature, EngineSignature
+from hw.config import NPUConfig
+from hw.isa import (
+    SOFTMAX_EXP_FRAC_BITS,
+    SOFTMAX_EXP_GUARD_BITS,
+    SOFTMAX_EXP_MAX_SHIFT,
+    SOFTMAX_RECIP_BITS,
+    Command,
+    ErrorCode,
+    Opcode,
+    softmax_exp_table,
+)
+from hw.local_mem import check_config, check_rows
+
+__all__ = ["exp2_lane", "SoftmaxEngine"]
+
+
+def exp2_lane(n, frac_bits: int = SOFTMAX_EXP_FRAC_BITS, guard_bits: int = SOFTMAX_EXP_GUARD_BITS,
+              max_shift: int = SOFTMAX_EXP_MAX_SHIFT):
+    """Combinational ``round(127 * 2**(-n / 2**F))`` of one lane (see :func:`sw.golden.exp2_int`).
+
+    ``n`` is an unsigned value; its low ``F`` bits index a ``2**F``-entry table, the integer
+    part ``q`` shifts; ``q >= max_shift`` gives 0 (never the last table entry). Returns an
+    unsigned 7-bit value.
+    """
+    table = Array(Const(v, 8 + guard_bits) for v in softmax_exp_table(frac_bits, guard_bits))
+    f = n[:frac_bits]
+    q = n[frac_bits:]
+    qs = q[:max_shift.bit_length() - 1] + guard_bits
+    one = Const(1, 8 + guard_bits + max_shift)
+    rounded = (table[f] + (one << (qs - 1).as_unsigned())) >> qs
+    return Mux(q < max_shift, rounded[:7], 0)
+
+
+class SoftmaxEngine(wiring.Component):
+    """SOFTMAX engine: the integer softmax of :class:`hw.isa.SoftmaxBody`, row by row.
+
+    Per score row ``i``:
+
+    1. ``MAX``: read the ``n_blocks`` accumulator rows of the row (one per cycle), mask each
+       lane (key ``k = b * cols + j`` is valid if ``k < kv_len`` and, if causal,
+       ``k <= q_offset + i``) and keep the running max of the valid scores;
+    2. ``EXP``: read them again; per lane (``cols`` parallel lanes): ``d = max - s`` (33 bits),
+       ``n = (d * mult + rnd) >> shift`` (one 33x16 multiplier per lane), ``p = exp2(n)``
+       (:func:`exp2_lane`); write the block's ``p`` to the scratchpad and add the lanes into the
+       exact row sum;
+    3. ``DIVIDE``: ``r = floor((2**32 + sum // 2) / sum)`` by a restoring divider, one quotient
+       bit per cycle (33 cycles; ``sum == 0`` -> ``r = 0``), collected in a ``cols``-entry
+       register; after every ``cols`` rows (and after the last row) the collected reciprocals
+       are written as one accumulator row. That write goes through the accumulator's shared
+       write port (``acc_wr.ready``, see :class:`hw.bus.ArbitratedWriteSignature`): the engine
+       stays in its row-end state, with the write request held, until ``ready`` is high (the
+       matrix engine has priority and never waits).
+
+    Two passes over the scores (instead of buffering a row) keep the engine's storage at a few
+    registers for any row length; the accumulator read port gives one block per cycle.
+
+    Latency per row: ``2 * n_blocks + 43`` cycles (start 1, max pass ``n_blocks + 2``, exponent
+    pass ``n_blocks + 4``, divider 35, row end 1); per command ``+ 3`` (accept, check,
+    retire); plus one cycle for every cycle a reciprocal row write waits for ``acc_wr.ready``
+    (none when no MATMUL writes the accumulator at the same time). The exponent pipeline is
+    4 registers deep (difference, multiply/shift, table/shift, write/sum). The P writes to the
+    scratchpad never wait (the vector unit has the scratchpad's write port first).
+
+    Errors (in this order, nothing written): opcode other than SOFTMAX -> ``BAD_OPCODE``;
+    ``n_rows == 0`` or ``n_blocks == 0`` does nothing; then the score rows, the P rows and the
+    scale rows outside their memory -> ``BAD_LOCAL_ADDR`` (``error_addr`` ``max(start,
+    depth)``).
+
+    Parameters
+    ----------
+    config : NPUConfig
+    exp_frac_bits : int
+        Table size ``2**F`` of the exponent. The ISA fixes :data:`hw.isa.SOFTMAX_EXP_FRAC_BITS`;
+        other values exist for the area/accuracy study (``cosim/softmax_cost.py``) only.
+
+    Members
+    -------
+    engine : ``In(EngineSignature())``
+    acc_rd : ``In(ReadPort.Signature(...))``
+        Reads score blocks.
+    acc_wr : ``In(ArbitratedWriteSignature(...))``
+        Writes the reciprocal rows; waits while ``ready`` is low.
+    spad_wr : ``In(WritePort.Signature(...))``
+        Writes P blocks.
+    """
+
+    def __init__(self, config: NPUConfig, exp_frac_bits: int = SOFTMAX_EXP_FRAC_BITS):
+        check_config(self, config)
+        if not isinstance(exp_frac_bits, int) or not 0 <= exp_frac_bits <= 10:
+            self._MustUse__silence = True
+            raise ValueError(f"exp_frac_bits must be an integer in 0..10, not {exp_frac_bits!r}")
+        self.config = config
+        self.exp_frac_bits = exp_frac_bits
+        acc = {"addr_width": exact_log2(config.acc_rows), "shape": config.acc_row_bytes * 8}
+        spad = {"addr_width": exact_log2(config.spad_rows), "shape": config.spad_row_bytes * 8}
+        super().__init__({
+            "engine": In(EngineSignature()),
+            "acc_rd": In(ReadPort.Signature(**acc)),
+            "acc_wr": In(ArbitratedWriteSignature(**acc)),
+            "spad_wr": In(WritePort.Signature(**spad)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        cols = cfg.cols
+        frac = self.exp_frac_bits
+
+        cmd = Signal(Command)
+        body = cmd.body.softmax
+        error = Signal(ErrorCode)
+        error_addr = Signal(32)
+
+        row = Signal(16)                 # current score row
+        row_pos = Signal(range(cols))    # row modulo cols (slot in the reciprocal register)
+        scale_addr = Signal(16)          # next reciprocal row
+        issued = Signal(17)              # block reads issued in this pass
+        rd_addr = Signal(16)             # next block read address
+        wr_addr = Signal(16)             # next P write address
+        written = Signal(17)             # P blocks written in this pass
+
+        # -- pass 1: masked running max ----------------------------------------------------------
+        acc = data.ArrayLayout(signed(32), cfg.acc_row_elems)(self.acc_rd.data)
+        ret = Signal()                   # a score block returns this cycle
+        iss_key = Signal(22)             # key index of lane 0 of the block read this cycle
+        m.d.sync += ret.eq(0)
+        kv_len = body.kv_len
+        limit = Signal.like(body.q_offset + row, name="limit")     # causal: keys <= limit
+        m.d.comb += limit.eq(body.q_offset + row)
+        # The key mask of a block is registered when its read is issued, so that it is ready
+        # when the data returns: the adders and comparators stay off the path from the
+        # accumulator's read data through the max tree (the board build's critical path).
+        valid = [Signal(name=f"valid{j}") for j in range(cols)]
+        for j in range(cols):
+            k = iss_key + j
+            m.d.sync += valid[j].eq((k < kv_len) & (~body.causal | (k <= limit)))
+        mx = Signal(signed(32))
+        # max(mx, valid lanes) as a tree of named signals. Every intermediate is a Signal:
+        # Amaranth's lowering copies a shared subexpression at each use, so a chain like
+        # ``Mux(acc[j] > prev, acc[j], prev)`` would grow as 2**cols (15 MB of Verilog at
+        # 16x16). An invalid lane counts as INT32_MIN, which never exceeds mx.
+        level = [mx]
+        for j in range(cols):
+            lane = Signal(signed(32), name=f"max_in{j}")
+            m.d.comb += lane.eq(Mux(valid[j], acc[j], -(1 << 31)))
+            level.append(lane)
+        depth = 0
+        while len(level) > 1:
+            nxt = []
+            for i in range(0, len(level) - 1, 2):
+                a, b = level[i], level[i + 1]
+                win = Signal(signed(32), name=f"max_t{depth}_{i // 2}")
+                m.d.comb += win.eq(Mux(b > a, b, a))
+                nxt.append(win)
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level, depth = nxt, depth + 1
+        lane_max = level[0]
+
+        # -- pass 2: exponent pipeline -------------------------------------------------------------
+        # e1: difference and mask
+        e1 = Signal()
+        d = Signal(data.ArrayLayout(unsigned(33), cols))
+        v1 = Signal(cols)
+        # e2: exponent units
+        e2 = Signal()
+        n = Signal(data.ArrayLayout(unsigned(49), cols))
+        v2 = Signal(cols)
+        # e3: table and shift
+        e3 = Signal()
+        p = Signal(data.ArrayLayout(unsigned(7), cols))
+        m.d.sync += [e1.eq(0), e2.eq(e1), e3.eq(e2)]
+        rnd_value = Mux(body.shift == 0, 0, Const(1, 64) << (body.shift - 1).as_unsigned()[:6])
+        rnd = Signal.like(rnd_value, name="exp_rnd")     # one for all lanes
+        m.d.comb += rnd.eq(rnd_value)
+        for j in range(cols):
+            m.d.sync += [d[j].eq(mx - acc[j]), v1[j].eq(valid[j])]
+            prod = d[j] * body.mult + rnd
+            m.d.sync += [n[j].eq(prod >> body.shift), v2[j].eq(v1[j])]
+            m.d.sync += p[j].eq(Mux(v2[j], exp2_lane(n[j], frac), 0))
+        row_sum = Signal(32)
+        block_sum = 0
+        for j in range(cols):
+            block_sum = block_sum + p[j]
+        out = Signal(data.ArrayLayout(unsigned(8), cfg.spad_row_bytes))
+        m.d.comb += [out[j].eq(p[j]) for j in range(cols)]
+        m.d.comb += [self.spad_wr.en.eq(e3), self.spad_wr.addr.eq(wr_addr),
+                     self.spad_wr.data.eq(out)]
+        with m.If(e3):
+            m.d.sync += [row_sum.eq(row_sum + block_sum), wr_addr.eq(wr_addr + body.stride),
+                         written.eq(written + 1)]
+
+        # -- reciprocal: restoring divider ---------------------------------------------------------
+        dividend = Signal(SOFTMAX_RECIP_BITS + 1)
+        rem = Signal(SOFTMAX_RECIP_BITS + 2)
+        quo = Signal(SOFTMAX_RECIP_BITS + 1)
+        div_bit = Signal(range(SOFTMAX_RECIP_BITS + 2))
+        recips = Signal(data.ArrayLayout(unsigned(32), cfg.acc_row_elems))
+        trial = Signal(SOFTMAX_RECIP_BITS + 2)
+        next_bit = dividend.bit_select((div_bit - 1).as_unsigned()[:6], 1)
+        m.d.comb += trial.eq(Mux(div_bit == 0, 0, (rem << 1) | next_bit))
+
+        m.d.comb += [self.acc_wr.en.eq(0), self.acc_wr.addr.eq(scale_addr),
+                     self.acc_wr.data.eq(recips)]
+
+        # -- range checks --------------------------------------------------------------------------
+        span = (body.n_blocks - 1) * body.stride + body.n_rows
+        bad_s, bad_s_row = check_rows(body.acc_row, span, cfg.acc_rows)
+        bad_p, bad_p_row = check_rows(body.spad_row, span, cfg.spad_rows)
+        bad_r, bad_r_row = check_rows(body.scale_row, (body.n_rows - 1) // cols + 1,
+                                      cfg.acc_rows)
+
+        # -- sequencer -----------------------------------------------------------------------------
+        m.d.comb += [self.engine.error.eq(error), self.engine.error_addr.eq(error_addr),
+                     self.acc_rd.en.eq(0), self.acc_rd.addr.eq(rd_addr)]
+        with m.FSM(name="softmax") as fsm:
+            with m.State("IDLE"):
+                m.d.comb += self.engine.cmd.ready.eq(1)
+                with m.If(self.engine.cmd.valid):
+                    m.d.sync += [cmd.eq(self.engine.cmd.payload), error.eq(ErrorCode.NONE),
+                                 error_addr.eq(0), row.eq(0), row_pos.eq(0), recips.eq(0)]
+                    m.next = "CHECK"
+
+            with m.State("CHECK"):
+                m.d.sync += scale_addr.eq(body.scale_row)
+                with m.If(cmd.header.opcode != Opcode.SOFTMAX):
+                    m.d.sync += error.eq(ErrorCode.BAD_OPCODE)
+                    m.next = "RETIRE"
+                with m.Elif((body.n_rows == 0) | (body.n_blocks == 0)):
+                    m.next = "RETIRE"
+                with m.Elif(bad_s):
+                    m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR), error_addr.eq(bad_s_row)]
+                    m.next = "RETIRE"
+                with m.Elif(bad_p):
+                    m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR), error_addr.eq(bad_p_row)]
+                    m.next = "RETIRE"
+                with m.Elif(bad_r):
+                    m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR), error_addr.eq(bad_r_row)]
+                    m.next = "RETIRE"
+                with m.Else():
+                    m.next = "ROW_START"
+
+            with m.State("ROW_START"):
+                m.d.sync += [issued.eq(0), rd_addr.eq(body.acc_row + row), iss_key.eq(0),
+                             mx.eq(-(1 << 31))]
+                m.next = "MAX_READ"
+
+            with m.State("MAX_READ"):
+                with m.If(issued != body.n_blocks):
+                    m.d.comb += self.acc_rd.en.eq(1)
+                    m.d.sync += [issued.eq(issued + 1), rd_addr.eq(rd_addr + body.stride),
+                                 ret.eq(1), iss_key.eq(iss_key + cols)]
+                with m.If(ret):
+                    m.d.sync += mx.eq(lane_max)
+                with m.If((issued == body.n_blocks) & ~ret):
+                    m.d.sync += [issued.eq(0), rd_addr.eq(body.acc_row + row), iss_key.eq(0),
+                                 wr_addr.eq(body.spad_row + row), written.eq(0), row_sum.eq(0)]
+                    m.next = "EXP_READ"
+
+            with m.State("EXP_READ"):
+                with m.If(issued != body.n_blocks):
+                    m.d.comb += self.acc_rd.en.eq(1)
+                    m.d.sync += [issued.eq(issued + 1), rd_addr.eq(rd_addr + body.stride),
+                                 ret.eq(1), iss_key.eq(iss_key + cols)]
+                with m.If(ret):
+                    m.d.sync += e1.eq(1)
+                with m.If(e3 & (written + 1 == body.n_blocks)):
+                    m.next = "DIV_START"
+
+            with m.State("DIV_START"):
+                m.d.sync += [dividend.eq((1 << SOFTMAX_RECIP_BITS) + (row_sum >> 1)),
+                             rem.eq(0), quo.eq(0), div_bit.eq(SOFTMAX_RECIP_BITS + 1)]
+                m.next = "DIVIDE"
+
+            with m.State("DIVIDE"):
+                with m.If(div_bit != 0):
+                    with m.If(trial >= row_sum):
+                        m.d.sync += [rem.eq(trial - row_sum), quo.eq((quo << 1) | 1)]
+                    with m.Else():
+                        m.d.sync += [rem.eq(trial), quo.eq(quo << 1)]
+                    m.d.sync += div_bit.eq(div_bit - 1)
+                with m.Else():
+                    m.d.sync += recips[row_pos].eq(Mux(row_sum == 0, 0, quo[:32]))
+                    m.next = "ROW_END"
+
+            with m.State("ROW_END"):
+                last = row + 1 == body.n_rows
+                flush = (row_pos == cols - 1) | last
+                # the reciprocal row write waits here for the accumulator's write port
+                with m.If(flush):
+                    m.d.comb += self.acc_wr.en.eq(1)
+                with m.If(~flush | self.acc_wr.ready):
+                    with m.If(flush):
+                        m.d.sync += [recips.eq(0), scale_addr.eq(scale_addr + 1)]
+                    m.d.sync += [row.eq(row + 1),
+                                 row_pos.eq(Mux(row_pos == cols - 1, 0, row_pos + 1))]
+                    with m.If(last):
+                        m.next = "RETIRE"
+                    with m.Else():
+                        m.next = "ROW_START"
+
+            with m.State("RETIRE"):
+                m.d.comb += self.engine.done.eq(1)
+                m.next = "IDLE"
+
+        m.d.comb += self.engine.busy.eq(~fsm.ongoing("IDLE"))
+        return m

@@ -1,0 +1,83 @@
+"""The vector unit: REQUANT and SOFTMAX behind one engine port."""
+
+from amaranth.hdl import Module, Mux
+from amaranth.lib import wiring
+from amaranth.lib.memory import ReadPort, WritePort
+from amaranth.lib.wiring import In
+from amaranth.utils import exact_log2
+
+from hw.bus import ArbitratedWriteSignature, EngineSignature
+from hw.config import NPUConfig
+from hw.isa import SOFTMAX_EXP_FRAC_BITS, Opcode
+from hw.local_mem import check_config
+from hw.vector.requant_engine import RequantEngine
+from hw.vector.softmax_engine import SoftmaxEngine
+
+__all__ = ["VectorUnit"]
+
+
+class VectorUnit(wiring.Component):
+    """The vector engine of the tile: :class:`~hw.vector.RequantEngine` (REQUANT) and
+    :class:`SoftmaxEngine` (SOFTMAX) behind one engine port.
+
+    A command goes to the softmax engine if its opcode is SOFTMAX, else to the requant engine
+    (which reports ``BAD_OPCODE`` for anything but REQUANT). The command processor gives an
+    engine one command at a time, so at most one of them is busy; the memory ports are
+    multiplexed by which one is busy (no extra latency).
+
+    Members
+    -------
+    engine : ``In(EngineSignature())``
+    acc_rd, acc_wr, spad_wr
+        As :class:`SoftmaxEngine` (``acc_wr`` is used by SOFTMAX only; its ``ready`` goes to
+        the softmax engine).
+    """
+
+    def __init__(self, config: NPUConfig, exp_frac_bits: int = SOFTMAX_EXP_FRAC_BITS):
+        check_config(self, config)
+        self.config = config
+        self.exp_frac_bits = exp_frac_bits
+        acc = {"addr_width": exact_log2(config.acc_rows), "shape": config.acc_row_bytes * 8}
+        spad = {"addr_width": exact_log2(config.spad_rows), "shape": config.spad_row_bytes * 8}
+        super().__init__({
+            "engine": In(EngineSignature()),
+            "acc_rd": In(ReadPort.Signature(**acc)),
+            "acc_wr": In(ArbitratedWriteSignature(**acc)),
+            "spad_wr": In(WritePort.Signature(**spad)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.requant = rq = RequantEngine(self.config)
+        m.submodules.softmax = sm = SoftmaxEngine(self.config, self.exp_frac_bits)
+
+        # -- command routing -----------------------------------------------------------------------
+        to_sm = self.engine.cmd.payload.header.opcode == Opcode.SOFTMAX
+        for e in (rq, sm):
+            m.d.comb += e.engine.cmd.payload.eq(self.engine.cmd.payload)
+        m.d.comb += [
+            sm.engine.cmd.valid.eq(self.engine.cmd.valid & to_sm),
+            rq.engine.cmd.valid.eq(self.engine.cmd.valid & ~to_sm),
+            self.engine.cmd.ready.eq(Mux(to_sm, sm.engine.cmd.ready, rq.engine.cmd.ready)),
+            self.engine.done.eq(rq.engine.done | sm.engine.done),
+            self.engine.busy.eq(rq.engine.busy | sm.engine.busy),
+            self.engine.error.eq(Mux(sm.engine.done, sm.engine.error, rq.engine.error)),
+            self.engine.error_addr.eq(Mux(sm.engine.done, sm.engine.error_addr,
+                                          rq.engine.error_addr)),
+        ]
+
+        # -- memory ports --------------------------------------------------------------------------
+        m.d.comb += [rq.acc_rd.data.eq(self.acc_rd.data), sm.acc_rd.data.eq(self.acc_rd.data)]
+        with m.If(sm.engine.busy):
+            m.d.comb += [self.acc_rd.en.eq(sm.acc_rd.en), self.acc_rd.addr.eq(sm.acc_rd.addr),
+                         self.spad_wr.en.eq(sm.spad_wr.en),
+                         self.spad_wr.addr.eq(sm.spad_wr.addr),
+                         self.spad_wr.data.eq(sm.spad_wr.data)]
+        with m.Else():
+            m.d.comb += [self.acc_rd.en.eq(rq.acc_rd.en), self.acc_rd.addr.eq(rq.acc_rd.addr),
+                         self.spad_wr.en.eq(rq.spad_wr.en),
+                         self.spad_wr.addr.eq(rq.spad_wr.addr),
+                         self.spad_wr.data.eq(rq.spad_wr.data)]
+        m.d.comb += [self.acc_wr.en.eq(sm.acc_wr.en), self.acc_wr.addr.eq(sm.acc_wr.addr),
+                     self.acc_wr.data.eq(sm.acc_wr.data), sm.acc_wr.ready.eq(self.acc_wr.ready)]
+        return m

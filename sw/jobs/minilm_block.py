@@ -1,0 +1,232 @@
+"""The main job: layer 0's Q, K and V projections of all-MiniLM-L6-v2 on real text.
+
+:func:`run_qkv_job` runs on any :class:`sw.backend.Backend` (the RTL under cocotb, or the
+functional model) and returns JSON-serialisable figures; :func:`format_report` prints them.
+"""
+
+import time
+
+import numpy as np
+
+from hw.config import NPUConfig
+from sw.backend import Backend
+from sw.kernels.linear import linear_with_stats
+from sw.models.minilm import DEFAULT_EVAL_TEXT, PROJECTIONS, calibrate_qkv, evaluate, load_minilm
+from sw.runtime import Device
+
+__all__ = ["run_qkv_job", "format_report", "run_attention_job", "format_attention_report"]
+
+
+def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None) -> dict:
+    """Quantize and run the three projections on ``backend``.
+
+    Parameters
+    ----------
+    backend : Backend
+        Where the commands execute.
+    config : dict
+        The :class:`NPUConfig` fields the device is expected to have (a mismatch with the
+        device's CSRs raises :class:`sw.runtime.ConfigMismatchError`).
+    text : str, optional
+        Evaluation sentence (default :data:`sw.models.minilm.DEFAULT_EVAL_TEXT`). The quantization
+        scales are calibrated on :data:`sw.models.minilm.DEFAULT_CALIBRATION_TEXT`, never on it.
+
+    Returns
+    -------
+    dict
+        ``{"backend", "config", "text", "tokens", "kernels": [{"name", "shape" (M, K, N),
+        "cycles", "macs", "utilization", "sqnr_db", "cosine", "bit_exact", "commands",
+        "host_seconds"}, ...]}``. Cycles are device clock cycles from the doorbell to the fence
+        interrupt (0 on the untimed model, where utilization is ``None``).
+    """
+    cfg = NPUConfig(**config)
+    text = text or DEFAULT_EVAL_TEXT
+    model = load_minilm()
+    quantized = calibrate_qkv(model)
+    x = model.embed(text)
+    device = Device(backend, expected_config=cfg)
+
+    kernels = []
+    for name in PROJECTIONS:
+        q = quantized[name]
+        x_int8 = q.quantize_input(x)
+        start = time.perf_counter()
+        with device.region(name):
+            out, stats = linear_with_stats(device, x_int8, q.w, q.bias, q.multiplier, q.shift)
+        host_seconds = time.perf_counter() - start
+        weight, bias = model.projection(name)
+        sqnr, cos = evaluate(q, x, weight, bias, out)
+        kernels.append(_kernel_record(name, x_int8, q.w, stats, sqnr, cos,
+                                      np.array_equal(out, q.golden(x_int8)))
+                       | {"host_seconds": round(host_seconds, 3)})
+    return {
+        "backend": backend.name,
+        "config": cfg.to_dict(),
+        "config_name": cfg.name,
+        "text": text,
+        "tokens": int(x.shape[0]),
+        "kernels": kernels,
+    }
+
+
+def _kernel_record(name: str, a, w, stats, sqnr: float, cos: float, exact: bool) -> dict:
+    """One linear kernel's figures: shape (M, K, N), cycles, MACs, utilization, accuracy."""
+    return {
+        "name": name,
+        "shape": [int(a.shape[0]), int(w.shape[0]), int(w.shape[1])],
+        "cycles": stats.cycles,
+        "macs": stats.macs,
+        "utilization": stats.utilization,
+        "sqnr_db": round(float(sqnr), 3),
+        "cosine": round(float(cos), 6),
+        "bit_exact": bool(exact),
+        "commands": stats.n_commands,
+    }
+
+
+def _kernel_table(kernels: list[dict], title: str, width: int) -> list[str]:
+    """Fixed-width lines for :func:`_kernel_record` entries, with a header."""
+    lines = [f"{title:<{width}}{'M x K x N':>16}{'cycles':>10}{'util':>8}{'SQNR dB':>9}"
+             f"{'cosine':>10}  bit-exact"]
+    for k in kernels:
+        util = "-" if k["utilization"] is None else f"{100 * k['utilization']:.1f}%"
+        shape = "x".join(str(v) for v in k["shape"])
+        lines.append(f"{k['name']:<{width}}{shape:>16}{k['cycles']:>10}{util:>8}"
+                     f"{k['sqnr_db']:>9.2f}{k['cosine']:>10.5f}  "
+                     f"{'yes' if k['bit_exact'] else 'NO'}")
+    return lines
+
+
+def format_report(result: dict) -> str:
+    """A fixed-width table of :func:`run_qkv_job`'s figures."""
+    lines = [
+        f"all-MiniLM-L6-v2 layer 0, {result['tokens']} tokens: {result['text']!r}",
+        f"NPU {result['config_name']} ({result['backend']} backend)",
+        "",
+        *_kernel_table(result["kernels"], "kernel", 8),
+    ]
+    if "wall_seconds" in result:
+        lines.append(f"\nwall time {result['wall_seconds']} s")
+    return "\n".join(lines)
+
+
+def run_attention_job(backend: Backend, *, config: dict, text: str | None = None,
+                      seq_len: int | None = 32, causal: bool = False,
+                      fill: str = "repeat") -> dict:
+    """The whole layer-0 self-attention block of all-MiniLM-L6-v2 on ``backend``.
+
+    Q, K, V projections (linear kernels), per head ``Q K^T`` / integer softmax / ``P V``
+    (:mod:`sw.kernels.attention`), the output projection (linear kernel). Scales are calibrated
+    on :data:`sw.models.minilm.DEFAULT_CALIBRATION_TEXT` (see :mod:`sw.models.attention_block`).
+
+    Parameters
+    ----------
+    seq_len : int, optional
+        Tokens ``L`` (see :func:`sw.models.attention_block.tokens_for_length`); None: the
+        text's own.
+    causal : bool
+        Causal mask.
+    fill : str
+        ``"repeat"`` the text or ``"pad"`` (masked ``[PAD]`` keys) to reach ``seq_len``.
+
+    Returns
+    -------
+    dict
+        ``{"backend", "config", "config_name", "text", "tokens", "kv_len", "causal",
+        "stages": [{"name", "cycles", "macs", "utilization", "launches"}], "kernels": [...]
+        (per projection, as :func:`run_qkv_job`), "sqnr_db", "cosine", "bit_exact"}``.
+        Utilization is ``None`` for the softmax stage (no MACs) and on the untimed model.
+    """
+    from sw.kernels.attention import attention_with_stats
+    from sw.models.attention_block import (
+        calibrate_block,
+        dequantize_output,
+        embed_ids,
+        float_block,
+        golden_block,
+        tokens_for_length,
+    )
+    from sw.quant import cosine, quantize, sqnr_db
+
+    cfg = NPUConfig(**config)
+    text = text or DEFAULT_EVAL_TEXT
+    model = load_minilm()
+    bq = calibrate_block(model)
+    ids, kv_len = tokens_for_length(model, text, seq_len, fill)
+    x = embed_ids(model, ids)
+    ref = float_block(model, x, kv_len, causal)
+    gold = golden_block(bq, x, kv_len, causal)
+    device = Device(backend, expected_config=cfg)
+    x_q = quantize(x, bq.x_scale)
+    pes = cfg.n_pes
+
+    def util(macs: int, cycles: int):
+        return macs / (cycles * pes) if cycles and macs else None
+
+    outs, kernels = {}, []
+    proj_cycles = proj_macs = 0
+    for name in ("query", "key", "value"):
+        p = bq.proj[name]
+        with device.region(name):
+            out, st = linear_with_stats(device, x_q, p.w, p.bias, p.multiplier, p.shift)
+        outs[name] = out
+        proj_cycles += st.cycles
+        proj_macs += st.macs
+        r = ref[name][:kv_len]
+        t = out[:kv_len] * p.out_scale
+        kernels.append(_kernel_record(name, x_q, p.w, st, sqnr_db(r, t), cosine(r, t),
+                                      np.array_equal(out, gold[name])))
+    ctx, ast = attention_with_stats(device, outs["query"], outs["key"], outs["value"],
+                                    heads=bq.heads, score_mult=bq.score_mult,
+                                    score_shift=bq.score_shift, out_mult=bq.pv_mult,
+                                    out_shift=bq.pv_shift, kv_len=kv_len, causal=causal)
+    p = bq.proj["output"]
+    with device.region("output"):
+        y, ost = linear_with_stats(device, ctx, p.w, p.bias, p.multiplier, p.shift)
+    stages = [{"name": "projections", "cycles": proj_cycles, "macs": proj_macs,
+               "utilization": util(proj_macs, proj_cycles), "launches": 3}]
+    labels = {"scores": "Q.K^T", "softmax": "softmax", "context": "P.V"}
+    for s, v in ast.stages.items():
+        stages.append({"name": labels[s], "cycles": v["cycles"], "macs": v["macs"],
+                       "utilization": util(v["macs"], v["cycles"]), "launches": v["launches"]})
+    stages.append({"name": "out proj", "cycles": ost.cycles, "macs": ost.macs,
+                   "utilization": ost.utilization, "launches": 1})
+    total_c = sum(s["cycles"] for s in stages)
+    total_m = sum(s["macs"] for s in stages)
+    stages.append({"name": "total", "cycles": total_c, "macs": total_m,
+                   "utilization": util(total_m, total_c), "launches": None})
+    r, t = ref["output"][:kv_len], dequantize_output(bq, y)[:kv_len]
+    rc, tc = ref["context"][:kv_len], (ctx * bq.ctx_scale)[:kv_len]
+    return {
+        "backend": backend.name, "config": cfg.to_dict(), "config_name": cfg.name,
+        "text": text, "tokens": int(len(ids)), "kv_len": int(kv_len), "causal": causal,
+        "stages": stages, "kernels": kernels,
+        "context_sqnr_db": round(float(sqnr_db(rc, tc)), 3),
+        "sqnr_db": round(float(sqnr_db(r, t)), 3), "cosine": round(float(cosine(r, t)), 6),
+        "bit_exact": bool(np.array_equal(ctx, gold["context"])
+                          and np.array_equal(y, gold["output"])
+                          and all(k["bit_exact"] for k in kernels)),
+    }
+
+
+def format_attention_report(result: dict) -> str:
+    """A fixed-width per-stage table of :func:`run_attention_job`'s figures."""
+    lines = [
+        f"all-MiniLM-L6-v2 layer-0 self-attention block, L={result['tokens']} "
+        f"(valid keys {result['kv_len']}{', causal' if result['causal'] else ''}): "
+        f"{result['text']!r}",
+        f"NPU {result['config_name']} ({result['backend']} backend)",
+        "",
+        *_kernel_table(result["kernels"], "projection", 11),
+    ]
+    lines += ["", f"{'stage':<13}{'cycles':>10}{'MACs':>12}{'util':>8}{'launches':>10}"]
+    for s in result["stages"]:
+        u = "n/a" if s["utilization"] is None else f"{100 * s['utilization']:.1f}%"
+        la = "" if s["launches"] is None else str(s["launches"])
+        lines.append(f"{s['name']:<13}{s['cycles']:>10}{s['macs']:>12}{u:>8}{la:>10}")
+    lines += ["", f"context SQNR {result['context_sqnr_db']:.2f} dB; block output vs float32: "
+              f"SQNR {result['sqnr_db']:.2f} dB, cosine {result['cosine']:.5f}; "
+              f"bit-exact with the golden model: {'yes' if result['bit_exact'] else 'NO'}"]
+    if "wall_seconds" in result:
+        lines.append(f"wall time {result['wall_seconds']} s")
+    return "\n".join(lines)

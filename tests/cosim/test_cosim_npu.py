@@ -1,0 +1,19 @@
+"""End-to-end smoke test of the real NPU (``hw.top.NPU``) on Verilator with the DRAM model."""
+
+from cosim.tb.harness import run_job
+from hw.config import NPUConfig
+
+
+def test_fence_through_the_ring():
+    r = run_job(NPUConfig(), "tests.support.cosim_jobs:fence_smoke", name="test_cosim_npu_fence")
+    assert r.result["fence"] == 0xC0FFEE01
+    assert r.result["head"] == 1
+    assert r.result["cycles_to_irq"] < 1000
+
+
+def test_runtime_on_rtl():
+    """sw.runtime.Device over RtlBackend: config discovery, upload, synchronize, download."""
+    config = NPUConfig()
+    r = run_job(config, "tests.support.cosim_jobs:runtime_roundtrip", name="test_cosim_npu_runtime")
+    assert r.result["config"] == config.name
+    assert r.result["sync_cycles"] > 0

@@ -1,0 +1,384 @@
+"""FPGA flows: reproducible Verilog bundle, lint, Icarus, ECP5 synthesis, report parsers.
+
+Tool runs use the smallest configuration (2x2, 16-row memories); its tile is synthesized for
+ECP5 by default (about 1 CPU-minute), the whole NPU only with ``NPU_FPGA_SLOW=1``. The
+parsers are tested on saved tool output in ``tests/data/`` (Yosys 0.70 ``stat -json`` and
+log lines, nextpnr 0.11 ``--report`` JSON and log), so they run without the tools. The
+memory-mapping log is from the real 2x2 NPU; the stat and nextpnr files are from a miniature
+with the NPU's hierarchy (``npu > tile > matrix > array`` and a scratchpad;
+``tests/data/mini_npu_gen.py.txt``) so that they stay small. Larger configurations are for
+``make area`` / ``npu area``, never for tests.
+"""
+
+import gc
+import json
+import os
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import pytest
+
+from cosim.fpga import (
+    TILE_MEMORIES,
+    FpgaToolError,
+    Resources,
+    ToolMissingError,
+    _abc9_error,
+    block_of,
+    check_memories,
+    compile_icarus,
+    find_tool,
+    format_area_table,
+    lint_verilator,
+    parse_memory_mapping,
+    parse_nextpnr_log,
+    parse_nextpnr_report,
+    parse_yosys_stat,
+    synthesize,
+    write_pnr_harness,
+    write_verilog,
+)
+from hw.board import PLL_PFD_HZ, PLL_VCO_HZ, NPUBoard, ecp5_pll
+from hw.config import NPUConfig
+
+DATA = Path(__file__).parents[1] / "data"
+SMALLEST = NPUConfig(rows=2, cols=2, spad_rows=16, acc_rows=16)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return write_verilog(SMALLEST, tmp_path_factory.mktemp("fpga") / SMALLEST.name)
+
+
+# -- Verilog bundle -----------------------------------------------------------------------------
+
+def test_bundle_files_and_reproducible(bundle, tmp_path):
+    assert bundle.filelist.read_text() == "npu.v\n"
+    desc = json.loads(bundle.config_json.read_text())
+    assert desc["top"] == "npu"
+    assert desc["parameters"] == SMALLEST.to_dict()
+    assert desc["derived"]["spad_bytes"] == SMALLEST.spad_bytes
+    assert "module npu(" in bundle.verilog.read_text()
+
+    again = write_verilog(SMALLEST, tmp_path / "again")   # a fresh conversion, no cache
+    for a, b in ((bundle.verilog, again.verilog), (bundle.filelist, again.filelist),
+                 (bundle.config_json, again.config_json)):
+        assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two runs"
+
+
+# -- lint and Icarus ----------------------------------------------------------------------------
+
+def test_verilator_lint_clean(bundle):
+    result = lint_verilator(bundle.verilog)
+    assert result.clean, f"lint findings {result.messages}, see {result.log}"
+
+
+def test_verilator_lint_reports_findings(tmp_path):
+    # the waivers are scoped to generated files: a hand-written file is fully linted
+    bad = tmp_path / "bad.v"
+    bad.write_text("module bad(input wire [7:0] a, output wire [3:0] y);\n"
+                   "  assign y = a;\nendmodule\n")
+    result = lint_verilator(bad, top="bad")
+    assert not result.clean
+    assert result.messages.get("WIDTHTRUNC") == 1
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None,
+                    reason="Icarus Verilog not installed (apt-get install -y iverilog)")
+def test_icarus_compiles(bundle):
+    result = compile_icarus(bundle.verilog)
+    assert result.clean, f"iverilog said {result.messages}, see {result.log}"
+
+
+def test_missing_tool_is_a_typed_error():
+    with pytest.raises(ToolMissingError, match="not found"):
+        find_tool("no-such-fpga-tool")
+
+
+def test_tool_failure_names_the_log(tmp_path):
+    broken = tmp_path / "broken.v"
+    broken.write_text("module npu(; endmodule\n")
+    with pytest.raises(FpgaToolError) as info:
+        synthesize(broken, "generic", out_dir=tmp_path / "synth")
+    assert info.value.log_path is not None and info.value.log_path.is_file()
+    assert str(info.value.log_path) in str(info.value)
+
+
+def test_unknown_family():
+    with pytest.raises(ValueError, match="family"):
+        synthesize(Path("npu.v"), "virtex")
+
+
+# -- ECP5 synthesis of the smallest configuration -----------------------------------------------
+
+@pytest.mark.skipif(
+    os.environ.get("NPU_FPGA_SLOW") != "1",
+    reason="ECP5 synthesis of the whole 2x2 NPU takes minutes (about 3 min of Yosys CPU with "
+           "classic ABC; the command processor's queues dominate); the tile alone is "
+           "synthesized by default (test_synth_ecp5_smallest_tile); set NPU_FPGA_SLOW=1")
+def test_synth_ecp5_smallest(bundle):
+    # classic ABC: Yosys 0.70's ABC9 spends ~10 min on this netlist and then fails an
+    # assertion (synthesize() would fall back to ABC by itself, after that attempt)
+    result = synthesize(bundle.verilog, "ecp5", abc9=False)
+    assert result.mapper == "abc" and result.notes == []
+    assert result.total.lut4 > 0 and result.total.ff > 0
+    # 2x2 array: 4 int8 x int8 products plus the requantizer's multipliers on DSP blocks
+    assert result.total.dsp >= 4
+    # one write port per memory: scratchpad and accumulator in block RAM, one copy per read
+    # port (spad: 2, acc: 3)
+    names = {m.name: m for m in result.memories}
+    assert {"npu.tile.spad", "npu.tile.acc"} <= set(names)
+    assert check_memories(result.memories) == []
+    assert result.total.bram >= 5
+    assert result.blocks["npu.tile.matrix.array"].dsp == SMALLEST.rows * SMALLEST.cols
+    assert result.netlist.is_file()
+
+
+def test_abc9_error_detection():
+    log = ("2.46. Executing ABC9 pass.\n2.46.18.7. Executing ABC_OPS_REINTEGRATE pass (x).\n"
+           "ERROR: Assert `GetSize(a) == GetSize(b)' failed in rtlil.cc:3091.\n")
+    assert _abc9_error(log).startswith("ERROR: Assert")
+    assert _abc9_error(log.replace("ERROR", "Info")) is None
+    other = "2.46. Executing ABC9 pass.\n2.47. Executing CHECK pass.\nERROR: Found 1 problem.\n"
+    assert _abc9_error(other) is None
+    assert _abc9_error("2.3. Executing PROC pass.\nERROR: x\n") is None
+
+
+def test_synth_ecp5_smallest_tile(bundle):
+    """ECP5 synthesis (``synth_ecp5``, ABC9) of the smallest tile, run by default.
+
+    The tile holds everything whose mapping matters: the PE array's multipliers must become
+    MULT18X18D blocks and the scratchpad and accumulator DP16KD block RAM (one write port
+    each). The whole NPU (``test_synth_ecp5_smallest``) adds the command processor, DMA and
+    CSRs and takes several minutes.
+    """
+    result = synthesize(bundle.verilog, "ecp5", top="npu.tile")
+    assert check_memories(result.memories) == []
+    mems = {m.name: m for m in result.memories}
+    assert all("16KD" in mems[name].cell for name in TILE_MEMORIES)   # DP16KD, PDPW16KD
+    assert result.cells.get("DP16KD", 0) >= 2
+    array = result.blocks["npu.tile.matrix.array"]
+    assert array.dsp == SMALLEST.rows * SMALLEST.cols    # one MULT18X18D per PE
+    assert result.cells.get("MULT18X18D", 0) >= array.dsp
+    assert result.blocks["npu.tile.spad"].bram >= 1 and result.blocks["npu.tile.acc"].bram >= 1
+    assert result.blocks["npu.tile"] == result.total
+
+
+# -- parsers on saved output --------------------------------------------------------------------
+
+def test_parse_yosys_stat_hierarchy():
+    stat = json.loads((DATA / "yosys_stat_hier.json").read_text())
+    blocks, design = parse_yosys_stat(stat)
+    assert design == blocks["npu"]
+    # a parent block includes its children
+    tile, array = blocks["npu.tile"], blocks["npu.tile.matrix.array"]
+    for cell, n in array.items():
+        assert tile.get(cell, 0) >= n
+    assert not any(k.lstrip("\\").startswith("npu.") for k in design)  # instances expanded
+    r = Resources.from_cells("ecp5", design)
+    assert r.lut4 == design.get("LUT4", 0) + 2 * design.get("CCU2C", 0)
+    assert r.ff == design.get("TRELLIS_FF", 0)
+
+
+def test_parse_yosys_stat_rejects_other_json():
+    with pytest.raises(ValueError, match="stat -json"):
+        parse_yosys_stat({"foo": 1})
+    with pytest.raises(ValueError, match="'top'"):
+        parse_yosys_stat({"modules": {"\\a": {"num_cells_by_type": {}}}}, top="top")
+
+
+def test_parse_memory_mapping():
+    log = (DATA / "yosys_ecp5_libmap.log").read_text()
+    mems = {m.name: m for m in parse_memory_mapping(log)}
+    assert mems["npu.tile.spad"].kind == "logic"
+    assert mems["npu.tile.acc"].kind == "logic"
+    fifo = [m for name, m in mems.items() if "fifo" in name]
+    assert fifo and all(m.kind == "lutram" for m in fifo)
+    assert not any(name.startswith("$") or ".$" in name for name in mems)
+    synthetic = "mapping memory npu.tile.spad via $__ECP5_PDPW16KD_\n"
+    assert parse_memory_mapping(synthetic)[0].kind == "bram"
+
+
+def test_check_memories():
+    # the old tile (several write ports per memory): both memories became flip-flops
+    old = parse_memory_mapping((DATA / "yosys_ecp5_libmap.log").read_text())
+    problems = check_memories(old)
+    assert len(problems) == 2 and all("flip-flops" in p for p in problems)
+    # one write port per memory (4x4, 4096 x 32-bit scratchpad, 1024 x 128-bit accumulator)
+    new = parse_memory_mapping((DATA / "yosys_ecp5_libmap_4x4.log").read_text())
+    assert {m.name: m.kind for m in new if m.name in TILE_MEMORIES} == dict.fromkeys(
+        TILE_MEMORIES, "bram")
+    assert check_memories(new) == [] and check_memories(new, lutram_ok=False) == []
+    # a memory with no mapping line (renamed, or turned into registers before mapping) fails
+    assert check_memories(new, ("npu.tile.gone",)) == [
+        "npu.tile.gone: no memory mapping in the synthesis log"]
+    lut = parse_memory_mapping("mapping memory npu.tile.spad via $__TRELLIS_DPR16X4_\n"
+                               "mapping memory npu.tile.acc via $__DP16KD_\n")
+    assert check_memories(lut) == [
+        "npu.tile.spad: mapped to lutram ($__TRELLIS_DPR16X4_), not block RAM"]
+    assert check_memories(lut, lutram_ok=True) == []
+
+
+def test_parse_nextpnr_report():
+    report = json.loads((DATA / "nextpnr_report.json").read_text())
+    parsed = parse_nextpnr_report(report)
+    assert 1.0 < parsed["fmax_mhz"] < 1000.0
+    used, available = parsed["utilization"]["TRELLIS_COMB"]
+    assert 0 < used <= available
+    crit = parsed["critical_path"]
+    assert crit["block"].startswith("npu")
+    assert crit["delay_ns"] == pytest.approx(crit["logic_ns"] + crit["routing_ns"], abs=0.01)
+
+
+def test_parse_nextpnr_log():
+    parsed = parse_nextpnr_log((DATA / "nextpnr.log").read_text())
+    assert parsed["fmax_mhz"] is not None
+    # the post-route figure (the last one printed) wins
+    report = parse_nextpnr_report(json.loads((DATA / "nextpnr_report.json").read_text()))
+    assert parsed["fmax_mhz"] == pytest.approx(report["fmax_mhz"], abs=0.01)
+    assert "TRELLIS_COMB" in parsed["utilization"]
+
+
+@pytest.mark.parametrize("cell, block", [
+    ("tile.matrix.array.pe0_1_psum_TRELLIS_FF_Q", "npu.tile.matrix.array"),
+    ("$flatten\\tile.\\vector.$mul$npu.v:123$45", "npu.tile.vector"),
+    ("csr_rdata_TRELLIS_FF_Q", "npu"),
+    ("tile.matrix.array.$1_MULT18X18D_P9", "npu.tile.matrix.array"),
+    ("tile.spad.0.0", "npu.tile.spad"),
+    ("dut.tile.vector.p_TRELLIS_FF_Q", "npu.tile.vector"),
+    ("npu.tile.vector.requant.x[0]_TRELLIS_FF_Q_6", "npu.tile.vector.requant"),   # board
+])
+def test_block_of(cell, block):
+    assert block_of(cell) == block
+
+
+def test_format_area_table():
+    from cosim.fpga import AreaRow
+    row = AreaRow("2x2", "ecp5", 100, 50, 4, 0, 8, fmax_mhz=61.5, critical_block="npu.tile",
+                  memories_not_in_bram=["npu.tile.spad (logic)"], seconds={"synth": 1.0})
+    row.blocks = {"npu": vars(Resources(100, 50, 4)), "npu.tile.spad": vars(Resources(bram=2)),
+                  "npu.tile.matrix.array": vars(Resources(40, 20, 4))}
+    row.blocks_method = "by cell name"
+    text = format_area_table([row])
+    assert "61.5" in text and "npu.tile.spad (logic)" in text
+    assert "PE array" in text and "scratchpad" in text and "method: by cell name" in text
+    assert "~" not in text
+    placed = AreaRow("4x4", "ecp5", 100, 50, 4, 0, 8, fmax_mhz=19.47, fmax_routed=False)
+    text = format_area_table([row, placed])
+    assert "~19.5" in text and "estimate after placement" in text
+
+
+def test_blocks_from_netlist():
+    from cosim.fpga import blocks_from_netlist
+    top = {"attributes": {"top": "00000000000000000000000000000001"}, "cells": {
+        "dut": {"type": "$scopeinfo"},
+        "dut.tile": {"type": "$scopeinfo"},
+        "dut.tile.matrix": {"type": "$scopeinfo"},
+        "dut.tile.matrix.array": {"type": "$scopeinfo"},
+        "dut.tile.matrix.array.pe0_0_psum_TRELLIS_FF_Q": {"type": "TRELLIS_FF"},
+        "dut.tile.matrix.array.$1_MULT18X18D_P9": {"type": "MULT18X18D"},
+        # a struct field's dots are not a block: the cell counts for the enclosing block
+        "dut.tile.matrix.cmd.body.x_LUT4_Z": {"type": "LUT4"},
+        "dut.tile.spad.0.0": {"type": "DP16KD"},
+        "dut.tile.acc.1.0": {"type": "DP16KD"},
+        "dut.tile.acc_rdata_CCU2C_S0": {"type": "CCU2C"},
+        "$abc$123$lut": {"type": "LUT4"},          # no hierarchy left: top only
+        "outs_q_TRELLIS_FF_Q": {"type": "TRELLIS_FF"},   # the P&R harness
+    }}
+    blocks = blocks_from_netlist({"modules": {"pnr_top": top, "npu": {"cells": {}}}}, "ecp5")
+    assert blocks["npu.tile.matrix.array"] == Resources(lut4=0, ff=1, dsp=1)
+    assert blocks["npu.tile.matrix"] == Resources(lut4=1, ff=1, dsp=1)
+    assert blocks["npu.tile.spad"].bram == 1 and blocks["npu.tile.acc"].bram == 1
+    assert blocks["npu.tile"] == Resources(lut4=3, ff=1, dsp=1, bram=2)
+    assert blocks["npu"] == Resources(lut4=4, ff=2, dsp=1, bram=2)
+    assert "npu.tile.matrix.cmd" not in blocks
+
+
+@pytest.mark.parametrize("mhz", [10, 12.5, 20, 25, 50])
+def test_ecp5_pll_settings_in_range(mhz):
+    p = ecp5_pll(25e6, mhz * 1e6)
+    assert p["f_out_hz"] == 25e6 * p["CLKFB_DIV"] / p["CLKI_DIV"] == pytest.approx(mhz * 1e6)
+    assert PLL_PFD_HZ[0] <= 25e6 / p["CLKI_DIV"] <= PLL_PFD_HZ[1]
+    assert p["f_vco_hz"] == p["f_out_hz"] * p["CLKOP_DIV"]
+    assert PLL_VCO_HZ[0] <= p["f_vco_hz"] <= PLL_VCO_HZ[1]
+    assert p["CLKOP_CPHASE"] == (p["CLKOP_DIV"] - 1) // 2
+
+
+def test_ecp5_pll_matches_ecppll():
+    # "ecppll -i 12 -o 16" (Project Trellis), as checked in by olofk/serv (ecp5_evn_pll.v)
+    p = ecp5_pll(12e6, 16e6)
+    assert (p["CLKI_DIV"], p["CLKFB_DIV"], p["CLKOP_DIV"], p["CLKOP_CPHASE"]) == (3, 4, 37, 18)
+
+
+def test_ecp5_pll_unreachable_frequency():
+    # 25 * fb / clki = 16 needs clki = 25: a 1 MHz phase detector input, below 3.125 MHz
+    with pytest.raises(ValueError, match=r"16 MHz from 25 MHz within 1% \(nearest: 15.62 MHz\)"):
+        ecp5_pll(25e6, 16e6)
+
+
+def test_board_elaborates_for_ulx3s_with_pll():
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+    board = NPUBoard(NPUConfig(rows=2, cols=2, spad_rows=16, acc_rows=16, dram_bytes=4096),
+                     clock_hz=20_000_000)
+    assert board.clock_hz == 20e6 and board.divisor == round(20e6 / 115200)
+    plan = ULX3S_85F_Platform().prepare(board, name="top")
+    rtlil = plan.files["top.il"]
+    assert "EHXPLLL" in rtlil and "DCCA" in rtlil    # the reset on a global network
+    for name, value in ecp5_pll(25e6, 20e6).items():
+        if name.isupper():
+            assert f"parameter \\{name} {value}" in rtlil
+
+
+def test_board_clock_the_pll_cannot_make():
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+    board = NPUBoard(NPUConfig(rows=2, cols=2, spad_rows=16, acc_rows=16, dram_bytes=4096),
+                     clock_hz=24_900_000)
+    with pytest.raises(ValueError, match="nearest is 25000000 Hz"):
+        ULX3S_85F_Platform().prepare(board, name="top")
+    # the half-elaborated design is garbage now; its "never used" warnings are expected
+    del board
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gc.collect()
+
+
+def test_pnr_harness_elaborates_with_reset_on_a_global(bundle):
+    harness = write_pnr_harness(bundle.verilog)
+    text = harness.read_text()
+    assert "DCCA rst_dcca (.CLKI(rst), .CE(1'b1), .CLKO(rst_global));" in text
+    assert ".rst(rst_global)" in text
+    # the WebAssembly Yosys reads below its working directory: run in the bundle's folder
+    (bundle.directory / "check.ys").write_text(
+        f"read_verilog -lib +/ecp5/cells_bb.v\nread_verilog -sv {bundle.verilog.name}\n"
+        f"read_verilog -sv {harness.name}\nhierarchy -check -top pnr_top\n")
+    run = subprocess.run([find_tool("yosys"), "-q", "check.ys"], cwd=bundle.directory,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("family", ["generic", "ice40"])
+def test_synth_pe_array_other_families(bundle, family):
+    # the whole NPU takes minutes per family (`npu area --family ...`); the PE array shows
+    # the flow and its cell classification work
+    result = synthesize(bundle.verilog, family, top="npu.tile.matrix.array")
+    assert result.total.lut4 > 0 and result.total.ff > 0
+    assert result.mapper == ("abc" if family == "generic" else "")
+    if family == "ice40":    # -dsp: one SB_MAC16 per PE (iCE40 UltraPlus)
+        assert result.total.dsp == SMALLEST.rows * SMALLEST.cols
+    else:                    # no DSP blocks: multipliers in LUTs
+        assert result.total.dsp == 0
+
+
+def test_parse_nextpnr_report_of_the_board_build():
+    # saved from `npu board` (2x2, one queue, 12.5 MHz PLL clock): routed, with a critical path
+    parsed = parse_nextpnr_report(json.loads((DATA / "nextpnr_report_board.json").read_text()))
+    assert parsed["fmax_mhz"] == pytest.approx(34.86)
+    assert parsed["utilization"]["MULT18X18D"] == (31, 156)
+    crit = parsed["critical_path"]
+    assert crit["block"] == crit["from_block"] == "npu.tile.vector.requant"
+    assert crit["delay_ns"] == pytest.approx(28.687, abs=0.01)
+    assert 1000 / crit["delay_ns"] == pytest.approx(parsed["fmax_mhz"], rel=0.01)

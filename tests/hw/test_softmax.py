@@ -1,0 +1,241 @@
+"""Attention hardware in Amaranth's simulator against deliberately naive scalar models:
+SOFTMAX (masks, any row length, fully masked rows, out-of-range exponents), MATMUL with
+``flags.transpose`` and REQUANT with ``flags.row_scale``."""
+
+import math
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hw.config import NPUConfig
+from hw.isa import Command, ErrorCode, Opcode
+from hw.tile import ComputeTile
+from tests.hw.test_tile import pack, read_rows, unpack, write_rows
+
+CONFIGS = [NPUConfig(rows=4, cols=4, spad_rows=128, acc_rows=128),
+           NPUConfig(rows=8, cols=8, spad_rows=128, acc_rows=128)]
+IDS = [c.name for c in CONFIGS]
+
+
+# -- naive models -------------------------------------------------------------------------------
+
+def naive_exp(n: int) -> int:
+    """round(127 * 2**(-n/16)) through the 16-entry table and a shift; 0 beyond q >= 8."""
+    q, f = divmod(n, 16)
+    if q >= 8:
+        return 0
+    entry = math.floor(127 * 128 * 2.0 ** (-f / 16) + 0.5)
+    return (entry + (1 << (q + 6))) >> (q + 7)
+
+
+def naive_softmax(cfg, acc, spad, b):
+    """Scalar transcription of hw.isa.SoftmaxBody; updates ``acc`` and ``spad`` in place."""
+    c = cfg.cols
+    recips = []
+    for i in range(b["n_rows"]):
+        scores, keys = [], []
+        for blk in range(b["n_blocks"]):
+            for j in range(c):
+                scores.append(acc[b["acc_row"] + blk * b["stride"] + i][j])
+                keys.append(blk * c + j)
+        ok = [k < b["kv_len"] and (not b["causal"] or k <= b["q_offset"] + i) for k in keys]
+        mx = max((s for s, v in zip(scores, ok, strict=True) if v), default=None)
+        ps = []
+        for s, v in zip(scores, ok, strict=True):
+            if not v:
+                ps.append(0)
+                continue
+            shift = b["shift"]
+            n = ((mx - s) * b["mult"] + ((1 << shift) >> 1)) >> shift
+            ps.append(naive_exp(n))
+        for blk in range(b["n_blocks"]):
+            row = [0] * cfg.spad_row_bytes
+            row[:c] = ps[blk * c:(blk + 1) * c]
+            spad[b["spad_row"] + blk * b["stride"] + i] = row
+        total = sum(ps)
+        recips.append((2**32 + total // 2) // total if total else 0)
+    for g in range(0, len(recips), c):
+        row = [0] * cfg.acc_row_elems
+        for j, r in enumerate(recips[g:g + c]):
+            row[j] = r - 2**32 if r >= 2**31 else r
+        acc[b["scale_row"] + g // c] = row
+
+
+# -- harness ------------------------------------------------------------------------------------
+
+async def issue(ctx, port, opcode, kind, body, **flags):
+    cmd = Command.const({"header": {"opcode": opcode, "flags": flags}, "body": {kind: body}})
+    ctx.set(port.cmd.payload, cmd)
+    ctx.set(port.cmd.valid, 1)
+    await ctx.tick()
+    ctx.set(port.cmd.valid, 0)
+    cycles = 1
+    while not ctx.get(port.done):
+        cycles += 1
+        await ctx.tick()
+        assert cycles < 200_000
+    cycles += 1
+    error, addr = ErrorCode(ctx.get(port.error)), ctx.get(port.error_addr)
+    await ctx.tick()
+    return error, addr, cycles
+
+
+def run_tile(cfg, acc_init, spad_init, program):
+    """Fill the memories, run ``program(ctx, dut)`` (returns a list), read both memories."""
+    dut = ComputeTile(cfg)
+    out = {}
+
+    async def tb(ctx):
+        await write_rows(ctx, dut.acc_w, 32, 0, acc_init)
+        await write_rows(ctx, dut.spad_w, 8, 0, spad_init)
+        out["results"] = await program(ctx, dut)
+        ctx.set(dut.acc_r.en, 1)
+        ctx.set(dut.spad_r.en, 1)
+        out["acc"] = await read_rows(ctx, dut.acc_r, 32, cfg.acc_row_elems, 0, cfg.acc_rows)
+        out["spad"] = await read_rows(ctx, dut.spad_r, 8, cfg.spad_row_bytes, 0, cfg.spad_rows)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    return out
+
+
+def random_memories(cfg, rng, score_range):
+    acc = [[int(v) for v in rng.integers(-score_range, score_range, cfg.acc_row_elems)]
+           for _ in range(cfg.acc_rows)]
+    spad = [[int(v) for v in rng.integers(-128, 128, cfg.spad_row_bytes)]
+            for _ in range(cfg.spad_rows)]
+    return acc, spad
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
+def test_softmax_matches_naive_model(cfg):
+    c = cfg.cols
+    rng = np.random.default_rng(cfg.cols)
+    acc, spad = random_memories(cfg, rng, 3000)
+    acc[5] = [-(2**31)] * cfg.acc_row_elems   # extreme scores: exponents far out of range
+    acc[6] = [2**31 - 1] * cfg.acc_row_elems
+    bodies = [
+        # rows, blocks, stride, kv_len, causal, q_offset
+        dict(n_rows=5, n_blocks=3, stride=5, kv_len=3 * c - 1, causal=0, q_offset=0),
+        dict(n_rows=3, n_blocks=2, stride=4, kv_len=2 * c, causal=1, q_offset=2),
+        dict(n_rows=c + 1, n_blocks=1, stride=c + 1, kv_len=c, causal=0, q_offset=0),
+        dict(n_rows=2, n_blocks=2, stride=2, kv_len=0, causal=0, q_offset=0),  # fully masked
+        dict(n_rows=4, n_blocks=2, stride=4, kv_len=2 * c, causal=1, q_offset=0),
+    ]
+    for b in bodies:
+        b.update(acc_row=int(rng.integers(0, 8)), spad_row=int(rng.integers(0, 40)),
+                 scale_row=100, mult=int(rng.integers(1 << 15, 1 << 16)),
+                 shift=int(rng.integers(14, 20)))
+    bodies[4]["acc_row"] = 3   # covers rows 5 and 6
+    bodies[4]["shift"] = 0     # n huge: every non-max exponent out of range -> 0
+
+    async def program(ctx, dut):
+        res = []
+        for b in bodies:
+            res.append(await issue(ctx, dut.vector, Opcode.SOFTMAX, "softmax", b))
+            # read back the outputs of this command before the next overwrites them
+            ctx.set(dut.acc_r.en, 1)
+            ctx.set(dut.spad_r.en, 1)
+            res.append((await read_rows(ctx, dut.acc_r, 32, cfg.acc_row_elems, 0, cfg.acc_rows),
+                         await read_rows(ctx, dut.spad_r, 8, cfg.spad_row_bytes, 0,
+                                         cfg.spad_rows)))
+            ctx.set(dut.acc_r.en, 0)
+            ctx.set(dut.spad_r.en, 0)
+        return res
+
+    out = run_tile(cfg, acc, spad, program)
+    res = out["results"]
+    for k, b in enumerate(bodies):
+        error, _, cycles = res[2 * k]
+        got_acc, got_spad = res[2 * k + 1]
+        assert error == ErrorCode.NONE
+        assert cycles == 3 + b["n_rows"] * (2 * b["n_blocks"] + 43)
+        naive_softmax(cfg, acc, spad, b)
+        assert got_spad == spad, f"P differs for {b}"
+        assert got_acc == acc, f"reciprocals differ for {b}"
+    masked = bodies[3]
+    zero_rows = [spad[masked["spad_row"] + blk * 2 + i] for blk in range(2) for i in range(2)]
+    assert all(v == 0 for row in zero_rows for v in row)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
+def test_softmax_errors(cfg):
+    acc, spad = random_memories(cfg, np.random.default_rng(0), 10)
+    base = dict(acc_row=0, spad_row=0, n_rows=4, n_blocks=2, stride=4, scale_row=0, kv_len=8,
+                q_offset=0, mult=1, shift=0, causal=0)
+    cases = [
+        (dict(acc_row=cfg.acc_rows - 5), ErrorCode.BAD_LOCAL_ADDR, cfg.acc_rows),
+        (dict(spad_row=cfg.spad_rows + 3), ErrorCode.BAD_LOCAL_ADDR, cfg.spad_rows + 3),
+        (dict(scale_row=cfg.acc_rows), ErrorCode.BAD_LOCAL_ADDR, cfg.acc_rows),
+        (dict(n_rows=0, acc_row=cfg.acc_rows), ErrorCode.NONE, 0),
+    ]
+
+    async def program(ctx, dut):
+        return [await issue(ctx, dut.vector, Opcode.SOFTMAX, "softmax", base | over)
+                for over, _, _ in cases]
+
+    out = run_tile(cfg, acc, spad, program)
+    for (_, code, addr), (error, error_addr, _) in zip(cases, out["results"], strict=True):
+        assert (error, error_addr) == (code, addr)
+    assert out["acc"] == acc and out["spad"] == spad   # nothing written
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
+def test_transposed_matmul_and_row_scaled_requant(cfg):
+    c = cfg.cols
+    rng = np.random.default_rng(7)
+    acc, spad = random_memories(cfg, rng, 1 << 20)
+    recips = [int(v) for v in rng.integers(0, 1 << 26, 2 * c)]
+    acc[40] = recips[:c] + [0] * (cfg.acc_row_elems - c)
+    acc[41] = recips[c:] + [0] * (cfg.acc_row_elems - c)
+    acc[50] = [int(v) for v in rng.integers(-1000, 1000, cfg.acc_row_elems)]        # bias
+    acc[51] = [int(v) for v in rng.integers(1 << 30, 1 << 31, cfg.acc_row_elems)]   # mult
+    acc[52] = [int(v) for v in rng.integers(40, 48, cfg.acc_row_elems)]             # shift
+    n_rows = c + 3
+
+    async def program(ctx, dut):
+        r1 = await issue(ctx, dut.matrix, Opcode.MATMUL, "matmul",
+                         dict(a_row=0, w_row=20, acc_row=60, m=5), transpose=1)
+        r2 = await issue(ctx, dut.vector, Opcode.REQUANT, "requant",
+                         dict(acc_row=0, spad_row=80, n_rows=n_rows, param_row=50,
+                              scale_row=40), row_scale=1)
+        return [r1, r2]
+
+    out = run_tile(cfg, acc, spad, program)
+    (e1, _, _), (e2, _, cyc2) = out["results"]
+    assert e1 == e2 == ErrorCode.NONE
+    assert cyc2 == n_rows + 11 + 2
+    for i in range(5):            # W[k, n] = spad[20 + n][k]
+        want = [sum(spad[i][k] * spad[20 + n][k] for k in range(cfg.rows)) for n in range(c)]
+        assert out["acc"][60 + i][:c] == want
+    for i in range(n_rows):
+        for j in range(c):
+            x = acc[i][j] + acc[50][j]
+            x = max(-2**32, min(2**32 - 1, (x * recips[i] + 2**15) >> 16))
+            s = acc[52][j]
+            y = max(-128, min(127, (x * acc[51][j] + (1 << (s - 1))) >> s))
+            assert out["spad"][80 + i][j] == y, (i, j)
+
+
+def test_transpose_needs_square_array():
+    cfg = NPUConfig(rows=4, cols=8, spad_rows=64, acc_rows=64)
+    acc, spad = random_memories(cfg, np.random.default_rng(1), 10)
+
+    async def program(ctx, dut):
+        return [await issue(ctx, dut.matrix, Opcode.MATMUL, "matmul",
+                            dict(a_row=0, w_row=0, acc_row=0, m=2), transpose=1)]
+
+    out = run_tile(cfg, acc, spad, program)
+    assert out["results"][0][:2] == (ErrorCode.BAD_SIZE, 0)
+    assert out["acc"] == acc
+
+
+def test_exp_table_edges():
+    from sw.golden import exp2_int
+    n = np.arange(0, 16 * 9 + 5)
+    assert list(exp2_int(n)) == [naive_exp(int(v)) for v in n]
+    assert exp2_int([0])[0] == 127 and exp2_int([16 * 8])[0] == 0
+    assert unpack(pack([1, -1], 8), 8, 2) == [1, -1]

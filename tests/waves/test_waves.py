@@ -1,0 +1,263 @@
+"""Waveform tools (cosim.waves, cosim.waves.trace, ``npu waves``) on NPU-shaped VCDs with known
+activity (tests/support/npu_vcd_gen.py)."""
+
+import json
+import tracemalloc
+
+import pytest
+
+from cosim.cli import main as npu_main
+from cosim.waves import (
+    check_counter_snapshots,
+    check_counters,
+    counter_delta,
+    cut,
+    gtkw_text,
+    summarize,
+    write_gtkw,
+)
+from cosim.waves.trace import (
+    REQUIRED_KEYS,
+    chrome_trace,
+    gemm_point,
+    roofline_png,
+    timeline_png,
+    write_chrome_trace,
+)
+from cosim.waves.vcd import VcdError, VcdSignalError, read_header
+from tests.support.npu_vcd_gen import (
+    ENGINES,
+    RESET_CYCLES,
+    expected_figures,
+    random_cycles,
+    write_npu_vcd,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    rows = random_cycles(2000, seed=5)
+    return rows, write_npu_vcd(tmp_path_factory.mktemp("waves") / "run.vcd", rows)
+
+
+def test_summary_equals_naive_count(run):
+    rows, vcd = run
+    s = summarize(vcd)
+    assert s.figures() == expected_figures(rows)
+    assert list(s.engines) == list(ENGINES)      # the aliased 'engine__busy' is not an engine
+    assert s.period == 10 and s.scope == "tb_top.u_npu" and s.bus_bytes == 8
+    for e in ENGINES:                            # intervals add up to the busy cycles
+        assert sum(b - a for a, b in s.engines[e].intervals) == s.engines[e].busy_cycles
+    assert "load" in s.format() and "bytes read" in s.format()
+
+
+def test_summary_window(run):
+    rows, vcd = run
+    assert summarize(vcd, start=300, end=1234).figures() == expected_figures(rows, 300, 1234)
+
+
+def test_counters_check(run):
+    rows, vcd = run
+    s = summarize(vcd)
+    exp = expected_figures(rows)
+    good = check_counters(s, {"cycles": exp["cycles"], "busy": {"load": exp["busy.load"]},
+                              "bytes_read": exp["bytes_read"], "stall.matrix.no_input": 7})
+    assert good.ok and good.unchecked == ["stall.matrix.no_input"] and len(good.matched) == 3
+    bad = check_counters(s, {"cycles": exp["cycles"] + 1, "axi.w": exp["axi.w"]})
+    assert not bad.ok and bad.mismatched == {"cycles": (exp["cycles"], exp["cycles"] + 1)}
+    assert "MISMATCH cycles" in bad.format()
+    with pytest.raises(TypeError, match="must be an integer"):
+        check_counters(s, {"cycles": "12"})
+
+
+@pytest.fixture(scope="module")
+def counter_run(tmp_path_factory):
+    rows = random_cycles(1500, seed=11, counters=True)
+    return rows, write_npu_vcd(tmp_path_factory.mktemp("waves") / "counters.vcd", rows)
+
+
+def test_stalls_re_derived_from_their_sources(counter_run):
+    """sem stalls from the FIFO heads, stop/flush and semaphores (decoded here, compared with
+    a naive decode through hw.isa.decode), resource stalls from the stall port fields."""
+    rows, vcd = counter_run
+    figs = summarize(vcd).figures()
+    exp = expected_figures(rows)
+    assert figs == exp
+    for e in ENGINES:
+        assert 0 < exp[f"stall.{e}.sem"] < exp["cycles"] - exp[f"busy.{e}"]
+    assert all(exp[n] > 0 for n in ("stall.load.dram_read", "stall.store.dram_write",
+                                     "stall.vector.acc"))
+
+
+def test_counter_window_and_snapshot_pair(counter_run, tmp_path, capsys):
+    """A window in CYCLES values (the counters' own time) and the check of a snapshot pair
+    (with counters wrapping modulo 2**32 between the snapshots)."""
+    rows, vcd = counter_run
+    s = summarize(vcd, start=100, end=900, unit="counter")
+    exp = expected_figures(rows, 100 + RESET_CYCLES, 900 + RESET_CYCLES)
+    assert s.figures() == exp and s.first_cycle == 100 + RESET_CYCLES
+    assert s.counter_window == (100, 900)
+    names = [k for k in exp if not k.startswith(("commands.", "axi."))]
+    before = {k: (1 << 32) - 3 for k in names} | {"cycles": 100}
+    after = {k: (before[k] + exp[k]) % (1 << 32) for k in names} | {"cycles": 900}
+    assert counter_delta(before, after) == {k: exp[k] for k in names}
+    _, check = check_counter_snapshots(vcd, before, after)
+    assert check.ok and not check.unchecked and len(check.matched) == len(names)
+    after["stall.load.sem"] += 1
+    _, bad = check_counter_snapshots(vcd, before, after)
+    assert list(bad.mismatched) == ["stall.load.sem"]
+    with pytest.raises(VcdError, match="has 1900 cycles, the file holds 1397 of them"):
+        summarize(vcd, start=100, end=2000, unit="counter")
+    with pytest.raises(ValueError, match="after reset"):
+        summarize(vcd, start=0, end=20, unit="counter")
+    pair = tmp_path / "pair.json"
+    pair.write_text(json.dumps({"before": before, "after": after}))
+    capsys.readouterr()
+    assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair)]) == 1
+    assert "MISMATCH stall.load.sem" in capsys.readouterr().out
+    after["stall.load.sem"] -= 1
+    pair.write_text(json.dumps({"before": before, "after": after}))
+    assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(names)} equal, 0 different" in out and "CYCLES 100..900" in out
+    assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair),
+                     "--from", "3"]) == 2
+
+
+def test_cut_keeps_window_exactly(run, tmp_path):
+    rows, vcd = run
+    r = cut(vcd, tmp_path / "w.vcd", 500, 800)
+    assert r.bytes_out < vcd.stat().st_size / 3
+    assert summarize(r.out).figures() == expected_figures(rows, 500, 800)
+    h = read_header(r.out)
+    assert len(h.vars) == len(read_header(vcd).vars)
+    t = cut(vcd, tmp_path / "t.vcd", 5000, 8000, unit="time")
+    assert summarize(t.out).cycles == 301              # [5000, 8000]: both ends included
+    with pytest.raises(ValueError, match="before its start"):
+        cut(vcd, tmp_path / "x.vcd", 10, 5)
+
+
+def test_gtkw_groups_from_hierarchy(run, tmp_path):
+    _, vcd = run
+    out, missing = write_gtkw(vcd, tmp_path / "run.gtkw")
+    text = out.read_text()
+    assert f'[dumpfile] "{vcd.resolve()}"' in text
+    for group in ("Command processor", "AXI AR", "AXI W"):
+        assert f"-{group}" in text
+    assert "tb_top.u_npu.mem__wstrb[7:0]" in text and "tb_top.u_npu.cmdproc.load__busy" in text
+    assert text.count("@800200") == text.count("@1000200")
+    assert any("Systolic array" in m for m in missing)   # the generated file has no tile
+
+
+def test_missing_signal_is_a_clear_error(tmp_path):
+    p = tmp_path / "nonpu.vcd"
+    p.write_text("$timescale 1ns $end\n$scope module top $end\n$var wire 1 ! clk $end\n"
+                 "$upscope $end\n$enddefinitions $end\n#0\n1!\n")
+    with pytest.raises(VcdSignalError, match="mem__arvalid"):
+        summarize(p)
+    with pytest.raises(VcdSignalError):
+        gtkw_text(read_header(p))
+
+
+def test_cli(run, tmp_path, capsys):
+    rows, vcd = run
+    exp = expected_figures(rows)
+    counters = tmp_path / "c.json"
+    counters.write_text(json.dumps({"cycles": exp["cycles"], "axi.r": exp["axi.r"]}))
+    assert npu_main(["waves", "summarize", str(vcd), "--counters", str(counters),
+                     "--json", str(tmp_path / "s.json")]) == 0
+    assert "2 equal, 0 different" in capsys.readouterr().out
+    assert json.loads((tmp_path / "s.json").read_text())["figures"] == exp
+    counters.write_text(json.dumps({"cycles": 1}))
+    assert npu_main(["waves", "summarize", str(vcd), "--counters", str(counters)]) == 1
+    assert npu_main(["waves", "gtkw", str(vcd), "-o", str(tmp_path / "g.gtkw")]) == 0
+    assert npu_main(["waves", "cut", str(vcd), "--from", "10", "--to", "20",
+                     "-o", str(tmp_path / "c.vcd")]) == 0
+    assert npu_main(["waves", "trace", str(vcd), "-o", str(tmp_path / "t.json"),
+                     "--png", str(tmp_path / "t.png")]) == 0
+    assert (tmp_path / "t.png").read_bytes()[:8] == PNG_MAGIC
+    bad = tmp_path / "bad.vcd"
+    bad.write_text("$timescale 1 lightyear $end\n")
+    capsys.readouterr()
+    assert npu_main(["waves", "summarize", str(bad)]) == 2
+    assert "bad.vcd:1: bad $timescale" in capsys.readouterr().err
+
+
+RECORDS = [
+    {"queue": 0, "index": 0, "engine": "load", "opcode": 1, "start_cycle": 10, "end_cycle": 40},
+    {"queue": 0, "index": 1, "engine": "matrix", "opcode": 3, "start_cycle": 40,
+     "end_cycle": 90},
+    {"queue": 0, "index": 2, "engine": "load", "opcode": 1, "start_cycle": 45, "end_cycle": 70},
+    {"queue": 1, "index": 0, "engine": "store", "opcode": "DMA_STORE", "start_cycle": 0,
+     "end_cycle": 0},
+    {"queue": 0, "index": 3, "engine": "store", "opcode": None, "start_cycle": 90,
+     "end_cycle": 120},
+]
+
+
+def test_chrome_trace_structure(tmp_path):
+    path = write_chrome_trace(tmp_path / "t.json", RECORDS, cycle_ns=10.0,
+                              metadata={"config": "8x8"})
+    trace = json.loads(path.read_text())                       # valid JSON
+    assert set(trace) == {"traceEvents", "displayTimeUnit", "otherData"}
+    events = trace["traceEvents"]
+    meta = [e for e in events if e["ph"] == "M"]
+    slices = [e for e in events if e["ph"] == "X"]
+    for e in events:
+        assert {"ph", "name", "pid", "tid"} <= set(e)
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    procs = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    assert set(procs.values()) == {"Queues", "Engines"}
+    # every slice's track is named; one track per queue and engine (+ overlap lanes)
+    assert all((s["pid"], s["tid"]) in names for s in slices)
+    assert {n for n in names.values()} == {"queue 0", "queue 0 #2", "queue 1", "load",
+                                           "matrix", "store"}
+    assert len(slices) == 2 * len(RECORDS)                    # each command on 2 tracks
+    for s in slices:
+        assert {"ts", "dur", "cat", "args"} <= set(s) and s["dur"] >= 0
+        assert set(REQUIRED_KEYS) <= set(s["args"])
+        assert s["ts"] == pytest.approx(s["args"]["start_cycle"] * 0.01)
+    by_track: dict = {}
+    for s in slices:
+        by_track.setdefault((s["pid"], s["tid"]), []).append(s)
+    for track in by_track.values():                           # monotonic, never overlapping
+        for a, b in zip(track, track[1:], strict=False):
+            assert a["ts"] <= b["ts"] and a["ts"] + a["dur"] <= b["ts"] + 1e-9
+    assert {s["name"] for s in slices} >= {"DMA_STORE #0", "cmd #3"}
+
+
+def test_chrome_trace_rejects_bad_records():
+    with pytest.raises(ValueError, match="lacks engine"):
+        chrome_trace([{"queue": 0, "index": 0, "opcode": 1, "start_cycle": 0,
+                       "end_cycle": 1}])
+    with pytest.raises(ValueError, match="ends before it starts"):
+        chrome_trace([dict(RECORDS[0], end_cycle=5)])
+
+
+def test_pngs(tmp_path):
+    t = timeline_png(tmp_path / "t.png", RECORDS, busy={"load": [(10, 40), (45, 70)]})
+    assert t.read_bytes()[:8] == PNG_MAGIC
+    pts = [gemm_point("16x40x24", 16, 40, 24, dram_bytes=2500, cycles=900),
+           gemm_point("64x64x64", 64, 64, 64, dram_bytes=20000, cycles=5000)]
+    assert pts[0].macs == 16 * 40 * 24 and pts[0].intensity == pytest.approx(15360 / 2500)
+    r = roofline_png(tmp_path / "r.png", pts, rows=8, cols=8, bytes_per_cycle=8)
+    assert r.read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(ValueError):
+        roofline_png(tmp_path / "r.png", pts, rows=0, cols=8, bytes_per_cycle=8)
+
+
+def test_streaming_memory_does_not_grow_with_file(tmp_path):
+    """A 4x longer file (same command count) must not need more memory: values are streamed.
+    """
+    peaks = []
+    for n in (2_000, 8_000):
+        rows = random_cycles(n, seed=1, burst=n // 50)
+        vcd = write_npu_vcd(tmp_path / f"m{n}.vcd", rows)
+        tracemalloc.start()
+        s = summarize(vcd)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert s.cycles == n
+    assert peaks[1] < peaks[0] * 1.5 + 200_000, peaks
