@@ -27,7 +27,37 @@ from hw.isa import COUNTER_NAMES, ENGINE_NAMES
 from hw.tile import ComputeTile
 
 __all__ = ["NPU", "connect_csr", "connect_counters", "counter_events", "RESOURCE_STALLS",
-           "stall_source_name"]
+           "stall_source_name", "PROBE_FIELDS", "probe_name"]
+
+#: Named probes: signals of the NPU scope, kept in the Verilog and the VCD whatever the blocks
+#: inside do, which the waveform tools (:mod:`cosim.waves`) read instead of internal nets. Per
+#: engine ``e`` of :data:`hw.isa.ENGINE_NAMES`, ``probe_<e>_<field>`` (:func:`probe_name`), with
+#: the field's width in bits:
+#:
+#: * ``busy``: the engine's ``busy`` (as counted by ``busy.<e>``);
+#: * ``done``: the engine's ``done`` pulse (one per retired command, ``retired.<e>``);
+#: * ``take``: the engine takes a command in this cycle (its command handshake);
+#: * ``sem_stall``: the ``sem`` stall condition of :data:`hw.isa.STALL_REASONS`
+#:   (``stall.<e>.sem``);
+#: * ``queue``, ``index``, ``opcode``: queue, command index and opcode of the command the
+#:   engine runs (valid while ``busy`` and in the ``done`` cycle).
+PROBE_FIELDS = {"busy": 1, "done": 1, "take": 1, "sem_stall": 1, "queue": 8, "index": 32,
+                "opcode": 8}
+
+
+def probe_name(engine: str, field: str) -> str:
+    """Name of a named probe of the NPU scope (``probe_matrix_busy``), see
+    :data:`PROBE_FIELDS`.
+
+    Raises
+    ------
+    KeyError
+        For an unknown engine or field.
+    """
+    if engine not in ENGINE_NAMES or field not in PROBE_FIELDS:
+        raise KeyError(f"no probe {engine!r}/{field!r}: engines {ENGINE_NAMES}, fields "
+                       f"{tuple(PROBE_FIELDS)}")
+    return f"probe_{engine}_{field}"
 
 #: Where each resource stall counter comes from: ``(engine, reason)`` -> ``(submodule,
 #: field)``, the field of the ``stall`` port of the NPU's submodule ``dma`` (``DMA.stall``)
