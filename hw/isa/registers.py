@@ -9,6 +9,7 @@ from amaranth.lib import data
 from hw.isa.commands import ErrorCode
 
 __all__ = ["Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "sem_csr",
+           "sem_reached",
            "sem_last_csr", "trace_csr", "MAX_QUEUES",
            "CfgArray", "CfgBus", "StatusWord", "ErrorWord", "QueueErrorWord", "TraceInfo",
            "SemLast", "TraceEntry", "REGISTER_STRUCTS"]
@@ -98,9 +99,15 @@ class Csr:
     ``+0x18`` acc, ``+0x1C`` reserved. :func:`counter_csr` maps a counter name to its
     register.
 
-    Semaphore ``s`` reads at :func:`sem_csr` (read-only); ``SEM_LAST_BASE + 4 * s``: what last
-    incremented it: valid << 31 | queue << 24 | command index[23:0] (read-only; zeroed by
-    ``CONTROL``).
+    Semaphore ``s`` reads at :func:`sem_csr`; a host write there sets it to the value written
+    (initialisation, and tests that drive a semaphore across its 2**32 wrap); an increment in the
+    same cycle is lost to the write. ``SEM_LAST_BASE + 4 * s`` (:class:`SemLast`): what last
+    incremented it (read-only; zeroed by ``CONTROL``, not changed by a host write).
+
+    Semaphores are 32-bit counters that wrap modulo 2**32. A wait for ``sem[s] >= target`` is a
+    serial-number comparison (RFC 1982): it is satisfied when ``(sem[s] - target) mod 2**32 <
+    2**31`` (:func:`hw.isa.sem_reached`), so it keeps working across the wrap as long as no
+    waiter is more than 2**31 increments ahead of the semaphore.
     """
     ID = 0x000
     VERSION = 0x004
@@ -175,6 +182,13 @@ def queue_csr(queue: int, reg: int) -> int:
 def sem_csr(sem: int) -> int:
     """Byte offset of the read-only value of semaphore ``sem``."""
     return Csr.SEM_BASE + 4 * sem
+
+
+def sem_reached(value: int, target: int) -> bool:
+    """Whether a semaphore holding ``value`` satisfies a wait for ``target``: ``(value - target)
+    mod 2**32 < 2**31`` (serial-number arithmetic, RFC 1982 section 3.2), the one rule of the
+    hardware, the functional model and the runtime."""
+    return (value - target) % (1 << 32) < (1 << 31)
 
 
 def sem_last_csr(sem: int) -> int:
