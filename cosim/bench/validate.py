@@ -1,0 +1,257 @@
+"""Validation of the performance model (:mod:`sw.perf`) against the RTL, counter by counter.
+
+Every workload of :data:`WORKLOADS` runs on both backends -- the Verilated RTL through
+:func:`cosim.tb.harness.run_job` and :class:`sw.perf.PerfBackend` in this process -- as the
+same job (:func:`corpus_job`): a fresh :class:`sw.runtime.Device`, a counter snapshot, the
+workload, a second snapshot. The difference of the snapshots (every counter of
+:data:`hw.isa.COUNTER_NAMES` and ``cycles``) is compared:
+
+* **timing counters** (``cycles``, busy, stall, ``dma_busy``, ``overlap``): relative error
+  ``|model - rtl| / rtl``; a counter passes if ``|model - rtl| <= max(REL_TOL * rtl,
+  ABS_TOL)``: the absolute tolerance (:data:`ABS_TOL` cycles) is for counters whose RTL value
+  is 0 or small, where a relative error means little;
+* **untimed counters** (``retired.*``, ``bytes_*``) must be equal;
+* the workload's own results (kernel cycles from the runtime, bit-exactness, output digests)
+  are reported beside them, and digests must be equal.
+
+Targets (ideal DRAM): mean absolute error of ``cycles`` <= 1% and maximum <= 3% over the
+corpus, every busy and stall counter within tolerance.
+
+Command line::
+
+    python -m cosim.bench.validate --json out.json [--quick] [--only NAME ...]
+
+writes per workload the RTL and model counters, the error of each counter, the worst counter,
+the model's speed (modelled cycles per wall second, the backend's own time and the whole
+job's), and the corpus summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hw.config import NPUConfig
+from hw.isa import COUNTER_NAMES, TIMING_COUNTERS
+from sw.runtime import Device
+
+__all__ = ["Workload", "WORKLOADS", "QUICK", "CI", "corpus_job", "compare", "run_validation",
+           "summarize", "REL_TOL", "ABS_TOL", "CYCLES_MEAN_TOL", "CYCLES_MAX_TOL", "main"]
+
+#: Relative tolerance of every timing counter.
+REL_TOL = 0.03
+#: Absolute tolerance (cycles) of timing counters, for those whose RTL value is 0 or small.
+ABS_TOL = 16
+#: Corpus targets on ``cycles``: mean and maximum relative error.
+CYCLES_MEAN_TOL = 0.01
+CYCLES_MAX_TOL = 0.03
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One validation workload: ``run(device) -> dict`` of its own results (JSON)."""
+    name: str
+    group: str
+    run: Callable[[Device], dict]
+    config: dict = field(default_factory=dict)   #: NPUConfig fields (default configuration)
+
+
+def _digest(a) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
+
+
+def linear_operands(rng: np.random.Generator, m: int, k: int, n: int):
+    """int8 A (m, k), W (k, n), int32 bias, per-channel multiplier and shift whose outputs use
+    the int8 range."""
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    w = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    bias = rng.integers(-(1 << 16), 1 << 16, n, dtype=np.int32)
+    mult = rng.integers(1 << 30, 1 << 31, n, dtype=np.int64)
+    shift = np.full(n, 26 + int(np.log2(64 * 64 * np.sqrt(k))), dtype=np.int64)
+    return a, w, bias, mult, shift
+
+
+def _gemm(m: int, k: int, n: int, *, seed: int = 0, relu: bool = False,
+          double_buffer: bool = True) -> Callable[[Device], dict]:
+    def run(device: Device) -> dict:
+        from sw.golden import linear_int
+        from sw.kernels.linear import linear_with_stats
+        rng = np.random.default_rng(seed)
+        a, w, bias, mult, shift = linear_operands(rng, m, k, n)
+        out, st = linear_with_stats(device, a, w, bias, mult, shift, relu=relu,
+                                    double_buffer=double_buffer)
+        return {"kernel_cycles": st.cycles, "commands": st.n_commands, "digest": _digest(out),
+                "bit_exact": bool(np.array_equal(out, linear_int(a, w, bias, mult, shift,
+                                                                 relu=relu)))}
+    return run
+
+
+def _build() -> dict[str, Workload]:
+    ws = []
+    for m, k, n in [(1, 8, 8), (1, 64, 64), (1, 384, 384), (8, 8, 8), (5, 20, 11),
+                    (16, 64, 24), (17, 33, 9), (32, 64, 64), (64, 64, 64), (100, 72, 40),
+                    (13, 130, 70), (128, 128, 128), (256, 256, 256), (32, 384, 384)]:
+        ws.append(Workload(f"gemm_{m}x{k}x{n}", "gemm", _gemm(m, k, n, relu=m % 2 == 1)))
+    for m, k, n in [(16, 64, 24), (40, 48, 56)]:
+        ws.append(Workload(f"gemm_serial_{m}x{k}x{n}", "gemm",
+                           _gemm(m, k, n, double_buffer=False)))
+    return {w.name: w for w in ws}
+
+
+WORKLOADS = _build()
+#: A fast subset (seconds on the RTL).
+QUICK = ("gemm_1x8x8", "gemm_8x8x8", "gemm_5x20x11", "gemm_16x64x24")
+#: The subset the CI test runs.
+CI = QUICK
+
+
+# -- the job (runs on the RTL in the simulator, and in-process on the model) ---------------------
+
+def corpus_job(backend, *, names: list[str], trace: bool = False) -> dict:
+    """Run the workloads ``names`` one after the other on ``backend``; per workload the counter
+    difference over it, its own results, and (``trace``) the engine trace read afterwards."""
+    out = {}
+    for name in names:
+        w = WORKLOADS[name]
+        device = Device(backend)
+        if trace:
+            device.read_trace()
+        before = device.counters()
+        t0 = time.perf_counter()
+        info = w.run(device)
+        wall = time.perf_counter() - t0
+        delta = device.counters() - before
+        rec = {"counters": dict(delta), "info": info, "wall_seconds": wall}
+        if trace:
+            rec["trace"] = [[t.engine, t.queue, t.index, t.start, t.end]
+                            for t in device.read_trace()]
+        out[name] = rec
+    return out
+
+
+# -- comparison ---------------------------------------------------------------------------------
+
+def counter_error(name: str, rtl: int, model: int) -> dict:
+    """Error of one counter: ``{"rtl", "model", "diff", "rel", "ok"}`` (see the module
+    docstring for the tolerances)."""
+    diff = model - rtl
+    rel = abs(diff) / rtl if rtl else (0.0 if diff == 0 else None)
+    if name in TIMING_COUNTERS:
+        ok = abs(diff) <= max(REL_TOL * rtl, ABS_TOL)
+    else:
+        ok = diff == 0
+    return {"rtl": rtl, "model": model, "diff": diff, "rel": rel, "ok": ok}
+
+
+def compare(rtl: dict, model: dict) -> dict:
+    """Per-counter errors of one workload (records of :func:`corpus_job`)."""
+    errors = {n: counter_error(n, rtl["counters"][n], model["counters"][n])
+              for n in ("cycles", *COUNTER_NAMES)}
+    timing = [(n, e) for n, e in errors.items() if n in TIMING_COUNTERS and n != "cycles"]
+    worst = max(timing, key=lambda x: (not x[1]["ok"], abs(x[1]["diff"])))
+    same_digest = rtl["info"].get("digest") == model["info"].get("digest")
+    return {"errors": errors, "cycles_error": errors["cycles"]["rel"],
+            "worst_counter": {"name": worst[0], **worst[1]},
+            "ok": all(e["ok"] for e in errors.values()) and same_digest,
+            "same_results": same_digest}
+
+
+def summarize(rows: dict) -> dict:
+    """Corpus summary: mean and max ``cycles`` error, failing counters, pass/fail."""
+    errs = [r["compare"]["cycles_error"] for r in rows.values()]
+    failing = {name: [n for n, e in r["compare"]["errors"].items() if not e["ok"]]
+               for name, r in rows.items() if not r["compare"]["ok"]}
+    mean, worst = (sum(errs) / len(errs), max(errs)) if errs else (0.0, 0.0)
+    return {"workloads": len(rows), "cycles_mean_abs_error": mean, "cycles_max_abs_error": worst,
+            "failing": failing,
+            "ok": mean <= CYCLES_MEAN_TOL and worst <= CYCLES_MAX_TOL and not failing}
+
+
+def _run_model(config: NPUConfig, names: list[str], trace: bool) -> tuple[dict, dict]:
+    from sw.perf import PerfBackend
+    backend = PerfBackend(config)
+    t0 = time.perf_counter()
+    res = corpus_job(backend, names=names, trace=trace)
+    wall = time.perf_counter() - t0
+    cycles = sum(r["counters"]["cycles"] for r in res.values())
+    return res, {"modelled_cycles": backend.cycle, "workload_cycles": cycles,
+                 "wall_seconds": wall, "backend_seconds": backend.sim_seconds,
+                 "events": backend.machine.eq.events_run}
+
+
+def run_validation(names: list[str] | None = None, *, trace: bool = False,
+                   name: str = "validate") -> dict:
+    """Run ``names`` (default: all of :data:`WORKLOADS`) on the RTL and the model; return the
+    comparison document (see the module docstring)."""
+    from cosim.tb.harness import run_job
+    names = list(WORKLOADS) if names is None else list(names)
+    by_config: dict[str, list[str]] = {}
+    for n in names:
+        by_config.setdefault(json.dumps(WORKLOADS[n].config, sort_keys=True), []).append(n)
+    rows, runs = {}, []
+    for key, group in by_config.items():
+        config = NPUConfig(**json.loads(key))
+        t0 = time.perf_counter()
+        rtl = run_job(config, "cosim.bench.validate:corpus_job",
+                      {"names": group, "trace": trace}, name=f"{name}_{config.name}")
+        rtl_wall = time.perf_counter() - t0
+        model, speed = _run_model(config, group, trace)
+        runs.append({"config": config.name, "workloads": group, "rtl_cycles": rtl.cycles,
+                     "rtl_job_seconds": rtl.job_seconds, "rtl_wall_seconds": rtl_wall,
+                     "model": speed})
+        for n in group:
+            rows[n] = {"group": WORKLOADS[n].group, "config": config.name,
+                       "rtl": rtl.result[n], "model": model[n],
+                       "compare": compare(rtl.result[n], model[n])}
+    return {"summary": summarize(rows), "runs": runs, "workloads": rows,
+            "tolerances": {"rel": REL_TOL, "abs_cycles": ABS_TOL,
+                           "cycles_mean": CYCLES_MEAN_TOL, "cycles_max": CYCLES_MAX_TOL},
+            "dram": "ideal"}
+
+
+def format_table(doc: dict) -> str:
+    """Fixed-width table: per workload RTL cycles, model cycles, error, worst counter."""
+    lines = [f"{'workload':<26}{'RTL cycles':>12}{'model':>12}{'error':>9}  worst counter"]
+    for name, r in doc["workloads"].items():
+        e = r["compare"]["errors"]["cycles"]
+        w = r["compare"]["worst_counter"]
+        rel = "-" if w["rel"] is None else f"{100 * w['rel']:.2f}%"
+        flag = "" if r["compare"]["ok"] else "  FAIL"
+        lines.append(f"{name:<26}{e['rtl']:>12}{e['model']:>12}{100 * e['rel']:>8.3f}%  "
+                     f"{w['name']} {w['rtl']}->{w['model']} ({rel}){flag}")
+    s = doc["summary"]
+    lines.append(f"cycles error: mean {100 * s['cycles_mean_abs_error']:.3f}%, max "
+                 f"{100 * s['cycles_max_abs_error']:.3f}% over {s['workloads']} workloads; "
+                 f"{'PASS' if s['ok'] else 'FAIL'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cosim.bench.validate",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", type=Path, help="write the comparison document here")
+    p.add_argument("--quick", action="store_true", help="only the quick subset")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="only these workloads")
+    p.add_argument("--trace", action="store_true", help="also compare engine traces")
+    ns = p.parse_args(argv)
+    names = ns.only or (list(QUICK) if ns.quick else None)
+    unknown = [n for n in names or [] if n not in WORKLOADS]
+    if unknown:
+        p.error(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}")
+    doc = run_validation(names, trace=ns.trace)
+    print(format_table(doc))
+    if ns.json:
+        ns.json.write_text(json.dumps(doc, indent=1))
+    return 0 if doc["summary"]["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""The ``perf`` backend: the functional model's results at the RTL's timing.
+
+:class:`PerfBackend` implements :class:`sw.backend.Backend` with the register map of
+:class:`hw.isa.Csr`. It is a :class:`sw.model.ModelBackend` -- same DRAM image, local memories,
+checks and arithmetic, so the same bytes -- whose commands run through the timed
+:class:`~sw.perf.machine.Machine` instead of in ring order at the doorbell: engines run
+concurrently, ordered by semaphores, as on the hardware. Host accesses take the cycles they
+take on the co-simulated RTL (:mod:`sw.perf.host`), so counter deltas, ``CYCLES``, fence
+timestamps and trace cycles compare with the RTL's directly.
+
+Differences from the RTL (by design or not yet modelled):
+
+* Each engine command reads and writes the functional state at once in the cycle its engine
+  takes it; programs ordered by semaphores (every kernel of this kit) give the same bytes, a
+  racy program may not. Host DRAM accesses during a transfer see all or nothing of it.
+* Only the ideal DRAM (``DramTiming()``) is timed; AXI error responses do not occur.
+* Semaphore waits use :func:`hw.isa.sem_reached` and a host write to a semaphore sets it
+  (the ISA contract of ``hw.isa``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from hw.config import NPUConfig
+from hw.isa import (
+    COUNTER_NAMES,
+    ENGINE_NAMES,
+    Csr,
+    SemLast,
+    TraceInfo,
+    counter_csr,
+    pack_fields,
+)
+from sw.backend import BackendError
+from sw.model import ModelBackend
+from sw.perf.events import ARBITRATE, UPDATE
+from sw.perf.host import HostClock, mem_write_accesses
+from sw.perf.machine import Machine
+from sw.perf.memory import DramTiming
+
+__all__ = ["PerfBackend"]
+
+_MASK32 = 0xFFFF_FFFF
+_COUNTER_OFFSETS = {counter_csr(n): n for n in COUNTER_NAMES}
+_TRACE_END = Csr.TRACE_BASE + len(ENGINE_NAMES) * Csr.TRACE_STRIDE
+
+
+class PerfBackend(ModelBackend):
+    """Event-driven performance model of one NPU behind the :class:`sw.backend.Backend`
+    interface.
+
+    Parameters
+    ----------
+    config : NPUConfig
+    dram : DramTiming, optional
+        Timing of device DRAM; the ideal model by default (the only one implemented).
+
+    Attributes
+    ----------
+    machine : Machine
+        The timed NPU (event queue, blocks, counters).
+    sim_seconds : float
+        Wall time spent inside the backend's calls (host accesses and the simulation).
+    """
+
+    name = "perf"
+    timed = True  #: every performance counter is modelled
+
+    def __init__(self, config: NPUConfig, *, dram: DramTiming | None = None) -> None:
+        super().__init__(config)
+        self.machine = Machine(self, dram or DramTiming())
+        self.host = HostClock()
+        self.sim_seconds = 0.0
+
+    # -- Backend interface -----------------------------------------------------------------
+
+    def csr_read(self, offset: int) -> int:
+        """Read the 32-bit CSR at byte ``offset`` as the RTL returns it.
+
+        Raises
+        ------
+        BackendError
+            If ``offset`` is not 4-byte aligned or negative.
+        """
+        self._check_csr_offset(offset)
+        t0 = time.perf_counter()
+        f = self.host.csr_read()
+        self.machine.eq.run_through(f, UPDATE)
+        value = self._read(offset, f)
+        self.sim_seconds += time.perf_counter() - t0
+        return value
+
+    def csr_write(self, offset: int, value: int) -> None:
+        """Write the 32-bit CSR at byte ``offset``; it takes effect as on the RTL.
+
+        Raises
+        ------
+        BackendError
+            If ``offset`` is not 4-byte aligned or ``value`` is not a 32-bit value.
+        """
+        self._check_csr_offset(offset)
+        if not 0 <= value <= _MASK32:
+            raise BackendError(f"CSR value {value!r} is not a 32-bit unsigned value")
+        t0 = time.perf_counter()
+        f = self.host.csr_write()
+        self._write(offset, value, f + 1)
+        self.sim_seconds += time.perf_counter() - t0
+
+    def mem_write(self, addr: int, data: bytes) -> None:
+        """Write ``data`` into DRAM at byte ``addr`` through the backdoor.
+
+        Raises
+        ------
+        BackendError
+            If ``[addr, addr + len(data))`` is not inside the DRAM.
+        """
+        self._check_dram(addr, len(data))
+        t0 = time.perf_counter()
+        f = None
+        for _ in range(mem_write_accesses(addr, len(data), self.config.axi_data_bytes)):
+            f = self.host.backdoor()
+        if f is not None:
+            self.machine.eq.run_through(f, ARBITRATE)
+            self.dram[addr:addr + len(data)] = data
+        self.sim_seconds += time.perf_counter() - t0
+
+    def mem_read(self, addr: int, size: int) -> bytes:
+        """Read ``size`` bytes of DRAM at byte ``addr`` through the backdoor.
+
+        Raises
+        ------
+        BackendError
+            If ``[addr, addr + size)`` is not inside the DRAM.
+        """
+        self._check_dram(addr, size)
+        if size == 0:
+            return b""
+        t0 = time.perf_counter()
+        f = self.host.backdoor()
+        self.machine.eq.run_through(f, ARBITRATE)
+        out = bytes(self.dram[addr:addr + size])
+        self.sim_seconds += time.perf_counter() - t0
+        return out
+
+    def wait_irq(self, max_cycles: int) -> bool:
+        """Run until ``irq`` is high or ``max_cycles`` cycles passed, as the RTL backend does.
+
+        Returns
+        -------
+        bool
+            ``True`` if ``irq`` is high on return.
+
+        Raises
+        ------
+        ValueError
+            If ``max_cycles`` is negative.
+        """
+        if max_cycles < 0:
+            raise ValueError(f"max_cycles must be >= 0, got {max_cycles}")
+        t0 = time.perf_counter()
+        try:
+            return self._wait_irq(max_cycles)
+        finally:
+            self.sim_seconds += time.perf_counter() - t0
+
+    def run_cycles(self, n: int) -> None:
+        """Let ``n`` cycles pass (a timer, as :meth:`cosim.tb.rtl_backend.RtlBackend.run_cycles`)."""
+        if n > 0:
+            self.host.timer(n)
+
+    @property
+    def cycle(self) -> int:
+        """The cycle the host is in (``CYCLES`` then)."""
+        return self.host.cycle()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _wait_irq(self, max_cycles: int) -> bool:
+        eq = self.machine.eq
+        c0 = self.host.cycle()
+        eq.run_through(c0, UPDATE)
+        if self.irq or max_cycles == 0:
+            return self.irq
+        h_end = self.host.timer_end(max_cycles)
+        deadline = (h_end - 1) // 2 + 1       # a rising edge at 2e < h_end wakes the host
+        while True:
+            nxt = eq.next_time()
+            if nxt is None or nxt[0] >= deadline:
+                break
+            cycle, phase = nxt
+            if phase == UPDATE:
+                eq.run_through(cycle, UPDATE)
+                if self.irq and cycle > c0:
+                    self.host.rising(cycle)
+                    return True
+            else:
+                eq.run_through(cycle, ARBITRATE)
+        self.host.timer(max_cycles)
+        eq.run_through(self.host.cycle(), UPDATE)
+        return self.irq
+
+    def _read(self, offset: int, f: int) -> int:  # noqa: C901 (one branch per register kind)
+        m = self.machine
+        n = self.config.n_queues
+        if offset == Csr.CYCLES_LO:
+            m.cycles_hi_latch = f >> 32
+            return f & _MASK32
+        if offset == Csr.CYCLES_HI:
+            return m.cycles_hi_latch
+        if offset == Csr.STATUS:
+            return int(any(m.queue_busy(q) for q in range(n))) | int(any(m.stop)) << 1
+        if offset == Csr.QUEUE_ERRORS:
+            return sum(1 << q for q in range(n) if m.stop[q])
+        if offset == Csr.QUEUE_BUSY:
+            return sum(1 << q for q in range(n) if m.queue_busy(q))
+        if Csr.CNT_BASE <= offset < Csr.CNT_END:
+            if offset == Csr.CNT_CYCLES_LO:
+                return m.snapshot_cycles & _MASK32
+            if offset == Csr.CNT_CYCLES_HI:
+                return m.snapshot_cycles >> 32
+            name = _COUNTER_OFFSETS.get(offset)
+            return 0 if name is None else m.snapshot[name] & _MASK32
+        if Csr.TRACE_BASE <= offset < _TRACE_END:
+            return self._read_trace(*divmod(offset - Csr.TRACE_BASE, Csr.TRACE_STRIDE), f)
+        if Csr.SEM_LAST_BASE <= offset < Csr.SEM_LAST_BASE + 4 * self.config.n_sems:
+            last = m.sems.last[(offset - Csr.SEM_LAST_BASE) // 4]
+            if last is None:
+                return 0
+            return pack_fields(SemLast, {"index": last[1] & 0xFF_FFFF, "queue": last[0] & 0x7F,
+                                         "valid": 1})
+        q, reg = self._queue_reg(offset)
+        if q is not None:
+            if reg == Csr.Q_STATUS:
+                return int(m.queue_busy(q)) | int(m.stop[q]) << 1
+            if reg == Csr.Q_FETCHED:
+                return m.fetched[q] & _MASK32
+        return super().csr_read(offset)
+
+    def _read_trace(self, e: int, reg: int, f: int) -> int:
+        head = self.machine.trace_head(e, f)
+        if reg == Csr.TRACE_INFO:
+            q, index = (head[0], head[1]) if head else (0, 0)
+            return pack_fields(TraceInfo, {"index": index & 0xFF_FFFF, "queue": q & 0x3F,
+                                           "overflow": int(self.machine.trace_overflow[e]),
+                                           "valid": int(head is not None)})
+        if head is None:
+            return 0
+        return {Csr.TRACE_START: head[2], Csr.TRACE_END: head[3]}.get(reg, 0)
+
+    def _write(self, offset: int, value: int, pulse: int) -> None:  # noqa: C901
+        """The effect of a CSR write whose pulse is in cycle ``pulse`` (registers change from
+        ``pulse + 1``)."""
+        m = self.machine
+        eq = m.eq
+        if offset == Csr.IRQ_STATUS:
+            m.irq_event(pulse + 1, clear_bits=value)
+        elif offset == Csr.IRQ_ENABLE:
+            eq.at(pulse + 1, UPDATE, setattr, self, "irq_enable", value & 0b11)
+        elif offset == Csr.CONTROL:
+            if value & 1:
+                m.queue_reset((1 << self.config.n_queues) - 1, pulse, everything=True)
+        elif offset == Csr.QUEUE_RESET:
+            m.queue_reset(value, pulse)
+        elif offset == Csr.CNT_SNAPSHOT:
+            m.take_snapshot(pulse)
+        elif Csr.TRACE_BASE <= offset < _TRACE_END:
+            e, reg = divmod(offset - Csr.TRACE_BASE, Csr.TRACE_STRIDE)
+            if reg == Csr.TRACE_POP:
+                m.trace_pop(e, pulse)
+        elif Csr.SEM_BASE <= offset < Csr.SEM_BASE + 4 * self.config.n_sems:
+            m.sems.write(pulse + 1, (offset - Csr.SEM_BASE) // 4, value)
+        else:
+            q, reg = self._queue_reg(offset)
+            if q is None:
+                return
+            field = {Csr.RING_BASE: "ring_base", Csr.RING_SIZE: "ring_size", Csr.TAIL: "tail",
+                     Csr.WINDOW_BASE: "window_base", Csr.WINDOW_LIMIT: "window_limit"}.get(reg)
+            if field is not None:
+                eq.at(pulse + 1, UPDATE, self._set_queue_reg, q, field, value)
+
+    def _set_queue_reg(self, q: int, field: str, value: int) -> None:
+        setattr(self.queues[q], field, value)
+        if field == "tail":
+            self.machine.fetch.wake(self.machine.eq.now)
+

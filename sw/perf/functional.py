@@ -1,0 +1,53 @@
+"""What the performance model reuses of the functional model (:mod:`sw.model`): the engines'
+checks and arithmetic, so both backends produce the same bytes and the same errors.
+
+This is the one module of :mod:`sw.perf` that touches the functional model's internals; the
+performance backend is a :class:`sw.model.ModelBackend` (its DRAM image, local memories,
+register file and error latches) with the timing put in front of it.
+"""
+
+from __future__ import annotations
+
+from hw.isa import ErrorCode, LocalMem, Opcode
+from sw.model import ModelBackend
+from sw.model import _CommandError as CommandError  # noqa: PLC2701 (the model's check result)
+from sw.perf.decode import Decoded
+
+__all__ = ["execute_engine", "local_mem"]
+
+_LOAD, _STORE = Opcode.DMA_LOAD.value, Opcode.DMA_STORE.value
+_MATMUL, _REQUANT, _SOFTMAX = Opcode.MATMUL.value, Opcode.REQUANT.value, Opcode.SOFTMAX.value
+
+
+def local_mem(cmd: Decoded) -> LocalMem:
+    """The local memory of a DMA command: ``ACC`` for ``mem == 1``, else the scratchpad (the
+    undefined encodings too), as the RTL and :mod:`sw.model` decode it."""
+    return LocalMem.ACC if cmd.body.mem == LocalMem.ACC.value else LocalMem.SPAD
+
+
+def execute_engine(model: ModelBackend, cmd: Decoded) -> tuple[ErrorCode, int]:
+    """Check and execute one engine command on the functional model's state (DRAM image,
+    scratchpad, accumulator), at once and completely.
+
+    Returns
+    -------
+    (ErrorCode, int)
+        ``(NONE, 0)``, or the error the engine reports and its address, exactly as
+        :class:`sw.model.ModelBackend` (and the RTL) decide them; nothing is written then.
+    """
+    model._cur = (cmd.queue, cmd.index)
+    op, f, body = cmd.opcode, cmd.flags, cmd.body
+    try:
+        if op == _MATMUL:
+            model._matmul(body, accumulate=bool(f.accumulate), transpose=bool(f.transpose))
+        elif op == _LOAD or op == _STORE:
+            model._dma(body, local_mem(cmd), load=op == _LOAD)
+        elif op == _REQUANT:
+            model._requant(body, relu=bool(f.relu), row_scale=bool(f.row_scale))
+        elif op == _SOFTMAX:
+            model._softmax(body)
+        else:
+            raise ValueError(f"opcode {op:#x} is not an engine command")
+    except CommandError as e:
+        return e.code, e.addr
+    return ErrorCode.NONE, 0
