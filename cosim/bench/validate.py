@@ -1,6 +1,6 @@
 """Validation of the performance model (:mod:`sw.perf`) against the RTL, counter by counter.
 
-Every workload of :data:`WORKLOADS` runs on both backends -- the Verilated RTL through
+Every workload of :data:`sw.perf.corpus.WORKLOADS` runs on both backends -- the Verilated RTL through
 :func:`cosim.tb.harness.run_job` and :class:`sw.perf.PerfBackend` in this process -- as the
 same job (:func:`corpus_job`): a fresh :class:`sw.runtime.Device`, a counter snapshot, the
 workload, a second snapshot. The difference of the snapshots (every counter of
@@ -29,21 +29,17 @@ job's), and the corpus summary.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from hw.config import NPUConfig
 from hw.isa import COUNTER_NAMES, TIMING_COUNTERS
+from sw.perf.corpus import WORKLOADS
 from sw.runtime import Device
 
-__all__ = ["Workload", "WORKLOADS", "QUICK", "CI", "corpus_job", "compare", "run_validation",
+__all__ = ["WORKLOADS", "QUICK", "CI", "corpus_job", "compare", "run_validation",
            "summarize", "REL_TOL", "ABS_TOL", "CYCLES_MEAN_TOL", "CYCLES_MAX_TOL", "main"]
 
 #: Relative tolerance of every timing counter.
@@ -55,58 +51,6 @@ CYCLES_MEAN_TOL = 0.01
 CYCLES_MAX_TOL = 0.03
 
 
-@dataclass(frozen=True)
-class Workload:
-    """One validation workload: ``run(device) -> dict`` of its own results (JSON)."""
-    name: str
-    group: str
-    run: Callable[[Device], dict]
-    config: dict = field(default_factory=dict)   #: NPUConfig fields (default configuration)
-
-
-def _digest(a) -> str:
-    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
-
-
-def linear_operands(rng: np.random.Generator, m: int, k: int, n: int):
-    """int8 A (m, k), W (k, n), int32 bias, per-channel multiplier and shift whose outputs use
-    the int8 range."""
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    w = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    bias = rng.integers(-(1 << 16), 1 << 16, n, dtype=np.int32)
-    mult = rng.integers(1 << 30, 1 << 31, n, dtype=np.int64)
-    shift = np.full(n, 26 + int(np.log2(64 * 64 * np.sqrt(k))), dtype=np.int64)
-    return a, w, bias, mult, shift
-
-
-def _gemm(m: int, k: int, n: int, *, seed: int = 0, relu: bool = False,
-          double_buffer: bool = True) -> Callable[[Device], dict]:
-    def run(device: Device) -> dict:
-        from sw.golden import linear_int
-        from sw.kernels.linear import linear_with_stats
-        rng = np.random.default_rng(seed)
-        a, w, bias, mult, shift = linear_operands(rng, m, k, n)
-        out, st = linear_with_stats(device, a, w, bias, mult, shift, relu=relu,
-                                    double_buffer=double_buffer)
-        return {"kernel_cycles": st.cycles, "commands": st.n_commands, "digest": _digest(out),
-                "bit_exact": bool(np.array_equal(out, linear_int(a, w, bias, mult, shift,
-                                                                 relu=relu)))}
-    return run
-
-
-def _build() -> dict[str, Workload]:
-    ws = []
-    for m, k, n in [(1, 8, 8), (1, 64, 64), (1, 384, 384), (8, 8, 8), (5, 20, 11),
-                    (16, 64, 24), (17, 33, 9), (32, 64, 64), (64, 64, 64), (100, 72, 40),
-                    (13, 130, 70), (128, 128, 128), (256, 256, 256), (32, 384, 384)]:
-        ws.append(Workload(f"gemm_{m}x{k}x{n}", "gemm", _gemm(m, k, n, relu=m % 2 == 1)))
-    for m, k, n in [(16, 64, 24), (40, 48, 56)]:
-        ws.append(Workload(f"gemm_serial_{m}x{k}x{n}", "gemm",
-                           _gemm(m, k, n, double_buffer=False)))
-    return {w.name: w for w in ws}
-
-
-WORKLOADS = _build()
 #: A fast subset (seconds on the RTL).
 QUICK = ("gemm_1x8x8", "gemm_8x8x8", "gemm_5x20x11", "gemm_16x64x24")
 #: The subset the CI test runs.

@@ -60,8 +60,9 @@ class PerfBackend(ModelBackend):
     ----------
     machine : Machine
         The timed NPU (event queue, blocks, counters).
-    sim_seconds : float
-        Wall time spent inside the backend's calls (host accesses and the simulation).
+    sim_seconds, sim_cpu_seconds : float
+        Wall time and CPU time (of this process) spent inside the backend's calls: host
+        accesses, the simulation and the functional execution of the commands.
     """
 
     name = "perf"
@@ -72,6 +73,7 @@ class PerfBackend(ModelBackend):
         self.machine = Machine(self, dram or DramTiming())
         self.host = HostClock()
         self.sim_seconds = 0.0
+        self.sim_cpu_seconds = 0.0
 
     # -- Backend interface -----------------------------------------------------------------
 
@@ -84,11 +86,11 @@ class PerfBackend(ModelBackend):
             If ``offset`` is not 4-byte aligned or negative.
         """
         self._check_csr_offset(offset)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         f = self.host.csr_read()
         self.machine.eq.run_through(f, UPDATE)
         value = self._read(offset, f)
-        self.sim_seconds += time.perf_counter() - t0
+        self._spent(t0, c0)
         return value
 
     def csr_write(self, offset: int, value: int) -> None:
@@ -102,10 +104,10 @@ class PerfBackend(ModelBackend):
         self._check_csr_offset(offset)
         if not 0 <= value <= _MASK32:
             raise BackendError(f"CSR value {value!r} is not a 32-bit unsigned value")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         f = self.host.csr_write()
         self._write(offset, value, f + 1)
-        self.sim_seconds += time.perf_counter() - t0
+        self._spent(t0, c0)
 
     def mem_write(self, addr: int, data: bytes) -> None:
         """Write ``data`` into DRAM at byte ``addr`` through the backdoor.
@@ -116,14 +118,14 @@ class PerfBackend(ModelBackend):
             If ``[addr, addr + len(data))`` is not inside the DRAM.
         """
         self._check_dram(addr, len(data))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         f = None
         for _ in range(mem_write_accesses(addr, len(data), self.config.axi_data_bytes)):
             f = self.host.backdoor()
         if f is not None:
             self.machine.eq.run_through(f, ARBITRATE)
             self.dram[addr:addr + len(data)] = data
-        self.sim_seconds += time.perf_counter() - t0
+        self._spent(t0, c0)
 
     def mem_read(self, addr: int, size: int) -> bytes:
         """Read ``size`` bytes of DRAM at byte ``addr`` through the backdoor.
@@ -136,11 +138,11 @@ class PerfBackend(ModelBackend):
         self._check_dram(addr, size)
         if size == 0:
             return b""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         f = self.host.backdoor()
         self.machine.eq.run_through(f, ARBITRATE)
         out = bytes(self.dram[addr:addr + size])
-        self.sim_seconds += time.perf_counter() - t0
+        self._spent(t0, c0)
         return out
 
     def wait_irq(self, max_cycles: int) -> bool:
@@ -158,11 +160,11 @@ class PerfBackend(ModelBackend):
         """
         if max_cycles < 0:
             raise ValueError(f"max_cycles must be >= 0, got {max_cycles}")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             return self._wait_irq(max_cycles)
         finally:
-            self.sim_seconds += time.perf_counter() - t0
+            self._spent(t0, c0)
 
     def run_cycles(self, n: int) -> None:
         """Let ``n`` cycles pass (a timer, as :meth:`cosim.tb.rtl_backend.RtlBackend.run_cycles`)."""
@@ -176,6 +178,10 @@ class PerfBackend(ModelBackend):
 
     # -- helpers ---------------------------------------------------------------------------
 
+    def _spent(self, t0: float, c0: float) -> None:
+        self.sim_seconds += time.perf_counter() - t0
+        self.sim_cpu_seconds += time.process_time() - c0
+
     def _wait_irq(self, max_cycles: int) -> bool:
         eq = self.machine.eq
         c0 = self.host.cycle()
@@ -184,18 +190,10 @@ class PerfBackend(ModelBackend):
             return self.irq
         h_end = self.host.timer_end(max_cycles)
         deadline = (h_end - 1) // 2 + 1       # a rising edge at 2e < h_end wakes the host
-        while True:
-            nxt = eq.next_time()
-            if nxt is None or nxt[0] >= deadline:
-                break
-            cycle, phase = nxt
-            if phase == UPDATE:
-                eq.run_through(cycle, UPDATE)
-                if self.irq and cycle > c0:
-                    self.host.rising(cycle)
-                    return True
-            else:
-                eq.run_through(cycle, ARBITRATE)
+        e = eq.run_until(deadline, lambda: self.irq, self.machine.irq_changed)
+        if e is not None:
+            self.host.rising(e)
+            return True
         self.host.timer(max_cycles)
         eq.run_through(self.host.cycle(), UPDATE)
         return self.irq
@@ -256,7 +254,7 @@ class PerfBackend(ModelBackend):
         if offset == Csr.IRQ_STATUS:
             m.irq_event(pulse + 1, clear_bits=value)
         elif offset == Csr.IRQ_ENABLE:
-            eq.at(pulse + 1, UPDATE, setattr, self, "irq_enable", value & 0b11)
+            eq.at(pulse + 1, UPDATE, self._set_irq_enable, value & 0b11)
         elif offset == Csr.CONTROL:
             if value & 1:
                 m.queue_reset((1 << self.config.n_queues) - 1, pulse, everything=True)
@@ -278,6 +276,10 @@ class PerfBackend(ModelBackend):
                      Csr.WINDOW_BASE: "window_base", Csr.WINDOW_LIMIT: "window_limit"}.get(reg)
             if field is not None:
                 eq.at(pulse + 1, UPDATE, self._set_queue_reg, q, field, value)
+
+    def _set_irq_enable(self, value: int) -> None:
+        self.irq_enable = value
+        self.machine.irq_changed[0] = True
 
     def _set_queue_reg(self, q: int, field: str, value: int) -> None:
         setattr(self.queues[q], field, value)

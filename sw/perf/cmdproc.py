@@ -118,13 +118,14 @@ class _Waker:
         self._at: set[int] = set()
 
     def __call__(self, c: int) -> None:
-        if c not in self._at:
-            self._at.add(c)
-            self._eq.at(max(c, self._eq.now), DECIDE, self._run, c)
+        at = self._at
+        if c not in at:
+            at.add(c)
+            self._eq.at(c, DECIDE, self._run, c)
 
     def _run(self, c: int) -> None:
         self._at.discard(c)
-        self._decide(self._eq.now)
+        self._decide(c)
 
 
 class Stage:
@@ -134,17 +135,28 @@ class Stage:
         self.m = m
         self.q = q
         self.cmd: Decoded | None = None
-        self.wake = _Waker(m.eq, self._decide)
+        self.sent = False         # the staged engine command went into its FIFO
+        self.waiting = None       # the FIFO it waits for room in
+        self.wake = _Waker(m.eq, self.decide)
 
-    def _decide(self, c: int) -> None:
+    def decide(self, c: int) -> None:
         m, q, cmd = self.m, self.q, self.cmd
-        if cmd is None or m.stop[q] or m.last_qclear[q] == c:
+        if cmd is None or self.sent or m.stop[q] or m.last_qclear[q] == c:
             return
         if cmd.engine is not None:
             fifo = m.engine_queues[cmd.engine].fifos[q]
             if fifo.w_rdy(c):
+                self.waiting = None
+                self.sent = True
                 fifo.write(c, cmd)
-                m.eq.at(c + 1, UPDATE, self._dispatched, cmd)
+                # the stage is empty and the command counts as pending from c + 1; nothing
+                # in that cycle's DECIDE phase but the fetch FSM looks at either
+                m.eq.at(c + 1, DECIDE, self._dispatched, cmd)
+            else:
+                self.waiting = fifo
+                nxt = fifo.next_space(c)
+                if nxt is not None:
+                    self.wake(nxt)
             return
         if cmd.waits and not m.sems.reached(cmd.wait_sem, cmd.wait_value):
             m.sems.watch(cmd.wait_sem, self.wake)
@@ -158,8 +170,14 @@ class Stage:
     def _dispatched(self, cmd: Decoded) -> None:
         if self.cmd is cmd:
             self.cmd = None
+            self.sent = False
             self.m.pending[self.q] += 1
-            self.m.fetch.wake(self.m.eq.now)
+            self.m.fetch.decide(self.m.eq.now)
+
+    def space(self, fifo, cycle: int) -> None:
+        """``fifo`` takes a write again from ``cycle``."""
+        if self.waiting is fifo:
+            self.wake(cycle)
 
     def _proc_retired(self, cmd: Decoded) -> None:
         if self.cmd is not cmd:
@@ -174,6 +192,12 @@ class Stage:
         """Every engine command of the queue retired (BARRIER and FENCE may go)."""
         if self.cmd is not None and self.cmd.opcode in (_BARRIER, _FENCE):
             self.wake(self.m.eq.now)
+
+    def clear(self) -> None:
+        """Queue reset: the stage is empty."""
+        self.cmd = None
+        self.sent = False
+        self.waiting = None
 
 
 class _BurstBytes(Item):
@@ -206,34 +230,35 @@ class FetchUnit:
         self.fetch_last = 0
         self.fence_last = 0
         self.beats = T.fetch_beats(m.config)
-        self.wake = _Waker(m.eq, self._decide)
+        self.wake = _Waker(m.eq, self.decide)
 
     # -- IDLE ---------------------------------------------------------------------------------
 
-    def _decide(self, c: int) -> None:
+    def decide(self, c: int) -> None:
+        """IDLE in cycle ``c``: a ready fence first, else a fetch, round-robin each."""
         if self.active:
             return
-        m, n = self.m, self.m.config.n_queues
-        for k in range(1, n + 1):
-            q = (self.fence_last + k) % n
-            if self._fence_ready(q, c):
-                self._begin(q, c)
-                self.fence_last = q
-                m.eq.at(c + T.FENCE_CHECK_AFTER_IDLE, DECIDE, self._fence_check)
-                return
+        m = self.m
+        n = len(m.stages)
+        stages = m.stages
+        if any(st.cmd is not None and st.cmd.opcode == _FENCE for st in stages):
+            for k in range(1, n + 1):
+                q = (self.fence_last + k) % n
+                if self._fence_ready(q, c):
+                    self._begin(q, c)
+                    self.fence_last = q
+                    m.eq.at(c + T.FENCE_CHECK_AFTER_IDLE, DECIDE, self._fence_check)
+                    return
+        queues, stop, qclear = m.model.queues, m.stop, m.last_qclear
         for k in range(1, n + 1):
             q = (self.fetch_last + k) % n
-            if self._fetchable(q, c):
+            queue = queues[q]
+            if (stages[q].cmd is None and queue.head != queue.tail and not stop[q]
+                    and qclear[q] != c):
                 self._begin(q, c)
                 self.fetch_last = q
                 m.eq.at(c + 1, DECIDE, self._fetch_check)
                 return
-
-    def _fetchable(self, q: int, c: int) -> bool:
-        m = self.m
-        queue = m.model.queues[q]
-        return (m.stages[q].cmd is None and queue.head != queue.tail and not m.stop[q]
-                and m.last_qclear[q] != c)
 
     def _fence_ready(self, q: int, c: int) -> bool:
         m = self.m
@@ -288,7 +313,7 @@ class FetchUnit:
         return last, last
 
     def burst_done(self, served: ServedBurst) -> None:
-        self.m.eq.at(self.m.eq.now, DECIDE, self._decode)
+        self._decode()            # DECODE is the cycle after the last beat (DECIDE phase)
 
     def _decode(self) -> None:
         m, q, d = self.m, self.cur, self.m.eq.now
@@ -318,9 +343,12 @@ class FetchUnit:
         queue.head = (queue.head + 1) & (queue.ring_size - 1) & _MASK32
         m.fetched[q] += 1
         self.active = False
-        now = m.eq.now
-        m.stages[q].wake(now)
-        self.wake(now)
+        m.eq.at(m.eq.now, DECIDE, self._after_staged, q)
+
+    def _after_staged(self, q: int) -> None:
+        now = self.m.eq.now
+        self.m.stages[q].decide(now)
+        self.decide(now)
 
     # -- fence -----------------------------------------------------------------------------------
 
@@ -385,32 +413,48 @@ class EngineQueue:
         engine.queue = self
         depth = m.config.cmd_fifo_depth
         self.wake = _Waker(m.eq, self._decide)
-        self.fifos = [CommandFifo(depth, self.wake, m.stages[q].wake)
-                      for q in range(m.config.n_queues)]
+        self.fifos = []
+        for q in range(m.config.n_queues):
+            stage = m.stages[q]
+            self.fifos.append(CommandFifo(depth, self._head,
+                                          lambda c, st=stage, i=q: st.space(self.fifos[i], c)))
         self.free_from = 0
         self.last = 0
         self.current: tuple | None = None      # (cmd, take cycle, error, addr, busy span)
         self.version = 0
         self.stall = None                      # open stall.<engine>.sem interval
 
+    def _head(self, c: int) -> None:
+        """A head is readable from ``c``; a busy engine looks when it is free again."""
+        if c >= self.free_from:
+            self.wake(c)
+
     def _decide(self, c: int) -> None:
         if c < self.free_from:
             return
-        m, n = self.m, self.m.config.n_queues
+        m = self.m
+        fifos = self.fifos
+        n = len(fifos)
+        stop, qclear, sems = m.stop, m.last_qclear, m.sems
         blocked = False
         for k in range(1, n + 1):
             q = (self.last + k) % n
-            e = self.fifos[q].head(c)
-            if e is None or m.stop[q] or m.last_qclear[q] == c:
+            entries = fifos[q].entries
+            if not entries:
+                continue
+            e = entries[0]
+            if e.avail is None or e.avail > c or stop[q] or qclear[q] == c:
                 continue
             cmd = e.cmd
-            if not cmd.waits or m.sems.reached(cmd.wait_sem, cmd.wait_value):
-                self._set_stall(c, False)
+            if not cmd.waits or sem_reached(sems.values[cmd.wait_sem], cmd.wait_value):
+                if self.stall is not None:
+                    self._set_stall(c, False)
                 self._take(q, c)
                 return
             blocked = True
-            m.sems.watch(cmd.wait_sem, self.wake)
-        self._set_stall(c, blocked)
+            sems.watch(cmd.wait_sem, self.wake)
+        if blocked or self.stall is not None:
+            self._set_stall(c, blocked)
 
     def _set_stall(self, c: int, on: bool) -> None:
         if on and self.stall is None:

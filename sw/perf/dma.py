@@ -79,6 +79,27 @@ class _Geometry:
         #: L >= beat: one chunk per beat, every ``period``-th completes a local row
         self.period = self.local_bytes // beat if self.local_bytes >= beat else 1
 
+    def _first(self, row: int) -> int:
+        off = (self.body.dram_addr + row * self.body.dram_stride) % self.beat
+        return min(self.row_chunks, (self.beat - off) // self.g)
+
+    def prefix(self, row: int, x: int) -> int:
+        """Chunks in the first ``x`` beats of DRAM row ``row``."""
+        if self.local_bytes >= self.beat:
+            return x
+        if x == 0:
+            return 0
+        return min(self.row_chunks, self._first(row) + (x - 1) * (self.beat // self.g))
+
+    def burst_chunks(self, burst) -> tuple[int, int]:
+        """``(chunks of the burst, chunks of its last beat)``."""
+        if self.local_bytes >= self.beat:
+            return burst.beats, 1
+        end = burst.first_beat + burst.beats
+        p_end = self.prefix(burst.row, end)
+        return (p_end - self.prefix(burst.row, burst.first_beat),
+                p_end - self.prefix(burst.row, end - 1))
+
     def beat_chunks(self, row: int, j: int) -> int:
         """Chunks in beat ``j`` of DRAM row ``row``."""
         if self.local_bytes >= self.beat:
@@ -200,11 +221,16 @@ class LoadChannel:
         job, k = served.tag
         burst = job.bursts[k]
         geo = job.geo
-        counts = [geo.beat_chunks(burst.row, burst.first_beat + j) for j in range(burst.beats)]
-        total = sum(counts)
-        targets = (total - 1,) if burst.beats == 1 else (total - counts[-1] - 1, total - 1)
+        total, last = geo.burst_chunks(burst)
+        targets = (total - 1,) if burst.beats == 1 else (total - last - 1, total - 1)
+        busy = merged(job.lists, served.v0)
+        if k in job.holds:
+            # re-timed while in progress: the holds so far are final even where the port's
+            # spans that caused them have been dropped since
+            now = self.eq.now
+            busy = merge(busy + [h for h in job.holds[k] if h[0] < now])
         times, holds = walk(served.v0, total, geo.period, burst.first_beat % geo.period,
-                            merged(job.lists, served.v0), targets)
+                            busy, targets)
         job.holds[k] = holds
         if burst.beats == 1:
             return served.v0, times[0]

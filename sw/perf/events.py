@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 __all__ = ["UPDATE", "DECIDE", "ARBITRATE", "EventQueue"]
 
+_push = heapq.heappush
+
 UPDATE = 0
 DECIDE = 1
 ARBITRATE = 2
@@ -55,11 +57,11 @@ class EventQueue:
         ValueError
             If ``(cycle, phase)`` is before the event being run (the past cannot change).
         """
-        if cycle < self.now or (cycle == self.now and phase < self.phase):
+        if cycle <= self.now and (cycle < self.now or phase < self.phase):
             raise ValueError(f"event at cycle {cycle} phase {phase} scheduled from cycle "
                              f"{self.now} phase {self.phase}")
-        self._seq += 1
-        heapq.heappush(self._heap, (cycle, phase, self._seq, callback, args))
+        self._seq = seq = self._seq + 1
+        _push(self._heap, (cycle, phase, seq, callback, args))
 
     def next_time(self) -> tuple[int, int] | None:
         """``(cycle, phase)`` of the next event, or None."""
@@ -83,11 +85,24 @@ class EventQueue:
         if (cycle, phase) > (self.now, self.phase):
             self.now, self.phase = cycle, phase
 
-    def run_one_cycle(self, limit: int) -> int | None:
-        """Run every event of the next cycle that has events, if it is ``<= limit``; return
-        that cycle (None if there is none up to ``limit``)."""
-        if not self._heap or self._heap[0][0] > limit:
-            return None
-        cycle = self._heap[0][0]
-        self.run_through(cycle, ARBITRATE)
-        return cycle
+    def run_until(self, limit: int, stop: Callable[[], bool], flag: list) -> int | None:
+        """Run events of cycles ``< limit`` until ``stop()`` holds at the end of a cycle's
+        UPDATE phase; return that cycle (the cycle's later phases not run), or None once no
+        event before ``limit`` is left. ``stop`` is only evaluated after an event set
+        ``flag[0]`` (which this clears)."""
+        heap = self._heap
+        pop = heapq.heappop
+        while heap:
+            e = heap[0]
+            if e[0] >= limit:
+                return None
+            pop(heap)
+            self.now, self.phase = e[0], e[1]
+            self.events_run += 1
+            e[3](*e[4])
+            if flag[0] and e[1] == UPDATE and not (heap and heap[0][0] == e[0]
+                                                     and heap[0][1] == UPDATE):
+                flag[0] = False
+                if stop():
+                    return e[0]
+        return None

@@ -73,6 +73,7 @@ class Machine:
 
         self._errors: dict[int, list] = {}
         self._irq: dict[int, list[int]] = {}
+        self.irq_changed = [False]       #: set by every change of IRQ_STATUS / IRQ_ENABLE
         self.traces: list[deque[TraceEntry]] = [deque() for _ in ENGINE_NAMES]
         self.trace_overflow = [False] * len(ENGINE_NAMES)
         self.snapshot = dict.fromkeys(COUNTER_NAMES, 0)
@@ -145,6 +146,7 @@ class Machine:
     def _apply_irq(self, cycle: int) -> None:
         clear, set_bits = self._irq.pop(cycle)
         self.model.irq_status = (self.model.irq_status & ~clear) | set_bits
+        self.irq_changed[0] = True
 
     def trace_push(self, e: int, q: int, index: int, start: int, end: int) -> None:
         """Engine ``e`` retired a command in cycle ``end`` (readable 2 cycles later)."""
@@ -177,7 +179,7 @@ class Machine:
         def reset() -> None:
             model = self.model
             for q in queues:
-                self.stages[q].cmd = None
+                self.stages[q].clear()
                 queue = model.queues[q]
                 queue.head = queue.tail
                 self.fetched[q] = 0

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from sw.perf.events import ARBITRATE, UPDATE, EventQueue
+from sw.perf.events import ARBITRATE, DECIDE, UPDATE, EventQueue
 
 __all__ = ["DramTiming", "DRAM_READ_QUEUE", "DMA", "CP", "ReadChannel", "ServedBurst",
            "Reader", "WriteChannel", "WriteGrant", "Writer"]
@@ -69,7 +69,7 @@ class Reader(Protocol):
         ...
 
     def burst_done(self, burst: ServedBurst) -> None:
-        """Called in the cycle after the last beat was taken."""
+        """Called in the cycle after the last beat was taken (DECIDE phase)."""
         ...
 
 
@@ -129,10 +129,12 @@ class ReadChannel:
         ready = [m for m, r in self.pending.items() if r.start <= c]
         if not ready:
             return
-        if self.locked is not None and self.locked in ready:
+        if len(ready) == 1:
+            pick = ready[0]
+        elif self.locked is not None and self.locked in ready:
             pick = self.locked
         else:
-            pick = next(m for m in ((self.ar_last + 1) % 2, self.ar_last) if m in ready)
+            pick = (self.ar_last + 1) % 2
         if self._queue_full(c):
             self.locked = pick
             self._arbitrate_at(c + 1)
@@ -161,7 +163,7 @@ class ReadChannel:
         b.v0 = max(b.load + 1, self._prev_c + 1)
         b.v_last, b.c_last = b.owner.consume(b)
         self._prev_v, self._prev_c = b.v_last, b.c_last
-        self.eq.at(b.c_last + 1, UPDATE, self._done, b, b.version)
+        self.eq.at(b.c_last + 1, DECIDE, self._done, b, b.version)
 
     def _done(self, b: ServedBurst, version: int) -> None:
         if version != b.version or b.done:
@@ -181,7 +183,7 @@ class ReadChannel:
                 b.v0 = max(b.load + 1, prev.c_last + 1)
             b.v_last, b.c_last = b.owner.consume(b)
             b.version += 1
-            self.eq.at(b.c_last + 1, UPDATE, self._done, b, b.version)
+            self.eq.at(b.c_last + 1, DECIDE, self._done, b, b.version)
         last = self.bursts[-1]
         self._prev_v, self._prev_c = last.v_last, last.c_last
 
