@@ -229,10 +229,14 @@ class PerfBackend(ModelBackend):
                                          "valid": 1})
         q, reg = self._queue_reg(offset)
         if q is not None:
+            staged = m.fetch.staging == (f, q)        # enters its stage in this very cycle
             if reg == Csr.Q_STATUS:
                 return int(m.queue_busy(q)) | int(m.stop[q]) << 1
             if reg == Csr.Q_FETCHED:
-                return m.fetched[q] & _MASK32
+                return (m.fetched[q] + staged) & _MASK32
+            if reg == Csr.HEAD and staged:
+                queue = self.queues[q]
+                return (queue.head + 1) & (queue.ring_size - 1) & _MASK32
         return super().csr_read(offset)
 
     def _read_trace(self, e: int, reg: int, f: int) -> int:
@@ -275,6 +279,7 @@ class PerfBackend(ModelBackend):
             field = {Csr.RING_BASE: "ring_base", Csr.RING_SIZE: "ring_size", Csr.TAIL: "tail",
                      Csr.WINDOW_BASE: "window_base", Csr.WINDOW_LIMIT: "window_limit"}.get(reg)
             if field is not None:
+                m.reg_writes[q].add(pulse + 1)
                 eq.at(pulse + 1, UPDATE, self._set_queue_reg, q, field, value)
 
     def _set_irq_enable(self, value: int) -> None:
@@ -283,6 +288,7 @@ class PerfBackend(ModelBackend):
 
     def _set_queue_reg(self, q: int, field: str, value: int) -> None:
         setattr(self.queues[q], field, value)
+        self.machine.reg_writes[q].discard(self.machine.eq.now)
         if field == "tail":
             self.machine.fetch.wake(self.machine.eq.now)
 

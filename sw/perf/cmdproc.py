@@ -194,7 +194,9 @@ class Stage:
             self.wake(self.m.eq.now)
 
     def clear(self) -> None:
-        """Queue reset: the stage is empty."""
+        """The stage is empty (queue reset, fence written)."""
+        if self.cmd is not None and self.cmd.opcode == _FENCE:
+            self.m.fences_staged -= 1
         self.cmd = None
         self.sent = False
         self.waiting = None
@@ -231,6 +233,9 @@ class FetchUnit:
         self.fence_last = 0
         self.beats = T.fetch_beats(m.config)
         self.wake = _Waker(m.eq, self.decide)
+        #: ``(cycle, queue)`` of a decoded command that enters its stage in ``cycle`` (its
+        #: HEAD and Q_FETCHED read as advanced from then, see :meth:`_staged`)
+        self.staging: tuple[int, int] | None = None
 
     # -- IDLE ---------------------------------------------------------------------------------
 
@@ -241,7 +246,7 @@ class FetchUnit:
         m = self.m
         n = len(m.stages)
         stages = m.stages
-        if any(st.cmd is not None and st.cmd.opcode == _FENCE for st in stages):
+        if m.fences_staged:
             for k in range(1, n + 1):
                 q = (self.fence_last + k) % n
                 if self._fence_ready(q, c):
@@ -257,7 +262,10 @@ class FetchUnit:
                     and qclear[q] != c):
                 self._begin(q, c)
                 self.fetch_last = q
-                m.eq.at(c + 1, DECIDE, self._fetch_check)
+                if m.fetch_inputs_settled(q, c + 1):
+                    self._check_fetch(c + 1)        # FETCH_CHECK's inputs are known now
+                else:
+                    m.eq.at(c + 1, DECIDE, self._fetch_check)
                 return
 
     def _fence_ready(self, q: int, c: int) -> bool:
@@ -284,7 +292,12 @@ class FetchUnit:
     # -- command fetch ---------------------------------------------------------------------------
 
     def _fetch_check(self) -> None:
-        m, q, c = self.m, self.cur, self.m.eq.now
+        self._check_fetch(self.m.eq.now)
+
+    def _check_fetch(self, c: int) -> None:
+        """FETCH_CHECK in cycle ``c``: stop on a reset or an error, check the ring slot, then
+        request its burst from ``c + 1``."""
+        m, q = self.m, self.cur
         if self._aborted(c):
             self._idle_at(c + 1)
             return
@@ -334,20 +347,25 @@ class FetchUnit:
             m.report_error(q, d, code, cmd.opcode, cmd.index, addr, source=-1)
             self._idle_at(d + 1)
             return
-        m.eq.at(d + 1, UPDATE, self._staged, q, cmd)
+        self.staging = (d + 1, q)
+        m.eq.at(d + 1, DECIDE, self._staged, q, cmd)
 
     def _staged(self, q: int, cmd: Decoded) -> None:
+        """The command is in its stage, HEAD and Q_FETCHED advanced, the FSM in IDLE, from
+        this cycle. Run in the DECIDE phase (then the stage and IDLE decide at once): nothing
+        decided in this phase reads the stage of a queue the FSM is fetching for, and a CSR
+        read in this cycle sees HEAD and Q_FETCHED through :attr:`staging`."""
         m = self.m
         queue = m.model.queues[q]
         m.stages[q].cmd = cmd
+        if cmd.opcode == _FENCE:
+            m.fences_staged += 1
         queue.head = (queue.head + 1) & (queue.ring_size - 1) & _MASK32
         m.fetched[q] += 1
         self.active = False
-        m.eq.at(m.eq.now, DECIDE, self._after_staged, q)
-
-    def _after_staged(self, q: int) -> None:
-        now = self.m.eq.now
-        self.m.stages[q].decide(now)
+        self.staging = None
+        now = m.eq.now
+        m.stages[q].decide(now)
         self.decide(now)
 
     # -- fence -----------------------------------------------------------------------------------
@@ -392,7 +410,7 @@ class FetchUnit:
             if cmd.signals:
                 m.sems.inc(now, cmd.signal_sem, len(ENGINE_NAMES) + m.config.n_queues, q,
                            cmd.index)
-            m.stages[q].cmd = None
+            m.stages[q].clear()
         self.active = False
         self.wake(now)
 

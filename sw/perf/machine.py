@@ -52,6 +52,9 @@ class Machine:
         self.last_qclear = [-1] * n
         self.pending = [0] * n           # engine commands in a FIFO or an engine, per queue
         self.fetched = [0] * n           # Q_FETCHED (command index of the next fetch)
+        self.fences_staged = 0           # stages holding a FENCE
+        #: per queue, cycles in which a host register write or a reset pulse is pending
+        self.reg_writes: list[set[int]] = [set() for _ in range(n)]
         self.stages = [Stage(self, q) for q in range(n)]
         self.reads = ReadChannel(eq, timing)
         self.writes = WriteChannel(eq, timing)
@@ -88,6 +91,18 @@ class Machine:
     def window(self, q: int) -> tuple[int, int]:
         """Queue ``q``'s DRAM window ``[base, limit)`` (limit 0 reads as 2**32)."""
         return self.model.queues[q].window(self.config.dram_bytes)
+
+    def fetch_inputs_settled(self, q: int, c: int) -> bool:
+        """Whether nothing pending can change, in cycle ``c``, what the fetch FSM's FETCH_CHECK
+        of queue ``q`` reads: a ring or window register write, a reset pulse, an error
+        latched (from an engine command of ``q`` retiring with an error in ``c - 1``)."""
+        if c in self.reg_writes[q] or c - 1 in self.reg_writes[q] or c in self._errors:
+            return False
+        for eqn in self.engine_queues.values():
+            cur = eqn.current
+            if cur is not None and cur[0].queue == q and cur[2] is not ErrorCode.NONE:
+                return False
+        return True
 
     def queue_busy(self, q: int) -> bool:
         """``Q_STATUS.busy``: fetching or fencing for ``q``, a staged command, ring not empty,
@@ -174,6 +189,7 @@ class Machine:
         def mark() -> None:
             for q in queues:
                 self.last_qclear[q] = pulse
+                self.reg_writes[q].discard(pulse)
             self._wake_all(pulse)
 
         def reset() -> None:
@@ -199,6 +215,8 @@ class Machine:
                     self.trace_overflow[e] = False
             self._wake_all(pulse + 1)
 
+        for q in queues:
+            self.reg_writes[q].add(pulse)
         self.eq.at(pulse, UPDATE, mark)
         self.eq.at(pulse + 1, UPDATE, reset)
         if everything:

@@ -7,9 +7,11 @@ job then runs on :class:`sw.perf.PerfBackend`. Tolerances are the bench's: every
 counter within 3% or :data:`cosim.bench.validate.ABS_TOL` cycles, untimed counters equal,
 ``cycles`` within 1% on average and 3% at worst, the same results (output digests) and the
 same engine traces (start and end cycle of every command, as the RTL's trace FIFOs report
-them)."""
+them).
 
-import pytest
+It is one test (one simulation): a module fixture would run once per pytest-xdist worker, and
+two simulations must not share a run directory.
+"""
 
 from cosim.bench.validate import (
     ABS_TOL,
@@ -27,28 +29,25 @@ from hw.config import NPUConfig
 CONFIG = NPUConfig()
 
 
-@pytest.fixture(scope="module")
-def runs():
+def test_ci_corpus_matches_the_rtl_counter_by_counter():
     rtl = run_job(CONFIG, "cosim.bench.validate:corpus_job", {"names": list(CI), "trace": True},
                   name="perf_validation").result
     model, speed = _run_model(CONFIG, list(CI), trace=True)
     assert speed["workload_cycles"] > 0
-    return rtl, model
-
-
-@pytest.mark.parametrize("name", CI)
-def test_workload_counters_match_the_rtl(runs, name):
-    rtl, model = runs
-    c = compare(rtl[name], model[name])
-    bad = {k: (e["rtl"], e["model"]) for k, e in c["errors"].items() if not e["ok"]}
-    assert not bad, f"counters outside {REL_TOL:.0%} / {ABS_TOL} cycles: {bad}"
-    assert c["same_results"], (rtl[name]["info"], model[name]["info"])
-    assert c["same_trace"], "engine traces differ"
-
-
-def test_corpus_cycles_error(runs):
-    rtl, model = runs
-    rows = {n: {"compare": compare(rtl[n], model[n])} for n in CI}
+    rows, problems = {}, []
+    for name in CI:
+        c = compare(rtl[name], model[name])
+        rows[name] = {"compare": c}
+        bad = {k: (e["rtl"], e["model"]) for k, e in c["errors"].items() if not e["ok"]}
+        if bad:
+            problems.append(f"{name}: counters outside {REL_TOL:.0%} / {ABS_TOL} cycles "
+                            f"(rtl, model): {bad}")
+        if not c["same_results"]:
+            problems.append(f"{name}: results differ: {rtl[name]['info']} vs "
+                            f"{model[name]['info']}")
+        if not c["same_trace"]:
+            problems.append(f"{name}: engine traces differ")
+    assert not problems, "\n".join(problems)
     s = summarize(rows)
     assert s["cycles_mean_abs_error"] <= CYCLES_MEAN_TOL
     assert s["cycles_max_abs_error"] <= CYCLES_MAX_TOL

@@ -261,6 +261,7 @@ def naive_store(t, beats_chunks, bursts):
     chunks = [k for k, n in enumerate(beats_chunks) for _ in range(n)]
     first_of = np.cumsum([0] + [b for b in bursts])
     W = [None] * len(beats_chunks)
+    V = [None] * len(beats_chunks)
     in_buffer = []           # (beat, readable from)
     i = 0                    # next chunk to read
     burst, aw = 0, t + 4
@@ -273,6 +274,7 @@ def naive_store(t, beats_chunks, bursts):
             k = chunks[i]
             if i == len(chunks) - 1 or chunks[i + 1] != k:
                 in_buffer.append((k, c + 2))
+                V[k] = c + 2
             i += 1
         head = in_buffer[0] if in_buffer else None
         in_wdata = aw is not None and c >= aw + 1 and first_of[burst] <= w_next
@@ -285,7 +287,7 @@ def naive_store(t, beats_chunks, bursts):
                 burst += 1
                 aw = c + 2 if burst < len(bursts) else None
         c += 1
-    return W, last_w + 1 + T.DMA_DONE_AFTER_LAST
+    return V, W, last_w + 1 + T.DMA_DONE_AFTER_LAST
 
 
 @pytest.mark.parametrize("cfg, mem, addr, stride, row_bytes, n_rows", [
@@ -312,7 +314,8 @@ def test_store_beats_match_a_per_cycle_store(cfg, mem, addr, stride, row_bytes, 
     st.start(cmd, t, ErrorCode.NONE)
     eq.run_through(10_000, ARBITRATE)
     job = jobs[0]
-    want_w, want_done = naive_store(t, [n for n, _ in job.beats],
-                                    [b.beats for b in job.bursts])
+    want_v, want_w, want_done = naive_store(t, [n for n, _ in job.beats],
+                                            [b.beats for b in job.bursts])
+    assert job.V == want_v            # the W buffer's fill (the read side's throttling)
     assert job.W == want_w
     assert q.done == want_done
