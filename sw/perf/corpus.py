@@ -428,7 +428,31 @@ def _build() -> dict[str, Workload]:
            Workload("softmax_rows", "commands", _softmax_rows),
            Workload("errors_recovery", "errors", _errors),
            Workload("main_minilm_block_L32", "main", _main_job)]
+    ws += _other_configs()
     return {w.name: w for w in ws}
+
+
+#: Two more configurations: a 4x4 array (scratchpad rows of 4 bytes, narrower than a bus beat:
+#: several chunks per beat), and an 8x8 with a 128-bit bus (scratchpad rows half a beat,
+#: accumulator rows two beats), command FIFOs of depth 1 and 4 outstanding reads.
+OTHER_CONFIGS = {
+    "4x4": {"rows": 4, "cols": 4},
+    "b128": {"axi_data_bits": 128, "cmd_fifo_depth": 1, "dma_outstanding": 4},
+}
+
+
+def _other_configs() -> list[Workload]:
+    ws = []
+    for tag, cfg in OTHER_CONFIGS.items():
+        for m, k, n in [(1, 24, 20), (20, 36, 13), (64, 64, 64)]:
+            ws.append(Workload(f"{tag}_gemm_{m}x{k}x{n}", "gemm", _gemm(m, k, n, relu=m % 2 == 1),
+                               cfg))
+        ws += [Workload(f"{tag}_attention_L16_causal", "attention",
+                        _attention(16, "causal", d=16), cfg),
+               Workload(f"{tag}_two_streams_events", "streams", _two_streams, cfg),
+               Workload(f"{tag}_random_stream", "commands", _random_stream, cfg),
+               Workload(f"{tag}_dma_edges", "commands", _dma_edges, cfg)]
+    return ws
 
 
 #: Every workload, by name.

@@ -81,6 +81,7 @@ class CommandFifo:
         self.entries.append(e)
         if self.depth == 1:
             e.move, e.avail = c, c + 1
+            self.on_head(e.avail)
         elif prev is None:
             self._moved(e, max(c + 1, self.last_take))
         # else: it moves once the previous entry is taken (see take)

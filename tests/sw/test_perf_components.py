@@ -29,10 +29,12 @@ def test_fifo_timing_matches_amaranth_syncfifobuffered(depth):
     want_w = rng.random(n) < 0.6
     want_r = rng.random(n) < 0.45
     dut = SyncFIFOBuffered(width=16, depth=depth)
-    model = CommandFifo(depth, lambda c: None, lambda c: None)
+    heads, spaces = set(), set()
+    model = CommandFifo(depth, heads.add, spaces.add)
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     seen = {"w": 0, "r": 0}
+    prev_w_rdy = [True]
 
     async def tb(ctx):
         token = 0
@@ -45,6 +47,11 @@ def test_fifo_timing_matches_amaranth_syncfifobuffered(depth):
             ctx.set(dut.r_en, do_r)
             ctx.set(dut.w_en, do_w)
             ctx.set(dut.w_data, token)
+            if r_rdy:      # the engine was told when this head became readable
+                assert model.head(c).avail in heads
+            if w_rdy and not prev_w_rdy[0]:   # and the stage when there was room again
+                assert c in spaces, f"no space notice for cycle {c}"
+            prev_w_rdy[0] = w_rdy
             if do_r:
                 assert ctx.get(dut.r_data) == model.take(c).cmd
                 seen["r"] += 1
