@@ -1,7 +1,7 @@
 """Validation of the performance model (:mod:`sw.perf`) against the RTL, counter by counter.
 
-Every workload of :data:`sw.perf.corpus.WORKLOADS` runs on both backends -- the Verilated RTL through
-:func:`cosim.tb.harness.run_job` and :class:`sw.perf.PerfBackend` in this process -- as the
+Every workload of :data:`sw.perf.corpus.WORKLOADS` runs on both backends -- the Verilated RTL
+through :func:`cosim.tb.harness.run_job` and :class:`sw.perf.PerfBackend` in this process -- as the
 same job (:func:`corpus_job`): a fresh :class:`sw.runtime.Device`, a counter snapshot, the
 workload, a second snapshot. The difference of the snapshots (every counter of
 :data:`hw.isa.COUNTER_NAMES` and ``cycles``) is compared:
@@ -95,10 +95,7 @@ def counter_error(name: str, rtl: int, model: int) -> dict:
     docstring for the tolerances)."""
     diff = model - rtl
     rel = abs(diff) / rtl if rtl else (0.0 if diff == 0 else None)
-    if name in TIMING_COUNTERS:
-        ok = abs(diff) <= max(REL_TOL * rtl, ABS_TOL)
-    else:
-        ok = diff == 0
+    ok = abs(diff) <= max(REL_TOL * rtl, ABS_TOL) if name in TIMING_COUNTERS else diff == 0
     return {"rtl": rtl, "model": model, "diff": diff, "rel": rel, "ok": ok}
 
 

@@ -167,7 +167,7 @@ class PerfBackend(ModelBackend):
             self._spent(t0, c0)
 
     def run_cycles(self, n: int) -> None:
-        """Let ``n`` cycles pass (a timer, as :meth:`cosim.tb.rtl_backend.RtlBackend.run_cycles`)."""
+        """Let ``n`` cycles pass (a timer, as the RTL backend's ``run_cycles``)."""
         if n > 0:
             self.host.timer(n)
 
@@ -198,7 +198,7 @@ class PerfBackend(ModelBackend):
         eq.run_through(self.host.cycle(), UPDATE)
         return self.irq
 
-    def _read(self, offset: int, f: int) -> int:  # noqa: C901 (one branch per register kind)
+    def _read(self, offset: int, f: int) -> int:
         m = self.machine
         n = self.config.n_queues
         if offset == Csr.CYCLES_LO:
@@ -250,7 +250,7 @@ class PerfBackend(ModelBackend):
             return 0
         return {Csr.TRACE_START: head[2], Csr.TRACE_END: head[3]}.get(reg, 0)
 
-    def _write(self, offset: int, value: int, pulse: int) -> None:  # noqa: C901
+    def _write(self, offset: int, value: int, pulse: int) -> None:
         """The effect of a CSR write whose pulse is in cycle ``pulse`` (registers change from
         ``pulse + 1``)."""
         m = self.machine

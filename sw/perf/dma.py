@@ -22,7 +22,7 @@ from bisect import bisect_right
 from hw.config import NPUConfig
 from hw.isa import ErrorCode, LocalMem
 from sw.perf import timing_standin as T
-from sw.perf.ledger import Item, Ledger, intersect, measure, merge, subtract, union
+from sw.perf.ledger import Item, Ledger, measure, merge, subtract, union
 from sw.perf.memory import DMA, ReadChannel, ServedBurst, WriteChannel, WriteGrant
 from sw.perf.ports import BusyList, merged, walk
 

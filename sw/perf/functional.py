@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hw.isa import ErrorCode, LocalMem, Opcode
 from sw.model import ModelBackend
-from sw.model import _CommandError as CommandError  # noqa: PLC2701 (the model's check result)
+from sw.model import _CommandError as CommandError
 from sw.perf.decode import Decoded
 
 __all__ = ["execute_engine", "local_mem"]
@@ -40,7 +40,7 @@ def execute_engine(model: ModelBackend, cmd: Decoded) -> tuple[ErrorCode, int]:
     try:
         if op == _MATMUL:
             model._matmul(body, accumulate=bool(f.accumulate), transpose=bool(f.transpose))
-        elif op == _LOAD or op == _STORE:
+        elif op in (_LOAD, _STORE):
             model._dma(body, local_mem(cmd), load=op == _LOAD)
         elif op == _REQUANT:
             model._requant(body, relu=bool(f.relu), row_scale=bool(f.row_scale))

@@ -30,7 +30,7 @@ __all__ = [
     "softmax_p_writes", "softmax_row_end", "DMA_FIRST_REQUEST", "DMA_DONE_AFTER_LAST",
     "dma_search_done", "Burst", "dma_bursts", "fetch_beats", "FETCH_ADDR_AFTER_IDLE",
     "DECODE_AFTER_LAST_BEAT", "FENCE_CHECK_AFTER_IDLE", "FENCE_WRITE_AFTER_IDLE",
-    "FIFO_WRITE_TO_HEAD",
+    "fifo_write_to_head",
 ]
 
 #: An AXI4 burst must not cross a 4 KiB boundary (ARM IHI 0022, A3.4.1).
@@ -185,7 +185,7 @@ FENCE_CHECK_AFTER_IDLE = 1
 FENCE_WRITE_AFTER_IDLE = 2
 
 
-def FIFO_WRITE_TO_HEAD(depth: int) -> int:  # noqa: N802 (a constant of the FIFO depth)
+def fifo_write_to_head(depth: int) -> int:
     """Cycles from writing an entry into an empty per-queue command FIFO to its being readable
     (``r_rdy``): Amaranth's ``SyncFIFOBuffered`` adds an output register behind its memory
     (2), except for depth 1, which is one register (1)."""

@@ -70,7 +70,7 @@ def test_fifo_latency_of_the_default_depth():
     fifo.write(10, "a")
     assert fifo.head(11) is None and fifo.head(12).cmd == "a"     # 2 cycles write to head
     assert not fifo.w_rdy(11) and fifo.w_rdy(12)                   # the memory holds 1
-    assert T.FIFO_WRITE_TO_HEAD(2) == 2 and T.FIFO_WRITE_TO_HEAD(1) == 1
+    assert T.fifo_write_to_head(2) == 2 and T.fifo_write_to_head(1) == 1
 
 
 # -- the DMA's chunk walk against a port ------------------------------------------------------
@@ -176,7 +176,7 @@ def naive_dram(requests, busy, n_cycles):
     bursts = []
     r_busy = rvalid = False
     cur = None                       # burst being output
-    beat = left = 0
+    beat = 0
     vis = None                       # (burst, beat index) visible
     for c in range(n_cycles):
         # combinational: AR arbitration, R handshake
@@ -213,7 +213,7 @@ def naive_dram(requests, busy, n_cycles):
         if not r_busy and ready_q:
             cur = ready_q[0]
             queue.remove(cur)
-            n_busy, beat, left = True, 0, cur["beats"]
+            n_busy, beat = True, 0
         rvalid, vis, r_busy = n_rvalid, n_vis, n_busy
     return [(b["mgr"], b["accept"], b["v0"], b["v_last"], b["c_last"]) for b in bursts]
 
@@ -249,7 +249,7 @@ def test_read_channel_matches_dram_sv(seed):
     assert [(s.mgr, s.accept, s.v0, s.v_last, s.c_last) for s in got] == want
 
 
-# -- the DMA store channel: W buffer and write channel vs a per-cycle model ---------------------------
+# -- the DMA store channel: W buffer and write channel vs a per-cycle model -----------------
 
 class _Queue:
     def __init__(self):
@@ -323,6 +323,6 @@ def test_store_beats_match_a_per_cycle_store(cfg, mem, addr, stride, row_bytes, 
     job = jobs[0]
     want_v, want_w, want_done = naive_store(t, [n for n, _ in job.beats],
                                             [b.beats for b in job.bursts])
-    assert job.V == want_v            # the W buffer's fill (the read side's throttling)
-    assert job.W == want_w
+    assert want_v == job.V            # the W buffer's fill (the read side's throttling)
+    assert want_w == job.W
     assert q.done == want_done
