@@ -175,8 +175,17 @@ class Stage:
             self.m.fetch.decide(self.m.eq.now)
 
     def space(self, fifo, cycle: int) -> None:
-        """``fifo`` takes a write again from ``cycle``."""
-        if self.waiting is fifo:
+        """``fifo`` takes a write again from ``cycle``: the waiting command goes in then --
+        decided now if nothing pending can stop the queue or reset it by then."""
+        if self.waiting is not fifo:
+            return
+        m = self.m
+        if cycle > m.eq.now and m.stage_inputs_settled(self.q, cycle) and fifo.w_rdy(cycle):
+            self.waiting = None
+            self.sent = True
+            fifo.write(cycle, self.cmd)
+            m.eq.at(cycle + 1, DECIDE, self._dispatched, self.cmd)
+        else:
             self.wake(cycle)
 
     def _proc_retired(self, cmd: Decoded) -> None:
@@ -441,6 +450,8 @@ class EngineQueue:
         self.current: tuple | None = None      # (cmd, take cycle, error, addr, busy span)
         self.version = 0
         self.stall = None                      # open stall.<engine>.sem interval
+        self.retired_name = f"retired.{self.name}"
+        self._engine_retired = getattr(engine, "retired", None)
 
     def _head(self, c: int) -> None:
         """A head is readable from ``c``; a busy engine looks when it is free again."""
@@ -504,7 +515,7 @@ class EngineQueue:
         cmd, t, error, addr, span = self.current
         self.current = None
         m.ledger.busy_end(span, done + 1)
-        m.ledger.point(f"retired.{self.name}", done)
+        m.ledger.counts[self.retired_name] += 1
         m.trace_push(self.index, cmd.queue, cmd.index, t, done)
         q = cmd.queue
         if not (t < m.last_qclear[q] <= done):          # not killed by a queue reset
@@ -515,9 +526,8 @@ class EngineQueue:
         m.pending[q] -= 1
         if m.pending[q] == 0:
             m.stages[q].all_idle()
-        retired = getattr(self.engine, "retired", None)
-        if retired is not None:
-            retired()
+        if self._engine_retired is not None:
+            self._engine_retired()
         self.wake(done + 1)
 
     def flush(self, q: int) -> int:

@@ -146,6 +146,10 @@ class Ledger:
         self.cursor = 0          #: totals hold every cycle before this one
         self.items: list[Item] = []
         self.busy: dict[str, list[list]] = {e: [] for e in ENGINE_NAMES}  # [a, b or None]
+        #: events counted as they are recorded, for counters whose events are recorded in
+        #: time order before any snapshot that must see them (retirements, recorded in the
+        #: cycle after their ``done``)
+        self.counts = dict.fromkeys(COUNTER_NAMES, 0)
 
     # -- recording --------------------------------------------------------------------------
 
@@ -197,7 +201,10 @@ class Ledger:
         self.items = keep
         self._fold_busy(lo, s)
         self.cursor = s
-        return dict(out)
+        snap = dict(out)
+        for name, n in self.counts.items():
+            snap[name] += n
+        return snap
 
     def _fold_busy(self, lo: int, hi: int) -> None:
         spans = {}

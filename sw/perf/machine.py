@@ -104,6 +104,18 @@ class Machine:
                 return False
         return True
 
+    def stage_inputs_settled(self, q: int, c: int) -> bool:
+        """Whether nothing pending can stop or reset queue ``q`` in cycle ``c``: no reset pulse
+        or error latch pending then (a stage moves its command on unless one of them)."""
+        if c in self.reg_writes[q] or c in self._errors:
+            return False
+        for eqn in self.engine_queues.values():
+            cur = eqn.current
+            if (cur is not None and cur[0].queue == q and cur[2] is not ErrorCode.NONE
+                    and eqn.free_from <= c):
+                return False
+        return True
+
     def queue_busy(self, q: int) -> bool:
         """``Q_STATUS.busy``: fetching or fencing for ``q``, a staged command, ring not empty,
         or an engine command of ``q`` not retired."""
