@@ -59,5 +59,5 @@ def test_attention_twice_beside_another_stream():
     want = {"attention": [True, True], "linear": [True, True], "copies": [True, True],
             "gated_until_event": {"copy_untouched": True, "stream_busy": True},
             "semaphores_exact": True}
-    assert rtl == want | {"overlap": True}, "the other stream ran after, not beside, attention"
+    assert rtl == want | {"overlap": True}, rtl        # overlap: beside, not after, attention
     assert model == want | {"overlap": False}           # untimed: every timestamp is 0

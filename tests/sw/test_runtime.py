@@ -426,14 +426,14 @@ def test_register_fields_from_model_to_runtime():
     c.signal(9)                                         # SEM_LAST: queue 2, index 3
     c.dma_load(mem=LocalMem.SPAD, dram_addr=0, dram_stride=0, row_bytes=0, n_rows=0,
                local_row=0, local_stride=0)             # TRACE_INFO: load, queue 2, index 4
-    c.matmul(a_row=0, w_row=0, acc_row=31, m=2)         # ERR_CODE: queue 2, index 5, MATMUL
+    c.matmul(a_row=0, w_row=0, acc_row=0, m=2, transpose=True)   # ERR_CODE: BAD_SIZE (2x6)
     s2.launch(c)
     s1.wait_event(dev.event())                          # STATUS / Q_STATUS busy: queue 1 waits
     assert dev.last_signal(9) == (2, 3)
     trace = dev.read_trace()
     assert [(t.engine, t.queue, t.index) for t in trace] == [("load", 2, 4)]
     first = unpack_fields(REGISTER_STRUCTS["ERR_CODE"], be.csr_read(Csr.ERR_CODE))
-    assert (first.code, first.queue, first.opcode) == (ErrorCode.BAD_LOCAL_ADDR, 2,
+    assert (first.code, first.queue, first.opcode) == (ErrorCode.BAD_SIZE, 2,
                                                        Opcode.MATMUL.value)
     status = unpack_fields(REGISTER_STRUCTS["STATUS"], be.csr_read(Csr.STATUS))
     assert status.busy and status.error
@@ -441,6 +441,6 @@ def test_register_fields_from_model_to_runtime():
     with pytest.raises(DeviceError) as e:
         s2.synchronize()
     assert (e.value.queue, e.value.command_index, e.value.opcode, e.value.code) == \
-        (2, 5, Opcode.MATMUL.value, ErrorCode.BAD_LOCAL_ADDR)
+        (2, 5, Opcode.MATMUL.value, ErrorCode.BAD_SIZE)
     status = unpack_fields(REGISTER_STRUCTS["STATUS"], be.csr_read(Csr.STATUS))
     assert status.busy and not status.error
