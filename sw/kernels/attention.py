@@ -42,15 +42,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+from amaranth.lib import data
 
 from hw.config import NPUConfig
-from hw.isa import LocalMem
+from hw.isa import DmaBody, LocalMem
 from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
 __all__ = ["AttentionPlan", "AttentionStats", "plan_attention", "attention_with_stats",
            "STAGES"]
 
 STAGES = ("scores", "softmax", "context")
+#: a DMA row of a query tile must fit the command's ``row_bytes`` field
+_ROW_BYTES_LIMIT = 2 ** data.Layout.cast(DmaBody)["row_bytes"].width
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -132,7 +135,7 @@ def plan_attention(config: NPUConfig, seq: int, head_dim: int, *,
     for mt in range(1, min(seq, 4096) + 1):
         spad = kv_rows + db * mt + kb * mt + db * mt
         acc = 3 * db + _ceil_div(mt, n) + kb * mt + db * mt
-        if spad <= s_rows and acc <= a_rows and mt * c.spad_row_bytes < 1 << 16:
+        if spad <= s_rows and acc <= a_rows and mt * c.spad_row_bytes < _ROW_BYTES_LIMIT:
             best = mt
     if best == 0:
         where = c.name if spad_region is None and acc_region is None else \
