@@ -117,13 +117,15 @@ def _var(code: str, name: str, w: int) -> str:
 
 def _declarations(names: list[str], clk: str, ids: Iterator[str]) -> tuple[list[str],
                                                                             dict[str, str]]:
-    """Header lines declaring the row names (dotted names become scopes of ``u_npu``)."""
+    """Header lines declaring the row names (dotted names become scopes of ``u_npu``), in
+    alphabetical order within each scope as Verilator writes them (so the engines' probes
+    are not in the order of :data:`ENGINES`)."""
     code = {name: next(ids) for name in names}
     decl = ["$version tests/support/npu_vcd_gen.py $end", "$timescale 1ns $end",
             "$scope module tb_top $end", f"$var wire 1 {clk} clk $end",
             "$scope module u_npu $end", f"$var wire 1 {clk} clk $end"]
     open_scopes: list[str] = []
-    for name in sorted(names, key=lambda n: n.split(".")[:-1]):     # stable: row order
+    for name in sorted(names, key=lambda n: (n.split(".")[:-1], n)):  # as Verilator sorts
         *scopes, leaf = name.split(".")
         while open_scopes and open_scopes != scopes[:len(open_scopes)]:
             decl.append("$upscope $end")
