@@ -71,7 +71,7 @@ def _engine_cycle(row: dict[str, int], e: str, left: int, rng: random.Random, bu
         row[p(e, "queue")] = rng.randrange(N_QUEUES)
         row[p(e, "index")] = index
         row[p(e, "opcode")] = ENGINES.index(e) + 1
-        index += rng.choice([1, 1, 1, 1 << 20])
+        index = (index + rng.choice([1, 1, 1, 1 << 20])) % (1 << PROBE_FIELDS["index"])
     row[p(e, "busy")] = int(left > 0 and not take)
     row[p(e, "done")] = int(left == 1 and not take)
     row[p(e, "sem_stall")] = int(not row[p(e, "busy")] and not take and rng.random() < 0.4)

@@ -420,6 +420,8 @@ def to_int(value: str | None, *, signed: bool = False, width: int | None = None
     if value is None:
         return None
     bits = value[1:] if value[:1] in ("b", "B") else value
+    if not bits or bits.strip(_BIT_CHARS):
+        raise VcdValueError(f"{value!r} is not a VCD bit string (0, 1, x, z)")
     if width is not None:
         if width < 1:
             raise ValueError(f"width must be at least 1 bit, not {width}")
@@ -427,10 +429,8 @@ def to_int(value: str | None, *, signed: bool = False, width: int | None = None
     elif signed:
         raise ValueError("the signed reading of a value needs its variable's width (a "
                          "VCD value may be written shorter than the variable)")
-    if not bits or bits.strip("01"):
-        if bits and not bits.strip(_BIT_CHARS):
-            return None
-        raise VcdValueError(f"{value!r} is not a VCD bit string (0, 1, x, z)")
+    if bits.strip("01"):
+        return None                     # an x or z bit
     n = int(bits, 2)
     if signed and len(bits) == width and n >> (width - 1):
         n -= 1 << width
