@@ -57,16 +57,17 @@ def test_board_rejects_a_clock_the_pll_cannot_make(capsys):
 
 
 def test_verilog_lint_without_icarus_skips_it(tmp_path, monkeypatch, capsys):
-    import cosim.fpga
+    import cosim.fpga.verilog
 
-    real = cosim.fpga.find_tool
+    real = cosim.fpga.verilog.find_tool
 
     def no_iverilog(name):
         if name == "iverilog":
             raise cosim.fpga.ToolMissingError("iverilog not found: apt-get install -y iverilog")
         return real(name)
 
-    monkeypatch.setattr(cosim.fpga, "find_tool", no_iverilog)
+    # compile_icarus looks the tool up in its own module
+    monkeypatch.setattr(cosim.fpga.verilog, "find_tool", no_iverilog)
     assert main(["verilog", "--config", "2x2,spad_rows=16,acc_rows=16", "--lint",
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

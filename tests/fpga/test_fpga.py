@@ -25,7 +25,6 @@ from cosim.fpga import (
     FpgaToolError,
     Resources,
     ToolMissingError,
-    _abc9_error,
     block_of,
     check_memories,
     compile_icarus,
@@ -40,6 +39,7 @@ from cosim.fpga import (
     write_pnr_harness,
     write_verilog,
 )
+from cosim.fpga.synth import _abc9_error
 from hw.board import PLL_PFD_HZ, PLL_VCO_HZ, NPUBoard, ecp5_pll
 from hw.config import NPUConfig
 
