@@ -9,6 +9,7 @@ from cosim.cli import main
     (["--config", "3x3x3"], "expected ROWSxCOLS"),
     (["--config", "8x8,rows=4"], "unknown parameter 'rows'"),
     (["--config", "8x8,spad_rows"], "is not key=value"),
+    (["--config", "8x8,n_sems=8,n_sems=4"], "n_sems is given twice"),
     (["--config", "40x40"], "2..32"),
     (["--config", "4x8"], "square array"),
     (["--seq-len", "0"], "1..512"),
