@@ -9,6 +9,7 @@
 ``npu area``     FPGA cost per configuration: LUT4/FF/DSP/BRAM, Fmax, critical block.
 ``npu board``    the NPU on a ULX3S 85F, through to a bitstream.
 ``npu bench``    GEMM roofline sweep, attention utilization, co-simulation speed, build time.
+``npu waves``    summarize, cut, group and export VCD waveforms of runs.
 """
 
 import argparse
