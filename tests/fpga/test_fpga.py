@@ -106,6 +106,23 @@ def test_tool_failure_names_the_log(tmp_path):
     assert str(info.value.log_path) in str(info.value)
 
 
+def test_run_tool_raises_on_exit_status_and_timeout(tmp_path):
+    import sys
+
+    from cosim.fpga.tools import run_logged, run_tool
+    fail = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
+    with pytest.raises(FpgaToolError, match="exit status 3") as info:
+        run_tool(fail, tmp_path / "fail.log", what="fake tool")
+    assert "boom" in str(info.value) and info.value.log_path == tmp_path / "fail.log"
+    assert (tmp_path / "fail.log").read_text().startswith("# " + sys.executable)
+    # the lower level reports the status instead (the lint reads its findings from the log)
+    status, seconds = run_logged(fail, tmp_path / "fail2.log", what="fake tool")
+    assert status == 3 and seconds > 0
+    with pytest.raises(FpgaToolError, match="slow tool timed out after 0.2 s"):
+        run_tool([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "slow.log",
+                 what="slow tool", timeout=0.2)
+
+
 def test_unknown_family():
     with pytest.raises(ValueError, match="family"):
         synthesize(Path("npu.v"), "virtex")
