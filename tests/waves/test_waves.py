@@ -21,8 +21,6 @@ from cosim.waves import (
 from cosim.waves.trace import (
     REQUIRED_KEYS,
     chrome_trace,
-    gemm_point,
-    roofline_png,
     timeline_png,
     write_chrome_trace,
 )
@@ -311,13 +309,6 @@ def test_chrome_trace_rejects_bad_records():
 def test_pngs(tmp_path):
     t = timeline_png(tmp_path / "t.png", RECORDS, busy={"load": [(10, 40), (45, 70)]})
     assert t.read_bytes()[:8] == PNG_MAGIC
-    pts = [gemm_point("16x40x24", 16, 40, 24, dram_bytes=2500, cycles=900),
-           gemm_point("64x64x64", 64, 64, 64, dram_bytes=20000, cycles=5000)]
-    assert pts[0].macs == 16 * 40 * 24 and pts[0].intensity == pytest.approx(15360 / 2500)
-    r = roofline_png(tmp_path / "r.png", pts, rows=8, cols=8, bytes_per_cycle=8)
-    assert r.read_bytes()[:8] == PNG_MAGIC
-    with pytest.raises(ValueError):
-        roofline_png(tmp_path / "r.png", pts, rows=0, cols=8, bytes_per_cycle=8)
 
 
 def test_streaming_memory_does_not_grow_with_file(tmp_path):
