@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from hw.config import NPUConfig
-from hw.isa import LocalMem, Opcode, decode
-from hw.tile import MatrixEngine
+from hw.isa import ACCEPT_CYCLES, LocalMem, Opcode, decode, matmul_busy_cycles
 from sw.golden import linear_int
 from sw.kernels.linear import (
     build_linear_commands,
@@ -262,4 +261,4 @@ def test_double_buffered_plan_rejects_what_does_not_fit():
 def test_timing_model_matches_the_hardware_latencies():
     for cfg in (DEFAULT, SMALL_ARRAY, NPUConfig(rows=16, cols=8)):
         for m in (1, 7, 512):
-            assert matmul_cycles(cfg, m) == MatrixEngine.command_cycles(cfg, m)
+            assert matmul_cycles(cfg, m) == matmul_busy_cycles(cfg, m) + ACCEPT_CYCLES
