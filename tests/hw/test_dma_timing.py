@@ -108,8 +108,8 @@ def check(cfg, jobs):
 
 def directed(cfg):
     """4 KiB splits, rows over 256 beats, partial first/last beats, one-chunk rows, rows whose
-    last beat is held (narrow local rows), short bursts that starve the outstanding reads,
-    in both memories, as loads and as stores."""
+    last beat is held (narrow local rows), short bursts that the outstanding-read limit
+    paces, in both memories, as loads and as stores."""
     beat = cfg.axi_data_bytes
     jobs = []
     for mem in (SPAD, ACC):
@@ -123,6 +123,9 @@ def directed(cfg):
             dense(cfg, 64, 0, (300 * beat // lb + 1) * lb, 1, mem),     # > 256 beats
             dense(cfg, 12288 - 5 * beat, lb, lb, 9, mem),               # many short bursts
             body(g, lb + g, lb, 7, mem, 0, 1),                          # mid-beat starts
+            # one-beat rows, each its own burst: with narrow local rows the DMA holds every
+            # beat for several chunks, and the outstanding-read limit paces the ARs
+            dense(cfg, 0, 2 * max(beat, lb), max(beat, lb), 8, mem),
         ]
         for c in cases:
             jobs += [(LOAD, c), (STORE, c)]
