@@ -1,10 +1,13 @@
 """Engine timing, in cycles, as functions of a command and the :class:`~hw.config.NPUConfig`:
 the one definition that the planner, the tests and the performance model use.
 
-Pure Python (integer arithmetic only); every formula is derived from the engine's FSM, named
-state by state, and checked for exact equality against the RTL block in Amaranth's simulator
-(``tests/hw/test_timing.py``, ``tests/hw/test_dma_timing.py``) and, for the DMA, against the
-Verilator NPU (``tests/cosim/test_npu_rtl.py``).
+Pure Python (integer arithmetic only, no Amaranth at call time); every formula is derived
+from the engine's FSM, named state by state, and checked for exact equality against the RTL
+block in Amaranth's simulator over ranges of sizes on several array sizes
+(``tests/hw/test_timing.py``; the DMA on a register-exact transcription of the co-simulation
+DRAM, ``tests/hw/test_dma_timing.py``) and, one command of each kind, against the
+``busy.<engine>`` counters of the Verilator NPU with ``cosim/tb/dram.sv`` on 8x8 and 4x4
+(``tests/cosim/test_npu_rtl.py::test_engine_timing_on_rtl``).
 
 What is counted
 ---------------
@@ -26,10 +29,12 @@ DMA timing is given under the *ideal* DRAM of the co-simulation (``cosim/tb/dram
 bursts queued (up to 16, never fewer than ``dma_outstanding``) and answered in order, the first
 beat 3 cycles after the AR handshake, then one beat per cycle, one idle cycle between bursts
 unless the last beat of a burst is held; writes one burst at a time (AW accepted in the idle
-state, then the W beats, then B for one cycle). On the NPU the DMA shares that DRAM port with
-the command fetch (:class:`hw.bus.arbiter.AXI4Arbiter`, no added latency): an interleaved fetch
-burst delays the DMA, which these functions do not model; neither do they model a local write
-denied by a higher-priority writer (``stall.load_spad`` / ``stall.load_acc``, one cycle each).
+state, then the W beats, then B for one cycle). On the NPU the DMA reaches that DRAM through
+:class:`hw.bus.arbiter.AXI4Arbiter`, which adds no cycle on an idle port (its write grant
+overlaps the DRAM's response state); but it shares the port with the command fetch, and an
+interleaved fetch burst delays the DMA, which these functions do not model; neither do they
+model a local write denied by a higher-priority writer (``stall.load_spad`` /
+``stall.load_acc``, one cycle each).
 """
 
 from __future__ import annotations
