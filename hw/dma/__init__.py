@@ -19,15 +19,11 @@ from amaranth.lib.wiring import In, Out
 
 from hw.bus import AXI_BURST_INCR, ArbitratedWriteSignature, AXI4Signature, EngineSignature
 from hw.config import NPUConfig
-from hw.isa import DmaBody, ErrorCode, LocalMem
+from hw.isa import MAX_BURST_BEATS, PAGE_BYTES, DmaBody, ErrorCode, LocalMem
 
+# PAGE_BYTES (4 KiB, no burst crosses it) and MAX_BURST_BEATS (256) are defined in
+# hw.isa.timing (ARM IHI 0022, A3.4.1), with the burst decomposition and the DMA's cycles.
 __all__ = ["DMA", "DmaStall", "PAGE_BYTES", "MAX_BURST_BEATS"]
-
-#: An AXI4 burst must not cross a 4 KiB address boundary (AMBA AXI spec, ARM IHI 0022,
-#: section A3.4.1 "Address structure").
-PAGE_BYTES = 4096
-#: Longest AXI4 INCR burst (AxLEN is 8 bits; ARM IHI 0022, A3.4.1).
-MAX_BURST_BEATS = 256
 #: Depth of the store channel's buffer of assembled W beats.
 _W_BUFFER_DEPTH = 4
 
@@ -153,7 +149,8 @@ class DMA(wiring.Component):
     adds one cycle to the load. ARVALID/AWVALID rise 3 cycles after the command handshake;
     ``done`` comes 2 cycles after the last R beat (load) or the last B response (store). A
     zero-length command or a ``BAD_SIZE``/``MISALIGNED`` error retires 2 cycles after the
-    handshake, a range error after 3 + (rows searched) cycles.
+    handshake, a range error after 3 + (rows searched) cycles. The exact busy cycles of every
+    command under the co-simulation's ideal DRAM: :mod:`hw.isa.timing`.
     """
 
     def __init__(self, config: NPUConfig):
