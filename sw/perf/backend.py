@@ -27,7 +27,10 @@ from hw.isa import (
     COUNTER_NAMES,
     ENGINE_NAMES,
     Csr,
+    ErrorWord,
+    QueueErrorWord,
     SemLast,
+    StatusWord,
     TraceInfo,
     counter_csr,
     pack_fields,
@@ -44,6 +47,12 @@ __all__ = ["PerfBackend"]
 _MASK32 = 0xFFFF_FFFF
 _COUNTER_OFFSETS = {counter_csr(n): n for n in COUNTER_NAMES}
 _TRACE_END = Csr.TRACE_BASE + len(ENGINE_NAMES) * Csr.TRACE_STRIDE
+#: global registers the timed machine holds (the others are the functional model's)
+_GLOBAL_TIMED = frozenset((Csr.CYCLES_LO, Csr.CYCLES_HI, Csr.STATUS, Csr.QUEUE_ERRORS,
+                           Csr.QUEUE_BUSY, Csr.ERR_CODE, Csr.ERR_CMD, Csr.ERR_ADDR))
+#: per-queue registers the timed machine holds
+_QUEUE_TIMED = frozenset((Csr.Q_STATUS, Csr.Q_FETCHED, Csr.HEAD, Csr.Q_ERR_CODE, Csr.Q_ERR_CMD,
+                          Csr.Q_ERR_ADDR))
 
 
 class PerfBackend(ModelBackend):
@@ -199,24 +208,14 @@ class PerfBackend(ModelBackend):
         return self.irq
 
     def _read(self, offset: int, f: int) -> int:
+        """The CSR at ``offset`` as it reads in cycle ``f``: the registers the timed machine
+        holds, the static ones from the functional model's register map."""
         m = self.machine
-        n = self.config.n_queues
-        if offset == Csr.CYCLES_LO:
-            m.cycles_hi_latch = f >> 32
-            return f & _MASK32
-        if offset == Csr.CYCLES_HI:
-            return m.cycles_hi_latch
-        if offset == Csr.STATUS:
-            return int(any(m.queue_busy(q) for q in range(n))) | int(any(m.stop)) << 1
-        if offset == Csr.QUEUE_ERRORS:
-            return sum(1 << q for q in range(n) if m.stop[q])
-        if offset == Csr.QUEUE_BUSY:
-            return sum(1 << q for q in range(n) if m.queue_busy(q))
+        if offset in _GLOBAL_TIMED:
+            return self._read_global(offset, f)
         if Csr.CNT_BASE <= offset < Csr.CNT_END:
-            if offset == Csr.CNT_CYCLES_LO:
-                return m.snapshot_cycles & _MASK32
-            if offset == Csr.CNT_CYCLES_HI:
-                return m.snapshot_cycles >> 32
+            if offset in (Csr.CNT_CYCLES_LO, Csr.CNT_CYCLES_HI):
+                return (m.snapshot_cycles >> (32 * (offset == Csr.CNT_CYCLES_HI))) & _MASK32
             name = _COUNTER_OFFSETS.get(offset)
             return 0 if name is None else m.snapshot[name] & _MASK32
         if Csr.TRACE_BASE <= offset < _TRACE_END:
@@ -228,16 +227,45 @@ class PerfBackend(ModelBackend):
             return pack_fields(SemLast, {"index": last[1] & 0xFF_FFFF, "queue": last[0] & 0x7F,
                                          "valid": 1})
         q, reg = self._queue_reg(offset)
-        if q is not None:
-            staged = m.fetch.staging == (f, q)        # enters its stage in this very cycle
-            if reg == Csr.Q_STATUS:
-                return int(m.queue_busy(q)) | int(m.stop[q]) << 1
-            if reg == Csr.Q_FETCHED:
-                return (m.fetched[q] + staged) & _MASK32
-            if reg == Csr.HEAD and staged:
-                queue = self.queues[q]
-                return (queue.head + 1) & (queue.ring_size - 1) & _MASK32
+        if q is not None and reg in _QUEUE_TIMED:
+            return self._read_queue(q, reg, f)
         return super().csr_read(offset)
+
+    def _read_global(self, offset: int, f: int) -> int:
+        m = self.machine
+        queues = range(self.config.n_queues)
+        first = m.first_error
+        if offset == Csr.CYCLES_LO:
+            m.cycles_hi_latch = f >> 32
+            return f & _MASK32
+        return {
+            Csr.CYCLES_HI: lambda: m.cycles_hi_latch,
+            Csr.STATUS: lambda: pack_fields(StatusWord, {
+                "busy": any(m.queue_busy(q) for q in queues), "error": any(m.stop)}),
+            Csr.QUEUE_ERRORS: lambda: sum(1 << q for q in queues if m.stop[q]),
+            Csr.QUEUE_BUSY: lambda: sum(1 << q for q in queues if m.queue_busy(q)),
+            Csr.ERR_CODE: lambda: 0 if first is None else pack_fields(ErrorWord, {
+                "code": first.code, "queue": first.queue, "opcode": first.opcode}),
+            Csr.ERR_CMD: lambda: 0 if first is None else first.index,
+            Csr.ERR_ADDR: lambda: 0 if first is None else first.addr,
+        }[offset]()
+
+    def _read_queue(self, q: int, reg: int, f: int) -> int:
+        m = self.machine
+        err = m.queue_error[q]
+        staged = m.fetch.staging == (f, q)        # enters its stage in this very cycle
+        queue = self.queues[q]
+        if reg == Csr.Q_STATUS:
+            return pack_fields(StatusWord, {"busy": m.queue_busy(q), "error": m.stop[q]})
+        if reg == Csr.Q_FETCHED:
+            return (m.fetched[q] + staged) & _MASK32
+        if reg == Csr.HEAD:
+            return (queue.head + staged) & (queue.ring_size - 1 if staged else _MASK32)
+        if err is None:
+            return 0
+        return {Csr.Q_ERR_CODE: lambda: pack_fields(QueueErrorWord, {"code": err.code,
+                                                                     "opcode": err.opcode}),
+                Csr.Q_ERR_CMD: lambda: err.index, Csr.Q_ERR_ADDR: lambda: err.addr}[reg]()
 
     def _read_trace(self, e: int, reg: int, f: int) -> int:
         head = self.machine.trace_head(e, f)

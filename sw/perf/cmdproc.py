@@ -22,7 +22,7 @@ cycle ``c`` changes registers from ``c + 1`` on.
 from __future__ import annotations
 
 from hw.isa import COMMAND_BYTES, ENGINE_NAMES, ErrorCode, Opcode, sem_reached
-from sw.perf import timing_standin as T
+from sw.perf import timing as T
 from sw.perf.decode import OPCODE_VALUES, Decoded, decode_command
 from sw.perf.events import DECIDE, UPDATE
 from sw.perf.fifo import CommandFifo

@@ -13,7 +13,8 @@ runtime, output digests, bit-exactness). :mod:`cosim.bench.validate` runs them o
   ring that wraps while full;
 * ``commands``: a random serialized command stream, DMA edge cases (4 KiB crossings, zero
   lengths, one-beat rows, accumulator rows), SOFTMAX alone;
-* ``errors``: failing commands and the runtime's recovery;
+* ``errors``: failing commands and the runtime's recovery; queue resets at every cycle offset
+  into a running stream;
 * ``main``: the layer-0 attention block of all-MiniLM-L6-v2 at ``L = 32``
   (:func:`sw.jobs.minilm_block.run_attention_job`).
 """
@@ -363,6 +364,44 @@ def _softmax_rows(device: Device) -> dict:
     return {"digest": _digest(np.frombuffer(out.read(), np.uint8))}
 
 
+def _reset_sweep(device: Device) -> dict:
+    """A stream of loads, MATMULs, REQUANTs and stores is reset after 0, 3, 6 ... 117 cycles
+    (``QUEUE_RESET`` lands at every phase of fetch, dispatch and the engines): commands in
+    flight finish unsignalled, the rest are dropped; what reached DRAM, and the timing, must be
+    the hardware's."""
+    cfg = device.config
+    srb = cfg.spad_row_bytes
+    s = device.create_stream()
+    sem = device.alloc_semaphore()
+    rng = np.random.default_rng(3)
+    src = device.upload(rng.integers(-128, 128, 64 * srb, dtype=np.int8))
+    params = np.zeros((3, cfg.acc_row_elems), dtype=np.int32)
+    params[1], params[2] = 1 << 30, 38
+    p_buf = device.upload(params)
+    out = device.alloc(40 * 16 * srb)
+    out.write(bytes(out.nbytes))
+    for i, k in enumerate(range(0, 120, 3)):
+        base = sem.value()
+        cmds = CommandList()
+
+        def seq(cmds=cmds, base=base) -> dict:
+            return {"wait": (sem.id, base + len(cmds)), "signal": sem.id}
+        cmds.dma_load(mem=LocalMem.SPAD, dram_addr=src.addr, dram_stride=srb, row_bytes=srb,
+                      n_rows=32, local_row=0, local_stride=1, **seq())
+        cmds.dma_load(mem=LocalMem.ACC, dram_addr=p_buf.addr, dram_stride=cfg.acc_row_bytes,
+                      row_bytes=cfg.acc_row_bytes, n_rows=3, local_row=0, local_stride=1,
+                      **seq())
+        cmds.matmul(a_row=8, w_row=0, acc_row=8, m=16, **seq())
+        cmds.requant(acc_row=8, spad_row=40, n_rows=16, param_row=0, **seq())
+        cmds.dma_store(mem=LocalMem.SPAD, dram_addr=out.addr + i * 16 * srb, dram_stride=srb,
+                       row_bytes=srb, n_rows=16, local_row=40, local_stride=1, **seq())
+        s.launch(cmds, ordered=False)
+        device.backend.run_cycles(k)
+        s.reset()
+        device.backend.run_cycles(200)          # in-flight commands finish
+    return {"digest": _digest(np.frombuffer(out.read(), np.uint8)), "sem": sem.value()}
+
+
 # -- errors -------------------------------------------------------------------------------------
 
 def _errors(device: Device) -> dict:
@@ -427,6 +466,7 @@ def _build() -> dict[str, Workload]:
            Workload("dma_edges", "commands", _dma_edges),
            Workload("softmax_rows", "commands", _softmax_rows),
            Workload("errors_recovery", "errors", _errors),
+           Workload("reset_sweep", "errors", _reset_sweep),
            Workload("main_minilm_block_L32", "main", _main_job)]
     ws += _other_configs()
     return {w.name: w for w in ws}

@@ -21,95 +21,41 @@ from bisect import bisect_right
 
 from hw.config import NPUConfig
 from hw.isa import ErrorCode, LocalMem
-from sw.perf import timing_standin as T
+from sw.perf import timing as T
 from sw.perf.ledger import Item, Ledger, measure, merge, subtract, union
 from sw.perf.memory import DMA, ReadChannel, ServedBurst, WriteChannel, WriteGrant
 from sw.perf.ports import BusyList, merged, walk
+from sw.perf.timing import Burst
 
-__all__ = ["LoadChannel", "StoreChannel", "range_error_row"]
+__all__ = ["LoadChannel", "StoreChannel"]
 
-_NONE = ErrorCode.NONE
-_QUICK_ERRORS = (ErrorCode.BAD_SIZE, ErrorCode.MISALIGNED)
 _BIG = 1 << 62
 
 
-def range_error_row(config: NPUConfig, body, mem: LocalMem, code: ErrorCode,
-                    window: tuple[int, int]) -> int:
-    """Index of the first row the DMA's error search stops at (one row per cycle) for a range
-    error ``code`` (``BAD_DRAM_ADDR``, ``WINDOW``, ``BAD_LOCAL_ADDR``), by the rules of
-    :class:`hw.dma.DMA` (checks 4-6)."""
-    if code == ErrorCode.BAD_LOCAL_ADDR:
-        row_bytes = config.acc_row_bytes if mem == LocalMem.ACC else config.spad_row_bytes
-        depth = config.acc_rows if mem == LocalMem.ACC else config.spad_rows
-        lrows = body.row_bytes // row_bytes
-        for r in range(body.n_rows):
-            if body.local_row + r * body.local_stride + lrows > depth:
-                return r
-        return body.n_rows - 1
-    base, limit = window
-    for r in range(body.n_rows):
-        row = body.dram_addr + r * body.dram_stride
-        if code == ErrorCode.BAD_DRAM_ADDR and row + body.row_bytes > config.dram_bytes:
-            return r
-        if code == ErrorCode.WINDOW and (row < base or row + body.row_bytes > limit):
-            return r
-    return body.n_rows - 1
-
-
-def _retire_cycle(config, cmd, t, error, mem, window) -> int | None:
-    """``done`` of a DMA that moves nothing (zero length or an error), else None."""
-    b = cmd.body
-    if b.n_rows == 0 or b.row_bytes == 0 or error in _QUICK_ERRORS:
-        return t + T.QUICK_RETIRE
-    if error is not _NONE:
-        return t + T.dma_search_done(range_error_row(config, b, mem, error, window))
-    return None
-
-
 class _Geometry:
-    """Chunks (``G = min(L, beat)`` bytes) of each beat of each row of a transfer."""
+    """Where each burst of a transfer starts within the local rows (``G = min(L, beat)``-byte
+    chunks; the chunk counts of a burst are in :class:`hw.isa.timing.Burst`)."""
 
     def __init__(self, config: NPUConfig, body, mem: LocalMem) -> None:
         beat = config.axi_data_bytes
+        local = config.acc_row_bytes if mem == LocalMem.ACC else config.spad_row_bytes
+        self.g = min(local, beat)
         self.beat = beat
-        self.local_bytes = config.acc_row_bytes if mem == LocalMem.ACC else config.spad_row_bytes
-        self.g = min(self.local_bytes, beat)
-        self.row_chunks = body.row_bytes // self.g
         self.body = body
-        #: L >= beat: one chunk per beat, every ``period``-th completes a local row
-        self.period = self.local_bytes // beat if self.local_bytes >= beat else 1
+        #: L >= beat: one chunk per beat and every ``period``-th completes a local row;
+        #: L < beat: every chunk completes one
+        self.period = local // beat if local >= beat else 1
 
-    def _first(self, row: int) -> int:
-        off = (self.body.dram_addr + row * self.body.dram_stride) % self.beat
-        return min(self.row_chunks, (self.beat - off) // self.g)
-
-    def prefix(self, row: int, x: int) -> int:
-        """Chunks in the first ``x`` beats of DRAM row ``row``."""
-        if self.local_bytes >= self.beat:
-            return x
-        if x == 0:
+    def phase(self, burst: Burst) -> int:
+        """Chunks of its local row before the burst's first chunk (modulo ``period``)."""
+        if self.period == 1:
             return 0
-        return min(self.row_chunks, self._first(row) + (x - 1) * (self.beat // self.g))
+        row = self.body.dram_addr + burst.row * self.body.dram_stride   # beat aligned here
+        return (burst.addr - row) // self.beat % self.period
 
-    def burst_chunks(self, burst) -> tuple[int, int]:
-        """``(chunks of the burst, chunks of its last beat)``."""
-        if self.local_bytes >= self.beat:
-            return burst.beats, 1
-        end = burst.first_beat + burst.beats
-        p_end = self.prefix(burst.row, end)
-        return (p_end - self.prefix(burst.row, burst.first_beat),
-                p_end - self.prefix(burst.row, end - 1))
 
-    def beat_chunks(self, row: int, j: int) -> int:
-        """Chunks in beat ``j`` of DRAM row ``row``."""
-        if self.local_bytes >= self.beat:
-            return 1
-        off = (self.body.dram_addr + row * self.body.dram_stride) % self.beat
-        first = min(self.row_chunks, (self.beat - off) // self.g)
-        if j == 0:
-            return first
-        per = self.beat // self.g
-        return min(per, self.row_chunks - first - (j - 1) * per)
+def _last_chunks(burst: Burst) -> int:
+    return burst.first_chunks if burst.beats == 1 else burst.last_chunks
 
 
 class _LoadJob(Item):
@@ -159,10 +105,10 @@ class _LoadJob(Item):
         its own holds (the only busy cycles that moved it)."""
         burst = self.bursts[k]
         ends, total = [], 0
-        for j in range(burst.beats):
-            total += self.geo.beat_chunks(burst.row, burst.first_beat + j)
+        for n in burst.chunks_per_beat():
+            total += n
             ends.append(total - 1)
-        times, _ = walk(b.v0, total, self.geo.period, burst.first_beat % self.geo.period,
+        times, _ = walk(b.v0, total, self.geo.period, self.geo.phase(burst),
                         self.holds.get(k, []), tuple(ends))
         return times
 
@@ -189,12 +135,13 @@ class LoadChannel:
 
     def start(self, cmd, t: int, error: ErrorCode) -> None:
         mem = LocalMem.ACC if cmd.body.mem == LocalMem.ACC.value else LocalMem.SPAD
-        done = _retire_cycle(self.config, cmd, t, error, mem, self.window_of(cmd.queue))
-        if done is not None:
-            self.queue.set_done(done)
+        quiet = T.dma_quiet_done(self.config, cmd.body, mem, error, self.window_of(cmd.queue))
+        if quiet is not None:
+            self.queue.set_done(t + quiet)
             return
         b = cmd.body
-        bursts = T.dma_bursts(self.config, b.dram_addr, b.dram_stride, b.row_bytes, b.n_rows)
+        bursts = T.dma_bursts(self.config, b.dram_addr, b.dram_stride, b.row_bytes, b.n_rows,
+                              mem)
         reason = "stall.load.acc" if mem == LocalMem.ACC else "stall.load.spad"
         self.job = job = _LoadJob(t, bursts, _Geometry(self.config, b, mem), self.ports[mem],
                                   reason, self.config.axi_data_bytes)
@@ -221,7 +168,7 @@ class LoadChannel:
         job, k = served.tag
         burst = job.bursts[k]
         geo = job.geo
-        total, last = geo.burst_chunks(burst)
+        total, last = burst.chunks, _last_chunks(burst)
         targets = (total - 1,) if burst.beats == 1 else (total - last - 1, total - 1)
         busy = merged(job.lists, served.v0)
         if k in job.holds:
@@ -229,8 +176,7 @@ class LoadChannel:
             # spans that caused them have been dropped since
             now = self.eq.now
             busy = merge(busy + [h for h in job.holds[k] if h[0] < now])
-        times, holds = walk(served.v0, total, geo.period, burst.first_beat % geo.period,
-                            busy, targets)
+        times, holds = walk(served.v0, total, geo.period, geo.phase(burst), busy, targets)
         job.holds[k] = holds
         if burst.beats == 1:
             return served.v0, times[0]
@@ -274,9 +220,7 @@ class _StoreJob(Item):
         self.first_beat: list[int] = []      # per burst: index of its first beat
         for burst in bursts:
             self.first_beat.append(len(self.beats))
-            for j in range(burst.beats):
-                n = geo.beat_chunks(burst.row, burst.first_beat + j)
-                self.beats.append((n, n * geo.g))
+            self.beats.extend((n, n * geo.g) for n in burst.chunks_per_beat())
         self.V: list[int] = []                # beat in the W buffer (WVALID) from
         self.W: list[int] = []                # W handshake
         self.read = t + T.DMA_FIRST_REQUEST - 1   # last local read (none yet)
@@ -351,12 +295,13 @@ class StoreChannel:
 
     def start(self, cmd, t: int, error: ErrorCode) -> None:
         mem = LocalMem.ACC if cmd.body.mem == LocalMem.ACC.value else LocalMem.SPAD
-        done = _retire_cycle(self.config, cmd, t, error, mem, self.window_of(cmd.queue))
-        if done is not None:
-            self.queue.set_done(done)
+        quiet = T.dma_quiet_done(self.config, cmd.body, mem, error, self.window_of(cmd.queue))
+        if quiet is not None:
+            self.queue.set_done(t + quiet)
             return
         b = cmd.body
-        bursts = T.dma_bursts(self.config, b.dram_addr, b.dram_stride, b.row_bytes, b.n_rows)
+        bursts = T.dma_bursts(self.config, b.dram_addr, b.dram_stride, b.row_bytes, b.n_rows,
+                              mem)
         job = _StoreJob(t, bursts, _Geometry(self.config, b, mem), self.config.axi_data_bytes)
         self.ledger.item(job)
         self._request(job, t + T.DMA_FIRST_REQUEST)

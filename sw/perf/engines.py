@@ -4,14 +4,14 @@ SOFTMAX), and the local-memory writes they make (which the DMA load channel yiel
 An engine gets a command with the cycle ``t`` it took it and the functional model's verdict
 (error or not); it tells its :class:`~sw.perf.cmdproc.EngineQueue` the cycle of its ``done``
 pulse through ``queue.set_done`` (again, if a later event changes it). Formulas come from
-:mod:`sw.perf.timing_standin`.
+:mod:`sw.perf.timing`.
 """
 
 from __future__ import annotations
 
 from hw.config import NPUConfig
 from hw.isa import ErrorCode, Opcode
-from sw.perf import timing_standin as T
+from sw.perf import timing as T
 from sw.perf.ledger import Item, Ledger
 from sw.perf.ports import BusyList, first_free, merged
 
@@ -107,7 +107,7 @@ class VectorEngine:
         sm.stalls, sm.p_writes, sm.recip = [], [], []
         for i in range(sm.n_rows):
             sm.p_writes.append((rs + p0, rs + p1))
-            end = rs + T.softmax_row_end(nb)
+            end = rs + T.softmax_row_end(self.config, nb)
             if i % cols == cols - 1 or i == sm.n_rows - 1:
                 w = first_free(busy, end)
                 if w > end:

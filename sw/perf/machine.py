@@ -9,6 +9,7 @@ to each cycle the host observes.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 from hw.config import NPUConfig
 from hw.isa import COUNTER_NAMES, ENGINE_NAMES, ErrorCode, IrqBit, LocalMem
@@ -20,10 +21,20 @@ from sw.perf.ledger import Ledger
 from sw.perf.memory import DramTiming, ReadChannel, WriteChannel
 from sw.perf.ports import BusyList
 
-__all__ = ["Machine", "TraceEntry"]
+__all__ = ["Machine", "TraceEntry", "LatchedError"]
 
 #: trace FIFO entry: (queue, index, start, end, readable from cycle)
 TraceEntry = tuple[int, int, int, int, int]
+
+
+@dataclass(frozen=True)
+class LatchedError:
+    """An error as the CSR block latches it (``ERR_*`` / ``Q_ERR_*``)."""
+    code: ErrorCode
+    queue: int
+    opcode: int     #: 0 for a fetch error before decode
+    index: int      #: command index in its queue (``ERR_CMD``)
+    addr: int       #: ``ERR_ADDR``
 
 
 class Machine:
@@ -75,6 +86,10 @@ class Machine:
                               for i, name in enumerate(ENGINE_NAMES)}
 
         self._errors: dict[int, list] = {}
+        #: the latched errors: per queue (``Q_ERR_*``, it stops the queue) and the first of
+        #: any queue since cleared (``ERR_*``)
+        self.queue_error: list[LatchedError | None] = [None] * n
+        self.first_error: LatchedError | None = None
         self._irq: dict[int, list[int]] = {}
         self.irq_changed = [False]       #: set by every change of IRQ_STATUS / IRQ_ENABLE
         self.traces: list[deque[TraceEntry]] = [deque() for _ in ENGINE_NAMES]
@@ -90,7 +105,7 @@ class Machine:
 
     def window(self, q: int) -> tuple[int, int]:
         """Queue ``q``'s DRAM window ``[base, limit)`` (limit 0 reads as 2**32)."""
-        return self.model.queues[q].window(self.config.dram_bytes)
+        return self.model.queues[q].window()
 
     def fetch_inputs_settled(self, q: int, c: int) -> bool:
         """Whether nothing pending can change, in cycle ``c``, what the fetch FSM's FETCH_CHECK
@@ -140,7 +155,6 @@ class Machine:
         lst.append((source, q, code, opcode, index, addr))
 
     def _latch_errors(self, cycle: int) -> None:
-        model = self.model
         reports: dict[int, tuple] = {}
         for r in sorted(self._errors.pop(cycle), key=lambda r: r[0]):
             reports.setdefault(r[1], r)
@@ -148,15 +162,12 @@ class Machine:
             _, _, code, opcode, index, addr = reports[q]
             if self.last_qclear[q] == cycle - 1:
                 continue
-            queue = model.queues[q]
-            if queue.err_code == 0:
-                queue.err_code = code.value | (opcode & 0xFF) << 16
-                queue.err_cmd, queue.err_addr = index & 0xFFFF_FFFF, addr & 0xFFFF_FFFF
-                queue.stopped = True
+            error = LatchedError(code, q, opcode & 0xFF, index & 0xFFFF_FFFF, addr & 0xFFFF_FFFF)
+            if self.queue_error[q] is None:
+                self.queue_error[q] = error
                 self.stop[q] = True
-            if model.err_code == 0:
-                model.err_code = code.value | q << 8 | (opcode & 0xFF) << 16
-                model.err_cmd, model.err_addr = index & 0xFFFF_FFFF, addr & 0xFFFF_FFFF
+            if self.first_error is None:
+                self.first_error = error
         self.irq_event(cycle, set_bits=IrqBit.ERROR)
         for eqn in self.engine_queues.values():
             eqn.wake(cycle)
@@ -215,13 +226,12 @@ class Machine:
                     self.pending[q] -= eqn.flush(q)
                 if self.pending[q] == 0:
                     self.stages[q].all_idle()
-                queue.err_code = queue.err_cmd = queue.err_addr = 0
-                queue.stopped = False
+                self.queue_error[q] = None
                 self.stop[q] = False
-                if model.err_code and (model.err_code >> 8) & 0xFF == q:
-                    model.err_code = model.err_cmd = model.err_addr = 0
+                if self.first_error is not None and self.first_error.queue == q:
+                    self.first_error = None
             if everything:
-                model.err_code = model.err_cmd = model.err_addr = 0
+                self.first_error = None
                 for e in range(len(ENGINE_NAMES)):
                     self.traces[e].clear()
                     self.trace_overflow[e] = False

@@ -52,7 +52,7 @@ RTL_COUNTERS = {
         "retired.store": 1, "stall.store.sem": 1341, "stall.store.dram_write": 187,
         "busy.vector": 1031, "retired.vector": 1, "stall.vector.sem": 324},
     "attention_L8_causal": {
-        "cycles": 2633, "bytes_read": 3840, "bytes_written": 560, "dma_busy": 526,
+        "cycles": 2618, "bytes_read": 3840, "bytes_written": 560, "dma_busy": 526,
         "busy.load": 436, "retired.load": 8, "stall.load.dram_read": 108, "busy.store": 90,
         "retired.store": 2, "stall.store.sem": 92, "stall.store.dram_write": 62,
         "busy.matrix": 560, "retired.matrix": 16, "stall.matrix.sem": 308, "busy.vector": 876,

@@ -13,7 +13,7 @@ from hw.config import NPUConfig
 from hw.isa import Command, ErrorCode, Opcode
 from hw.tile import MatrixEngine
 from hw.vector import VectorUnit
-from sw.perf import timing_standin as T
+from sw.perf import timing as T
 from sw.perf.engines import MatrixEngine as PerfMatrix
 from sw.perf.engines import VectorEngine as PerfVector
 from sw.perf.ledger import Ledger
@@ -155,7 +155,7 @@ def test_softmax_rows_writes_and_waits_for_the_accumulator_port(cfg, busy_port):
     stall = ledger.snapshot(d + 10)["stall.vector.acc"]
     assert stall == len(writes["wait"]) and (stall > 0) == busy_port
     if not busy_port:
-        assert d - t == T.SOFTMAX_START + n_rows * T.softmax_row_cycles(nb)
+        assert d - t == T.SOFTMAX_START + n_rows * T.softmax_row_cycles(cfg, nb)
 
 
 def test_softmax_replans_when_a_later_matmul_takes_the_port():
