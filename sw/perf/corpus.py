@@ -402,6 +402,27 @@ def _reset_sweep(device: Device) -> dict:
     return {"digest": _digest(np.frombuffer(out.read(), np.uint8)), "sem": sem.value()}
 
 
+def _reset_sweep_full(device: Device) -> dict:
+    """Eight independent MATMULs (no waits: the matrix engine's FIFO fills and the stage waits
+    for room) reset after 30, 31 ... 109 cycles: the reset lands on every cycle of the first
+    takes and refills."""
+    s = device.create_stream()
+    idle = []
+    for k in range(30, 110):
+        cmds = CommandList()
+        for i in range(8):
+            cmds.matmul(a_row=8 * i, w_row=200, acc_row=8 * i, m=8)
+        cmds.signal(0)
+        s.launch(cmds, ordered=False)
+        device.backend.run_cycles(k)
+        s.reset()
+        device.backend.run_cycles(120)
+        idle.append(s.query())              # Q_STATUS.busy low again: nothing left behind
+    s.synchronize()                          # a fence: every engine command retired
+    return {"sem": device.semaphore(0), "idle": all(idle),
+            "digest": _digest(np.array(idle))}
+
+
 # -- errors -------------------------------------------------------------------------------------
 
 def _errors(device: Device) -> dict:
@@ -467,6 +488,7 @@ def _build() -> dict[str, Workload]:
            Workload("softmax_rows", "commands", _softmax_rows),
            Workload("errors_recovery", "errors", _errors),
            Workload("reset_sweep", "errors", _reset_sweep),
+           Workload("reset_sweep_full_fifos", "errors", _reset_sweep_full),
            Workload("main_minilm_block_L32", "main", _main_job)]
     ws += _other_configs()
     return {w.name: w for w in ws}

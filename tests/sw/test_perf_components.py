@@ -323,3 +323,113 @@ def test_store_beats_match_a_per_cycle_store(cfg, mem, addr, stride, row_bytes, 
     assert want_v == job.V            # the W buffer's fill (the read side's throttling)
     assert want_w == job.W
     assert q.done == want_done
+
+
+# -- the DMA load channel: bursts, chunks and holds vs a per-cycle model ------------------------
+
+def naive_load(t, bursts, period_phase, busy, outstanding):
+    """Per-cycle DMA load (``hw.dma._LoadMover``) alone on the ideal DRAM (dram.sv): ARs from
+    ``t + 3``, one per cycle while fewer than ``outstanding`` bursts are in flight; beats as
+    dram.sv gives them; one chunk per cycle, a chunk that completes a local row held while the
+    port is ``busy``; the beat is taken with its last chunk. ``bursts``: per burst its chunks
+    per beat; ``period_phase``: per burst ``(period, phase)``. Returns per burst
+    ``(accept, v0, c_last)`` and ``done``."""
+    n = len(bursts)
+    accept, v0, c_last = [None] * n, [None] * n, [None] * n
+    nxt, inflight, queue = 0, 0, []
+    r_busy, rvalid, beat, cur, cur_vis = False, False, 0, None, None
+    chunk = 0                       # chunks taken of the visible beat
+    idx = [0] * n                   # chunk index within the burst
+    c = t
+    while c_last[-1] is None:
+        ar = c >= t + 3 and nxt < n and inflight < outstanding
+        take = False
+        if rvalid:
+            b, j = cur_vis
+            per, ph = period_phase[b]
+            needs = (ph + idx[b]) % per == per - 1
+            if not (needs and c in busy):
+                idx[b] += 1
+                chunk += 1
+                if chunk == bursts[b][j]:
+                    take, chunk = True, 0
+                    if j == len(bursts[b]) - 1:
+                        c_last[b] = c
+        # edge
+        if ar:
+            accept[nxt] = c
+            queue.append((nxt, c + 1))
+            nxt += 1
+            inflight += 1
+        if take and cur_vis[1] == len(bursts[cur_vis[0]]) - 1:
+            inflight -= 1
+        n_rvalid, n_vis, n_busy = rvalid, (cur_vis if rvalid else None), r_busy
+        if not rvalid or take:
+            if r_busy:
+                n_rvalid, n_vis = True, (cur, beat)
+                if beat == 0:
+                    v0[cur] = c + 1
+                beat += 1
+                if beat == len(bursts[cur]):
+                    n_busy = False
+            else:
+                n_rvalid = False
+        ready = [q for q in queue if q[1] <= c]
+        if not r_busy and ready:
+            cur = ready[0][0]
+            queue.remove(ready[0])
+            n_busy, beat = True, 0
+        rvalid, cur_vis, r_busy = n_rvalid, n_vis, n_busy
+        c += 1
+    return list(zip(accept, v0, c_last, strict=True)), c_last[-1] + T.DMA_DONE_AFTER_LAST
+
+
+@pytest.mark.parametrize("cfg, mem, addr, stride, row_bytes, n_rows", [
+    (NPUConfig(), LocalMem.SPAD, 0, 8, 8, 9),
+    (NPUConfig(), LocalMem.ACC, 4096 - 64, 0, 6 * 32, 1),
+    (NPUConfig(), LocalMem.ACC, 4096 - 40, 0, 5 * 32, 1),            # crosses 4 KiB mid-row
+    (NPUConfig(), LocalMem.ACC, 32, 64, 96, 6),
+    (NPUConfig(rows=4, cols=4), LocalMem.SPAD, 4, 12, 8, 5),         # rows start mid-beat
+    (NPUConfig(rows=4, cols=4), LocalMem.SPAD, 4, 16, 12, 7),        # first beat 1 chunk, last 2
+    (NPUConfig(rows=4, cols=4), LocalMem.SPAD, 4, 0, 4 * 300, 1),
+    (NPUConfig(rows=4, cols=4, axi_data_bits=128), LocalMem.SPAD, 12, 20, 24, 4),
+    (NPUConfig(axi_data_bits=128), LocalMem.SPAD, 8, 40, 24, 6),
+    (NPUConfig(axi_data_bits=128, dma_outstanding=4), LocalMem.ACC, 0, 96, 64, 5),
+])
+@pytest.mark.parametrize("busy_port", [False, True])
+def test_load_bursts_match_a_per_cycle_load(cfg, mem, addr, stride, row_bytes, n_rows,
+                                            busy_port):
+    from types import SimpleNamespace
+
+    from sw.perf.dma import LoadChannel
+    from sw.perf.ports import BusyList
+    eq = EventQueue()
+    rc = ReadChannel(eq, DramTiming())
+    port = BusyList(lambda: eq.now)
+    spans = [(104 + 5 * i, 105 + 5 * i + i % 3) for i in range(120)] if busy_port else []
+    for a, b in spans:
+        port.add(a, b)
+    ld = LoadChannel(cfg, eq, rc, Ledger(), {LocalMem.SPAD: [port], LocalMem.ACC: [port]},
+                     lambda q: (0, 1 << 32))
+    ld.queue = q = _Queue()
+    body = SimpleNamespace(dram_addr=addr, dram_stride=stride, row_bytes=row_bytes,
+                           n_rows=n_rows, local_row=0, local_stride=1, mem=mem.value)
+    t = 100
+    ld.start(SimpleNamespace(body=body, queue=0), t, ErrorCode.NONE)
+    job = ld.job
+    eq.run_through(20_000, ARBITRATE)
+    served = job.granted
+    assert bool(sum(len(h) for h in job.holds.values())) == busy_port
+    local = cfg.acc_row_bytes if mem == LocalMem.ACC else cfg.spad_row_bytes
+    beat = cfg.axi_data_bytes
+    period = local // beat if local >= beat else 1          # beats per local row
+
+    def phase(b):                # beats of the burst's local row before it
+        row = addr + b.row * stride
+        return (b.addr - (row - row % beat)) // beat % period
+    want, want_done = naive_load(t, [b.chunks_per_beat() for b in job.bursts],
+                                 [(period, phase(b)) for b in job.bursts],
+                                 {c for a, b in spans for c in range(a, b)},
+                                 cfg.dma_outstanding)
+    assert [(s.accept, s.v0, s.c_last) for s in served] == want
+    assert q.done == want_done
