@@ -3,6 +3,10 @@
 Every block in ``hw/``, every tiling decision in ``sw/`` and the Verilator build directory
 derive from a :class:`NPUConfig`. The hardware exposes the configuration in read-only CSRs
 (see :mod:`hw.isa`) so that the runtime can discover what it talks to and refuse a mismatch.
+
+A configuration has a string form, ``ROWSxCOLS[,key=value...]`` (``8x8``,
+``4x4,spad_rows=1024``): :attr:`NPUConfig.spec` writes it, :meth:`NPUConfig.parse` reads it
+(the ``--config`` option of ``npu``).
 """
 
 from __future__ import annotations
@@ -11,7 +15,17 @@ from dataclasses import asdict, dataclass
 
 from hw.isa import MAX_QUEUES
 
-__all__ = ["NPUConfig", "next_pow2"]
+__all__ = ["NPUConfig", "ConfigParseError", "next_pow2"]
+
+
+#: The size fields of the string form's ``ROWSxCOLS`` head; every other field is ``key=value``.
+_SIZE_FIELDS = ("rows", "cols")
+_SPEC_FORMAT = "expected ROWSxCOLS[,key=value...], e.g. 8x8 or 4x4,spad_rows=1024"
+
+
+class ConfigParseError(ValueError):
+    """A configuration string that :meth:`NPUConfig.parse` cannot read, or whose values
+    :class:`NPUConfig` rejects; the message quotes the string and says what is wrong."""
 
 
 def next_pow2(n: int) -> int:
@@ -146,15 +160,70 @@ class NPUConfig:
 
     @property
     def name(self) -> str:
-        """A short, filesystem-safe name that identifies this configuration uniquely."""
-        default = NPUConfig.__dataclass_fields__
-        parts = [f"{self.rows}x{self.cols}"]
-        for key, value in asdict(self).items():
-            if key in ("rows", "cols"):
-                continue
-            if value != default[key].default:
-                parts.append(f"{key}{value}")
-        return "_".join(parts)
+        """A short, filesystem-safe name that identifies this configuration uniquely
+        (``8x8``, ``4x4_spad_rows1024``)."""
+        return "_".join([f"{self.rows}x{self.cols}",
+                         *(f"{key}{value}" for key, value in self._non_default())])
+
+    @property
+    def spec(self) -> str:
+        """The string form that :meth:`parse` reads back: ``ROWSxCOLS``, then ``,key=value``
+        (decimal) for every parameter that differs from its default, in field order.
+
+        ``"8x8"`` for the default configuration, ``"4x4,spad_rows=1024"`` otherwise;
+        ``NPUConfig.parse(config.spec) == config`` for every configuration.
+        """
+        return ",".join([f"{self.rows}x{self.cols}",
+                         *(f"{key}={value}" for key, value in self._non_default())])
+
+    def _non_default(self) -> list[tuple[str, int]]:
+        """``(field, value)`` of every non-size field that differs from its default."""
+        fields = NPUConfig.__dataclass_fields__
+        return [(key, value) for key, value in asdict(self).items()
+                if key not in _SIZE_FIELDS and value != fields[key].default]
+
+    @classmethod
+    def parse(cls, text: str) -> NPUConfig:
+        """Read the string form ``ROWSxCOLS[,key=value...]``, e.g. ``8x8`` or
+        ``4x4,spad_rows=1024`` (the inverse of :attr:`spec`).
+
+        ``ROWSxCOLS`` takes decimal sizes (``x`` or ``X``); each ``key`` is a field of
+        :class:`NPUConfig` other than ``rows`` and ``cols``, at most once, and each ``value``
+        an integer literal (``int(value, 0)``: ``1024``, ``0x400``, ``1_024``). Fields not
+        given keep their defaults.
+
+        Raises
+        ------
+        ConfigParseError
+            (a ``ValueError``) On a malformed string, an unknown or repeated key, a value that
+            is not an integer, or a value :class:`NPUConfig` rejects; the message quotes
+            ``text`` and says which.
+        """
+        def bad(why: str) -> ConfigParseError:
+            return ConfigParseError(f"bad configuration {text!r}: {why}")
+
+        size, *rest = text.split(",")
+        parts = size.lower().split("x")
+        if len(parts) != 2 or not all(p.strip().isdecimal() for p in parts):
+            raise bad(_SPEC_FORMAT)
+        params = dict(zip(_SIZE_FIELDS, (int(p) for p in parts), strict=True))
+        known = [k for k in cls.__dataclass_fields__ if k not in _SIZE_FIELDS]
+        for item in rest:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise bad(f"{item!r} is not key=value; {_SPEC_FORMAT}")
+            if key not in known:
+                raise bad(f"unknown parameter {key!r}; known: {', '.join(known)}")
+            if key in params:
+                raise bad(f"{key} is given twice")
+            try:
+                params[key] = int(value, 0)
+            except ValueError:
+                raise bad(f"{key} needs an integer, got {value!r}") from None
+        try:
+            return cls(**params)
+        except ValueError as e:
+            raise bad(str(e)) from e
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -17,18 +17,21 @@ from hw.isa import (
     SOFTMAX_RECIP_BITS,
     softmax_exp_table,
 )
-from sw.quant import requantize
+from sw.quant import check_accumulation, requantize
 
 __all__ = ["matmul_int", "linear_int", "exp2_int", "softmax_int", "row_reciprocal",
            "requantize_rows", "attention_head_int"]
 
 
 def matmul_int(a: npt.ArrayLike, w: npt.ArrayLike) -> np.ndarray:
-    """int8 x int8 matrix product with int32 accumulation and int32 wrap-around.
+    """int8 x int8 matrix product with int32 accumulation, exact.
 
-    The systolic array accumulates in 32-bit two's complement and wraps on overflow; since
-    wrapping addition is associative, the result does not depend on the order of the K
-    reduction or on how it is split into K passes (``flags.accumulate``).
+    The systolic array accumulates in 32-bit two's complement and wraps on overflow (modulo
+    2**32; since wrapping addition is associative, the result does not depend on the order of
+    the K reduction or on how it is split into K passes, ``flags.accumulate``). For
+    ``K <= MAX_EXACT_K`` (131071, :func:`sw.quant.max_exact_k`) no input can make the sum
+    leave the int32 range, so the result is the exact product; a longer K is rejected rather
+    than wrapped (:func:`sw.quant.check_accumulation`), as the linear kernel does.
 
     Parameters
     ----------
@@ -40,12 +43,14 @@ def matmul_int(a: npt.ArrayLike, w: npt.ArrayLike) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        int32, shape ``(M, N)``: ``(a @ w) mod 2**32`` as a signed value.
+        int32, shape ``(M, N)``: ``a @ w``.
 
     Raises
     ------
     ValueError
         If the shapes do not match or the dtypes are not int8.
+    AccumulatorOverflowError
+        If ``K > MAX_EXACT_K``: the int32 accumulator could wrap.
     """
     a = np.asarray(a)
     w = np.asarray(w)
@@ -53,7 +58,8 @@ def matmul_int(a: npt.ArrayLike, w: npt.ArrayLike) -> np.ndarray:
         raise ValueError(f"operands must be int8, got {a.dtype} and {w.dtype}")
     if a.ndim != 2 or w.ndim != 2 or a.shape[1] != w.shape[0]:
         raise ValueError(f"shapes do not match for a matmul: {a.shape} @ {w.shape}")
-    # Exact in int64 for K < 2**49; the cast to int32 wraps modulo 2**32.
+    check_accumulation(a.shape[1])
+    # Exact in int64, and in int32 range for K <= MAX_EXACT_K.
     return (a.astype(np.int64) @ w.astype(np.int64)).astype(np.int32)
 
 
@@ -62,7 +68,7 @@ def linear_int(a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
                relu: bool = False) -> np.ndarray:
     """Quantized linear layer: :func:`matmul_int` then the vector unit's requantization.
 
-    ``out = requantize(a @ w (int32 wrap), bias, multiplier, shift, relu)`` with the exact
+    ``out = requantize(a @ w (int32, exact), bias, multiplier, shift, relu)`` with the exact
     rounding of :func:`sw.quant.requantize` (bias added in 33 bits without wrap; round to
     nearest, ties toward +infinity; saturation to int8; optional ReLU).
 
@@ -85,6 +91,13 @@ def linear_int(a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
     -------
     numpy.ndarray
         int8, shape ``(M, N)``.
+
+    Raises
+    ------
+    ValueError
+        For mismatched shapes or dtypes.
+    AccumulatorOverflowError
+        If ``K > MAX_EXACT_K`` (:func:`matmul_int`).
     """
     acc = matmul_int(a, w)
     n = acc.shape[1]

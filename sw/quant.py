@@ -18,6 +18,22 @@ Conventions (the one rounding rule of the project)
   Unlike gemmlowp, the hardware does not use a rounding doubling high multiply followed by a
   rounding right shift (two roundings); it computes the exact product ``x * M`` in 64 bits
   and rounds once, which is at least as accurate.
+
+Checked arithmetic
+------------------
+* **Scales.** Every helper that takes or makes a scale or a real multiplier rejects a
+  negative or non-finite one with :class:`ScaleError` (a ``ValueError``). A zero scale is
+  legal (a channel of all-zero weights has one): a zero real multiplier gives multiplier 0
+  (as gemmlowp's ``QuantizeMultiplier``), values of 0 quantize to 0 with a zero scale, and a
+  non-zero value cannot be quantized with it (:class:`ScaleError`).
+* **Accumulation.** An int8 x int8 dot product of length ``K`` fits the int32 accumulator for
+  every input iff ``K * 128 * 128 <= 2**31 - 1``: ``K <= MAX_EXACT_K = 131071``
+  (:func:`max_exact_k`; the most positive product is ``(-128) * (-128) = 2**14``, the most
+  negative ``-128 * 127`` is smaller in magnitude). A longer accumulation could wrap: the
+  golden model (:func:`sw.golden.matmul_int`) and the linear kernel reject it with
+  :class:`AccumulatorOverflowError` (:func:`check_accumulation`) instead of splitting K,
+  because the hardware cannot add two int32 partial sums beyond 32 bits and a split would no
+  longer match the golden result.
 """
 
 from __future__ import annotations
@@ -28,7 +44,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "INT8_MIN", "INT8_MAX", "MULTIPLIER_MIN", "MULTIPLIER_MAX", "SHIFT_MAX",
+    "INT8_MIN", "INT8_MAX", "MULTIPLIER_MIN", "MULTIPLIER_MAX", "SHIFT_MAX", "MAX_EXACT_K",
+    "ScaleError", "AccumulatorOverflowError", "max_exact_k", "check_accumulation",
     "tensor_scale", "channel_scales", "quantize", "dequantize",
     "quantize_multiplier", "quantize_multipliers", "requantize", "sqnr_db", "cosine",
 ]
@@ -38,6 +55,54 @@ INT8_MAX = 127
 MULTIPLIER_MIN = 1 << 30        #: smallest non-zero fixed-point multiplier
 MULTIPLIER_MAX = (1 << 31) - 1  #: largest fixed-point multiplier
 SHIFT_MAX = 63                  #: largest right shift of the vector unit
+
+
+class ScaleError(ValueError):
+    """A scale or real multiplier that is negative, not finite, or cannot be represented."""
+
+
+class AccumulatorOverflowError(ValueError):
+    """An accumulation long enough that the int32 accumulator could wrap (see
+    :func:`check_accumulation`)."""
+
+
+def max_exact_k(a_bits: int = 8, w_bits: int = 8, acc_bits: int = 32) -> int:
+    """Longest dot product of signed ``a_bits`` x ``w_bits`` integers whose sum fits a signed
+    ``acc_bits`` accumulator for every input: ``(2**(acc_bits-1) - 1) // (2**(a_bits-1) *
+    2**(w_bits-1))``, 131071 for int8 x int8 into int32 (the largest product is
+    ``(-2**(a_bits-1)) * (-2**(w_bits-1))``; the most negative one, ``-2**(a_bits-1) *
+    (2**(w_bits-1) - 1)``, is smaller in magnitude and ``-2**(acc_bits-1)`` is representable).
+    """
+    return ((1 << (acc_bits - 1)) - 1) // ((1 << (a_bits - 1)) * (1 << (w_bits - 1)))
+
+
+#: Longest int8 x int8 accumulation the int32 accumulator holds exactly (:func:`max_exact_k`).
+MAX_EXACT_K = max_exact_k()
+
+
+def check_accumulation(k: int) -> None:
+    """Check that an int8 x int8 dot product of length ``k`` cannot wrap the int32
+    accumulator.
+
+    Raises
+    ------
+    AccumulatorOverflowError
+        If ``k > MAX_EXACT_K`` (131071): some inputs would give a sum ``>= 2**31``.
+    """
+    if k > MAX_EXACT_K:
+        raise AccumulatorOverflowError(
+            f"K={k} > {MAX_EXACT_K}: an int8 x int8 sum over K can reach K * 128 * 128 = "
+            f"{k * 128 * 128} >= 2**31 and wrap the int32 accumulator")
+
+
+def _check_scales(scale: npt.ArrayLike, what: str = "scale") -> np.ndarray:
+    """``scale`` as float64, or :class:`ScaleError` if any is negative or not finite."""
+    s = np.asarray(scale, dtype=np.float64)
+    if not np.all(np.isfinite(s)):
+        raise ScaleError(f"{what}s must be finite, got {scale!r}")
+    if np.any(s < 0):
+        raise ScaleError(f"{what}s must be >= 0, got {scale!r}")
+    return s
 
 
 def tensor_scale(x: npt.ArrayLike) -> float:
@@ -53,9 +118,15 @@ def tensor_scale(x: npt.ArrayLike) -> float:
     float
         The scale (real units per int8 step). An all-zero (or empty) tensor gets ``1.0`` so that
         the scale is always positive and usable as a divisor.
+
+    Raises
+    ------
+    ScaleError
+        If ``x`` holds a non-finite value (the scale would not be finite).
     """
     a = np.asarray(x, dtype=np.float64)
     m = float(np.max(np.abs(a))) if a.size else 0.0
+    _check_scales(m, "tensor scale (max |x|)")
     return m / INT8_MAX if m > 0 else 1.0
 
 
@@ -74,11 +145,17 @@ def channel_scales(x: npt.ArrayLike, axis: int) -> np.ndarray:
     -------
     numpy.ndarray
         float64, shape ``(x.shape[axis],)``. All-zero channels get ``1.0``.
+
+    Raises
+    ------
+    ScaleError
+        If a channel holds a non-finite value (its scale would not be finite).
     """
     a = np.asarray(x, dtype=np.float64)
     axis = axis % a.ndim
     other = tuple(i for i in range(a.ndim) if i != axis)
     m = np.max(np.abs(a), axis=other) if other else np.abs(a)
+    _check_scales(m, "channel scale (max |x|)")
     return np.where(m > 0, m / INT8_MAX, 1.0)
 
 
@@ -102,7 +179,8 @@ def quantize(x: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None = None) ->
     x : array_like of float
         Any shape.
     scale : float or array_like of float
-        Positive. A scalar (per tensor) or a vector of length ``x.shape[axis]`` (per channel).
+        ``>= 0`` and finite. A scalar (per tensor) or a vector of length ``x.shape[axis]``
+        (per channel). A zero scale quantizes values of 0 to 0 (an all-zero channel).
     axis : int, optional
         The channel axis when ``scale`` is a vector; default: the last axis.
 
@@ -113,17 +191,19 @@ def quantize(x: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None = None) ->
 
     Raises
     ------
-    ValueError
-        If a scale is not positive and finite.
+    ScaleError
+        If a scale is negative or not finite, or a non-zero value has a zero scale.
     """
     a = np.asarray(x, dtype=np.float64)
-    s = np.asarray(scale, dtype=np.float64)
-    if not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError(f"scales must be positive and finite, got {scale!r}")
+    s = _check_scales(scale)
     if s.ndim and axis is None:
         axis = -1
     s = _broadcast_scale(s, a.ndim, axis)
-    q = np.floor(a / s + 0.5)
+    zero = s == 0
+    if np.any(zero & (a != 0)):
+        raise ScaleError(f"a non-zero value cannot be quantized with a zero scale ({scale!r})")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(zero, 0.0, np.floor(a / np.where(zero, 1.0, s) + 0.5))
     return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
 
 
@@ -135,7 +215,8 @@ def dequantize(q: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None = None) 
     q : array_like of int
         Any shape (int8 values, or int32 accumulators with ``scale`` = product of scales).
     scale : float or array_like of float
-        Scalar or per-channel vector along ``axis`` (default: the last axis).
+        ``>= 0`` and finite; scalar or per-channel vector along ``axis`` (default: the last
+        axis).
     axis : int, optional
         Channel axis of a vector ``scale``.
 
@@ -143,9 +224,14 @@ def dequantize(q: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None = None) 
     -------
     numpy.ndarray
         float64, same shape as ``q``.
+
+    Raises
+    ------
+    ScaleError
+        If a scale is negative or not finite.
     """
     a = np.asarray(q, dtype=np.float64)
-    s = np.asarray(scale, dtype=np.float64)
+    s = _check_scales(scale)
     if s.ndim and axis is None:
         axis = -1
     return a * _broadcast_scale(s, a.ndim, axis)
@@ -177,15 +263,15 @@ def quantize_multiplier(real_multiplier: float) -> tuple[int, int]:
 
     Raises
     ------
-    ValueError
+    ScaleError
         If ``real_multiplier`` is negative, not finite, too large (``shift`` would be negative)
         or too small to represent with ``shift <= 63``.
     """
     r = float(real_multiplier)
     if not math.isfinite(r):
-        raise ValueError(f"real multiplier must be finite, got {real_multiplier!r}")
+        raise ScaleError(f"real multiplier must be finite, got {real_multiplier!r}")
     if r < 0:
-        raise ValueError(f"real multiplier must be >= 0, got {real_multiplier!r}")
+        raise ScaleError(f"real multiplier must be >= 0, got {real_multiplier!r}")
     if r == 0:
         return 0, 0
     f, e = math.frexp(r)              # r = f * 2**e, 0.5 <= f < 1, exact
@@ -195,11 +281,11 @@ def quantize_multiplier(real_multiplier: float) -> tuple[int, int]:
         m >>= 1
         shift -= 1
     if shift < 0:
-        raise ValueError(
+        raise ScaleError(
             f"real multiplier {real_multiplier!r} is too large: needs shift {shift} < 0 "
             f"(representable maximum is (2**31 - 1) / 2**0)")
     if shift > SHIFT_MAX:
-        raise ValueError(
+        raise ScaleError(
             f"real multiplier {real_multiplier!r} is too small: needs shift {shift} > "
             f"{SHIFT_MAX} (smallest representable value is 2**30 / 2**63 = 2**-33)")
     return m, shift
@@ -220,7 +306,7 @@ def quantize_multipliers(real_multipliers: npt.ArrayLike) -> tuple[np.ndarray, n
 
     Raises
     ------
-    ValueError
+    ScaleError
         As :func:`quantize_multiplier`, for the first bad element.
     """
     r = np.asarray(real_multipliers, dtype=np.float64).reshape(-1)

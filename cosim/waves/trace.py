@@ -1,4 +1,4 @@
-"""Timelines of NPU runs: Perfetto/Chrome trace JSON, a PNG timeline and a roofline plot.
+"""Timelines of NPU runs: Perfetto/Chrome trace JSON and a PNG timeline.
 
 The input is a plain list of command records, one dict per command::
 
@@ -15,18 +15,18 @@ slice on both. Commands of one queue run concurrently on different engines, so a
 whose commands overlap gets extra tracks ("queue 0 #2", ...): slices on one track never
 overlap, which every trace viewer renders correctly.
 
-Plots use matplotlib's Agg backend (no display needed).
+Plots use matplotlib's Agg backend (no display needed). The roofline plot of measured
+kernels is :func:`cosim.bench.roofline.roofline_png`, beside the bench's bound.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["REQUIRED_KEYS", "validate_records", "chrome_trace", "write_chrome_trace",
-           "timeline_png", "RooflinePoint", "gemm_point", "roofline_png"]
+           "timeline_png"]
 
 REQUIRED_KEYS = ("queue", "index", "engine", "opcode", "start_cycle", "end_cycle")
 
@@ -211,98 +211,6 @@ def timeline_png(path: Path | str, records: Iterable[dict], *, title: str = "NPU
     ax.set_xlabel("cycle")
     ax.set_title(title + ("  (thin bars: busy signal)" if busy else ""))
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-@dataclass(frozen=True)
-class RooflinePoint:
-    """One measured kernel on the roofline.
-
-    Attributes
-    ----------
-    name : str
-    macs : int
-        Useful multiply-accumulates.
-    dram_bytes : int
-        Bytes moved between DRAM and the NPU (AXI R + W).
-    cycles : int
-        Cycles the kernel took.
-    """
-    name: str
-    macs: int
-    dram_bytes: int
-    cycles: int
-
-    @property
-    def intensity(self) -> float:
-        """Operational intensity, MACs per DRAM byte."""
-        return self.macs / self.dram_bytes if self.dram_bytes else float("inf")
-
-    @property
-    def performance(self) -> float:
-        """Achieved MACs per cycle."""
-        return self.macs / self.cycles if self.cycles else 0.0
-
-
-def gemm_point(name: str, m: int, k: int, n: int, dram_bytes: int, cycles: int
-               ) -> RooflinePoint:
-    """Roofline point of an ``(M, K) x (K, N)`` GEMM: ``M*K*N`` MACs over ``dram_bytes``."""
-    return RooflinePoint(name, m * k * n, dram_bytes, cycles)
-
-
-def roofline_png(path: Path | str, points: Iterable[RooflinePoint], *, rows: int, cols: int,
-                 bytes_per_cycle: float, title: str = "NPU roofline") -> Path:
-    """Draw a roofline (Williams, Waterman, Patterson, CACM 2009) in cycle units.
-
-    Roofs: compute ``rows * cols`` MACs/cycle (one MAC per PE per cycle); memory
-    ``bytes_per_cycle * I`` for operational intensity ``I`` (MACs/byte). Each point sits at
-    ``(macs / dram_bytes, macs / cycles)``.
-
-    Parameters
-    ----------
-    path : Path or str
-    points : iterable of RooflinePoint
-    rows, cols : int
-        Systolic array size.
-    bytes_per_cycle : float
-        Peak DRAM bandwidth in bytes/cycle (e.g. AXI data width / 8 for one direction).
-    title : str
-
-    Returns
-    -------
-    Path
-
-    Raises
-    ------
-    ValueError
-        If a size or the bandwidth is not positive.
-    """
-    if rows <= 0 or cols <= 0 or not bytes_per_cycle > 0:
-        raise ValueError(f"rows, cols and bytes_per_cycle must be positive, got {rows}, "
-                         f"{cols}, {bytes_per_cycle}")
-    plt = _pyplot()
-    pts = list(points)
-    peak = rows * cols
-    ridge = peak / bytes_per_cycle
-    xs = [p.intensity for p in pts if p.intensity != float("inf")] + [ridge]
-    lo, hi = min(xs + [ridge]) / 8, max(xs + [ridge]) * 8
-    fig, ax = plt.subplots(figsize=(7, 5))
-    ax.loglog([lo, ridge, hi], [bytes_per_cycle * lo, peak, peak], "k-", lw=2,
-              label=f"roof: {peak} MACs/cycle, {bytes_per_cycle:g} B/cycle")
-    ax.axvline(ridge, color="0.6", ls=":", lw=1)
-    for p in pts:
-        ax.loglog([p.intensity], [p.performance], "o", ms=7,
-                  label=f"{p.name}: {p.performance:.2f} MACs/cycle "
-                        f"({p.performance / peak:.0%} of peak), I={p.intensity:.2f}")
-    ax.set_xlabel("operational intensity (MACs / DRAM byte)")
-    ax.set_ylabel("performance (MACs / cycle)")
-    ax.set_title(f"{title} ({rows}x{cols} array)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)

@@ -4,16 +4,13 @@ from amaranth import Mux
 from amaranth.lib import data
 
 from hw.config import NPUConfig
-from hw.isa import LocalMem
+from hw.isa import MAX_BURST_BEATS, PAGE_BYTES, LocalMem
 
 __all__ = ["PAGE_BYTES", "MAX_BURST_BEATS", "W_BUFFER_DEPTH", "DmaStall", "LocalGeometry",
            "by_mem", "log2"]
 
-#: An AXI4 burst must not cross a 4 KiB address boundary (AMBA AXI spec, ARM IHI 0022,
-#: section A3.4.1 "Address structure").
-PAGE_BYTES = 4096
-#: Longest AXI4 INCR burst (AxLEN is 8 bits; ARM IHI 0022, A3.4.1).
-MAX_BURST_BEATS = 256
+# PAGE_BYTES (4 KiB, no burst crosses it) and MAX_BURST_BEATS (256) are defined in
+# hw.isa.timing (ARM IHI 0022, A3.4.1), with the burst decomposition and the DMA's cycles.
 #: Depth of the store channel's buffer of assembled W beats.
 W_BUFFER_DEPTH = 4
 

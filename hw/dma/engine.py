@@ -128,7 +128,8 @@ class DMA(wiring.Component):
     adds one cycle to the load. ARVALID/AWVALID rise 3 cycles after the command handshake;
     ``done`` comes 2 cycles after the last R beat (load) or the last B response (store). A
     zero-length command or a ``BAD_SIZE``/``MISALIGNED`` error retires 2 cycles after the
-    handshake, a range error after 3 + (rows searched) cycles.
+    handshake, a range error after 3 + (rows searched) cycles. The exact busy cycles of every
+    command under the co-simulation's ideal DRAM: :mod:`hw.isa.timing`.
     """
 
     def __init__(self, config: NPUConfig):

@@ -19,5 +19,7 @@ from hw.isa.numerics import *  # noqa: F403
 from hw.isa.numerics import __all__ as _numerics
 from hw.isa.registers import *  # noqa: F403
 from hw.isa.registers import __all__ as _registers
+from hw.isa.timing import *  # noqa: F403
+from hw.isa.timing import __all__ as _timing
 
-__all__ = [*_commands, *_registers, *_counters, *_numerics]
+__all__ = [*_commands, *_registers, *_counters, *_numerics, *_timing]

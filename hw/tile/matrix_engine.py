@@ -40,11 +40,11 @@ class MatrixEngine(wiring.Component):
     next. Each accumulator row is read and written once per command, so there is no
     read-after-write hazard for any ``m``.
 
-    Latency: a command with ``m > 0`` takes ``rows + m + (rows + cols - 1) + 5`` cycles from
-    accept to ``done``, both counted (accept 1, check 1, weight reads ``rows``, activation reads
-    ``m``, read latency 1, array ``rows + cols - 1``, write-back 1, retire 1; ``done`` comes in
-    the cycle after the last write), see :meth:`command_cycles`. Failing commands and ``m == 0``
-    take 3 (accept, check, retire). Steady state: one activation row per cycle.
+    Latency: :func:`hw.isa.timing.matmul_busy_cycles` (the one definition, state by state:
+    check, weight reads ``rows``, activation reads ``m``, read latency, array
+    ``rows + cols - 1``, write-back, retire; ``done`` comes in the cycle after the last write;
+    failing commands and ``m == 0`` check and retire). Steady state: one activation row per
+    cycle.
 
     Errors (checked in this order, nothing is written): opcode other than MATMUL ->
     ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``a_row .. a_row + m - 1`` or
@@ -71,11 +71,6 @@ class MatrixEngine(wiring.Component):
             "acc_rd": In(ReadPort.Signature(**acc_shape(config))),
             "acc_wr": In(WritePort.Signature(**acc_shape(config))),
         })
-
-    @staticmethod
-    def command_cycles(config: NPUConfig, m: int) -> int:
-        """Cycles from accept to ``done`` (both inclusive) of a command with ``m > 0`` rows."""
-        return config.rows + m + (config.rows + config.cols - 1) + 5
 
     def elaborate(self, platform):
         m = Module()

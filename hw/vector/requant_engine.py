@@ -42,10 +42,10 @@ class RequantEngine(wiring.Component):
     reciprocals of ``cols`` consecutive rows) is read before each group of ``cols`` rows.
 
     Pipeline per row: accumulator read (1 cycle), bias add, row scale, multiply,
-    round/shift/clamp (one register each), scratchpad write. A command of ``n_rows > 0`` rows
-    takes ``n_rows + 11`` cycles from accept to ``done`` (``+ ceil(n_rows / cols)`` scale-row
-    reads with ``flags.row_scale``): accept 1, check 1, parameter reads 3, row reads
-    ``n_rows``, drain 5, retire 1 (the ``done`` cycle, which comes after the last write).
+    round/shift/clamp (one register each), scratchpad write. Latency:
+    :func:`hw.isa.timing.requant_busy_cycles` (check, parameter reads, one row read per cycle
+    plus a scale-row read per ``cols`` rows with ``flags.row_scale``, pipeline drain, retire;
+    ``done`` comes after the last write).
 
     Errors (checked in this order, nothing is read or written): opcode other than REQUANT ->
     ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``acc_row .. acc_row + n_rows - 1``,

@@ -71,12 +71,13 @@ class SoftmaxEngine(wiring.Component):
     Two passes over the scores (instead of buffering a row) keep the engine's storage at a few
     registers for any row length; the accumulator read port gives one block per cycle.
 
-    Latency per row: ``2 * n_blocks + 43`` cycles (start 1, max pass ``n_blocks + 2``, exponent
-    pass ``n_blocks + 4``, divider 35, row end 1); per command ``+ 3`` (accept, check,
-    retire); plus one cycle for every cycle a reciprocal row write waits for ``acc_wr.ready``
-    (none when no MATMUL writes the accumulator at the same time). The exponent pipeline is
-    4 registers deep (difference, multiply/shift, table/shift, write/sum). The P writes to the
-    scratchpad never wait (the vector unit has the scratchpad's write port first).
+    Latency: :func:`hw.isa.timing.softmax_busy_cycles` (per row the start, the max pass, the
+    exponent pass, the divider and the row end, :func:`hw.isa.timing.softmax_row_cycles`; per
+    command check and retire), plus one cycle for every cycle a reciprocal row write waits for
+    ``acc_wr.ready`` (none when no MATMUL writes the accumulator at the same time). The
+    exponent pipeline is 4 registers deep (difference, multiply/shift, table/shift,
+    write/sum). The P writes to the scratchpad never wait (the vector unit has the
+    scratchpad's write port first).
 
     Errors (in this order, nothing written): opcode other than SOFTMAX -> ``BAD_OPCODE``;
     ``n_rows == 0`` or ``n_blocks == 0`` does nothing; then the score rows, the P rows and the

@@ -25,27 +25,35 @@ DRAM layouts (int8, rows of ``spad_row_bytes``; ``c = cols``, ``DB = ceil(d / c)
 V ``(H, DB, Lp, srb)`` (``[h, b, j, :c] = X_h[j, b*c:(b+1)*c]``), parameters ``(H, DB, 3,
 acc_row_elems)`` int32 (bias 0, multiplier, shift per channel), output ``(H, DB, L, srb)``.
 
-Each stage of each (head, tile) is one launch, so the device's cycle counter measures it
-(``AttentionStats.stages``); commands are serialized with a sequence semaphore, as in
-:mod:`sw.kernels.linear`.
+Each stage of each (head, tile) is one launch on the kernel's :class:`~sw.runtime.Stream`
+(default: the device's default stream), so the device's cycle counter measures it
+(``AttentionStats.stages``). Commands are serialized with one semaphore from the device's pool
+(:meth:`~sw.runtime.Device.alloc_semaphore`, freed at the end), as in :mod:`sw.kernels.linear`:
+command ``i`` of a launch waits until the semaphore reached ``target + i`` (wrap-safe,
+:func:`hw.isa.sem_reached`) and signals it. The kernel touches nothing but its stream, its
+semaphore, its buffers and its regions of the scratchpad and accumulator (``spad_region``,
+``acc_region``), so work on other streams in other regions runs beside it undisturbed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+from amaranth.lib import data
 
 from hw.config import NPUConfig
-from hw.isa import LocalMem
-from sw.runtime import Buffer, CommandList, Device
+from hw.isa import DmaBody, LocalMem
+from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
 __all__ = ["AttentionPlan", "AttentionStats", "plan_attention", "attention_with_stats",
            "STAGES"]
 
-_SEM = 0
 STAGES = ("scores", "softmax", "context")
+#: a DMA row of a query tile must fit the command's ``row_bytes`` field
+_ROW_BYTES_LIMIT = 2 ** data.Layout.cast(DmaBody)["row_bytes"].width
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -54,7 +62,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    """Tiling of one attention call (rows of the scratchpad / accumulator)."""
+    """Tiling of one attention call (absolute rows of the scratchpad / accumulator)."""
     seq: int        #: L
     head_dim: int   #: d
     db: int         #: d blocks
@@ -84,13 +92,32 @@ class AttentionStats:
     plan: AttentionPlan | None = None
 
 
-def plan_attention(config: NPUConfig, seq: int, head_dim: int) -> AttentionPlan:
+def _region(region: tuple[int, int] | None, depth: int, what: str) -> tuple[int, int]:
+    """``(first row, rows)`` of a local-memory region (default: the whole memory)."""
+    if region is None:
+        return 0, depth
+    base, rows = (int(x) for x in region)
+    if base < 0 or rows < 1 or base + rows > depth:
+        raise ValueError(f"{what} region {region} is outside [0, {depth})")
+    return base, rows
+
+
+def plan_attention(config: NPUConfig, seq: int, head_dim: int, *,
+                   spad_region: tuple[int, int] | None = None,
+                   acc_region: tuple[int, int] | None = None) -> AttentionPlan:
     """Choose the query tile ``Mt`` (as large as the memories allow, at most ``L``).
+
+    Parameters
+    ----------
+    spad_region, acc_region : tuple of (int, int), optional
+        ``(first row, rows)`` of the scratchpad / accumulator the kernel may use (default:
+        all of it), so that kernels on other streams can use the rest.
 
     Raises
     ------
     ValueError
-        For a non-square array, ``seq``/``head_dim`` < 1, or memories too small for one row.
+        For a non-square array, ``seq``/``head_dim`` < 1, a region outside its memory, or
+        regions too small for one query row.
     """
     c = config
     if c.rows != c.cols:
@@ -98,6 +125,8 @@ def plan_attention(config: NPUConfig, seq: int, head_dim: int) -> AttentionPlan:
                          f"{c.rows}x{c.cols}")
     if seq < 1 or head_dim < 1:
         raise ValueError(f"seq and head_dim must be >= 1, got {seq}, {head_dim}")
+    s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
+    a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
     n = c.cols
     db, kb = _ceil_div(head_dim, n), _ceil_div(seq, n)
     lp = kb * n
@@ -106,24 +135,21 @@ def plan_attention(config: NPUConfig, seq: int, head_dim: int) -> AttentionPlan:
     for mt in range(1, min(seq, 4096) + 1):
         spad = kv_rows + db * mt + kb * mt + db * mt
         acc = 3 * db + _ceil_div(mt, n) + kb * mt + db * mt
-        if spad <= c.spad_rows and acc <= c.acc_rows and mt * c.spad_row_bytes < 1 << 16:
+        if spad <= s_rows and acc <= a_rows and mt * c.spad_row_bytes < _ROW_BYTES_LIMIT:
             best = mt
     if best == 0:
-        raise ValueError(f"L={seq}, d={head_dim} does not fit the local memories of "
-                         f"{c.name}")
+        where = c.name if spad_region is None and acc_region is None else \
+            f"the regions {spad_region} / {acc_region} of {c.name}"
+        raise ValueError(f"L={seq}, d={head_dim} does not fit the local memories of {where}")
     mt = best
-    k_base, v_base = 0, db * lp
-    q_base = 2 * db * lp
+    q_base = s0 + 2 * db * lp
     p_base = q_base + db * mt
-    o_spad = p_base + kb * mt
-    param_base = 0
-    sc_base = 3 * db
+    sc_base = a0 + 3 * db
     s_base = sc_base + _ceil_div(mt, n)
-    o_acc = s_base + kb * mt
     return AttentionPlan(seq=seq, head_dim=head_dim, db=db, kb=kb, lp=lp, m_tile=mt,
-                         k_base=k_base, v_base=v_base, q_base=q_base, p_base=p_base,
-                         o_spad=o_spad, sc_base=sc_base, s_base=s_base, o_acc=o_acc,
-                         param_base=param_base)
+                         k_base=s0, v_base=s0 + db * lp, q_base=q_base, p_base=p_base,
+                         o_spad=p_base + kb * mt, sc_base=sc_base, s_base=s_base,
+                         o_acc=s_base + kb * mt, param_base=a0)
 
 
 def _blocked(x: np.ndarray, rows: int, n: int, srb: int, db: int) -> np.ndarray:
@@ -136,11 +162,125 @@ def _blocked(x: np.ndarray, rows: int, n: int, srb: int, db: int) -> np.ndarray:
     return out
 
 
+def _check_operands(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int) -> None:
+    if any(a.dtype != np.int8 for a in (q, k, v)):
+        raise ValueError("q, k, v must be int8")
+    if q.shape != k.shape or q.shape != v.shape or q.ndim != 2 or q.shape[1] % heads:
+        raise ValueError(f"q, k, v must share a shape (L, heads*d), got {q.shape}, {k.shape}, "
+                         f"{v.shape} for {heads} heads")
+
+
+def _pack(c: NPUConfig, plan: AttentionPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+          heads: int, out_mult: npt.ArrayLike, out_shift: npt.ArrayLike) -> list[np.ndarray]:
+    """Q, K, V and the REQUANT parameters in the DRAM layouts of the module docstring."""
+    seq, n, srb, db, d = plan.seq, c.cols, c.spad_row_bytes, plan.db, plan.head_dim
+    split = lambda a: a.reshape(seq, heads, d).transpose(1, 0, 2)  # noqa: E731
+    om = np.zeros((heads, db * n), np.int64)
+    osh = np.zeros((heads, db * n), np.int64)
+    om[:, :d] = np.asarray(out_mult, np.int64).reshape(heads, d)
+    osh[:, :d] = np.asarray(out_shift, np.int64).reshape(heads, d)
+    p_dram = np.zeros((heads, db, 3, c.acc_row_elems), "<i4")
+    p_dram[:, :, 1, :n] = om.reshape(heads, db, n)
+    p_dram[:, :, 2, :n] = osh.reshape(heads, db, n)
+    return [_blocked(split(q), seq, n, srb, db), _blocked(split(k), plan.lp, n, srb, db),
+            _blocked(split(v), plan.lp, n, srb, db), p_dram]
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """One (head, query tile) of the kernel and what its stages need."""
+    c: NPUConfig
+    plan: AttentionPlan
+    bufs: dict[str, Buffer]   #: "q", "k", "v", "p", "o"
+    h: int
+    i0: int
+    mt: int
+
+    @property
+    def first(self) -> bool:
+        return self.i0 == 0
+
+    def scores(self, cmds: CommandList, kw: Callable[[], dict]) -> None:
+        """``S = Q K^T`` (K loaded with the head's first tile)."""
+        c, p, mt, srb = self.c, self.plan, self.mt, self.c.spad_row_bytes
+        db, lp, seq = p.db, p.lp, p.seq
+        if self.first:
+            cmds.dma_load(mem=LocalMem.SPAD, dram_addr=self.bufs["k"].addr + self.h * db * lp * srb,
+                          dram_stride=lp * srb, row_bytes=lp * srb, n_rows=db,
+                          local_row=p.k_base, local_stride=lp, **kw())
+        cmds.dma_load(mem=LocalMem.SPAD,
+                      dram_addr=self.bufs["q"].addr + (self.h * db * seq + self.i0) * srb,
+                      dram_stride=seq * srb, row_bytes=mt * srb, n_rows=db,
+                      local_row=p.q_base, local_stride=mt, **kw())
+        for b in range(p.kb):
+            for e in range(db):
+                cmds.matmul(a_row=p.q_base + e * mt, w_row=p.k_base + e * lp + b * c.cols,
+                            acc_row=p.s_base + b * mt, m=mt, accumulate=e > 0, transpose=True,
+                            **kw())
+
+    def softmax(self, cmds: CommandList, kw: Callable[[], dict], *, kv_len: int, mult: int,
+                shift: int, causal: bool) -> None:
+        """P (unnormalized) and the row reciprocals of the tile's score rows."""
+        p = self.plan
+        cmds.softmax(acc_row=p.s_base, spad_row=p.p_base, n_rows=self.mt, n_blocks=p.kb,
+                     stride=self.mt, scale_row=p.sc_base, kv_len=kv_len, mult=mult,
+                     shift=shift, causal=causal, q_offset=self.i0, **kw())
+
+    def context(self, cmds: CommandList, kw: Callable[[], dict]) -> None:
+        """``O = P V``, the row-scaled requantization and the store (V and the parameters
+        loaded with the head's first tile)."""
+        c, p, mt, srb = self.c, self.plan, self.mt, self.c.spad_row_bytes
+        db, lp, arb = p.db, p.lp, c.acc_row_bytes
+        if self.first:
+            cmds.dma_load(mem=LocalMem.SPAD, dram_addr=self.bufs["v"].addr + self.h * db * lp * srb,
+                          dram_stride=lp * srb, row_bytes=lp * srb, n_rows=db,
+                          local_row=p.v_base, local_stride=lp, **kw())
+            cmds.dma_load(mem=LocalMem.ACC, dram_addr=self.bufs["p"].addr + self.h * db * 3 * arb,
+                          dram_stride=arb, row_bytes=arb, n_rows=3 * db,
+                          local_row=p.param_base, local_stride=1, **kw())
+        for e in range(db):
+            for b in range(p.kb):
+                cmds.matmul(a_row=p.p_base + b * mt, w_row=p.v_base + e * lp + b * c.cols,
+                            acc_row=p.o_acc + e * mt, m=mt, accumulate=b > 0, **kw())
+        for e in range(db):
+            cmds.requant(acc_row=p.o_acc + e * mt, spad_row=p.o_spad + e * mt, n_rows=mt,
+                         param_row=p.param_base + 3 * e, scale_row=p.sc_base, **kw())
+        cmds.dma_store(mem=LocalMem.SPAD,
+                       dram_addr=self.bufs["o"].addr + (self.h * db * p.seq + self.i0) * srb,
+                       dram_stride=p.seq * srb, row_bytes=mt * srb, n_rows=db,
+                       local_row=p.o_spad, local_stride=mt, **kw())
+
+
+def _run_stage(stream: Stream, sem: Semaphore, stats: AttentionStats, stage: str,
+               build: Callable[[CommandList, Callable[[], dict]], None], macs: int,
+               sync_kw: dict) -> None:
+    """One launch: command ``i`` waits until ``sem`` reached ``target + i`` and signals it;
+    the stage's cycles are those of :meth:`Stream.synchronize` after it."""
+    stream.synchronize(**sync_kw)
+    cmds = CommandList()
+
+    def seq_kw() -> dict:
+        return {"wait": (sem.id, sem.target(len(cmds))), "signal": sem.id}
+
+    build(cmds, seq_kw)
+    sem.issued += len(cmds)
+    with stream.device.region(stage):
+        stream.launch(cmds, **sync_kw)
+        cycles = stream.synchronize(**sync_kw)
+    st = stats.stages[stage]
+    st["cycles"] += cycles
+    st["macs"] += macs
+    st["launches"] += 1
+    stats.n_commands += len(cmds)
+
+
 def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike,
                          *, heads: int, score_mult: npt.ArrayLike, score_shift: npt.ArrayLike,
                          out_mult: npt.ArrayLike, out_shift: npt.ArrayLike,
                          kv_len: int | None = None, causal: bool = False,
-                         timeout_cycles: int | None = None
+                         timeout_cycles: int | None = None, stream: Stream | None = None,
+                         spad_region: tuple[int, int] | None = None,
+                         acc_region: tuple[int, int] | None = None,
                          ) -> tuple[np.ndarray, AttentionStats]:
     """Multi-head attention on ``device``; bit-exact with :func:`sw.golden.attention_head_int`
     per head.
@@ -158,6 +298,14 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
         Valid keys (key-padding mask), default ``L``.
     causal : bool
         Query ``i`` sees keys ``<= i``.
+    timeout_cycles : int, optional
+        Budget of each :meth:`Stream.synchronize` (default: the runtime's default).
+    stream : Stream, optional
+        Where to run (default: the device's default stream); the kernel waits for the work
+        launched on it before, and returns once its own work completed.
+    spad_region, acc_region : tuple of (int, int), optional
+        ``(first row, rows)`` of the local memories the kernel may use (see
+        :func:`plan_attention`).
 
     Each launch runs inside :meth:`sw.runtime.Device.region` named after its stage
     (``"scores"``, ``"softmax"``, ``"context"``), in order head by head, query tile by tile.
@@ -172,122 +320,44 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
     ------
     ValueError
         Bad shapes/dtypes, or see :func:`plan_attention`.
+    OutOfMemoryError, OutOfSemaphoresError, DeviceError, DeviceTimeoutError
+        From the runtime.
     """
     q, k, v = (np.asarray(a) for a in (q, k, v))
-    if any(a.dtype != np.int8 for a in (q, k, v)):
-        raise ValueError("q, k, v must be int8")
-    if q.shape != k.shape or q.shape != v.shape or q.ndim != 2 or q.shape[1] % heads:
-        raise ValueError(f"q, k, v must share a shape (L, heads*d), got {q.shape}, {k.shape}, "
-                         f"{v.shape} for {heads} heads")
+    _check_operands(q, k, v, heads)
     c = device.config
+    stream = device.default_stream if stream is None else stream
     seq, width = q.shape
     d = width // heads
     kv = seq if kv_len is None else int(kv_len)
     if not 0 <= kv <= seq:
         raise ValueError(f"kv_len must be in 0..{seq}, got {kv}")
-    plan = plan_attention(c, seq, d)
-    n, srb, arb = c.cols, c.spad_row_bytes, c.acc_row_bytes
-    db, kb, lp, mt_max = plan.db, plan.kb, plan.lp, plan.m_tile
-    split = lambda a: a.reshape(seq, heads, d).transpose(1, 0, 2)  # noqa: E731
-    q_dram = _blocked(split(q), seq, n, srb, db)
-    k_dram = _blocked(split(k), lp, n, srb, db)
-    v_dram = _blocked(split(v), lp, n, srb, db)
-    om = np.zeros((heads, db * n), np.int64)
-    osh = np.zeros((heads, db * n), np.int64)
-    om[:, :d] = np.asarray(out_mult, np.int64).reshape(heads, d)
-    osh[:, :d] = np.asarray(out_shift, np.int64).reshape(heads, d)
-    p_dram = np.zeros((heads, db, 3, c.acc_row_elems), "<i4")
-    p_dram[:, :, 1, :n] = om.reshape(heads, db, n)
-    p_dram[:, :, 2, :n] = osh.reshape(heads, db, n)
+    plan = plan_attention(c, seq, d, spad_region=spad_region, acc_region=acc_region)
+    packed = _pack(c, plan, q, k, v, heads, out_mult, out_shift)
     smult = np.asarray(score_mult, np.int64).reshape(heads)
     sshift = np.asarray(score_shift, np.int64).reshape(heads)
     sync_kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
     stats = AttentionStats(plan=plan)
-
-    def run(stage: str, build, macs: int) -> None:
-        device.synchronize(**sync_kw)
-        base = device.semaphore(_SEM)
-        if base > (1 << 31):
-            device.reset()
-            base = device.semaphore(_SEM)
-        cmds = CommandList()
-
-        def seq_kw() -> dict:
-            return {"wait": (_SEM, base + len(cmds)), "signal": _SEM}
-
-        build(cmds, seq_kw)
-        with device.region(stage):
-            device.launch(cmds, **sync_kw)
-            cycles = device.synchronize(**sync_kw)
-        st = stats.stages[stage]
-        st["cycles"] += cycles
-        st["macs"] += macs
-        st["launches"] += 1
-        stats.n_commands += len(cmds)
-
-    bufs: list[Buffer] = []
+    bufs: dict[str, Buffer] = {}
+    sem = device.alloc_semaphore()
     try:
-        for arr in (q_dram, k_dram, v_dram, p_dram):
-            bufs.append(device.upload(arr))
-        q_buf, k_buf, v_buf, p_buf = bufs
-        o_buf = device.alloc(heads * db * seq * srb)
-        bufs.append(o_buf)
+        for name, arr in zip("qkvp", packed, strict=True):
+            bufs[name] = stream.upload(arr)
+        bufs["o"] = stream.alloc(heads * plan.db * seq * c.spad_row_bytes)
         for h in range(heads):
-            for i0 in range(0, seq, mt_max):
-                mt = min(mt_max, seq - i0)
-                first = i0 == 0
-
-                def scores(cmds: CommandList, kw, h=h, i0=i0, mt=mt, first=first) -> None:
-                    if first:
-                        cmds.dma_load(mem=LocalMem.SPAD, dram_addr=k_buf.addr + h * db * lp * srb,
-                                      dram_stride=lp * srb, row_bytes=lp * srb, n_rows=db,
-                                      local_row=plan.k_base, local_stride=lp, **kw())
-                    cmds.dma_load(mem=LocalMem.SPAD,
-                                  dram_addr=q_buf.addr + (h * db * seq + i0) * srb,
-                                  dram_stride=seq * srb, row_bytes=mt * srb, n_rows=db,
-                                  local_row=plan.q_base, local_stride=mt, **kw())
-                    for b in range(kb):
-                        for e in range(db):
-                            cmds.matmul(a_row=plan.q_base + e * mt,
-                                        w_row=plan.k_base + e * lp + b * n,
-                                        acc_row=plan.s_base + b * mt, m=mt, accumulate=e > 0,
-                                        transpose=True, **kw())
-
-                def softmax(cmds: CommandList, kw, h=h, i0=i0, mt=mt) -> None:
-                    cmds.softmax(acc_row=plan.s_base, spad_row=plan.p_base, n_rows=mt,
-                                 n_blocks=kb, stride=mt, scale_row=plan.sc_base, kv_len=kv,
-                                 mult=int(smult[h]), shift=int(sshift[h]), causal=causal,
-                                 q_offset=i0, **kw())
-
-                def context(cmds: CommandList, kw, h=h, i0=i0, mt=mt, first=first) -> None:
-                    if first:
-                        cmds.dma_load(mem=LocalMem.SPAD, dram_addr=v_buf.addr + h * db * lp * srb,
-                                      dram_stride=lp * srb, row_bytes=lp * srb, n_rows=db,
-                                      local_row=plan.v_base, local_stride=lp, **kw())
-                        cmds.dma_load(mem=LocalMem.ACC, dram_addr=p_buf.addr + h * db * 3 * arb,
-                                      dram_stride=arb, row_bytes=arb, n_rows=3 * db,
-                                      local_row=plan.param_base, local_stride=1, **kw())
-                    for e in range(db):
-                        for b in range(kb):
-                            cmds.matmul(a_row=plan.p_base + b * mt,
-                                        w_row=plan.v_base + e * lp + b * n,
-                                        acc_row=plan.o_acc + e * mt, m=mt, accumulate=b > 0,
-                                        **kw())
-                    for e in range(db):
-                        cmds.requant(acc_row=plan.o_acc + e * mt, spad_row=plan.o_spad + e * mt,
-                                     n_rows=mt, param_row=plan.param_base + 3 * e,
-                                     scale_row=plan.sc_base, **kw())
-                    cmds.dma_store(mem=LocalMem.SPAD,
-                                   dram_addr=o_buf.addr + (h * db * seq + i0) * srb,
-                                   dram_stride=seq * srb, row_bytes=mt * srb, n_rows=db,
-                                   local_row=plan.o_spad, local_stride=mt, **kw())
-
-                run("scores", scores, mt * seq * d)
-                run("softmax", softmax, 0)
-                run("context", context, mt * seq * d)
-        o_dram = device.download(o_buf, np.int8, (heads, db, seq, srb))
+            sm = {"kv_len": kv, "mult": int(smult[h]), "shift": int(sshift[h]), "causal": causal}
+            for i0 in range(0, seq, plan.m_tile):
+                tile = _Tile(c, plan, bufs, h, i0, min(plan.m_tile, seq - i0))
+                macs = tile.mt * seq * d
+                _run_stage(stream, sem, stats, "scores", tile.scores, macs, sync_kw)
+                _run_stage(stream, sem, stats, "softmax",
+                           lambda cmds, kw, tile=tile, sm=sm: tile.softmax(cmds, kw, **sm), 0,
+                           sync_kw)
+                _run_stage(stream, sem, stats, "context", tile.context, macs, sync_kw)
+        o_dram = device.download(bufs["o"], np.int8, (heads, plan.db, seq, c.spad_row_bytes))
     finally:
-        for b in bufs:
+        for b in bufs.values():
             b.free()
-    ctx = o_dram[:, :, :, :n].transpose(2, 0, 1, 3).reshape(seq, heads, db * n)[:, :, :d]
-    return np.ascontiguousarray(ctx.reshape(seq, heads * d)), stats
+        sem.free()
+    ctx = o_dram[:, :, :, :c.cols].transpose(2, 0, 1, 3).reshape(seq, heads, plan.db * c.cols)
+    return np.ascontiguousarray(ctx[:, :, :d].reshape(seq, heads * d)), stats

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from cosim.bench import format_bench, kernel_dram_bytes, roofline, run_bench
+from cosim.bench.roofline import attainable, gemm_min_dram_bytes, gemm_point, roofline_png
 from cosim.cli import main
 from hw.config import NPUConfig
 from sw.kernels.linear import plan_linear
@@ -18,6 +19,39 @@ def test_roofline_arithmetic():
     assert r["bound"] == pytest.approx(8 * 64 / 3 / 256)       # 64-bit AXI: 8 B/cycle
     assert r["bound_kind"] == "memory"
     assert roofline(NPUConfig(), 512, 512, 512)["bound"] == 1.0
+
+
+def test_roofline_changes_roof_at_the_ridge():
+    # 8x8 array, 8 B/cycle: ridge at OI = 64 / 8 = 8 MACs/byte; a square GEMM has OI = n / 3
+    cfg = NPUConfig()
+    at, below = roofline(cfg, 24, 24, 24), roofline(cfg, 23, 23, 23)
+    assert at["operational_intensity"] == 8 and at["bound_kind"] == "compute"
+    assert at["bound"] == 1.0
+    assert below["bound_kind"] == "memory"
+    assert below["bound"] == pytest.approx(8 * (23 / 3) / 64)
+    assert attainable(1.0, 64, 8) == 8 and attainable(100.0, 64, 8) == 64
+    assert attainable(8.0, 64, 8) == 64
+
+
+def test_roofline_point_and_bound_share_intensity():
+    cfg = NPUConfig(rows=4, cols=4, axi_data_bits=32)
+    m, k, n = 16, 40, 24
+    point = gemm_point("g", m, k, n, dram_bytes=gemm_min_dram_bytes(m, k, n), cycles=1000)
+    rl = roofline(cfg, m, k, n)
+    assert point.macs == rl["macs"] == m * k * n
+    assert point.intensity == pytest.approx(rl["operational_intensity"])
+    assert rl["bound"] == pytest.approx(attainable(point.intensity, cfg.n_pes, 4) / cfg.n_pes)
+
+
+def test_roofline_png(tmp_path):
+    pts = [gemm_point("16x40x24", 16, 40, 24, dram_bytes=2500, cycles=900),
+           gemm_point("64x64x64", 64, 64, 64, dram_bytes=20000, cycles=5000)]
+    assert pts[0].macs == 16 * 40 * 24 and pts[0].intensity == pytest.approx(15360 / 2500)
+    assert pts[0].performance == pytest.approx(15360 / 900)
+    r = roofline_png(tmp_path / "r.png", pts, rows=8, cols=8, bytes_per_cycle=8)
+    assert r.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError):
+        roofline_png(tmp_path / "r.png", pts, rows=0, cols=8, bytes_per_cycle=8)
 
 
 def test_kernel_bytes_at_least_the_minimum():

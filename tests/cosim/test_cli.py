@@ -9,6 +9,7 @@ from cosim.cli import main
     (["--config", "3x3x3"], "expected ROWSxCOLS"),
     (["--config", "8x8,rows=4"], "unknown parameter 'rows'"),
     (["--config", "8x8,spad_rows"], "is not key=value"),
+    (["--config", "8x8,n_sems=8,n_sems=4"], "n_sems is given twice"),
     (["--config", "40x40"], "2..32"),
     (["--config", "4x8"], "square array"),
     (["--seq-len", "0"], "1..512"),
@@ -57,16 +58,17 @@ def test_board_rejects_a_clock_the_pll_cannot_make(capsys):
 
 
 def test_verilog_lint_without_icarus_skips_it(tmp_path, monkeypatch, capsys):
-    import cosim.fpga
+    import cosim.fpga.verilog
 
-    real = cosim.fpga.find_tool
+    real = cosim.fpga.verilog.find_tool
 
     def no_iverilog(name):
         if name == "iverilog":
             raise cosim.fpga.ToolMissingError("iverilog not found: apt-get install -y iverilog")
         return real(name)
 
-    monkeypatch.setattr(cosim.fpga, "find_tool", no_iverilog)
+    # compile_icarus looks the tool up in its own module
+    monkeypatch.setattr(cosim.fpga.verilog, "find_tool", no_iverilog)
     assert main(["verilog", "--config", "2x2,spad_rows=16,acc_rows=16", "--lint",
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

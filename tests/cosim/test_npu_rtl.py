@@ -10,6 +10,7 @@ import pytest
 
 from cosim.tb.harness import run_job
 from hw.config import NPUConfig
+from hw.isa import ENGINE_NAMES, OPCODE_ENGINE, decode, timing
 from sw.model import ModelBackend
 from tests.support import rtl_jobs
 
@@ -86,3 +87,51 @@ def test_random_command_streams_match_model(config, seed):
     model = rtl_jobs.raw_stream(ModelBackend(config), seed=seed)
     assert rtl["nonzero_bytes"] > 0
     assert rtl == model
+
+
+def _timing_cases(cfg: NPUConfig) -> list:
+    """One command of each engine and size class; DMA rows that cross 4 KiB, start and end
+    mid-beat (4x4: scratchpad rows narrower than a beat), exceed 256 beats, or are empty."""
+    srb, arb = cfg.spad_row_bytes, cfg.acc_row_bytes
+
+    def dma(method, mem, addr, stride, row_bytes, n_rows, local_row=0):
+        lrow = cfg.acc_row_bytes if mem else srb
+        return [method, {"mem": mem, "dram_addr": addr, "dram_stride": stride,
+                         "row_bytes": row_bytes, "n_rows": n_rows, "local_row": local_row,
+                         "local_stride": max(1, row_bytes // lrow)}]
+    cases = [
+        ["matmul", {"a_row": 0, "w_row": 64, "acc_row": 0, "m": m}] for m in (1, 13, 100, 0)]
+    cases += [["requant", {"acc_row": 0, "spad_row": 200, "n_rows": n, "param_row": 300,
+                           "scale_row": s}] for n, s in ((1, None), (21, None), (21, 310))]
+    cases.append(["softmax", {"acc_row": 0, "spad_row": 0, "n_rows": 5, "n_blocks": 3,
+                              "stride": 8, "scale_row": 400, "kv_len": 20, "mult": 30000,
+                              "shift": 15}])
+    for method in ("dma_load", "dma_store"):
+        cases += [
+            dma(method, 0, 0, srb, srb, 1),
+            dma(method, 0, 4096 - 3 * srb, 5 * srb, 5 * srb, 4),        # crosses 4 KiB
+            dma(method, 0, 8192 + 4, 3 * srb + 4, 3 * srb, 6) if srb < 8 else
+            dma(method, 0, 8192 + srb, 3 * srb, 2 * srb, 6),             # mid-beat rows
+            dma(method, 0, 16384 + 64, 0, 300 * 8 // srb * srb, 1),      # > 256 beats
+            dma(method, 1, 24576 - arb, 2 * arb, 2 * arb, 7, 500),
+            dma(method, 1, 0, arb, 0, 3),                                # size zero
+        ]
+    return cases
+
+
+def test_engine_timing_on_rtl(config):
+    """Every engine's busy cycles on the Verilator NPU (with ``cosim/tb/dram.sv``), counted by
+    the ``busy.<engine>`` counter, equal :mod:`hw.isa.timing` for one command of each kind."""
+    from sw.runtime import CommandList
+    cases = _timing_cases(config)
+    run = run_job(config, "tests.support.rtl_jobs:engine_timing", {"cases": cases},
+                  name=f"engine_timing_{config.name}")
+    for (method, fields), got in zip(cases, run.result["cases"], strict=True):
+        cmds = CommandList()
+        getattr(cmds, method)(**fields)
+        view = decode(cmds[0].raw)
+        engine = OPCODE_ENGINE[view.header.opcode]
+        want = {f"busy.{e}": 0 for e in ENGINE_NAMES} | {f"retired.{e}": 0 for e in ENGINE_NAMES}
+        want[f"busy.{engine}"] = timing.command_busy_cycles(config, view)
+        want[f"retired.{engine}"] = 1
+        assert got == want, (method, fields)

@@ -25,7 +25,6 @@ from cosim.fpga import (
     FpgaToolError,
     Resources,
     ToolMissingError,
-    _abc9_error,
     block_of,
     check_memories,
     compile_icarus,
@@ -40,6 +39,7 @@ from cosim.fpga import (
     write_pnr_harness,
     write_verilog,
 )
+from cosim.fpga.synth import _abc9_error
 from hw.board import PLL_PFD_HZ, PLL_VCO_HZ, NPUBoard, ecp5_pll
 from hw.config import NPUConfig
 
@@ -104,6 +104,23 @@ def test_tool_failure_names_the_log(tmp_path):
         synthesize(broken, "generic", out_dir=tmp_path / "synth")
     assert info.value.log_path is not None and info.value.log_path.is_file()
     assert str(info.value.log_path) in str(info.value)
+
+
+def test_run_tool_raises_on_exit_status_and_timeout(tmp_path):
+    import sys
+
+    from cosim.fpga.tools import run_logged, run_tool
+    fail = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
+    with pytest.raises(FpgaToolError, match="exit status 3") as info:
+        run_tool(fail, tmp_path / "fail.log", what="fake tool")
+    assert "boom" in str(info.value) and info.value.log_path == tmp_path / "fail.log"
+    assert (tmp_path / "fail.log").read_text().startswith("# " + sys.executable)
+    # the lower level reports the status instead (the lint reads its findings from the log)
+    status, seconds = run_logged(fail, tmp_path / "fail2.log", what="fake tool")
+    assert status == 3 and seconds > 0
+    with pytest.raises(FpgaToolError, match="slow tool timed out after 0.2 s"):
+        run_tool([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "slow.log",
+                 what="slow tool", timeout=0.2)
 
 
 def test_unknown_family():

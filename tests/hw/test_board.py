@@ -17,14 +17,14 @@ from amaranth import Module
 from amaranth.sim import Simulator
 from amaranth.utils import exact_log2
 
-from cosim.cli import parse_config
 from hw.board import AXI4RAM, NPUBoard, UartRx, UartTx
 from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY
+from hw.config import NPUConfig
 from hw.isa import CSR_ID_VALUE, CSR_VERSION_VALUE, Csr, queue_csr
 from hw.top import NPU
 
-SMALL = parse_config("2x2,spad_rows=16,acc_rows=16,dram_bytes=4096,n_queues=1,n_sems=1,"
-                     "trace_depth=2")
+SMALL = NPUConfig.parse("2x2,spad_rows=16,acc_rows=16,dram_bytes=4096,n_queues=1,n_sems=1,"
+                        "trace_depth=2")
 
 
 def run(dut, *testbenches, background=()):
@@ -365,4 +365,4 @@ def test_board_csr_over_uart():
 
 def test_board_rejects_large_dram():
     with pytest.raises(ValueError, match="at most 1 MiB"):
-        NPUBoard(parse_config("2x2,dram_bytes=0x200000"))
+        NPUBoard(NPUConfig.parse("2x2,dram_bytes=0x200000"))

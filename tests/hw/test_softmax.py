@@ -9,7 +9,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.config import NPUConfig
-from hw.isa import Command, ErrorCode, Opcode
+from hw.isa import ACCEPT_CYCLES, Command, ErrorCode, Opcode, timing
 from hw.tile import ComputeTile
 from tests.hw.test_tile import pack, read_rows, unpack, write_rows
 
@@ -152,7 +152,7 @@ def test_softmax_matches_naive_model(cfg):
         error, _, cycles = res[2 * k]
         got_acc, got_spad = res[2 * k + 1]
         assert error == ErrorCode.NONE
-        assert cycles == 3 + b["n_rows"] * (2 * b["n_blocks"] + 43)
+        assert cycles == timing.softmax_busy_cycles(cfg, b["n_rows"], b["n_blocks"]) + ACCEPT_CYCLES
         naive_softmax(cfg, acc, spad, b)
         assert got_spad == spad, f"P differs for {b}"
         assert got_acc == acc, f"reciprocals differ for {b}"
@@ -207,7 +207,7 @@ def test_transposed_matmul_and_row_scaled_requant(cfg):
     out = run_tile(cfg, acc, spad, program)
     (e1, _, _), (e2, _, cyc2) = out["results"]
     assert e1 == e2 == ErrorCode.NONE
-    assert cyc2 == n_rows + 11 + 2
+    assert cyc2 == timing.requant_busy_cycles(cfg, n_rows, row_scale=True) + ACCEPT_CYCLES
     for i in range(5):            # W[k, n] = spad[20 + n][k]
         want = [sum(spad[i][k] * spad[20 + n][k] for k in range(cfg.rows)) for n in range(c)]
         assert out["acc"][60 + i][:c] == want

@@ -9,8 +9,8 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.config import NPUConfig
-from hw.isa import Command, ErrorCode, Opcode
-from hw.tile import ComputeTile, MatrixEngine
+from hw.isa import ACCEPT_CYCLES, Command, ErrorCode, Opcode, timing
+from hw.tile import ComputeTile
 
 CONFIGS = [
     NPUConfig(rows=4, cols=4, spad_rows=64, acc_rows=64),
@@ -18,6 +18,11 @@ CONFIGS = [
     NPUConfig(rows=8, cols=8, spad_rows=64, acc_rows=64),
 ]
 IDS = [c.name for c in CONFIGS]
+
+
+def matmul_period(cfg, m):
+    """Cycles from a MATMUL's accept to its done, both counted (what :func:`command` counts)."""
+    return timing.matmul_busy_cycles(cfg, m) + ACCEPT_CYCLES
 
 
 # -- naive models -----------------------------------------------------------------------------
@@ -182,7 +187,7 @@ def test_matmul(cfg):
             error, _, cycles = await command(ctx, dut.matrix, Opcode.MATMUL, body,
                                              accumulate=accumulate)
             assert error == ErrorCode.NONE
-            assert cycles == MatrixEngine.command_cycles(cfg, m)
+            assert cycles == matmul_period(cfg, m)
             model_matmul(cfg, mem.spad, mem.acc, a_row, w_row, acc_row, m, accumulate)
             await mem.check(ctx, f"MATMUL {body} accumulate={accumulate}")
 
@@ -243,7 +248,7 @@ def test_requant(cfg):
                     "param_row": param_row}
             error, _, cycles = await command(ctx, dut.vector, Opcode.REQUANT, body, relu=relu)
             assert error == ErrorCode.NONE
-            assert cycles == n_rows + 11
+            assert cycles == timing.requant_busy_cycles(cfg, n_rows) + ACCEPT_CYCLES
             model_requant(cfg, mem.spad, mem.acc, acc_row, spad_row, n_rows, param_row, relu)
             await mem.check(ctx, f"REQUANT {body} relu={relu}")
             b, mlt, s = mem.acc[param_row:param_row + 3]
@@ -363,7 +368,7 @@ def test_shared_write_ports():
             error, _, cycles = await command(ctx, dut.matrix, Opcode.MATMUL, body,
                                              accumulate=k > 0)
             # the matrix engine's writes never wait
-            assert (error, cycles) == (ErrorCode.NONE, MatrixEngine.command_cycles(cfg, m))
+            assert (error, cycles) == (ErrorCode.NONE, matmul_period(cfg, m))
         results["matrix"] = True
 
     async def softmax(ctx):
@@ -407,7 +412,8 @@ def test_shared_write_ports():
     assert error == ErrorCode.NONE
     # the reciprocal writes collided with MATMUL writes and waited exactly that long
     assert state["vector_acc"] > 0
-    assert cycles == 3 + sm["n_rows"] * (2 * sm["n_blocks"] + 43) + state["vector_acc"]
+    assert cycles == timing.softmax_busy_cycles(cfg, sm["n_rows"], sm["n_blocks"],
+                                                acc_write_waits=state["vector_acc"]) + ACCEPT_CYCLES
     assert results["dma_acc"] > 0 and results["dma_spad"] > 0, results
 
 
@@ -453,7 +459,11 @@ def test_errors_write_nothing():
         for (port, opcode, body), want_error, want_addr in cases:
             error, addr, cycles = await command(ctx, port, opcode, body)
             assert (error, addr) == (want_error, want_addr), body
-            assert cycles == 3
+            failed = want_error != ErrorCode.NONE
+            busy = (timing.matmul_busy_cycles(cfg, body["m"], error=failed)
+                    if opcode == Opcode.MATMUL else
+                    timing.requant_busy_cycles(cfg, body["n_rows"], error=failed))
+            assert cycles == busy + ACCEPT_CYCLES == 3
         await mem.check(ctx, "after failing commands")
 
     simulate(cfg, tb)
@@ -481,7 +491,7 @@ def test_default_config():
         await write_rows(ctx, dut.acc_w, 32, acc_row, mem.acc[acc_row:])
         body = {"a_row": a_row, "w_row": w_row, "acc_row": acc_row, "m": m}
         error, _, cycles = await command(ctx, dut.matrix, Opcode.MATMUL, body, accumulate=1)
-        assert (error, cycles) == (ErrorCode.NONE, MatrixEngine.command_cycles(cfg, m))
+        assert (error, cycles) == (ErrorCode.NONE, matmul_period(cfg, m))
         model_matmul(cfg, mem.spad, mem.acc, a_row, w_row, acc_row, m, True)
         body = {"acc_row": acc_row, "spad_row": 0, "n_rows": m, "param_row": acc_row + 5}
         error, _, _ = await command(ctx, dut.vector, Opcode.REQUANT, body, relu=1)

@@ -120,6 +120,45 @@ def dma_edge_cases(backend) -> dict:
     }
 
 
+def engine_timing(backend, *, cases: list) -> dict:
+    """Each ``[method, fields]`` of ``cases`` (a :class:`~sw.runtime.CommandList` method and its
+    keyword arguments; a DMA's ``dram_addr`` is an offset into a 4 KiB-aligned region) run
+    alone on an otherwise idle NPU; returns per case the difference of every ``busy.*`` and
+    ``retired.*`` counter over the command.
+
+    The command waits on a semaphore that the next command of the queue, a SIGNAL, releases:
+    the command processor fetches and executes the SIGNAL before the command can start and
+    has nothing left to fetch afterwards, so no ring fetch shares the DRAM port with a DMA
+    transfer, and the differences are the command's own cycles (:mod:`hw.isa.timing`).
+    """
+    device = Device(backend)
+    region = device.alloc(1 << 16, align=4096)
+    gate, done = device.alloc_semaphore(), device.alloc_semaphore()
+    results = []
+    for method, fields in cases:
+        fields = dict(fields)
+        if "dram_addr" in fields:
+            fields["dram_addr"] += region.addr
+        target = (device.semaphore(gate.id) + 1) & 0xFFFF_FFFF
+        signalled = device.semaphore(done.id)
+        cmds = CommandList()
+        getattr(cmds, method)(**fields, wait=(gate.id, target), signal=done.id)
+        cmds.signal(gate.id)
+        before = device.counters()
+        device.launch(cmds)
+        for _ in range(2000):
+            if device.semaphore(done.id) != signalled:
+                break
+            backend.wait_irq(10)
+        d = device.counters() - before
+        results.append({k: d[k] for k in d if k.startswith(("busy.", "retired."))})
+    device.synchronize(timeout_cycles=100_000)
+    gate.free()
+    done.free()
+    region.free()
+    return {"cases": results}
+
+
 def unknown_opcode(backend) -> dict:
     """Submit a good command, an unknown opcode and a good command; the runtime must raise a
     DeviceError naming the bad command; afterwards the device must still work."""

@@ -8,10 +8,11 @@ a JSON-serialisable dict; the tests in ``tests/cosim/test_runtime_rtl.py`` check
 import numpy as np
 
 from hw.isa import ErrorCode, LocalMem
-from sw.golden import linear_int
+from sw.golden import attention_head_int, linear_int
+from sw.kernels.attention import attention_with_stats
 from sw.kernels.linear import linear_launch, linear_with_stats
 from sw.runtime import CommandList, Device, DeviceError, DeviceTimeoutError
-from tests.support.rtl_jobs import random_linear_operands
+from tests.support.rtl_jobs import random_attention_operands, random_linear_operands
 
 
 def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -300,3 +301,95 @@ def counter_snapshots(backend) -> dict:
     done_a.free()
     return {"before": dict(before), "after": dict(after), "timed": before.timed,
             "bit_exact": bool(ok)}
+
+
+def _attention_golden(q, k, v, heads: int, sm, ss, om, osh) -> np.ndarray:
+    d = q.shape[1] // heads
+    sl = [slice(h * d, (h + 1) * d) for h in range(heads)]
+    return np.concatenate([
+        attention_head_int(q[:, s], k[:, s], v[:, s], score_mult=int(sm[h]),
+                           score_shift=int(ss[h]), out_mult=om[s], out_shift=osh[s])
+        for h, s in enumerate(sl)], axis=1)
+
+
+def _copy(stream, sem, src, dst, local_row: int, n_rows: int, row_bytes: int) -> None:
+    """DRAM ``src`` -> scratchpad rows ``local_row ..`` -> DRAM ``dst`` on ``stream``; the
+    store waits for the load through ``sem`` (a pool semaphore)."""
+    cmds = CommandList()
+    cmds.dma_load(mem=LocalMem.SPAD, dram_addr=src.addr, dram_stride=row_bytes,
+                  row_bytes=row_bytes, n_rows=n_rows, local_row=local_row, local_stride=1,
+                  signal=sem.id)
+    cmds.dma_store(mem=LocalMem.SPAD, dram_addr=dst.addr, dram_stride=row_bytes,
+                   row_bytes=row_bytes, n_rows=n_rows, local_row=local_row, local_stride=1,
+                   wait=(sem.id, sem.target(1)))
+    sem.issued += 1
+    stream.launch(cmds)
+
+
+def attention_beside_stream(backend, *, seq: int = 8, heads: int = 2, d: int = 8,
+                            near_wrap: bool = False) -> dict:
+    """The attention kernel runs twice on stream 0 (lower half of the scratchpad and the
+    accumulator) while stream 1 (upper halves) runs a linear kernel and a DMA copy beside the
+    first call, and a second linear kernel and copy that wait on an event recorded on stream 0
+    between the two calls (so they are pending during the first call and run beside the
+    second). ``near_wrap`` first sets every semaphore to 2**32 - 1 (host writes), so every
+    semaphore of the job, and that event's wait, crosses the 2**32 wrap.
+
+    Returns bit-exactness of all four results, whether stream 1's gated work stayed pending
+    until the event (its copy's destination untouched, the stream busy), whether every
+    semaphore of stream 1 ends exactly at its owner's target (nobody else signalled it), and
+    (``overlap``, from event timestamps) whether stream 1's first linear kernel was still
+    running when the first attention call started.
+    """
+    device = Device(backend)
+    cfg = device.config
+    if near_wrap:
+        for s in range(cfg.n_sems):
+            device.set_semaphore(s, (1 << 32) - 1)
+    half_s, half_a = cfg.spad_rows // 2, cfg.acc_rows // 2
+    lower = {"spad_region": (0, half_s), "acc_region": (0, half_a)}
+    upper = {"spad_region": (half_s, half_s), "acc_region": (half_a, half_a)}
+    s0, s1 = device.default_stream, device.create_stream()
+    rng = np.random.default_rng(3)
+    lin = [random_linear_operands(rng, 32, 8 * cfg.rows, 4 * cfg.cols) for _ in range(2)]
+    att = [random_attention_operands(rng, seq, heads, d) for _ in range(2)]
+    srb = cfg.spad_row_bytes
+    srcs = [device.upload(rng.integers(0, 256, 16 * srb, dtype=np.uint8)) for _ in range(2)]
+    dsts = [device.upload(np.zeros(16 * srb, np.uint8)) for _ in range(2)]
+    copy_sems = [device.alloc_semaphore() for _ in range(2)]
+    mid = device.event()
+
+    def attention(i: int) -> bool:
+        q, k, v, sm, ss, om, osh = att[i]
+        out, _ = attention_with_stats(device, q, k, v, heads=heads, score_mult=sm,
+                                      score_shift=ss, out_mult=om, out_shift=osh, **lower)
+        return bool(np.array_equal(out, _attention_golden(q, k, v, heads, sm, ss, om, osh)))
+
+    job1 = linear_launch(s1, *lin[0], **upper)
+    job1_done = s1.record()
+    _copy(s1, copy_sems[0], srcs[0], dsts[0], half_s + 8, 16, srb)
+    s1.wait_event(mid)
+    _copy(s1, copy_sems[1], srcs[1], dsts[1], half_s + 8, 16, srb)
+    job2 = linear_launch(s1, *lin[1], **upper)
+    att_start = s0.record()
+    ok_att = [attention(0)]
+    gated = {"copy_untouched": dsts[1].read() == bytes(16 * srb), "stream_busy": not s1.query()}
+    s0.record(mid)
+    ok_att.append(attention(1))
+    s1.synchronize()
+    s0.synchronize()
+    out = {
+        "attention": ok_att,
+        "linear": [bool(np.array_equal(j.output(), linear_int(*ops)))
+                   for j, ops in zip((job1, job2), lin, strict=True)],
+        "copies": [d.read() == s.read() for s, d in zip(srcs, dsts, strict=True)],
+        "gated_until_event": gated,
+        "semaphores_exact": all(s.value() == s.target() for s in
+                                [*job1._sems, *job2._sems, *copy_sems, mid.sem]),
+        # timed backends: stream 1's first linear kernel was still running when the first
+        # attention call started (the model's timestamps are all 0)
+        "overlap": job1_done.timestamp() > att_start.timestamp(),
+    }
+    for job in (job1, job2):
+        job.free()
+    return out

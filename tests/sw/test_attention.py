@@ -7,9 +7,10 @@ import pytest
 
 from hw.config import NPUConfig
 from sw.golden import exp2_int, row_reciprocal, softmax_int
-from sw.kernels.attention import plan_attention
+from sw.kernels.attention import attention_with_stats, plan_attention
 from sw.model import ModelBackend
-from tests.support import rtl_jobs
+from sw.runtime import Device, OutOfSemaphoresError
+from tests.support import rtl_jobs, runtime_jobs
 
 
 def test_softmax_reference_edges():
@@ -31,6 +32,48 @@ def test_attention_kernel_matches_golden_on_model(config):
     res = rtl_jobs.attention_cases(ModelBackend(config), cases=cases)["cases"]
     assert all(r["bit_exact"] for r in res)
     assert res[-1]["all_zero"]
+
+
+@pytest.mark.parametrize("near_wrap", [False, True], ids=["from0", "across_wrap"])
+@pytest.mark.parametrize("config", [NPUConfig(), NPUConfig(rows=4, cols=4)], ids=["8x8", "4x4"])
+def test_attention_twice_beside_another_stream_on_model(config, near_wrap):
+    """Two attention calls on stream 0 while stream 1 runs linear kernels and copies (some
+    launched before, some gated on an event between the calls); with ``across_wrap`` every
+    semaphore starts at 2**32 - 1, so all of them (and the event wait) cross the wrap, and
+    semaphore 0 passes 2**31 (where the kernel used to reset the device)."""
+    r = runtime_jobs.attention_beside_stream(ModelBackend(config), seq=17, heads=2, d=12,
+                                             near_wrap=near_wrap)
+    assert r["attention"] == [True, True] and r["linear"] == [True, True]
+    assert r["copies"] == [True, True]
+    assert r["gated_until_event"] == {"copy_untouched": True, "stream_busy": True}
+    assert r["semaphores_exact"] and not r["overlap"]     # untimed: every timestamp is 0
+
+
+def test_attention_kernel_frees_its_semaphore_and_buffers():
+    dev = Device(ModelBackend(NPUConfig(rows=4, cols=4)))
+    q, k, v, sm, ss, om, osh = rtl_jobs.random_attention_operands(np.random.default_rng(1),
+                                                                 5, 1, 8)
+    before = dev.memory_stats()
+    sems = [dev.alloc_semaphore() for _ in range(dev.config.n_sems - 2)]   # all but one
+    attention_with_stats(dev, q, k, v, heads=1, score_mult=sm, score_shift=ss, out_mult=om,
+                         out_shift=osh)
+    sems.append(dev.alloc_semaphore())       # the kernel gave its semaphore back
+    with pytest.raises(OutOfSemaphoresError):
+        attention_with_stats(dev, q, k, v, heads=1, score_mult=sm, score_shift=ss,
+                             out_mult=om, out_shift=osh)
+    for s in sems:
+        s.free()
+    assert dev.memory_stats() == before
+
+
+def test_attention_regions_are_checked():
+    with pytest.raises(ValueError, match="scratchpad region"):
+        plan_attention(NPUConfig(), 8, 32, spad_region=(4000, 200))
+    with pytest.raises(ValueError, match="does not fit the local memories of the regions"):
+        plan_attention(NPUConfig(), 8, 32, acc_region=(0, 8))
+    p = plan_attention(NPUConfig(), 8, 32, spad_region=(100, 900), acc_region=(10, 500))
+    assert p.k_base == 100 and p.param_base == 10
+    assert p.o_spad + p.db * p.m_tile <= 1000 and p.o_acc + p.db * p.m_tile <= 510
 
 
 def test_attention_needs_square_array():

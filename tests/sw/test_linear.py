@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from hw.config import NPUConfig
-from hw.isa import LocalMem, Opcode, decode
-from hw.tile import MatrixEngine
+from hw.isa import ACCEPT_CYCLES, LocalMem, Opcode, decode, matmul_busy_cycles
 from sw.golden import linear_int
 from sw.kernels.linear import (
     build_linear_commands,
@@ -262,4 +261,28 @@ def test_double_buffered_plan_rejects_what_does_not_fit():
 def test_timing_model_matches_the_hardware_latencies():
     for cfg in (DEFAULT, SMALL_ARRAY, NPUConfig(rows=16, cols=8)):
         for m in (1, 7, 512):
-            assert matmul_cycles(cfg, m) == MatrixEngine.command_cycles(cfg, m)
+            assert matmul_cycles(cfg, m) == matmul_busy_cycles(cfg, m) + ACCEPT_CYCLES
+
+
+def test_kernel_accumulation_bound_matches_the_golden_model():
+    """K = 131071 (the largest exact int32 accumulation) runs bit-exact with every product
+    at 2**14; K = 131072 is rejected with AccumulatorOverflowError before anything is
+    allocated, as sw.golden.linear_int rejects it."""
+    from sw.quant import MAX_EXACT_K, AccumulatorOverflowError
+    cfg = NPUConfig(rows=32, cols=32)
+    dev = Device(ModelBackend(cfg), cfg)
+    k = MAX_EXACT_K
+    a = np.full((1, k), -128, dtype=np.int8)
+    w = np.full((k, 2), -128, dtype=np.int8)
+    w[:, 1] = 127
+    params = (np.zeros(2, np.int32), np.full(2, 1 << 30), np.full(2, 31 + 25))
+    out = linear(dev, a, w, *params)
+    assert out.tolist() == linear_int(a, w, *params).tolist() == [[32, -32]]
+    before = dev.memory_stats()
+    a1 = np.zeros((1, k + 1), dtype=np.int8)
+    w1 = np.zeros((k + 1, 2), dtype=np.int8)
+    with pytest.raises(AccumulatorOverflowError):
+        linear(dev, a1, w1, *params)
+    with pytest.raises(AccumulatorOverflowError):
+        linear_int(a1, w1, *params)
+    assert dev.memory_stats() == before

@@ -131,3 +131,104 @@ def test_metrics():
     assert sqnr_db(ref, ref * 1.1) == pytest.approx(20.0)
     assert cosine(ref, 2 * ref) == pytest.approx(1.0)
     assert cosine(ref, -ref) == pytest.approx(-1.0)
+
+
+# -- checked scales ----------------------------------------------------------------------------
+
+BAD_SCALES = [-1.0, -1e-300, math.nan, math.inf, -math.inf]
+
+
+@pytest.mark.parametrize("bad", BAD_SCALES, ids=str)
+def test_every_scale_helper_rejects_negative_and_non_finite(bad):
+    from sw.quant import ScaleError, quantize_multipliers
+    x = np.array([[0.5, -1.0], [2.0, 0.0]])
+    calls = [
+        lambda: quantize(x, bad),
+        lambda: quantize(x, [1.0, bad], axis=1),
+        lambda: dequantize(np.array([1, 2]), bad),
+        lambda: dequantize(np.array([[1, 2]]), [bad, 1.0]),
+        lambda: quantize_multiplier(bad),
+        lambda: quantize_multipliers([0.25, bad]),
+    ]
+    if not bad < 0:                         # a scale computed from the data is never negative
+        calls += [lambda: tensor_scale([1.0, bad]),
+                  lambda: channel_scales(np.array([[1.0, bad], [2.0, 3.0]]), axis=0)]
+    for call in calls:
+        with pytest.raises(ScaleError) as info:
+            call()
+        assert isinstance(info.value, ValueError)   # and still a ValueError, as before
+
+
+def test_zero_scale_is_legal():
+    """A zero scale (a channel of all-zero weights) gives multiplier 0 (as gemmlowp), and
+    quantizes zeros to zero; only a non-zero value with a zero scale is an error."""
+    from sw.quant import ScaleError, quantize_multipliers
+    assert quantize_multiplier(0.0) == (0, 0)
+    assert quantize_multiplier(-0.0) == (0, 0)
+    mult, shift = quantize_multipliers([0.0, 0.5, 0.0])
+    assert mult.tolist() == [0, 1 << 30, 0] and shift.tolist() == [0, 31, 0]
+    x = np.array([[0.0, 1.0], [0.0, -2.0]])          # channel 0 is all zero
+    q = quantize(x, [0.0, 2 / 127], axis=1)
+    assert q.tolist() == [[0, 64], [0, -127]]
+    assert quantize(np.zeros(3), 0.0).tolist() == [0, 0, 0]
+    assert dequantize(np.array([5, -3]), 0.0).tolist() == [0.0, 0.0]
+    with pytest.raises(ScaleError, match="zero scale"):
+        quantize(np.array([0.0, 1e-30]), 0.0)
+    # all-zero data still gets the usable scale 1.0 (unchanged)
+    assert tensor_scale(np.zeros(4)) == 1.0
+
+
+def test_quantize_multiplier_renormalises_when_the_mantissa_rounds_to_2_31():
+    """f * 2**31 rounds up to 2**31 just below a power of two: the result must be 2**30 with
+    one less shift (the value ~1.0), never 2**30 with the old shift (0.5) or 2**31."""
+    # 1 - 2**-40: f = 1 - 2**-40, e = 0, f * 2**31 = 2**31 - 2**-9 -> 2**31
+    assert quantize_multiplier(1 - 2.0**-40) == (1 << 30, 30)
+    m, s = quantize_multiplier(1 - 2.0**-40)
+    assert m / 2**s == 1.0
+    # the tie 2**31 - 1/2 rounds up (ties toward +inf): renormalised
+    assert quantize_multiplier(1 - 2.0**-32) == (1 << 30, 30)
+    # just below the tie: not renormalised, the largest multiplier
+    assert quantize_multiplier(1 - 3 * 2.0**-33) == ((1 << 31) - 1, 31)
+    assert quantize_multiplier(1 - 2.0**-31) == ((1 << 31) - 1, 31)
+    # the same at other exponents
+    assert quantize_multiplier(0.5 - 2.0**-45) == (1 << 30, 31)
+    assert quantize_multiplier(2.0**20 * (1 - 2.0**-40)) == (1 << 30, 10)
+    # at the top of the range the renormalised shift would be negative: rejected
+    from sw.quant import ScaleError
+    assert quantize_multiplier(2.0**31 - 1) == ((1 << 31) - 1, 0)
+    with pytest.raises(ScaleError, match="too large"):
+        quantize_multiplier(2.0**31 - 2.0**-22)
+
+
+# -- the int32 accumulation bound ---------------------------------------------------------------
+
+def test_accumulation_bound_is_exact():
+    from sw.quant import MAX_EXACT_K, AccumulatorOverflowError, check_accumulation, max_exact_k
+    assert MAX_EXACT_K == max_exact_k() == 131071
+    assert MAX_EXACT_K * 128 * 128 <= 2**31 - 1 < (MAX_EXACT_K + 1) * 128 * 128
+    assert max_exact_k(4, 8, 32) == (2**31 - 1) // (8 * 128) == 2097151   # int4 weights
+    assert max_exact_k(8, 8, 16) == 1
+    check_accumulation(MAX_EXACT_K)
+    with pytest.raises(AccumulatorOverflowError, match="K=131072") as info:
+        check_accumulation(MAX_EXACT_K + 1)
+    assert isinstance(info.value, ValueError)
+
+
+def test_golden_rejects_an_accumulation_that_could_wrap():
+    """The largest K that is fine gives the exact sum (2**31 - 2**14 with every product
+    2**14, one step below the wrap); one more is rejected by matmul_int and linear_int."""
+    from sw.quant import AccumulatorOverflowError
+    k = 131071
+    a = np.full((1, k), -128, dtype=np.int8)
+    w = np.full((k, 2), -128, dtype=np.int8)
+    w[:, 1] = 127
+    assert matmul_int(a, w).tolist() == [[k * 16384, -k * 16256]]
+    assert matmul_int(a, w)[0, 0] == 2**31 - 2**14
+    out = linear_int(a, w, np.zeros(2, np.int32), np.full(2, 1 << 30), np.full(2, 31 + 25))
+    assert out.tolist() == [[32, -32]]      # a wrapped sum would give -32 in column 0
+    a1 = np.full((1, k + 1), -128, dtype=np.int8)
+    w1 = np.full((k + 1, 1), -128, dtype=np.int8)
+    with pytest.raises(AccumulatorOverflowError):
+        matmul_int(a1, w1)
+    with pytest.raises(AccumulatorOverflowError):
+        linear_int(a1, w1, np.zeros(1, np.int32), np.full(1, 1 << 30), np.full(1, 40))

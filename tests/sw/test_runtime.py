@@ -249,3 +249,198 @@ def test_error_in_one_stream_leaves_the_other_running():
     s1.launch(good)
     s1.synchronize()
     assert dev.semaphore(0) == 2
+
+
+def test_command_field_errors_name_command_argument_value_and_range():
+    from sw.runtime import CommandFieldError
+
+    c = CommandList()
+    with pytest.raises(CommandFieldError, match=r"DMA_LOAD: row_bytes=65536 does not fit in 16 "
+                                                r"unsigned bits \(field 'row_bytes': 0 \.\. "
+                                                r"65535\)"):
+        c.dma_load(mem=LocalMem.SPAD, dram_addr=0, dram_stride=0, row_bytes=1 << 16, n_rows=1,
+                   local_row=0, local_stride=1)
+    with pytest.raises(CommandFieldError, match=r"NOP: wait value=-1 .* 0 \.\. 4294967295"):
+        c.nop(wait=(0, -1))
+    with pytest.raises(CommandFieldError, match=r"SOFTMAX: shift=64 does not fit in 6 unsigned"):
+        c.softmax(acc_row=0, spad_row=0, n_rows=1, n_blocks=1, stride=1, scale_row=0,
+                  kv_len=1, mult=1, shift=64)
+    with pytest.raises(CommandFieldError, match=r"MATMUL: signal sem=256 .* 0 \.\. 255"):
+        c.matmul(a_row=0, w_row=0, acc_row=0, m=1, signal=256)
+    assert len(c) == 0                      # nothing half-built was appended
+
+
+# -- semaphores across the 2**32 wrap (functional model) ---------------------------------------
+
+WRAP = 1 << 32
+
+
+def _marker_stream(dev, sem: int, targets: list[int], marker: int):
+    """A stream that waits for each of ``targets`` on ``sem`` in turn and signals ``marker``
+    after each: the marker counts the waits released so far."""
+    s = dev.create_stream()
+    c = CommandList()
+    for t in targets:
+        c.wait(sem, t)
+        c.signal(marker)
+    s.launch(c)
+    return s
+
+
+def test_waits_released_exactly_when_the_semaphore_reaches_them_across_the_wrap():
+    dev = Device(ModelBackend(SMALL), SMALL, ring_commands=16)
+    sem, marker = dev.alloc_semaphore(), dev.alloc_semaphore()
+    dev.set_semaphore(sem.id, WRAP - 2)
+    assert dev.semaphore(sem.id) == WRAP - 2 and dev.last_signal(sem.id) is None
+    targets = [WRAP - 1, 0, 1, 3]
+    waiter = _marker_stream(dev, sem.id, targets, marker.id)
+    released = [dev.semaphore(marker.id) - marker.base]
+    for _ in range(5):                                  # WRAP-1, 0, 1, 2, 3
+        c = CommandList()
+        c.signal(sem.id)
+        dev.launch(c)
+        sem.issued += 1
+        released.append(dev.semaphore(marker.id) - marker.base)
+    assert dev.semaphore(sem.id) == sem.target() == 3
+    assert released == [0, 1, 2, 3, 3, 4]
+    waiter.synchronize()
+    assert dev.last_signal(sem.id) == (dev.queue, 4)    # SEM_LAST: the signals, not the write
+    dev.set_semaphore(sem.id, 9)
+    assert dev.semaphore(sem.id) == sem.target() == 9 and dev.last_signal(sem.id) == (0, 4)
+
+
+def test_wait_boundary_is_half_the_semaphore_range():
+    """``(value - target) mod 2**32 < 2**31``: a target 2**31 - 1 behind is reached, one 2**31
+    behind counts as 2**31 ahead and is not (each case across the wrap)."""
+    dev = Device(ModelBackend(SMALL), SMALL, ring_commands=16)
+    sem, marker = dev.alloc_semaphore(), dev.alloc_semaphore()
+    dev.set_semaphore(sem.id, 5)
+    _marker_stream(dev, sem.id, [(5 - (1 << 31) + 1) % WRAP], marker.id)
+    assert dev.semaphore(marker.id) - marker.base == 1
+    behind = _marker_stream(dev, sem.id, [(5 - (1 << 31)) % WRAP], marker.id)
+    assert dev.semaphore(marker.id) - marker.base == 1
+    with pytest.raises(DeviceTimeoutError, match=rf"semaphore {sem.id} >= {2**31 + 5}"):
+        behind.synchronize(timeout_cycles=100)
+    dev.set_semaphore(sem.id, 2**31 + 5)               # the host write releases it
+    assert dev.semaphore(marker.id) - marker.base == 2
+
+
+def test_events_and_synchronize_across_the_wrap():
+    dev = Device(ModelBackend(SMALL), SMALL, ring_commands=16)
+    s0, s1 = dev.default_stream, dev.create_stream()
+    s1._fence_seq = WRAP - 2                  # synchronize's fence sequence wraps too
+    ev, gate, marker = dev.event(), dev.alloc_semaphore(), dev.alloc_semaphore()
+    dev.set_semaphore(ev.sem.id, WRAP - 1)
+    dev.set_semaphore(gate.id, WRAP - 1)
+    assert ev.target == 0 and not ev.query()
+    s1.wait_event(ev)                         # its first recording takes the semaphore to 0
+    c = CommandList()
+    c.signal(marker.id)
+    s1.launch(c)
+    assert dev.semaphore(marker.id) == marker.base
+    c = CommandList()
+    c.wait(gate.id, gate.target(1))           # 0: after the wrap
+    s0.launch(c)
+    s0.record(ev)
+    assert not ev.query()                     # recorded, not completed: sem WRAP-1, target 0
+    with pytest.raises(DeviceTimeoutError) as e:
+        s1.synchronize(timeout_cycles=100)
+    report = {(b.queue, b.sem, b.value, b.current) for b in e.value.blocked}
+    assert report == {(s0.queue, gate.id, 0, WRAP - 1), (s1.queue, ev.sem.id, 0, WRAP - 1)}
+    c = CommandList()
+    c.signal(gate.id)
+    dev.create_stream().launch(c)
+    gate.issued += 1
+    assert ev.query() and dev.semaphore(ev.sem.id) == 0
+    ev.synchronize()
+    for _ in range(3):                        # and on past the wrap
+        assert s1.synchronize() == 0
+    assert dev.semaphore(marker.id) == marker.target(1)
+    ev.record(s0)
+    s1.wait_event(ev)
+    s1.launch(c)
+    s1.synchronize()
+    assert ev.target == 1 and ev.query()
+
+
+def test_barrier_across_the_wrap():
+    dev = Device(ModelBackend(SMALL), SMALL, ring_commands=16)
+    s0, s1 = dev.default_stream, dev.create_stream()
+    dev.barrier([s0, s1])
+    s0.synchronize()
+    s1.synchronize()
+    barrier_sem = dev._barrier_sem
+    dev.set_semaphore(barrier_sem.id, WRAP - 2)  # the next barrier waits for 0
+    gate, marker = dev.alloc_semaphore(), dev.alloc_semaphore()
+    c = CommandList()
+    c.wait(gate.id, gate.target(1))
+    s0.launch(c)                               # s0 reaches the barrier only after the gate
+    dev.barrier([s0, s1])
+    c = CommandList()
+    c.signal(marker.id)
+    s1.launch(c)
+    assert dev.semaphore(barrier_sem.id) == WRAP - 1      # s1 arrived, s0 not yet
+    assert dev.semaphore(marker.id) == marker.base        # so s1 waits at the barrier
+    c = CommandList()
+    c.signal(gate.id)
+    dev.create_stream().launch(c)
+    assert dev.semaphore(barrier_sem.id) == 0 and dev.semaphore(marker.id) == marker.base + 1
+    s0.synchronize()
+    s1.synchronize()
+
+
+def test_set_semaphore_refuses_to_lose_pending_signals():
+    dev = Device(ModelBackend(SMALL), SMALL, ring_commands=16)
+    sem = dev.alloc_semaphore()
+    c = CommandList()
+    c.wait(0, 1)
+    c.signal(sem.id)
+    dev.launch(c)
+    sem.issued += 1
+    with pytest.raises(NPUError, match=f"semaphore {sem.id} has signals pending"):
+        dev.set_semaphore(sem.id, 7)
+    with pytest.raises(ValueError, match="not in 0 .. 4294967295"):
+        dev.set_semaphore(0, WRAP)
+    dev.set_semaphore(0, 1)                  # not a pool semaphore: written as is
+    assert dev.semaphore(sem.id) == sem.target() == 1
+    dev.set_semaphore(sem.id, WRAP - 1)
+    assert sem.target() == WRAP - 1 and sem.target(1) == 0
+
+
+# -- register structs: what the model packs, the runtime unpacks field by field ----------------
+
+def test_register_fields_from_model_to_runtime():
+    from hw.isa import REGISTER_STRUCTS, Opcode, unpack_fields
+
+    cfg = NPUConfig(rows=2, cols=6, n_queues=3, n_sems=12, axi_data_bits=128,
+                    dma_outstanding=5, spad_rows=64, acc_rows=32, dram_bytes=1 << 16)
+    be = ModelBackend(cfg)
+    dev = Device(be, cfg, ring_commands=8)
+    assert dev.config == cfg                             # CFG_ARRAY, CFG_BUS
+    arr = unpack_fields(REGISTER_STRUCTS["CFG_ARRAY"], be.csr_read(Csr.CFG_ARRAY))
+    assert (arr.rows, arr.cols, arr.n_queues, arr.n_sems) == (2, 6, 3, 12)
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    c = CommandList()
+    for _ in range(3):
+        c.nop()
+    c.signal(9)                                         # SEM_LAST: queue 2, index 3
+    c.dma_load(mem=LocalMem.SPAD, dram_addr=0, dram_stride=0, row_bytes=0, n_rows=0,
+               local_row=0, local_stride=0)             # TRACE_INFO: load, queue 2, index 4
+    c.matmul(a_row=0, w_row=0, acc_row=0, m=2, transpose=True)   # ERR_CODE: BAD_SIZE (2x6)
+    s2.launch(c)
+    s1.wait_event(dev.event())                          # STATUS / Q_STATUS busy: queue 1 waits
+    assert dev.last_signal(9) == (2, 3)
+    trace = dev.read_trace()
+    assert [(t.engine, t.queue, t.index) for t in trace] == [("load", 2, 4)]
+    first = unpack_fields(REGISTER_STRUCTS["ERR_CODE"], be.csr_read(Csr.ERR_CODE))
+    assert (first.code, first.queue, first.opcode) == (ErrorCode.BAD_SIZE, 2,
+                                                       Opcode.MATMUL.value)
+    status = unpack_fields(REGISTER_STRUCTS["STATUS"], be.csr_read(Csr.STATUS))
+    assert status.busy and status.error
+    assert not s1.query()
+    with pytest.raises(DeviceError) as e:
+        s2.synchronize()
+    assert (e.value.queue, e.value.command_index, e.value.opcode, e.value.code) == \
+        (2, 5, Opcode.MATMUL.value, ErrorCode.BAD_SIZE)
+    status = unpack_fields(REGISTER_STRUCTS["STATUS"], be.csr_read(Csr.STATUS))
+    assert status.busy and not status.error

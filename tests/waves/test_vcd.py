@@ -1,17 +1,23 @@
 """The streaming VCD reader (cosim.waves.vcd) on hand-written tricky files in tests/data/."""
 
+import re
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from cosim.waves.vcd import (
+    MAX_LINE_WARNINGS,
     ClockSampler,
     VcdFormatError,
     VcdSignalError,
+    VcdSkippedLineWarning,
+    VcdValueError,
+    VcdWidthWarning,
     parse_timescale,
     read_header,
     stream,
+    to_float,
     to_int,
 )
 
@@ -114,6 +120,19 @@ def test_timescale_forms(text, seconds):
     assert parse_timescale(text)[0] == seconds
 
 
+@pytest.mark.parametrize("text", ["0ps", "0 ns", "000 fs", "0.0 s"])
+def test_zero_timescale_is_rejected(text):
+    with pytest.raises(VcdFormatError, match=f"zero \\$timescale '{text}'"):
+        parse_timescale(text)
+
+
+def test_zero_timescale_file_names_it():
+    with pytest.raises(VcdFormatError,
+                       match=r"vcd_zero_timescale.vcd:1: zero \$timescale '0ps': every time "
+                             "would be 0 s"):
+        read_header(DATA / "vcd_zero_timescale.vcd")
+
+
 def test_timescale_split_across_lines():
     h = read_header(DATA / "vcd_timescale_split.vcd")
     assert (h.timescale_s, h.timescale) == (Fraction(1, 10**9), "1 ns")
@@ -146,10 +165,134 @@ def test_malformed_timescale_has_line_number():
         read_header(DATA / "vcd_bad_timescale.vcd")
 
 
-def test_malformed_body_has_line_number():
-    h = read_header(DATA / "vcd_bad_body.vcd")
-    with pytest.raises(VcdFormatError, match=r"vcd_bad_body.vcd:9: vector change 'b1010'"):
-        stream(DATA / "vcd_bad_body.vcd", h, [h.find("top.data")], lambda t, v: None)
+def test_malformed_body_line_is_skipped_with_its_line_number():
+    with pytest.warns(VcdSkippedLineWarning,
+                      match=r"vcd_bad_body.vcd:9: skipped malformed line 'b1010'"):
+        got = changes(DATA / "vcd_bad_body.vcd", ["top.clk", "top.data"])
+    assert got[-1] == (5, {"top.clk": "0", "top.data": "x"})     # read on after line 9
+
+
+def test_malformed_value_lines_are_skipped_and_named():
+    """Each malformed line gives one warning with its number and text; the file is read."""
+    path = DATA / "vcd_malformed_lines.vcd"
+    with pytest.warns(VcdSkippedLineWarning) as rec:
+        got = dict(changes(path, ["top.clk", "top.data", "top.level"]))
+    named = [re.search(r"vcd_malformed_lines.vcd:(\d+): skipped malformed line '(.*)': ",
+                       str(w.message)).groups() for w in rec]
+    assert named == [("14", "b1010"), ("15", 'b10102 "'), ("16", "rabc #"), ("17", "1?"),
+                     ("18", "hello world"), ("19", "$dumpports"), ("23", "1")]
+    assert got[5] == {"top.clk": "0", "top.data": "00000001", "top.level": "0.5"}
+    assert got[10] == {"top.clk": "1", "top.data": "00000011", "top.level": "0.5"}  # '#' line
+    assert got[20] == {"top.clk": "1", "top.data": "00000100", "top.level": "2"}
+    h = read_header(path)
+    edges = []
+    sampler = ClockSampler(h.find("top.clk"), [], lambda c, t, v: edges.append(t))
+    with pytest.warns(VcdSkippedLineWarning):
+        stream(path, h, [h.find("top.clk")], sampler.step, with_previous=True)
+    assert edges == [10, 20]
+
+
+def test_many_malformed_lines_then_one_count(tmp_path):
+    p = tmp_path / "many.vcd"
+    p.write_text("$scope module top $end\n$var wire 8 ! d [7:0] $end\n$upscope $end\n"
+                 "$enddefinitions $end\n#0\n" + "b1\n" * 15 + "b101 !\n")
+    h = read_header(p)
+    seen = []
+    with pytest.warns(VcdSkippedLineWarning) as rec:
+        stream(p, h, h.vars, lambda t, v: seen.append(v["!"]))
+    assert len(rec) == MAX_LINE_WARNINGS + 1 and seen[-1] == "101"
+    assert [int(str(w.message).split(":")[1]) for w in rec[:-1]] == list(range(6, 16))
+    assert "5 more malformed lines skipped (lines 16 .. 20; 15 in all)" in str(rec[-1].message)
+
+
+def test_changes_on_a_dumpvars_line(tmp_path):
+    p = tmp_path / "inline.vcd"
+    p.write_text("$var wire 1 ! a $end\n$var wire 3 \" b [2:0] $end\n$enddefinitions $end\n"
+                 "#0\n$dumpvars 1! b101 \" $end\n#4 0! b11 \"\n")
+    assert changes(p, ["a", "b"]) == [(0, {"a": "1", "b": "101"}), (4, {"a": "0", "b": "11"})]
+
+
+def test_escaped_names_lose_both_backslashes():
+    """Vivado ends escaped names with a backslash too (\\<const0>\\): neither is the name."""
+    h = read_header(DATA / "vcd_values.vcd")
+    assert h.scopes == ["top", "top.gen.blk"]
+    c0 = h.find("top.gen.blk.<const0>")
+    assert (c0.path, c0.name, c0.id) == ("top.gen.blk.<const0>", "<const0>", "!")
+    assert h.find("top.\\gen.blk\\.\\<const0>\\") is c0          # as written in the file
+    dout = h.find("top.gen.blk.^dout")
+    assert (dout.path, dout.msb, dout.lsb, dout.width) == ("top.gen.blk.^dout[3:0]", 3, 0, 4)
+    assert changes(DATA / "vcd_values.vcd", ["top.gen.blk.<const0>"])[0] == (
+        0, {"top.gen.blk.<const0>": "0"})
+
+
+def test_bracket_suffix_is_a_range_only_if_it_spans_the_width():
+    h = read_header(DATA / "vcd_values.vcd")
+    x0 = h.find("top.x[0]")                          # a 1-bit variable named x[0]
+    assert (x0.width, x0.msb, x0.lsb, x0.base, x0.id) == (1, None, None, "top.x[0]", "#")
+    x = h.find("top.x")                              # the 8-bit x [7:0], not x[0]
+    assert (x.id, x.msb, x.lsb, x.path) == ("%", 7, 0, "top.x[7:0]")
+    mem = h.find("top.mem[3]")                       # a memory word, 8 bits
+    assert (mem.width, mem.msb, mem.base) == (8, None, "top.mem[3]")
+    assert h.get("top.mem") is None
+    nib = h.find("top.nib")                          # attached, spans the width: a range
+    assert (nib.msb, nib.lsb, nib.path) == (3, 0, "top.nib[3:0]")
+    pair = h.find("top.pair[3:0]")                   # 2 bits: [3:0] is part of the name
+    assert (pair.width, pair.msb, pair.base) == (2, None, "top.pair[3:0]")
+    assert h.get("top.pair") is None
+
+
+def test_real_string_and_signed_values():
+    h = read_header(DATA / "vcd_values.vcd")
+    temp, volts, state = (h.find(f"top.{n}") for n in ("temp_c", "volts", "state"))
+    got = dict(changes(DATA / "vcd_values.vcd", ["top.temp_c", "top.volts", "top.state"]))
+    t, v, s = (got[0][n] for n in ("top.temp_c", "top.volts", "top.state"))
+    assert (temp.to_int(t, signed=True), temp.to_int(t), temp.value(t)) == (-5, 251, 251)
+    assert temp.to_int(got[10]["top.temp_c"], signed=True) == 7      # b0111: zero-extended
+    assert temp.to_int(got[20]["top.temp_c"], signed=True) is None    # b1x
+    assert volts.value(v) == 1.25 and isinstance(volts.value(v), float)
+    assert volts.value(got[10]["top.volts"]) == -2.5e-3 and volts.value(got[20]["top.volts"]) \
+        is None
+    assert (state.value(s), state.value(got[10]["top.state"])) == ("IDLE", "RUN")
+    with pytest.raises(VcdValueError, match="top.state is a string variable"):
+        state.to_int(s)
+    with pytest.raises(VcdValueError, match="top.volts is a real variable"):
+        volts.to_int(v)
+    with pytest.raises(VcdValueError, match="not a VCD bit string"):
+        to_int(s)
+    with pytest.raises(VcdValueError, match="not a real value"):
+        to_float("abc")
+
+
+@pytest.mark.parametrize("value, width, unsigned, signed", [
+    ("b1011", 4, 11, -5), ("1011", 8, 11, 11), ("11111011", 8, 251, -5), ("1", 1, 1, -1),
+    ("0", 1, 0, 0), ("b0111", 4, 7, 7), ("1000", 4, 8, -8), ("110000", 4, 0, 0),
+    ("z1", 8, None, None), ("x", 4, None, None),
+])
+def test_to_int_signed(value, width, unsigned, signed):
+    assert to_int(value, width=width) == unsigned
+    assert to_int(value, signed=True, width=width) == signed
+
+
+def test_to_int_rejects():
+    with pytest.raises(ValueError, match="needs its variable's width"):
+        to_int("1011", signed=True)
+    for bad in ("", "b", "12", "b1_0", "-1", " 1"):
+        with pytest.raises(VcdValueError):
+            to_int(bad)
+    assert to_int(None) is None and to_float(None) is None and to_float("r-3") == -3.0
+
+
+def test_wider_values_are_truncated_with_one_warning_per_variable():
+    path = DATA / "vcd_wide_values.vcd"
+    with pytest.warns(VcdWidthWarning) as rec:
+        got = dict(changes(path, ["top.narrow", "top.other", "top.bit"]))
+    assert got[10] == {"top.narrow": "0011", "top.other": "0000", "top.bit": "0"}
+    assert got[20] == {"top.narrow": "0000", "top.other": "0000", "top.bit": "1"}
+    msgs = [str(w.message) for w in rec]
+    assert len(msgs) == 3
+    assert msgs[0].startswith(f"{path}:16: value 'b110011' of top.narrow[3:0] has 6 bits, more "
+                              "than its declared 4: keeping the low 4")
+    assert ":17: value 'b111110000' of top.other" in msgs[1] and ":18:" in msgs[2]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -163,6 +306,8 @@ def test_malformed_body_has_line_number():
      ":2: identifier '!' declared 2 bits"),
     ("#0\n", ":1: unexpected '#0'"),
     ("$enddefinitions $end\n#5\n#3\n", ":3: time goes backwards"),
+    ("$enddefinitions $end\n#5\n#1x\n", ":3: bad time '#1x'"),
+    ("$timescale 0 ps $end\n$enddefinitions $end\n", ":1: zero \\$timescale '0 ps'"),
 ])
 def test_malformed_files(tmp_path, text, message):
     p = tmp_path / "bad.vcd"

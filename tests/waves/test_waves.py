@@ -3,11 +3,13 @@ activity (tests/support/npu_vcd_gen.py)."""
 
 import json
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
 from cosim.cli import main as npu_main
 from cosim.waves import (
+    VcdProbeError,
     check_counter_snapshots,
     check_counters,
     counter_delta,
@@ -19,21 +21,21 @@ from cosim.waves import (
 from cosim.waves.trace import (
     REQUIRED_KEYS,
     chrome_trace,
-    gemm_point,
-    roofline_png,
     timeline_png,
     write_chrome_trace,
 )
-from cosim.waves.vcd import VcdError, VcdSignalError, read_header
+from cosim.waves.vcd import VcdError, VcdSignalError, VcdSkippedLineWarning, read_header, stream
 from tests.support.npu_vcd_gen import (
     ENGINES,
     RESET_CYCLES,
     expected_figures,
+    expected_records,
     random_cycles,
     write_npu_vcd,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+DATA = Path(__file__).parents[1] / "data"
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,10 @@ def test_summary_equals_naive_count(run):
     rows, vcd = run
     s = summarize(vcd)
     assert s.figures() == expected_figures(rows)
-    assert list(s.engines) == list(ENGINES)      # the aliased 'engine__busy' is not an engine
+    assert s.records() == expected_records(rows)
+    assert len({r["queue"] for r in s.records()}) > 1 and max(r["index"] for r in
+                                                               s.records()) >= 1 << 20
+    assert list(s.engines) == sorted(ENGINES)    # the file's order of the busy probes
     assert s.period == 10 and s.scope == "tb_top.u_npu" and s.bus_bytes == 8
     for e in ENGINES:                            # intervals add up to the busy cycles
         assert sum(b - a for a, b in s.engines[e].intervals) == s.engines[e].busy_cycles
@@ -55,7 +60,9 @@ def test_summary_equals_naive_count(run):
 
 def test_summary_window(run):
     rows, vcd = run
-    assert summarize(vcd, start=300, end=1234).figures() == expected_figures(rows, 300, 1234)
+    s = summarize(vcd, start=300, end=1234)
+    assert s.figures() == expected_figures(rows, 300, 1234)
+    assert s.records() == expected_records(rows, 300, 1234)
 
 
 def test_counters_check(run):
@@ -79,8 +86,8 @@ def counter_run(tmp_path_factory):
 
 
 def test_stalls_re_derived_from_their_sources(counter_run):
-    """sem stalls from the FIFO heads, stop/flush and semaphores (decoded here, compared with
-    a naive decode through hw.isa.decode), resource stalls from the stall port fields."""
+    """sem stalls from the sem_stall probes, resource stalls from the stall port copies while
+    busy; the decoy command processor nets (random values) are not read."""
     rows, vcd = counter_run
     figs = summarize(vcd).figures()
     exp = expected_figures(rows)
@@ -135,8 +142,28 @@ def test_cut_keeps_window_exactly(run, tmp_path):
     assert len(h.vars) == len(read_header(vcd).vars)
     t = cut(vcd, tmp_path / "t.vcd", 5000, 8000, unit="time")
     assert summarize(t.out).cycles == 301              # [5000, 8000]: both ends included
+    z = cut(vcd, tmp_path / "z.vcd", 0, 95, unit="time")  # opens at the first timestamp
+    times = [int(ln[1:]) for ln in z.out.read_text().splitlines() if ln.startswith("#")]
+    assert times == list(range(0, 100, 5))           # once each: no timestamp repeated
+    assert summarize(z.out).figures() == expected_figures(rows, 0, 9)
     with pytest.raises(ValueError, match="before its start"):
         cut(vcd, tmp_path / "x.vcd", 10, 5)
+
+
+def test_cut_skips_malformed_lines(tmp_path):
+    """A malformed line of the source is warned about once and not copied: the window reads
+    without a warning and holds the source's values."""
+    src = DATA / "vcd_malformed_lines.vcd"
+    with pytest.warns(VcdSkippedLineWarning) as rec:
+        r = cut(src, tmp_path / "c.vcd", 5, 25, unit="time")
+    assert len(rec) == 7
+    text = r.out.read_text()
+    assert "hello world" not in text and "$dumpports" not in text and "rabc" not in text
+    h = read_header(r.out)
+    got = {}
+    stream(r.out, h, h.vars, lambda t, v: got.update({t: dict(v)}))
+    assert got[10] == {"!": "1", '"': "00000011", "#": "0.5"}
+    assert got[20] == {"!": "1", '"': "00000100", "#": "2"}
 
 
 def test_gtkw_groups_from_hierarchy(run, tmp_path):
@@ -144,9 +171,11 @@ def test_gtkw_groups_from_hierarchy(run, tmp_path):
     out, missing = write_gtkw(vcd, tmp_path / "run.gtkw")
     text = out.read_text()
     assert f'[dumpfile] "{vcd.resolve()}"' in text
-    for group in ("Command processor", "AXI AR", "AXI W"):
+    for group in ("Engines (named probes)", "AXI AR", "AXI W"):
         assert f"-{group}" in text
-    assert "tb_top.u_npu.mem__wstrb[7:0]" in text and "tb_top.u_npu.cmdproc.load__busy" in text
+    assert "tb_top.u_npu.mem__wstrb[7:0]" in text and "tb_top.u_npu.probe_load_busy" in text
+    assert "tb_top.u_npu.probe_vector_index[31:0]" in text
+    assert "cmdproc.load__busy" not in text             # internal nets are not engine signals
     assert text.count("@800200") == text.count("@1000200")
     assert any("Systolic array" in m for m in missing)   # the generated file has no tile
 
@@ -159,6 +188,47 @@ def test_missing_signal_is_a_clear_error(tmp_path):
         summarize(p)
     with pytest.raises(VcdSignalError):
         gtkw_text(read_header(p))
+
+
+def _without(src, dst, names) -> None:
+    """Copy of a VCD without the declarations of ``names`` (nor their value changes)."""
+    h = read_header(src)
+    drop = {h.find(f"tb_top.u_npu.{n}").id for n in names}
+    lines = src.read_text().splitlines(keepends=True)
+    dst.write_text("".join(
+        ln for ln in lines if not (ln.startswith("$var") and ln.split()[3] in drop)
+        and not (ln[:1] in "01" and ln[1:].strip() in drop)
+        and not (ln[:1] == "b" and ln.split()[-1] in drop)))
+
+
+def test_vcd_without_probes_is_a_clear_error(run, tmp_path, capsys):
+    """A VCD from before the named probes (it still has the command processor's nets) is
+    refused, naming every missing probe; the tools never fall back to internal nets."""
+    _, vcd = run
+    old = tmp_path / "old.vcd"
+    gone = [f"probe_{e}_{f}" for e in ENGINES for f in ("busy", "done", "take", "sem_stall",
+                                                         "queue", "index", "opcode")]
+    _without(vcd, old, gone)
+    with pytest.raises(VcdProbeError, match="predates") as e:
+        summarize(old)
+    assert e.value.missing == gone and all(n in str(e.value) for n in gone)
+    assert e.value.scope == "tb_top.u_npu" and isinstance(e.value, VcdSignalError)
+    some = tmp_path / "some.vcd"
+    _without(vcd, some, ["probe_matrix_take", "probe_vector_opcode"])
+    with pytest.raises(VcdProbeError) as e:
+        summarize(some)
+    assert e.value.missing == ["probe_matrix_take", "probe_vector_opcode"]
+    wide = tmp_path / "wide.vcd"
+    code = read_header(vcd).find("tb_top.u_npu.probe_load_busy").id
+    wide.write_text(vcd.read_text().replace(f"$var wire 1 {code} probe_load_busy $end",
+                                            f"$var wire 2 {code} probe_load_busy [1:0] $end"))
+    with pytest.raises(VcdProbeError, match=r"probe_load_busy \(2 bits, not 1\)"):
+        summarize(wide)
+    capsys.readouterr()
+    assert npu_main(["waves", "summarize", str(old)]) == 2
+    err = capsys.readouterr().err
+    assert "probe_load_busy" in err and "predates" in err
+    assert npu_main(["waves", "gtkw", str(old), "-o", str(tmp_path / "old.gtkw")]) == 0
 
 
 def test_cli(run, tmp_path, capsys):
@@ -239,13 +309,6 @@ def test_chrome_trace_rejects_bad_records():
 def test_pngs(tmp_path):
     t = timeline_png(tmp_path / "t.png", RECORDS, busy={"load": [(10, 40), (45, 70)]})
     assert t.read_bytes()[:8] == PNG_MAGIC
-    pts = [gemm_point("16x40x24", 16, 40, 24, dram_bytes=2500, cycles=900),
-           gemm_point("64x64x64", 64, 64, 64, dram_bytes=20000, cycles=5000)]
-    assert pts[0].macs == 16 * 40 * 24 and pts[0].intensity == pytest.approx(15360 / 2500)
-    r = roofline_png(tmp_path / "r.png", pts, rows=8, cols=8, bytes_per_cycle=8)
-    assert r.read_bytes()[:8] == PNG_MAGIC
-    with pytest.raises(ValueError):
-        roofline_png(tmp_path / "r.png", pts, rows=0, cols=8, bytes_per_cycle=8)
 
 
 def test_streaming_memory_does_not_grow_with_file(tmp_path):

@@ -1,0 +1,183 @@
+"""``npu area``: the FPGA cost of one configuration per family, and its printed table.
+
+:func:`area` chains the flows (Verilog bundle, flat synthesis with the per-block table,
+optionally a hierarchy-preserving synthesis, and for ECP5 place and route) into one
+:class:`AreaRow`; :func:`format_area_table` prints rows and their per-block breakdown.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cosim.fpga.harness import harness_cost
+from cosim.fpga.pnr import ECP5_DEVICE, ECP5_PACKAGE, place_route
+from cosim.fpga.synth import BLOCKS_METHOD, FAMILIES, KEY_BLOCKS, check_memories, synthesize
+from cosim.fpga.tools import FpgaToolError
+from cosim.fpga.verilog import write_verilog
+from hw.config import NPUConfig
+
+__all__ = ["AreaRow", "area", "format_area_table"]
+
+
+@dataclass
+class AreaRow:
+    """One row of ``npu area``: a configuration's cost on one family.
+
+    ``seconds`` holds the wall time of each step (``verilog``, ``synth``, ``synth_hier``,
+    ``pnr``). ``blocks`` is the per-block table of the flat synthesis
+    (:func:`blocks_from_netlist`, method in ``blocks_method``); ``blocks_hier`` that of the
+    optional hierarchy-preserving synthesis (``synth_ecp5 -noflatten -noabc9``, per module).
+    ``memories_not_in_bram`` lists every memory Yosys did not put in block RAM (small FIFOs in
+    LUT RAM are normal); ``memory_problems`` is :func:`check_memories` of the tile's memories
+    (ECP5 and iCE40; empty when they are in RAM primitives). ``notes`` are the synthesis
+    runs' :attr:`SynthResult.notes` (e.g. an ABC9 failure and the fallback to ABC).
+    """
+    config: str
+    family: str
+    lut4: int
+    ff: int
+    dsp: int
+    bram: int
+    lutram: int
+    fmax_mhz: float | None = None
+    fmax_routed: bool = True
+    critical_block: str | None = None
+    critical_path: dict = field(default_factory=dict)
+    memories_not_in_bram: list[str] = field(default_factory=list)
+    memory_problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    harness: dict[str, int] = field(default_factory=dict)
+    blocks: dict[str, dict] = field(default_factory=dict)
+    blocks_method: str = ""
+    blocks_hier: dict[str, dict] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    directory: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: bool = True,
+         hier: bool = False, out_dir: Path | None = None, freq_mhz: float = 50.0,
+         device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
+         timeout: float | None = None, route: bool = True) -> AreaRow:
+    """Synthesize (and for ECP5, place and route) one configuration; one :class:`AreaRow`.
+
+    With ``pnr`` the flat synthesis is of :func:`write_pnr_harness`'s ``pnr_top`` (the NPU has
+    more port bits than the package has pins); its cost is in :attr:`AreaRow.harness` and
+    included in the totals (``ff`` exactly ``harness['ff']`` more, LUT4 about
+    ``output_bits / 3`` more for the XOR tree).
+
+    Steps: Verilog bundle; flat synthesis (totals, memory mapping, P&R netlist and, with
+    ``blocks``, the per-block table by cell name); with ``hier`` also a hierarchy-preserving
+    synthesis (per-module table, for comparison; slow); with ``pnr`` (ECP5 only) nextpnr for
+    Fmax and the critical path. A failing P&R (e.g. the design does not fit
+    the device) is recorded in :attr:`AreaRow.error`, not raised, so a sweep goes on; so is a
+    tile memory that did not map to RAM primitives (:attr:`AreaRow.memory_problems`, see
+    :func:`check_memories`; ``npu area`` then exits with status 1).
+
+    Raises
+    ------
+    ToolMissingError
+        If a tool is missing.
+    FpgaToolError
+        If synthesis fails.
+    """
+    t0 = time.perf_counter()
+    bundle = write_verilog(config, out_dir)
+    seconds = {"verilog": round(time.perf_counter() - t0, 2)}
+    harness = pnr and family == "ecp5"
+    flat = synthesize(bundle.verilog, family, harness=harness, timeout=timeout)
+    seconds["synth"] = round(flat.seconds, 2)
+    r = flat.total
+    row = AreaRow(config.name, family, r.lut4, r.ff, r.dsp, r.bram, r.lutram,
+                  memories_not_in_bram=[f"{m.name} ({m.kind})"
+                                        for m in flat.memories_not_in_bram],
+                  memory_problems=check_memories(flat.memories) if family != "generic" else [],
+                  seconds=seconds, directory=str(bundle.directory),
+                  harness=harness_cost(bundle.verilog.read_text()) if harness else {},
+                  notes=[f"flat synthesis: {n}" for n in flat.notes])
+    if blocks:
+        row.blocks = {name: asdict(res) for name, res in sorted(flat.blocks.items())}
+        row.blocks_method = BLOCKS_METHOD
+    if hier:
+        h = synthesize(bundle.verilog, family, hierarchy=True, timeout=timeout)
+        seconds["synth_hier"] = round(h.seconds, 2)
+        row.blocks_hier = {name: asdict(res) for name, res in sorted(h.blocks.items())}
+    if pnr and family == "ecp5":
+        try:
+            p = place_route(flat.netlist, device=device, package=package, freq_mhz=freq_mhz,
+                            timeout=timeout, route=route)
+        except FpgaToolError as e:
+            row.error = str(e)      # the tool's last log lines and the log's path
+            seconds["pnr" if route else "place"] = None
+        else:
+            seconds["pnr" if route else "place"] = round(p.seconds, 2)
+            row.fmax_mhz = p.fmax_mhz
+            row.fmax_routed = p.routed
+            row.critical_path = p.critical_path
+            row.critical_block = p.critical_path.get("block")
+    return row
+
+
+def format_area_table(rows: list[AreaRow]) -> str:
+    """A plain-text table: one line per configuration, then the per-block breakdown."""
+    w = max([28, *(len(r.config) for r in rows)])
+    head = f"{'config':<{w}} {'family':<7} {'LUT4':>7} {'FF':>7} {'DSP':>4} {'BRAM':>5} " \
+           f"{'LUTRAM':>6} {'Fmax MHz':>9}  critical block"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        fmax = (f"{'' if r.fmax_routed else '~'}{r.fmax_mhz:.1f}" if r.fmax_mhz is not None
+                else "-")
+        fmax = f"{fmax:>9}"
+        lines.append(f"{r.config:<{w}} {r.family:<7} {r.lut4:>7} {r.ff:>7} {r.dsp:>4} "
+                     f"{r.bram:>5} {r.lutram:>6} {fmax}  {r.critical_block or '-'}")
+    if any(r.fmax_mhz is not None and not r.fmax_routed for r in rows):
+        lines.append("~ Fmax: nextpnr's estimate after placement (not routed)")
+    for r in rows:
+        for problem in r.memory_problems:
+            lines.append(f"{r.config}: MEMORY CHECK FAILED: {problem}")
+        for note in r.notes:
+            lines.append(f"{r.config}: {note}")
+        if r.memories_not_in_bram:
+            lines.append(f"{r.config}: memories not in block RAM: "
+                         + ", ".join(r.memories_not_in_bram))
+        if r.error:
+            lines.append(f"{r.config}: {r.error}")
+        if r.blocks:
+            lines.append(f"\n{r.config} ({r.family}) per block, sub-blocks included:")
+            lines.extend(_block_lines(r.blocks))
+            lines.append(f"  method: {r.blocks_method}")
+        if r.blocks_hier:
+            lines.append(f"\n{r.config} ({r.family}) per module, hierarchy-preserving "
+                         f"synthesis ({FAMILIES[r.family]} -noflatten"
+                         f"{' -noabc9' if r.family == 'ecp5' else ''}):")
+            lines.extend(_block_lines(r.blocks_hier))
+        timing = ", ".join(f"{k} {v} s" if v is not None else f"{k} failed"
+                           for k, v in r.seconds.items())
+        lines.append(f"{r.config}: step times: {timing}")
+    return "\n".join(lines)
+
+
+def _block_lines(blocks: dict[str, dict]) -> list[str]:
+    """The per-block table: :data:`KEY_BLOCKS` first, then every block up to 2 levels deep."""
+    lines = [f"  {'block':<22} {'path':<32} {'LUT4':>7} {'FF':>7} {'DSP':>4} {'BRAM':>5} "
+             f"{'LUTRAM':>6}"]
+
+    def line(label, name):
+        b = blocks[name]
+        lines.append(f"  {label:<22} {name:<32} {b['lut4']:>7} {b['ff']:>7} {b['dsp']:>4} "
+                     f"{b['bram']:>5} {b['lutram']:>6}")
+    if "npu" in blocks:
+        line("total", "npu")
+    for label, name in KEY_BLOCKS.items():
+        if name in blocks:
+            line(label, name)
+    others = [n for n in blocks if n != "npu" and n.count(".") <= 2
+              and n not in KEY_BLOCKS.values()]
+    for name in others:
+        line("", name)
+    return lines

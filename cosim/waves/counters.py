@@ -1,0 +1,142 @@
+"""Cross-check of hardware performance counters against a VCD of the same run.
+
+Counters and the VCD agree exactly: a snapshot of the counters taken in the cycle in which
+``CYCLES`` reads ``s`` counts the cycles ``c < s``, so the difference of two snapshots equals
+the figures of :func:`cosim.waves.summarize` over the cycles whose sampled ``csr.cycles`` is
+in ``[before["cycles"], after["cycles"])`` (:func:`check_counter_snapshots`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from cosim.waves.summary import Summary, summarize
+from hw.isa import COUNTER_BITS
+
+__all__ = ["CounterCheck", "check_counters", "counter_delta", "check_counter_snapshots",
+           "load_counters"]
+
+
+@dataclass(frozen=True)
+class CounterCheck:
+    """Result of :func:`check_counters`.
+
+    Attributes
+    ----------
+    matched : dict
+        Name -> value, equal in both.
+    mismatched : dict
+        Name -> ``(vcd_value, counter_value)``.
+    unchecked : list of str
+        Counters the VCD summary has no figure for.
+    """
+    matched: dict[str, int]
+    mismatched: dict[str, tuple[int, int]]
+    unchecked: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatched
+
+    def format(self) -> str:
+        lines = [f"counters: {len(self.matched)} equal, {len(self.mismatched)} different, "
+                 f"{len(self.unchecked)} not measurable from the VCD"]
+        lines += [f"  MISMATCH {k}: vcd {a} != counter {b} (diff {a - b:+d})"
+                  for k, (a, b) in sorted(self.mismatched.items())]
+        if self.unchecked:
+            lines.append("  unchecked: " + ", ".join(self.unchecked))
+        return "\n".join(lines)
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def check_counters(summary: Summary, counters: dict) -> CounterCheck:
+    """Compare the summary's figures with hardware counter values of the same run.
+
+    Parameters
+    ----------
+    summary : Summary
+    counters : dict
+        Counter name -> integer value; nested dicts are flattened with ``.``
+        (``{"busy": {"load": 12}}`` is ``busy.load``). Names as in :meth:`Summary.figures`.
+
+    Returns
+    -------
+    CounterCheck
+        Exact equality is expected for every name both sides have.
+
+    Raises
+    ------
+    TypeError
+        If a counter value is not an integer.
+    """
+    figs = summary.figures()
+    matched, mismatched, unchecked = {}, {}, []
+    for k, v in _flatten(counters).items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"counter {k!r} must be an integer, not {v!r}")
+        if k not in figs:
+            unchecked.append(k)
+        elif figs[k] == v:
+            matched[k] = v
+        else:
+            mismatched[k] = (figs[k], v)
+    return CounterCheck(matched, mismatched, unchecked)
+
+
+def counter_delta(before: dict, after: dict) -> dict[str, int]:
+    """``after - before`` of two counter snapshots (``Device.counters()``, or their JSON),
+    modulo each counter's width (:data:`hw.isa.COUNTER_BITS`; 32 bits for unknown names).
+
+    Raises
+    ------
+    KeyError
+        If a name of ``after`` is missing in ``before``.
+    """
+    return {k: (int(v) - int(before[k])) % (1 << COUNTER_BITS.get(k, 32))
+            for k, v in after.items()}
+
+
+def check_counter_snapshots(vcd: Path | str, before: dict, after: dict, *,
+                            scope: str | None = None) -> tuple[Summary, CounterCheck]:
+    """Check two counter snapshots of a traced run against its VCD, exactly.
+
+    The window is ``[before["cycles"], after["cycles"])`` in the NPU's ``CYCLES`` (so the
+    snapshots must come from a timed backend); every counter of the difference is compared
+    with the figure re-derived from the VCD over those cycles.
+
+    Returns
+    -------
+    (Summary, CounterCheck)
+
+    Raises
+    ------
+    KeyError
+        If a snapshot has no ``cycles``.
+    VcdError, VcdFormatError, VcdSignalError
+        As :func:`summarize` with ``unit="counter"``.
+    """
+    s = summarize(vcd, start=int(before["cycles"]), end=int(after["cycles"]), scope=scope,
+                  unit="counter")
+    return s, check_counters(s, counter_delta(before, after))
+
+
+def load_counters(path: Path | str) -> dict:
+    """Read a counters JSON file: an object of integers, possibly nested, or a snapshot pair
+    ``{"before": {...}, "after": {...}}`` of ``Device.counters()`` (see
+    :func:`check_counter_snapshots`)."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: counters must be a JSON object")
+    return data

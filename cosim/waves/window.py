@@ -1,0 +1,191 @@
+"""Windowing: copy a window of a VCD (in clock cycles or time units) into a smaller,
+self-contained VCD (:func:`cut`)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from cosim.waves.signals import locate_signals
+from cosim.waves.vcd import (
+    ClockSampler,
+    VcdBody,
+    VcdError,
+    VcdHeader,
+    VcdVar,
+    format_change,
+    read_header,
+    stream,
+)
+
+__all__ = ["CutResult", "cut"]
+
+
+@dataclass(frozen=True)
+class CutResult:
+    """What :func:`cut` wrote.
+
+    Attributes
+    ----------
+    out : Path
+    start_time, end_time : int
+        The window in VCD time units (inclusive).
+    bytes_in, bytes_out : int
+        Bytes read from the source (up to the window end) and written.
+    """
+    out: Path
+    start_time: int
+    end_time: int
+    bytes_in: int
+    bytes_out: int
+
+
+def _clock_timing(path: Path, header: VcdHeader, clock: VcdVar) -> tuple[int, int]:
+    """(first rising edge, period) of ``clock`` in time units, from the first edges."""
+    edges: list[int] = []
+
+    class _Enough(Exception):
+        pass
+
+    sampler = ClockSampler(clock, [], lambda c, t, v: edges.append(t))
+
+    def step(t: int, vals: dict[str, str], previous: dict[str, str]) -> None:
+        sampler.step(t, vals, previous)
+        if len(edges) >= 2:
+            raise _Enough
+
+    with contextlib.suppress(_Enough):
+        stream(path, header, [clock], step, with_previous=True)
+    if len(edges) < 2:
+        raise VcdError(f"{path}: clock {clock.path} has fewer than two rising edges; "
+                       "give the window in time units")
+    return edges[0], edges[1] - edges[0]
+
+
+def _check_window(start: int, end: int, unit: str) -> None:
+    if unit not in ("cycle", "time"):
+        raise ValueError(f"unit must be 'cycle' or 'time', not {unit!r}")
+    if end < start:
+        raise ValueError(f"window end {end} is before its start {start}")
+
+
+def _window_times(src: Path, header: VcdHeader, start: int, end: int, unit: str,
+                  clock: str | None) -> tuple[int, int]:
+    """The window ``[t0, t1]`` in time units."""
+    if unit == "time":
+        return start, end
+    clk = header.find(clock) if clock else locate_signals(header).clock
+    first, period = _clock_timing(src, header, clk)
+    return first + start * period, first + end * period - 1
+
+
+class _Cutter:
+    """Writes the window while :class:`VcdBody` items come in: the header with a comment,
+    then (at the first time in the window) a ``$dumpvars`` of every value, then the window's
+    own changes."""
+
+    def __init__(self, header: VcdHeader, out: TextIO, t0: int, t1: int, comment: str):
+        self.vars = {i: vs[0] for i, vs in header.by_id.items()}
+        self.end_line = header.end_line
+        self.out, self.t0, self.t1, self.comment = out, t0, t1, comment
+        self.state: dict[str, str] = {}   # identifier code -> value without its prefix
+        self.emitting = False
+        self.before: int | None = None    # last timestamp before the window
+
+    def run(self, body: VcdBody) -> None:
+        for kind, a, b in body:
+            if kind == "header":
+                if body.lineno == self.end_line:
+                    self.out.write(self.comment)
+                self.out.write(a)
+            elif kind == "time":
+                if a > self.t1:
+                    break
+                self.time(a)
+            elif kind == "change":
+                self.state[a] = b[1:] if len(b) > 1 else b
+                if self.emitting:
+                    self.out.write(format_change(a, b))
+            elif self.emitting:
+                self.out.write(a)
+        if not self.emitting:
+            self.dump_state(self.t0 if self.before is None else self.before)
+
+    def time(self, t: int) -> None:
+        if not self.emitting and t >= self.t0:
+            self.emitting = True
+            at = self.t0 if self.before is None else self.before
+            self.dump_state(at)
+            if at == t:         # no earlier time: do not repeat the timestamp
+                return
+        if self.emitting:
+            self.out.write(f"#{t}\n")
+        else:
+            self.before = t
+
+    def dump_state(self, t: int) -> None:
+        out = self.out
+        out.write(f"#{t}\n$dumpvars\n")
+        for ident, var in self.vars.items():
+            v = self.state.get(ident)
+            if var.kind == "string":
+                if v is not None:
+                    out.write(f"s{v} {ident}\n")
+            elif var.kind == "real":
+                out.write(f"r{v if v is not None else '0'} {ident}\n")
+            elif var.width == 1 and (v is None or len(v) == 1):
+                out.write(f"{v or 'x'}{ident}\n")
+            else:
+                out.write(f"b{v or 'x'} {ident}\n")
+        out.write("$end\n")
+
+
+def cut(src: Path | str, dst: Path | str, start: int, end: int, *, unit: str = "cycle",
+        clock: str | None = None) -> CutResult:
+    """Copy a window of a VCD into a smaller, self-contained VCD.
+
+    The header is copied unchanged (plus a ``$comment`` naming the window). A ``$dumpvars``
+    at the last timestamp before the window gives every variable the value it holds when the
+    window opens (so a rising edge at the window start stays an edge), then the value changes
+    inside the window follow, one per line; times stay absolute. For cycles, the window holds
+    the rising edges ``start .. end - 1``, so ``summarize(cut_file)`` equals
+    ``summarize(src, start=start, end=end)`` (with cycles renumbered from 0).
+    The source is streamed once and reading stops at the window end; memory holds one value
+    per identifier code.
+
+    Parameters
+    ----------
+    src, dst : Path or str
+    start, end : int
+        In cycles (``unit="cycle"``: rising-edge indices of the clock, counted from 0; the
+        window is ``[start, end)``) or VCD time units (``unit="time"``; ``[start, end]``).
+    unit : {"cycle", "time"}
+    clock : str, optional
+        Dotted clock name for ``unit="cycle"`` (default: the NPU's ``clk``).
+
+    Returns
+    -------
+    CutResult
+
+    Warns
+    -----
+    VcdSkippedLineWarning, VcdWidthWarning
+        As :class:`cosim.waves.vcd.VcdBody` (a skipped line is not copied).
+
+    Raises
+    ------
+    ValueError
+        If ``end < start`` or ``unit`` is unknown.
+    VcdFormatError, VcdSignalError
+    """
+    src, dst = Path(src), Path(dst)
+    _check_window(start, end, unit)
+    header = read_header(src)
+    t0, t1 = _window_times(src, header, start, end, unit, clock)
+    comment = f"$comment window {t0}..{t1} ({start}..{end} {unit}s) of {src.name} $end\n"
+    with VcdBody(src, header) as body, \
+            open(dst, "w", encoding="utf-8", errors="surrogateescape") as out:
+        _Cutter(header, out, t0, t1, comment).run(body)
+    return CutResult(dst, t0, t1, body.chars, dst.stat().st_size)

@@ -1,0 +1,274 @@
+"""Tiling of the linear kernel: :func:`plan_linear` chooses a :class:`LinearPlan` for an
+``(M, K) @ (K, N)`` layer on a configuration (the serialized plan, or the fastest
+double-buffered tiling on the timing model of :mod:`sw.kernels.linear_ops`);
+:func:`double_buffered_plan` builds one by hand. The layout and the schedule are described in
+:mod:`sw.kernels.linear`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from hw.config import NPUConfig
+from sw.kernels.linear_ops import Timer, matmul_cycles
+from sw.kernels.linear_schedule import Infeasible, build_program
+
+__all__ = ["LinearPlan", "plan_linear", "double_buffered_plan", "linear_dram_bytes"]
+
+_PARAM_ROW = 0     #: accumulator rows 0..2: bias, multiplier, shift
+_ACC_ROW = 3       #: first accumulator row of the output tile
+_MAX_ROW_BYTES = (1 << 16) - 1
+#: The planner stops replaying candidates on the timing model (best lower bound first) once it
+#: has replayed this many matmuls and has a plan (bounds the planning time of huge layers).
+_REPLAY_BUDGET = 100_000
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class LinearPlan:
+    """Tiling of one linear layer on one configuration (all counts in rows or blocks).
+
+    Row numbers are absolute (they include the region offsets). The serialized plan uses
+    ``w_base``, ``a_base``, ``o_base``, ``param_row`` and ``acc_row``; the double-buffered
+    plan the tuples of buffers (see :func:`build_linear_commands_double_buffered`).
+    """
+    m: int
+    k: int
+    n: int
+    kb: int        #: K blocks of ``rows``
+    nb: int        #: N blocks of ``cols``
+    m_tile: int    #: activation rows per M tile (``Mt``): rows streamed by each MATMUL
+    k_chunk: int   #: K blocks resident in the scratchpad at once (``KBc``)
+    w_base: int    #: scratchpad row of the (first) weight chunk
+    a_base: int    #: scratchpad row of the (first) activation chunk
+    o_base: int    #: scratchpad row of the (first) output tile
+    double_buffer: bool = False
+    n_group: int = 1      #: N blocks per step, each with its own accumulator tile
+    w_bases: tuple[int, ...] = ()    #: weight chunk buffers (``n_group * k_chunk * rows``)
+    a_bases: tuple[int, ...] = ()    #: activation chunk buffers (``k_chunk * m_tile``)
+    o_bases: tuple[int, ...] = ()    #: output tile buffers (``n_group * m_tile``)
+    param_rows: tuple[int, ...] = ()  #: parameter buffers (``3 * n_group`` accumulator rows)
+    acc_span: tuple[int, int] = (0, 0)   #: accumulator rows of the tiles, [first, end)
+    snake: bool = False   #: K chunks of odd steps run backwards (reuse resident chunks)
+    est_cycles: int = 0   #: the planner's timing-model estimate (0: not estimated)
+    param_row: int = _PARAM_ROW   #: accumulator rows of the parameters (bias, mult, shift)
+    acc_row: int = _ACC_ROW       #: accumulator rows of the output tile (serialized plan)
+
+
+
+
+def _region(region: tuple[int, int] | None, depth: int, what: str) -> tuple[int, int]:
+    if region is None:
+        return 0, depth
+    base, rows = region
+    if base < 0 or rows < 1 or base + rows > depth:
+        raise ValueError(f"{what} region {region} is outside [0, {depth})")
+    return base, rows
+
+
+def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: bool = False,
+                spad_region: tuple[int, int] | None = None,
+                acc_region: tuple[int, int] | None = None) -> LinearPlan:
+    """Choose the tiling for an ``(m, k) @ (k, n)`` layer (see the module docstring).
+
+    Parameters
+    ----------
+    double_buffer : bool
+        Plan the double-buffered stream (:func:`_plan_double_buffered`); falls back to the
+        serialized plan if no double-buffered tiling fits.
+    spad_region, acc_region : tuple of (int, int), optional
+        ``(first row, rows)`` of the scratchpad / accumulator the kernel may use (default:
+        all), so that kernels on different streams can run concurrently.
+
+    Raises
+    ------
+    ValueError
+        If a dimension is < 1, a region is outside its memory, or the scratchpad cannot hold
+        even one weight block, one activation row and one output row.
+    """
+    if min(m, k, n) < 1:
+        raise ValueError(f"dimensions must be >= 1, got M={m}, K={k}, N={n}")
+    c = config
+    s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
+    a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
+    kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    # Mt limits besides the scratchpad: accumulator rows and the 16-bit DMA row_bytes field.
+    m_lim = min(m, _MAX_ROW_BYTES // c.spad_row_bytes, (1 << 16) - 1)
+    if double_buffer:
+        plan = _plan_double_buffered(c, m, k, n, s0, s_rows, a0, a_rows, m_lim)
+        if plan is not None:
+            return plan
+    m_cap = min(m_lim, a_rows - _ACC_ROW)
+    # Whole K resident: kb*rows + kb*Mt + Mt <= spad_rows.
+    mt = min(m_cap, (s_rows - kb * c.rows) // (kb + 1))
+    if mt >= 1:
+        kbc = kb
+    else:
+        mt = min(m_cap, (s_rows - c.rows) // 2)
+        if mt < 1:
+            raise ValueError(f"scratchpad of {s_rows} rows is too small for a linear layer")
+        kbc = min(kb, (s_rows - mt) // (c.rows + mt))
+    return LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=mt, k_chunk=kbc,
+                      w_base=s0, a_base=s0 + kbc * c.rows, o_base=s0 + kbc * c.rows + kbc * mt,
+                      param_row=a0 + _PARAM_ROW, acc_row=a0 + _ACC_ROW)
+
+
+def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows: int,
+                          a0: int, a_rows: int, m_lim: int) -> LinearPlan | None:
+    """The double-buffered tiling with the fewest estimated cycles, or None if none fits.
+
+    Candidates: ``n_group`` G from 1 to ``cmd_fifo_depth`` (so that the requantizations and
+    stores of a step never wait in a full engine FIFO, which would hold up the dispatch of
+    the next matmuls); M tiles of nearly equal size as large as the accumulator allows
+    (``G * Mt`` rows per step, two steps' tiles at opposite ends of what the 2 x 3G parameter
+    rows leave, overlapping if need be) and the sizes at which the whole K fits in the
+    scratchpad; for each, the whole K resident (activations loaded once per M tile, one or
+    two buffers) or the largest K chunk with two activation and two weight buffers; one or
+    two output tiles. Each candidate's program is replayed on the timing model
+    (:class:`~sw.kernels.linear_ops.Timer`, the matrix engine's per-command overhead
+    ``matmul_cycles(config, 0)``
+    included), most promising first (lower bound: its matmul cycles), and the fastest wins;
+    ties go to less DRAM traffic.
+    """
+    kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    kbc_lim = _MAX_ROW_BYTES // (c.rows * c.spad_row_bytes)     # weight chunk row_bytes
+    overhead = matmul_cycles(c, 0)
+    cands: set[tuple] = set()
+    for g in range(1, min(nb, c.cmd_fifo_depth) + 1):
+        avail = a_rows - 6 * g            # rows for the tiles of two consecutive steps
+        mt_cap = min(m_lim, (avail - 1) // g)
+        if mt_cap < 1:
+            continue
+        n_g = _ceil_div(nb, g)
+        w_res = 1 if n_g == 1 else 2
+        mts = set()
+        # Full-size tiles (largest first), and the largest Mt at which the whole K fits.
+        nt0 = _ceil_div(m, mt_cap)
+        for nt in range(nt0, min(m, nt0 + 3) + 1):
+            mts.add(_ceil_div(m, nt))
+        for o_bufs in (1, 2):
+            for a_bufs in (1, 2):
+                fit = (s_rows - w_res * g * kb * c.rows) // (a_bufs * kb + o_bufs * g)
+                if fit >= 1:
+                    mt = min(fit, mt_cap)
+                    mts.add(_ceil_div(m, _ceil_div(m, mt)))
+        for mt in mts:
+            n_mt = _ceil_div(m, mt)
+            resident_done = chunk_best = 0
+            for o_bufs in (2, 1):       # one output tile only if that fits more
+                out_rows = o_bufs * g * mt
+                if kb <= kbc_lim and not resident_done:      # whole K resident
+                    for a_bufs in ((1,) if n_mt == 1 else (2, 1)):
+                        if w_res * g * kb * c.rows + a_bufs * kb * mt + out_rows <= s_rows:
+                            cands.add((g, mt, kb, o_bufs, a_bufs, w_res))
+                            resident_done = 1
+                            break
+                kbc = min(kb - 1, kbc_lim, (s_rows - out_rows) // (2 * g * c.rows + 2 * mt))
+                if kbc > chunk_best:
+                    cands.add((g, mt, kbc, o_bufs, 2, 2))
+                    chunk_best = kbc
+    order = sorted(cands, key=lambda x: (nb * kb * (m + _ceil_div(m, x[1]) * overhead),
+                                          -x[1], x))
+    best: tuple | None = None
+    replayed = 0
+    for g, mt, kbc, o_bufs, a_bufs, w_bufs in order:
+        bound = nb * kb * (m + _ceil_div(m, mt) * overhead)
+        if best is not None and (bound > best[0][0] or replayed >= _REPLAY_BUDGET):
+            break
+        replayed += _ceil_div(m, mt) * nb * kb      # matmuls of this candidate
+        plan = _make_plan(c, m, k, n, s0, a0, a_rows, mt, kbc, g, o_bufs, a_bufs, w_bufs,
+                          kbc < kb)
+        timer = Timer(c)
+        try:
+            ops = build_program(c, plan, 0, 0, 0, 0, False)
+        except Infeasible:
+            continue
+        cycles = timer.run(ops)
+        score = (cycles, sum(timer.bytes.values()), len(ops))
+        if best is None or score < best[0]:
+            best = (score, plan)
+    if best is None:
+        return None
+    return dataclasses.replace(best[1], est_cycles=best[0][0])
+
+
+def _make_plan(c: NPUConfig, m: int, k: int, n: int, s0: int, a0: int, a_rows: int, mt: int,
+               kbc: int, g: int, o_bufs: int, a_bufs: int, w_bufs: int,
+               snake: bool) -> LinearPlan:
+    """A double-buffered plan with the buffers laid out from ``s0`` (weights, activations,
+    output tiles) and ``a0`` (two parameter sets of ``3 g`` rows, then the tiles)."""
+    kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    w_rows, a_rows_ = g * kbc * c.rows, kbc * mt
+    w_bases = tuple(s0 + i * w_rows for i in range(w_bufs))
+    a_start = s0 + w_bufs * w_rows
+    a_bases = tuple(a_start + i * a_rows_ for i in range(a_bufs))
+    o_start = a_start + a_bufs * a_rows_
+    o_bases = tuple(o_start + i * g * mt for i in range(o_bufs))
+    return LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=mt, k_chunk=kbc,
+                      w_base=w_bases[0], a_base=a_bases[0], o_base=o_bases[0],
+                      double_buffer=True, n_group=g, w_bases=w_bases, a_bases=a_bases,
+                      o_bases=o_bases, param_rows=(a0, a0 + 3 * g),
+                      acc_span=(a0 + 6 * g, a0 + a_rows), snake=snake,
+                      param_row=a0, acc_row=a0 + 6 * g)
+
+
+def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: int,
+                         k_chunk: int, n_group: int = 1, out_buffers: int = 2,
+                         a_buffers: int = 2, w_buffers: int = 2, snake: bool | None = None,
+                         spad_region: tuple[int, int] | None = None,
+                         acc_region: tuple[int, int] | None = None) -> LinearPlan:
+    """A double-buffered tiling chosen by hand (for experiments and tests; :func:`plan_linear`
+    chooses one). ``snake`` defaults to ``k_chunk < KB``; one-buffer variants are correct
+    but serialize the loads that reuse the buffer.
+
+    Raises
+    ------
+    ValueError
+        If a count is out of range or the buffers do not fit the regions (the tiles of one
+        step must leave at least one accumulator row to the other step's).
+    """
+    c = config
+    s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
+    a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
+    kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    m_lim = min(m, _MAX_ROW_BYTES // c.spad_row_bytes)
+    kbc_lim = _MAX_ROW_BYTES // (c.rows * c.spad_row_bytes)
+    checks = [(1 <= m_tile <= m_lim, f"m_tile must be in 1..{m_lim}"),
+              (1 <= k_chunk <= min(kb, kbc_lim), f"k_chunk must be in 1..{min(kb, kbc_lim)}"),
+              (1 <= n_group <= nb, f"n_group must be in 1..{nb}"),
+              (all(x in (1, 2) for x in (out_buffers, a_buffers, w_buffers)),
+               "buffer counts must be 1 or 2"),
+              (w_buffers * n_group * k_chunk * c.rows + a_buffers * k_chunk * m_tile
+               + out_buffers * n_group * m_tile <= s_rows, "the buffers do not fit the scratchpad"),
+              (n_group * m_tile < a_rows - 6 * n_group, "the tiles do not fit the accumulator")]
+    for ok, why in checks:
+        if not ok:
+            raise ValueError(why)
+    return _make_plan(c, m, k, n, s0, a0, a_rows, m_tile, k_chunk, n_group, out_buffers,
+                      a_buffers, w_buffers, k_chunk < kb if snake is None else snake)
+
+
+
+def linear_dram_bytes(config: NPUConfig, plan: LinearPlan) -> dict:
+    """DRAM bytes the kernel's command stream moves for ``plan``: ``{"a", "w", "params",
+    "out", "total"}`` (padded rows as stored; activations and weights as often as reloaded)."""
+    c = config
+    srb = c.spad_row_bytes
+    if plan.double_buffer:
+        t = Timer(c)
+        t.run(build_program(c, plan, 0, 0, 0, 0, False))
+        b = t.bytes
+        a, w, p, out = b["a"], b["w"], b["p"], b["out"]
+    else:
+        m_tiles = _ceil_div(plan.m, plan.m_tile)
+        n_chunks = _ceil_div(plan.kb, plan.k_chunk)
+        a = plan.kb * plan.m * srb * (1 if n_chunks == 1 else plan.nb)
+        w = m_tiles * plan.nb * plan.kb * c.rows * srb
+        p = m_tiles * plan.nb * 3 * c.acc_row_bytes
+        out = plan.nb * plan.m * srb
+    return {"a": a, "w": w, "params": p, "out": out, "total": a + w + p + out}
+

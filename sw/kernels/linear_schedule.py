@@ -1,0 +1,486 @@
+"""The double-buffered schedule of the linear kernel: :func:`build_program` turns a
+:class:`~sw.kernels.linear_plan.LinearPlan` into a typed list of operations
+(:mod:`sw.kernels.linear_ops`) in stream order. The schedule itself is described in
+:func:`sw.kernels.linear.build_linear_commands_double_buffered`; the terms:
+
+* a *step* is one (M tile, N group): ``n_group`` N blocks of ``m_tile`` rows, each with its own
+  accumulator tile; a *phase* is one K chunk of a step;
+* the four semaphore names ``L`` (loads), ``M`` (phases), ``R`` (requantizations), ``S``
+  (stores) count what the kernel has signalled; a wait ``(name, count)`` is on an earlier
+  command of the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from hw.config import NPUConfig
+from hw.isa import LocalMem
+from sw.kernels.linear_ops import (
+    DmaOp,
+    MatmulOp,
+    Op,
+    RequantOp,
+    Wait,
+    dma_cycles,
+    matmul_cycles,
+    requant_cycles,
+)
+
+if TYPE_CHECKING:
+    from sw.kernels.linear_plan import LinearPlan
+
+__all__ = ["build_program", "Infeasible", "TAIL_PIECES"]
+
+#: The last step's requantization and store are split into at most this many pieces per tile.
+TAIL_PIECES = 8
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class Infeasible(ValueError):
+    """A tiling cannot be expressed as a command stream (the planner skips it)."""
+
+
+def _balanced(total: int, most: int) -> list[int]:
+    """``total`` split into ``ceil(total / most)`` parts of nearly equal size (each <= most)."""
+    parts = _ceil_div(total, most)
+    base, extra = divmod(total, parts)
+    return [base + (i < extra) for i in range(parts)]
+
+
+def _w_row_blocks(config: NPUConfig, m_tile: int, n_blocks: int) -> int:
+    """K blocks per DRAM row of a weight load of ``n_blocks`` blocks in a step of ``m_tile``
+    rows: the largest divisor of ``n_blocks`` whose row is at most half a matmul's cycles of
+    bus beats (at least one block). The co-simulation DRAM answers reads in order, so a
+    command fetch waits for the burst in progress; with short matmuls and long weight
+    bursts the matrix engine would run out of commands."""
+    c = config
+    block_beats = -(-c.rows * c.spad_row_bytes // c.axi_data_bytes)
+    most = max(1, matmul_cycles(c, m_tile) // 2 // block_beats)
+    return max(d for d in range(1, min(most, n_blocks) + 1) if n_blocks % d == 0)
+
+
+class _Buffers:
+    """Which content each of ``n`` alternating buffers holds; decides the loads of a phase."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.content: list = [None] * n
+        self.last = [-1] * n      # last phase that used the buffer
+        self.prev: int | None = None
+
+    def use(self, phase: int, key) -> tuple[int, bool, int]:
+        """Buffer for ``key`` in ``phase``: ``(buffer, load needed, last phase that used the
+        buffer before, or -1)``. A load goes to the buffer the previous phase did not use."""
+        if key in self.content:
+            b, load, q = self.content.index(key), False, -1
+        else:
+            b = 0 if self.n == 1 or self.prev is None else 1 - self.prev
+            load, q = True, self.last[b]
+            self.content[b] = key
+        self.last[b] = phase
+        self.prev = b
+        return b, load, q
+
+
+def build_program(config: NPUConfig, plan: LinearPlan, a_addr: int, w_addr: int, p_addr: int,
+                  o_addr: int, relu: bool) -> list[Op]:
+    """The double-buffered command stream of ``plan`` over buffers at DRAM addresses
+    ``a_addr`` (activations), ``w_addr`` (weights), ``p_addr`` (parameters), ``o_addr``
+    (output), as operations in stream order.
+
+    Raises
+    ------
+    Infeasible
+        If the out-tile dependency cannot be placed (planner candidates only).
+    """
+    return _Program(config, plan, (a_addr, w_addr, p_addr, o_addr), relu).build()
+
+
+class _Layout:
+    """The tiles, chunks, steps and phases of a plan, and which buffer each phase uses."""
+
+    def __init__(self, config: NPUConfig, plan: LinearPlan) -> None:
+        p = plan
+        m, kb, nb = p.m, p.kb, p.nb
+        self.m_tiles = [(i0, min(p.m_tile, m - i0)) for i0 in range(0, m, p.m_tile)]
+        self.n_groups = [(j0, min(p.n_group, nb - j0)) for j0 in range(0, nb, p.n_group)]
+        self.chunks: list[tuple[int, int]] = []      # (first K block, K blocks)
+        kb0 = 0
+        for nk in _balanced(kb, p.k_chunk):
+            self.chunks.append((kb0, nk))
+            kb0 += nk
+        self.steps = [(ti, gi) for ti in range(len(self.m_tiles))
+                      for gi in range(len(self.n_groups))]
+        self.phases: list[tuple[int, int]] = []      # (step, chunk)
+        self.first: list[int] = []                   # first and last phase of each step
+        self.last: list[int] = []
+        for s in range(len(self.steps)):
+            order = range(len(self.chunks))
+            if p.snake and s % 2:
+                order = reversed(order)
+            self.first.append(len(self.phases))
+            self.phases.extend((s, ci) for ci in order)
+            self.last.append(len(self.phases) - 1)
+        # Buffers per phase (A: M tile and K chunk; W: N group and K chunk).
+        a_bufs, w_bufs = _Buffers(len(p.a_bases)), _Buffers(len(p.w_bases))
+        self.a_use = [a_bufs.use(ph, (self.steps[s][0], ci))
+                      for ph, (s, ci) in enumerate(self.phases)]
+        self.w_use = [w_bufs.use(ph, (self.steps[s][1], ci))
+                      for ph, (s, ci) in enumerate(self.phases)]
+        # Parameters of step s load with the loads of phase p_at[s]: late enough that the
+        # requantization of step s - 2 (same buffer) has normally finished when dispatched.
+        self.p_at: dict[int, list[int]] = {}
+        for s in range(len(self.steps)):
+            q = 0 if s == 0 else min(self.first[s - 1] + 2, self.first[s])
+            self.p_at.setdefault(q, []).append(s)
+        self.acc_span = p.acc_span
+
+    def tile(self, s: int) -> tuple[int, int, int, int]:
+        """``(first row, rows, first N block, N blocks)`` of step ``s``."""
+        ti, gi = self.steps[s]
+        return (*self.m_tiles[ti], *self.n_groups[gi])
+
+    def acc_rows_of(self, s: int) -> tuple[int, int]:
+        """Accumulator rows of step s: alternately at the low and the high end of the tile
+        region, so consecutive steps overlap only if two tiles do not fit side by side."""
+        lo_end, hi_end = self.acc_span
+        _, mt, _, g = self.tile(s)
+        t = mt * g
+        return (lo_end, lo_end + t) if s % 2 == 0 else (hi_end - t, hi_end)
+
+    def overlap(self, s: int) -> tuple[int, int] | None:
+        """Accumulator rows that step s overwrites while step s - 1 may still read them."""
+        if s == 0 or s >= len(self.steps):
+            return None
+        a, b = self.acc_rows_of(s - 1), self.acc_rows_of(s)
+        lo, hi = max(a[0], b[0]), min(a[1], b[1])
+        return (lo, hi) if lo < hi else None
+
+
+class _Program(_Layout):
+    """Builds the operations of a plan in stream order (see :func:`build_program`)."""
+
+    def __init__(self, config: NPUConfig, plan: LinearPlan, addrs: tuple[int, int, int, int],
+                 relu: bool) -> None:
+        super().__init__(config, plan)
+        self.c, self.p, self.relu = config, plan, relu
+        self.a_addr, self.w_addr, self.p_addr, self.o_addr = addrs
+        self.srb, self.rows = config.spad_row_bytes, config.rows
+        self.k_pad = plan.kb * config.rows
+        self.ops: list[Op] = []
+        self.count = dict.fromkeys("LMRS", 0)
+        self.p_op: dict[int, DmaOp] = {}          # parameter load of each step
+        self.r_after: dict[int, int] = {}         # R count once step s is requantized
+        self.s_after: dict[int, int] = {}         # S count once step s is stored
+        self.r_free: dict[int, int] = {}          # R count once the rows overlap(s) are free
+        self.step_matmuls: dict[int, list[MatmulOp]] = {}
+
+    def add(self, op: Op) -> Op:
+        """Append ``op``; a wait for a count of 0 or less is no wait."""
+        if op.wait is not None and op.wait[1] <= 0:
+            op.wait = None
+        if op.signal is not None:
+            self.count[op.signal] += 1
+        self.ops.append(op)
+        return op
+
+    def build(self) -> list[Op]:
+        """Stream order of phase p >= 1: its late loads, its first matmul, the requantization
+        and stores of the step that ended with phase p - 1, the prefetch of phase p + 1, the
+        rest of its matmuls: the first matmul is fetched right behind the previous phase's."""
+        n_ph = len(self.phases)
+        for ph in range(n_ph):
+            s = self.phases[ph][0]
+
+            def after_first(ph: int = ph, s: int = s) -> None:
+                if ph == self.first[s] and s > 0:
+                    self.emit_end(s - 1)
+                if ph + 1 < n_ph:
+                    self.emit_loads(ph + 1, late=False)
+            if ph == 0:
+                self.emit_first_phase(after_first)
+            else:
+                self.emit_loads(ph, late=True)
+                self.emit_matmuls(ph, {0: self.count["L"]}, {}, {0: after_first})
+            if ph == self.last[s]:
+                self.wait_for_out_tile(s)
+        self.emit_end(len(self.steps) - 1)
+        return self.ops
+
+    # -- loads --------------------------------------------------------------------------------
+
+    def emit_p(self, s: int) -> None:
+        """Parameters of step ``s``, after the requantizations of step ``s - 2``."""
+        _, _, j0, g = self.tile(s)
+        acc_rb = self.c.acc_row_bytes
+        wait = ("R", self.r_after[s - 2]) if s >= 2 else None
+        self.p_op[s] = self.add(DmaOp(
+            store=False, tag="p", mem=LocalMem.ACC, dram_addr=self.p_addr + j0 * 3 * acc_rb,
+            dram_stride=acc_rb, row_bytes=acc_rb, n_rows=3 * g,
+            local_row=self.p.param_rows[s % 2], local_stride=1, wait=wait, signal="L"))
+
+    def emit_a(self, ph: int, off: int = 0, n: int | None = None) -> None:
+        """Activations of K blocks ``off .. off + n`` of phase ``ph``'s chunk."""
+        s, ci = self.phases[ph]
+        i0, mt, _, _ = self.tile(s)
+        kb0, nk = self.chunks[ci]
+        b, _, q = self.a_use[ph]
+        srb, m = self.srb, self.p.m
+        self.add(DmaOp(
+            store=False, tag="a", mem=LocalMem.SPAD,
+            dram_addr=self.a_addr + ((kb0 + off) * m + i0) * srb, dram_stride=m * srb,
+            row_bytes=mt * srb, n_rows=nk if n is None else n,
+            local_row=self.p.a_bases[b] + off * mt, local_stride=mt, wait=("M", q + 1),
+            signal="L"))
+
+    def emit_w(self, ph: int, off: int = 0, n: int | None = None) -> None:
+        """Weights of K blocks ``off .. off + n`` of phase ``ph``'s chunk for its N group. A
+        DRAM row (so an AXI burst) stays shorter than half a matmul of the step: a command
+        fetch queues behind the burst in progress, and the array must not run dry meanwhile
+        (see :func:`_w_row_blocks`)."""
+        s, ci = self.phases[ph]
+        _, mt, j0, g = self.tile(s)
+        kb0, nk = self.chunks[ci]
+        b, _, q = self.w_use[ph]
+        n = nk if n is None else n
+        srb, rows, k_pad = self.srb, self.rows, self.k_pad
+        block_bytes = rows * srb              # one weight block (K block x N block) in DRAM
+        per_row = _w_row_blocks(self.c, mt, n)
+        dram = self.w_addr + (j0 * k_pad + (kb0 + off) * rows) * srb
+        local = self.p.w_bases[b] + off * rows
+        if per_row == n:          # one DRAM row per N block
+            self.add(DmaOp(store=False, tag="w", mem=LocalMem.SPAD, dram_addr=dram,
+                           dram_stride=k_pad * srb, row_bytes=n * block_bytes, n_rows=g,
+                           local_row=local, local_stride=nk * rows, wait=("M", q + 1),
+                           signal="L"))
+            return
+        for gg in range(g):       # per N block, rows of per_row K blocks
+            self.add(DmaOp(store=False, tag="w", mem=LocalMem.SPAD,
+                           dram_addr=dram + gg * k_pad * srb, dram_stride=per_row * block_bytes,
+                           row_bytes=per_row * block_bytes, n_rows=n // per_row,
+                           local_row=local + gg * nk * rows, local_stride=per_row * rows,
+                           wait=("M", q + 1), signal="L"))
+
+    def emit_loads(self, ph: int, late: bool) -> None:
+        """The loads of phase ``ph`` into buffers the previous phase used (``late``: emitted
+        after that phase's matmuls) or into the other buffer (prefetch: emitted before)."""
+        if self.w_use[ph][1] and (self.w_use[ph][2] == ph - 1) == late:
+            self.emit_w(ph)
+        if self.a_use[ph][1] and (self.a_use[ph][2] == ph - 1) == late:
+            self.emit_a(ph)
+        if not late:
+            for s in self.p_at.get(ph, []):
+                self.emit_p(s)
+
+    # -- matmuls ------------------------------------------------------------------------------
+
+    def emit_matmuls(self, ph: int, block_waits: dict[int, int],
+                     before: dict[int, Callable[[int], None]],
+                     after: dict[int, Callable[[], None]]) -> None:
+        """The matmuls of phase ``ph``: for each K block, every N block of the group. The first
+        matmul of K block ``i`` waits ``L >= block_waits[i]`` (if given); ``before[i](i)``
+        runs before K block ``i``, ``after[i]()`` after its first matmul. The first K block of
+        a step overwrites the accumulator; its rows that the previous step may still
+        requantize (``overlap``) go last and wait for those requantizations. The last matmul
+        signals ``M``."""
+        s, ci = self.phases[ph]
+        nk = self.chunks[ci][1]
+        emitted: list[MatmulOp] = []
+        for i in range(nk):
+            if i in before:
+                before[i](i)
+            wait = ("L", block_waits[i]) if i in block_waits else None
+            emitted += self._k_block(ph, i, wait, after)
+        emitted[-1].signal = "M"
+        self.count["M"] += 1
+        self.step_matmuls.setdefault(s, []).extend(emitted)
+
+    def _k_block(self, ph: int, i: int, wait: Wait,
+                 after: dict[int, Callable[[], None]]) -> list[MatmulOp]:
+        """The matmuls of K block ``i`` of phase ``ph`` (see :meth:`emit_matmuls`)."""
+        s, _ = self.phases[ph]
+        _, mt, _, g = self.tile(s)
+        nk = self.chunks[self.phases[ph][1]][1]
+        a_base = self.p.a_bases[self.a_use[ph][0]]
+        w_base = self.p.w_bases[self.w_use[ph][0]]
+        acc0 = self.acc_rows_of(s)[0]
+        overwrite = ph == self.first[s] and i == 0
+        ov = self.overlap(s) if ph == self.first[s] else None
+        emitted: list[MatmulOp] = []
+        deferred = []
+        for gg in range(g):
+            lo, hi = acc0 + gg * mt, acc0 + (gg + 1) * mt
+            segs = [(lo, hi)]
+            if overwrite and ov is not None and ov[0] < hi and lo < ov[1]:
+                a, b = max(lo, ov[0]), min(hi, ov[1])
+                segs = [sg for sg in ((lo, a), (b, hi)) if sg[0] < sg[1]]
+                deferred.append((gg, a, b))
+            for sl, sh in segs:
+                op = MatmulOp(a_row=a_base + i * mt + sl - lo,
+                              w_row=w_base + (gg * nk + i) * self.rows, acc_row=sl, m=sh - sl,
+                              accumulate=not overwrite, wait=wait)
+                self.ops.append(op)       # a wait on L is kept even for a count of 0
+                emitted.append(op)
+                wait = None
+                if i in after:
+                    after.pop(i)()
+        if deferred and wait is not None:
+            raise Infeasible("every row of the first K block overlaps the previous step")
+        for gg, a, b in deferred:
+            lo = acc0 + gg * mt
+            emitted.append(self.add(MatmulOp(
+                a_row=a_base + i * mt + a - lo, w_row=w_base + (gg * nk + i) * self.rows,
+                acc_row=a, m=b - a, accumulate=False, wait=("R", self.r_free[s]))))
+        return emitted
+
+    # -- the first phase ----------------------------------------------------------------------
+
+    def first_pieces(self, nk: int, w_whole: bool) -> tuple[int, list[int]]:
+        """Estimated end and sizes (K blocks) of the first phase's load pieces, each as large
+        as the timing model says still arrives before the array reaches it (at least one
+        block). ``w_whole``: the weights of the whole chunk load with the first piece, else
+        each piece loads its own; the parameters of step 0 load before the second piece."""
+        c, rows, srb = self.c, self.rows, self.srb
+        _, mt, _, g = self.tile(self.phases[0][0])
+        per_block = g * matmul_cycles(c, mt)
+        p_cycles = dma_cycles(c, c.acc_row_bytes, 3 * g)
+        w_load, a_load = self.w_use[0][1], self.a_use[0][1]
+
+        def dma(n: int, first_piece: bool, n_pieces: int) -> int:
+            w = 0
+            if w_load and (first_piece or not w_whole):
+                w = dma_cycles(c, (nk if w_whole else n) * rows * srb, g)
+            return (w + (dma_cycles(c, mt * srb, n) if a_load else 0)
+                    + (p_cycles if n_pieces == 1 and not first_piece else 0))
+        pieces = [1]
+        t_dma = t_start = dma(1, True, 1)    # loads done; compute start of the piece's block
+        pos = 1
+        while pos < nk:
+            reach = t_start + pieces[-1] * per_block
+            n = 1
+            while pos + n < nk and t_dma + dma(n + 1, False, len(pieces)) <= reach:
+                n += 1
+            t_dma += dma(n, False, len(pieces))
+            t_start = max(reach, t_dma)
+            pieces.append(n)
+            pos += n
+        return t_start + pieces[-1] * per_block, pieces
+
+    def emit_first_phase(self, after_last: Callable[[], None]) -> None:
+        """The first phase loads in pieces of K blocks, each followed by its matmuls, so that
+        the array starts after one piece instead of the whole first chunk (the weights with
+        the first piece or with each, whichever the timing model finds faster).
+        ``after_last()`` runs after the first matmul of the last piece."""
+        nk = self.chunks[self.phases[0][1]][1]
+        (_, pieces), w_whole = min((self.first_pieces(nk, w), w) for w in (False, True))
+        starts = [sum(pieces[:i]) for i in range(len(pieces))]
+        waits: dict[int, int] = {}
+
+        def load_piece(i: int) -> None:
+            j = starts.index(i)
+            if j == min(1, len(pieces) - 1):
+                for q in self.p_at.get(0, []):
+                    self.emit_p(q)
+            if self.w_use[0][1] and (j == 0 or not w_whole):
+                self.emit_w(0, i, nk if w_whole else pieces[j])
+            if self.a_use[0][1]:
+                self.emit_a(0, i, pieces[j])
+            waits[i] = self.count["L"]
+        self.emit_matmuls(0, waits, dict.fromkeys(starts, load_piece), {starts[-1]: after_last})
+
+    # -- end of a step ------------------------------------------------------------------------
+
+    def wait_for_out_tile(self, s: int) -> None:
+        """Out tile reuse: a matmul of step ``s`` that waits for nothing else waits until the
+        step that used the same output tile before was stored (with two output tiles and no
+        such matmul, the step's parameter load waits)."""
+        prev = s - len(self.p.o_bases)
+        if prev < 0:
+            return
+        wait = ("S", self.s_after[prev])
+        free_mm = [o for o in self.step_matmuls[s] if o.wait is None]
+        if free_mm:
+            free_mm[-1].wait = wait
+        elif len(self.p.o_bases) == 2 and s in self.p_op:
+            self.p_op[s].wait = wait
+        else:
+            raise Infeasible("no matmul can wait for the output tile")
+
+    def _end_pieces(self, s: int) -> tuple[list, list]:
+        """Requantization pieces ``(N block, first row, end row)`` of step ``s``: those whose
+        rows the next step overwrites first (``early``), then the rest. The last step's tiles
+        are cut into the pieces whose stores overlap the next piece's requantization best."""
+        _, mt, _, g = self.tile(s)
+        acc0 = self.acc_rows_of(s)[0]
+        tiles = [(gg, acc0 + gg * mt, acc0 + (gg + 1) * mt) for gg in range(g)]
+        if s == len(self.steps) - 1:
+            return [], self._tail_pieces(tiles, mt, g)
+        ov = self.overlap(s + 1)
+        if ov is None:
+            return [], tiles
+        early, rest = [], []
+        for gg, lo, hi in tiles:
+            a, b = max(lo, ov[0]), min(hi, ov[1])
+            if a < b:
+                early.append((gg, a, b))
+                rest.extend((gg, x, y) for x, y in ((lo, a), (b, hi)) if x < y)
+            else:
+                rest.append((gg, lo, hi))
+        if len(early) + len(rest) > self.c.cmd_fifo_depth:   # whole tiles, overlapped first
+            hit = {gg for gg, _, _ in early}
+            early = [t for t in tiles if t[0] in hit]
+            rest = [t for t in tiles if t[0] not in hit]
+        return early, rest
+
+    def _tail_pieces(self, tiles: list, mt: int, g: int) -> list:
+        """The last step: nothing follows, so split each tile into the number of pieces whose
+        stores overlap the next piece's requantization that the timing model says ends
+        soonest."""
+        c = self.c
+
+        def tail(n: int) -> int:
+            sizes = _balanced(mt, _ceil_div(mt, n))
+            return (g * sum(requant_cycles(c, x) for x in sizes)
+                    + dma_cycles(c, sizes[-1] * self.srb, 1))
+        n = min(range(1, min(mt, TAIL_PIECES) + 1), key=tail)
+        pieces = []
+        for gg, lo, _ in tiles:
+            for size in _balanced(mt, _ceil_div(mt, n)):
+                pieces.append((gg, lo, lo + size))
+                lo += size
+        return pieces
+
+    def emit_end(self, s: int) -> None:
+        """Requantize and store step ``s``; rows the next step overwrites first. One store per
+        tile after its last piece, except for the last step's pieces (one store each)."""
+        i0, mt, j0, _ = self.tile(s)
+        acc0 = self.acc_rows_of(s)[0]
+        o0 = self.p.o_bases[s % len(self.p.o_bases)]
+        early, rest = self._end_pieces(s)
+        wait: Wait = ("M", self.last[s] + 1)
+        pieces: list[tuple[int, int, int, int]] = []
+        for n_early, (gg, lo, hi) in enumerate(early + rest, start=1):
+            self.add(RequantOp(acc_row=lo, spad_row=o0 + lo - acc0, n_rows=hi - lo,
+                               param_row=self.p.param_rows[s % 2] + 3 * gg, relu=self.relu,
+                               wait=wait, signal="R"))
+            wait = None
+            pieces.append((gg, lo, hi, self.count["R"]))
+            if n_early == len(early):
+                self.r_free[s + 1] = self.count["R"]
+        self.r_after[s] = self.count["R"]
+        done_at = {gg: (gg, acc0 + gg * mt, acc0 + (gg + 1) * mt, r) for gg, _, _, r in pieces}
+        last = s == len(self.steps) - 1
+        stores = pieces if last else sorted(done_at.values(), key=lambda x: x[3])
+        srb, m = self.srb, self.p.m
+        for gg, lo, hi, r in stores:
+            self.add(DmaOp(
+                store=True, tag="out", mem=LocalMem.SPAD,
+                dram_addr=self.o_addr + ((j0 + gg) * m + i0 + lo - acc0 - gg * mt) * srb,
+                dram_stride=0, row_bytes=(hi - lo) * srb, n_rows=1, local_row=o0 + lo - acc0,
+                local_stride=0, wait=("R", r), signal="S"))
+        self.s_after[s] = self.count["S"]

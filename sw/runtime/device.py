@@ -1,0 +1,487 @@
+"""The device: configuration discovery, DRAM, streams, the semaphore pool, events, barriers,
+error checking and waiting."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import fields
+
+import numpy as np
+import numpy.typing as npt
+
+from hw.config import NPUConfig
+from hw.isa import (
+    COMMAND_BYTES,
+    CSR_ID_VALUE,
+    CSR_VERSION_VALUE,
+    CfgArray,
+    CfgBus,
+    Csr,
+    ErrorCode,
+    IrqBit,
+    Opcode,
+    QueueErrorWord,
+    SemLast,
+    decode,
+    queue_csr,
+    sem_csr,
+    sem_last_csr,
+    sem_reached,
+    unpack_fields,
+)
+from sw.backend import Backend
+from sw.runtime.commands import Command, CommandList, describe_command
+from sw.runtime.counters import Counters, TraceRecord, read_counters, read_trace
+from sw.runtime.errors import (
+    DEFAULT_TIMEOUT_CYCLES,
+    ConfigMismatchError,
+    DeviceError,
+    DeviceTimeoutError,
+    NPUError,
+    OutOfSemaphoresError,
+)
+from sw.runtime.memory import Allocator, AllocatorStats, Buffer
+from sw.runtime.streams import Stream
+from sw.runtime.sync import SEM_MODULUS, BlockedCommand, Event, Semaphore
+
+__all__ = ["Device"]
+
+_REPORTED_FIELDS = ("rows", "cols", "n_queues", "n_sems", "spad_rows", "acc_rows",
+                    "axi_data_bits", "dma_outstanding", "dram_bytes")
+
+
+class Device:
+    """An NPU seen through a backend: configuration, memory, streams, semaphores, events.
+
+    Parameters
+    ----------
+    backend : Backend
+        The transport (:class:`sw.model.ModelBackend` or the RTL backend).
+    expected_config : NPUConfig, optional
+        If given, the configuration the caller built for; a difference on any field the
+        ``CFG_*`` CSRs report raises :class:`ConfigMismatchError`. Fields the CSRs do not
+        report (``axi_addr_bits``, ``axi_id_bits``, ``cmd_fifo_depth``, ``trace_depth``) are
+        taken from it (else from the :class:`NPUConfig` defaults).
+    queue : int
+        The hardware queue of the default stream (:meth:`launch`, :meth:`synchronize`).
+    ring_commands : int, optional
+        Ring size of each stream in commands, a power of two >= 2 (holds one less).
+        Default: 4096 (128 KiB), or 1/16 of DRAM if that is smaller.
+
+    Raises
+    ------
+    ConfigMismatchError
+        If ``ID`` is not the NPU's, the version major differs, the CSRs are inconsistent or
+        differ from ``expected_config``.
+    OutOfMemoryError
+        If the ring does not fit in DRAM.
+
+    Attributes
+    ----------
+    config : NPUConfig
+        The configuration discovered from the CSRs.
+    allocator : Allocator
+        The DRAM allocator.
+    default_stream : Stream
+        The stream of :meth:`launch` / :meth:`synchronize`.
+
+    Notes
+    -----
+    Creating a :class:`Device` resets the NPU (``CONTROL``): every queue, error and semaphore.
+    Semaphore 0 is left to callers that manage semaphores by hand; the others form the pool of
+    :meth:`alloc_semaphore` (events, kernels).
+    """
+
+    def __init__(self, backend: Backend, expected_config: NPUConfig | None = None, *,
+                 queue: int = 0, ring_commands: int | None = None) -> None:
+        self.backend = backend
+        self.config = self._discover(expected_config)
+        if ring_commands is None:
+            fit = self.config.dram_bytes // 16 // COMMAND_BYTES
+            ring_commands = min(4096, 1 << (fit.bit_length() - 1))
+        if not 0 <= queue < self.config.n_queues:
+            raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
+        if ring_commands < 2 or ring_commands & (ring_commands - 1):
+            raise ValueError(f"ring_commands must be a power of two >= 2, got {ring_commands}")
+        self.ring_commands = ring_commands
+        self.allocator = Allocator(0, self.config.dram_bytes)
+        self._sem_pool = list(range(self.config.n_sems - 1, 0, -1))
+        self._sems_live: dict[int, Semaphore] = {}
+        self._barrier_sem: Semaphore | None = None
+        self.streams: dict[int, Stream] = {}
+        backend.csr_write(Csr.CONTROL, 1)
+        backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
+        backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
+        self.default_stream = self.create_stream(queue)
+
+    # -- configuration ----------------------------------------------------------------------------
+
+    def _discover(self, expected: NPUConfig | None) -> NPUConfig:
+        rd = self.backend.csr_read
+        ident = rd(Csr.ID)
+        if ident != CSR_ID_VALUE:
+            raise ConfigMismatchError(f"not an NPU: ID CSR reads {ident:#010x}, "
+                                      f"expected {CSR_ID_VALUE:#010x}")
+        version = rd(Csr.VERSION)
+        if version >> 16 != CSR_VERSION_VALUE >> 16:
+            raise ConfigMismatchError(f"device version {version:#010x} is not compatible with "
+                                      f"the runtime's {CSR_VERSION_VALUE:#010x}")
+        arr = unpack_fields(CfgArray, rd(Csr.CFG_ARRAY))
+        bus = unpack_fields(CfgBus, rd(Csr.CFG_BUS))
+        reported = {
+            "rows": arr.rows, "cols": arr.cols, "n_queues": arr.n_queues,
+            "n_sems": arr.n_sems or 256,  # the low 8 bits: 0 means 256
+            "spad_rows": rd(Csr.CFG_SPAD), "acc_rows": rd(Csr.CFG_ACC),
+            "axi_data_bits": 8 * bus.axi_data_bytes, "dma_outstanding": bus.dma_outstanding,
+            "dram_bytes": rd(Csr.CFG_DRAM),
+        }
+        base = expected if expected is not None else NPUConfig()
+        rest = {f.name: getattr(base, f.name) for f in fields(NPUConfig)
+                if f.name not in reported}
+        try:
+            config = NPUConfig(**reported, **rest)
+        except ValueError as e:
+            raise ConfigMismatchError(f"the device reports an invalid configuration: {e}") from e
+        derived = {"spad_row_bytes": bus.spad_row_bytes, "acc_row_elems": bus.acc_row_elems}
+        for name, value in derived.items():
+            if getattr(config, name) != value:
+                raise ConfigMismatchError(f"CFG_BUS reports {name}={value} but the "
+                                          f"configuration implies {getattr(config, name)}")
+        if expected is not None:
+            diffs = [f"{n}: device {getattr(config, n)}, expected {getattr(expected, n)}"
+                     for n in _REPORTED_FIELDS if getattr(config, n) != getattr(expected, n)]
+            if diffs:
+                raise ConfigMismatchError("device configuration differs: " + "; ".join(diffs))
+        return config
+
+    # -- streams, semaphores, events ---------------------------------------------------------
+
+    def create_stream(self, queue: int | None = None, *, window_bytes: int | None = None,
+                      ring_commands: int | None = None) -> Stream:
+        """Create a :class:`Stream` on hardware queue ``queue`` (the lowest free one if None).
+
+        Raises
+        ------
+        ValueError
+            If the queue does not exist or already has a stream, or none is free.
+        OutOfMemoryError
+            If the ring (or the window) does not fit in DRAM.
+        """
+        if queue is None:
+            free = [q for q in range(self.config.n_queues) if q not in self.streams]
+            if not free:
+                raise ValueError(f"all {self.config.n_queues} hardware queues have a stream")
+            queue = free[0]
+        if not 0 <= queue < self.config.n_queues:
+            raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
+        if queue in self.streams:
+            raise ValueError(f"queue {queue} already has a stream")
+        stream = Stream(self, queue, ring_commands or self.ring_commands, window_bytes)
+        self.streams[queue] = stream
+        return stream
+
+    def alloc_semaphore(self) -> Semaphore:
+        """Take a semaphore from the pool (ids ``n_sems - 1`` down to 1).
+
+        Raises
+        ------
+        OutOfSemaphoresError
+            If all are in use.
+        """
+        if not self._sem_pool:
+            raise OutOfSemaphoresError(f"all {self.config.n_sems - 1} pool semaphores in use")
+        sem = Semaphore(self, self._sem_pool.pop())
+        self._sems_live[sem.id] = sem
+        return sem
+
+    def event(self) -> Event:
+        """A new, unrecorded :class:`Event`."""
+        return Event(self)
+
+    def barrier(self, streams: Iterable[Stream]) -> None:
+        """Cross-stream barrier: work launched afterwards on any of ``streams`` starts only
+        after all work launched before on all of them retired.
+
+        Each stream appends a ``BARRIER`` that signals the device's barrier semaphore once
+        the stream's earlier work retired, then a ``WAIT`` until the semaphore counts every
+        such signal issued so far. The count is cumulative over all barriers, so a barrier
+        also waits for the streams of earlier barriers to reach them (conservative, never
+        deadlocks by itself). One pool semaphore is taken at the first barrier and kept.
+        """
+        streams = list(streams)
+        if self._barrier_sem is None:
+            self._barrier_sem = self.alloc_semaphore()
+        sem = self._barrier_sem
+        target = sem.target(len(streams))
+        for s in streams:
+            c = CommandList()
+            c.barrier(signal=sem.id)
+            c.wait(sem.id, target)
+            s._write([x.raw for x in c], DEFAULT_TIMEOUT_CYCLES)
+        sem.issued += len(streams)
+
+    # -- memory -----------------------------------------------------------------------------------
+
+    def alloc(self, nbytes: int, align: int = 64) -> Buffer:
+        """Allocate ``nbytes`` bytes of device DRAM aligned to ``align`` bytes.
+
+        Raises
+        ------
+        OutOfMemoryError
+            If no free block is large enough.
+        ValueError
+            If ``nbytes < 1`` or ``align`` is not a power of two.
+        """
+        return Buffer(self, self.allocator.alloc(nbytes, align), int(nbytes))
+
+    def upload(self, array: npt.ArrayLike, align: int = 64) -> Buffer:
+        """Allocate a buffer and copy the C-ordered raw bytes of ``array`` into it."""
+        a = np.ascontiguousarray(array)
+        buf = self.alloc(max(a.nbytes, 1), align)
+        buf.write(a.tobytes())
+        return buf
+
+    def download(self, buffer: Buffer, dtype: npt.DTypeLike, shape: tuple[int, ...] | int,
+                 offset: int = 0) -> np.ndarray:
+        """Read an array of ``dtype`` and ``shape`` from ``buffer`` at byte ``offset``.
+
+        Raises
+        ------
+        ValueError
+            If the array does not fit in the buffer.
+        """
+        dt = np.dtype(dtype)
+        shape_t = (shape,) if isinstance(shape, int) else tuple(shape)
+        n = math.prod(shape_t) * dt.itemsize
+        return np.frombuffer(buffer.read(n, offset), dtype=dt).reshape(shape_t).copy()
+
+    def memory_stats(self) -> AllocatorStats:
+        """Allocator statistics (bytes)."""
+        return self.allocator.stats()
+
+    # -- CSR helpers ------------------------------------------------------------------------------
+
+    def cycles(self) -> int:
+        """The device's 64-bit cycle counter (reading ``CYCLES_LO`` latches ``CYCLES_HI``);
+        always 0 on the untimed model."""
+        lo = self.backend.csr_read(Csr.CYCLES_LO)
+        hi = self.backend.csr_read(Csr.CYCLES_HI)
+        return hi << 32 | lo
+
+    def semaphore(self, sem: int) -> int:
+        """Current value of semaphore ``sem`` (its CSR, :func:`hw.isa.sem_csr`).
+
+        Raises
+        ------
+        ValueError
+            If the semaphore does not exist.
+        """
+        if not 0 <= sem < self.config.n_sems:
+            raise ValueError(f"semaphore {sem} does not exist (n_sems={self.config.n_sems})")
+        return self.backend.csr_read(sem_csr(sem))
+
+    def set_semaphore(self, sem: int, value: int) -> None:
+        """Host write of semaphore ``sem`` (its CSR at :func:`hw.isa.sem_csr`): it holds
+        ``value`` from then on; ``SEM_LAST`` is not changed. For initialisation, and for
+        tests that drive a semaphore across its 2**32 wrap.
+
+        A pool semaphore in use (:meth:`alloc_semaphore`, events, the barrier) moves with
+        it: its targets shift so that everything signalled so far counts as reached (an
+        event recorded and completed stays completed; one never recorded still waits for
+        its first recording).
+
+        Raises
+        ------
+        ValueError
+            If the semaphore does not exist or ``value`` is not in ``0 .. 2**32 - 1``.
+        NPUError
+            If ``sem`` is a pool semaphore in use with signals still pending (it does not
+            hold its target yet): the write would lose them.
+        """
+        if not 0 <= value < SEM_MODULUS:
+            raise ValueError(f"semaphore value {value!r} is not in 0 .. {SEM_MODULUS - 1}")
+        current = self.semaphore(sem)
+        live = self._sems_live.get(sem)
+        if live is not None:
+            if current != live.target():
+                raise NPUError(f"semaphore {sem} has signals pending (holds {current}, its "
+                               f"owner expects {live.target()}); synchronize first")
+            live.base = (value - live.issued) % SEM_MODULUS
+        self.backend.csr_write(sem_csr(sem), value)
+
+    def last_signal(self, sem: int) -> tuple[int, int] | None:
+        """``(queue, command index)`` of what last incremented ``sem`` (``SEM_LAST``), or None
+        if nothing did since the last ``CONTROL`` clear."""
+        last = unpack_fields(SemLast, self.backend.csr_read(sem_last_csr(sem)))
+        return (last.queue, last.index) if last.valid else None
+
+    def counters(self) -> Counters:
+        """Snapshot of the performance counters (:func:`sw.runtime.counters.read_counters`;
+        see :class:`Counters` for names and units). On an untimed backend (the functional
+        model) the timing counters are left out."""
+        return read_counters(self.backend)
+
+    def read_trace(self) -> list[TraceRecord]:
+        """Drain the engines' command trace FIFOs, oldest first per engine, sorted by start.
+
+        Raises
+        ------
+        NPUError
+            If a trace FIFO overflowed (entries were lost; it is cleared by ``CONTROL``).
+        """
+        return read_trace(self.backend, self.config.trace_depth)
+
+    def status(self) -> dict[str, int]:
+        """Debug snapshot: STATUS, the default stream's HEAD and TAIL, IRQ_STATUS, every
+        stream's Q_STATUS/HEAD/TAIL and every semaphore."""
+        rd = self.backend.csr_read
+        q0 = self.default_stream.queue
+        snap = {"STATUS": rd(Csr.STATUS), "HEAD": rd(queue_csr(q0, Csr.HEAD)),
+                "TAIL": rd(queue_csr(q0, Csr.TAIL)), "IRQ_STATUS": rd(Csr.IRQ_STATUS)}
+        for q in sorted(self.streams):
+            if q != q0:
+                snap[f"q{q}.STATUS"] = rd(queue_csr(q, Csr.Q_STATUS))
+                snap[f"q{q}.HEAD"] = rd(queue_csr(q, Csr.HEAD))
+                snap[f"q{q}.TAIL"] = rd(queue_csr(q, Csr.TAIL))
+        for s in range(self.config.n_sems):
+            snap[f"sem{s}"] = rd(sem_csr(s))
+        return snap
+
+    def diagnose(self) -> list[BlockedCommand]:
+        """Deadlock report: for each stream, its first submitted command (since its last
+        reset) whose semaphore wait is not satisfied (:func:`hw.isa.sem_reached`), with the
+        semaphore's value and what last signalled it. A waiter is never more than 2**31
+        signals ahead, so such a command has not started; it blocks its stream (a ``WAIT``
+        or fence) or its engine's FIFO for that stream."""
+        sems = [self.semaphore(s) for s in range(self.config.n_sems)]
+        blocked = []
+        for q, stream in sorted(self.streams.items()):
+            for i, raw in enumerate(stream._record):
+                h = decode(raw).header
+                if not (h.flags.wait or h.opcode == Opcode.WAIT):
+                    continue
+                sem, value = h.wait_sem, h.wait_value
+                if sem < len(sems) and not sem_reached(sems[sem], value):
+                    blocked.append(BlockedCommand(q, i, describe_command(raw), sem, value,
+                                                  sems[sem], self.last_signal(sem)))
+                    break
+        return blocked
+
+    # -- errors and waiting -----------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Reset the whole NPU (``CONTROL`` bit 0): every queue, error and semaphore.
+
+        Commands not yet executed are dropped; command indices restart at 0; pool semaphores
+        in use restart from 0.
+        """
+        self.backend.csr_write(Csr.CONTROL, 1)
+        self.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
+        self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
+        for stream in self.streams.values():
+            stream._head = stream._tail = self.backend.csr_read(
+                queue_csr(stream.queue, Csr.HEAD))
+            stream._forget()
+        for sem in self._sems_live.values():   # the semaphores restart from 0
+            sem.base = sem.issued = 0
+
+    def _rearm_error_irq(self) -> None:
+        if not self.backend.csr_read(Csr.QUEUE_ERRORS):
+            self.backend.csr_write(Csr.IRQ_STATUS, IrqBit.ERROR)
+            self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
+
+    def _check_errors(self, streams: Iterable[Stream] | None = None) -> None:
+        """Raise :class:`DeviceError` for the first of ``streams`` (default: all) whose queue
+        has an error latched, after resetting that queue alone."""
+        rd = self.backend.csr_read
+        bits = rd(Csr.QUEUE_ERRORS)
+        if not bits:
+            return
+        check = self.streams.values() if streams is None else streams
+        for stream in check:
+            q = stream.queue
+            if not bits >> q & 1:
+                continue
+            word = unpack_fields(QueueErrorWord, rd(queue_csr(q, Csr.Q_ERR_CODE)))
+            index, addr = rd(queue_csr(q, Csr.Q_ERR_CMD)), rd(queue_csr(q, Csr.Q_ERR_ADDR))
+            code: ErrorCode | int = word.code
+            opcode = word.opcode
+            if index < len(stream._record):
+                desc = describe_command(stream._record[index])
+            else:
+                desc = f"opcode {opcode:#04x}, not in this runtime's record"
+            stream.reset()
+            raise DeviceError(code, q, index, opcode, addr, desc)
+        # an error on a queue nobody waits for here: stop it from waking wait_irq
+        self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE)
+
+    def _wait_until(self, done: Callable[[], bool], timeout_cycles: int, what: str,
+                    streams: list[Stream], poll_cycles: int | None = None,
+                    max_poll_cycles: int | None = None) -> None:
+        """Wait for ``done()``, waking on interrupts or every ``poll_cycles`` (doubling up to
+        ``max_poll_cycles`` after each wake-up if given); raise after ``timeout_cycles``."""
+        start = self.cycles()
+        spent = 0  # lower bound of cycles waited, for backends whose counter does not move
+        while True:
+            if done():
+                return
+            self._check_errors(streams)
+            elapsed = max(self.cycles() - start, spent)
+            remaining = timeout_cycles - elapsed
+            if remaining <= 0:
+                blocked = self.diagnose()
+                report = "; ".join(str(b) for b in blocked) or "no unsatisfied semaphore wait"
+                raise DeviceTimeoutError(
+                    f"{what}: no completion after {timeout_cycles} cycles; deadlock report: "
+                    f"{report}; " + ", ".join(f"{k}={v:#x}" for k, v in self.status().items()),
+                    blocked)
+            step = remaining if poll_cycles is None else min(remaining, poll_cycles)
+            if poll_cycles is not None and max_poll_cycles is not None:
+                poll_cycles = min(2 * poll_cycles, max_poll_cycles)
+            if self.backend.wait_irq(step):
+                # A fence interrupt: fences are detected through their DRAM word, so clear it
+                # to let wait_irq wait again. An error is picked up by _check_errors.
+                self.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
+                spent += 1
+            else:
+                spent += step
+
+    def region(self, name: str) -> contextlib.AbstractContextManager:
+        """Context manager marking a named stretch of work (a kernel, e.g. ``"query"``).
+
+        The runtime itself does nothing with it; a backend with a ``region(name)`` context
+        manager gets the call (the RTL backend uses it to choose the waveform window by
+        kernel, ``npu run --waves-kernel NAME``); on other backends it does nothing.
+        """
+        hook = getattr(self.backend, "region", None)
+        return hook(name) if hook is not None else contextlib.nullcontext()
+
+    # -- default stream -----------------------------------------------------------------------
+
+    @property
+    def queue(self) -> int:
+        """The default stream's hardware queue."""
+        return self.default_stream.queue
+
+    @property
+    def commands_submitted(self) -> int:
+        return self.default_stream.commands_submitted
+
+    def launch(self, commands: Iterable[Command | bytes], *,
+               timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> None:
+        """:meth:`Stream.launch` on the default stream, unordered (as the single-queue runtime:
+        the caller's semaphores order the work)."""
+        self.default_stream.launch(commands, timeout_cycles=timeout_cycles, ordered=False)
+
+    def synchronize(self, timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES, *,
+                    timeout: int | None = None) -> int:
+        """:meth:`Stream.synchronize` of the default stream; returns the cycles elapsed."""
+        return self.default_stream.synchronize(timeout_cycles, timeout=timeout)
+
+    def run(self, commands: Iterable[Command | bytes],
+            timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> int:
+        """:meth:`launch` then :meth:`synchronize`; returns the cycles elapsed."""
+        self.launch(commands, timeout_cycles=timeout_cycles)
+        return self.synchronize(timeout_cycles)

@@ -1,0 +1,100 @@
+"""The runtime's typed errors (every one an :class:`NPUError`) and its default time budget."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from hw.isa import ErrorCode
+
+if TYPE_CHECKING:
+    from sw.runtime.sync import BlockedCommand
+
+__all__ = ["NPUError", "DeviceError", "OutOfMemoryError", "UntimedCounterError",
+           "ConfigMismatchError", "DeviceTimeoutError", "OutOfSemaphoresError",
+           "CommandFieldError", "DEFAULT_TIMEOUT_CYCLES"]
+
+DEFAULT_TIMEOUT_CYCLES = 50_000_000  #: default budget of :meth:`Device.synchronize` (cycles)
+
+
+class NPUError(Exception):
+    """Base class of every error the runtime raises."""
+
+
+class DeviceError(NPUError):
+    """The device reported an error (``STATUS.error``) while executing a command.
+
+    Parameters
+    ----------
+    code : ErrorCode
+        What went wrong (``Q_ERR_CODE.code``, :class:`hw.isa.QueueErrorWord`); the plain
+        ``int`` for a code :class:`ErrorCode` does not define.
+    queue : int
+        The queue that failed.
+    command_index : int
+        Index of the failing command since the queue's last reset (``Q_ERR_CMD``).
+    opcode : int
+        Opcode of the failing command (``Q_ERR_CODE.opcode``).
+    address : int
+        The offending address (``Q_ERR_ADDR``): DRAM byte address, local row, size or
+        semaphore id, see :mod:`sw.model`.
+    command_description : str
+        Human-readable decoding of the failing command, from the runtime's record.
+    """
+
+    def __init__(self, code: ErrorCode | int, queue: int, command_index: int, opcode: int,
+                 address: int, command_description: str) -> None:
+        self.code = code
+        self.queue = queue
+        self.command_index = command_index
+        self.opcode = opcode
+        self.address = address
+        self.command_description = command_description
+        name = code.name if isinstance(code, ErrorCode) else f"error code {code}"
+        super().__init__(
+            f"queue {queue}: command #{command_index} ({command_description}) failed: "
+            f"{name} at {address:#x}")
+
+
+class OutOfMemoryError(NPUError):
+    """Device DRAM has no free block large enough for an allocation."""
+
+
+class UntimedCounterError(NPUError, KeyError):
+    """A timing counter (cycles, busy, stall, DMA busy, overlap) was asked of a snapshot
+    taken on an untimed backend (the functional model), which has none."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ConfigMismatchError(NPUError):
+    """The device is not an NPU, or its configuration differs from the one expected."""
+
+
+class DeviceTimeoutError(NPUError):
+    """The device did not finish within the cycle budget (e.g. blocked on a semaphore).
+
+    Attributes
+    ----------
+    blocked : list of BlockedCommand
+        The deadlock report: per stream, the first command whose semaphore wait is not
+        satisfied, the semaphore's value and what last signalled it.
+    """
+
+    def __init__(self, message: str, blocked: Iterable[BlockedCommand] = ()) -> None:
+        super().__init__(message)
+        self.blocked = list(blocked)
+
+
+class OutOfSemaphoresError(NPUError):
+    """Every semaphore of the runtime's pool is in use."""
+
+
+class CommandFieldError(NPUError, ValueError):
+    """A command argument does not fit its field of the command layout (:mod:`hw.isa`).
+
+    Raised by :class:`~sw.runtime.CommandList` from :func:`hw.isa.encode`'s check; a
+    :class:`ValueError` too. The message names the command, the argument, the value and the
+    field's range.
+    """

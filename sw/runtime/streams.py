@@ -1,0 +1,286 @@
+"""Streams: one hardware command queue each, with its ring buffer in device DRAM, in the idiom
+of CUDA streams."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from hw.isa import COMMAND_BYTES, Csr, IrqBit, StatusWord, queue_csr, unpack_fields
+from sw.runtime.commands import Command, CommandList
+from sw.runtime.errors import DEFAULT_TIMEOUT_CYCLES
+from sw.runtime.memory import Allocator, ArenaBuffer, Buffer
+from sw.runtime.sync import Event
+
+if TYPE_CHECKING:
+    from sw.runtime.device import Device
+
+__all__ = ["Stream", "RING_POLL_CYCLES", "RING_POLL_MAX_CYCLES"]
+
+RING_POLL_CYCLES = 256  #: first interval at which a host waiting for ring space reads HEAD
+RING_POLL_MAX_CYCLES = 65536  #: the interval doubles after each poll that found too little space
+
+
+class Stream:
+    """A hardware command queue seen as a stream of work, in the idiom of CUDA streams.
+
+    Commands launched on one stream run in launch order as far as their semaphores say;
+    every :meth:`launch` after the first starts with a ``BARRIER``, so a kernel starts only
+    after the stream's previous kernels retired (within a kernel, DMA and compute overlap as
+    its semaphores allow). Different streams run concurrently and are ordered against each
+    other only through events (:meth:`record`, :meth:`wait_event`).
+
+    Create streams with :meth:`Device.create_stream`; a device's default stream is
+    :attr:`Device.default_stream`.
+
+    Parameters
+    ----------
+    device : Device
+    queue : int
+        The hardware queue.
+    ring_commands : int
+        Ring size in commands (power of two >= 2; holds one less).
+    window_bytes : int, optional
+        If given, the stream gets a private DRAM window: one contiguous block holding its
+        ring, its fence word and an arena of ``window_bytes`` bytes (:meth:`alloc`), and the
+        hardware refuses (``WINDOW`` error) every ring fetch, fence or DMA of this queue
+        outside it. Otherwise the window is the whole DRAM.
+    """
+
+    def __init__(self, device: Device, queue: int, ring_commands: int,
+                 window_bytes: int | None = None) -> None:
+        self.device = device
+        self.queue = queue
+        self.ring_size = ring_commands
+        ring_bytes = ring_commands * COMMAND_BYTES
+        self._arena: Allocator | None = None
+        if window_bytes is None:
+            self._region = None
+            self.ring = device.alloc(ring_bytes, align=64)
+            self._fence_word = device.alloc(4, align=64)
+            self.window = (0, device.config.dram_bytes)
+        else:
+            total = ring_bytes + 64 + int(window_bytes)
+            self._region = device.alloc(total, align=4096)
+            self.ring = Buffer(device, self._region.addr, ring_bytes)
+            self._fence_word = Buffer(device, self._region.addr + ring_bytes, 4)
+            self._arena = Allocator(self._region.addr + ring_bytes + 64, int(window_bytes))
+            self.window = (self._region.addr, self._region.addr + total)
+        self._fence_word.write(bytes(4))
+        self._fence_seq = 0
+        self._record: list[bytes] = []
+        self._window_start: int | None = None
+        self._need_barrier = False
+        self.commands_submitted = 0
+        self._setup()
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        wr, q = self.device.backend.csr_write, self.queue
+        wr(Csr.QUEUE_RESET, 1 << q)
+        base, limit = self.window
+        wr(queue_csr(q, Csr.WINDOW_BASE), base)
+        wr(queue_csr(q, Csr.WINDOW_LIMIT), 0 if self._region is None else limit)
+        wr(queue_csr(q, Csr.RING_BASE), self.ring.addr)
+        wr(queue_csr(q, Csr.RING_SIZE), self.ring_size)
+        self._head = self.device.backend.csr_read(queue_csr(q, Csr.HEAD))
+        self._tail = self._head
+        wr(queue_csr(q, Csr.TAIL), self._tail)
+        self._forget()
+
+    def _forget(self) -> None:
+        self._record.clear()
+        self._window_start = None
+        self._need_barrier = False
+
+    def alloc(self, nbytes: int, align: int = 64) -> Buffer:
+        """Allocate device memory this stream may touch: from its private arena if it has a
+        window, else from the device.
+
+        Raises
+        ------
+        OutOfMemoryError
+            If the arena (or DRAM) has no block large enough.
+        """
+        if self._arena is None:
+            return self.device.alloc(nbytes, align)
+        return ArenaBuffer(self.device, self._arena, self._arena.alloc(nbytes, align),
+                            int(nbytes))
+
+    def upload(self, array: npt.ArrayLike, align: int = 64) -> Buffer:
+        """:meth:`alloc` a buffer and copy ``array``'s raw bytes into it."""
+        a = np.ascontiguousarray(array)
+        buf = self.alloc(max(a.nbytes, 1), align)
+        buf.write(a.tobytes())
+        return buf
+
+    # -- submission -------------------------------------------------------------------------
+
+    def launch(self, commands: Iterable[Command | bytes], *,
+               timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES, ordered: bool = True) -> None:
+        """Append ``commands`` to the stream and ring the doorbell.
+
+        With ``ordered`` (default), a ``BARRIER`` goes first if the stream has unsynchronized
+        work, so these commands start after everything launched before on this stream.
+        Handles ring wrap-around; when the ring is full, rings the doorbell for what is
+        written and polls ``HEAD`` until a quarter of the ring (or all that is left to write)
+        is free, at an interval that starts at ``RING_POLL_CYCLES`` and doubles after each poll
+        (each poll is an MMIO round trip, and under co-simulation a Python one; the quarter
+        refilled is at most a third of what is still queued, so the device is not starved).
+
+        Raises
+        ------
+        DeviceError
+            If this stream's queue reports an error while the runtime waits for ring space.
+        DeviceTimeoutError
+            If the ring stays full for ``timeout_cycles`` cycles (with a deadlock report).
+        """
+        raws = [c.raw if isinstance(c, Command) else bytes(c) for c in commands]
+        if ordered and self._need_barrier and raws:
+            barrier = CommandList()
+            barrier.barrier()
+            raws.insert(0, barrier[0].raw)
+        if raws:
+            self._need_barrier = True
+        self._write(raws, timeout_cycles)
+
+    def _write(self, raws: list[bytes], timeout_cycles: int) -> None:
+        dev = self.device
+        if self._window_start is None:
+            self._window_start = dev.cycles()
+        i = 0
+        batch = max(1, self.ring_size // 4)
+        while i < len(raws):
+            free = self._ring_free()
+            if free == 0:
+                # no interrupt announces ring space: poll HEAD, backing off, until a batch fits
+                want = min(batch, len(raws) - i)
+                dev._wait_until(lambda want=want: self._refresh_head() >= want,
+                                timeout_cycles, f"ring space of queue {self.queue}", [self],
+                                poll_cycles=RING_POLL_CYCLES,
+                                max_poll_cycles=RING_POLL_MAX_CYCLES)
+                continue
+            n = min(free, len(raws) - i, self.ring_size - self._tail)
+            chunk = raws[i:i + n]
+            dev.backend.mem_write(self.ring.addr + self._tail * COMMAND_BYTES, b"".join(chunk))
+            self._record.extend(chunk)
+            self._tail = (self._tail + n) % self.ring_size
+            dev.backend.csr_write(queue_csr(self.queue, Csr.TAIL), self._tail)
+            self.commands_submitted += n
+            i += n
+
+    def _ring_free(self) -> int:
+        free = self.ring_size - 1 - (self._tail - self._head) % self.ring_size
+        return free if free else self._refresh_head()
+
+    def _refresh_head(self) -> int:
+        self._head = self.device.backend.csr_read(queue_csr(self.queue, Csr.HEAD))
+        return self.ring_size - 1 - (self._tail - self._head) % self.ring_size
+
+    # -- events -------------------------------------------------------------------------------
+
+    def record(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new one if None) here: it completes once every command launched
+        on this stream so far retired; its timestamp is the cycle counter then.
+
+        Raises
+        ------
+        OutOfSemaphoresError
+            If a new event is needed and no semaphore is free.
+        """
+        ev = Event(self.device) if event is None else event
+        word = ev._word_for(self)
+        cmds = CommandList()
+        cmds.fence(addr=word.addr, timestamp=True, signal=ev.sem.id)
+        self._write([cmds[0].raw], DEFAULT_TIMEOUT_CYCLES)
+        ev.sem.issued += 1
+        ev._last_word = word
+        ev.recorded_on = self
+        return ev
+
+    def wait_event(self, event: Event) -> None:
+        """Make every command launched on this stream from now on wait until ``event``
+        completed (its latest recording, or its first if it was never recorded)."""
+        cmds = CommandList()
+        cmds.wait(event.sem.id, event.target)
+        self._write([cmds[0].raw], DEFAULT_TIMEOUT_CYCLES)
+
+    def query(self) -> bool:
+        """True if every command launched on this stream retired (``Q_STATUS.busy`` low).
+
+        Raises
+        ------
+        DeviceError
+            If the stream's queue has an error latched.
+        """
+        self._check_error()
+        status = self.device.backend.csr_read(queue_csr(self.queue, Csr.Q_STATUS))
+        return not unpack_fields(StatusWord, status).busy
+
+    def synchronize(self, timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES, *,
+                    timeout: int | None = None) -> int:
+        """Wait until every command launched on this stream retired.
+
+        Appends a ``FENCE`` (with ``irq``) that writes a new sequence number to the stream's
+        fence word and waits with :meth:`Backend.wait_irq` until the word holds it.
+
+        Parameters
+        ----------
+        timeout_cycles, timeout : int
+            Budget in device clock cycles (``timeout`` is an alias).
+
+        Returns
+        -------
+        int
+            Cycles from the first launch since the previous synchronize to the completion
+            (``CYCLES`` after minus before); 0 on the untimed model.
+
+        Raises
+        ------
+        DeviceError
+            If this stream's queue reported an error; that queue is reset first (its pending
+            commands are dropped, the other queues go on).
+        DeviceTimeoutError
+            If the fence did not complete in time; the message and ``blocked`` say which
+            queue waits on which semaphore and what last signalled it.
+        """
+        if timeout is not None:
+            timeout_cycles = timeout
+        seq = (self._fence_seq + 1) % (1 << 32) or 1
+        self._fence_seq = seq
+        fence = CommandList()
+        fence.fence(addr=self._fence_word.addr, value=seq, irq=True)
+        self._write([fence[0].raw], timeout_cycles)
+        word = self._fence_word
+        self.device._wait_until(lambda: int.from_bytes(word.read(4), "little") == seq,
+                                timeout_cycles, f"synchronize of queue {self.queue}", [self])
+        self.device.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
+        start = self._window_start or 0
+        self._window_start = None
+        self._need_barrier = False
+        return self.device.cycles() - start
+
+    def reset(self) -> None:
+        """Reset this stream's queue alone (``QUEUE_RESET``): pending commands are dropped,
+        its error is cleared; semaphores and other streams are not touched."""
+        dev = self.device
+        dev.backend.csr_write(Csr.QUEUE_RESET, 1 << self.queue)
+        self._head = self._tail = dev.backend.csr_read(queue_csr(self.queue, Csr.HEAD))
+        self._forget()
+        dev._rearm_error_irq()
+
+    def _check_error(self) -> None:
+        self.device._check_errors([self])
+
+    @property
+    def next_index(self) -> int:
+        """Index (in the queue's command count since its last reset, as in ``Q_ERR_CMD`` and
+        the trace) that the next command launched on this stream will have."""
+        return len(self._record)
+
+    def __repr__(self) -> str:
+        return f"<Stream queue={self.queue} window=[{self.window[0]:#x}, {self.window[1]:#x})>"

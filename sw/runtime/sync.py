@@ -1,0 +1,183 @@
+"""Semaphores from the runtime's pool, events (a point in a stream's work) and the deadlock
+report of a queue blocked on a semaphore.
+
+Every "has the semaphore reached its target" decision is :func:`hw.isa.sem_reached`, the
+serial-number comparison the hardware and the functional model make (``(value - target) mod
+2**32 < 2**31``), so events and waits keep working when a semaphore wraps at 2**32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hw.isa import sem_reached
+from sw.runtime.errors import DEFAULT_TIMEOUT_CYCLES, NPUError
+
+if TYPE_CHECKING:
+    from sw.runtime.device import Device
+    from sw.runtime.memory import Buffer
+    from sw.runtime.streams import Stream
+
+__all__ = ["BlockedCommand", "Semaphore", "Event", "SEM_MODULUS"]
+
+SEM_MODULUS = 1 << 32  #: semaphores are 32-bit counters that wrap (:class:`hw.isa.Csr`)
+
+@dataclass(frozen=True)
+class BlockedCommand:
+    """Diagnosis of a queue that does not progress: its first submitted command whose
+    semaphore wait is not satisfied.
+
+    Attributes
+    ----------
+    queue, command_index : int
+        Where the command is.
+    description : str
+        :func:`describe_command` of it.
+    sem, value, current : int
+        It waits for ``sem[sem]`` to reach ``value`` (:func:`hw.isa.sem_reached`); the
+        semaphore holds ``current``.
+    last_signal : tuple of (int, int) or None
+        ``(queue, command index)`` of the command that last incremented the semaphore
+        (``SEM_LAST``), or None if nothing did since the last ``CONTROL`` clear.
+    """
+    queue: int
+    command_index: int
+    description: str
+    sem: int
+    value: int
+    current: int
+    last_signal: tuple[int, int] | None
+
+    def __str__(self) -> str:
+        last = ("never signalled" if self.last_signal is None else
+                f"last signalled by queue {self.last_signal[0]} command #{self.last_signal[1]}")
+        return (f"queue {self.queue} waits at command #{self.command_index} "
+                f"({self.description}) on semaphore {self.sem} >= {self.value}: it holds "
+                f"{self.current}, {last}")
+
+
+class Semaphore:
+    """A device semaphore taken from the runtime's pool (:meth:`Device.alloc_semaphore`).
+
+    Attributes
+    ----------
+    id : int
+        The semaphore index.
+    base : int
+        Its value when it was allocated, or as :meth:`Device.set_semaphore` moved it (nothing
+        else signals it while it is owned).
+    issued : int
+        Signals enqueued by the owner since allocation; ``base + issued`` (modulo 2**32) is
+        the value once all of them executed.
+    """
+
+    def __init__(self, device: Device, sem_id: int) -> None:
+        self.device = device
+        self.id = sem_id
+        self.base = device.semaphore(sem_id)
+        self.issued = 0
+        self._freed = False
+
+    def target(self, n: int = 0) -> int:
+        """The value after the first ``issued + n`` signals (32-bit)."""
+        return (self.base + self.issued + n) % SEM_MODULUS
+
+    def value(self) -> int:
+        """The semaphore's current value (CSR read)."""
+        return self.device.semaphore(self.id)
+
+    def free(self) -> None:
+        """Return the semaphore to the pool (its owner must not signal it any more)."""
+        if not self._freed:
+            self._freed = True
+            self.device._sem_pool.append(self.id)
+            self.device._sems_live.pop(self.id, None)
+
+    def __repr__(self) -> str:
+        return f"<Semaphore {self.id} base={self.base} issued={self.issued}>"
+
+
+class Event:
+    """A point in a stream's work, in the idiom of CUDA events, backed by one semaphore.
+
+    :meth:`record` on a stream appends a ``FENCE`` that, once every earlier command of the
+    stream retired, writes the cycle counter to a DRAM word (the event's timestamp) and
+    increments the event's semaphore. :meth:`Stream.wait_event` appends a ``WAIT`` for that
+    value. Unlike CUDA, waiting on an event that was never recorded waits for its *first*
+    recording (a never-recorded event is a bug the watchdog then reports, not a no-op).
+
+    Raises
+    ------
+    OutOfSemaphoresError
+        If no semaphore is free.
+    """
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.sem = device.alloc_semaphore()
+        self._words: dict[int, Buffer] = {}   # stream queue -> timestamp word
+        self._last_word: Buffer | None = None
+        self.recorded_on: Stream | None = None
+
+    @property
+    def target(self) -> int:
+        """Semaphore value that marks the latest recording (or the first, if never
+        recorded)."""
+        return self.sem.target(0 if self.sem.issued else 1)
+
+    def record(self, stream: Stream) -> Event:
+        """Record the event at the current end of ``stream`` (see the class docstring)."""
+        return stream.record(self)
+
+    def query(self) -> bool:
+        """True once the latest recording has completed (False if never recorded)."""
+        if not self.sem.issued:
+            return False
+        if self.recorded_on is not None:
+            self.recorded_on._check_error()
+        return sem_reached(self.sem.value(), self.target)
+
+    def synchronize(self, timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> None:
+        """Wait until the event completed.
+
+        Raises
+        ------
+        DeviceTimeoutError
+            With a deadlock report (:class:`BlockedCommand` list in ``blocked``).
+        DeviceError
+            If the recording stream failed.
+        """
+        streams = [self.recorded_on] if self.recorded_on is not None else []
+        self.device._wait_until(lambda: sem_reached(self.sem.value(), self.target),
+                                timeout_cycles, f"event on semaphore {self.sem.id}", streams)
+
+    def timestamp(self) -> int:
+        """Low 32 bits of ``CYCLES`` when the latest recording completed (0 on the model).
+
+        Raises
+        ------
+        NPUError
+            If the event has not completed.
+        """
+        if not self.query() or self._last_word is None:
+            raise NPUError(f"event on semaphore {self.sem.id} has not completed")
+        return int.from_bytes(self._last_word.read(4), "little")
+
+    def elapsed_cycles(self, end: Event) -> int:
+        """Cycles from this event's completion to ``end``'s (both must have completed; 32-bit
+        wrapping difference, so intervals up to 2**32 cycles)."""
+        return (end.timestamp() - self.timestamp()) % (1 << 32)
+
+    def free(self) -> None:
+        """Release the semaphore and the timestamp words."""
+        for word in self._words.values():
+            if not word.freed:
+                word.free()
+        self._words.clear()
+        self.sem.free()
+
+    def _word_for(self, stream: Stream) -> Buffer:
+        if stream.queue not in self._words:
+            self._words[stream.queue] = stream.alloc(4)
+        return self._words[stream.queue]

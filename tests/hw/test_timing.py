@@ -1,0 +1,169 @@
+"""hw.isa.timing against the compute engines in Amaranth's simulator: the busy cycles of
+MATMUL, REQUANT (with and without ``flags.row_scale``) and SOFTMAX, counted on the engine's
+``busy`` output exactly as the ``busy.<engine>`` counter counts them, equal to the formulas
+for every size in a range, for size zero and for failing commands, on several array sizes."""
+
+import pytest
+from amaranth.sim import Simulator
+
+from hw.config import NPUConfig
+from hw.isa import ACCEPT_CYCLES, Command, ErrorCode, Opcode, timing
+from hw.tile import ComputeTile
+
+CONFIGS = [
+    NPUConfig(rows=4, cols=4, spad_rows=128, acc_rows=128),
+    NPUConfig(rows=4, cols=8, spad_rows=128, acc_rows=128),
+    NPUConfig(rows=8, cols=4, spad_rows=128, acc_rows=128),
+    NPUConfig(rows=8, cols=8, spad_rows=128, acc_rows=128),
+]
+IDS = [c.name for c in CONFIGS]
+
+
+async def busy_cycles(ctx, port, opcode, kind, body, **flags):
+    """Issue one command on an idle engine port; return (error, busy cycles, period): busy
+    cycles counted on ``busy`` from the handshake's next cycle to ``done`` inclusive, and the
+    cycles from the handshake to the first cycle the engine takes a command again."""
+    cmd = Command.const({"header": {"opcode": opcode, "flags": flags}, "body": {kind: body}})
+    ctx.set(port.cmd.payload, cmd)
+    ctx.set(port.cmd.valid, 1)
+    _, _, ready, busy = await ctx.tick().sample(port.cmd.ready, port.busy)
+    assert ready and not busy, "the engine was not idle"
+    ctx.set(port.cmd.valid, 0)
+    count, period, error = 0, 1, None
+    while True:
+        _, _, busy, done, err, ready = await ctx.tick().sample(port.busy, port.done,
+                                                              port.error, port.cmd.ready)
+        if ready:
+            assert not busy and error is not None
+            return error, count, period
+        period += 1
+        count += busy
+        if done:
+            error = ErrorCode(err)
+        assert period < 100_000, "command never retired"
+
+
+def run(cfg, program):
+    dut = ComputeTile(cfg)
+    out = []
+
+    async def tb(ctx):
+        out.extend(await program(ctx, dut))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    return out
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
+def test_matmul_busy_cycles(cfg):
+    ms = [1, 2, 3, cfg.rows - 1, cfg.rows, cfg.rows + 1, cfg.cols + 3, 31, 64, 100]
+    cases = [(dict(a_row=0, w_row=100, acc_row=0, m=m), {"accumulate": m % 2}, ErrorCode.NONE)
+             for m in ms]
+    cases += [
+        (dict(a_row=0, w_row=100, acc_row=0, m=0), {}, ErrorCode.NONE),             # size zero
+        (dict(a_row=120, w_row=0, acc_row=0, m=9), {}, ErrorCode.BAD_LOCAL_ADDR),
+        (dict(a_row=0, w_row=0, acc_row=125, m=9), {}, ErrorCode.BAD_LOCAL_ADDR),
+        (dict(a_row=0, w_row=0, acc_row=0, m=5), {"transpose": 1},
+         ErrorCode.NONE if cfg.rows == cfg.cols else ErrorCode.BAD_SIZE),
+    ]
+
+    async def program(ctx, dut):
+        res = [await busy_cycles(ctx, dut.matrix, Opcode.MATMUL, "matmul", b, **f)
+               for b, f, _ in cases]
+        res.append(await busy_cycles(ctx, dut.matrix, Opcode.REQUANT, "matmul", cases[0][0]))
+        return res
+
+    results = run(cfg, program)
+    for (body, _, want_error), (error, busy, period) in zip(cases, results[:-1], strict=True):
+        failed = want_error != ErrorCode.NONE
+        assert error == want_error, body
+        assert busy == timing.matmul_busy_cycles(cfg, body["m"], error=failed), body
+        assert period == busy + ACCEPT_CYCLES
+    error, busy, _ = results[-1]
+    assert error == ErrorCode.BAD_OPCODE and busy == timing.matmul_busy_cycles(cfg, 7, error=True)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
+def test_requant_busy_cycles(cfg):
+    sizes = [1, 2, cfg.cols - 1, cfg.cols, cfg.cols + 1, 2 * cfg.cols, 2 * cfg.cols + 1, 37, 90]
+    cases = []
+    for n in sizes:
+        for row_scale in (0, 1):
+            cases.append((dict(acc_row=0, spad_row=0, n_rows=n, param_row=100, scale_row=103),
+                          {"row_scale": row_scale, "relu": n % 2}, ErrorCode.NONE))
+    cases += [
+        (dict(acc_row=0, spad_row=0, n_rows=0, param_row=127, scale_row=127), {"row_scale": 1},
+         ErrorCode.NONE),                                                          # size zero
+        (dict(acc_row=120, spad_row=0, n_rows=9, param_row=100), {}, ErrorCode.BAD_LOCAL_ADDR),
+        (dict(acc_row=0, spad_row=0, n_rows=9, param_row=126), {}, ErrorCode.BAD_LOCAL_ADDR),
+        (dict(acc_row=0, spad_row=0, n_rows=9, param_row=100, scale_row=127), {"row_scale": 1},
+         ErrorCode.BAD_LOCAL_ADDR if cfg.cols < 9 else ErrorCode.NONE),
+    ]
+
+    async def program(ctx, dut):
+        return [await busy_cycles(ctx, dut.vector, Opcode.REQUANT, "requant", b, **f)
+                for b, f, _ in cases]
+
+    for (body, flags, want_error), (error, busy, period) in zip(cases, run(cfg, program),
+                                                                strict=True):
+        assert error == want_error, body
+        want = timing.requant_busy_cycles(cfg, body["n_rows"],
+                                          row_scale=bool(flags.get("row_scale")),
+                                          error=want_error != ErrorCode.NONE)
+        assert (busy, period) == (want, want + ACCEPT_CYCLES), (body, flags)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[::3], ids=IDS[::3])
+def test_softmax_busy_cycles(cfg):
+    c = cfg.cols
+    base = dict(acc_row=0, spad_row=0, stride=16, scale_row=120, kv_len=3 * c, q_offset=0,
+                mult=40000, shift=16, causal=0)
+    shapes = [(1, 1), (1, 2), (2, 1), (3, 3), (c - 1, 2), (c, 1), (c + 1, 4), (2 * c + 1, 1),
+              (5, 7)]
+    cases = [(base | dict(n_rows=r, n_blocks=b, causal=r % 2), ErrorCode.NONE)
+             for r, b in shapes]
+    cases += [
+        (base | dict(n_rows=0, n_blocks=3), ErrorCode.NONE),                  # size zero
+        (base | dict(n_rows=3, n_blocks=0), ErrorCode.NONE),
+        (base | dict(n_rows=3, n_blocks=2, acc_row=cfg.acc_rows - 10), ErrorCode.BAD_LOCAL_ADDR),
+        (base | dict(n_rows=3, n_blocks=2, scale_row=cfg.acc_rows), ErrorCode.BAD_LOCAL_ADDR),
+    ]
+
+    async def program(ctx, dut):
+        return [await busy_cycles(ctx, dut.vector, Opcode.SOFTMAX, "softmax", b)
+                for b, _ in cases]
+
+    for (body, want_error), (error, busy, period) in zip(cases, run(cfg, program), strict=True):
+        assert error == want_error, body
+        want = timing.softmax_busy_cycles(cfg, body["n_rows"], body["n_blocks"],
+                                          error=want_error != ErrorCode.NONE)
+        assert (busy, period) == (want, want + ACCEPT_CYCLES), body
+
+
+def test_command_busy_cycles_dispatches_on_the_encoded_command():
+    from sw.runtime import CommandList
+    cfg = NPUConfig()
+    cmds = CommandList()
+    cmds.matmul(a_row=0, w_row=0, acc_row=0, m=17)
+    cmds.requant(acc_row=0, spad_row=0, n_rows=12, param_row=0, scale_row=40)
+    cmds.softmax(acc_row=0, spad_row=0, n_rows=5, n_blocks=3, stride=5, scale_row=0,
+                 kv_len=24, mult=1, shift=0)
+    cmds.dma_load(mem=0, dram_addr=4096 - 16, dram_stride=64, row_bytes=64, n_rows=3,
+                  local_row=0, local_stride=8)
+    cmds.dma_store(mem=1, dram_addr=0, dram_stride=0, row_bytes=64, n_rows=2, local_row=0,
+                   local_stride=2)
+    cmds.nop()
+    want = [timing.matmul_busy_cycles(cfg, 17),
+            timing.requant_busy_cycles(cfg, 12, row_scale=True),
+            timing.softmax_busy_cycles(cfg, 5, 3),
+            timing.dma_load_busy_cycles(cfg, 4096 - 16, 64, 64, 3),
+            timing.dma_store_busy_cycles(cfg, 0, 0, 64, 2, mem=1)]
+    assert [timing.command_busy_cycles(cfg, c.raw) for c in list(cmds)[:5]] == want
+    assert want == [17 + 16 + 8 + 3, 12 + 10 + 2, 2 + 5 * (2 * 3 + 43),
+                    6 + (2 + 6 + 8 + 8) + 4, 2 * 8 + 2 * 2 + 5]
+    assert timing.command_busy_cycles(cfg, cmds[0].raw, ErrorCode.BAD_LOCAL_ADDR) == 2
+    with pytest.raises(ValueError, match="does not run on an engine"):
+        timing.command_busy_cycles(cfg, cmds[5].raw)
