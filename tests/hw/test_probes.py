@@ -34,10 +34,11 @@ def declared_widths(verilog: str, module: str = "npu") -> dict[str, int]:
     return {name: int(msb) + 1 if msb else 1 for msb, name in _DECL.findall(match.group(0))}
 
 
-def test_probe_names_and_widths_in_verilog():
-    """Every probe of every engine is a signal of the ``npu`` module of the Verilog the RTL
-    tests build, with its width."""
-    text = generate_verilog(NPUConfig()).read_text()
+def test_probe_names_and_widths_in_verilog(tmp_path):
+    """Every probe of every engine is a signal of the ``npu`` module of the Verilog (generated
+    as for the RTL tests, into a private directory so that no concurrent build sees it
+    change), with its width."""
+    text = generate_verilog(NPUConfig(), out_dir=tmp_path).read_text()
     widths = declared_widths(text)
     expected = {probe_name(e, f): w for e in ENGINE_NAMES for f, w in PROBE_FIELDS.items()}
     assert len(expected) == 4 * 7
