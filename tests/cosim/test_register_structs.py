@@ -1,6 +1,6 @@
 """The CSR block (on the RTL), the functional model and the runtime agree on every packed
 register, field by field, for each struct of :data:`hw.isa.REGISTER_STRUCTS` (job:
-:func:`tests.cosim.register_jobs.register_fields`)."""
+:func:`tests.support.register_jobs.register_fields`)."""
 
 import enum
 import json
@@ -9,9 +9,9 @@ import pytest
 
 from cosim.tb.harness import run_job
 from hw.config import NPUConfig
-from hw.isa import REGISTER_STRUCTS, ErrorCode, Opcode, unpack_fields
+from hw.isa import CSR_VERSION_VALUE, REGISTER_STRUCTS, ErrorCode, Opcode, unpack_fields
 from sw.model import ModelBackend
-from tests.cosim import register_jobs
+from tests.support import register_jobs
 
 CONFIG = NPUConfig()
 
@@ -30,7 +30,7 @@ def decoded(name: str, value: int) -> dict:
 
 @pytest.fixture(scope="module")
 def runs():
-    rtl = run_job(CONFIG, "tests.cosim.register_jobs:register_fields",
+    rtl = run_job(CONFIG, "tests.support.register_jobs:register_fields",
                   name="register_fields_8x8").result
     # the RTL result travels as JSON: give the model's the same types
     model = json.loads(json.dumps(register_jobs.register_fields(ModelBackend(CONFIG))))
@@ -73,6 +73,7 @@ def test_the_stream_exercised_every_field(runs):
             assert (info["valid"], info["overflow"], info["queue"], info["index"]) == \
                 (1, 0, queue, index)
         assert decoded("CFG_ARRAY", raw["CFG_ARRAY"])["rows"] == CONFIG.rows
+        assert decoded("VERSION", raw["VERSION"]) == decoded("VERSION", CSR_VERSION_VALUE)
         after = run["after"]
         assert decoded("ERR_CODE", after["ERR_CODE"])["code"] == ErrorCode.NONE.value
         assert decoded("STATUS", after["STATUS"]) == {"busy": 0, "error": 0, "_pad": 0}

@@ -1,14 +1,14 @@
 """A semaphore driven across 2**32 on the full NPU (Verilator): every wait is released exactly
 when the serial-number rule (:func:`hw.isa.sem_reached`) says, in the engine queues (DMA
 commands) and in the stage (WAIT commands), and the host write of a semaphore sets it without
-touching ``SEM_LAST`` (job: :func:`tests.cosim.sem_jobs.sem_wrap`)."""
+touching ``SEM_LAST`` (job: :func:`tests.support.sem_jobs.sem_wrap`)."""
 
 import pytest
 
 from cosim.tb.harness import run_job
 from hw.config import NPUConfig
 from hw.isa import sem_reached
-from tests.cosim import sem_jobs
+from tests.support import sem_jobs
 
 START = sem_jobs.START
 #: step -> (SEM, FLAG, fence words): FLAG counts the released DMA waits; the words are the
@@ -40,7 +40,7 @@ def test_expected_table_follows_the_rule():
 
 @pytest.fixture(scope="module")
 def result():
-    return run_job(NPUConfig(), "tests.cosim.sem_jobs:sem_wrap", name="sem_wrap_8x8").result
+    return run_job(NPUConfig(), "tests.support.sem_jobs:sem_wrap", name="sem_wrap_8x8").result
 
 
 def test_waits_released_exactly_at_their_target_across_the_wrap(result):

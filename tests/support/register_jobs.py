@@ -24,7 +24,7 @@ ERROR_POLLS = 2000
 def _raw_registers(backend, device: Device, streams) -> dict:
     """Every packed register, by ``NAME`` or ``NAME.<queue|engine|sem>``."""
     rd = backend.csr_read
-    raw = {"CFG_ARRAY": rd(Csr.CFG_ARRAY), "CFG_BUS": rd(Csr.CFG_BUS),
+    raw = {"VERSION": rd(Csr.VERSION), "CFG_ARRAY": rd(Csr.CFG_ARRAY), "CFG_BUS": rd(Csr.CFG_BUS),
            "STATUS": rd(Csr.STATUS), "ERR_CODE": rd(Csr.ERR_CODE)}
     for s in streams:
         raw[f"Q_STATUS.{s.queue}"] = rd(queue_csr(s.queue, Csr.Q_STATUS))
