@@ -24,6 +24,7 @@ from cosim.fpga.pnr import ECP5_DEVICE, ECP5_DEVICES
 from cosim.tb.harness import CosimError, CosimJobError
 from hw.config import ConfigParseError, NPUConfig
 from sw.backend import BackendError
+from sw.dram import PRESETS, DramTiming, DramTimingError
 from sw.runtime import NPUError
 
 __all__ = ["main", "build_parser", "parse_config"]
@@ -43,6 +44,20 @@ def parse_config(text: str) -> NPUConfig:
         return NPUConfig.parse(text)
     except ConfigParseError as e:
         raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _dram(text: str) -> DramTiming:
+    """``--dram``: a preset and/or key=value pairs (:meth:`sw.dram.DramTiming.parse`)."""
+    try:
+        return DramTiming.parse(text)
+    except DramTimingError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+DRAM_HELP = (f"DRAM timing of the co-simulation (rtl only): a preset ({' '.join(PRESETS)}) "
+             "and/or key=value pairs: latency, wlatency (cycles), bw (bytes/cycle), stall, "
+             "ar_stall, r_stall, aw_stall, w_stall, b_stall (probability), seed; e.g. "
+             "latency=100,bw=4,stall=0.3,seed=1 (see sw/dram.py; default ideal)")
 
 
 def _seq_len(text: str) -> int:
@@ -74,8 +89,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"co-simulating the {args.config.name} NPU on Verilator "
               f"(first run builds it, about a minute)...", file=sys.stderr)
         result = run_on_rtl(args.config, f"sw.jobs.minilm_block:{job}", job_args,
-                            waves=args.waves, name="npu_run", waves_window=args.waves_window)
+                            waves=args.waves, name="npu_run", waves_window=args.waves_window,
+                            dram=args.dram)
     result["wall_seconds"] = round(time.perf_counter() - start, 2)
+    result["dram"] = args.dram.to_dict()
+    print(f"DRAM timing: {args.dram.describe()}")
     print(fmt(result))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -148,10 +166,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                else [NPUConfig(), NPUConfig(rows=16, cols=16)])
     sizes = args.sizes or list(QUICK_SIZES if args.quick else FULL_SIZES)
     attn = args.attention_len if args.attention_len is not None else (32 if args.quick else 128)
-    res = run_bench(configs, sizes, attention_len=attn, backend=args.backend,
-                    build_timing=not args.no_build_timing, native=not args.no_native,
-                    progress=lambda m: print(m, file=sys.stderr, flush=True),
-                    json_path=Path(args.json) if args.json else None)
+    from cosim.tb.harness import default_dram
+    with default_dram(args.dram):
+        res = run_bench(configs, sizes, attention_len=attn, backend=args.backend,
+                        build_timing=not args.no_build_timing, native=not args.no_native,
+                        progress=lambda m: print(m, file=sys.stderr, flush=True),
+                        json_path=Path(args.json) if args.json else None)
+    res["dram"] = args.dram.to_dict()
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+    print(f"DRAM timing: {args.dram.describe()}")
     print(format_bench(res))
     if args.json:
         print(f"wrote {args.json}")
@@ -203,6 +227,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--qkv-only", action="store_true",
                      help="run only the Q/K/V projections (the earlier main job)")
     run.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
+    run.add_argument("--dram", type=_dram, default=DramTiming(), metavar="PRESET|k=v,...",
+                     help=DRAM_HELP)
     run.add_argument("--waves", action="store_true",
                      help="write a VCD of the whole run to waves/npu_run.vcd (rtl only). Large and "
                           "slow: about 2.4 GB and 8x the run time even at --seq-len 8 (the "
@@ -320,7 +346,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                     help="skip the replay of the GEMM run in the pure Verilator C++ harness")
     be.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH "
                                                    "(rewritten after every step)")
-    be.set_defaults(func=_cmd_bench, check_args=partial(_check_json_arg, be))
+    be.add_argument("--dram", type=_dram, default=DramTiming(), metavar="PRESET|k=v,...",
+                    help=DRAM_HELP)
+    be.set_defaults(func=_cmd_bench, check_args=partial(_check_bench_args, be))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -368,8 +396,21 @@ PROJECTION_KERNELS = ("query", "key", "value")
 ATTENTION_KERNELS = (*PROJECTION_KERNELS, "scores", "softmax", "context", "output")
 
 
+def _check_dram_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--dram`` other than ideal needs the RTL (the functional model is untimed)."""
+    if args.backend != "rtl" and not args.dram.is_ideal:
+        parser.error("--dram needs --backend rtl (the functional model is untimed)")
+
+
+def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject bad ``npu bench`` arguments before any build."""
+    _check_dram_arg(parser, args)
+    _check_json_arg(parser, args)
+
+
 def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject bad ``npu run`` arguments before minutes of build and simulation."""
+    _check_dram_arg(parser, args)
     args.waves_window = _waves_window(parser, args)
     if args.waves_window is not None:
         args.waves = True

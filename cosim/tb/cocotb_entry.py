@@ -1,7 +1,7 @@
 """The cocotb test module that :func:`cosim.tb.harness.run_job` runs in the simulator process.
 
 It reads the run description from the JSON file named by ``NPU_COSIM_SPEC`` (config, job,
-args, clock, waveform window), starts the clock, resets the design, builds an
+args, clock, waveform window, DRAM timing), starts the clock, resets the design, builds an
 :class:`RtlBackend`, calls the job ``function(backend, **args)`` in a
 :func:`cocotb.task.bridge` thread and writes the outcome to ``NPU_COSIM_RESULT``:
 ``{"ok": true, "result": ..., "cycles": ..., "regions": {kernel name: count}}`` or
@@ -29,6 +29,7 @@ from cocotb.triggers import Timer
 
 from cosim.tb.rtl_backend import CLOCK_PERIOD_NS, RtlBackend
 from hw.config import NPUConfig
+from sw.dram import DramTiming
 
 RESET_CYCLES = 4
 
@@ -70,8 +71,9 @@ async def run_job(dut) -> None:
         if spec.get("record"):
             from cosim.tb.replay import Recorder
             recorder = Recorder()
+        dram = DramTiming.from_dict(spec["dram"]) if spec.get("dram") else DramTiming()
         backend = RtlBackend(dut, config, dram_file=Path(spec["dram_file"]), recorder=recorder,
-                             trace_kernel=kernel)
+                             trace_kernel=kernel, dram_timing=dram)
         backend.drive_reset(1)
         # release reset mid-cycle (falling edge), away from the rising edge that samples it
         await Timer(RESET_CYCLES * CLOCK_PERIOD_NS + CLOCK_PERIOD_NS // 2, "ns")
@@ -94,7 +96,7 @@ async def run_job(dut) -> None:
                 Path(spec["record"]), end_step=get_sim_time("step"),
                 period_steps=convert(CLOCK_PERIOD_NS, "ns", to="step"),
                 meta={"job": spec["job"], "args": spec["args"], "config": spec["config"],
-                      "design": spec.get("design")})
+                      "design": spec.get("design"), "dram": dram.to_dict()})
     except BaseException as e:
         outcome = {"ok": False, "error": f"{type(e).__name__}: {e}",
                    "traceback": traceback.format_exc()}

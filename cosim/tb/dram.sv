@@ -3,10 +3,15 @@
 // * INCR bursts of 1..256 beats, any AxSIZE up to the bus width (narrow transfers use the
 //   beat address to pick the word; the manager picks the byte lanes), WSTRB byte enables.
 // * Reads: up to OUTSTANDING read bursts are queued (ARREADY low when the queue is full) and
-//   answered strictly in order (so same-ID order holds trivially), one beat per cycle, one
-//   idle cycle between bursts. RVALID/RDATA are registered; RREADY backpressure is honoured.
-// * Writes: one burst at a time (AW, then its W beats, then B). WREADY is only raised after
-//   AW was accepted, which AXI allows.
+//   answered strictly in order (so same-ID order holds trivially), at most one beat per
+//   cycle, one idle cycle between bursts. RVALID/RDATA are registered; RREADY backpressure
+//   is honoured.
+// * Writes: one burst's data at a time (AW, then its W beats), WREADY only after AW was
+//   accepted (AXI allows it); up to OUTSTANDING bursts wait for their B response, in order.
+//   The next AW is taken one idle cycle after a burst's last W beat. (Before the timing
+//   parameters, the model held the next AW until the B handshake; with BREADY high when
+//   BVALID rises, as the NPU's DMA and command processor keep it, the two are the same
+//   cycle for cycle.)
 // * A burst that touches any byte outside [0, BYTES), or whose AxBURST is not INCR, is
 //   answered with DECERR (reads: RDATA = 0 on every beat; writes: nothing is written). There
 //   is never a silent wrap.
@@ -18,6 +23,26 @@
 //   is high in the cycle after. Loads read PATH, dumps write PATH.out, where PATH comes from
 //   the plusarg +npu_dram_file=PATH.
 //   Word i holds bytes [i*DATA_BYTES, (i+1)*DATA_BYTES), little-endian.
+//
+// Timing, from plusargs read at time 0 (no rebuild; sw/dram.py defines and documents them,
+// DramTiming.to_plusargs() writes them). Without any, the model is the ideal one.
+//   +npu_dram_rd_latency=N  AR handshake to first R handshake, cycles (>= 3, the pipeline):
+//                           each queued burst carries its ready time (AR cycle + N - 2 for
+//                           its fetch), so outstanding bursts' latencies overlap.
+//   +npu_dram_wr_latency=N  last W handshake to B handshake, cycles (>= 1), per queued burst.
+//   +npu_dram_bw_num=N, +npu_dram_bw_den=D
+//                           peak bandwidth N/D bytes per cycle, a token bucket shared by R
+//                           and W beats (one DRAM data bus): tokens (1/D byte each) refill by
+//                           N per cycle up to one beat + N; a beat (R presented, W accepted)
+//                           needs one beat of tokens and costs one beat, whatever its strobes.
+//                           R and W may both go in one cycle (the bucket goes negative).
+//                           N = 0 or absent: no limit.
+//   +npu_dram_<ch>_stall=T  ch in ar, r, aw, w, b: withhold ARREADY, RVALID, AWREADY, WREADY
+//                           or BVALID in a cycle when a 32-bit draw is below T (probability
+//                           T / 2**32). RVALID and BVALID, once high, stay high until their
+//                           handshake, so for them the draw only delays the next beat/response.
+//   +npu_dram_seed=S        seeds one xorshift32 generator per channel, reseeded at reset
+//                           (sw/dram.py: stall_draws() is the same sequence in Python).
 module npu_dram #(
     parameter int DATA_BITS = 64,
     parameter int ADDR_BITS = 32,
@@ -101,25 +126,129 @@ module npu_dram #(
         return (addr & ~((ADDR_BITS'(1) << size) - 1)) + (ADDR_BITS'(1) << size);
     endfunction
 
+    // -- timing parameters (plusargs, see the header; defaults: the ideal model) ----------------
+    localparam longint unsigned MIN_RD_LATENCY = 3, MIN_WR_LATENCY = 1;
+    localparam int N_CH = 5;                                   // sw/dram.py CHANNELS order
+    localparam int CH_AR = 0, CH_R = 1, CH_AW = 2, CH_W = 3, CH_B = 4;
+    longint unsigned rd_latency, wr_latency;
+    longint bw_num, bw_den, beat_tokens, cap_tokens;
+    logic [31:0] stall_t [N_CH];
+    logic [31:0] seed;
+
+    function automatic longint unsigned plusarg_or(input string fmt, input longint unsigned dflt);
+        longint unsigned v;
+        return $value$plusargs(fmt, v) ? v : dflt;
+    endfunction
+
+    initial begin
+        rd_latency = plusarg_or("npu_dram_rd_latency=%d", MIN_RD_LATENCY);
+        wr_latency = plusarg_or("npu_dram_wr_latency=%d", MIN_WR_LATENCY);
+        if (rd_latency < MIN_RD_LATENCY) rd_latency = MIN_RD_LATENCY;
+        if (wr_latency < MIN_WR_LATENCY) wr_latency = MIN_WR_LATENCY;
+        bw_num = longint'(plusarg_or("npu_dram_bw_num=%d", 0));
+        bw_den = longint'(plusarg_or("npu_dram_bw_den=%d", 1));
+        if (bw_den < 1) bw_den = 1;
+        beat_tokens = longint'(DATA_BYTES) * bw_den;
+        cap_tokens = beat_tokens + bw_num;
+        stall_t[CH_AR] = 32'(plusarg_or("npu_dram_ar_stall=%d", 0));
+        stall_t[CH_R] = 32'(plusarg_or("npu_dram_r_stall=%d", 0));
+        stall_t[CH_AW] = 32'(plusarg_or("npu_dram_aw_stall=%d", 0));
+        stall_t[CH_W] = 32'(plusarg_or("npu_dram_w_stall=%d", 0));
+        stall_t[CH_B] = 32'(plusarg_or("npu_dram_b_stall=%d", 0));
+        seed = 32'(plusarg_or("npu_dram_seed=%d", 1));
+        if (rd_latency != MIN_RD_LATENCY || wr_latency != MIN_WR_LATENCY || bw_num != 0
+                || (stall_t[CH_AR] | stall_t[CH_R] | stall_t[CH_AW] | stall_t[CH_W]
+                    | stall_t[CH_B]) != 0) begin
+            $display("npu_dram: timing: read latency %0d, write latency %0d, bandwidth %0d/%0d B/cycle (0: no limit)",
+                     rd_latency, wr_latency, bw_num, bw_den);
+            $display("npu_dram: stall thresholds (/2^32): ar %0d r %0d aw %0d w %0d b %0d, seed %0d",
+                     stall_t[CH_AR], stall_t[CH_R], stall_t[CH_AW], stall_t[CH_W], stall_t[CH_B], seed);
+        end
+    end
+
+    // -- cycle counter, random backpressure, bandwidth tokens -----------------------------------
+    longint unsigned now;           // rising edges since reset was released
+    always_ff @(posedge clk) now <= rst ? 64'd0 : now + 64'd1;
+
+    // MurmurHash3's 32-bit finalizer (seed spreading) and Marsaglia's xorshift32 (13, 17, 5);
+    // sw/dram.py stall_draws() is the same computation.
+    function automatic logic [31:0] fmix32(input logic [31:0] x);
+        x ^= x >> 16;
+        x *= 32'h85EBCA6B;
+        x ^= x >> 13;
+        x *= 32'hC2B2AE35;
+        return x ^ (x >> 16);
+    endfunction
+
+    function automatic logic [31:0] xorshift32(input logic [31:0] x);
+        x ^= x << 13;
+        x ^= x >> 17;
+        return x ^ (x << 5);
+    endfunction
+
+    function automatic logic [31:0] channel_seed(input logic [31:0] s, input int c);
+        logic [31:0] h;
+        h = fmix32(s ^ (32'h9E3779B9 * 32'(c + 1)));
+        return h == 32'd0 ? 32'd1 : h;
+    endfunction
+
+    logic [31:0] prng [N_CH];
+    logic [N_CH-1:0] stall;         // stall[c]: channel c is withheld in this cycle
+    always_ff @(posedge clk) begin
+        for (int c = 0; c < N_CH; c++) begin
+            if (rst) begin
+                prng[c] <= channel_seed(seed, c);
+                stall[c] <= 1'b0;
+            end else begin
+                prng[c] <= xorshift32(prng[c]);
+                stall[c] <= xorshift32(prng[c]) < stall_t[c];
+            end
+        end
+    end
+
+    // Token bucket in 1/bw_den bytes: R and W beats share it (one DRAM data bus).
+    logic r_take, w_take;           // an R beat is loaded / a W beat is taken at this edge
+    longint tokens, tokens_next;
+    wire tok_ok = bw_num == 0 || tokens >= beat_tokens;
+    always_comb begin
+        tokens_next = tokens + bw_num - (longint'(r_take) + longint'(w_take)) * beat_tokens;
+        if (tokens_next > cap_tokens) tokens_next = cap_tokens;
+    end
+    always_ff @(posedge clk) tokens <= rst ? cap_tokens : tokens_next;
+
     // -- write channel and backdoor (the only writers of mem) ------------------------------------
-    typedef enum logic [1:0] { W_IDLE, W_DATA, W_RESP } wstate_t;
+    typedef enum logic [1:0] { W_IDLE, W_DATA, W_TURN } wstate_t;
     wstate_t wstate;
     logic [ADDR_BITS-1:0] w_addr;
     logic [7:0] w_left;
     logic [2:0] w_size;
+    logic [ID_BITS-1:0] w_id;
     logic w_err;
     logic [31:0] w_prot, r_prot;
 
-    assign awready = wstate == W_IDLE;
-    assign wready = wstate == W_DATA;
+    // B responses wait in order, each with the cycle it is due.
+    logic [ID_BITS-1:0] b_id_q [OUTSTANDING];
+    logic [1:0] b_resp_q [OUTSTANDING];
+    longint unsigned b_due [OUTSTANDING];
+    logic [QBITS:0] b_wp, b_rp;
+    logic b_shown;                  // BVALID was high and not taken: it must stay high
+
+    wire b_due_now = b_wp != b_rp && now >= b_due[b_rp[QBITS-1:0]];
+    assign bvalid = b_due_now && (b_shown || !stall[CH_B]);
+    assign bid = b_id_q[b_rp[QBITS-1:0]];
+    assign bresp = b_resp_q[b_rp[QBITS-1:0]];
+    assign awready = wstate == W_IDLE && (b_wp - b_rp) != (QBITS+1)'(OUTSTANDING)
+                     && !stall[CH_AW];
+    assign wready = wstate == W_DATA && !stall[CH_W] && tok_ok;
+    assign w_take = wvalid && wready;
     assign prot_errors = w_prot + r_prot;
 
     always_ff @(posedge clk) begin
         if (rst) begin
             wstate <= W_IDLE;
-            bvalid <= 1'b0;
-            bresp <= OKAY;
-            bid <= '0;
+            b_wp <= '0;
+            b_rp <= '0;
+            b_shown <= 1'b0;
             w_prot <= '0;
             bd_ack <= 1'b0;
         end else begin
@@ -127,12 +256,15 @@ module npu_dram #(
             if (bd_op == 2'd1) $readmemh(bd_file, mem, bd_first, bd_last);
             if (bd_op == 2'd2) $writememh(bd_out_file, mem, bd_first, bd_last);
 
+            b_shown <= bvalid && !bready;
+            if (bvalid && bready) b_rp <= b_rp + 1'b1;
+
             case (wstate)
-                W_IDLE: if (awvalid) begin
+                W_IDLE: if (awvalid && awready) begin
                     w_addr <= awaddr;
                     w_left <= awlen;
                     w_size <= awsize;
-                    bid <= awid;
+                    w_id <= awid;
                     w_err <= burst_bad(awaddr, awlen, awsize, awburst);
                     if (awburst != 2'b01 || crosses_4k(awaddr, awlen, awsize)) begin
                         $display("npu_dram: AXI violation: AW addr=%h len=%0d size=%0d burst=%0d",
@@ -141,7 +273,7 @@ module npu_dram #(
                     end
                     wstate <= W_DATA;
                 end
-                W_DATA: if (wvalid) begin
+                W_DATA: if (w_take) begin
                     if (!w_err)
                         for (int b = 0; b < DATA_BYTES; b++)
                             if (wstrb[b]) mem[w_addr[WBITS+SHIFT-1:SHIFT]][8*b +: 8] <= wdata[8*b +: 8];
@@ -152,15 +284,14 @@ module npu_dram #(
                     w_addr <= next_addr(w_addr, w_size);
                     w_left <= w_left - 8'd1;
                     if (w_left == 8'd0) begin
-                        bvalid <= 1'b1;
-                        bresp <= w_err ? DECERR : OKAY;
-                        wstate <= W_RESP;
+                        b_id_q[b_wp[QBITS-1:0]] <= w_id;
+                        b_resp_q[b_wp[QBITS-1:0]] <= w_err ? DECERR : OKAY;
+                        b_due[b_wp[QBITS-1:0]] <= now + wr_latency;
+                        b_wp <= b_wp + 1'b1;
+                        wstate <= W_TURN;
                     end
                 end
-                W_RESP: if (bready) begin
-                    bvalid <= 1'b0;
-                    wstate <= W_IDLE;
-                end
+                W_TURN: wstate <= W_IDLE;   // one idle cycle before the next AW
                 default: wstate <= W_IDLE;
             endcase
         end
@@ -172,6 +303,7 @@ module npu_dram #(
     logic [2:0] q_size [OUTSTANDING];
     logic q_err [OUTSTANDING];
     logic [ID_BITS-1:0] q_id [OUTSTANDING];
+    longint unsigned q_due [OUTSTANDING];   // first edge at which the burst may be fetched
     logic [QBITS:0] q_wp, q_rp;
 
     logic r_busy, r_err;
@@ -180,7 +312,8 @@ module npu_dram #(
     logic [2:0] r_size;
     logic [ID_BITS-1:0] r_id;
 
-    assign arready = (q_wp - q_rp) != (QBITS+1)'(OUTSTANDING);
+    assign arready = (q_wp - q_rp) != (QBITS+1)'(OUTSTANDING) && !stall[CH_AR];
+    assign r_take = (!rvalid || rready) && r_busy && !stall[CH_R] && tok_ok;
 
     always_ff @(posedge clk) begin
         if (rst) begin
@@ -197,6 +330,9 @@ module npu_dram #(
                 q_size[q_wp[QBITS-1:0]] <= arsize;
                 q_id[q_wp[QBITS-1:0]] <= arid;
                 q_err[q_wp[QBITS-1:0]] <= burst_bad(araddr, arlen, arsize, arburst);
+                // fetched rd_latency - 2 edges later: first beat registered one edge after
+                // the fetch, taken one edge after that
+                q_due[q_wp[QBITS-1:0]] <= now + rd_latency - 64'd2;
                 if (arburst != 2'b01 || crosses_4k(araddr, arlen, arsize)) begin
                     $display("npu_dram: AXI violation: AR addr=%h len=%0d size=%0d burst=%0d",
                              araddr, arlen, arsize, arburst);
@@ -206,7 +342,7 @@ module npu_dram #(
             end
 
             if (!rvalid || rready) begin
-                if (r_busy) begin
+                if (r_take) begin
                     rvalid <= 1'b1;
                     rid <= r_id;
                     rdata <= r_err ? '0 : mem[r_addr[WBITS+SHIFT-1:SHIFT]];
@@ -220,7 +356,7 @@ module npu_dram #(
                 end
             end
 
-            if (!r_busy && q_wp != q_rp) begin
+            if (!r_busy && q_wp != q_rp && now >= q_due[q_rp[QBITS-1:0]]) begin
                 r_busy <= 1'b1;
                 r_addr <= q_addr[q_rp[QBITS-1:0]];
                 r_left <= q_len[q_rp[QBITS-1:0]];

@@ -8,10 +8,15 @@ Arguments and results travel as JSON files in the run directory
 ``build/<tag>/runs/<name>/`` (``spec.json``, ``result.json``, plus ``sim.log`` and the DRAM
 backdoor scratch file). Waveforms, when asked for, go to ``waves/<name>.vcd``.
 
+The DRAM model runs under a :class:`sw.dram.DramTiming` (``dram=``: a preset name such as
+``"jitter"``, ``key=value`` pairs, or a DramTiming; ``ideal`` by default), passed to the
+simulator as plusargs, so every timing shares one build. :func:`default_dram` sets the
+timing of the runs that do not give one.
+
 Command line::
 
     python -m cosim.tb.harness JOB [--args JSON] [--config JSON] [--name NAME] [--waves]
-                                [--record PATH]
+                                [--record PATH] [--dram SPEC]
 
 ``--record PATH`` records the host's pin activity for the native replay harness
 (``python -m cosim.tb.replay PATH``, see :mod:`cosim.tb.replay`).
@@ -21,11 +26,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import json
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cosim.build import (
@@ -38,9 +44,10 @@ from cosim.build import (
     design_tag,
 )
 from hw.config import NPUConfig
+from sw.dram import DramTiming
 
-__all__ = ["run_on_rtl", "run_job", "check_waves_window", "RunResult", "CosimError",
-           "CosimJobError", "main"]
+__all__ = ["run_on_rtl", "run_job", "check_waves_window", "default_dram", "RunResult",
+           "CosimError", "CosimJobError", "main"]
 
 # Warnings are errors in the simulator process too; add narrow, named exceptions here.
 PYTHONWARNINGS = "error"
@@ -105,6 +112,8 @@ class RunResult:
     recording : dict or None
         With ``record=``: the summary of the recording (:meth:`cosim.tb.replay.Recorder.write`:
         path in ``"path"``, events, cycles...).
+    dram : DramTiming
+        The DRAM timing the run had.
     """
     result: object
     cycles: int
@@ -114,7 +123,29 @@ class RunResult:
     waves: Path | None
     recording: dict | None = None
     job_cpu_seconds: float | None = None
+    dram: DramTiming = field(default_factory=DramTiming)
 
+
+_DEFAULT_DRAM: contextvars.ContextVar[DramTiming | None] = contextvars.ContextVar(
+    "npu_default_dram", default=None)
+
+
+@contextlib.contextmanager
+def default_dram(dram: DramTiming | str) -> Iterator[DramTiming]:
+    """Within the ``with`` block, :func:`run_job` calls without ``dram=`` run under ``dram``
+    (for drivers such as ``npu bench`` that run many jobs); yields the parsed timing.
+
+    Raises
+    ------
+    sw.dram.DramTimingError
+        If ``dram`` does not parse.
+    """
+    timing = DramTiming.parse(dram)
+    token = _DEFAULT_DRAM.set(timing)
+    try:
+        yield timing
+    finally:
+        _DEFAULT_DRAM.reset(token)
 
 @contextlib.contextmanager
 def _repo_on_sys_path() -> Iterator[None]:
@@ -165,7 +196,7 @@ def check_waves_window(window: dict) -> dict:
 def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
             waves: bool = False, design: str = DEFAULT_DESIGN,
             internal_clock: bool = True, waves_window: dict | None = None,
-            record: Path | None = None) -> RunResult:
+            record: Path | None = None, dram: DramTiming | str | None = None) -> RunResult:
     """Build (cached) and run ``job(backend, **args)`` on the RTL of ``design(config)``.
 
     Parameters
@@ -193,7 +224,12 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         name, e.g. ``"query"`` or ``"softmax"``). The VCD keeps absolute times.
     record : Path, optional
         Record the host's pin activity into this file for the native replay harness
-        (:mod:`cosim.tb.replay`); needs the internal clock.
+        (:mod:`cosim.tb.replay`); needs the internal clock. The recording's sidecar keeps
+        the DRAM timing, and the replay runs under it.
+    dram : DramTiming or str, optional
+        Timing of the DRAM model (:meth:`sw.dram.DramTiming.parse`: ``"ideal"``, ``"ddr"``,
+        ``"hbm"``, ``"jitter"``, ``"lat100"``, ``"bp50"`` or ``"latency=100,bw=4,..."``);
+        default :func:`default_dram`'s, ``ideal`` outside one. No rebuild per timing.
 
     Returns
     -------
@@ -210,7 +246,10 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         never ran.
     ValueError
         If ``waves_window`` is malformed.
+    sw.dram.DramTimingError
+        If ``dram`` does not parse (a ValueError).
     """
+    timing = DramTiming.parse(_DEFAULT_DRAM.get() if dram is None else dram)
     name = _safe_name(name)
     if waves_window is not None:
         waves_window = check_waves_window(waves_window)
@@ -233,7 +272,7 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         "dram_file": str(dram_file), "internal_clock": internal_clock,
         "waves_window": waves_window,
         "record": str(Path(record).resolve()) if record is not None else None,
-        "design": design,
+        "design": design, "dram": timing.to_dict(),
     }))
     vcd = None
     test_args: list[str] = []
@@ -249,7 +288,7 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
                 test_module="cosim.tb.cocotb_entry", hdl_toplevel="tb_top",
                 hdl_toplevel_lang="verilog",
                 build_dir=sim.build_dir, test_dir=run_dir, waves=waves, test_args=test_args,
-                plusargs=[f"+npu_dram_file={dram_file}"],
+                plusargs=[f"+npu_dram_file={dram_file}", *timing.to_plusargs()],
                 extra_env={"NPU_COSIM_SPEC": str(spec_path),
                            "NPU_COSIM_RESULT": str(result_path),
                            "PYTHONWARNINGS": PYTHONWARNINGS,
@@ -281,18 +320,19 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     if recording is not None:
         recording = dict(recording, path=str(Path(record).resolve()))
     return RunResult(outcome["result"], outcome["cycles"], outcome["seconds"], sim.seconds,
-                     run_dir, vcd, recording, outcome.get("cpu_seconds"))
+                     run_dir, vcd, recording, outcome.get("cpu_seconds"), timing)
 
 
 def run_on_rtl(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
                waves: bool = False, design: str = DEFAULT_DESIGN,
-               waves_window: dict | None = None) -> object:
+               waves_window: dict | None = None,
+               dram: DramTiming | str | None = None) -> object:
     """Run ``job(backend, **args)`` on the RTL and return what it returned.
 
     Same parameters and errors as :func:`run_job` (which also reports cycles and timings).
     """
     return run_job(config, job, args, name=name, waves=waves, design=design,
-                   waves_window=waves_window).result
+                   waves_window=waves_window, dram=dram).result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,18 +348,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", type=Path, default=None,
                    help="record the host's pin activity to PATH "
                    "(replay: python -m cosim.tb.replay)")
+    p.add_argument("--dram", default="ideal", metavar="SPEC",
+                   help="DRAM timing: a preset (ideal ddr hbm jitter lat100 bp50) and/or "
+                   "key=value pairs, e.g. latency=100,bw=4,stall=0.3,seed=1 (see sw/dram.py)")
     ns = p.parse_args(argv)
     config = NPUConfig(**json.loads(ns.config))
     name = ns.name or ns.job.rpartition(":")[2]
     try:
         r = run_job(config, ns.job, json.loads(ns.args), name=name, waves=ns.waves,
-                    design=ns.design, record=ns.record)
-    except (CosimBuildError, CosimError) as e:
+                    design=ns.design, record=ns.record, dram=ns.dram)
+    except (CosimBuildError, CosimError, ValueError) as e:
         print(e, file=sys.stderr)
         return 1
     print(json.dumps({"result": r.result, "cycles": r.cycles, "job_seconds": r.job_seconds,
                       "job_cpu_seconds": r.job_cpu_seconds, "build_seconds": r.build_seconds,
-                      "waves": str(r.waves) if r.waves else None,
+                      "waves": str(r.waves) if r.waves else None, "dram": r.dram.to_dict(),
                       "recording": r.recording and {k: v for k, v in r.recording.items()
                                                     if k not in ("args", "config", "signals")}},
                      indent=1))

@@ -38,7 +38,17 @@ File format (little-endian)
 ``op``: 1 drive ``signal`` = ``value``; 2 check ``signal`` == ``value``; 3 write ``payload``
 to the DRAM backdoor file (``+npu_dram_file=``); 4 check that the dump file (``PATH.out``)
 holds exactly ``payload`` (then delete it). A JSON sidecar (``<file>.json``) carries the
-config, the job and the counts for people.
+config, the job, the DRAM timing and the counts.
+
+DRAM timing
+-----------
+The DRAM model's timing (:class:`sw.dram.DramTiming`: latency, bandwidth, seeded random
+backpressure) is an input of the run too, given as plusargs. The sidecar keeps it
+(``"dram"``) and :func:`run_native` passes the same plusargs to the replay, so a recording
+made under any timing replays cycle for cycle (the backpressure generators are in the model,
+seeded from the plusargs, so the replay draws the same stalls). A recording without a
+sidecar replays under ``ideal`` timing (give ``run_native(dram=...)`` otherwise); a wrong
+timing shows as a failed replay, never as a silent one.
 """
 
 from __future__ import annotations
@@ -53,10 +63,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hw.config import NPUConfig
+from sw.dram import DramTiming
 
 __all__ = ["Recorder", "Recording", "read_recording", "NativeBuild", "build_native",
-           "run_native", "NativeResult", "ReplayError", "OP_DRIVE", "OP_CHECK", "OP_LOAD",
-           "OP_DUMP"]
+           "run_native", "recording_dram", "NativeResult", "ReplayError", "OP_DRIVE",
+           "OP_CHECK", "OP_LOAD", "OP_DUMP"]
 
 MAGIC = b"NPUREC1\0"
 OP_DRIVE, OP_CHECK, OP_LOAD, OP_DUMP = 1, 2, 3, 4
@@ -338,7 +349,7 @@ class NativeResult:
         Sampled outputs and DRAM dumps compared, and how many differed.
     first_mismatch : str or None
     raw : dict
-        Everything the harness printed.
+        Everything the harness printed, plus ``"dram"``: the timing it replayed under.
     """
     cycles: int
     wall_seconds: float
@@ -357,22 +368,47 @@ class NativeResult:
         return self.cycles / self.wall_seconds if self.wall_seconds else None
 
 
-def run_native(exe: Path, recording: Path, *, work_dir: Path | None = None,
-               timeout: float | None = None) -> NativeResult:
-    """Replay ``recording`` with the harness ``exe`` (see :func:`build_native`).
-
-    ``work_dir`` holds the DRAM backdoor scratch files (default: beside the recording).
+def recording_dram(recording: Path) -> DramTiming:
+    """The DRAM timing a recording was made under, from its sidecar (``<file>.json``);
+    ``ideal`` if there is no sidecar or it names no timing.
 
     Raises
     ------
     ReplayError
-        If the harness crashed or printed no result.
+        If the sidecar exists but is not readable JSON.
+    """
+    side = Path(f"{recording}.json")
+    if not side.is_file():
+        return DramTiming()
+    try:
+        meta = json.loads(side.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ReplayError(f"{recording}: cannot read the sidecar {side}, which holds the DRAM "
+                          f"timing of the recording ({e})") from e
+    return DramTiming.from_dict(meta["dram"]) if meta.get("dram") else DramTiming()
+
+
+def run_native(exe: Path, recording: Path, *, work_dir: Path | None = None,
+               timeout: float | None = None,
+               dram: DramTiming | str | None = None) -> NativeResult:
+    """Replay ``recording`` with the harness ``exe`` (see :func:`build_native`).
+
+    ``work_dir`` holds the DRAM backdoor scratch files (default: beside the recording).
+    ``dram``: the DRAM timing to replay under; default the recording's own
+    (:func:`recording_dram`). Another timing than the recorded one makes the replay differ.
+
+    Raises
+    ------
+    ReplayError
+        If the harness crashed or printed no result, or the sidecar is unreadable.
     """
     recording = Path(recording).resolve()
+    timing = recording_dram(recording) if dram is None else DramTiming.parse(dram)
     work_dir = Path(work_dir) if work_dir is not None else recording.parent
     work_dir.mkdir(parents=True, exist_ok=True)
     dram_file = work_dir / "native_dram.hex"
-    p = subprocess.run([str(Path(exe).resolve()), str(recording), f"+npu_dram_file={dram_file}"],
+    p = subprocess.run([str(Path(exe).resolve()), str(recording), f"+npu_dram_file={dram_file}",
+                        *timing.to_plusargs()],
                        capture_output=True, text=True, cwd=work_dir, timeout=timeout)
     dram_file.unlink(missing_ok=True)
     Path(f"{dram_file}.out").unlink(missing_ok=True)
@@ -384,6 +420,7 @@ def run_native(exe: Path, recording: Path, *, work_dir: Path | None = None,
     if p.returncode not in (0, 2) or raw is None:
         raise ReplayError(f"native replay of {recording} failed (exit {p.returncode}):\n"
                           f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    raw["dram"] = timing.to_dict()
     return NativeResult(raw["cycles"], raw["sim_wall_seconds"], raw["sim_cpu_seconds"],
                         raw["checks"], raw["mismatches"], raw.get("first_mismatch"), raw)
 

@@ -29,6 +29,7 @@ from cocotb.triggers import FallingEdge, First, ReadOnly, RisingEdge, Timer
 
 from hw.config import NPUConfig
 from sw.backend import BackendError
+from sw.dram import DramTiming
 
 if TYPE_CHECKING:
     from cosim.tb.replay import Recorder
@@ -94,6 +95,10 @@ class RtlBackend:
         ``+npu_dram_file=`` plusarg (dumps go to the same name plus ``.out``).
     csr_timeout_cycles : int
         A CSR access that is not answered within this many clock cycles raises.
+    dram_timing : DramTiming, optional
+        The timing the simulator's DRAM model was started with (its plusargs; the backend
+        cannot change it). Kept in :attr:`dram_timing` so that reports can state it; default
+        ``ideal``.
 
     Notes
     -----
@@ -107,9 +112,11 @@ class RtlBackend:
 
     def __init__(self, dut: Any, config: NPUConfig, *, dram_file: Path,
                  csr_timeout_cycles: int = 1000, recorder: Recorder | None = None,
-                 trace_kernel: tuple[str, int] | None = None):
+                 trace_kernel: tuple[str, int] | None = None,
+                 dram_timing: DramTiming | None = None):
         self.dut = dut
         self.config = config
+        self.dram_timing = dram_timing if dram_timing is not None else DramTiming()
         self.dram_file = Path(dram_file)
         self._dump_file = Path(f"{dram_file}.out")
         self.csr_timeout_cycles = csr_timeout_cycles

@@ -1,6 +1,6 @@
 // Pure Verilator C++ replay harness of tb_top (NPU + DRAM model), no cocotb, no Python.
 //
-//   npu_replay RECORDING +npu_dram_file=PATH
+//   npu_replay RECORDING +npu_dram_file=PATH [+npu_dram_<timing>=N ...]
 //
 // RECORDING is written by cosim/replay.py (Recorder) during a cocotb run: the input pins the
 // host drove, the output pins it sampled, and the DRAM backdoor files it wrote and read, each
@@ -9,6 +9,10 @@
 // with the recording, and runs to the recorded end time. It prints one JSON line:
 //   {"cycles", "end_step", "sim_wall_seconds", "sim_cpu_seconds", "checks", "mismatches",
 //    "first_mismatch", "reached_end", "events", "evals", ...}
+// The DRAM timing plusargs of the recorded run (cosim/tb/replay.py passes those of the
+// recording's sidecar; sw/dram.py DramTiming.to_plusargs) reach the DRAM model through
+// commandArgs like +npu_dram_file=, so the model runs with the same latency, bandwidth and
+// seeded backpressure; they are echoed in "dram_plusargs".
 // Only the replay loop is timed (the model is constructed and the file read before).
 // Exit status: 0 replay matched, 2 mismatch or end not reached, 1 usage/file error.
 
@@ -114,9 +118,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: %s RECORDING +npu_dram_file=PATH\n", argv[0]);
         return 1;
     }
-    std::string dram_file = "npu_dram.hex";
-    for (int i = 2; i < argc; i++)
-        if (std::strncmp(argv[i], "+npu_dram_file=", 15) == 0) dram_file = argv[i] + 15;
+    std::string dram_file = "npu_dram.hex", dram_plusargs;
+    for (int i = 2; i < argc; i++) {
+        if (std::strncmp(argv[i], "+npu_dram_file=", 15) == 0) {
+            dram_file = argv[i] + 15;
+        } else if (std::strncmp(argv[i], "+npu_dram_", 10) == 0) {
+            dram_plusargs += std::string(dram_plusargs.empty() ? "" : ", ") + "\"" +
+                             json_escape(argv[i]) + "\"";
+        }
+    }
     const std::string dump_file = dram_file + ".out";
 
     // -- read the recording ---------------------------------------------------------------------
@@ -273,12 +283,13 @@ int main(int argc, char** argv) {
         "{\"cycles\": %llu, \"end_step\": %llu, \"recorded_end_step\": %llu, "
         "\"reached_end\": %s, \"sim_wall_seconds\": %.6f, \"sim_cpu_seconds\": %.6f, "
         "\"checks\": %llu, \"mismatches\": %llu, \"first_mismatch\": %s, \"events\": %llu, "
-        "\"evals\": %llu, \"time_slots\": %llu, \"load_bytes\": %llu, \"dump_bytes\": %llu}\n",
+        "\"evals\": %llu, \"time_slots\": %llu, \"load_bytes\": %llu, \"dump_bytes\": %llu, "
+        "\"dram_plusargs\": [%s]}\n",
         (unsigned long long)cycles, (unsigned long long)ctx->time(),
         (unsigned long long)end_step, reached_end ? "true" : "false", wall, cpu,
         (unsigned long long)checks, (unsigned long long)mismatches,
         mismatches ? ("\"" + json_escape(first_mismatch) + "\"").c_str() : "null",
         (unsigned long long)n, (unsigned long long)evals, (unsigned long long)slots,
-        (unsigned long long)load_bytes, (unsigned long long)dump_bytes);
+        (unsigned long long)load_bytes, (unsigned long long)dump_bytes, dram_plusargs.c_str());
     return (mismatches || !reached_end) ? 2 : 0;
 }
