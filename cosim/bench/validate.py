@@ -19,7 +19,7 @@ corpus, every busy and stall counter within tolerance.
 
 Command line::
 
-    python -m cosim.bench.validate --json out.json [--quick] [--only NAME ...]
+    python -m cosim.bench.validate --json out.json [--quick] [--only NAME ...] [--dram TIMING]
 
 writes per workload the RTL and model counters, the error of each counter, the worst counter,
 the model's speed (modelled cycles per wall second, the backend's own time and the whole
@@ -36,6 +36,7 @@ from pathlib import Path
 
 from hw.config import NPUConfig
 from hw.isa import COUNTER_NAMES, TIMING_COUNTERS
+from sw.dram import DramTiming
 from sw.perf.corpus import WORKLOADS
 from sw.runtime import Device, NPUError
 
@@ -124,9 +125,10 @@ def summarize(rows: dict) -> dict:
             "ok": mean <= CYCLES_MEAN_TOL and worst <= CYCLES_MAX_TOL and not failing}
 
 
-def _run_model(config: NPUConfig, names: list[str], trace: bool) -> tuple[dict, dict]:
+def _run_model(config: NPUConfig, names: list[str], trace: bool,
+               dram: DramTiming | None = None) -> tuple[dict, dict]:
     from sw.perf import PerfBackend
-    backend = PerfBackend(config)
+    backend = PerfBackend(config, dram=dram)
     t0 = time.perf_counter()
     res = corpus_job(backend, names=names, trace=trace)
     wall = time.perf_counter() - t0
@@ -186,10 +188,12 @@ def measure_speed(repeats: int = 3) -> dict:
 
 
 def run_validation(names: list[str] | None = None, *, trace: bool = False,
-                   name: str = "validate") -> dict:
-    """Run ``names`` (default: all of :data:`WORKLOADS`) on the RTL and the model; return the
-    comparison document (see the module docstring)."""
+                   name: str = "validate", dram: DramTiming | str | None = None) -> dict:
+    """Run ``names`` (default: all of :data:`WORKLOADS`) on the RTL and the model, both with
+    DRAM timing ``dram`` (default: ideal); return the comparison document (see the module
+    docstring)."""
     from cosim.tb.harness import run_job
+    dram = DramTiming.parse(dram)
     names = list(WORKLOADS) if names is None else list(names)
     by_config: dict[str, list[str]] = {}
     for n in names:
@@ -199,9 +203,10 @@ def run_validation(names: list[str] | None = None, *, trace: bool = False,
         config = NPUConfig(**json.loads(key))
         t0 = time.perf_counter()
         rtl = run_job(config, "cosim.bench.validate:corpus_job",
-                      {"names": group, "trace": trace}, name=f"{name}_{config.name}")
+                      {"names": group, "trace": trace}, name=f"{name}_{config.name}",
+                      dram=dram)
         rtl_wall = time.perf_counter() - t0
-        model, speed = _run_model(config, group, trace)
+        model, speed = _run_model(config, group, trace, dram)
         runs.append({"config": config.name, "workloads": group, "rtl_cycles": rtl.cycles,
                      "rtl_job_seconds": rtl.job_seconds, "rtl_wall_seconds": rtl_wall,
                      "model": speed})
@@ -212,7 +217,7 @@ def run_validation(names: list[str] | None = None, *, trace: bool = False,
     return {"summary": summarize(rows), "runs": runs, "workloads": rows,
             "tolerances": {"rel": REL_TOL, "abs_cycles": ABS_TOL,
                            "cycles_mean": CYCLES_MEAN_TOL, "cycles_max": CYCLES_MAX_TOL},
-            "dram": "ideal"}
+            "dram": dram.to_dict() | {"name": dram.name}}
 
 
 def format_table(doc: dict) -> str:
@@ -250,13 +255,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="only the quick subset")
     p.add_argument("--only", nargs="+", metavar="NAME", help="only these workloads")
     p.add_argument("--trace", action="store_true", help="also compare engine traces")
+    p.add_argument("--dram", default=None, metavar="TIMING",
+                   help="DRAM timing of both sides: a preset (ideal, lat100, ...) or "
+                   "key=value pairs (sw.dram.DramTiming.parse); default ideal")
+    p.add_argument("--no-speed", action="store_true", help="skip the speed measurement")
     ns = p.parse_args(argv)
     names = ns.only or (list(QUICK) if ns.quick else None)
     unknown = [n for n in names or [] if n not in WORKLOADS]
     if unknown:
         p.error(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}")
-    doc = run_validation(names, trace=ns.trace)
-    doc["speed"] = measure_speed()
+    doc = run_validation(names, trace=ns.trace, dram=ns.dram)
+    if not ns.no_speed:
+        doc["speed"] = measure_speed()
     print(format_table(doc))
     if ns.json:
         ns.json.write_text(json.dumps(doc, indent=1))

@@ -18,6 +18,5 @@ counter by counter (``python -m cosim.bench.validate``)::
 """
 
 from sw.perf.backend import PerfBackend
-from sw.perf.memory import DramTiming
 
-__all__ = ["PerfBackend", "DramTiming"]
+__all__ = ["PerfBackend"]

@@ -13,7 +13,9 @@ Differences from the RTL (by design or not yet modelled):
 * Each engine command reads and writes the functional state at once in the cycle its engine
   takes it; programs ordered by semaphores (every kernel of this kit) give the same bytes, a
   racy program may not. Host DRAM accesses during a transfer see all or nothing of it.
-* Only the ideal DRAM (``DramTiming()``) is timed; AXI error responses do not occur.
+* DRAM timing (:class:`sw.dram.DramTiming`): the ideal model, read latency and write latency
+  are timed; a bandwidth limit or random backpressure raises :class:`NotImplementedError`
+  (:func:`sw.perf.memory.check_timing`). AXI error responses do not occur.
 * Semaphore waits use :func:`hw.isa.sem_reached` and a host write to a semaphore sets it
   (the ISA contract of ``hw.isa``).
 """
@@ -36,11 +38,11 @@ from hw.isa import (
     pack_fields,
 )
 from sw.backend import BackendError
+from sw.dram import DramTiming
 from sw.model import ModelBackend
 from sw.perf.events import ARBITRATE, UPDATE
 from sw.perf.host import HostClock, mem_write_accesses
 from sw.perf.machine import Machine
-from sw.perf.memory import DramTiming
 
 __all__ = ["PerfBackend"]
 
@@ -62,8 +64,14 @@ class PerfBackend(ModelBackend):
     Parameters
     ----------
     config : NPUConfig
-    dram : DramTiming, optional
-        Timing of device DRAM; the ideal model by default (the only one implemented).
+    dram : DramTiming or str, optional
+        Timing of device DRAM (a :class:`sw.dram.DramTiming` or its preset / ``key=value``
+        text, as :func:`cosim.tb.harness.run_job` takes); the ideal model by default.
+
+    Raises
+    ------
+    NotImplementedError
+        For a DRAM timing the model does not time yet (bandwidth limit, backpressure).
 
     Attributes
     ----------
@@ -77,9 +85,10 @@ class PerfBackend(ModelBackend):
     name = "perf"
     timed = True  #: every performance counter is modelled
 
-    def __init__(self, config: NPUConfig, *, dram: DramTiming | None = None) -> None:
+    def __init__(self, config: NPUConfig, *, dram: DramTiming | str | None = None) -> None:
         super().__init__(config)
-        self.machine = Machine(self, dram or DramTiming())
+        self.dram_timing = DramTiming.parse(dram)
+        self.machine = Machine(self, self.dram_timing)
         self.host = HostClock()
         self.sim_seconds = 0.0
         self.sim_cpu_seconds = 0.0

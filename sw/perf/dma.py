@@ -229,6 +229,7 @@ class _StoreJob(Item):
         self.aw_from: list[int] = []
         self.aw: list[int] = []
         self.b: list[int] = []
+        self.b_due: list[int] = []            # B handshake of each granted burst
         self.next = 0
         self.end = _BIG
         self.done = None
@@ -321,9 +322,16 @@ class StoreChannel:
             job.produce(i)
             w = max(job.V[i], w + 1)
             job.W.append(w)
+        job.b_due.append(w + self.writes.b_after)
         job.next = k + 1
         if job.next < len(job.bursts):
-            self._request(job, grant.aw + 1)
+            # AWVALID again from the cycle after the handshake, once fewer than
+            # dma_outstanding bursts await their B response
+            start = grant.aw + 1
+            waiting = job.next - self.config.dma_outstanding
+            if waiting >= 0:
+                start = max(start, job.b_due[waiting] + 1)
+            self._request(job, start)
         return w
 
     def response(self, grant: WriteGrant) -> None:

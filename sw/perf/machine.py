@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from hw.config import NPUConfig
 from hw.isa import COUNTER_NAMES, ENGINE_NAMES, ErrorCode, IrqBit, LocalMem
+from sw.dram import DramTiming
 from sw.perf.cmdproc import EngineQueue, FetchUnit, Semaphores, Stage
 from sw.perf.dma import LoadChannel, StoreChannel
 from sw.perf.engines import MatrixEngine, VectorEngine
 from sw.perf.events import DECIDE, UPDATE, EventQueue
 from sw.perf.ledger import Ledger
-from sw.perf.memory import DramTiming, ReadChannel, WriteChannel
+from sw.perf.memory import ReadChannel, WriteChannel
 from sw.perf.ports import BusyList
 
 __all__ = ["Machine", "TraceEntry", "LatchedError"]

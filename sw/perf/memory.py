@@ -21,10 +21,12 @@ Write path. The arbiter grants the write channels to one manager from its AW req
 WLAST (registered: the grant decided in cycle ``g`` takes effect in ``g + 1``). The DRAM takes
 one burst at a time: AW while idle, W beats, then B, then idle again.
 
-:class:`DramTiming` holds the run-time timing parameters of the DRAM model; only the ideal
-model (every parameter at its default) is implemented here. The extra latency, bandwidth and
-backpressure of a non-ideal DRAM plug into :meth:`ReadChannel._serve` and
-:meth:`WriteChannel._arbitrate`.
+The timing parameters are :class:`sw.dram.DramTiming`'s (the DRAM model's plusargs): read
+latency (a burst may be fetched ``read_latency - 2`` edges after its AR handshake: with the
+minimum 3, the schedule above) and write latency (a B response is due ``write_latency``
+cycles after the last W beat) are modelled; the bandwidth limit and random backpressure plug
+into :meth:`ReadChannel._serve` and :meth:`WriteChannel._arbitrate` (see
+:func:`check_timing`).
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from sw.dram import CHANNELS, MIN_READ_LATENCY, MIN_WRITE_LATENCY, DramTiming
 from sw.perf.events import ARBITRATE, DECIDE, UPDATE, EventQueue
 
-__all__ = ["DramTiming", "DRAM_READ_QUEUE", "DMA", "CP", "ReadChannel", "ServedBurst",
-           "Reader", "WriteChannel", "WriteGrant", "Writer"]
+__all__ = ["DRAM_READ_QUEUE", "DMA", "CP", "ReadChannel", "ServedBurst", "Reader",
+           "WriteChannel", "WriteGrant", "Writer", "check_timing"]
 
 #: Read bursts the DRAM model queues (``cosim.build.DRAM_OUTSTANDING``; ARREADY falls when full).
 DRAM_READ_QUEUE = 16
@@ -43,23 +46,23 @@ DRAM_READ_QUEUE = 16
 DMA, CP = 0, 1
 
 
-@dataclass(frozen=True)
-class DramTiming:
-    """Timing of the DRAM model (cycles, bytes per cycle, probabilities).
+def check_timing(timing: DramTiming) -> DramTiming:
+    """The DRAM timing the model runs: read and write latency are modelled (closed forms of
+    ``cosim/tb/dram.sv``: a burst may be fetched ``read_latency - 2`` edges after its AR, a B
+    response is due ``write_latency`` cycles after the last W beat); a bandwidth limit and
+    random backpressure are not yet.
 
-    Only the ideal model (all defaults) is implemented; other values raise
-    :class:`NotImplementedError` where they would take effect.
+    Raises
+    ------
+    NotImplementedError
+        For ``bytes_per_cycle`` or a stall probability.
     """
-    read_latency: int = 0         #: extra cycles from AR accepted to the first R beat
-    write_latency: int = 0        #: extra cycles from the last W beat to B
-    bytes_per_cycle: float = 0.0  #: peak bandwidth below the bus width (0: the bus width)
-    r_stall: float = 0.0          #: probability of withholding RVALID
-    w_stall: float = 0.0          #: probability of withholding WREADY
-    seed: int = 1
-
-    @property
-    def ideal(self) -> bool:
-        return self == DramTiming()
+    stalls = [ch for ch in CHANNELS if getattr(timing, f"{ch}_stall")]
+    if timing.bytes_per_cycle is not None or stalls:
+        raise NotImplementedError(
+            f"DRAM timing {timing.name!r}: the performance model times read and write latency "
+            f"only, not a bandwidth limit or random backpressure ({', '.join(stalls) or 'bw'})")
+    return timing
 
 
 class Reader(Protocol):
@@ -99,10 +102,10 @@ class ReadChannel:
     """AR arbitration, the DRAM's read queue and its R channel."""
 
     def __init__(self, eq: EventQueue, timing: DramTiming) -> None:
-        if not timing.ideal:
-            raise NotImplementedError("the performance model implements the ideal DRAM only")
         self.eq = eq
-        self.timing = timing
+        self.timing = check_timing(timing)
+        #: edges from the AR handshake to the first at which the burst may be fetched, less 1
+        self._fetch_after = timing.read_latency - MIN_READ_LATENCY + 2
         self.pending: dict[int, _ReadRequest] = {}
         self.ar_last = 0
         self.locked: int | None = None
@@ -158,8 +161,8 @@ class ReadChannel:
     # -- R --------------------------------------------------------------------------------
 
     def _serve(self, b: ServedBurst) -> None:
-        """Schedule burst ``b`` behind the newest one (ideal DRAM)."""
-        b.load = max(b.accept + 2, self._prev_v + 1)
+        """Schedule burst ``b`` behind the newest one."""
+        b.load = max(b.accept + self._fetch_after, self._prev_v + 1)
         b.v0 = max(b.load + 1, self._prev_c + 1)
         b.v_last, b.c_last = b.owner.consume(b)
         self._prev_v, self._prev_c = b.v_last, b.c_last
@@ -179,7 +182,7 @@ class ReadChannel:
         for k, b in enumerate(self.bursts[i:]):
             if k:   # ``first`` keeps its load edge and first beat: they depend on the past
                 prev = self.bursts[i + k - 1]
-                b.load = max(b.accept + 2, prev.v_last + 1)
+                b.load = max(b.accept + self._fetch_after, prev.v_last + 1)
                 b.v0 = max(b.load + 1, prev.c_last + 1)
             b.v_last, b.c_last = b.owner.consume(b)
             b.version += 1
@@ -214,9 +217,9 @@ class WriteChannel:
     """The write arbiter and the DRAM's write FSM."""
 
     def __init__(self, eq: EventQueue, timing: DramTiming) -> None:
-        if not timing.ideal:
-            raise NotImplementedError("the performance model implements the ideal DRAM only")
         self.eq = eq
+        check_timing(timing)
+        self.b_after = timing.write_latency      #: last W beat to B (cycles)
         self.pending: dict[int, tuple[int, Writer, object]] = {}
         self.last_owner = 0
         self.free_from = 0         # first cycle the arbiter can decide a grant
@@ -245,9 +248,9 @@ class WriteChannel:
         _, writer, tag = self.pending.pop(pick)
         grant = WriteGrant(pick, tag, aw=max(c + 1, self.idle_from))
         grant.w_last = writer.write_beats(grant)
-        grant.b = grant.w_last + 1
+        grant.b = grant.w_last + self.b_after
         self.free_from = grant.w_last + 1
-        self.idle_from = grant.b + 1
+        self.idle_from = grant.w_last + 1 + MIN_WRITE_LATENCY     # one idle (turn) cycle
         self.last_owner = pick
         self.eq.at(grant.b + 1, UPDATE, writer.response, grant)
         if self.pending:

@@ -8,10 +8,11 @@ import pytest
 from hw.config import NPUConfig
 from hw.isa import COUNTER_NAMES, Csr, ErrorCode, LocalMem, queue_csr
 from sw.backend import Backend
+from sw.dram import DramTiming
 from sw.golden import linear_int
 from sw.kernels.linear import linear_with_stats
 from sw.model import ModelBackend
-from sw.perf import DramTiming, PerfBackend
+from sw.perf import PerfBackend
 from sw.perf.corpus import WORKLOADS, linear_operands
 from sw.runtime import CommandList, Device, DeviceError
 
@@ -71,8 +72,9 @@ def run_workload(backend, name):
 def test_is_a_timed_backend():
     b = PerfBackend(CONFIG)
     assert isinstance(b, Backend) and b.name == "perf" and b.timed
-    with pytest.raises(NotImplementedError, match="ideal DRAM only"):
-        PerfBackend(CONFIG, dram=DramTiming(read_latency=100))
+    assert PerfBackend(CONFIG, dram="lat100").dram_timing == DramTiming(read_latency=100)
+    with pytest.raises(NotImplementedError, match="bandwidth limit or random backpressure"):
+        PerfBackend(CONFIG, dram="bp50")
 
 
 @pytest.mark.parametrize("name", sorted(RTL_COUNTERS))

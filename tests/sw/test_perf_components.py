@@ -11,12 +11,13 @@ from amaranth.sim import Simulator
 
 from hw.config import NPUConfig
 from hw.isa import ErrorCode, LocalMem
+from sw.dram import DramTiming
 from sw.perf import timing as T
 from sw.perf.dma import StoreChannel
 from sw.perf.events import ARBITRATE, EventQueue
 from sw.perf.fifo import CommandFifo
 from sw.perf.ledger import Ledger
-from sw.perf.memory import CP, DMA, DramTiming, ReadChannel, WriteChannel
+from sw.perf.memory import CP, DMA, ReadChannel, WriteChannel
 from sw.perf.ports import walk
 
 # -- command FIFO vs Amaranth's SyncFIFOBuffered ------------------------------------------------
