@@ -224,10 +224,26 @@ class _BurstBytes(Item):
         return self.served.c_last + 1
 
     def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
-        s = self.served
-        n = min(s.c_last + 1, hi) - max(s.v0, lo)
+        n = self.served.taken_in(lo, hi)
         if n > 0:
             out["bytes_read"] += n * self.beat
+
+
+class _FenceBytes(Item):
+    """``bytes_written`` of a fence write: 4 bytes at its W handshake."""
+
+    __slots__ = ("grant",)
+
+    def __init__(self, grant: WriteGrant) -> None:
+        self.grant = grant
+
+    @property
+    def end(self) -> int:
+        return self.grant.w_last + 1
+
+    def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
+        if lo <= self.grant.w_last < hi:
+            out["bytes_written"] += 4
 
 
 class FetchUnit:
@@ -334,6 +350,9 @@ class FetchUnit:
         last = served.v0 + served.beats - 1
         return last, last
 
+    def r_take(self, served: ServedBurst, i: int, visible: int) -> int:
+        return visible            # RREADY is high in FETCH_DATA
+
     def burst_done(self, served: ServedBurst) -> None:
         self._decode()            # DECODE is the cycle after the last beat (DECIDE phase)
 
@@ -401,13 +420,23 @@ class FetchUnit:
         word = (c & _MASK32) if cmd.body.timestamp else cmd.body.value
         m.writes.request(CP, c + 1, self, (q, cmd, word))
 
-    def write_beats(self, grant: WriteGrant) -> int:
-        q, cmd, word = grant.tag
-        w = grant.aw + 1
-        self.m.eq.at(w + 1, UPDATE, self.m.dram_write, cmd.body.addr,
-                     word.to_bytes(4, "little"))
-        self.m.ledger.point("bytes_written", w, 4)
-        return w
+    # Writer of one beat: WVALID with AWVALID, taken once the DRAM is in W_DATA
+    def w_begin(self, grant: WriteGrant) -> None:
+        self.m.ledger.item(_FenceBytes(grant))
+
+    def w_valid(self, grant: WriteGrant, i: int) -> int:
+        return grant.aw + 1
+
+    def w_taken(self, grant: WriteGrant, i: int, cycle: int) -> None:
+        self.m.eq.at(cycle + 1, UPDATE, self._written, grant, cycle)
+
+    def w_rewind(self, grant: WriteGrant, i: int, t: int) -> None:
+        pass                      # _written and _FenceBytes read the final handshake
+
+    def _written(self, grant: WriteGrant, cycle: int) -> None:
+        if grant.ws and grant.ws[0] == cycle:
+            _, cmd, word = grant.tag
+            self.m.dram_write(cmd.body.addr, word.to_bytes(4, "little"))
 
     def response(self, grant: WriteGrant) -> None:
         m = self.m

@@ -73,6 +73,8 @@ class _LoadJob(Item):
         self.granted: list[ServedBurst] = []
         self.requested: list[int] = []  # ARVALID from (per burst)
         self.holds: dict[int, list[tuple[int, int]]] = {}   # burst index -> hold spans
+        #: beat by beat: burst index -> per beat, the index of its first hold in ``holds``
+        self.hold_from: dict[int, list[int]] = {}
         self.completed = 0
         self.end = _BIG
         self.done = None
@@ -81,7 +83,7 @@ class _LoadJob(Item):
         inflight, rvalid, denied, holds = [], [], [], []
         for k, b in enumerate(self.granted):
             inflight.append((b.accept + 1, b.c_last + 1))
-            rvalid.append((b.v0, b.c_last + 1))
+            rvalid.extend(b.rvalid_spans())
             denied.append((self.requested[k], b.accept))
             holds.extend(self.holds.get(k, ()))
             self._bytes(b, k, lo, hi, out)
@@ -96,9 +98,18 @@ class _LoadJob(Item):
     def _bytes(self, b: ServedBurst, k: int, lo: int, hi: int, out: dict[str, int]) -> None:
         if b.v0 >= lo and b.c_last < hi:
             out["bytes_read"] += b.beats * self.beat
+        elif b.takes is not None:
+            out["bytes_read"] += b.taken_in(lo, hi) * self.beat
         elif b.c_last >= lo and b.v0 < hi:
             out["bytes_read"] += sum(1 for c in self.beat_cycles(b, k) if lo <= c < hi) \
                 * self.beat
+
+    def chunks_before(self, k: int, i: int) -> int:
+        """Chunks of burst ``k`` before its beat ``i``."""
+        if i == 0:
+            return 0
+        burst = self.bursts[k]
+        return burst.first_chunks + (i - 1) * burst.beat_chunks
 
     def beat_cycles(self, b: ServedBurst, k: int) -> list[int]:
         """Cycle of each R handshake of burst ``k`` (its beats' last chunks), replayed against
@@ -182,6 +193,34 @@ class LoadChannel:
             return served.v0, times[0]
         return times[0] + 1, times[1]
 
+    def r_take(self, served: ServedBurst, i: int, visible: int) -> int:
+        """Beat ``i`` visible from ``visible``: its chunks go one per cycle from then, the one
+        that completes a local row held while the port is busy; taken with its last chunk."""
+        job, k = served.tag
+        burst = job.bursts[k]
+        geo = job.geo
+        holds = job.holds.setdefault(k, [])
+        starts = job.hold_from.setdefault(k, [])
+        past = ()
+        if i < len(starts):               # retimed: the holds before now are final
+            now = self.eq.now
+            past = [h for h in holds[starts[i]:] if h[0] < now]
+            del holds[starts[i]:]
+            del starts[i:]
+        starts.append(len(holds))
+        if i == 0:
+            n = burst.first_chunks
+        else:
+            n = burst.last_chunks if i == burst.beats - 1 else burst.beat_chunks
+        before = job.chunks_before(k, i)
+        busy = merged(job.lists, visible)
+        if past:
+            busy = merge(busy + past)
+        times, new = walk(visible, n, geo.period, (geo.phase(burst) + before) % geo.period,
+                          busy, (n - 1,))
+        holds.extend(new)
+        return times[0]
+
     def burst_done(self, served: ServedBurst) -> None:
         job, k = served.tag
         job.completed += 1
@@ -223,13 +262,14 @@ class _StoreJob(Item):
             self.beats.extend((n, n * geo.g) for n in burst.chunks_per_beat())
         self.V: list[int] = []                # beat in the W buffer (WVALID) from
         self.W: list[int] = []                # W handshake
-        self.read = t + T.DMA_FIRST_REQUEST - 1   # last local read (none yet)
+        self.read0 = t + T.DMA_FIRST_REQUEST - 1
+        self.read = self.read0                # last local read (none yet)
         self.nw = 0                           # consumed-before pointer for the level
         self.nv = 0
         self.aw_from: list[int] = []
         self.aw: list[int] = []
         self.b: list[int] = []
-        self.b_due: list[int] = []            # B handshake of each granted burst
+        self.grants: list[WriteGrant] = []    # per granted burst
         self.next = 0
         self.end = _BIG
         self.done = None
@@ -310,30 +350,41 @@ class StoreChannel:
 
     def _request(self, job: _StoreJob, start: int) -> None:
         job.aw_from.append(start)
-        self.writes.request(DMA, start, self, (job, job.next))
+        self.writes.request(DMA, start, self, (job, job.next), job.bursts[job.next].beats)
 
     # -- Writer ---------------------------------------------------------------------------
 
-    def write_beats(self, grant: WriteGrant) -> int:
+    def w_begin(self, grant: WriteGrant) -> None:
         job, k = grant.tag
         job.aw.append(grant.aw)
-        first = job.first_beat[k]
-        w = grant.aw
-        for i in range(first, first + job.bursts[k].beats):
-            job.produce(i)
-            w = max(job.V[i], w + 1)
-            job.W.append(w)
-        job.b_due.append(w + self.writes.b_after)
+        job.grants.append(grant)
         job.next = k + 1
         if job.next < len(job.bursts):
             # AWVALID again from the cycle after the handshake, once fewer than
-            # dma_outstanding bursts await their B response
+            # dma_outstanding bursts await their B response (an earlier burst's: final)
             start = grant.aw + 1
             waiting = job.next - self.config.dma_outstanding
             if waiting >= 0:
-                start = max(start, job.b_due[waiting] + 1)
+                start = max(start, job.grants[waiting].b + 1)
             self._request(job, start)
-        return w
+
+    def w_valid(self, grant: WriteGrant, i: int) -> int:
+        job, k = grant.tag
+        n = job.first_beat[k] + i
+        job.produce(n)
+        return job.V[n]
+
+    def w_taken(self, grant: WriteGrant, i: int, cycle: int) -> None:
+        grant.tag[0].W.append(cycle)
+
+    def w_rewind(self, grant: WriteGrant, i: int, t: int) -> None:
+        job, k = grant.tag
+        del job.W[job.first_beat[k] + i:]
+        # local reads up to t saw only W handshakes before t: the beats they completed stay
+        keep = bisect_right(job.V, t + 2)
+        del job.V[keep:]
+        job.read = job.V[-1] - 2 if job.V else job.read0
+        job.nw = min(job.nw, len(job.W))
 
     def response(self, grant: WriteGrant) -> None:
         job, k = grant.tag

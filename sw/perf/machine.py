@@ -19,7 +19,7 @@ from sw.perf.dma import LoadChannel, StoreChannel
 from sw.perf.engines import MatrixEngine, VectorEngine
 from sw.perf.events import DECIDE, UPDATE, EventQueue
 from sw.perf.ledger import Ledger
-from sw.perf.memory import ReadChannel, WriteChannel
+from sw.perf.memory import BeatScheduler, ReadChannel, WriteChannel
 from sw.perf.ports import BusyList
 
 __all__ = ["Machine", "TraceEntry", "LatchedError"]
@@ -68,8 +68,9 @@ class Machine:
         #: per queue, cycles in which a host register write or a reset pulse is pending
         self.reg_writes: list[set[int]] = [set() for _ in range(n)]
         self.stages = [Stage(self, q) for q in range(n)]
-        self.reads = ReadChannel(eq, timing)
-        self.writes = WriteChannel(eq, timing)
+        beats = BeatScheduler(eq, timing, cfg.axi_data_bytes)
+        self.reads = ReadChannel(eq, timing, beats)
+        self.writes = WriteChannel(eq, timing, beats)
         self.fetch = FetchUnit(self)
 
         now = self._now

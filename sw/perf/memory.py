@@ -21,54 +21,79 @@ Write path. The arbiter grants the write channels to one manager from its AW req
 WLAST (registered: the grant decided in cycle ``g`` takes effect in ``g + 1``). The DRAM takes
 one burst at a time: AW while idle, W beats, then B, then idle again.
 
-The timing parameters are :class:`sw.dram.DramTiming`'s (the DRAM model's plusargs): read
-latency (a burst may be fetched ``read_latency - 2`` edges after its AR handshake: with the
-minimum 3, the schedule above) and write latency (a B response is due ``write_latency``
-cycles after the last W beat) are modelled; the bandwidth limit and random backpressure plug
-into :meth:`ReadChannel._serve` and :meth:`WriteChannel._arbitrate` (see
-:func:`check_timing`).
+The timing parameters are :class:`sw.dram.DramTiming`'s (the DRAM model's plusargs), all
+modelled:
+
+* read latency: a burst may be fetched ``read_latency - 2`` edges after its AR handshake (with
+  the minimum 3, the schedule above); write latency: a B response is due ``write_latency``
+  cycles after the last W beat;
+* random backpressure (:class:`sw.perf.draws.StallDraws`, the model's own draws): ARREADY low
+  holds the AR (the arbiter stays locked on it), AWREADY low the AW, BVALID low the B
+  response (B responses go in order, one per cycle); RVALID and WREADY low hold beats;
+* the bandwidth limit, a token bucket R and W share.
+
+With neither R nor W backpressure nor a bandwidth limit a burst's beats follow in closed form
+(``Reader.consume``, ``WriteChannel`` below); otherwise :class:`sw.perf.beats.BeatScheduler`
+times them beat by beat (``Reader.r_take``), and, with a bandwidth limit, R and W together.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from sw.dram import CHANNELS, MIN_READ_LATENCY, MIN_WRITE_LATENCY, DramTiming
+from sw.dram import MIN_READ_LATENCY, MIN_WRITE_LATENCY, DramTiming
+from sw.perf.beats import BeatScheduler
+from sw.perf.draws import StallDraws
 from sw.perf.events import ARBITRATE, DECIDE, UPDATE, EventQueue
 
-__all__ = ["DRAM_READ_QUEUE", "DMA", "CP", "ReadChannel", "ServedBurst", "Reader",
-           "WriteChannel", "WriteGrant", "Writer", "check_timing"]
+__all__ = ["DRAM_READ_QUEUE", "DRAM_WRITE_QUEUE", "DMA", "CP", "ReadChannel", "ServedBurst",
+           "Reader", "WriteChannel", "WriteGrant", "Writer", "BeatScheduler", "check_timing",
+           "beat_timed"]
 
 #: Read bursts the DRAM model queues (``cosim.build.DRAM_OUTSTANDING``; ARREADY falls when full).
 DRAM_READ_QUEUE = 16
+#: Write bursts awaiting their B response the DRAM model holds (AWREADY falls when full).
+DRAM_WRITE_QUEUE = 16
 #: AXI manager indices (IDs) on the NPU's memory port: the DMA and the command processor.
 DMA, CP = 0, 1
 
+_NEG = -(1 << 60)
+
 
 def check_timing(timing: DramTiming) -> DramTiming:
-    """The DRAM timing the model runs: read and write latency are modelled (closed forms of
-    ``cosim/tb/dram.sv``: a burst may be fetched ``read_latency - 2`` edges after its AR, a B
-    response is due ``write_latency`` cycles after the last W beat); a bandwidth limit and
-    random backpressure are not yet.
+    """The DRAM timing the model runs: every parameter of :class:`DramTiming` is modelled (see
+    the module docstring), so this returns ``timing``.
 
     Raises
     ------
-    NotImplementedError
-        For ``bytes_per_cycle`` or a stall probability.
+    TypeError
+        If ``timing`` is not a :class:`DramTiming`.
     """
-    stalls = [ch for ch in CHANNELS if getattr(timing, f"{ch}_stall")]
-    if timing.bytes_per_cycle is not None or stalls:
-        raise NotImplementedError(
-            f"DRAM timing {timing.name!r}: the performance model times read and write latency "
-            f"only, not a bandwidth limit or random backpressure ({', '.join(stalls) or 'bw'})")
+    if not isinstance(timing, DramTiming):
+        raise TypeError(f"expected a DramTiming, got {type(timing).__name__}")
     return timing
+
+
+def beat_timed(timing: DramTiming, channel: str) -> bool:
+    """Whether the beats of ``channel`` (``"r"`` or ``"w"``) are timed one by one: with
+    backpressure on that channel or a bandwidth limit."""
+    return timing.bytes_per_cycle is not None or timing.stall(channel) > 0
 
 
 class Reader(Protocol):
     def consume(self, burst: ServedBurst) -> tuple[int, int]:
-        """Given ``burst.v0`` (its first beat visible), return ``(V, C)``: the cycle its last
-        beat becomes visible and the cycle it is taken."""
+        """Closed-form timing (beats follow back to back): given ``burst.v0`` (its first beat
+        visible), return ``(V, C)``: the cycle its last beat becomes visible and the cycle it
+        is taken."""
+        ...
+
+    def r_take(self, burst: ServedBurst, i: int, visible: int) -> int:
+        """Beat-by-beat timing: beat ``i`` of ``burst`` is visible (RVALID) from cycle
+        ``visible``; return the cycle it is taken (RREADY). Beats ``>= i`` timed before are
+        forgotten (they are being retimed)."""
         ...
 
     def burst_done(self, burst: ServedBurst) -> None:
@@ -78,16 +103,41 @@ class Reader(Protocol):
 
 class ServedBurst:
     """A read burst the DRAM accepted. ``v0``/``v_last``/``c_last`` are its schedule (may be
-    recomputed while in the future, see :meth:`ReadChannel.reschedule`)."""
+    recomputed while in the future, see :meth:`ReadChannel.reschedule`). Beat by beat (see
+    :func:`beat_timed`), ``loads[i]`` is the edge at which beat ``i`` is loaded (visible from
+    ``loads[i] + 1``) and ``takes[i]`` the cycle it is taken; otherwise both are None."""
 
     __slots__ = ("mgr", "beats", "owner", "tag", "accept", "load", "v0", "v_last", "c_last",
-                 "version", "done")
+                 "version", "done", "loads", "takes")
 
-    def __init__(self, mgr: int, beats: int, owner: Reader, tag, accept: int) -> None:
+    def __init__(self, mgr: int, beats: int, owner: Reader, tag, accept: int,
+                 beatwise: bool = False) -> None:
         self.mgr, self.beats, self.owner, self.tag, self.accept = mgr, beats, owner, tag, accept
         self.load = self.v0 = self.v_last = self.c_last = 0
         self.version = 0
         self.done = False
+        self.loads: list[int] | None = [] if beatwise else None
+        self.takes: list[int] | None = [] if beatwise else None
+
+    def taken_in(self, lo: int, hi: int) -> int:
+        """Beats taken (R handshakes) in cycles ``lo <= c < hi``."""
+        if self.takes is None:
+            # back to back: beats are taken in cycles v0 .. c_last, one per cycle, only
+            # for a receiver that takes one per cycle (the command processor)
+            return max(0, min(self.c_last + 1, hi) - max(self.v0, lo))
+        return bisect_left(self.takes, hi) - bisect_left(self.takes, lo)
+
+    def rvalid_spans(self) -> list[tuple[int, int]]:
+        """Cycles ``[a, b)`` with one of its beats visible (RVALID), in order."""
+        if self.takes is None:
+            return [(self.v0, self.c_last + 1)]
+        out: list[list[int]] = []
+        for e, c in zip(self.loads, self.takes, strict=True):
+            if out and out[-1][1] == e + 1:
+                out[-1][1] = c + 1
+            else:
+                out.append([e + 1, c + 1])
+        return [(a, b) for a, b in out]
 
 
 class _ReadRequest:
@@ -99,20 +149,38 @@ class _ReadRequest:
 
 
 class ReadChannel:
-    """AR arbitration, the DRAM's read queue and its R channel."""
+    """AR arbitration, the DRAM's read queue and its R channel.
 
-    def __init__(self, eq: EventQueue, timing: DramTiming) -> None:
+    Parameters
+    ----------
+    eq : EventQueue
+    timing : DramTiming
+    beats : BeatScheduler, optional
+        Shared with the :class:`WriteChannel` when the beats are timed one by one (needed for
+        a bandwidth limit); made here if not given.
+    """
+
+    def __init__(self, eq: EventQueue, timing: DramTiming,
+                 beats: BeatScheduler | None = None) -> None:
         self.eq = eq
         self.timing = check_timing(timing)
         #: edges from the AR handshake to the first at which the burst may be fetched, less 1
-        self._fetch_after = timing.read_latency - MIN_READ_LATENCY + 2
+        self.fetch_after = timing.read_latency - MIN_READ_LATENCY + 2
+        self.ar_draws = StallDraws(timing, "ar")
         self.pending: dict[int, _ReadRequest] = {}
         self.ar_last = 0
         self.locked: int | None = None
         self.bursts: list[ServedBurst] = []    # accepted and not yet fully taken, DRAM order
-        self._prev_v = -(1 << 60)               # last burst's V and C (of the newest burst)
-        self._prev_c = -(1 << 60)
+        self._prev_v = _NEG                     # last burst's V and C (of the newest burst)
+        self._prev_c = _NEG
+        #: V and C of the last burst that left :attr:`bursts` (beat by beat)
+        self.tail = (_NEG, _NEG)
         self._arb_at: set[int] = set()
+        self.beatwise = beat_timed(timing, "r")
+        self.beats = None
+        if self.beatwise:
+            self.beats = beats if beats is not None else BeatScheduler(eq, timing, None)
+            self.beats.reads = self
 
     # -- AR -------------------------------------------------------------------------------
 
@@ -142,12 +210,21 @@ class ReadChannel:
             self.locked = pick
             self._arbitrate_at(c + 1)
             return
+        free = self.ar_draws.next_free(c)
+        if free != c:                       # ARREADY withheld: the arbiter stays on it
+            self.locked = pick
+            self._arbitrate_at(free)
+            return
         self.locked = None
         self.ar_last = pick
         req = self.pending.pop(pick)
-        served = ServedBurst(pick, req.beats, req.owner, req.tag, c)
-        self._serve(served)
-        self.bursts.append(served)
+        served = ServedBurst(pick, req.beats, req.owner, req.tag, c, self.beatwise)
+        if self.beatwise:
+            self.bursts.append(served)
+            self.beats.reads_changed(c + self.fetch_after)
+        else:
+            self._serve(served)
+            self.bursts.append(served)
         req.on_grant(c, served)
         if len(ready) > 1:
             self._arbitrate_at(c + 1)
@@ -161,8 +238,8 @@ class ReadChannel:
     # -- R --------------------------------------------------------------------------------
 
     def _serve(self, b: ServedBurst) -> None:
-        """Schedule burst ``b`` behind the newest one."""
-        b.load = max(b.accept + self._fetch_after, self._prev_v + 1)
+        """Schedule burst ``b`` behind the newest one (back to back)."""
+        b.load = max(b.accept + self.fetch_after, self._prev_v + 1)
         b.v0 = max(b.load + 1, self._prev_c + 1)
         b.v_last, b.c_last = b.owner.consume(b)
         self._prev_v, self._prev_c = b.v_last, b.c_last
@@ -173,16 +250,31 @@ class ReadChannel:
             return
         b.done = True
         self.bursts.remove(b)
+        self.tail = (b.v_last, b.c_last)
         b.owner.burst_done(b)
+
+    def beats_timed(self, bursts: list[ServedBurst]) -> None:
+        """:class:`BeatScheduler` (re)timed the beats of ``bursts``: update their schedule
+        and completion events."""
+        for b in bursts:
+            b.v0, b.v_last = b.loads[0] + 1, b.loads[-1] + 1
+            c_last = b.takes[-1]
+            if c_last != b.c_last or not b.version:
+                b.c_last = c_last
+                b.version += 1
+                self.eq.at(c_last + 1, DECIDE, self._done, b, b.version)
 
     def reschedule(self, first: ServedBurst) -> None:
         """Recompute the schedule of ``first`` and of every burst behind it (their receiver's
-        timing changed in the future)."""
+        timing changed in the future, after the current cycle)."""
+        if self.beatwise:
+            self.beats.reads_changed(self.eq.now + 1, retake=True)
+            return
         i = self.bursts.index(first)
         for k, b in enumerate(self.bursts[i:]):
             if k:   # ``first`` keeps its load edge and first beat: they depend on the past
                 prev = self.bursts[i + k - 1]
-                b.load = max(b.accept + self._fetch_after, prev.v_last + 1)
+                b.load = max(b.accept + self.fetch_after, prev.v_last + 1)
                 b.v0 = max(b.load + 1, prev.c_last + 1)
             b.v_last, b.c_last = b.owner.consume(b)
             b.version += 1
@@ -191,21 +283,39 @@ class ReadChannel:
         self._prev_v, self._prev_c = last.v_last, last.c_last
 
 
-@dataclass
+@dataclass(eq=False)
 class WriteGrant:
-    """A write burst granted the channels: AW handshake in ``aw``; the writer then gives its W
-    beats, the last in ``w_last``; B in ``b``."""
+    """A write burst of ``beats`` granted the channels: AW handshake in ``aw``; the writer then
+    gives its W beats (handshakes ``ws``), the last in ``w_last``; B in ``b``. Beat by beat
+    these may change until they are past (``version`` counts the changes)."""
     mgr: int
     tag: object
     aw: int
+    beats: int = 1
+    writer: object = None
     w_last: int = 0
     b: int = 0
+    ws: list = field(default_factory=list)
+    version: int = 0
 
 
 class Writer(Protocol):
-    def write_beats(self, grant: WriteGrant) -> int:
-        """W beats of the granted burst from ``grant.aw + 1`` on; return the cycle of the
-        last (WLAST) handshake."""
+    def w_begin(self, grant: WriteGrant) -> None:
+        """The burst is granted (``grant.aw`` is its AW handshake)."""
+        ...
+
+    def w_valid(self, grant: WriteGrant, i: int) -> int:
+        """The cycle from which beat ``i`` of the burst is valid (WVALID), given the W
+        handshakes of beats ``< i`` (told by :meth:`w_taken`)."""
+        ...
+
+    def w_taken(self, grant: WriteGrant, i: int, cycle: int) -> None:
+        """Beat ``i``'s W handshake is in ``cycle``."""
+        ...
+
+    def w_rewind(self, grant: WriteGrant, i: int, t: int) -> None:
+        """Beats ``>= i`` are not taken after all (they were in cycle ``t`` or later): forget
+        them and what followed from them (bandwidth limit only)."""
         ...
 
     def response(self, grant: WriteGrant) -> None:
@@ -214,21 +324,40 @@ class Writer(Protocol):
 
 
 class WriteChannel:
-    """The write arbiter and the DRAM's write FSM."""
+    """The write arbiter and the DRAM's write FSM and B queue.
 
-    def __init__(self, eq: EventQueue, timing: DramTiming) -> None:
+    Parameters
+    ----------
+    eq : EventQueue
+    timing : DramTiming
+    beats : BeatScheduler, optional
+        Shared with the :class:`ReadChannel` (needed for a bandwidth limit).
+    """
+
+    def __init__(self, eq: EventQueue, timing: DramTiming,
+                 beats: BeatScheduler | None = None) -> None:
         self.eq = eq
         check_timing(timing)
         self.b_after = timing.write_latency      #: last W beat to B (cycles)
-        self.pending: dict[int, tuple[int, Writer, object]] = {}
+        self.aw_draws = StallDraws(timing, "aw")
+        self.w_draws = StallDraws(timing, "w")
+        self.b_draws = StallDraws(timing, "b")
+        self.pending: dict[int, tuple[int, Writer, object, int]] = {}
         self.last_owner = 0
         self.free_from = 0         # first cycle the arbiter can decide a grant
         self.idle_from = 0         # first cycle the DRAM is in W_IDLE
+        self.current: WriteGrant | None = None    # the newest grant
+        #: B handshakes of the grants before the newest (the B queue's occupancy)
+        self._b_hist: deque[int] = deque(maxlen=DRAM_WRITE_QUEUE)
         self._arb_at: set[int] = set()
+        self.beats = None
+        if timing.bytes_per_cycle is not None:
+            self.beats = beats if beats is not None else BeatScheduler(eq, timing, None)
+            self.beats.writes = self
 
-    def request(self, mgr: int, start: int, writer: Writer, tag) -> None:
-        """Manager ``mgr`` drives AWVALID from cycle ``start``."""
-        self.pending[mgr] = (start, writer, tag)
+    def request(self, mgr: int, start: int, writer: Writer, tag, beats: int = 1) -> None:
+        """Manager ``mgr`` drives AWVALID from cycle ``start`` for a burst of ``beats``."""
+        self.pending[mgr] = (start, writer, tag, beats)
         self._arbitrate_at(max(start, self.free_from, self.eq.now))
 
     def _arbitrate_at(self, c: int) -> None:
@@ -241,17 +370,50 @@ class WriteChannel:
         if c < self.free_from:
             self._arbitrate_at(self.free_from)
             return
-        ready = [m for m, (start, _, _) in self.pending.items() if start <= c]
+        ready = [m for m, (start, _, _, _) in self.pending.items() if start <= c]
         if not ready:
             return
         pick = next(m for m in ((self.last_owner + 1) % 2, self.last_owner) if m in ready)
-        _, writer, tag = self.pending.pop(pick)
-        grant = WriteGrant(pick, tag, aw=max(c + 1, self.idle_from))
-        grant.w_last = writer.write_beats(grant)
-        grant.b = grant.w_last + self.b_after
-        self.free_from = grant.w_last + 1
-        self.idle_from = grant.w_last + 1 + MIN_WRITE_LATENCY     # one idle (turn) cycle
+        _, writer, tag, beats = self.pending.pop(pick)
+        if self.current is not None:
+            self._b_hist.append(self.current.b)
+        aw = max(c + 1, self.idle_from)
+        if len(self._b_hist) == DRAM_WRITE_QUEUE:      # B queue full until one leaves
+            aw = max(aw, self._b_hist[0] + 1)
+        grant = WriteGrant(pick, tag, aw=self.aw_draws.next_free(aw), beats=beats,
+                           writer=writer)
+        self.current = grant
         self.last_owner = pick
-        self.eq.at(grant.b + 1, UPDATE, writer.response, grant)
+        writer.w_begin(grant)
+        if self.beats is not None:
+            self.beats.writes_changed(grant.aw + 1)
+        else:
+            w = grant.aw
+            for i in range(beats):
+                w = self.w_draws.next_free(max(writer.w_valid(grant, i), w + 1))
+                writer.w_taken(grant, i, w)
+                grant.ws.append(w)
+            self.beats_timed()
+
+    def beats_timed(self) -> None:
+        """The W beats of the newest grant are (re)timed: its B response, the next AW."""
+        g = self.current
+        if g is None or not g.ws:
+            return
+        w_last = g.ws[-1]
+        if g.version and w_last == g.w_last:
+            return
+        g.w_last = w_last
+        prev_b = self._b_hist[-1] if self._b_hist else _NEG
+        g.b = self.b_draws.next_free(max(w_last + self.b_after, prev_b + 1))
+        g.version += 1
+        self.free_from = w_last + 1
+        self.idle_from = w_last + 1 + MIN_WRITE_LATENCY     # one idle (turn) cycle
+        self.eq.at(g.b + 1, UPDATE, self._respond, g, g.version)
         if self.pending:
-            self._arbitrate_at(self.free_from)
+            first = min(start for start, _, _, _ in self.pending.values())
+            self._arbitrate_at(max(self.free_from, first))
+
+    def _respond(self, g: WriteGrant, version: int) -> None:
+        if version == g.version:
+            g.writer.response(g)

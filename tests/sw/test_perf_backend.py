@@ -73,8 +73,8 @@ def test_is_a_timed_backend():
     b = PerfBackend(CONFIG)
     assert isinstance(b, Backend) and b.name == "perf" and b.timed
     assert PerfBackend(CONFIG, dram="lat100").dram_timing == DramTiming(read_latency=100)
-    with pytest.raises(NotImplementedError, match="bandwidth limit or random backpressure"):
-        PerfBackend(CONFIG, dram="bp50")
+    for preset in ("bp50", "jitter", "ddr"):     # every DRAM timing is modelled
+        assert PerfBackend(CONFIG, dram=preset).dram_timing == DramTiming.parse(preset)
 
 
 @pytest.mark.parametrize("name", sorted(RTL_COUNTERS))

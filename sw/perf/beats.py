@@ -1,0 +1,259 @@
+"""Beat-by-beat timing of the DRAM's R and W data channels, for DRAM timings where a closed form
+per burst does not hold: random backpressure on R or W, or a bandwidth limit.
+
+``cosim/tb/dram.sv`` loads an R beat (RVALID from the next cycle) at an edge where the beat
+generator has a burst, the previous beat was taken or RVALID is low, R is not withheld
+(``stall[CH_R]``) and the token bucket holds a beat (``tok_ok``); it takes a W beat at an edge
+with WVALID, W_DATA, W not withheld and ``tok_ok``. R and W share the bucket, so with a
+bandwidth limit the two channels' beats depend on each other, cycle by cycle.
+
+:class:`BeatScheduler` times every beat of the read bursts the DRAM has accepted and of the
+write burst it is taking, as events do not: in cycle order, each beat at the first edge its
+conditions hold (:class:`sw.perf.draws.StallDraws` for the withheld cycles, :class:`TokenBucket`
+for the tokens), jumping from beat to beat. Its schedules are of the future and change when
+something new arrives -- a read burst accepted, a write burst granted, a receiver that will
+hold a beat longer (a local-memory port write) -- always at or after a cycle ``t`` later
+than the current one. Then it *rewinds* both channels to ``t`` (keeps every beat before ``t``,
+which cannot change) and times the rest again; the receivers and the writer rewind their own
+per-beat state with it. Without a bandwidth limit the channels are independent and only the
+changed one is retimed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from sw.dram import DramTiming
+from sw.perf.draws import StallDraws
+
+__all__ = ["TokenBucket", "BeatScheduler"]
+
+_NEVER = 1 << 62
+
+
+class TokenBucket:
+    """The DRAM model's bandwidth limit, in ``1 / den`` bytes (``dram.sv``: ``tokens``).
+
+    ``tokens`` is ``cap = beat + num`` at reset; each cycle ``tokens <- min(cap, tokens + num -
+    k * beat)`` with ``k`` the beats (R and W) taken at that edge; a beat may go at an edge
+    with ``tokens >= beat``. ``num / den`` is :attr:`DramTiming.bw_fraction` (bytes per cycle),
+    ``beat`` the bus width in bytes times ``den``.
+
+    The takes are kept as ``(cycle, tokens left after its takes)``, in cycle order; between
+    takes the level is closed-form.
+    """
+
+    def __init__(self, timing: DramTiming, beat_bytes: int) -> None:
+        num, den = timing.bw_fraction
+        self.num = num
+        self.beat = beat_bytes * den
+        self.cap = self.beat + num
+        self.cycles = [-1]                  # a virtual take before cycle 0: tokens_0 = cap
+        self.left = [self.cap - num]
+
+    def level(self, c: int) -> int:
+        """Tokens in cycle ``c`` (after the last recorded take, which must be before ``c``)."""
+        return min(self.cap, self.left[-1] + (c - self.cycles[-1]) * self.num)
+
+    def first_ok(self, x: int) -> int:
+        """The first cycle ``>= x`` with a beat of tokens, if nothing is taken before it
+        (``x`` after the last recorded take)."""
+        need = self.beat - self.left[-1]
+        if need <= 0:
+            return x
+        return max(x, self.cycles[-1] + -(-need // self.num))
+
+    def take(self, c: int, beats: int) -> None:
+        """``beats`` (1 or 2) beats go at the edge of cycle ``c`` (after every recorded take)."""
+        level = self.level(c)
+        self.cycles.append(c)
+        self.left.append(level - beats * self.beat)
+
+    def rewind(self, t: int) -> None:
+        """Forget the takes of cycles ``>= t``."""
+        i = max(1, bisect_left(self.cycles, t))
+        del self.cycles[i:]
+        del self.left[i:]
+
+
+class BeatScheduler:
+    """Times the R beats of :attr:`reads` (a :class:`sw.perf.memory.ReadChannel`, if it is
+    beat-timed) and the W beats of :attr:`writes` (a :class:`sw.perf.memory.WriteChannel`) beat
+    by beat, against the DRAM's backpressure and bandwidth limit.
+
+    Parameters
+    ----------
+    eq : EventQueue
+    timing : DramTiming
+    beat_bytes : int
+        Bus width (bytes per beat); needed for a bandwidth limit.
+    """
+
+    def __init__(self, eq, timing: DramTiming, beat_bytes: int | None) -> None:
+        self.eq = eq
+        self.r_draws = StallDraws(timing, "r")
+        self.w_draws = StallDraws(timing, "w")
+        self.bucket = None
+        if timing.bytes_per_cycle is not None:
+            if beat_bytes is None:
+                raise ValueError("a DRAM bandwidth limit needs the bus width (beat_bytes)")
+            self.bucket = TokenBucket(timing, beat_bytes)
+        self.reads = None       #: the ReadChannel (set by it when it times beat by beat)
+        self.writes = None      #: the WriteChannel (set by it when it times beat by beat)
+        self.retimes = 0        #: rewinds so far (for the speed report)
+
+    @property
+    def coupled(self) -> bool:
+        """Whether R and W share a bandwidth limit (then a change of one retimes both)."""
+        return self.bucket is not None
+
+    # -- changes ------------------------------------------------------------------------------
+
+    def reads_changed(self, t: int, retake: bool = False) -> None:
+        """The read side changed from cycle ``t`` on (a burst accepted, or with ``retake`` a
+        receiver that may take its beats later from ``t``): retime."""
+        self._retime(t, True, self.coupled, retake)
+
+    def writes_changed(self, t: int) -> None:
+        """A write burst was granted; its first W beat is at ``t`` or later: retime."""
+        self._retime(t, self.coupled, True, False)
+
+    # -- the merged walk ----------------------------------------------------------------------
+
+    def _retime(self, t: int, do_r: bool, do_w: bool, retake: bool) -> None:
+        reads = self.reads if do_r else None
+        writes = self.writes if do_w else None
+        if reads is None and writes is None:
+            return
+        self.retimes += 1
+        bucket = self.bucket
+        if bucket is not None:
+            bucket.rewind(t)
+        r = _ReadCursor(reads, t, retake) if reads is not None else None
+        w = _WriteCursor(writes, t) if writes is not None else None
+        r_draws, w_draws = self.r_draws, self.w_draws
+        # nothing before t changes, so no beat still to time goes before t
+        xr = max(t, r.candidate()) if r is not None else _NEVER
+        xw = max(t, w.candidate()) if w is not None else _NEVER
+        while xr < _NEVER or xw < _NEVER:
+            if bucket is not None:
+                cr = r_draws.next_free(bucket.first_ok(xr)) if xr < _NEVER else _NEVER
+                cw = w_draws.next_free(bucket.first_ok(xw)) if xw < _NEVER else _NEVER
+            else:
+                cr = r_draws.next_free(xr) if xr < _NEVER else _NEVER
+                cw = w_draws.next_free(xw) if xw < _NEVER else _NEVER
+            c = min(cr, cw)
+            if bucket is not None:
+                bucket.take(c, (cr == c) + (cw == c))
+            if cr == c:
+                xr = r.load(c)
+            elif xr < _NEVER:
+                xr = max(xr, c + 1)     # not loadable up to c; the tokens after c changed
+            if cw == c:
+                xw = w.take(c)
+            elif xw < _NEVER:
+                xw = max(xw, c + 1)
+        if r is not None:
+            reads.beats_timed(r.touched)
+        if w is not None:
+            writes.beats_timed()
+
+
+class _ReadCursor:
+    """Walks the R beats of a beat-timed ReadChannel's accepted bursts in DRAM order."""
+
+    def __init__(self, reads, t: int, retake: bool) -> None:
+        self.reads = reads
+        self.bursts = bursts = reads.bursts
+        self.touched: list = []
+        bi, n = len(bursts), 0
+        for k, b in enumerate(bursts):
+            j = bisect_left(b.loads, t)
+            if j < b.beats:
+                bi, n = k, j
+                break
+        self.bi, self.i = bi, n
+        if bi < len(bursts):
+            for k, b in enumerate(bursts[bi:]):
+                keep = n if k == 0 else 0
+                del b.loads[keep:]
+                del b.takes[keep:]
+                self.touched.append(b)
+        if retake:
+            self._retake(t)
+
+    def _retake(self, t: int) -> None:
+        """The beat before the cursor was loaded before ``t``; if it is taken at ``t`` or
+        later, its receiver times it again."""
+        bi, i = self.bi, self.i
+        if i == 0:
+            if bi == 0:
+                return
+            bi -= 1
+            i = self.bursts[bi].beats
+        b = self.bursts[bi]
+        j = i - 1
+        if b.takes[j] >= t:
+            b.takes[j] = b.owner.r_take(b, j, b.loads[j] + 1)
+            if b not in self.touched:
+                self.touched.insert(0, b)
+
+    def candidate(self) -> int:
+        """The first edge at which the next beat could be loaded (beat generator and
+        receiver), or never."""
+        if self.bi >= len(self.bursts):
+            return _NEVER
+        b = self.bursts[self.bi]
+        if self.i:
+            return b.takes[self.i - 1]
+        if self.bi:
+            prev = self.bursts[self.bi - 1]
+            pv, pc = prev.loads[-1] + 1, prev.takes[-1]
+        else:
+            pv, pc = self.reads.tail
+        b.load = max(b.accept + self.reads.fetch_after, pv + 1)
+        return max(b.load, pc)
+
+    def load(self, c: int) -> int:
+        """Load the next beat at edge ``c`` (visible from ``c + 1``); its receiver says when it
+        takes it. Returns the next candidate."""
+        b = self.bursts[self.bi]
+        b.loads.append(c)
+        b.takes.append(b.owner.r_take(b, self.i, c + 1))
+        self.i += 1
+        if self.i == b.beats:
+            self.bi += 1
+            self.i = 0
+        return self.candidate()
+
+
+class _WriteCursor:
+    """Walks the W beats of the write burst a beat-timed WriteChannel is taking."""
+
+    def __init__(self, writes, t: int) -> None:
+        self.g = g = writes.current
+        self.x = _NEVER
+        if g is None:
+            return
+        n = bisect_left(g.ws, t)
+        if n < len(g.ws):
+            del g.ws[n:]
+            g.writer.w_rewind(g, n, t)
+        if n < g.beats:
+            self.x = self._next()
+
+    def _next(self) -> int:
+        g = self.g
+        n = len(g.ws)
+        x = g.writer.w_valid(g, n)
+        return max(x, g.aw + 1, g.ws[-1] + 1 if n else 0)
+
+    def candidate(self) -> int:
+        return self.x
+
+    def take(self, c: int) -> int:
+        g = self.g
+        g.writer.w_taken(g, len(g.ws), c)
+        g.ws.append(c)
+        self.x = self._next() if len(g.ws) < g.beats else _NEVER
+        return self.x
