@@ -131,6 +131,9 @@ def naive_memory(timing, reads, writes, busy, n_cycles):
         if fetch:
             _, r_cur = queue.pop(0)
             r_busy, r_left = True, r_cur[4] - 1
+        if not (any(r_pend.values()) or queue or r_busy or rvalid or any(w_pend.values())
+                or w_busy or wstate != "IDLE" or bq):
+            break                                        # everything answered
     return ([(m, a, loads, takes) for m, a, loads, takes, _ in r_out],
             [(m, aw, ws, b) for m, aw, ws, b in w_out])
 
@@ -286,9 +289,10 @@ def test_channels_match_a_per_cycle_dram_sv(spec, seed, notice):
     rng = np.random.default_rng(seed)
     reads, writes, spans = scenario(rng)
     busy = {DMA: {c for a, b in spans for c in range(a, b)}}
-    want_r, want_w = naive_memory(timing, reads, writes, busy, 6000)
+    want_r, want_w = naive_memory(timing, reads, writes, busy, 20_000)
     got_r, got_w = model_memory(timing, reads, writes, spans, notice)
     assert sum(len(v) for v in reads.values()) == len(want_r)      # the horizon was enough
+    assert all(b is not None for *_, b in want_w)
     assert got_r == [(m, a, lo, ta) for m, a, lo, ta in want_r]
     assert got_w == want_w
 
