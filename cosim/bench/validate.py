@@ -40,7 +40,8 @@ from sw.dram import DramTiming
 from sw.perf.corpus import WORKLOADS
 from sw.runtime import Device, NPUError
 
-__all__ = ["WORKLOADS", "QUICK", "CI", "CI_UNDER_DRAM", "CI_DRAM", "corpus_job", "compare",
+__all__ = ["WORKLOADS", "QUICK", "CI", "CI_UNDER_DRAM", "CI_DRAM", "CI_BACKPRESSURE",
+           "corpus_job", "compare",
            "run_validation", "measure_speed", "summarize", "REL_TOL", "ABS_TOL",
            "CYCLES_MEAN_TOL", "CYCLES_MAX_TOL", "main"]
 
@@ -65,6 +66,11 @@ CI_UNDER_DRAM = ("gemm_17x33x9", "attention_L8_causal", "two_streams_events", "d
                  "random_stream", "processor_commands", "reset_sweep")
 #: The non-ideal DRAM timing of the CI (odd latencies: nothing lines up by chance).
 CI_DRAM = "latency=37,wlatency=23"
+#: DRAM timings with backpressure and bandwidth limits the CI runs :data:`CI_UNDER_DRAM` under:
+#: the ``jitter`` preset (a bandwidth limit R and W share, backpressure on every channel),
+#: ``bp50`` (R only: R beats timed one by one without the shared bucket), and a bandwidth
+#: limit alone at a rate that is not a whole number of bytes per cycle.
+CI_BACKPRESSURE = ("jitter", "bp50", "bw=3.3,wlatency=5")
 #: A faster subset (``--quick``).
 QUICK = CI[:6]
 

@@ -164,17 +164,20 @@ class Engines:
                 raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(row, depth))
         if body.acc_row + m > c.acc_rows:
             raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.acc_row, c.acc_rows))
-        a = self.spad[body.a_row:body.a_row + m, :c.rows].astype(np.int64)
+        a = self.spad[body.a_row:body.a_row + m, :c.rows]
         if transpose:  # array column n <- spad row w_row + n (rows == cols)
-            w = self.spad[body.w_row:body.w_row + c.cols, :c.rows].astype(np.int64).T
+            w = self.spad[body.w_row:body.w_row + c.cols, :c.rows].T
         else:
-            w = self.spad[body.w_row:body.w_row + c.rows, :c.cols].astype(np.int64)
-        out = a @ w
+            w = self.spad[body.w_row:body.w_row + c.rows, :c.cols]
+        # exact in int32: |sum| <= rows * 2**14 < 2**31; accumulation wraps modulo 2**32
+        out = np.matmul(a, w, dtype=np.int32)
         dst = self.acc[body.acc_row:body.acc_row + m]
         if accumulate:
-            out = out + dst[:, :c.cols]
-        dst[:, :c.cols] = out.astype(np.int32)  # wraps modulo 2**32
-        dst[:, c.cols:] = 0
+            dst[:, :c.cols] += out
+        else:
+            dst[:, :c.cols] = out
+        if dst.shape[1] > c.cols:
+            dst[:, c.cols:] = 0
 
     # -- vector unit ----------------------------------------------------------------------------
 

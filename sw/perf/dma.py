@@ -24,7 +24,7 @@ from hw.isa import ErrorCode, LocalMem
 from sw.perf import timing as T
 from sw.perf.ledger import Item, Ledger, measure, merge, subtract, union
 from sw.perf.memory import DMA, ReadChannel, ServedBurst, WriteChannel, WriteGrant
-from sw.perf.ports import BusyList, merged, walk
+from sw.perf.ports import BusyList, first_free, merged, walk
 from sw.perf.timing import Burst
 
 __all__ = ["LoadChannel", "StoreChannel"]
@@ -75,6 +75,9 @@ class _LoadJob(Item):
         self.holds: dict[int, list[tuple[int, int]]] = {}   # burst index -> hold spans
         #: beat by beat: burst index -> per beat, the index of its first hold in ``holds``
         self.hold_from: dict[int, list[int]] = {}
+        self._phases: dict[int, int] = {}
+        self._busy_stamp: tuple | None = None
+        self._busy: list[tuple[int, int]] = []
         self.completed = 0
         self.end = _BIG
         self.done = None
@@ -104,12 +107,21 @@ class _LoadJob(Item):
             out["bytes_read"] += sum(1 for c in self.beat_cycles(b, k) if lo <= c < hi) \
                 * self.beat
 
-    def chunks_before(self, k: int, i: int) -> int:
-        """Chunks of burst ``k`` before its beat ``i``."""
-        if i == 0:
-            return 0
-        burst = self.bursts[k]
-        return burst.first_chunks + (i - 1) * burst.beat_chunks
+    def phase(self, k: int) -> int:
+        """:meth:`_Geometry.phase` of burst ``k`` (cached)."""
+        p = self._phases.get(k)
+        if p is None:
+            p = self._phases[k] = self.geo.phase(self.bursts[k])
+        return p
+
+    def busy(self, now: int) -> list[tuple[int, int]]:
+        """The merged busy spans of the write ports above the DMA that end after ``now``
+        (cached while the ports do not change)."""
+        stamp = tuple(lst.version for lst in self.lists)
+        if stamp != self._busy_stamp:
+            self._busy = merged(self.lists, now)
+            self._busy_stamp = stamp
+        return self._busy
 
     def beat_cycles(self, b: ServedBurst, k: int) -> list[int]:
         """Cycle of each R handshake of burst ``k`` (its beats' last chunks), replayed against
@@ -198,26 +210,35 @@ class LoadChannel:
         that completes a local row held while the port is busy; taken with its last chunk."""
         job, k = served.tag
         burst = job.bursts[k]
-        geo = job.geo
-        holds = job.holds.setdefault(k, [])
-        starts = job.hold_from.setdefault(k, [])
-        past = ()
+        holds = job.holds.get(k)
+        if holds is None:
+            holds = job.holds[k] = []
+            job.hold_from[k] = []
+        starts = job.hold_from[k]
+        busy = job.busy(self.eq.now)
         if i < len(starts):               # retimed: the holds before now are final
             now = self.eq.now
             past = [h for h in holds[starts[i]:] if h[0] < now]
             del holds[starts[i]:]
             del starts[i:]
+            if past:
+                busy = merge(busy + past)
         starts.append(len(holds))
+        geo = job.geo
         if i == 0:
-            n = burst.first_chunks
+            n, before = burst.first_chunks, 0
         else:
             n = burst.last_chunks if i == burst.beats - 1 else burst.beat_chunks
-        before = job.chunks_before(k, i)
-        busy = merged(job.lists, visible)
-        if past:
-            busy = merge(busy + past)
-        times, new = walk(visible, n, geo.period, (geo.phase(burst) + before) % geo.period,
-                          busy, (n - 1,))
+            before = burst.first_chunks + (i - 1) * burst.beat_chunks
+        phase = (job.phase(k) + before) % geo.period
+        if n == 1:                        # one chunk: held only if it completes a local row
+            if phase != geo.period - 1:
+                return visible
+            take = first_free(busy, visible)
+            if take > visible:
+                holds.append((visible, take))
+            return take
+        times, new = walk(visible, n, geo.period, phase, busy, (n - 1,))
         holds.extend(new)
         return times[0]
 
@@ -242,7 +263,7 @@ class LoadChannel:
             return
         for served in job.granted:
             if not served.done and served.c_last >= a:
-                self.reads.reschedule(served)
+                self.reads.reschedule(served, a)
                 return
 
 

@@ -221,13 +221,23 @@ class ReadChannel:
         served = ServedBurst(pick, req.beats, req.owner, req.tag, c, self.beatwise)
         if self.beatwise:
             self.bursts.append(served)
-            self.beats.reads_changed(c + self.fetch_after)
+            self.beats.reads_changed(self._first_load(served))
         else:
             self._serve(served)
             self.bursts.append(served)
         req.on_grant(c, served)
         if len(ready) > 1:
             self._arbitrate_at(c + 1)
+
+    def _first_load(self, b: ServedBurst) -> int:
+        """The earliest edge at which the newest burst ``b``'s first beat can be loaded: the
+        burst fetched, the previous one's last beat taken (beat by beat)."""
+        if len(self.bursts) > 1:
+            prev = self.bursts[-2]
+            pv, pc = prev.loads[-1] + 1, prev.takes[-1]
+        else:
+            pv, pc = self.tail
+        return max(b.accept + self.fetch_after, pv + 1, pc)
 
     def _queue_full(self, c: int) -> bool:
         if len(self.bursts) < DRAM_READ_QUEUE:
@@ -264,11 +274,13 @@ class ReadChannel:
                 b.version += 1
                 self.eq.at(c_last + 1, DECIDE, self._done, b, b.version)
 
-    def reschedule(self, first: ServedBurst) -> None:
-        """Recompute the schedule of ``first`` and of every burst behind it (their receiver's
-        timing changed in the future, after the current cycle)."""
+    def reschedule(self, first: ServedBurst, after: int | None = None) -> None:
+        """Recompute the schedule of ``first`` and of every burst behind it: their receiver
+        may take beats later from cycle ``after`` on (default: the next cycle; never before
+        it)."""
         if self.beatwise:
-            self.beats.reads_changed(self.eq.now + 1, retake=True)
+            t = self.eq.now + 1 if after is None else max(after, self.eq.now + 1)
+            self.beats.reads_changed(t, retake=True)
             return
         i = self.bursts.index(first)
         for k, b in enumerate(self.bursts[i:]):

@@ -33,6 +33,7 @@ class BusyList:
         self.now = now
         self.spans: list[tuple[int, int, object]] = []
         self.listeners: list[Callable[[int], None]] = []
+        self.version = 0        #: changes with every add or remove (for caches of the spans)
 
     def add(self, a: int, b: int, owner: object = None) -> None:
         if b <= a:
@@ -41,12 +42,14 @@ class BusyList:
         if len(self.spans) > 16:
             self.spans = [s for s in self.spans if s[1] > t]
         self.spans.append((a, b, owner))
+        self.version += 1
         for f in self.listeners:
             f(a)
 
     def remove(self, owner: object, after: int) -> None:
         """Drop ``owner``'s spans that start at or after ``after``."""
         self.spans = [s for s in self.spans if not (s[2] is owner and s[0] >= after)]
+        self.version += 1
 
 
 def merged(lists: list[BusyList], x: int) -> list[tuple[int, int]]:

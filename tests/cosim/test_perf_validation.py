@@ -9,14 +9,20 @@ counter within 3% or :data:`cosim.bench.validate.ABS_TOL` cycles, untimed counte
 same engine traces (start and end cycle of every command, as the RTL's trace FIFOs report
 them).
 
-A second test runs a subset under read and write latency (:data:`cosim.bench.validate.CI_DRAM`).
+A second test runs a subset under read and write latency (:data:`cosim.bench.validate.CI_DRAM`),
+and the same subset runs under backpressure and bandwidth limits
+(:data:`cosim.bench.validate.CI_BACKPRESSURE`: the ``jitter`` and ``bp50`` presets, a limit of
+3.3 bytes per cycle).
 Each test is one simulation with its own run directory (a module fixture would run once per
 pytest-xdist worker, and two simulations must not share a run directory).
 """
 
+import pytest
+
 from cosim.bench.validate import (
     ABS_TOL,
     CI,
+    CI_BACKPRESSURE,
     CI_DRAM,
     CI_UNDER_DRAM,
     CYCLES_MAX_TOL,
@@ -64,3 +70,10 @@ def test_ci_corpus_matches_the_rtl_counter_by_counter():
 def test_ci_subset_matches_the_rtl_under_dram_latency():
     """Read latency 37 and write-response latency 23 (``sw.dram.DramTiming``) on both sides."""
     check_against_rtl(CI_UNDER_DRAM, CI_DRAM, "perf_validation_latency")
+
+
+@pytest.mark.parametrize("dram", CI_BACKPRESSURE)
+def test_ci_subset_matches_the_rtl_under_backpressure_and_bandwidth_limits(dram):
+    """Random backpressure (the DRAM model's seeded draws, the same on both sides) and token-
+    bucket bandwidth limits, every counter and trace as under ideal timing."""
+    check_against_rtl(CI_UNDER_DRAM, dram, f"perf_validation_{dram.split(',')[0].replace('=', '')}")
