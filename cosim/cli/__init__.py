@@ -10,6 +10,8 @@
 ``npu board``    the NPU on a ULX3S 85F, through to a bitstream.
 ``npu bench``    GEMM roofline sweep, attention utilization, co-simulation speed, build time;
                  ``--validate``: the performance model against the RTL, counter by counter.
+``npu sweep``    designs x DRAM timings x workloads on the performance model: cycles, area,
+                 SQNR, RTL checks, Pareto front; ``--find`` answers requirement questions.
 ``npu waves``    summarize, cut, group and export VCD waveforms of runs.
 """
 
@@ -389,7 +391,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``waves``."""
+    """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``sweep``
+    and ``waves``."""
+    from cosim.cli.sweep import add_parser as add_sweep_parser
     from cosim.cli.waves import add_parser as add_waves_parser
 
     parser = argparse.ArgumentParser(
@@ -397,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_verilog, _add_area, _add_board, _add_bench):
         add(sub)
+    add_sweep_parser(sub)
     add_waves_parser(sub)
     return parser
 
