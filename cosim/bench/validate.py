@@ -40,8 +40,9 @@ from sw.dram import DramTiming
 from sw.perf.corpus import WORKLOADS
 from sw.runtime import Device, NPUError
 
-__all__ = ["WORKLOADS", "QUICK", "CI", "corpus_job", "compare", "run_validation", "measure_speed",
-           "summarize", "REL_TOL", "ABS_TOL", "CYCLES_MEAN_TOL", "CYCLES_MAX_TOL", "main"]
+__all__ = ["WORKLOADS", "QUICK", "CI", "CI_UNDER_DRAM", "CI_DRAM", "corpus_job", "compare",
+           "run_validation", "measure_speed", "summarize", "REL_TOL", "ABS_TOL",
+           "CYCLES_MEAN_TOL", "CYCLES_MAX_TOL", "main"]
 
 #: Relative tolerance of every timing counter.
 REL_TOL = 0.03
@@ -58,6 +59,12 @@ CI = ("gemm_1x8x8", "gemm_5x20x11", "gemm_17x33x9", "gemm_64x64x64", "gemm_seria
       "attention_L8_causal", "attention_L32_padding", "two_streams_events", "barriers_8_rounds",
       "processor_commands", "ring_wrap_16", "random_stream", "dma_edges", "softmax_rows",
       "errors_recovery", "reset_sweep", "reset_sweep_full_fifos")
+#: The CI subset that also runs under :data:`CI_DRAM` (stores, loads, fences and host polling
+#: under read and write latency).
+CI_UNDER_DRAM = ("gemm_17x33x9", "attention_L8_causal", "two_streams_events", "dma_edges",
+                 "random_stream", "processor_commands", "reset_sweep")
+#: The non-ideal DRAM timing of the CI (odd latencies: nothing lines up by chance).
+CI_DRAM = "latency=37,wlatency=23"
 #: A faster subset (``--quick``).
 QUICK = CI[:6]
 

@@ -273,8 +273,9 @@ class _StoreJob(Item):
         w_wait = subtract(visible, merge((w, w + 1) for w in self.W))
         spans = [aw_wait, w_wait]
         if self.done is not None and len(self.b):
+            # every beat sent, B responses outstanding, none in this cycle (BVALID low)
             tail0 = max(self.read + 2, self.W[-1] + 1)
-            spans.append([(tail0, self.b[-1])])
+            spans.append(subtract([(tail0, self.b[-1])], merge((b, b + 1) for b in self.b)))
         out["stall.store.dram_write"] += measure(union(*spans), lo, hi)
         out["bytes_written"] += sum(self.beats[k][1] for k in range(n) if lo <= self.W[k] < hi)
 

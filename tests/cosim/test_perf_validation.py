@@ -9,13 +9,16 @@ counter within 3% or :data:`cosim.bench.validate.ABS_TOL` cycles, untimed counte
 same engine traces (start and end cycle of every command, as the RTL's trace FIFOs report
 them).
 
-It is one test (one simulation): a module fixture would run once per pytest-xdist worker, and
-two simulations must not share a run directory.
+A second test runs a subset under read and write latency (:data:`cosim.bench.validate.CI_DRAM`).
+Each test is one simulation with its own run directory (a module fixture would run once per
+pytest-xdist worker, and two simulations must not share a run directory).
 """
 
 from cosim.bench.validate import (
     ABS_TOL,
     CI,
+    CI_DRAM,
+    CI_UNDER_DRAM,
     CYCLES_MAX_TOL,
     CYCLES_MEAN_TOL,
     REL_TOL,
@@ -29,13 +32,13 @@ from hw.config import NPUConfig
 CONFIG = NPUConfig()
 
 
-def test_ci_corpus_matches_the_rtl_counter_by_counter():
-    rtl = run_job(CONFIG, "cosim.bench.validate:corpus_job", {"names": list(CI), "trace": True},
-                  name="perf_validation").result
-    model, speed = _run_model(CONFIG, list(CI), trace=True)
+def check_against_rtl(names, dram=None, run_name="perf_validation"):
+    rtl = run_job(CONFIG, "cosim.bench.validate:corpus_job", {"names": list(names), "trace": True},
+                  name=run_name, dram=dram).result
+    model, speed = _run_model(CONFIG, list(names), trace=True, dram=dram)
     assert speed["workload_cycles"] > 0
     rows, problems = {}, []
-    for name in CI:
+    for name in names:
         c = compare(rtl[name], model[name])
         rows[name] = {"compare": c}
         bad = {k: (e["rtl"], e["model"]) for k, e in c["errors"].items() if not e["ok"]}
@@ -52,3 +55,12 @@ def test_ci_corpus_matches_the_rtl_counter_by_counter():
     assert s["cycles_mean_abs_error"] <= CYCLES_MEAN_TOL
     assert s["cycles_max_abs_error"] <= CYCLES_MAX_TOL
     assert s["ok"], s["failing"]
+
+
+def test_ci_corpus_matches_the_rtl_counter_by_counter():
+    check_against_rtl(CI)
+
+
+def test_ci_subset_matches_the_rtl_under_dram_latency():
+    """Read latency 37 and write-response latency 23 (``sw.dram.DramTiming``) on both sides."""
+    check_against_rtl(CI_UNDER_DRAM, CI_DRAM, "perf_validation_latency")

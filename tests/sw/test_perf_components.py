@@ -434,3 +434,92 @@ def test_load_bursts_match_a_per_cycle_load(cfg, mem, addr, stride, row_bytes, n
                                  cfg.dma_outstanding)
     assert [(s.accept, s.v0, s.c_last) for s in served] == want
     assert q.done == want_done
+
+
+def naive_store_stalls(t, beats_chunks, bursts, b_after, outstanding):
+    """Per-cycle DMA store with a write-response latency ``b_after`` (dram.sv: B due that many
+    cycles after the last W beat, one turn cycle before the next AW) and at most
+    ``outstanding`` bursts awaiting B; counts ``stall.store.dram_write`` by its definition
+    (``DMA.stall``): AWVALID & ~AWREADY, or WVALID & ~WREADY, or every beat sent with B
+    responses outstanding and no BVALID. Returns ``(done, stall cycles)``."""
+    chunks = [k for k, n in enumerate(beats_chunks) for _ in range(n)]
+    first_of = np.cumsum([0] + list(bursts))
+    in_buffer, i, w_next = [], 0, 0
+    burst_aw, aw_hs, b_due, b_done = 0, [], [], 0       # next AW, AW cycles, B cycles
+    granted_until = None            # the write channels are the DMA's (W_DATA) from here
+    idle_from = t + 4               # first cycle the DRAM takes an AW (W_IDLE)
+    arb_free, decided = t, None     # the arbiter grants in the cycle after it decides
+    stall, c, done = 0, t + 1, None
+    last_read = None
+    while done is None:
+        level = sum(1 for _, f in in_buffer if f <= c)
+        read = i < len(chunks) and level <= 2 and c >= t + 3
+        in_flight = len(aw_hs) - sum(1 for b in b_due if b < c)
+        aw_valid = c >= t + 3 and burst_aw < len(bursts) and in_flight < outstanding and (
+            not aw_hs or c > aw_hs[-1])
+        if aw_valid and decided is None and c >= arb_free:
+            decided = c
+        aw_ready = (aw_valid and decided is not None and c > decided and c >= idle_from
+                    and granted_until is None)
+        head = in_buffer[0] if in_buffer and in_buffer[0][1] <= c else None
+        cur = len(aw_hs) - 1
+        w_ready = (granted_until is not None and head is not None
+                   and first_of[cur] <= w_next < first_of[cur + 1])
+        all_sent = i == len(chunks) and not in_buffer and (last_read is None or c > last_read + 1)
+        b_now = c in b_due
+        stall += ((aw_valid and not aw_ready) or (head is not None and not w_ready)
+                  or (all_sent and in_flight > 0 and not b_now))
+        if read:
+            k = chunks[i]
+            if i == len(chunks) - 1 or chunks[i + 1] != k:
+                in_buffer.append((k, c + 2))
+            i += 1
+            last_read = c
+        if aw_ready:
+            aw_hs.append(c)
+            burst_aw += 1
+            granted_until = c
+            decided = None
+        if w_ready:
+            in_buffer.pop(0)
+            w_next += 1
+            if w_next == first_of[cur + 1]:
+                b_due.append(c + b_after)
+                granted_until = None
+                idle_from = c + 2           # W_TURN, then W_IDLE
+                arb_free = c + 1            # released at WLAST
+        if b_now:
+            b_done += 1
+            if b_done == len(bursts):
+                done = c + T.DMA_DONE_AFTER_LAST
+        c += 1
+    return done, stall
+
+
+@pytest.mark.parametrize("cfg, addr, stride, row_bytes, n_rows", [
+    (NPUConfig(), 0, 8, 8, 9),
+    (NPUConfig(dma_outstanding=4), 0, 24, 16, 7),
+    (NPUConfig(), 0, 0, 300 * 8, 1),
+    (NPUConfig(rows=4, cols=4, axi_data_bits=128), 4, 0, 52, 3),
+])
+@pytest.mark.parametrize("b_after", [1, 5, 23])
+def test_store_stall_counter_matches_a_per_cycle_store(cfg, addr, stride, row_bytes, n_rows,
+                                                       b_after):
+    from types import SimpleNamespace
+    eq = EventQueue()
+    wc = WriteChannel(eq, DramTiming(write_latency=b_after))
+    led = Ledger()
+    st = StoreChannel(cfg, eq, wc, led, lambda q: (0, 1 << 32))
+    st.queue = q = _Queue()
+    body = SimpleNamespace(dram_addr=addr, dram_stride=stride, row_bytes=row_bytes,
+                           n_rows=n_rows, local_row=0, local_stride=1, mem=LocalMem.SPAD.value)
+    jobs = []
+    st.ledger.item = lambda it: (jobs.append(it), Ledger.item(led, it))
+    t = 100
+    st.start(SimpleNamespace(body=body, queue=0), t, ErrorCode.NONE)
+    eq.run_through(20_000, ARBITRATE)
+    job = jobs[0]
+    done, stall = naive_store_stalls(t, [n for n, _ in job.beats], [b.beats for b in job.bursts],
+                                     b_after, cfg.dma_outstanding)
+    assert q.done == done
+    assert led.snapshot(done + 5)["stall.store.dram_write"] == stall
