@@ -45,13 +45,15 @@ from cosim.build import BUILD_ROOT
 from hw.config import NPUConfig
 from sw.dram import DramTiming
 
-__all__ = ["AXES", "Grid", "Point", "SweepOptions", "run_sweep", "sample_rtl", "plan_tasks",
-           "DEFAULT_CACHE", "make_executor", "evaluate_points"]
+__all__ = ["AXES", "BACKENDS", "Grid", "Point", "SweepOptions", "run_sweep", "sample_rtl",
+           "plan_tasks", "point_tasks", "DEFAULT_CACHE", "make_executor", "evaluate_points"]
 
 #: Hardware axes of the grid: name -> the NPUConfig fields it sets.
 AXES = {"array": ("rows", "cols"), "spad_rows": ("spad_rows",), "acc_rows": ("acc_rows",),
         "axi_data_bits": ("axi_data_bits",), "dma_outstanding": ("dma_outstanding",),
         "n_queues": ("n_queues",)}
+#: Where a point's cycles come from (:attr:`SweepOptions.backend`).
+BACKENDS = ("perf", "rtl")
 #: Default cache folder.
 DEFAULT_CACHE = BUILD_ROOT / "sweep" / "cache"
 
@@ -145,6 +147,10 @@ class SweepOptions:
         Local Ray workers (default one per core); 0 runs everything in this process.
     address : str or None
         An existing Ray cluster.
+    backend : str
+        Where each point's cycles come from: ``"perf"`` (the performance model, default) or
+        ``"rtl"`` (every point co-simulated: slow, but it times every DRAM timing, including
+        bandwidth limits and backpressure the model does not time yet).
     cache_dir : Path
     progress : bool
         Show a progress bar (tqdm, on stderr) and a line per finished synthesis or RTL run.
@@ -158,6 +164,7 @@ class SweepOptions:
     rtl_configs: int | None = None
     workers: int | None = None
     address: str | None = None
+    backend: str = "perf"
     cache_dir: Path = DEFAULT_CACHE
     progress: bool = True
 
@@ -192,14 +199,28 @@ def sample_rtl(points: list[Point], n: int, *, n_configs: int | None = None,
 
 # -- planning ------------------------------------------------------------------------------------
 
-def _point_key(p: Point, seed: int) -> dict:
-    return task_key("point", config=p.config.to_dict(), dram=p.dram.spec(),
-                    workload=p.workload.name, format=p.workload.fmt, seed=seed)
+def _point_key(p: Point, seed: int, backend: str = "perf") -> dict:
+    """Cache key of ``p``'s result on ``backend`` (``perf``: kind ``point``; ``rtl``: kind
+    ``rtl``)."""
+    return task_key("point" if backend == "perf" else "rtl", config=p.config.to_dict(),
+                    dram=p.dram.spec(), workload=p.workload.name, format=p.workload.fmt,
+                    seed=seed)
 
 
-def _rtl_key(p: Point, seed: int) -> dict:
-    return task_key("rtl", config=p.config.to_dict(), dram=p.dram.spec(),
-                    workload=p.workload.name, format=p.workload.fmt, seed=seed)
+def point_tasks(p: Point, seed: int, backend: str = "perf") -> list[Task]:
+    """The tasks that give ``p``'s result on ``backend``: one model run, or (``rtl``) the
+    Verilator build of its configuration (not cached: :func:`cosim.build.build_sim` caches
+    it) and the co-simulation in its own run directory, which waits for the build."""
+    key = _point_key(p, seed, backend)
+    h = key_hash(key)
+    args = {"config": p.config.spec, "dram": p.dram.spec(), "workload": p.workload.name,
+            "seed": seed}
+    if backend == "perf":
+        return [Task(h, "point", args, f"model {p.label}", key)]
+    build = f"build:{p.config.spec}"
+    return [Task(build, "build", {"config": p.config.spec}, f"Verilator build {p.config.spec}"),
+            Task(h, "rtl", args | {"name": f"sweep_{h[:12]}"}, f"RTL {p.label}", key,
+                 after=[build])]
 
 
 def _area_key(c: NPUConfig, o: SweepOptions) -> dict:
@@ -215,58 +236,46 @@ def _area_cost(c: NPUConfig) -> int:
 def plan_tasks(grid: Grid, options: SweepOptions, cache: ResultCache
                ) -> tuple[list[Task], dict[str, dict], dict]:
     """The tasks of a sweep that are not cached, the cached results by task id, and the ids
-    of each point's results (``{"points": {label: (model id, rtl id or None)}, "area":
-    {config spec: id}}``). Tasks come longest first: syntheses, RTL builds and runs, points."""
+    of each point's results (``{"points": {label: (result id, rtl check id or None)}, "area":
+    {config spec: id}}``; the result is the model's, or the RTL's with ``backend="rtl"``).
+    Tasks come longest first: syntheses, Verilator builds, RTL runs, model points."""
     points = grid.points()
     cached: dict[str, dict] = {}
-    tasks: list[Task] = []
+    tasks: dict[str, Task] = {}
     ids: dict = {"points": {}, "area": {}}
 
-    def add(task: Task) -> None:
-        hit = cache.get(task.key) if task.key is not None else None
+    def add(new: list[Task]) -> None:
+        done = new[-1]
+        hit = cache.get(done.key)
         if hit is not None:
-            cached[task.id] = hit
-        elif all(t.id != task.id for t in tasks):
-            tasks.append(task)
+            cached[done.id] = hit
+            return
+        for t in new:
+            tasks.setdefault(t.id, t)
 
     if options.area:
         for c in sorted(grid.configs(), key=_area_cost, reverse=True):
             key = _area_key(c, options)
             ids["area"][c.spec] = key_hash(key)
-            add(Task(key_hash(key), "area", {
+            add([Task(key_hash(key), "area", {
                 "config": c.spec, "workdir": str(cache.workdir(key)), "pnr": options.pnr,
                 "route": options.route, "freq_mhz": options.freq_mhz,
-                "timeout": options.synth_timeout}, f"synthesis {c.spec}", key))
-    rtl = set(sample_rtl(points, options.rtl, n_configs=options.rtl_configs, seed=grid.seed))
+                "timeout": options.synth_timeout}, f"synthesis {c.spec}", key)])
+    supported = [p for p in points if not p.workload.unsupported(p.config)]
+    rtl = set(sample_rtl(supported, options.rtl, n_configs=options.rtl_configs,
+                         seed=grid.seed)) if options.backend == "perf" else set()
     for p in points:
-        if p.workload.unsupported(p.config):
-            continue
-        key = _rtl_key(p, grid.seed)
-        if p in rtl:
-            rid = key_hash(key)
-            before = len(tasks)
-            add(Task(rid, "rtl", {"config": p.config.spec, "dram": p.dram.spec(),
-                                  "workload": p.workload.name, "seed": grid.seed,
-                                  "name": f"sweep_{rid[:12]}"},
-                     f"RTL {p.label}", key, after=[f"build:{p.config.spec}"]))
-            if len(tasks) > before:
-                add(Task(f"build:{p.config.spec}", "build", {"config": p.config.spec},
-                         f"Verilator build {p.config.spec}"))
-    for p in points:
-        rid = key_hash(_rtl_key(p, grid.seed)) if p in rtl else None
-        if p.workload.unsupported(p.config):
+        if p not in supported:
             ids["points"][p.label] = (None, None)
             continue
-        key = _point_key(p, grid.seed)
-        ids["points"][p.label] = (key_hash(key), rid)
-        add(Task(key_hash(key), "point", {"config": p.config.spec, "dram": p.dram.spec(),
-                                          "workload": p.workload.name, "seed": grid.seed},
-                 f"model {p.label}", key))
-    # builds right after the syntheses, before the runs that wait for them
-    builds = [t for t in tasks if t.kind == "build"]
-    rest = [t for t in tasks if t.kind != "build"]
-    n_area = sum(t.kind == "area" for t in rest)
-    return rest[:n_area] + builds + rest[n_area:], cached, ids
+        main = point_tasks(p, grid.seed, options.backend)
+        check = point_tasks(p, grid.seed, "rtl") if p in rtl else None
+        ids["points"][p.label] = (main[-1].id, check[-1].id if check else None)
+        for new in (check, main):
+            if new:
+                add(new)
+    order = {"area": 0, "build": 1, "rtl": 2, "point": 3}
+    return sorted(tasks.values(), key=lambda t: order[t.kind]), cached, ids
 
 
 # -- running ---------------------------------------------------------------------------------------
@@ -332,12 +341,16 @@ def run_sweep(grid: Grid, options: SweepOptions, *, executor=None) -> dict:
     Raises
     ------
     ValueError
-        For a bad grid.
+        For a bad grid, an unknown backend, or RTL checks with ``backend="rtl"``.
     KeyboardInterrupt
         Passed on after Ray was shut down; every finished result is in the cache.
     """
     from cosim.bench.sweep_report import collect
 
+    if options.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {options.backend!r}")
+    if options.backend == "rtl" and options.rtl:
+        raise ValueError("with backend 'rtl' every point is an RTL run: rtl checks do not apply")
     t0 = time.perf_counter()
     cache = ResultCache(options.cache_dir)
     tasks, results, ids = plan_tasks(grid, options, cache)
@@ -359,25 +372,25 @@ def run_sweep(grid: Grid, options: SweepOptions, *, executor=None) -> dict:
 
 
 def evaluate_points(points: list[Point], *, seed: int, cache: ResultCache, executor,
-                    progress: bool = True) -> list[dict]:
-    """Model results of ``points`` (from the cache, or run on ``executor`` and cached), in
-    order; a point its configuration cannot run gets ``{"status": "error"}``."""
+                    progress: bool = True, backend: str = "perf") -> list[dict]:
+    """Results of ``points`` on ``backend`` (``perf`` or ``rtl``; from the cache, or run on
+    ``executor`` and cached), in order; a point its configuration cannot run gets
+    ``{"status": "error"}``."""
     found: dict[str, dict] = {}
     tasks: dict[str, Task] = {}
     hashes = []
     for p in points:
-        key = _point_key(p, seed)
-        h = key_hash(key)
+        new = point_tasks(p, seed, backend)
+        h = new[-1].id
         hashes.append(h)
         why = p.workload.unsupported(p.config)
         if why:
             found[h] = {"status": "error", "error": why}
-        elif (hit := cache.get(key)) is not None:
+        elif (hit := cache.get(new[-1].key)) is not None:
             found[h] = hit
-        elif h not in tasks:
-            tasks[h] = Task(h, "point", {"config": p.config.spec, "dram": p.dram.spec(),
-                                         "workload": p.workload.name, "seed": seed},
-                            f"model {p.label}", key)
+        else:
+            for t in new:
+                tasks.setdefault(t.id, t)
     if tasks:
         found |= run_tasks(list(tasks.values()), cache, executor, progress=progress)
     return [found[h] for h in hashes]
@@ -400,4 +413,4 @@ def describe_grid(grid: Grid, options: SweepOptions) -> dict:
             "workloads": [w.name for w in grid.workloads], "seed": grid.seed,
             "configs": len(grid.configs()), "points": len(grid.points()),
             "area": options.area, "pnr": options.pnr, "route": options.route,
-            "rtl": options.rtl, "cache": str(options.cache_dir)}
+            "rtl": options.rtl, "backend": options.backend, "cache": str(options.cache_dir)}

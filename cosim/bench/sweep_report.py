@@ -21,7 +21,8 @@ __all__ = ["COLUMNS", "collect", "mark_pareto", "format_table", "write_outputs",
 
 #: Columns of the table, the CSV and each row (in this order).
 COLUMNS = ("config", "rows", "cols", "spad_rows", "acc_rows", "axi_data_bits",
-           "dma_outstanding", "n_queues", "dram", "dram_spec", "workload", "format", "status",
+           "dma_outstanding", "n_queues", "dram", "dram_spec", "workload", "format", "backend",
+           "status",
            "cycles", "utilization", "bound", "compute_bound", "memory_limit", "intensity",
            "sqnr_db", "bit_exact", "model_seconds", "lut4", "ff", "mult18", "dp16kd",
            "fmax_mhz", "rtl_cycles", "model_error", "rtl_bit_exact", "pareto", "error")
@@ -33,7 +34,8 @@ def _model_fields(res: dict | None) -> dict:
     if res.get("status") != "ok":
         return {"status": "error", "error": res.get("error")}
     rl = res["roofline"]
-    return {"status": "ok", "cycles": res["cycles"], "utilization": res["utilization"],
+    return {"status": "ok", "backend": res["backend"], "cycles": res["cycles"],
+            "utilization": res["utilization"],
             "bound": rl["bound"], "compute_bound": rl["compute_bound"],
             "memory_limit": rl["memory_limit"], "intensity": rl["intensity"],
             "sqnr_db": res["sqnr_db"], "bit_exact": res["bit_exact"],

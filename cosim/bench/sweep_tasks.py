@@ -105,8 +105,9 @@ def area_point(config: str, workdir: str, *, pnr: bool = False, route: bool = Tr
 
 def rtl_point(config: str, dram: str, workload: str, name: str, seed: int = 0) -> dict:
     """``workload`` on the co-simulated RTL of ``config`` under ``dram``, in the run directory
-    ``build/<config>/runs/<name>``: the workload's figures plus ``job_seconds`` and
-    ``build_seconds``; or ``{"status": "error", "error"}``."""
+    ``build/<config>/runs/<name>``: the workload's figures plus ``job_seconds`` (also as
+    ``seconds``), ``build_seconds``, ``sim_cycles`` (the whole simulation) and the roofline of
+    the run (:func:`roofline_figures`); or ``{"status": "error", "error"}``."""
     from cosim.build import CosimBuildError
     from cosim.tb.harness import CosimError, run_job
 
@@ -117,6 +118,7 @@ def rtl_point(config: str, dram: str, workload: str, name: str, seed: int = 0) -
     except (CosimError, CosimBuildError) as e:
         return {"status": "error", "error": f"{type(e).__name__}: {e}"}
     res = dict(r.result)
-    res.update(status="ok", job_seconds=round(r.job_seconds, 2),
-               build_seconds=round(r.build_seconds, 2), sim_cycles=r.cycles)
+    res.update(status="ok", job_seconds=round(r.job_seconds, 2), seconds=round(r.job_seconds, 2),
+               build_seconds=round(r.build_seconds, 2), sim_cycles=r.cycles,
+               roofline=roofline_figures(cfg, DramTiming.parse(dram), res))
     return res

@@ -126,6 +126,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--tol", type=float, default=0.02,
                    help="relative tolerance of --find's bisection (default 0.02)")
     r = sw.add_argument_group("running and output")
+    r.add_argument("--backend", choices=("perf", "rtl"), default="perf",
+                   help="where cycles come from: the performance model (default) or the "
+                   "co-simulated RTL at every point (slow; times every DRAM timing, also the "
+                   "bandwidth limits and backpressure the model does not time yet)")
     r.add_argument("--workers", type=int, metavar="N",
                    help="local Ray workers (default one per core); 0: no Ray, in this process")
     r.add_argument("--address", metavar="ADDR",
@@ -156,17 +160,45 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--find runs the performance model only: --rtl and --pnr do not apply")
     if not 0 < args.tol < 1:
         parser.error("--tol must be in (0, 1)")
+    if args.backend == "rtl" and args.rtl:
+        parser.error("--backend rtl runs every point on the RTL: --rtl does not apply")
+    drams = tuple(args.dram or [DramTiming.parse("ideal")])
+    if args.backend == "perf":
+        _check_perf_timings(parser, args, drams)
     axes = {k: v for k, v in (("array", args.array), ("spad_rows", args.spad_rows),
                               ("acc_rows", args.acc_rows), ("axi_data_bits", args.axi_data_bits),
                               ("dma_outstanding", args.dma_outstanding),
                               ("n_queues", args.n_queues)) if v}
     args.grid = Grid(bases=tuple(args.base), axes=axes,
-                     drams=tuple(args.dram or [DramTiming.parse("ideal")]),
+                     drams=drams,
                      workloads=tuple(dict.fromkeys(args.workload)), seed=args.seed)
     try:
         args.grid.configs()
     except ValueError as e:
         parser.error(str(e))
+
+
+def _check_perf_timings(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                        drams: tuple) -> None:
+    """Stop before any work if the performance model cannot time a --dram timing (with
+    --find: any timing the bisection would try); the message says to use --backend rtl."""
+    import dataclasses
+
+    from cosim.bench.find import DRAM_PARAMS
+    from sw.perf.memory import check_timing
+    tried = [("--dram", d) for d in drams]
+    for q in args.find or ():
+        if q.is_dram:
+            field = DRAM_PARAMS[q.param][0]
+            lo = q.lo if q.param == "bw" else int(q.lo)
+            tried += [(f"--find {q.text!r}", dataclasses.replace(d, name=f"{d.name},{q.param}="
+                                                                f"{lo:g}", **{field: lo}))
+                      for d in drams]
+    for flag, d in tried:
+        try:
+            check_timing(d)
+        except NotImplementedError as e:
+            parser.error(f"{flag}: {e}; use --backend rtl (every point co-simulated)")
 
 
 def _options(args: argparse.Namespace):
@@ -175,7 +207,8 @@ def _options(args: argparse.Namespace):
                         route=not args.no_route, freq_mhz=args.freq,
                         synth_timeout=args.synth_timeout * 60 if args.synth_timeout else None,
                         rtl=args.rtl, rtl_configs=args.rtl_configs, workers=args.workers,
-                        address=args.address, cache_dir=args.cache or DEFAULT_CACHE,
+                        address=args.address, backend=args.backend,
+                        cache_dir=args.cache or DEFAULT_CACHE,
                         progress=not args.no_progress)
 
 
@@ -239,14 +272,15 @@ def _find(args: argparse.Namespace, options, executor) -> int:
     def evaluate(batch):
         pts = [Point(c, d, w) for c, d, w in batch]
         return evaluate_points(pts, seed=grid.seed, cache=cache, executor=executor,
-                               progress=options.progress)
+                               progress=options.progress, backend=options.backend)
     questions = [dataclasses.replace(q, tol=args.tol) for q in args.find]
     answers = run_find(questions, grid.configs(), list(grid.drams), list(grid.workloads),
                        evaluate)
     print(format_answers(answers))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "find.json"
-    path.write_text(json.dumps({"answers": answers, "grid": [c.spec for c in grid.configs()],
+    path.write_text(json.dumps({"answers": answers, "backend": options.backend,
+                                "grid": [c.spec for c in grid.configs()],
                                 "wall_seconds": time.perf_counter() - t0}, indent=1) + "\n")
     print(f"{time.perf_counter() - t0:.0f} s wall; wrote {path}")
     return 0
