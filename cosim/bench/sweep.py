@@ -367,6 +367,7 @@ def run_sweep(grid: Grid, options: SweepOptions, *, executor=None) -> dict:
     for t in tasks:
         counts["run"][t.kind] = counts["run"].get(t.kind, 0) + 1
     return {"rows": collect(grid, results, ids), "tasks": counts,
+            "cpu_seconds": cpu_seconds(results, ids),
             "grid": describe_grid(grid, options), "wall_seconds": time.perf_counter() - t0,
             "workers": getattr(executor, "workers", None) if tasks else None}
 
@@ -394,6 +395,24 @@ def evaluate_points(points: list[Point], *, seed: int, cache: ResultCache, execu
     if tasks:
         found |= run_tasks(list(tasks.values()), cache, executor, progress=progress)
     return [found[h] for h in hashes]
+
+
+def cpu_seconds(results: dict[str, dict], ids: dict) -> dict:
+    """CPU seconds (``task_cpu_seconds``) of every result of the sweep by kind, whether run now
+    or taken from the cache (so what a fresh run costs), and ``build`` for the Verilator builds
+    run now (a build is cached by :func:`cosim.build.build_sim`, not here)."""
+    kinds = {a: "area" for a in ids["area"].values()}
+    for m, r in ids["points"].values():
+        kinds[m] = "point"
+        if r:
+            kinds[r] = "rtl"
+    kinds |= {i: "build" for i in results if i.startswith("build:")}
+    out: dict[str, float] = {}
+    for i, kind in kinds.items():
+        sec = (results.get(i) or {}).get("task_cpu_seconds")
+        if sec is not None:
+            out[kind] = round(out.get(kind, 0.0) + sec, 1)
+    return out
 
 
 def _count(done_ids, ids: dict) -> dict:

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cosim.bench.sweep_tasks import area_point, model_point, rtl_point
 
-__all__ = ["Task", "TASKS", "InlineExecutor", "RayExecutor", "rtl_build", "call_task"]
+__all__ = ["Task", "TASKS", "InlineExecutor", "RayExecutor", "RayStartError", "rtl_build",
+           "call_task"]
 
 
 def rtl_build(config: str) -> dict:
@@ -72,14 +75,27 @@ class Task:
     after: list[str] = field(default_factory=list)
 
 
+def _cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of its finished children, seconds."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def call_task(kind: str, kwargs: dict, *_deps) -> dict:
-    """Run one task function (``_deps``: results of the tasks it waited for, unused)."""
+    """Run one task function (``_deps``: results of the tasks it waited for, unused); its
+    result gets ``task_wall_seconds`` and ``task_cpu_seconds`` (CPU time of the task and the
+    tools it ran: Yosys, the simulator; on a shared machine the wall time depends on the
+    load, the CPU time much less)."""
+    t0, c0 = time.perf_counter(), _cpu_seconds()
     try:
-        return TASKS[kind](**kwargs)
+        res = TASKS[kind](**kwargs)
     except Exception as e:      # a bug in a point must not take the sweep down
         import traceback
-        return {"status": "error", "error": f"{type(e).__name__}: {e}",
-                "traceback": traceback.format_exc()}
+        res = {"status": "error", "error": f"{type(e).__name__}: {e}",
+               "traceback": traceback.format_exc()}
+    return res | {"task_wall_seconds": round(time.perf_counter() - t0, 2),
+                  "task_cpu_seconds": round(_cpu_seconds() - c0, 2)}
 
 
 class InlineExecutor:
@@ -104,6 +120,14 @@ class InlineExecutor:
         pass
 
 
+#: Tries at starting a local Ray instance (:meth:`RayExecutor._start_local`).
+START_ATTEMPTS = 3
+
+
+class RayStartError(RuntimeError):
+    """Ray could not be started (the message has Ray's own)."""
+
+
 class RayExecutor:
     """Runs tasks as Ray tasks.
 
@@ -118,6 +142,8 @@ class RayExecutor:
     ------
     ImportError
         If Ray is not installed.
+    RayStartError
+        If a local instance did not start in :data:`START_ATTEMPTS` tries.
     """
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
@@ -128,7 +154,7 @@ class RayExecutor:
         self.ray = ray
         if address is None:
             self.workers = num_cpus or os.cpu_count() or 1
-            ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
+            self._start_local()
         else:
             ray.init(address=address, log_to_driver=False, runtime_env={
                 "working_dir": str(ROOT),
@@ -136,6 +162,22 @@ class RayExecutor:
             self.workers = int(ray.cluster_resources().get("CPU", 1))
         self._remote = ray.remote(num_cpus=1, max_retries=0)(call_task)
         self._pending: list = []
+
+    def _start_local(self, attempts: int = START_ATTEMPTS) -> None:
+        """Start the local instance; on a loaded machine Ray's raylet may miss its fixed 30 s
+        registration window (``Exception: The current node timed out during startup``), so
+        try again, ``attempts`` times in all."""
+        for attempt in range(1, attempts + 1):
+            try:
+                self.ray.init(num_cpus=self.workers, include_dashboard=False,
+                              log_to_driver=False)
+                return
+            except Exception as e:          # Ray raises a bare Exception here
+                with contextlib.suppress(Exception):
+                    self.ray.shutdown()
+                if "timed out during startup" not in str(e) or attempt == attempts:
+                    raise RayStartError(f"could not start a local Ray instance "
+                                        f"({attempt} attempts): {e}") from e
 
     def run(self, tasks: list[Task], on_done: Callable[[Task, dict], None]) -> None:
         refs: dict[str, object] = {}
@@ -147,7 +189,8 @@ class RayExecutor:
             by_ref[ref] = t
         self._pending = list(by_ref)
         while self._pending:
-            ready, self._pending = self.ray.wait(self._pending, num_returns=1)
+            # a timeout, so that the driver sees ^C (KeyboardInterrupt) within a second
+            ready, self._pending = self.ray.wait(self._pending, num_returns=1, timeout=1.0)
             for ref in ready:
                 try:
                     result = self.ray.get(ref)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -214,6 +215,7 @@ def _options(args: argparse.Namespace):
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from cosim.bench.sweep import make_executor, run_sweep
+    from cosim.bench.sweep_ray import RayStartError
 
     options = _options(args)
     grid = args.grid
@@ -221,6 +223,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
           f"timings x {len(grid.workloads)} workloads = {len(grid.points())} points",
           file=sys.stderr, flush=True)
     executor = None
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if args.find:
             executor = make_executor(options)
@@ -230,9 +233,18 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"npu sweep: interrupted; finished results are cached in {options.cache_dir}: "
               "run the same command to resume", file=sys.stderr)
         return 130
+    except RayStartError as e:
+        print(f"npu sweep: error: {e}; --workers 0 runs without Ray", file=sys.stderr)
+        return 2
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if executor is not None:
             executor.close()
+
+
+def _interrupt(signum, frame) -> None:
+    """SIGTERM stops a sweep as ^C does: Ray is shut down, finished results stay cached."""
+    raise KeyboardInterrupt
 
 
 def _report(args: argparse.Namespace, doc: dict) -> int:
@@ -244,6 +256,10 @@ def _report(args: argparse.Namespace, doc: dict) -> int:
     print(f"\n{len(doc['rows'])} points; run now: {_counts(run)}; from the cache: "
           f"{_counts(cached)}; {doc['wall_seconds']:.0f} s wall"
           + (f" on {doc['workers']} workers" if doc["workers"] else ""))
+    cpu = doc["cpu_seconds"]
+    if cpu:
+        print(f"CPU time of these results (run now or cached): {sum(cpu.values()):.0f} s ("
+              + ", ".join(f"{k} {v:.0f} s" for k, v in cpu.items()) + ")")
     errs = [r["model_error"] for r in doc["rows"] if r["model_error"] is not None]
     if errs:
         print(f"model error against the RTL on {len(errs)} points: mean |error| "

@@ -38,13 +38,16 @@ def _options(tmp_path, **kw) -> SweepOptions:
 
 
 class CountingExecutor(InlineExecutor):
-    """Runs in this process; records what it ran and can stop (as ^C would) after ``stop``."""
+    """Runs in this process; records what it ran and can stop (as ^C would) after ``stop``.
+    It refuses syntheses (minutes each): tests give areas through the cache."""
 
     def __init__(self, stop: int | None = None) -> None:
         self.ran: list[Task] = []
         self.stop = stop
 
     def run(self, tasks, on_done):
+        assert not [t for t in tasks if t.kind == "area"], "a synthesis was planned"
+
         def done(task, res):
             if self.stop is not None and len(self.ran) == self.stop:
                 raise KeyboardInterrupt
@@ -254,6 +257,13 @@ def test_unsupported_and_failed_points_are_rows_not_crashes(tmp_path):
     assert block["status"] == "unsupported" and "square" in block["error"]
     assert gemm["status"] == "ok"
     assert "unsupported" in format_table(doc["rows"])
+    # a point that fails (a DRAM timing the model does not time) is reported, not cached
+    grid = _grid(drams=(DramTiming.parse("ddr"),), workloads=(TINY[0],))
+    for _ in range(2):
+        ex = CountingExecutor()
+        (row,) = run_sweep(grid, _options(tmp_path), executor=ex)["rows"]
+        assert len(ex.ran) == 1
+        assert row["status"] == "error" and "bandwidth" in row["error"]
 
 
 def test_sweep_with_an_rtl_check(tmp_path):
