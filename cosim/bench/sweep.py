@@ -14,7 +14,8 @@ What each point gets
 --------------------
 * model cycles, utilization (``MACs / (cycles * PEs)``) and the honest roofline of the run
   (:func:`cosim.bench.sweep_tasks.roofline_figures`) from :class:`sw.perf.PerfBackend` under the
-  point's DRAM timing;
+  point's DRAM timing (with ``backend="rtl"`` from the co-simulated RTL instead: every DRAM
+  timing, also the bandwidth limits and backpressure the model does not time yet);
 * SQNR (dB) against float32 and bit-exactness against the golden model;
 * FPGA area of its hardware configuration: ECP5 synthesis (``synth_ecp5`` with classic ABC for
   every configuration alike, ``cosim.fpga.area``), LUT4, FF, MULT18X18D, DP16KD; once per
@@ -25,7 +26,9 @@ What each point gets
 
 Every result is cached on disk by what determines it (:mod:`cosim.bench.sweep_cache`), so an
 interrupted sweep resumes and a grown grid computes only its new points. The tasks run on Ray
-(:mod:`cosim.bench.sweep_ray`) or, with ``workers=0``, in this process.
+(:mod:`cosim.bench.sweep_ray`) or, with ``workers=0``, in this process; each result records
+its task's wall and CPU seconds, and the sweep sums the CPU seconds of all its results, cached
+or not (:func:`cpu_seconds`): what a fresh run costs, whatever the machine's load.
 """
 
 from __future__ import annotations
