@@ -12,16 +12,23 @@ What is measured
   retired commands, stalls and the bytes read and written on the DRAM port, the latter also on
   the model) and bit-exactness against :func:`sw.golden.linear_int`.
 * **Roofline bound** (:func:`roofline`, :mod:`cosim.bench.roofline`, which also has the
-  measured points and the plot): ``min(1, bw * OI / PEs)`` with ``bw`` = AXI data bytes
-  per cycle (one beat per cycle; reads and writes counted against the same ``bw``, which is
-  conservative if the bus could read and write at once) and ``OI = MACs / bytes`` where
+  measured points and the plot): ``min(1, bw * OI / PEs)`` with ``OI = MACs / bytes`` where
   ``bytes`` is the least DRAM traffic any kernel must move: int8 ``A`` (M*K) + int8 ``W``
-  (K*N) + int8 output (M*N). Not counted: the per-channel parameters (bias, multiplier,
-  shift; 12 bytes per output channel), the command ring and padding. The kernel's actual
-  DRAM traffic from its tiling plan (activations and weights as often as the tiling reloads
-  them, rows padded to ``spad_row_bytes``, parameters per step) is reported beside it as
-  ``kernel_dram_bytes``, and the planner's timing-model estimate as
-  ``plan.estimated_cycles``.
+  (K*N) + int8 output (M*N) (not counted: the per-channel parameters, 12 bytes per output
+  channel, the command ring and padding), and ``bw`` the memory roof of the run's DRAM timing
+  (:func:`cosim.bench.roofline.memory_roof`): the bus or the DRAM bandwidth, whichever is
+  lower, the read latency through Little's law with the kernel's own burst lengths (the
+  :class:`cosim.bench.bursts.BurstProfile` of its DMA commands, counted from the host side by
+  :class:`cosim.bench.bursts.BurstTap`), the DRAM model's idle cycle per burst and the
+  backpressure of the run. ``machine_bound`` is the same without the kernel's bursts (bursts
+  as long as the DMA makes them): the gap between the two is what short bursts cost. The
+  kernel's actual DRAM traffic from its tiling plan (activations and weights as often as the
+  tiling reloads them, rows padded to ``spad_row_bytes``, parameters per step) is reported
+  beside it as ``kernel_dram_bytes``, and the planner's timing-model estimate as
+  ``plan.estimated_cycles``, and the bound of that traffic as ``traffic_bound`` (the same
+  memory roof, the tiling's bytes in place of the least ones). ``roofline_path`` of
+  :func:`run_bench` draws every measured kernel (actual DRAM bytes from the counters)
+  against the roofs of its configuration and DRAM timing.
 * **Attention**: :func:`sw.jobs.minilm_block.run_attention_job` (all-MiniLM-L6-v2 layer 0) at
   ``seq_len`` on the RTL of the first configuration; per-stage cycles and utilization.
 * **Co-simulation speed**: simulated cycles per wall second of the full NPU under cocotb +
@@ -56,16 +63,30 @@ from pathlib import Path
 import numpy as np
 import numpy.random  # numpy imports it lazily; load it before the timed job
 
-from cosim.bench.roofline import RooflinePoint, attainable, gemm_point, roofline, roofline_png
+from cosim.bench.bursts import BurstProfile, BurstTap
+from cosim.bench.roofline import (
+    Roof,
+    RooflinePoint,
+    attainable,
+    gemm_point,
+    memory_roof,
+    roofline,
+    roofline_png,
+)
 from hw.config import NPUConfig
 from hw.isa import ENGINE_NAMES
+from sw.dram import DramTiming
 from sw.golden import linear_int
 from sw.kernels.linear import linear_with_stats
 from sw.runtime import Device
 
 __all__ = ["gemm_sweep_job", "roofline", "kernel_dram_bytes", "measure_build", "run_bench",
            "format_bench", "FULL_SIZES", "QUICK_SIZES", "attainable", "RooflinePoint",
-           "gemm_point", "roofline_png"]
+           "gemm_point", "roofline_png", "bench_roofline_points", "BENCH_BACKENDS"]
+
+#: Backends :func:`run_bench` runs on: the co-simulated RTL, the untimed functional model and
+#: the performance model (:class:`sw.perf.PerfBackend`).
+BENCH_BACKENDS = ("rtl", "model", "perf")
 
 FULL_SIZES = (64, 128, 256, 512)
 QUICK_SIZES = (64, 128)
@@ -95,17 +116,19 @@ def _operands(rng: np.random.Generator, m: int, k: int, n: int):
 def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
     """Run one square int8 GEMM per size on ``backend`` with the double-buffered linear
     kernel; return cycles, utilization, busy counters and bit-exactness per size."""
-    device = Device(backend)
+    tap = BurstTap(backend, backend.config)
+    device = Device(tap, expected_config=backend.config)
     cfg = device.config
     rng = np.random.default_rng(seed)
     rows = []
     for size in sizes:
         a, w, bias, mult, shift = _operands(rng, size, size, size)
-        before = device.counters()
+        before, bursts0 = device.counters(), tap.snapshot()
         t0 = time.perf_counter()
         out, st = linear_with_stats(device, a, w, bias, mult, shift, double_buffer=True)
         wall = time.perf_counter() - t0
         d = device.counters() - before
+        bursts = tap.snapshot() - bursts0
         p = st.plan
         rows.append({
             "size": size, "shape": [size, size, size], "cycles": st.cycles, "macs": st.macs,
@@ -116,7 +139,7 @@ def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
             "plan": {"m_tile": p.m_tile, "kb": p.kb, "nb": p.nb, "k_chunk": p.k_chunk,
                      "n_group": p.n_group, "double_buffer": p.double_buffer,
                      "estimated_cycles": p.est_cycles},
-            "kernel_dram_bytes": kernel_dram_bytes(cfg, p),
+            "kernel_dram_bytes": kernel_dram_bytes(cfg, p), "bursts": bursts.to_dict(),
             "wall_seconds": round(wall, 3),
         })
     return {"backend": backend.name, "config_name": cfg.name, "gemm": rows}
@@ -124,10 +147,18 @@ def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
 
 # -- analysis ---------------------------------------------------------------------------------
 
-def _analyse_gemm(config: NPUConfig, row: dict) -> dict:
-    """Add the roofline bound, the ratio and busy fractions to one GEMM row."""
-    rl = roofline(config, *row["shape"])
-    row = dict(row, roofline=rl)
+def _analyse_gemm(config: NPUConfig, row: dict, dram: DramTiming) -> dict:
+    """Add the roofline bounds under ``dram`` (with the kernel's bursts, and the machine's),
+    the ratio and busy fractions to one GEMM row."""
+    bursts = BurstProfile.from_dict(row["bursts"])
+    rl = roofline(config, *row["shape"], dram=dram, bursts=bursts)
+    kb = row["kernel_dram_bytes"]
+    reads, writes = kb["total"] - kb["out"], kb["out"]
+    traffic = memory_roof(config, reads, writes, dram, bursts)["bytes_per_cycle"]
+    traffic_bound = attainable(rl["macs"] / (reads + writes), config.n_pes,
+                               traffic) / config.n_pes
+    row = dict(row, roofline=rl, traffic_bound=traffic_bound,
+               machine_bound=roofline(config, *row["shape"], dram=dram)["bound"])
     u = row["utilization"]
     row["util_over_bound"] = None if u is None else u / rl["bound"]
     c = row["cycles"]
@@ -234,12 +265,95 @@ def measure_native(config: NPUConfig, run, recording: Path, *,
     }
 
 
+def _local_backend(backend: str, config: NPUConfig, dram: DramTiming):
+    """The in-process backend ``"model"`` or ``"perf"`` for ``config``."""
+    if backend == "model":
+        from sw.model import ModelBackend
+        return ModelBackend(config)
+    from sw.perf import PerfBackend
+    return PerfBackend(config, dram=dram)
+
+
+def _run_info(label: str, r) -> dict:
+    return {"run": label, "cycles": r.cycles, "job_seconds": round(r.job_seconds, 2),
+            "build_seconds": round(r.build_seconds, 2),
+            "cycles_per_second": r.cycles / r.job_seconds if r.job_seconds else None}
+
+
+def _bench_gemm(out: dict, cfg: NPUConfig, sizes: list[int], *, backend: str, seed: int,
+                dram: DramTiming, record: bool, build_timing: bool, say) -> None:
+    """The GEMM sweep of one configuration into ``out["gemm"]`` (and its speed and, with
+    ``record``, the native replay into ``out["cosim_speed"]``)."""
+    if backend != "rtl":
+        res = gemm_sweep_job(_local_backend(backend, cfg, dram), sizes=sizes, seed=seed)
+        run_info = None
+    else:
+        from cosim.build import BUILD_ROOT, design_tag
+        from cosim.tb.harness import run_job
+        rec = BUILD_ROOT / design_tag(cfg) / "runs" / "bench_gemm" / "gemm.rec" if record else None
+        r = run_job(cfg, "cosim.bench:gemm_sweep_job", {"sizes": sizes, "seed": seed},
+                    name="bench_gemm", record=rec, dram=dram)
+        res = r.result
+        if rec is not None:
+            say(f"replaying the recorded run ({r.recording['events']} events, "
+                f"{r.cycles} cycles) in the pure Verilator C++ harness...")
+            out["cosim_speed"]["verilator_cpp_harness"] = measure_native(
+                cfg, r, rec, clean_build=build_timing)
+        run_info = _run_info(f"gemm {cfg.name}", r)
+        out["cosim_speed"]["runs"].append(run_info)
+    out["gemm"][cfg.name] = {"rows": [_analyse_gemm(cfg, row, dram) for row in res["gemm"]],
+                             "n_pes": cfg.n_pes, "run": run_info}
+
+
+def _bench_attention(out: dict, cfg: NPUConfig, seq_len: int, *, backend: str,
+                     dram: DramTiming) -> None:
+    args = {"config": cfg.to_dict(), "seq_len": seq_len}
+    if backend != "rtl":
+        from sw.jobs.minilm_block import run_attention_job
+        res, run_info = run_attention_job(_local_backend(backend, cfg, dram), **args), None
+    else:
+        from cosim.tb.harness import run_job
+        r = run_job(cfg, "sw.jobs.minilm_block:run_attention_job", args,
+                    name=f"bench_attention_L{seq_len}", dram=dram)
+        res = r.result
+        run_info = _run_info(f"attention L={seq_len} {cfg.name}", r)
+        out["cosim_speed"]["runs"].append(run_info)
+    out["attention"] = {"config_name": cfg.name, "seq_len": seq_len, "kv_len": res["kv_len"],
+                        "stages": res["stages"], "bit_exact": res["bit_exact"],
+                        "sqnr_db": res["sqnr_db"], "run": run_info}
+
+
 def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int = 128,
               backend: str = "rtl", build_timing: bool = True, seed: int = 0,
-              native: bool = True, progress=None, json_path: Path | None = None) -> dict:
+              native: bool = True, progress=None, json_path: Path | None = None,
+              dram: DramTiming | str | None = None, roofline_path: Path | None = None) -> dict:
     """Run the whole bench; ``json_path`` is rewritten after every step (a long run keeps
-    what it has). ``native``: record the first configuration's GEMM run and replay it in the
-    pure Verilator C++ harness (:func:`measure_native`)."""
+    what it has).
+
+    Parameters
+    ----------
+    backend : str
+        One of :data:`BENCH_BACKENDS`: ``"rtl"`` (co-simulation), ``"model"`` (untimed) or
+        ``"perf"`` (the performance model; no co-simulation speed or build timing).
+    native : bool
+        RTL only: record the first configuration's GEMM run and replay it in the pure
+        Verilator C++ harness (:func:`measure_native`).
+    dram : DramTiming or str, optional
+        DRAM timing of every run (RTL and perf) and of the roofline bound; default ideal.
+    roofline_path : Path, optional
+        Write the roofline plot of the measured GEMMs there (PNG; timed backends only).
+
+    Raises
+    ------
+    ValueError
+        On an unknown backend, or a DRAM timing other than ideal on the untimed model.
+    """
+    if backend not in BENCH_BACKENDS:
+        raise ValueError(f"backend must be one of {BENCH_BACKENDS}, got {backend!r}")
+    dram = DramTiming.parse(dram)
+    if backend == "model" and not dram.is_ideal:
+        raise ValueError("the functional model is untimed: DRAM timing needs rtl or perf")
+
     def say(msg: str) -> None:
         if progress:
             progress(msg)
@@ -247,14 +361,19 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
     out: dict = {
         "backend": backend, "sizes": list(sizes), "configs": [c.name for c in configs],
         "host": {"machine": platform.machine(), "python": platform.python_version()},
+        "dram": dram.to_dict(),
         "roofline_definition": (
-            "bound = min(1, bus_bytes_per_cycle * OI / PEs); bus_bytes_per_cycle = AXI data "
-            "bytes (one beat per cycle, reads and writes against the same budget); OI = MACs / "
-            "(A + W + output bytes, int8, unpadded; parameters and commands not counted)"),
+            "bound = min(1, bw * OI / PEs); OI = MACs / (A + W + output bytes, int8, unpadded; "
+            "parameters and commands not counted); bw = (R + W) / max((R + W) / min(bus, "
+            "dram bw), R / read_bw, W / write_bw), read_bw = min(bus * b / ((b + 1) / "
+            "(1 - r_stall)), dma_outstanding * b * bus / (read_latency + b - 1)) for the "
+            "kernel's mean read burst of b beats (Little's law), write_bw likewise; "
+            "machine_bound: the same with the longest bursts and no inter-burst cycle "
+            "(cosim/bench/roofline.py)"),
         "gemm": {}, "attention": None, "cosim_speed": {"runs": []}, "build": None,
     }
     out["cosim_speed"]["verilator_cpp_harness"] = (
-        "not measured (model backend)" if backend == "model"
+        f"not measured ({backend} backend)" if backend != "rtl"
         else "not measured (disabled)" if not native else "not measured (yet)")
 
     def dump() -> None:
@@ -268,78 +387,72 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
         dump()
 
     for ci, cfg in enumerate(configs):
-        say(f"GEMM sweep {list(sizes)} on {cfg.name} ({backend})...")
-        if backend == "model":
-            from sw.model import ModelBackend
-            res = gemm_sweep_job(ModelBackend(cfg), sizes=list(sizes), seed=seed)
-            run_info = None
-        else:
-            from cosim.build import BUILD_ROOT, design_tag
-            from cosim.tb.harness import run_job
-            record = (BUILD_ROOT / design_tag(cfg) / "runs" / "bench_gemm" / "gemm.rec"
-                      if native and ci == 0 else None)
-            r = run_job(cfg, "cosim.bench:gemm_sweep_job", {"sizes": list(sizes), "seed": seed},
-                        name="bench_gemm", record=record)
-            res = r.result
-            if record is not None:
-                say(f"replaying the recorded run ({r.recording['events']} events, "
-                    f"{r.cycles} cycles) in the pure Verilator C++ harness...")
-                out["cosim_speed"]["verilator_cpp_harness"] = measure_native(
-                    cfg, r, record, clean_build=build_timing)
-            run_info = {"run": f"gemm {cfg.name}", "cycles": r.cycles,
-                        "job_seconds": round(r.job_seconds, 2),
-                        "build_seconds": round(r.build_seconds, 2),
-                        "cycles_per_second": r.cycles / r.job_seconds if r.job_seconds else None}
-        out["gemm"][cfg.name] = {"rows": [_analyse_gemm(cfg, row) for row in res["gemm"]],
-                                 "n_pes": cfg.n_pes, "run": run_info}
-        if run_info:
-            out["cosim_speed"]["runs"].append(run_info)
+        say(f"GEMM sweep {list(sizes)} on {cfg.name} ({backend}, DRAM {dram.name})...")
+        _bench_gemm(out, cfg, list(sizes), backend=backend, seed=seed, dram=dram,
+                    record=backend == "rtl" and native and ci == 0, build_timing=build_timing,
+                    say=say)
         dump()
 
     if attention_len:
-        cfg = configs[0]
-        say(f"MiniLM attention block L={attention_len} on {cfg.name} ({backend})...")
-        args = {"config": cfg.to_dict(), "seq_len": attention_len}
-        if backend == "model":
-            from sw.jobs.minilm_block import run_attention_job
-            from sw.model import ModelBackend
-            res, run_info = run_attention_job(ModelBackend(cfg), **args), None
-        else:
-            from cosim.tb.harness import run_job
-            r = run_job(cfg, "sw.jobs.minilm_block:run_attention_job", args,
-                        name=f"bench_attention_L{attention_len}")
-            res = r.result
-            run_info = {"run": f"attention L={attention_len} {cfg.name}", "cycles": r.cycles,
-                        "job_seconds": round(r.job_seconds, 2),
-                        "build_seconds": round(r.build_seconds, 2),
-                        "cycles_per_second": r.cycles / r.job_seconds if r.job_seconds else None}
-            out["cosim_speed"]["runs"].append(run_info)
-        out["attention"] = {"config_name": cfg.name, "seq_len": attention_len,
-                            "kv_len": res["kv_len"], "stages": res["stages"],
-                            "bit_exact": res["bit_exact"], "sqnr_db": res["sqnr_db"],
-                            "run": run_info}
+        say(f"MiniLM attention block L={attention_len} on {configs[0].name} ({backend})...")
+        _bench_attention(out, configs[0], attention_len, backend=backend, dram=dram)
         dump()
     runs = out["cosim_speed"]["runs"]
     if runs:
         tot_c = sum(r["cycles"] for r in runs)
         tot_s = sum(r["job_seconds"] for r in runs)
         out["cosim_speed"]["overall_cycles_per_second"] = tot_c / tot_s if tot_s else None
+    if roofline_path is not None and backend != "model":
+        out["roofline_png"] = str(roofline_png(
+            roofline_path, bench_roofline_points(out, configs),
+            title=f"npu bench: GEMM kernels ({backend}, DRAM {dram.name})"))
     dump()
     return out
+
+
+def bench_roofline_points(res: dict, configs: list[NPUConfig]) -> list[RooflinePoint]:
+    """The measured GEMMs of :func:`run_bench`'s result as roofline points: actual DRAM bytes
+    (``bytes_read + bytes_written`` of the kernel's counters, ring fetches included) and
+    cycles, against the machine roof of each configuration under the run's DRAM timing
+    (:func:`memory_roof` of all its kernels' traffic together, without a burst profile)."""
+    dram = DramTiming.from_dict(res["dram"])
+    points = []
+    for cfg in configs:
+        rows = res["gemm"][cfg.name]["rows"]
+        reads = sum(r["counters"]["bytes_read"] for r in rows)
+        writes = sum(r["counters"]["bytes_written"] for r in rows)
+        bw = memory_roof(cfg, reads, writes, dram)["bytes_per_cycle"]
+        roof = Roof(f"{cfg.name}, {dram.name}", cfg.n_pes, bw)
+        for r in rows:
+            c = r["counters"]
+            points.append(gemm_point(f"{cfg.name} {'x'.join(map(str, r['shape']))}",
+                                     *r["shape"], dram_bytes=c["bytes_read"]
+                                     + c["bytes_written"], cycles=r["cycles"], roof=roof))
+    return points
 
 
 def _pct(v) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
+def _memory_label(mem: dict) -> str:
+    """``"5.33 latency"``: the memory roof in B/cycle and what sets it."""
+    why = "latency" if mem["latency_limited"] else mem["limit"]
+    return f"{mem['bytes_per_cycle']:.2f} {why[:5]}"
+
+
 def format_bench(res: dict) -> str:
     """The printed tables of :func:`run_bench`'s result."""
-    lines = [f"npu bench ({res['backend']} backend)", "",
-             "GEMM M=K=N=size, int8, double-buffered linear kernel; bound = roofline "
-             "(A+W+out bytes, AXI bytes/cycle)",
-             f"{'config':<8}{'size':>5}{'cycles':>10}{'util':>8}{'bound':>8}{'u/bnd':>7}"
-             f"{'OI':>7}{'mat.busy':>9}{'dma.busy':>9}{'overlap':>8}{'B/cyc':>7}"
-             f"{'kcyc/s':>8}  exact  note"]
+    dram = res.get("dram", {}).get("name", "ideal")
+    lines = [f"npu bench ({res['backend']} backend, DRAM {dram})", "",
+             "GEMM M=K=N=size, int8, double-buffered linear kernel; bound = roofline of A+W+out "
+             "bytes under the run's DRAM timing and the kernel's bursts (traf: of the bytes "
+             "the tiling moves; mach: longest bursts; mem: the memory roof in B/cycle and "
+             "what limits it)",
+             f"{'config':<8}{'size':>5}{'cycles':>10}{'util':>8}{'bound':>8}{'traf':>7}"
+             f"{'mach':>7}"
+             f"{'u/bnd':>7}{'OI':>7}{'mem':>13}{'mat.busy':>9}{'dma.busy':>9}{'overlap':>8}"
+             f"{'B/cyc':>7}{'kcyc/s':>8}  exact  note"]
     for name, g in res["gemm"].items():
         for r in g["rows"]:
             f = r["fractions"] or {}
@@ -350,8 +463,10 @@ def format_bench(res: dict) -> str:
                 else f"{r['sim_cycles_per_second'] / 1e3:.1f}"
             lines.append(
                 f"{name:<8}{r['size']:>5}{r['cycles']:>10}{_pct(r['utilization']):>8}"
-                f"{_pct(r['roofline']['bound']):>8}{ratio:>7}"
-                f"{r['roofline']['operational_intensity']:>7.1f}"
+                f"{_pct(r['roofline']['bound']):>8}{_pct(r.get('traffic_bound')):>7}"
+                f"{_pct(r.get('machine_bound')):>7}"
+                f"{ratio:>7}{r['roofline']['operational_intensity']:>7.1f}"
+                f"{_memory_label(r['roofline']['memory']):>13}"
                 f"{_pct(f.get('matrix_busy')):>9}{_pct(f.get('dma_busy')):>9}"
                 f"{_pct(f.get('overlap')):>8}{bpc:>7}{sp:>8}  "
                 f"{'yes' if r['bit_exact'] else 'NO':<5}  {r['why']}")

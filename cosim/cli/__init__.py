@@ -8,7 +8,10 @@
                  (``--lint``: Verilator lint and Icarus compile).
 ``npu area``     FPGA cost per configuration: LUT4/FF/DSP/BRAM, Fmax, critical block.
 ``npu board``    the NPU on a ULX3S 85F, through to a bitstream.
-``npu bench``    GEMM roofline sweep, attention utilization, co-simulation speed, build time.
+``npu bench``    GEMM roofline sweep, attention utilization, co-simulation speed, build time;
+                 ``--validate``: the performance model against the RTL, counter by counter.
+``npu sweep``    designs x DRAM timings x workloads on the performance model: cycles, area,
+                 SQNR, RTL checks, Pareto front; ``--find`` answers requirement questions.
 ``npu waves``    summarize, cut, group and export VCD waveforms of runs.
 """
 
@@ -54,7 +57,7 @@ def _dram(text: str) -> DramTiming:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-DRAM_HELP = (f"DRAM timing of the co-simulation (rtl only): a preset ({' '.join(PRESETS)}) "
+DRAM_HELP = (f"DRAM timing (rtl and perf): a preset ({' '.join(PRESETS)}) "
              "and/or key=value pairs: latency, wlatency (cycles), bw (bytes/cycle), stall, "
              "ar_stall, r_stall, aw_stall, w_stall, b_stall (probability), seed; e.g. "
              "latency=100,bw=4,stall=0.3,seed=1 (see sw/dram.py; default ideal)")
@@ -84,6 +87,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.backend == "model":
         from sw.model import ModelBackend
         result = getattr(workload, job)(ModelBackend(args.config), **job_args)
+    elif args.backend == "perf":
+        from sw.perf import PerfBackend
+        backend = PerfBackend(args.config, dram=args.dram)
+        result = getattr(workload, job)(backend, **job_args)
+        result["model_seconds"] = round(backend.sim_seconds, 2)
+        result["modelled_cycles"] = backend.cycle
     else:
         from cosim.tb.harness import run_on_rtl
         print(f"co-simulating the {args.config.name} NPU on Verilator "
@@ -162,28 +171,42 @@ def _cmd_area(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from cosim.bench import FULL_SIZES, QUICK_SIZES, format_bench, run_bench
 
+    if args.validate:
+        return _cmd_validate(args)
     configs = args.configs or ([NPUConfig()] if args.quick
                                else [NPUConfig(), NPUConfig(rows=16, cols=16)])
     sizes = args.sizes or list(QUICK_SIZES if args.quick else FULL_SIZES)
     attn = args.attention_len if args.attention_len is not None else (32 if args.quick else 128)
-    from cosim.tb.harness import default_dram
-    with default_dram(args.dram):
-        res = run_bench(configs, sizes, attention_len=attn, backend=args.backend,
-                        build_timing=not args.no_build_timing, native=not args.no_native,
-                        progress=lambda m: print(m, file=sys.stderr, flush=True),
-                        json_path=Path(args.json) if args.json else None)
-    res["dram"] = args.dram.to_dict()
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+    res = run_bench(configs, sizes, attention_len=attn, backend=args.backend,
+                    build_timing=not args.no_build_timing, native=not args.no_native,
+                    progress=lambda m: print(m, file=sys.stderr, flush=True),
+                    json_path=Path(args.json) if args.json else None, dram=args.dram,
+                    roofline_path=Path(args.roofline) if args.roofline else None)
     print(f"DRAM timing: {args.dram.describe()}")
     print(format_bench(res))
-    if args.json:
-        print(f"wrote {args.json}")
+    for path in (args.json, args.roofline):
+        if path:
+            print(f"wrote {path}")
     exact = all(r["bit_exact"] for g in res["gemm"].values() for r in g["rows"])
     native = res["cosim_speed"]["verilator_cpp_harness"]
     replay_ok = not isinstance(native, dict) or native["replay_matches"]
     return 0 if (exact and replay_ok and (res["attention"] is None
                                            or res["attention"]["bit_exact"])) else 1
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    """``npu bench --validate``: :func:`cosim.bench.validate.main` with these options."""
+    from cosim.bench import validate
+
+    argv = ["--dram", args.dram.spec()]
+    if args.quick:
+        argv.append("--quick")
+    if args.workloads:
+        argv += ["--only", *args.workloads]
+    if args.json:
+        argv += ["--json", args.json]
+    print(f"DRAM timing: {args.dram.describe()}", flush=True)
+    return validate.main(argv)
 
 
 def _cmd_board(args: argparse.Namespace) -> int:
@@ -208,9 +231,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                     "utilization (useful MACs / (cycles x PEs)); SQNR (dB) and cosine of the "
                     "output against float32; whether the device output equals the golden "
                     "integer model bit for bit. Exit status 1 if any stage is not bit-exact.")
-    run.add_argument("--backend", choices=("rtl", "model"), default="rtl",
+    run.add_argument("--backend", choices=("rtl", "perf", "model"), default="rtl",
                      help="rtl: cocotb + Verilator co-simulation of the generated Verilog "
-                          "(default); model: the instant functional ISA model")
+                          "(default); perf: the event-driven performance model (sw.perf: the "
+                          "same results and counters as the RTL in seconds, validated against "
+                          "it by npu bench --validate); model: the instant, untimed "
+                          "functional ISA model")
     run.add_argument("--config", type=parse_config, default=NPUConfig(),
                      help=f"array size and parameters, {_CONFIG_HELP} "
                           "(default 8x8; e.g. 4x4 or 16x16,spad_rows=8192)")
@@ -338,8 +364,21 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                     help="configurations (default 8x8 16x16); attention runs on the first")
     be.add_argument("--attention-len", type=int, metavar="L",
                     help="attention block sequence length (default 128, --quick 32; 0 skips)")
-    be.add_argument("--backend", choices=("rtl", "model"), default="rtl",
-                    help="model: untimed functional model (for testing the bench itself)")
+    be.add_argument("--backend", choices=("rtl", "perf", "model"), default="rtl",
+                    help="rtl: co-simulation (default); perf: the performance model (no "
+                         "co-simulation speed or build timing); model: the untimed functional "
+                         "model (for testing the bench itself)")
+    be.add_argument("--roofline", metavar="PNG",
+                    help="also draw the measured GEMMs against the compute and memory roofs "
+                         "of their configuration and DRAM timing (rtl and perf)")
+    be.add_argument("--validate", action="store_true",
+                    help="instead: validate the performance model against the RTL, counter "
+                         "by counter, on the corpus of sw/perf/corpus.py (python -m "
+                         "cosim.bench.validate; with --quick its quick subset, --workloads to "
+                         "choose, --dram for both sides, --json for the document); exit 1 if "
+                         "a counter is out of tolerance")
+    be.add_argument("--workloads", nargs="+", metavar="NAME",
+                    help="with --validate: only these corpus workloads")
     be.add_argument("--no-build-timing", action="store_true",
                     help="skip the clean/cached Verilator build timing")
     be.add_argument("--no-native", action="store_true",
@@ -352,7 +391,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``waves``."""
+    """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``sweep``
+    and ``waves``."""
+    from cosim.cli.sweep import add_parser as add_sweep_parser
     from cosim.cli.waves import add_parser as add_waves_parser
 
     parser = argparse.ArgumentParser(
@@ -360,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_verilog, _add_area, _add_board, _add_bench):
         add(sub)
+    add_sweep_parser(sub)
     add_waves_parser(sub)
     return parser
 
@@ -397,15 +439,43 @@ ATTENTION_KERNELS = (*PROJECTION_KERNELS, "scores", "softmax", "context", "outpu
 
 
 def _check_dram_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--dram`` other than ideal needs the RTL (the functional model is untimed)."""
-    if args.backend != "rtl" and not args.dram.is_ideal:
-        parser.error("--dram needs --backend rtl (the functional model is untimed)")
+    """``--dram`` other than ideal needs a timed backend (the functional model is untimed),
+    and on ``perf`` a timing the performance model times."""
+    if args.backend == "model" and not args.dram.is_ideal:
+        parser.error("--dram needs --backend rtl or perf (the functional model is untimed)")
+    if args.backend == "perf":
+        from sw.perf.memory import check_timing
+        try:
+            check_timing(args.dram)
+        except NotImplementedError as e:
+            parser.error(f"--dram {args.dram.name}: {e}; use --backend rtl")
 
 
 def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject bad ``npu bench`` arguments before any build."""
-    _check_dram_arg(parser, args)
     _check_json_arg(parser, args)
+    if args.validate:
+        given = [flag for flag, v in (("--sizes", args.sizes), ("--configs", args.configs),
+                                      ("--attention-len", args.attention_len),
+                                      ("--roofline", args.roofline),
+                                      ("--backend", args.backend != "rtl" or None))
+                 if v is not None]
+        if given:
+            parser.error(f"--validate runs its own corpus on rtl and perf: {', '.join(given)} "
+                         "do not apply")
+        from cosim.bench.validate import WORKLOADS
+        unknown = [n for n in args.workloads or [] if n not in WORKLOADS]
+        if unknown:
+            parser.error(f"--workloads: unknown {', '.join(unknown)}; known: "
+                         f"{', '.join(WORKLOADS)}")
+        args.backend = "perf"       # both sides run; the model must time the DRAM
+        _check_dram_arg(parser, args)
+        return
+    if args.workloads:
+        parser.error("--workloads applies to --validate")
+    _check_dram_arg(parser, args)
+    if args.roofline and args.backend == "model":
+        parser.error("--roofline needs a timed backend (rtl or perf)")
 
 
 def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -63,7 +63,8 @@ class AreaRow:
 def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: bool = True,
          hier: bool = False, out_dir: Path | None = None, freq_mhz: float = 50.0,
          device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
-         timeout: float | None = None, route: bool = True) -> AreaRow:
+         timeout: float | None = None, route: bool = True,
+         abc9: bool | None = None) -> AreaRow:
     """Synthesize (and for ECP5, place and route) one configuration; one :class:`AreaRow`.
 
     With ``pnr`` the flat synthesis is of :func:`write_pnr_harness`'s ``pnr_top`` (the NPU has
@@ -74,8 +75,11 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     Steps: Verilog bundle; flat synthesis (totals, memory mapping, P&R netlist and, with
     ``blocks``, the per-block table by cell name); with ``hier`` also a hierarchy-preserving
     synthesis (per-module table, for comparison; slow); with ``pnr`` (ECP5 only) nextpnr for
-    Fmax and the critical path. A failing P&R (e.g. the design does not fit
-    the device) is recorded in :attr:`AreaRow.error`, not raised, so a sweep goes on; so is a
+    Fmax and the critical path. ``abc9`` chooses the ECP5 LUT mapper of the flat synthesis
+    (:func:`synthesize`: None tries ABC9 and falls back to classic ABC; False maps with classic
+    ABC at once, as a sweep does, so that every configuration is mapped alike). A failing P&R
+    (e.g. the design does not fit the device) is recorded in :attr:`AreaRow.error`, not
+    raised, so a sweep goes on; so is a
     tile memory that did not map to RAM primitives (:attr:`AreaRow.memory_problems`, see
     :func:`check_memories`; ``npu area`` then exits with status 1).
 
@@ -90,7 +94,7 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     bundle = write_verilog(config, out_dir)
     seconds = {"verilog": round(time.perf_counter() - t0, 2)}
     harness = pnr and family == "ecp5"
-    flat = synthesize(bundle.verilog, family, harness=harness, timeout=timeout)
+    flat = synthesize(bundle.verilog, family, harness=harness, timeout=timeout, abc9=abc9)
     seconds["synth"] = round(flat.seconds, 2)
     r = flat.total
     row = AreaRow(config.name, family, r.lut4, r.ff, r.dsp, r.bram, r.lutram,

