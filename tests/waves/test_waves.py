@@ -162,8 +162,8 @@ def test_cut_skips_malformed_lines(tmp_path):
     h = read_header(r.out)
     got = {}
     stream(r.out, h, h.vars, lambda t, v: got.update({t: dict(v)}))
-    assert got[10] == {"!": "1", '"': "00000011", "#": "0.5"}
-    assert got[20] == {"!": "1", '"': "00000100", "#": "2"}
+    assert got[10] == {"!": 1, '"': 0b00000011, "#": 0.5}
+    assert got[20] == {"!": 1, '"': 0b00000100, "#": 2.0}
 
 
 def test_gtkw_groups_from_hierarchy(run, tmp_path):
