@@ -9,6 +9,8 @@ import pytest
 
 from cosim.cli import main as npu_main
 from cosim.waves import (
+    GTKW_GROUPS,
+    GTKW_MARKERS,
     VcdProbeError,
     check_counter_snapshots,
     check_counters,
@@ -25,6 +27,7 @@ from cosim.waves.trace import (
     write_chrome_trace,
 )
 from cosim.waves.vcd import VcdError, VcdSignalError, VcdSkippedLineWarning, read_header, stream
+from hw.top import PROBE_FIELDS
 from tests.support.npu_vcd_gen import (
     ENGINES,
     RESET_CYCLES,
@@ -167,17 +170,53 @@ def test_cut_skips_malformed_lines(tmp_path):
 
 
 def test_gtkw_groups_from_hierarchy(run, tmp_path):
+    """The save file: zoomed to the file's time range, the groups of GTKW_GROUPS in their
+    order with only the ports, named probes and counter sources, and markers at the kernel
+    regions of the run's sidecar (those inside the file)."""
     _, vcd = run
-    out, missing = write_gtkw(vcd, tmp_path / "run.gtkw")
+    regions = [{"name": "query", "occurrence": 1, "start_cycle": 100, "end_cycle": 300},
+               {"name": "softmax", "occurrence": 1, "start_cycle": 300, "end_cycle": 400},
+               {"name": "softmax", "occurrence": 2, "start_cycle": 1500, "end_cycle": 1600},
+               {"name": "late", "occurrence": 1, "start_cycle": 9999, "end_cycle": 10000}]
+    out, notes = write_gtkw(vcd, tmp_path / "run.gtkw", regions=regions, clock_period_ns=10)
     text = out.read_text()
     assert f'[dumpfile] "{vcd.resolve()}"' in text
-    for group in ("Engines (named probes)", "AXI AR", "AXI W"):
-        assert f"-{group}" in text
+    groups = [ln[1:] for ln in text.splitlines()[::1] if ln.startswith("-")][::2]
+    assert groups == [g for g, names in GTKW_GROUPS if any(
+        f"tb_top.u_npu.{n}" in text for n in names)]
+    assert groups[:2] == ["Clock, reset, interrupt", "Engine load (named probes)"]
     assert "tb_top.u_npu.mem__wstrb[7:0]" in text and "tb_top.u_npu.probe_load_busy" in text
     assert "tb_top.u_npu.probe_vector_index[31:0]" in text
-    assert "cmdproc.load__busy" not in text             # internal nets are not engine signals
-    assert text.count("@800200") == text.count("@1000200")
-    assert any("Systolic array" in m for m in missing)   # the generated file has no tile
+    assert "cmdproc." not in text                        # no internal net, decoys included
+    assert text.count("@800200") == text.count("@1000200") == len(groups)
+    probes = [ln for ln in text.splitlines() if ln.startswith("tb_top.u_npu.probe_load_")]
+    assert [p.split("probe_load_")[1].split("[")[0] for p in probes] == list(PROBE_FIELDS)
+    # time range 0 .. 20000 (1 ns units): [timestart] 0 and the zoom that fits it
+    assert "[timestart] 0\n" in text
+    zoom = float(next(ln for ln in text.splitlines() if ln.startswith("*"))[1:].split()[0])
+    assert 2 ** -zoom / 200 * 980 == pytest.approx(20000, rel=1e-6)
+    marks = next(ln for ln in text.splitlines() if ln.startswith("*")).split()[2:]
+    assert marks[:3] == ["1000", "3000", "15000"] and set(marks[3:]) == {"-1"}
+    assert len(marks) == GTKW_MARKERS
+    assert [ln for ln in text.splitlines() if ln.startswith("[markername]")] == [
+        "[markername] Aquery", "[markername] Bsoftmax:1", "[markername] Csoftmax:2"]
+    assert any("csr.cycles" in n for n in notes)          # the generated file has no csr
+    assert npu_main(["waves", "gtkw", str(vcd), "-o", str(tmp_path / "g.gtkw")]) == 0
+
+
+def test_gtkw_markers_beyond_26(run, tmp_path):
+    """GTKWave has 26 named markers: the first region of each kernel always gets one, the
+    others fill the rest in time order, and the ones left out are counted in a note."""
+    _, vcd = run
+    regions = [{"name": f"k{i % 3}", "occurrence": i // 3 + 1, "start_cycle": 10 * i,
+                "end_cycle": 10 * i + 5} for i in range(40)]
+    regions.append({"name": "rare", "occurrence": 1, "start_cycle": 1900, "end_cycle": 1950})
+    out, notes = write_gtkw(vcd, tmp_path / "m.gtkw", regions=regions, clock_period_ns=10)
+    names = [ln.split(" ", 1)[1][1:] for ln in out.read_text().splitlines()
+             if ln.startswith("[markername]")]
+    assert len(names) == GTKW_MARKERS and "rare" in names and names[0] == "k0:1"
+    assert names[:25] == [f"k{i % 3}:{i // 3 + 1}" for i in range(25)]
+    assert "15 kernel regions without a marker" in " ".join(notes)
 
 
 def test_missing_signal_is_a_clear_error(tmp_path):
