@@ -62,10 +62,10 @@ def _summarize(args: argparse.Namespace) -> int:
 def _gtkw(args: argparse.Namespace) -> int:
     from cosim.waves import write_gtkw
 
-    out, missing = write_gtkw(args.file, args.out)
+    out, notes = write_gtkw(args.file, args.out)
     print(out)
-    for m in missing:
-        print(f"note: no signal for {m}", file=sys.stderr)
+    for m in notes:
+        print(f"note: {m}", file=sys.stderr)
     return 0
 
 

@@ -36,13 +36,15 @@ RESET_CYCLES = 4
 
 
 async def _cycle_window(dut, first: int, last: int | None) -> None:
-    """Drive ``trace_on`` high from cycle ``first`` to cycle ``last`` (absolute cycles)."""
+    """Drive ``trace_on`` high over the absolute cycles ``[first, last)``: from the start of
+    cycle ``first`` to half a cycle after the rising edge that ends cycle ``last - 1``, so
+    that edge is in the file (the waveform tools then count cycles ``first .. last - 1``)."""
     delay = first * CLOCK_PERIOD_NS - get_sim_time("ns")
     if delay > 0:
         await Timer(delay, "ns")
     dut.trace_on.value = 1
     if last is not None:
-        await Timer((last - first) * CLOCK_PERIOD_NS, "ns")
+        await Timer((last - first) * CLOCK_PERIOD_NS + CLOCK_PERIOD_NS // 2, "ns")
         dut.trace_on.value = 0
 
 

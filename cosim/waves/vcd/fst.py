@@ -67,17 +67,25 @@ def read_fst_header(path: Path | str) -> VcdHeader:
     unit = {0: "s", -3: "ms", -6: "us", -9: "ns", -12: "ps", -15: "fs"}.get(exp, f"e{exp} s")
     header = VcdHeader(path, seconds, f"{ts.factor if ts is not None else 1} {unit}",
                        format="fst")
-    header.scopes = [s.full_name for s in w.all_scopes()]
+    arrays: set[str] = set()
     for line, v in enumerate(w.all_vars(), 1):
-        var = _var(v, line)
+        var = _var(v, line, arrays)
         header.vars.append(var)
         header.by_id.setdefault(var.id, []).append(var)
+    header.scopes = [s.full_name for s in w.all_scopes() if s.full_name not in arrays]
     return header
 
 
-def _var(v, line: int) -> VcdVar:
-    full = v.full_name
-    scope, _, name = full.rpartition(".")
+def _var(v, line: int, arrays: set[str]) -> VcdVar:
+    """A pywellen variable as the VCD reader names it: an element of an unpacked array,
+    which pywellen puts in a scope of the array's name (``mem.[3]``), is ``mem[3]`` of the
+    enclosing scope, as Verilator writes it in a VCD."""
+    scope, _, name = v.full_name.rpartition(".")
+    if name.startswith("[") and scope:
+        arrays.add(scope)
+        scope, _, array = scope.rpartition(".")
+        name = array + name
+    full = f"{scope}.{name}" if scope else name
     kind = v.var_type.lower()
     width = 1 if v.is_string or v.is_real else int(v.bitwidth or 1)
     vector = width > 1 and not (v.is_real or v.is_string)
