@@ -19,13 +19,17 @@ from cosim.waves.vcd import (
     VcdSignalError,
     VcdSkippedLineWarning,
     VcdValueError,
+    VcdVar,
     VcdWidthWarning,
+    canonical,
     parse_timescale,
     read_header,
+    scan,
     stream,
     to_float,
     to_int,
 )
+from cosim.waves.vcd.scan import vcd_changes
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -341,3 +345,91 @@ def test_malformed_files(tmp_path, text, message):
 def test_missing_file():
     with pytest.raises(FileNotFoundError):
         read_header(DATA / "no_such.vcd")
+
+
+def _var(width: int, kind: str = "wire") -> VcdVar:
+    return VcdVar("top.v", "top.v", "top", "v", "!", kind, width, None, None, 1, "top.v")
+
+
+@pytest.mark.parametrize("width, value, canon", [
+    (8, "b00000101", 5), (8, "b101", 5), (4, "1", 1), (1, "0", 0), (1, "x", "x"),
+    (4, "b1x", "001x"), (4, "bx1", "xxx1"), (4, "bZ", "zzzz"), (4, "x", "xxxx"),
+    (64, "b" + "1" * 64, (1 << 64) - 1), (1, "r2.5", 2.5), (1, "rx", None),
+    (1, "sIDLE", "IDLE"),
+])
+def test_canonical_values(width, value, canon):
+    got = canonical(_var(width), value)
+    assert got == canon and type(got) is type(canon)
+
+
+def test_to_int_of_canonical_ints():
+    assert to_int(251, signed=True, width=8) == -5 and to_int(251) == 251
+    assert to_int(0b110011, width=4) == 0b0011 and to_int(7, signed=True, width=4) == 7
+    for bad in (-1, 2.5, True):
+        with pytest.raises(VcdValueError):
+            to_int(bad)
+
+
+def _big(tmp_path, bad_at: dict[int, str] | None = None, n: int = 3000) -> Path:
+    """A regular file of ``n`` timestamps (times 10 apart), with line ``k`` of the body
+    replaced by ``bad_at[k]``."""
+    lines = ["$timescale 1ns $end", "$scope module top $end", "$var wire 1 ! clk $end",
+             '$var wire 12 " count [11:0] $end', "$var wire 1 # odd $end", "$upscope $end",
+             "$enddefinitions $end"]
+    body = []
+    for t in range(n):
+        body += [f"#{10 * t}", f"{t % 2}!", f"b{t % 4096:b} \"", f"{(t // 7) % 2}#"]
+    for k, text in (bad_at or {}).items():
+        body[k] = text
+    p = tmp_path / "big.vcd"
+    p.write_text("\n".join(lines + body) + "\n")
+    return p
+
+
+def _read(p: Path, fast: bool, chunk: int) -> tuple[list, list]:
+    h = read_header(p)
+    ids = [v.id for v in h.vars]
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = [(int(t), int(s), b.value(i)) for b in vcd_changes(p, h, ids, fast=fast,
+                                                                  chunk_bytes=chunk)
+               for i, (t, s) in enumerate(zip(b.times, b.slots, strict=True))]
+    return got, [str(w.message) for w in rec]
+
+
+@pytest.mark.parametrize("chunk", [64, 1000, 1 << 20])
+def test_fast_reader_across_chunks(tmp_path, chunk, monkeypatch):
+    """Chunks of any size give the checked reader's values; a malformed line in the middle
+    sends its chunk (only) to the checked reader, with the right line number."""
+    p = _big(tmp_path, {5001: "b1021 \"", 9001: "1?"})
+    scans = []
+    real = scan._scan
+    monkeypatch.setattr(scan, "_scan", lambda d, t: scans.append(real(d, t)) or scans[-1])
+    fast, fast_warn = _read(p, True, chunk)
+    refused = [c is None for c in scans]
+    assert 0 < sum(refused) <= 2 and refused.count(False) >= 1    # scanned, but for those
+    checked, checked_warn = _read(p, False, chunk)
+    assert fast == checked and fast_warn == checked_warn and len(fast) == 3 * 3000 - 2
+    assert [re.search(r":(\d+): skipped malformed line '(.*?)'", w).groups()
+            for w in fast_warn] == [("5009", 'b1021 "'), ("9009", "1?")]
+    assert fast[:3] == [(0, 0, 0), (0, 1, 0), (0, 2, 0)]
+
+
+def test_fast_reader_refuses_what_it_cannot_check(tmp_path):
+    """x bits, a CRLF, a too wide value, changes on a '#' line, a $comment across chunk
+    boundaries: all read as the checked reader reads them."""
+    p = _big(tmp_path, {101: "bx1 \"", 205: "0!\r", 302: "b1" + "0" * 12 + " \"",
+                        400: "#1000 1!", 500: "$comment", 501: "#2000", 502: "$end"})
+    fast, fast_warn = _read(p, True, 200)
+    assert (fast, fast_warn) == _read(p, False, 200)
+    assert any("keeping the low 12" in w for w in fast_warn)
+    assert (250, 1, "xxxxxxxxxxx1") in fast and (1000, 0, 1) in fast
+    assert not any(t == 1250 for t, *_ in fast)           # the #1250 line was commented out
+
+
+def test_time_backwards_across_chunks(tmp_path):
+    p = _big(tmp_path, {4000: "#5"})
+    for fast in (True, False):
+        with pytest.raises(VcdFormatError, match=r"big.vcd:4008: time goes backwards "
+                                                 r"\(9990 then 5\)"):
+            _read(p, fast, 256)

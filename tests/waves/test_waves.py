@@ -2,6 +2,9 @@
 activity (tests/support/npu_vcd_gen.py)."""
 
 import json
+import re
+import shutil
+import subprocess
 import tracemalloc
 from pathlib import Path
 
@@ -26,7 +29,14 @@ from cosim.waves.trace import (
     timeline_png,
     write_chrome_trace,
 )
-from cosim.waves.vcd import VcdError, VcdSignalError, VcdSkippedLineWarning, read_header, stream
+from cosim.waves.vcd import (
+    VcdEmptyError,
+    VcdError,
+    VcdSignalError,
+    VcdSkippedLineWarning,
+    read_header,
+    stream,
+)
 from hw.top import PROBE_FIELDS
 from tests.support.npu_vcd_gen import (
     ENGINES,
@@ -363,3 +373,75 @@ def test_streaming_memory_does_not_grow_with_file(tmp_path):
         tracemalloc.stop()
         assert s.cycles == n
     assert peaks[1] < peaks[0] * 1.5 + 200_000, peaks
+
+
+def test_summary_cycles_are_absolute(run, tmp_path):
+    """A window of the run (cut from it, times kept) is summarised with the run's own cycle
+    numbers; --from/--to are absolute too, and equal the cut of the same cycles."""
+    rows, vcd = run
+    part = cut(vcd, tmp_path / "w.vcd", 500, 800).out
+    s = summarize(part)
+    assert (s.first_cycle, s.end_cycle, s.cycles) == (500, 800, 300)
+    assert s.records() == expected_records(rows, 500, 800)
+    inner = summarize(part, start=600, end=700)
+    assert (inner.first_cycle, inner.cycles) == (600, 100)
+    assert inner.figures() == summarize(vcd, start=600, end=700).figures() \
+        == expected_figures(rows, 600, 700)
+    assert "cycles 500..799" in s.format()
+
+
+def test_fast_and_checked_summaries_agree(run):
+    _, vcd = run
+    fast, checked = summarize(vcd), summarize(vcd, fast=False)
+    assert fast.figures() == checked.figures() and fast.records() == checked.records()
+    assert {k: e.intervals for k, e in fast.engines.items()} == {
+        k: e.intervals for k, e in checked.engines.items()}
+
+
+def test_fst_summary_equals_vcd(run, tmp_path):
+    """An FST of the same file (GTKWave's vcd2fst), read through pywellen, summarises to
+    the same figures and records."""
+    if not shutil.which("vcd2fst"):
+        pytest.skip("vcd2fst (GTKWave) is not installed: apt-get install gtkwave")
+    rows, vcd = run
+    fst = tmp_path / "run.fst"
+    subprocess.run(["vcd2fst", str(vcd), str(fst)], check=True, capture_output=True)
+    s = summarize(fst)
+    assert s.figures() == expected_figures(rows) and s.records() == expected_records(rows)
+    assert summarize(fst, start=300, end=1234).figures() == expected_figures(rows, 300, 1234)
+    out, _ = write_gtkw(fst, tmp_path / "f.gtkw")
+    assert "tb_top.u_npu.probe_load_index[31:0]" in out.read_text()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "no \\$enddefinitions"),
+    ("$timescale 1ns $end\n$scope module tb_top $end\n$scope module u_npu $end\n"
+     "$upscope $end\n$upscope $end\n$enddefinitions $end\n", "mem__arvalid"),
+])
+def test_empty_files_exit_2(tmp_path, capsys, text, message):
+    p = tmp_path / "empty.vcd"
+    p.write_text(text)
+    assert npu_main(["waves", "summarize", str(p)]) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_header_only_and_empty_windows_exit_2(run, tmp_path, capsys):
+    """A file with the NPU's signals but no value change, or a window holding none of the
+    file's cycles, is an error (exit 2), never '0 cycles'."""
+    rows, vcd = run
+    head = tmp_path / "head.vcd"
+    text = vcd.read_text()
+    head.write_text(text[:text.index("$enddefinitions $end") + len("$enddefinitions $end\n")])
+    with pytest.raises(VcdEmptyError, match="fewer than two rising edges"):
+        summarize(head)
+    capsys.readouterr()
+    assert npu_main(["waves", "summarize", str(head)]) == 2
+    assert "nothing to summarize" in capsys.readouterr().err
+    with pytest.raises(VcdEmptyError, match=r"no cycle of the file is in the window "
+                                            r"\[5000, 6000\) \(the file holds cycles 0..1999"):
+        summarize(vcd, start=5000, end=6000)
+    capsys.readouterr()
+    assert npu_main(["waves", "summarize", str(vcd), "--from", "5000"]) == 2
+    assert "no cycle of the file is in the window" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="empty"):
+        summarize(vcd, start=10, end=10)
