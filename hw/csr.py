@@ -1,12 +1,15 @@
 """Control and status registers on an AXI4-Lite subordinate port.
 
-The register map is :class:`hw.isa.Csr` (one definition for hardware, runtime and model).
+The register map is :class:`hw.isa.Csr` (one definition for hardware, runtime and model);
+every packed register is built from its layout in :mod:`hw.isa.registers`.
 Writes take effect when both AW and W have been accepted; one transaction is handled at a time.
 Every access answers OKAY; a read of an unmapped offset returns 0 and a write to one is
 ignored (so a probing host never hangs the bus).
 """
 
-from amaranth import Cat, Module, Signal
+from __future__ import annotations
+
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,8 +20,16 @@ from hw.isa import (
     COUNTER_NAMES,
     CSR_ID_VALUE,
     CSR_VERSION_VALUE,
+    CfgArray,
+    CfgBus,
     Csr,
+    ErrorWord,
+    IrqBit,
+    QueueErrorWord,
+    SemLast,
+    StatusWord,
     TraceEntry,
+    TraceInfo,
     counter_csr,
     queue_csr,
     sem_csr,
@@ -57,7 +68,10 @@ class CsrBlock(wiring.Component):
         Per-queue reset pulse (``QUEUE_RESET`` bits, or all on ``CONTROL`` bit 0).
     sem_clear : ``Out(1)``
         One-cycle pulse on ``CONTROL`` bit 0: zero semaphores, ``SEM_LAST`` and traces.
-    sems, sem_last : ``In(ArrayLayout(32, n_sems))``
+    sem_set : ``Out(n_sems)``, sem_set_value : ``Out(32)``
+        Host write of a semaphore: bit ``s`` pulses for one cycle in the cycle a write to
+        :func:`hw.isa.sem_csr` ``(s)`` takes effect, with the value written.
+    sems : ``In(ArrayLayout(32, n_sems))``, sem_last : ``In(ArrayLayout(SemLast, n_sems))``
         Semaphore values and last-signaller records.
     cycles : ``Out(64)``
         Free-running cycle counter (also readable at ``CYCLES_LO``/``CYCLES_HI``).
@@ -68,6 +82,8 @@ class CsrBlock(wiring.Component):
         One-cycle pulse in the cycle a ``CNT_SNAPSHOT`` write takes effect.
     trace, trace_valid, trace_overflow : ``In``; trace_pop : ``Out(4)``
         The engines' trace FIFOs; ``trace_pop[e]`` pulses on a ``TRACE_POP`` write.
+        ``TRACE_INFO`` of an empty FIFO reads ``index`` and ``queue`` 0 (as the functional
+        model does), not the FIFO's stale output.
     """
 
     def __init__(self, config: NPUConfig):
@@ -85,8 +101,9 @@ class CsrBlock(wiring.Component):
             "stop": Out(n),
             "fence_irq": In(1),
             "qclear": Out(n), "sem_clear": Out(1),
+            "sem_set": Out(config.n_sems), "sem_set_value": Out(32),
             "sems": In(data.ArrayLayout(32, config.n_sems)),
-            "sem_last": In(data.ArrayLayout(32, config.n_sems)),
+            "sem_last": In(data.ArrayLayout(SemLast, config.n_sems)),
             "cycles": Out(64),
             "counters": In(data.ArrayLayout(32, len(COUNTER_NAMES))),
             "counters_cycles": In(64), "snapshot": Out(1),
@@ -96,109 +113,154 @@ class CsrBlock(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.config
-        n = cfg.n_queues
-        bus = self.bus
-
-        # -- state ----------------------------------------------------------------------------
-        q_err = [Signal(ErrorReport, name=f"q_err{q}") for q in range(n)]
-        first = Signal(ErrorReport)     # first error of any queue (global ERR_* view)
-        first_queue = Signal(8)
-        irq_status = Signal(2)
-        irq_enable = Signal(2)
-        cycles_hi_latch = Signal(32)
+        n = self.config.n_queues
+        st = _State(n)
 
         m.d.sync += self.cycles.eq(self.cycles + 1)
-        m.d.comb += self.irq.eq((irq_status & irq_enable).any())
+        m.d.comb += self.irq.eq((st.irq_status & st.irq_enable).any())
         for q in range(n):
-            m.d.comb += self.stop[q].eq(q_err[q].code != 0)
+            m.d.comb += self.stop[q].eq(st.q_err[q].code != 0)
 
         # -- error latches --------------------------------------------------------------------
-        for q in range(n):
-            with m.If(self.qclear[q]):
-                m.d.sync += q_err[q].eq(0)
-            with m.Elif(self.err_set[q] & (q_err[q].code == 0)):
-                m.d.sync += q_err[q].eq(self.err_info[q])
-        with m.If(first.code == 0):
-            for q in reversed(range(n)):
-                with m.If(self.err_set[q] & ~self.qclear[q]):
-                    m.d.sync += [first.eq(self.err_info[q]), first_queue.eq(q)]
-        with m.Elif(self.qclear.bit_select(first_queue[:max(1, (n - 1).bit_length())], 1)):
-            m.d.sync += [first.eq(0), first_queue.eq(0)]
-        irq_set = Signal(2)
-        m.d.comb += irq_set.eq(Cat(self.fence_irq, self.err_set.any()))
-
-        # -- read mux -------------------------------------------------------------------------
-        def read_value(addr):
-            value = Signal(32)
-            cfg_array = cfg.rows | cfg.cols << 8 | cfg.n_queues << 16 | (cfg.n_sems & 0xFF) << 24
-            cfg_bus = (cfg.axi_data_bytes | cfg.dma_outstanding << 8
-                       | cfg.spad_row_bytes << 16 | cfg.acc_row_elems << 24)
-            any_err = Cat(self.stop).any()
-            regs = {
-                Csr.ID: CSR_ID_VALUE, Csr.VERSION: CSR_VERSION_VALUE,
-                Csr.CFG_ARRAY: cfg_array, Csr.CFG_SPAD: cfg.spad_rows, Csr.CFG_ACC: cfg.acc_rows,
-                Csr.CFG_BUS: cfg_bus, Csr.CFG_DRAM: cfg.dram_bytes,
-                Csr.STATUS: Cat(self.busy.any(), any_err),
-                Csr.ERR_CODE: Cat(first.code, first_queue, first.opcode),
-                Csr.ERR_CMD: first.cmd, Csr.ERR_ADDR: first.addr,
-                Csr.IRQ_STATUS: irq_status, Csr.IRQ_ENABLE: irq_enable,
-                Csr.CYCLES_LO: self.cycles[:32], Csr.CYCLES_HI: cycles_hi_latch,
-                Csr.QUEUE_ERRORS: self.stop, Csr.QUEUE_BUSY: self.busy,
-                Csr.CNT_CYCLES_LO: self.counters_cycles[:32],
-                Csr.CNT_CYCLES_HI: self.counters_cycles[32:],
-            }
-            for i, name in enumerate(COUNTER_NAMES):
-                regs[counter_csr(name)] = self.counters[i]
-            for e in range(len(ENGINES)):
-                t = self.trace[e]
-                regs[trace_csr(e, Csr.TRACE_INFO)] = Cat(
-                    t.index, t.queue[:6], self.trace_overflow[e], self.trace_valid[e])
-                regs[trace_csr(e, Csr.TRACE_START)] = t.start
-                regs[trace_csr(e, Csr.TRACE_END)] = t.end
-            for q in range(n):
-                regs.update({
-                    queue_csr(q, Csr.RING_BASE): self.ring_base[q],
-                    queue_csr(q, Csr.RING_SIZE): self.ring_size[q],
-                    queue_csr(q, Csr.HEAD): self.head[q],
-                    queue_csr(q, Csr.TAIL): self.tail[q],
-                    queue_csr(q, Csr.WINDOW_BASE): self.window_base[q],
-                    queue_csr(q, Csr.WINDOW_LIMIT): self.window_limit[q],
-                    queue_csr(q, Csr.Q_STATUS): Cat(self.busy[q], self.stop[q]),
-                    queue_csr(q, Csr.Q_ERR_CODE): Cat(q_err[q].code, Signal(8), q_err[q].opcode),
-                    queue_csr(q, Csr.Q_ERR_CMD): q_err[q].cmd,
-                    queue_csr(q, Csr.Q_ERR_ADDR): q_err[q].addr,
-                    queue_csr(q, Csr.Q_FETCHED): self.fetched[q],
-                })
-            for s in range(cfg.n_sems):
-                regs[sem_csr(s)] = self.sems[s]
-                regs[sem_last_csr(s)] = self.sem_last[s]
-            with m.Switch(addr[2:]):
-                for offset, reg in regs.items():
-                    with m.Case(offset >> 2):
-                        m.d.comb += value.eq(reg)
-            return value
+        self._error_latches(m, st)
 
         # -- AXI4-Lite read: AR -> R ----------------------------------------------------------
+        self._read(m, st, self._registers(m, st))
+
+        # -- AXI4-Lite write: AW + W -> B ------------------------------------------------------
+        irq_clear = Signal(2)
+        self._write(m, st, irq_clear)
+
+        irq_set = Signal(2)
+        m.d.comb += irq_set.eq(Mux(self.fence_irq, IrqBit.FENCE, 0)
+                               | Mux(self.err_set.any(), IrqBit.ERROR, 0))
+        m.d.sync += st.irq_status.eq((st.irq_status & ~irq_clear) | irq_set)
+        with m.If(self.sem_clear):
+            m.d.sync += [st.first.eq(0), st.first_queue.eq(0)]
+        return m
+
+    def _error_latches(self, m: Module, st: _State) -> None:
+        """Each queue latches its first error until it is reset; ``first`` the first error of
+        any queue (lowest queue first in one cycle) until its queue is reset."""
+        n = self.config.n_queues
+        for q in range(n):
+            with m.If(self.qclear[q]):
+                m.d.sync += st.q_err[q].eq(0)
+            with m.Elif(self.err_set[q] & (st.q_err[q].code == 0)):
+                m.d.sync += st.q_err[q].eq(self.err_info[q])
+        with m.If(st.first.code == 0):
+            for q in reversed(range(n)):
+                with m.If(self.err_set[q] & ~self.qclear[q]):
+                    m.d.sync += [st.first.eq(self.err_info[q]), st.first_queue.eq(q)]
+        with m.Elif(self.qclear.bit_select(st.first_queue[:max(1, (n - 1).bit_length())], 1)):
+            m.d.sync += [st.first.eq(0), st.first_queue.eq(0)]
+
+    def _packed(self, m: Module, st: _State) -> dict:
+        """The packed registers, each built from its layout in :mod:`hw.isa.registers`."""
+        cfg = self.config
+        regs = {
+            Csr.CFG_ARRAY: CfgArray.const({"rows": cfg.rows, "cols": cfg.cols,
+                                           "n_queues": cfg.n_queues,
+                                           "n_sems": cfg.n_sems & 0xFF}),  # 256 reads 0
+            Csr.CFG_BUS: CfgBus.const({"axi_data_bytes": cfg.axi_data_bytes,
+                                       "dma_outstanding": cfg.dma_outstanding,
+                                       "spad_row_bytes": cfg.spad_row_bytes,
+                                       "acc_row_elems": cfg.acc_row_elems}),
+        }
+        status = Signal(StatusWord, name="status")
+        err_code = Signal(ErrorWord, name="err_code")
+        m.d.comb += [
+            status.busy.eq(self.busy.any()), status.error.eq(Cat(self.stop).any()),
+            err_code.code.eq(st.first.code), err_code.queue.eq(st.first_queue),
+            err_code.opcode.eq(st.first.opcode),
+        ]
+        regs[Csr.STATUS] = status
+        regs[Csr.ERR_CODE] = err_code
+        for e in range(len(ENGINES)):
+            info = Signal(TraceInfo, name=f"trace_info{e}")
+            t = self.trace[e]
+            m.d.comb += [info.overflow.eq(self.trace_overflow[e]),
+                         info.valid.eq(self.trace_valid[e])]
+            with m.If(self.trace_valid[e]):     # an empty FIFO reads index and queue 0
+                m.d.comb += [info.index.eq(t.index), info.queue.eq(t.queue)]
+            regs[trace_csr(e, Csr.TRACE_INFO)] = info
+        for q in range(cfg.n_queues):
+            q_status = Signal(StatusWord, name=f"q_status{q}")
+            q_code = Signal(QueueErrorWord, name=f"q_err_code{q}")
+            m.d.comb += [q_status.busy.eq(self.busy[q]), q_status.error.eq(self.stop[q]),
+                         q_code.code.eq(st.q_err[q].code), q_code.opcode.eq(st.q_err[q].opcode)]
+            regs[queue_csr(q, Csr.Q_STATUS)] = q_status
+            regs[queue_csr(q, Csr.Q_ERR_CODE)] = q_code
+        for s in range(cfg.n_sems):
+            regs[sem_last_csr(s)] = self.sem_last[s]
+        return regs
+
+    def _registers(self, m: Module, st: _State) -> dict:
+        """Every readable register: byte offset -> value."""
+        cfg = self.config
+        regs = {
+            Csr.ID: CSR_ID_VALUE, Csr.VERSION: CSR_VERSION_VALUE,
+            Csr.CFG_SPAD: cfg.spad_rows, Csr.CFG_ACC: cfg.acc_rows, Csr.CFG_DRAM: cfg.dram_bytes,
+            Csr.ERR_CMD: st.first.cmd, Csr.ERR_ADDR: st.first.addr,
+            Csr.IRQ_STATUS: st.irq_status, Csr.IRQ_ENABLE: st.irq_enable,
+            Csr.CYCLES_LO: self.cycles[:32], Csr.CYCLES_HI: st.cycles_hi_latch,
+            Csr.QUEUE_ERRORS: self.stop, Csr.QUEUE_BUSY: self.busy,
+            Csr.CNT_CYCLES_LO: self.counters_cycles[:32],
+            Csr.CNT_CYCLES_HI: self.counters_cycles[32:],
+        }
+        for i, name in enumerate(COUNTER_NAMES):
+            regs[counter_csr(name)] = self.counters[i]
+        for e in range(len(ENGINES)):
+            regs[trace_csr(e, Csr.TRACE_START)] = self.trace[e].start
+            regs[trace_csr(e, Csr.TRACE_END)] = self.trace[e].end
+        for q in range(cfg.n_queues):
+            regs.update({
+                queue_csr(q, Csr.RING_BASE): self.ring_base[q],
+                queue_csr(q, Csr.RING_SIZE): self.ring_size[q],
+                queue_csr(q, Csr.HEAD): self.head[q],
+                queue_csr(q, Csr.TAIL): self.tail[q],
+                queue_csr(q, Csr.WINDOW_BASE): self.window_base[q],
+                queue_csr(q, Csr.WINDOW_LIMIT): self.window_limit[q],
+                queue_csr(q, Csr.Q_ERR_CMD): st.q_err[q].cmd,
+                queue_csr(q, Csr.Q_ERR_ADDR): st.q_err[q].addr,
+                queue_csr(q, Csr.Q_FETCHED): self.fetched[q],
+            })
+        for s in range(cfg.n_sems):
+            regs[sem_csr(s)] = self.sems[s]
+        regs.update(self._packed(m, st))
+        return regs
+
+    def _read(self, m: Module, st: _State, regs: dict) -> None:
+        """One read at a time; the value is taken in the AR cycle (reading ``CYCLES_LO``
+        latches ``CYCLES_HI``); unmapped offsets read 0."""
+        bus = self.bus
+        value = Signal(32)
+        with m.Switch(bus.araddr[2:]):
+            for offset, reg in regs.items():
+                with m.Case(offset >> 2):
+                    m.d.comb += value.eq(reg)
         with m.FSM(name="read"):
             with m.State("IDLE"):
                 m.d.comb += bus.arready.eq(1)
                 with m.If(bus.arvalid):
-                    m.d.sync += bus.rdata.eq(read_value(bus.araddr))
+                    m.d.sync += bus.rdata.eq(value)
                     with m.If(bus.araddr[2:] == Csr.CYCLES_LO >> 2):
-                        m.d.sync += cycles_hi_latch.eq(self.cycles[32:])
+                        m.d.sync += st.cycles_hi_latch.eq(self.cycles[32:])
                     m.next = "RESPOND"
             with m.State("RESPOND"):
                 m.d.comb += [bus.rvalid.eq(1), bus.rresp.eq(0)]
                 with m.If(bus.rready):
                     m.next = "IDLE"
 
-        # -- AXI4-Lite write: AW + W -> B ------------------------------------------------------
+    def _write(self, m: Module, st: _State, irq_clear: Signal) -> None:
+        """Collect AW and W (in either order), act in the cycle after both were taken, then
+        answer B; writes to read-only or unmapped offsets are ignored."""
+        bus = self.bus
         aw_addr = Signal(CSR_ADDR_BITS)
         aw_have = Signal()
         w_data = Signal(32)
         w_have = Signal()
-        irq_clear = Signal(2)
+        m.d.comb += self.sem_set_value.eq(w_data)
         with m.FSM(name="write"):
             with m.State("COLLECT"):
                 m.d.comb += [bus.awready.eq(~aw_have), bus.wready.eq(~w_have)]
@@ -209,36 +271,49 @@ class CsrBlock(wiring.Component):
                 with m.If(aw_have & w_have):
                     m.d.sync += [aw_have.eq(0), w_have.eq(0)]
                     with m.Switch(aw_addr[2:]):
-                        for q in range(n):
-                            for reg, target in ((Csr.RING_BASE, self.ring_base),
-                                                (Csr.RING_SIZE, self.ring_size),
-                                                (Csr.TAIL, self.tail),
-                                                (Csr.WINDOW_BASE, self.window_base),
-                                                (Csr.WINDOW_LIMIT, self.window_limit)):
-                                with m.Case(queue_csr(q, reg) >> 2):
-                                    m.d.sync += target[q].eq(w_data)
-                        for e in range(len(ENGINES)):
-                            with m.Case(trace_csr(e, Csr.TRACE_POP) >> 2):
-                                m.d.comb += self.trace_pop[e].eq(self.trace_valid[e])
-                        with m.Case(Csr.IRQ_ENABLE >> 2):
-                            m.d.sync += irq_enable.eq(w_data)
-                        with m.Case(Csr.IRQ_STATUS >> 2):
-                            m.d.comb += irq_clear.eq(w_data)
-                        with m.Case(Csr.CONTROL >> 2):
-                            m.d.comb += self.sem_clear.eq(w_data[0])
-                            with m.If(w_data[0]):
-                                m.d.comb += self.qclear.eq(-1)
-                        with m.Case(Csr.QUEUE_RESET >> 2):
-                            m.d.comb += self.qclear.eq(w_data[:n])
-                        with m.Case(Csr.CNT_SNAPSHOT >> 2):
-                            m.d.comb += self.snapshot.eq(1)
+                        self._write_cases(m, st, w_data, irq_clear)
                     m.next = "RESPOND"
             with m.State("RESPOND"):
                 m.d.comb += [bus.bvalid.eq(1), bus.bresp.eq(0)]
                 with m.If(bus.bready):
                     m.next = "COLLECT"
 
-        m.d.sync += irq_status.eq((irq_status & ~irq_clear) | irq_set)
-        with m.If(self.sem_clear):
-            m.d.sync += [first.eq(0), first_queue.eq(0)]
-        return m
+    def _write_cases(self, m: Module, st: _State, w_data: Signal, irq_clear: Signal) -> None:
+        """The effect of a write, per register (inside the switch on the word address)."""
+        n = self.config.n_queues
+        for q in range(n):
+            for reg, target in ((Csr.RING_BASE, self.ring_base), (Csr.RING_SIZE, self.ring_size),
+                                (Csr.TAIL, self.tail), (Csr.WINDOW_BASE, self.window_base),
+                                (Csr.WINDOW_LIMIT, self.window_limit)):
+                with m.Case(queue_csr(q, reg) >> 2):
+                    m.d.sync += target[q].eq(w_data)
+        for e in range(len(ENGINES)):
+            with m.Case(trace_csr(e, Csr.TRACE_POP) >> 2):
+                m.d.comb += self.trace_pop[e].eq(self.trace_valid[e])
+        for s in range(self.config.n_sems):
+            with m.Case(sem_csr(s) >> 2):
+                m.d.comb += self.sem_set[s].eq(1)
+        with m.Case(Csr.IRQ_ENABLE >> 2):
+            m.d.sync += st.irq_enable.eq(w_data)
+        with m.Case(Csr.IRQ_STATUS >> 2):
+            m.d.comb += irq_clear.eq(w_data)
+        with m.Case(Csr.CONTROL >> 2):
+            m.d.comb += self.sem_clear.eq(w_data[0])
+            with m.If(w_data[0]):
+                m.d.comb += self.qclear.eq(-1)
+        with m.Case(Csr.QUEUE_RESET >> 2):
+            m.d.comb += self.qclear.eq(w_data[:n])
+        with m.Case(Csr.CNT_SNAPSHOT >> 2):
+            m.d.comb += self.snapshot.eq(1)
+
+
+class _State:
+    """Registers of the CSR block (names as in the VCD)."""
+
+    def __init__(self, n_queues: int):
+        self.q_err = [Signal(ErrorReport, name=f"q_err{q}") for q in range(n_queues)]
+        self.first = Signal(ErrorReport, name="first")      # first error of any queue
+        self.first_queue = Signal(8, name="first_queue")
+        self.irq_status = Signal(2, name="irq_status")
+        self.irq_enable = Signal(2, name="irq_enable")
+        self.cycles_hi_latch = Signal(32, name="cycles_hi_latch")

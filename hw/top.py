@@ -27,7 +27,7 @@ from hw.isa import COUNTER_NAMES, ENGINE_NAMES
 from hw.tile import ComputeTile
 
 __all__ = ["NPU", "connect_csr", "connect_counters", "counter_events", "RESOURCE_STALLS",
-           "stall_source_name", "PROBE_FIELDS", "probe_name"]
+           "stall_source_name", "PROBE_FIELDS", "probe_name", "make_probes", "connect_probes"]
 
 #: Named probes: signals of the NPU scope, kept in the Verilog and the VCD whatever the blocks
 #: inside do, which the waveform tools (:mod:`cosim.waves`) read instead of internal nets. Per
@@ -59,6 +59,27 @@ def probe_name(engine: str, field: str) -> str:
                        f"{tuple(PROBE_FIELDS)}")
     return f"probe_{engine}_{field}"
 
+
+def make_probes() -> dict[str, dict[str, Signal]]:
+    """The named probe signals (unconnected): ``probes[engine][field]``, named by
+    :func:`probe_name`, widths from :data:`PROBE_FIELDS`."""
+    return {e: {f: Signal(width, name=probe_name(e, f)) for f, width in PROBE_FIELDS.items()}
+            for e in ENGINE_NAMES}
+
+
+def connect_probes(m: Module, probes: dict, cp: CommandProcessor) -> None:
+    """Drive the named probes of :func:`make_probes` from the command processor's engine
+    ports (``busy``, ``done``, the command handshake), its ``sem_stall`` and ``running``."""
+    for e, name in enumerate(ENGINE_NAMES):
+        port, p = getattr(cp, name), probes[name]
+        running = cp.running[e]
+        m.d.comb += [
+            p["busy"].eq(port.busy), p["done"].eq(port.done),
+            p["take"].eq(port.cmd.valid & port.cmd.ready), p["sem_stall"].eq(cp.sem_stall[e]),
+            p["queue"].eq(running.queue), p["index"].eq(running.index),
+            p["opcode"].eq(running.opcode),
+        ]
+
 #: Where each resource stall counter comes from: ``(engine, reason)`` -> ``(submodule,
 #: field)``, the field of the ``stall`` port of the NPU's submodule ``dma`` (``DMA.stall``)
 #: or ``tile`` (``ComputeTile.stall``). Pairs not listed have no source and no counter.
@@ -81,6 +102,7 @@ def connect_csr(m: Module, csr: CsrBlock, cp: CommandProcessor) -> None:
         cp.window_base.eq(csr.window_base), cp.window_limit.eq(csr.window_limit),
         csr.head.eq(cp.head), csr.fetched.eq(cp.fetched), csr.busy.eq(cp.busy),
         cp.stop.eq(csr.stop), cp.qclear.eq(csr.qclear), cp.sem_clear.eq(csr.sem_clear),
+        cp.sem_set.eq(csr.sem_set), cp.sem_set_value.eq(csr.sem_set_value),
         csr.err_set.eq(cp.err_set), csr.err_info.eq(cp.err_info),
         csr.fence_irq.eq(cp.fence_irq),
         csr.sems.eq(cp.sems), csr.sem_last.eq(cp.sem_last),
@@ -170,6 +192,9 @@ class NPU(wiring.Component):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         self.config = config
+        #: the named probes (:data:`PROBE_FIELDS`), ``probes[engine][field]``: for simulation
+        #: testbenches; they are signals of the NPU's own scope, not ports
+        self.probes = make_probes()
         self.mem_signature = AXI4Signature(addr_width=config.axi_addr_bits,
                                            data_width=config.axi_data_bits,
                                            id_width=config.axi_id_bits)
@@ -208,6 +233,7 @@ class NPU(wiring.Component):
         wiring.connect(m, cp.bus, arbiter.m1)
         wiring.connect(m, arbiter.bus, wiring.flipped(self.mem))
 
-        # -- performance counters -------------------------------------------------------------
+        # -- performance counters and named probes --------------------------------------------
         connect_counters(m, counters, csr, cp, self.mem, dma.stall, tile.stall)
+        connect_probes(m, self.probes, cp)
         return m

@@ -23,7 +23,7 @@ __all__ = [
     "COMMAND_BYTES", "Opcode", "OPCODE_ENGINE", "ENGINE_NAMES", "LocalMem", "ErrorCode",
     "Flags", "Header",
     "DmaBody", "MatmulBody", "RequantBody", "SoftmaxBody", "FenceBody", "Body", "Command",
-    "encode", "decode", "CommandView", "pack_fields", "unpack_fields",
+    "encode", "decode", "CommandView", "pack_fields", "unpack_fields", "field_max",
 ]
 
 COMMAND_BYTES = 32
@@ -381,3 +381,16 @@ def unpack_fields(layout, value: int) -> CommandView:
     if not 0 <= value < (1 << layout.size):
         raise ValueError(f"{value:#x} does not fit a {layout.size}-bit {layout!r}")
     return CommandView(layout, value)
+
+
+def field_max(layout, name: str) -> int:
+    """Largest value the unsigned field ``name`` of ``layout`` holds (``2**width - 1``), e.g.
+    ``field_max(DmaBody, "row_bytes")`` = 65535: the one place a command's or a register's field
+    limit comes from.
+
+    Raises
+    ------
+    KeyError
+        If ``layout`` has no field ``name``.
+    """
+    return (1 << _fields(_as_layout(layout))[name][1]) - 1

@@ -9,30 +9,31 @@ from amaranth.lib import data
 from hw.isa.commands import ErrorCode
 
 __all__ = ["Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "sem_csr",
-           "sem_reached",
-           "sem_last_csr", "trace_csr", "MAX_QUEUES",
-           "CfgArray", "CfgBus", "StatusWord", "ErrorWord", "QueueErrorWord", "TraceInfo",
-           "SemLast", "TraceEntry", "REGISTER_STRUCTS"]
+           "sem_reached", "sem_last_csr", "trace_csr", "MAX_QUEUES",
+           "VersionWord", "CfgArray", "CfgBus", "StatusWord", "ErrorWord", "QueueErrorWord",
+           "TraceInfo", "SemLast", "TraceEntry", "REGISTER_STRUCTS"]
 
 CSR_ID_VALUE = 0x4E505530       # "NPU0"
-CSR_VERSION_VALUE = 0x00020000  # 2.0: the PERF_* registers moved into the counter block
+#: 2.0 (:class:`VersionWord`): the PERF_* registers moved into the counter block
+CSR_VERSION_VALUE = 0x00020000
 
 
 class Csr:
     """Byte offsets of the 32-bit CSRs on the AXI4-Lite ``csr`` port (12-bit address space).
 
-    Read-only configuration: ``CFG_ARRAY`` = rows | cols << 8 | n_queues << 16 | n_sems << 24;
-    ``CFG_SPAD`` = spad_rows; ``CFG_ACC`` = acc_rows; ``CFG_BUS`` = axi_data_bytes |
-    dma_outstanding << 8 | spad_row_bytes << 16 | acc_row_elems << 24; ``CFG_DRAM`` =
-    dram_bytes.
+    Packed registers have one layout each, below (:data:`REGISTER_STRUCTS`).
+
+    Read-only identity and configuration: ``ID`` (:data:`CSR_ID_VALUE`), ``VERSION``
+    (:class:`VersionWord`), ``CFG_ARRAY`` (:class:`CfgArray`), ``CFG_SPAD`` = spad_rows,
+    ``CFG_ACC`` = acc_rows, ``CFG_BUS`` (:class:`CfgBus`), ``CFG_DRAM`` = dram_bytes.
 
     Global status and control (``0x020..0x04C``):
 
-    * ``STATUS``: bit 0 busy (some queue holds unretired commands), bit 1 error (some queue
-      has an error latched).
+    * ``STATUS`` (:class:`StatusWord`): busy (some queue holds unretired commands), error (some
+      queue has an error latched).
     * ``ERR_CODE`` / ``ERR_CMD`` / ``ERR_ADDR``: the *first* error since it was last cleared
-      (compatibility view of the per-queue registers): :class:`ErrorCode` | queue << 8 |
-      opcode << 16; index of the failing command (commands fetched from that queue since its
+      (compatibility view of the per-queue registers): :class:`ErrorWord` (code, queue,
+      opcode); index of the failing command (commands fetched from that queue since its
       last reset, from 0); the offending address (DRAM byte address, local row, semaphore id).
       Cleared by ``CONTROL`` or by a ``QUEUE_RESET`` of the queue it names.
     * ``IRQ_STATUS`` (write 1 to clear) and ``IRQ_ENABLE``: bits of :class:`IrqBit`; ``irq`` is
@@ -52,11 +53,12 @@ class Csr:
 
     Command trace (``0x080..0x0BF``): one FIFO of ``trace_depth`` entries per engine, filled
     when the engine retires a command; engine ``e`` at ``TRACE_BASE + TRACE_STRIDE * e``:
-    ``TRACE_INFO`` = valid << 31 | overflow << 30 | queue << 24 | command index[23:0] of the
-    oldest entry (valid = the FIFO is not empty; overflow = entries were dropped because the
-    FIFO was full, sticky until ``CONTROL``); ``TRACE_START`` / ``TRACE_END``: low 32 bits of
-    ``CYCLES`` when the engine took the command / pulsed ``done``; writing ``TRACE_POP``
-    drops the oldest entry.
+    ``TRACE_INFO`` (:class:`TraceInfo`): valid, overflow, queue and command index of the oldest
+    entry (valid = the FIFO is not empty; while it is empty, index and queue read 0;
+    overflow = entries were dropped because the FIFO was full, sticky until ``CONTROL``);
+    ``TRACE_START`` /
+    ``TRACE_END``: low 32 bits of ``CYCLES`` when the engine took the command / pulsed
+    ``done``; writing ``TRACE_POP`` drops the oldest entry.
 
     Per queue ``q`` at :func:`queue_csr` (``QUEUE_BASE + QUEUE_STRIDE * q``): ``RING_BASE``
     (32-byte aligned DRAM address), ``RING_SIZE`` (commands, a power of two >= 2), ``HEAD``
@@ -65,9 +67,9 @@ class Csr:
     ``RING_SIZE - 1`` commands. ``WINDOW_BASE`` / ``WINDOW_LIMIT``: the DRAM window
     ``[base, limit)`` the queue may touch (ring fetch, fence writes, DMA); ``WINDOW_LIMIT == 0``
     means ``dram_bytes`` (the reset state: the whole DRAM). An access outside is a
-    ``WINDOW`` error and nothing is written. ``Q_STATUS``: bit 0 busy, bit 1 error latched.
-    ``Q_ERR_CODE`` (code | opcode << 16), ``Q_ERR_CMD``, ``Q_ERR_ADDR``: the queue's latched
-    error. ``Q_FETCHED``: commands fetched since the queue's last reset.
+    ``WINDOW`` error and nothing is written. ``Q_STATUS`` (:class:`StatusWord`): busy, error
+    latched. ``Q_ERR_CODE`` (:class:`QueueErrorWord`), ``Q_ERR_CMD``, ``Q_ERR_ADDR``: the
+    queue's latched error. ``Q_FETCHED``: commands fetched since the queue's last reset.
 
     Performance counters (``CNT_BASE`` = ``0x500`` .. ``0x59F``, just above the registers of
     :data:`MAX_QUEUES` queues): see :data:`COUNTER_NAMES` for the definitions. Every counter
@@ -211,6 +213,12 @@ MAX_QUEUES = (Csr.CNT_BASE - Csr.QUEUE_BASE) // Csr.QUEUE_STRIDE
 
 # -- packed registers: one layout each ------------------------------------------------------------
 
+class VersionWord(data.Struct):
+    """``VERSION`` (read-only): a runtime accepts a device of the same ``major``."""
+    minor: 16
+    major: 16
+
+
 class CfgArray(data.Struct):
     """``CFG_ARRAY`` (read-only): array size, queues and semaphores. ``n_sems`` is the low 8 bits
     of :attr:`~hw.config.NPUConfig.n_sems` (256 reads 0)."""
@@ -277,7 +285,8 @@ class TraceEntry(data.Struct):
 
 #: Every packed 32-bit register, by the :class:`Csr` name(s) it is read at.
 REGISTER_STRUCTS = {
-    "CFG_ARRAY": CfgArray, "CFG_BUS": CfgBus, "STATUS": StatusWord, "Q_STATUS": StatusWord,
+    "VERSION": VersionWord, "CFG_ARRAY": CfgArray, "CFG_BUS": CfgBus, "STATUS": StatusWord,
+    "Q_STATUS": StatusWord,
     "ERR_CODE": ErrorWord, "Q_ERR_CODE": QueueErrorWord, "TRACE_INFO": TraceInfo,
     "SEM_LAST": SemLast,
 }

@@ -42,10 +42,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-from amaranth.lib import data
 
 from hw.config import NPUConfig
-from hw.isa import DmaBody, LocalMem
+from hw.isa import DmaBody, LocalMem, field_max
 from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
 __all__ = ["AttentionPlan", "AttentionStats", "plan_attention", "attention_with_stats",
@@ -53,7 +52,7 @@ __all__ = ["AttentionPlan", "AttentionStats", "plan_attention", "attention_with_
 
 STAGES = ("scores", "softmax", "context")
 #: a DMA row of a query tile must fit the command's ``row_bytes`` field
-_ROW_BYTES_LIMIT = 2 ** data.Layout.cast(DmaBody)["row_bytes"].width
+_ROW_BYTES_LIMIT = field_max(DmaBody, "row_bytes") + 1
 
 
 def _ceil_div(a: int, b: int) -> int:

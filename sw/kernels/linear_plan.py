@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from hw.config import NPUConfig
+from hw.isa import DmaBody, MatmulBody, field_max
 from sw.kernels.linear_ops import Timer, matmul_cycles
 from sw.kernels.linear_schedule import Infeasible, build_program
 
@@ -18,7 +19,8 @@ __all__ = ["LinearPlan", "plan_linear", "double_buffered_plan", "linear_dram_byt
 
 _PARAM_ROW = 0     #: accumulator rows 0..2: bias, multiplier, shift
 _ACC_ROW = 3       #: first accumulator row of the output tile
-_MAX_ROW_BYTES = (1 << 16) - 1
+_MAX_ROW_BYTES = field_max(DmaBody, "row_bytes")   #: a DMA row must fit its field
+_MAX_M = field_max(MatmulBody, "m")                  #: rows of one MATMUL
 #: The planner stops replaying candidates on the timing model (best lower bound first) once it
 #: has replayed this many matmuls and has a plan (bounds the planning time of huge layers).
 _REPLAY_BUDGET = 100_000
@@ -97,7 +99,7 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
     a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
     kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
     # Mt limits besides the scratchpad: accumulator rows and the 16-bit DMA row_bytes field.
-    m_lim = min(m, _MAX_ROW_BYTES // c.spad_row_bytes, (1 << 16) - 1)
+    m_lim = min(m, _MAX_ROW_BYTES // c.spad_row_bytes, _MAX_M)
     if double_buffer:
         plan = _plan_double_buffered(c, m, k, n, s0, s_rows, a0, a_rows, m_lim)
         if plan is not None:

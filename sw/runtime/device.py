@@ -24,6 +24,7 @@ from hw.isa import (
     Opcode,
     QueueErrorWord,
     SemLast,
+    VersionWord,
     decode,
     queue_csr,
     sem_csr,
@@ -125,7 +126,8 @@ class Device:
             raise ConfigMismatchError(f"not an NPU: ID CSR reads {ident:#010x}, "
                                       f"expected {CSR_ID_VALUE:#010x}")
         version = rd(Csr.VERSION)
-        if version >> 16 != CSR_VERSION_VALUE >> 16:
+        if (unpack_fields(VersionWord, version).major
+                != unpack_fields(VersionWord, CSR_VERSION_VALUE).major):
             raise ConfigMismatchError(f"device version {version:#010x} is not compatible with "
                                       f"the runtime's {CSR_VERSION_VALUE:#010x}")
         arr = unpack_fields(CfgArray, rd(Csr.CFG_ARRAY))

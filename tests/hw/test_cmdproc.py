@@ -24,9 +24,11 @@ from hw.isa import (
     ErrorCode,
     IrqBit,
     Opcode,
+    SemLast,
     counter_csr,
     decode,
     encode,
+    pack_fields,
     queue_csr,
     sem_csr,
     sem_last_csr,
@@ -710,3 +712,32 @@ def test_counters_equal_per_cycle_count_of_their_definitions(cfg):
     assert d["stall.store.sem"] > 0 and d["stall.vector.sem"] > 0
     for name in ("stall.load.dram_read", "stall.store.dram_write", "stall.vector.acc"):
         assert 0 < d[name] < d[f"busy.{name.split('.')[1]}"]
+
+
+def test_host_write_of_a_semaphore_and_wait_across_the_wrap():
+    """A CSR write sets a semaphore (``SEM_LAST`` unchanged); a matmul waiting for 1 while it
+    holds 2**32 - 1 does not run (a plain ``>=`` would run it), and runs after two SIGNALs
+    wrap it to 1."""
+    cfg = NPUConfig()
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        await submit(ctx, h, mem, [cmd(Opcode.SIGNAL, signal=2)], queue=1)
+        out["idle0"] = await wait_idle(ctx, h)
+        out["last_before"] = await axil_read(ctx, bus, sem_last_csr(2))
+        await axil_write(ctx, bus, sem_csr(2), 0xFFFF_FFFF)
+        out["set"] = await axil_read(ctx, bus, sem_csr(2))
+        out["last_after"] = await axil_read(ctx, bus, sem_last_csr(2))
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 1, wait=(2, 1))], queue=0)
+        out["waiting"] = not await wait_idle(ctx, h, limit=50, queues=0b01)   # not run
+        await submit(ctx, h, mem, [cmd(Opcode.SIGNAL, signal=2), cmd(Opcode.SIGNAL, signal=2)],
+                     tail_start=1, queue=1)
+        out["idle"] = await wait_idle(ctx, h)
+        out["sem"] = await axil_read(ctx, bus, sem_csr(2))
+
+    log, out = run(cfg, program)
+    assert out["idle0"] and out["set"] == 0xFFFF_FFFF
+    assert out["last_after"] == out["last_before"] == pack_fields(
+        SemLast, {"valid": 1, "queue": 1, "index": 0})
+    assert out["waiting"]
+    assert out["idle"] and out["sem"] == 1 and [t for _, t, _, _ in log] == [1]

@@ -169,153 +169,176 @@ class Environment:
         assert addr + (length + 1) * A <= self.cfg.dram_bytes, f"{kind} {addr:#x} outside DRAM"
 
     async def run(self, ctx, dut):
-        bus, A = dut.bus, self.cfg.axi_data_bytes
-        reads = deque()         # [addr, len, cycles until the first beat may go]
-        r_beat = 0
-        r_out = None            # R beat being offered: (data, resp, last)
-        writes = deque()        # accepted AW
-        w_beats = []            # accepted W beats of the oldest unfinished burst
-        w_done = deque()        # beats of complete bursts waiting for their AW
-        b_pending = deque()
-        b_out = None
-        pending = {}            # channel -> payload offered without ready (must stay)
-        ports_w = {LocalMem.SPAD: dut.spad_w, LocalMem.ACC: dut.acc_w}
-        ports_r = {LocalMem.SPAD: dut.spad_r, LocalMem.ACC: dut.acc_r}
-        watched = [
-            bus.arvalid, bus.araddr, bus.arlen, bus.arsize, bus.arburst, bus.arid,
-            bus.rready,
-            bus.awvalid, bus.awaddr, bus.awlen, bus.awsize, bus.awburst, bus.awid,
-            bus.wvalid, bus.wdata, bus.wstrb, bus.wlast,
-            bus.bready,
-        ]
-        watched += [dut.stall.load_dram, dut.stall.load_spad, dut.stall.load_acc,
-                    dut.stall.store_dram]
-        for mem in LocalMem:
-            watched += [ports_w[mem].en, ports_w[mem].addr, ports_w[mem].data,
-                        ports_r[mem].en, ports_r[mem].addr]
-        writes_open = 0         # write bursts accepted on AW, B response not yet taken
+        """Serve the DMA's bus and memory ports forever, checking every cycle."""
+        self._start(dut)
         while True:
-            # -- drive this cycle's outputs ----------------------------------------------------
-            arready, awready, wready = self.go(), self.go(), self.go()
-            ctx.set(bus.arready, arready)
-            ctx.set(bus.awready, awready)
-            ctx.set(bus.wready, wready)
-            w_ready = {mem: not (self.deny and self.deny_rng.random() < self.deny)
-                       for mem in LocalMem}
-            for mem in LocalMem:
-                ctx.set(ports_w[mem].ready, w_ready[mem])
-            reads_open = bool(reads)
-            for rd in reads:
-                rd[2] = max(0, rd[2] - 1)
-            if r_out is None and reads and reads[0][2] == 0 and self.go():
-                addr, length, _ = reads[0]
-                beat_addr = addr + r_beat * A
-                resp = AXI_RESP_SLVERR if self.is_bad(beat_addr, beat_addr + A) else AXI_RESP_OKAY
-                r_out = (int.from_bytes(self.dram[beat_addr:beat_addr + A], "little"), resp,
-                         int(r_beat == length))
-            ctx.set(bus.rvalid, r_out is not None)
-            if r_out is not None:
-                ctx.set(bus.rdata, r_out[0])
-                ctx.set(bus.rresp, r_out[1])
-                ctx.set(bus.rlast, r_out[2])
-            if b_out is None and b_pending and self.go():
-                b_out = b_pending.popleft()
-            ctx.set(bus.bvalid, b_out is not None)
-            ctx.set(bus.bresp, b_out or 0)
-
-            # -- the clock edge ---------------------------------------------------------------
-            _, _, *v = await ctx.tick().sample(*watched)
+            self._drive(ctx)
+            _, _, *v = await ctx.tick().sample(*self.watched.values())
             self.cycles += 1
-            (arvalid, araddr, arlen, arsize, arburst, arid, rready,
-             awvalid, awaddr, awlen, awsize, awburst, awid,
-             wvalid, wdata, wstrb, wlast, bready) = v[:18]
-            stall_load_dram, stall_load_spad, stall_load_acc, stall_store_dram = v[18:22]
-            mem_samples = v[22:]
+            s = self._sampled(v)
+            self._check_stalls(s)
+            self._check_stable(s)
+            self._read_channels(s)
+            self._write_channels(s)
+            self._local_memories(ctx, s)
 
-            # -- stall status bits, from what is visible on the ports -------------------------
-            rvalid, bvalid = r_out is not None, b_out is not None
-            w_en = {mem: mem_samples[5 * i] for i, mem in enumerate(LocalMem)}
-            for mem, bit in ((LocalMem.SPAD, stall_load_spad), (LocalMem.ACC, stall_load_acc)):
-                if w_en[mem] and not w_ready[mem]:
-                    self.denied_writes += 1
-                    assert bit, f"{mem.name} write denied but stall.load_{mem.name.lower()} low"
-                    assert not rready, "R beat taken while its local write was denied"
-                if bit:
-                    assert rvalid and not rready and not w_ready[mem], \
-                        f"stall.load_{mem.name.lower()} without a held beat and a denied port"
-                    if r_out[1] == AXI_RESP_OKAY:
-                        assert w_en[mem], f"stall.load_{mem.name.lower()} without a write"
-            load_local = stall_load_spad or stall_load_acc
-            assert stall_load_dram == (((arvalid and not arready) or (reads_open and not rvalid))
-                                       and not load_local), "stall.load_dram"
-            if (awvalid and not awready) or (wvalid and not wready):
-                assert stall_store_dram, "store_dram low while AW or W waits"
-            elif stall_store_dram:
-                assert writes_open and not bvalid and not wvalid, \
-                    "store_dram high without waiting for AW, W or B"
-            for name, bit in (("load_dram", stall_load_dram), ("load_spad", stall_load_spad),
-                              ("load_acc", stall_load_acc), ("store_dram", stall_store_dram)):
-                self.stall_counts[name] += bit
+    def _start(self, dut):
+        bus = dut.bus
+        self.bus = bus
+        self.reads = deque()        # [addr, len, cycles until the first beat may go]
+        self.r_beat = 0
+        self.r_out = None           # R beat being offered: (data, resp, last)
+        self.writes = deque()       # accepted AW
+        self.w_beats = []           # accepted W beats of the oldest unfinished burst
+        self.w_done = deque()       # beats of complete bursts waiting for their AW
+        self.b_pending = deque()
+        self.b_out = None
+        self.pending = {}           # channel -> payload offered without ready (must stay)
+        self.writes_open = 0        # write bursts accepted on AW, B response not yet taken
+        self.ports_w = {LocalMem.SPAD: dut.spad_w, LocalMem.ACC: dut.acc_w}
+        self.ports_r = {LocalMem.SPAD: dut.spad_r, LocalMem.ACC: dut.acc_r}
+        # every signal sampled at the clock edge, by the name _sampled gives its value
+        names = ("arvalid araddr arlen arsize arburst arid rready awvalid awaddr awlen awsize "
+                 "awburst awid wvalid wdata wstrb wlast bready")
+        self.watched = {name: getattr(bus, name) for name in names.split()}
+        for bit in ("load_dram", "load_spad", "load_acc", "store_dram"):
+            self.watched[f"stall_{bit}"] = getattr(dut.stall, bit)
+        for mem in LocalMem:
+            w, r = self.ports_w[mem], self.ports_r[mem]
+            self.watched.update({(mem, "w_en"): w.en, (mem, "w_addr"): w.addr,
+                                 (mem, "w_data"): w.data, (mem, "r_en"): r.en,
+                                 (mem, "r_addr"): r.addr})
 
-            # valid must stay, with the same payload, until ready
-            for name, valid, ready, payload in (
-                    ("AR", arvalid, arready, (araddr, arlen)),
-                    ("AW", awvalid, awready, (awaddr, awlen)),
-                    ("W", wvalid, wready, (wdata, wstrb, wlast))):
-                if name in pending:
-                    assert valid and payload == pending[name], f"{name} dropped before ready"
-                    del pending[name]
-                if valid and not ready:
-                    pending[name] = payload
+    def _drive(self, ctx):
+        """This cycle's outputs of the subordinate and the memories."""
+        bus, A = self.bus, self.cfg.axi_data_bytes
+        self.ready = {"AR": self.go(), "AW": self.go(), "W": self.go()}
+        ctx.set(bus.arready, self.ready["AR"])
+        ctx.set(bus.awready, self.ready["AW"])
+        ctx.set(bus.wready, self.ready["W"])
+        self.w_ready = {mem: not (self.deny and self.deny_rng.random() < self.deny)
+                        for mem in LocalMem}
+        for mem in LocalMem:
+            ctx.set(self.ports_w[mem].ready, self.w_ready[mem])
+        self.reads_open = bool(self.reads)
+        for rd in self.reads:
+            rd[2] = max(0, rd[2] - 1)
+        if self.r_out is None and self.reads and self.reads[0][2] == 0 and self.go():
+            addr, length, _ = self.reads[0]
+            beat_addr = addr + self.r_beat * A
+            resp = AXI_RESP_SLVERR if self.is_bad(beat_addr, beat_addr + A) else AXI_RESP_OKAY
+            self.r_out = (int.from_bytes(self.dram[beat_addr:beat_addr + A], "little"), resp,
+                          int(self.r_beat == length))
+        ctx.set(bus.rvalid, self.r_out is not None)
+        if self.r_out is not None:
+            ctx.set(bus.rdata, self.r_out[0])
+            ctx.set(bus.rresp, self.r_out[1])
+            ctx.set(bus.rlast, self.r_out[2])
+        if self.b_out is None and self.b_pending and self.go():
+            self.b_out = self.b_pending.popleft()
+        ctx.set(bus.bvalid, self.b_out is not None)
+        ctx.set(bus.bresp, self.b_out or 0)
 
-            # -- AR / R -----------------------------------------------------------------------
-            if arvalid and arready:
-                self.check_address("AR", araddr, arlen, arsize, arburst, arid)
-                self.ars.append((araddr, arlen))
-                reads.append([araddr, arlen, self.r_latency])
-            if r_out is not None and rready:
-                if r_out[2]:
-                    reads.popleft()
-                    r_beat = 0
-                else:
-                    r_beat += 1
-                r_out = None
-            self.max_reads_in_flight = max(self.max_reads_in_flight, len(reads))
+    def _sampled(self, values) -> dict:
+        s = dict(zip(self.watched, values, strict=True))
+        s["mem"] = {mem: {k: s[(mem, k)] for k in ("w_en", "w_addr", "w_data", "r_en", "r_addr")}
+                    for mem in LocalMem}
+        return s
 
-            # -- AW / W / B -------------------------------------------------------------------
-            if awvalid and awready:
-                self.check_address("AW", awaddr, awlen, awsize, awburst, awid)
-                self.aws.append((awaddr, awlen))
-                writes.append((awaddr, awlen))
-                writes_open += 1
-            if wvalid and wready:
-                w_beats.append((wdata, wstrb))
-                if wlast:
-                    w_done.append(w_beats)
-                    w_beats = []
-            while writes and w_done:
-                (addr, length), beats = writes.popleft(), w_done.popleft()
-                assert len(beats) == length + 1, f"WLAST after {len(beats)} beats, AWLEN {length}"
-                if self.is_bad(addr, addr + len(beats) * A):
-                    b_pending.append(AXI_RESP_SLVERR)
-                    continue
-                for i, (data, strb) in enumerate(beats):
-                    raw = data.to_bytes(A, "little")
-                    for b in range(A):
-                        if strb >> b & 1:
-                            self.dram[addr + i * A + b] = raw[b]
-                b_pending.append(AXI_RESP_OKAY)
-            if b_out is not None and bready:
-                b_out = None
-                writes_open -= 1
+    def _check_stalls(self, s):
+        """The stall status bits, from what is visible on the ports."""
+        rvalid, bvalid = self.r_out is not None, self.b_out is not None
+        for mem, bit in ((LocalMem.SPAD, s["stall_load_spad"]),
+                         (LocalMem.ACC, s["stall_load_acc"])):
+            name = mem.name.lower()
+            w_en = s["mem"][mem]["w_en"]
+            if w_en and not self.w_ready[mem]:
+                self.denied_writes += 1
+                assert bit, f"{mem.name} write denied but stall.load_{name} low"
+                assert not s["rready"], "R beat taken while its local write was denied"
+            if bit:
+                assert rvalid and not s["rready"] and not self.w_ready[mem], \
+                    f"stall.load_{name} without a held beat and a denied port"
+                if self.r_out[1] == AXI_RESP_OKAY:
+                    assert w_en, f"stall.load_{name} without a write"
+        load_local = s["stall_load_spad"] or s["stall_load_acc"]
+        waiting = (s["arvalid"] and not self.ready["AR"]) or (self.reads_open and not rvalid)
+        assert s["stall_load_dram"] == (waiting and not load_local), "stall.load_dram"
+        if ((s["awvalid"] and not self.ready["AW"]) or (s["wvalid"] and not self.ready["W"])):
+            assert s["stall_store_dram"], "store_dram low while AW or W waits"
+        elif s["stall_store_dram"]:
+            assert self.writes_open and not bvalid and not s["wvalid"], \
+                "store_dram high without waiting for AW, W or B"
+        for name in self.stall_counts:
+            self.stall_counts[name] += s[f"stall_{name}"]
 
-            # -- local memories: synchronous read (old data), then write ---------------------
-            for i, mem in enumerate(LocalMem):
-                w_en, w_addr, w_data, r_en, r_addr = mem_samples[5 * i:5 * i + 5]
-                if r_en:
-                    ctx.set(ports_r[mem].data, self.local[mem][r_addr])
-                if w_en and w_ready[mem]:
-                    self.local[mem][w_addr] = w_data
+    def _check_stable(self, s):
+        """Valid must stay, with the same payload, until ready."""
+        for name, valid, payload in (
+                ("AR", s["arvalid"], (s["araddr"], s["arlen"])),
+                ("AW", s["awvalid"], (s["awaddr"], s["awlen"])),
+                ("W", s["wvalid"], (s["wdata"], s["wstrb"], s["wlast"]))):
+            if name in self.pending:
+                assert valid and payload == self.pending[name], f"{name} dropped before ready"
+                del self.pending[name]
+            if valid and not self.ready[name]:
+                self.pending[name] = payload
+
+    def _read_channels(self, s):
+        """AR and R handshakes."""
+        if s["arvalid"] and self.ready["AR"]:
+            self.check_address("AR", s["araddr"], s["arlen"], s["arsize"], s["arburst"],
+                               s["arid"])
+            self.ars.append((s["araddr"], s["arlen"]))
+            self.reads.append([s["araddr"], s["arlen"], self.r_latency])
+        if self.r_out is not None and s["rready"]:
+            if self.r_out[2]:
+                self.reads.popleft()
+                self.r_beat = 0
+            else:
+                self.r_beat += 1
+            self.r_out = None
+        self.max_reads_in_flight = max(self.max_reads_in_flight, len(self.reads))
+
+    def _write_channels(self, s):
+        """AW, W and B handshakes; a burst is written once both its AW and its W beats are
+        in (a failing burst writes nothing)."""
+        A = self.cfg.axi_data_bytes
+        if s["awvalid"] and self.ready["AW"]:
+            self.check_address("AW", s["awaddr"], s["awlen"], s["awsize"], s["awburst"],
+                               s["awid"])
+            self.aws.append((s["awaddr"], s["awlen"]))
+            self.writes.append((s["awaddr"], s["awlen"]))
+            self.writes_open += 1
+        if s["wvalid"] and self.ready["W"]:
+            self.w_beats.append((s["wdata"], s["wstrb"]))
+            if s["wlast"]:
+                self.w_done.append(self.w_beats)
+                self.w_beats = []
+        while self.writes and self.w_done:
+            (addr, length), beats = self.writes.popleft(), self.w_done.popleft()
+            assert len(beats) == length + 1, f"WLAST after {len(beats)} beats, AWLEN {length}"
+            if self.is_bad(addr, addr + len(beats) * A):
+                self.b_pending.append(AXI_RESP_SLVERR)
+                continue
+            for i, (data, strb) in enumerate(beats):
+                raw = data.to_bytes(A, "little")
+                for b in range(A):
+                    if strb >> b & 1:
+                        self.dram[addr + i * A + b] = raw[b]
+            self.b_pending.append(AXI_RESP_OKAY)
+        if self.b_out is not None and s["bready"]:
+            self.b_out = None
+            self.writes_open -= 1
+
+    def _local_memories(self, ctx, s):
+        """Synchronous read (old data), then write."""
+        for mem in LocalMem:
+            p = s["mem"][mem]
+            if p["r_en"]:
+                ctx.set(self.ports_r[mem].data, self.local[mem][p["r_addr"]])
+            if p["w_en"] and self.w_ready[mem]:
+                self.local[mem][p["w_addr"]] = p["w_data"]
 
 
 async def run_command(ctx, port, cmd, *, limit=20000):

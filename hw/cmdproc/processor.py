@@ -1,0 +1,184 @@
+"""The command processor: fetch unit, stages, engine queues and semaphore file wired together
+(:class:`CommandProcessor`; the structure is described in :mod:`hw.cmdproc`)."""
+
+from amaranth import Cat, Module
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.bus import AXI4Signature, EngineSignature
+from hw.cmdproc.common import ENGINES, ErrorReport, RunningCommand
+from hw.cmdproc.engine_queue import EngineQueue
+from hw.cmdproc.fetch import FetchUnit
+from hw.cmdproc.semaphores import SemaphoreFile
+from hw.cmdproc.stage import Stage
+from hw.config import NPUConfig
+from hw.isa import COMMAND_BYTES, SemLast, TraceEntry
+
+__all__ = ["CommandProcessor"]
+
+
+class CommandProcessor(wiring.Component):
+    """Fetch, decode and dispatch for ``n_queues`` command queues (see :mod:`hw.cmdproc`).
+
+    Ports
+    -----
+    bus : ``Out(AXI4Signature(...))``
+        Ring fetch (one 32-byte INCR burst per command) and fence writes (one beat).
+    ring_base, ring_size, tail : ``In(ArrayLayout(32, n_queues))``
+        Ring registers (see :class:`hw.isa.Csr`); ``ring_size`` is a power of two.
+    head, fetched : ``Out(ArrayLayout(32, n_queues))``
+        Next slot fetched; commands fetched since the queue's last reset.
+    window_base, window_limit : ``In(ArrayLayout(32, n_queues))``
+        Per-queue DRAM windows (``window_limit == 0``: no limit).
+    load, store, matrix, vector : ``Out(EngineSignature())``
+        The engines.
+    stop : ``In(n_queues)``
+        Per queue: an error is latched in the CSR block; the queue stops.
+    qclear : ``In(n_queues)``
+        Per queue: reset pulse. ``sem_clear`` : ``In(1)``: zero the semaphores, their
+        ``sem_last`` records and the traces.
+    sem_set : ``In(n_sems)``, sem_set_value : ``In(32)``
+        Host write of a semaphore (bit ``s``: ``sem[s] := sem_set_value`` at this clock edge;
+        an increment in the same cycle is lost, ``sem_last`` unchanged).
+    err_set : ``Out(n_queues)``, err_info : ``Out(ArrayLayout(ErrorReport, n_queues))``
+        Per-queue error reports to the CSR block (one-cycle pulses).
+    fence_irq : ``Out(1)``
+        One-cycle pulse when a fence with ``flags.irq`` has written its value.
+    sems : ``Out(ArrayLayout(32, n_sems))``
+        Semaphore values.
+    sem_last : ``Out(ArrayLayout(SemLast, n_sems))``
+        What last incremented each semaphore (:class:`hw.isa.SemLast`).
+    busy : ``Out(n_queues)``
+        Per queue: holds commands not yet retired.
+    cycles : ``In(32)``
+        Cycle counter (fence timestamps and traces).
+    sem_stall : ``Out(4)``
+        Per engine (order of :data:`ENGINES`): the ``sem`` stall condition of its
+        :class:`EngineQueue` (for the counters of :mod:`hw.counters`).
+    running : ``Out(ArrayLayout(RunningCommand, 4))``
+        Per engine: queue, index and opcode of the command it runs (valid while its ``busy``
+        is high and in its ``done`` cycle).
+    trace, trace_valid, trace_overflow : per engine (``Out`` arrays of 4), trace_pop : ``In(4)``
+        Read side of the engines' trace FIFOs.
+
+    Latency: a command is fetched, decoded and staged in about ``32 / axi_data_bytes + 4``
+    cycles plus the DRAM read latency; fetch runs ahead of execution up to the FIFO depth
+    (``cmd_fifo_depth`` per queue and engine).
+    """
+
+    def __init__(self, config: NPUConfig):
+        if COMMAND_BYTES % config.axi_data_bytes:
+            raise ValueError(f"a {COMMAND_BYTES}-byte command is not a whole number of "
+                             f"{config.axi_data_bytes}-byte beats")
+        self.config = config
+        n = config.n_queues
+        q32 = data.ArrayLayout(32, n)
+        n_eng = len(ENGINES)
+        members = {
+            "bus": Out(AXI4Signature(addr_width=config.axi_addr_bits,
+                                     data_width=config.axi_data_bits,
+                                     id_width=config.axi_id_bits)),
+            "ring_base": In(q32), "ring_size": In(q32), "tail": In(q32),
+            "window_base": In(q32), "window_limit": In(q32),
+            "head": Out(q32), "fetched": Out(q32),
+            "stop": In(n), "qclear": In(n), "sem_clear": In(1),
+            "sem_set": In(config.n_sems), "sem_set_value": In(32),
+            "err_set": Out(n), "err_info": Out(data.ArrayLayout(ErrorReport, n)),
+            "fence_irq": Out(1),
+            "sems": Out(data.ArrayLayout(32, config.n_sems)),
+            "sem_last": Out(data.ArrayLayout(SemLast, config.n_sems)),
+            "busy": Out(n),
+            "cycles": In(32),
+            "sem_stall": Out(n_eng),
+            "running": Out(data.ArrayLayout(RunningCommand, n_eng)),
+            "trace": Out(data.ArrayLayout(TraceEntry, n_eng)),
+            "trace_valid": Out(n_eng), "trace_overflow": Out(n_eng), "trace_pop": In(n_eng),
+        }
+        for name in ENGINES:
+            members[name] = Out(EngineSignature())
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+
+        m.submodules.fetch = fetch = FetchUnit(cfg)
+        m.submodules.stage = stage = Stage(cfg)
+        queues = {}
+        for name in ENGINES:
+            m.submodules[f"{name}_queue"] = queues[name] = EngineQueue(cfg)
+        n_sources = len(ENGINES) + cfg.n_queues + 1     # engines, stages, fence
+        m.submodules.semaphores = sems = SemaphoreFile(cfg, n_sources)
+
+        # -- fetch: rings in, decoded commands into the stages, fence writes out ------------
+        wiring.connect(m, fetch.bus, wiring.flipped(self.bus))
+        self._connect_fetch(m, fetch, stage)
+
+        # -- stages: dispatch to the engine queues, run processor commands ------------------
+        idle = [Cat(eq.idle[q] for eq in queues.values()).all() for q in range(cfg.n_queues)]
+        self._connect_stage(m, stage, queues, idle)
+
+        # -- engine queues: one per engine, in front of its port ------------------------------
+        for e, (name, eq) in enumerate(queues.items()):
+            self._connect_engine_queue(m, e, eq, getattr(self, name))
+
+        # -- semaphores: increments from the engines, the stages and the fence ---------------
+        incs = [eq.inc for eq in queues.values()]
+        incs += [stage.inc[q] for q in range(cfg.n_queues)]
+        incs.append(fetch.fence_inc)
+        for i, inc in enumerate(incs):
+            m.d.comb += sems.inc[i].eq(inc)
+        m.d.comb += [
+            sems.clear.eq(self.sem_clear), sems.set.eq(self.sem_set),
+            sems.set_value.eq(self.sem_set_value),
+            self.sems.eq(sems.sems), self.sem_last.eq(sems.sem_last),
+        ]
+
+        # -- errors and status per queue ----------------------------------------------------
+        self._errors(m, fetch, queues)
+        for q in range(cfg.n_queues):
+            m.d.comb += self.busy[q].eq(fetch.active[q] | stage.valid[q]
+                                        | (self.head[q] != self.tail[q]) | ~idle[q])
+        return m
+
+    def _connect_fetch(self, m: Module, fetch: FetchUnit, stage: Stage) -> None:
+        m.d.comb += [
+            fetch.ring_base.eq(self.ring_base), fetch.ring_size.eq(self.ring_size),
+            fetch.tail.eq(self.tail), fetch.window_base.eq(self.window_base),
+            fetch.window_limit.eq(self.window_limit),
+            self.head.eq(fetch.head), self.fetched.eq(fetch.fetched),
+            fetch.stop.eq(self.stop), fetch.qclear.eq(self.qclear), fetch.cycles.eq(self.cycles),
+            fetch.stage.eq(stage.stage), fetch.stage_index.eq(stage.index),
+            fetch.stage_valid.eq(stage.valid), fetch.fence_ready.eq(stage.fence_ready),
+            stage.queue.eq(fetch.queue), stage.push.eq(fetch.push),
+            stage.push_cmd.eq(fetch.push_cmd), stage.push_index.eq(fetch.push_index),
+            stage.fence_done.eq(fetch.fence_done),
+            self.fence_irq.eq(fetch.fence_irq),
+        ]
+
+    def _connect_stage(self, m: Module, stage: Stage, queues: dict, idle: list) -> None:
+        m.d.comb += [stage.stop.eq(self.stop), stage.qclear.eq(self.qclear),
+                     stage.sems.eq(self.sems), stage.idle.eq(Cat(idle))]
+        for name, eq in queues.items():
+            for q in range(self.config.n_queues):
+                wiring.connect(m, getattr(stage, name)[q], eq.i[q])
+
+    def _connect_engine_queue(self, m: Module, e: int, eq: EngineQueue, port) -> None:
+        wiring.connect(m, eq.engine, wiring.flipped(port))
+        m.d.comb += [
+            eq.sems.eq(self.sems), eq.stop.eq(self.stop), eq.flush.eq(self.qclear),
+            eq.clear_all.eq(self.sem_clear), eq.cycles.eq(self.cycles),
+            eq.windows_base.eq(self.window_base), eq.windows_limit.eq(self.window_limit),
+            self.trace[e].eq(eq.trace), self.trace_valid[e].eq(eq.trace_valid),
+            self.trace_overflow[e].eq(eq.trace_overflow), eq.trace_pop.eq(self.trace_pop[e]),
+            self.sem_stall[e].eq(eq.sem_stall), self.running[e].eq(eq.running),
+        ]
+
+    def _errors(self, m: Module, fetch: FetchUnit, queues: dict) -> None:
+        """Per queue: the fetch unit's own error, else the first engine's (in order)."""
+        for q in range(self.config.n_queues):
+            for eq in reversed(list(queues.values())):
+                with m.If(eq.err_set & (eq.err_queue == q)):
+                    m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(eq.err_info)]
+            with m.If(fetch.err & (fetch.queue == q)):
+                m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(fetch.err_info)]
