@@ -99,6 +99,15 @@ def _markers(regions: list[dict], span: tuple[int, int] | None, unit_s: Fraction
     return chosen, notes
 
 
+def _gtkw_name(v: VcdVar) -> str:
+    """The name GTKWave gives ``v``: a vector declared without a range (Amaranth's
+    simulator writes ``$var wire 32 # mem__araddr $end``) gets ``[width-1:0]`` appended,
+    as GTKWave 3.3 does; a save-file name it cannot find is dropped without a word."""
+    if v.width > 1 and v.msb is None and v.kind not in ("string", "real"):
+        return f"{v.path}[{v.width - 1}:0]"
+    return v.path
+
+
 def gtkw_text(header: VcdHeader, *, vcd_path: Path | str | None = None,
               scope: str | None = None, regions: list[dict] | None = None,
               clock_period_ns: float | None = None,
@@ -156,7 +165,7 @@ def gtkw_text(header: VcdHeader, *, vcd_path: Path | str | None = None,
             if want != fmt:
                 lines.append(want)
                 fmt = want
-            lines.append(v.path)
+            lines.append(_gtkw_name(v))
         lines += [_GTKW_GROUP_END, f"-{group}"]
     return "\n".join(lines) + "\n", missing + notes
 

@@ -63,14 +63,35 @@ def ours(path: Path, header: VcdHeader, signals: list[VcdVar], *, fast: bool
 
 
 def theirs(path: Path, signals: list[VcdVar]) -> dict[str, list[tuple[int, object]]]:
-    """The same through vcdvcd (its values, as written, made canonical)."""
-    v = vcdvcd.VCDVCD(str(path), signals=[s.path for s in signals], store_tvs=True)
-    out = {}
-    for s in signals:
-        tv = v[s.path].tv
+    """The same through vcdvcd (its values, as written, made canonical). vcdvcd names a
+    signal as written (``VcdVar.reference``: an escaped name keeps its backslash);
+    vcdvcd ignores ``s`` (string) value changes, so strings come from :func:`naive_strings`.
+    """
+    words = [s for s in signals if s.kind != "string"]
+    v = vcdvcd.VCDVCD(str(path), signals=[s.reference for s in words], store_tvs=True)
+    out = naive_strings(path, [s for s in signals if s.kind == "string"])
+    for s in words:
+        tv = v[s.reference].tv
         out[s.path] = history([(t, canonical(s, x if s.width == 1 else "b" + x))
                                for t, x in tv])
     return out
+
+
+def naive_strings(path: Path, signals: list[VcdVar]) -> dict[str, list[tuple[int, object]]]:
+    """The changes of ``string`` variables, read line by line the simplest way (a time line
+    ``#T``, a change ``sTEXT ID``); for the files the project writes, one change a line."""
+    ids = {s.id for s in signals}
+    got: dict[str, list] = {i: [] for i in ids}
+    t = 0
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#"):
+                t = int(line[1:])
+            elif line.startswith("s") and ids:
+                text, _, ident = line[1:].strip().rpartition(" ")
+                if ident in ids:
+                    got[ident].append((t, text))
+    return {s.path: history(got[s.id]) for s in signals}
 
 
 def readers_agree(path: Path, signals: list[VcdVar], clock: VcdVar,

@@ -1,7 +1,8 @@
 """Every kind of waveform the project writes, read by two independent readers and opened in
 GTKWave: the tests' NPU-shaped VCD and a window cut from it, the co-simulation's VCD of the
-stand-in design (and its FST), and the NPU's VCD of a whole run, of a kernel window, of a
-cycle window and of a ``--waves-scope`` run.
+stand-in design (and its FST), the NPU's VCD of a whole run, of a kernel window, of a
+cycle window and of a ``--waves-scope`` run, and the VCD Amaranth's simulator writes of the
+board build (:class:`hw.board.NPUBoard`, a CSR read over its UART).
 
 For each: the project's reader (fast and checked paths) and vcdvcd agree on the values and
 the clock edges (:func:`checks.readers_agree`); where ``gtkwave`` and ``xvfb-run`` are
@@ -18,12 +19,16 @@ import subprocess
 
 import numpy as np
 import pytest
+from amaranth.sim import Simulator
 
 from cosim.build import NPU_SCOPE
 from cosim.tb.harness import run_job
 from cosim.waves import cut, write_gtkw
 from cosim.waves.vcd import EdgeSampler, changes, edge_cycles, read_header
+from hw.board import NPUBoard
 from hw.config import NPUConfig
+from hw.isa import CSR_ID_VALUE, Csr
+from tests.hw.test_board import BAUD, DIVISOR, SMALL, Host
 from tests.support.npu_vcd_gen import random_cycles, write_npu_vcd
 from tests.waves.checks import (
     GTKWAVE_MISSING,
@@ -186,3 +191,28 @@ def test_npu_cycle_window(tmp_path):
     run = _npu("kinds_npu_cycles", waves_window={"from": 300, "to": 500})
     _check_npu(run, tmp_path, every=20)
     assert run.waves_info["cycles"] == [300, 499]        # the window [300, 500) exactly
+
+
+def test_board_simulation_vcd(tmp_path):
+    """The board build in Amaranth's simulator (``Simulator.write_vcd``): escaped names
+    (``\\storage[0]``), ``$`` in scope names (``trace$63``), a 1 fs timescale."""
+    board = NPUBoard(SMALL, clock_hz=DIVISOR * BAUD, baud=BAUD)
+    host, got = Host(board), {}
+
+    async def tb(ctx):
+        await ctx.tick().repeat(10)
+        got["id"] = await host.read(ctx, Csr.ID)
+
+    sim = Simulator(board)
+    sim.add_clock(1e-8)
+    sim.add_testbench(host.listen, background=True)
+    sim.add_testbench(tb)
+    vcd = tmp_path / "board.vcd"
+    with sim.write_vcd(str(vcd)):
+        sim.run()
+    assert got == {"id": CSR_ID_VALUE}
+    header = read_header(vcd)
+    clock = header.find("bench.top.npu.clk")
+    assert readers_agree(vcd, _sample(header, 10), clock) > 1000
+    assert write_gtkw(vcd, tmp_path / "notes.gtkw")[1] == []
+    _gtkwave(vcd, tmp_path)

@@ -229,6 +229,20 @@ def test_gtkw_markers_beyond_26(run, tmp_path):
     assert "15 kernel regions without a marker" in " ".join(notes)
 
 
+def test_gtkw_names_vectors_declared_without_a_range(run, tmp_path):
+    """Amaranth's simulator declares vectors without a range (``$var wire 8 # wstrb``);
+    GTKWave names them ``wstrb[7:0]`` and drops a save-file name it does not know."""
+    _, vcd = run
+    bare = tmp_path / "bare.vcd"
+    bare.write_text(re.sub(r"^(\$var \S+ (\d+) \S+ \S+) \[\d+:\d+\] \$end$", r"\1 $end",
+                           vcd.read_text(), flags=re.MULTILINE))
+    assert read_header(bare).find("tb_top.u_npu.mem__wstrb").msb is None
+    text = gtkw_text(read_header(bare))[0]
+    assert "tb_top.u_npu.mem__wstrb[7:0]\n" in text and "tb_top.u_npu.mem__arvalid\n" in text
+    assert text == gtkw_text(read_header(vcd))[0].replace(str(vcd.resolve()),
+                                                          str(bare.resolve()))
+
+
 def test_missing_signal_is_a_clear_error(tmp_path):
     p = tmp_path / "nonpu.vcd"
     p.write_text("$timescale 1ns $end\n$scope module top $end\n$var wire 1 ! clk $end\n"
