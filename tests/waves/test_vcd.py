@@ -370,15 +370,17 @@ def test_to_int_of_canonical_ints():
             to_int(bad)
 
 
-def _big(tmp_path, bad_at: dict[int, str] | None = None, n: int = 3000) -> Path:
+def _big(tmp_path, bad_at: dict[int, str] | None = None, n: int = 3000,
+         back_from: int | None = None) -> Path:
     """A regular file of ``n`` timestamps (times 10 apart), with line ``k`` of the body
-    replaced by ``bad_at[k]``."""
+    replaced by ``bad_at[k]``; from timestamp ``back_from`` on, every time 1000 earlier."""
     lines = ["$timescale 1ns $end", "$scope module top $end", "$var wire 1 ! clk $end",
              '$var wire 12 " count [11:0] $end', "$var wire 1 # odd $end", "$upscope $end",
              "$enddefinitions $end"]
     body = []
     for t in range(n):
-        body += [f"#{10 * t}", f"{t % 2}!", f"b{t % 4096:b} \"", f"{(t // 7) % 2}#"]
+        body += [f"#{10 * t - (1000 if back_from is not None and t >= back_from else 0)}",
+                 f"{t % 2}!", f"b{t % 4096:b} \"", f"{(t // 7) % 2}#"]
     for k, text in (bad_at or {}).items():
         body[k] = text
     p = tmp_path / "big.vcd"
@@ -433,3 +435,25 @@ def test_time_backwards_across_chunks(tmp_path):
         with pytest.raises(VcdFormatError, match=r"big.vcd:4008: time goes backwards "
                                                  r"\(9990 then 5\)"):
             _read(p, fast, 256)
+
+
+def test_time_backwards_at_a_chunk_boundary(tmp_path):
+    """A file regular on both sides of a step back in time: wherever the step falls (at the
+    start of a chunk, for one of these), both readers refuse it."""
+    for j in range(400, 416):
+        p = _big(tmp_path, back_from=j, n=600)
+        for fast in (True, False):
+            with pytest.raises(VcdFormatError, match=rf"time goes backwards "
+                                                     rf"\({10 * j - 10} then {10 * j - 1000}\)"):
+                _read(p, fast, 256)
+
+
+def test_to_time_stops_reading(tmp_path):
+    """With ``to_time`` the reader stops after the first chunk past it."""
+    p = _big(tmp_path)
+    h = read_header(p)
+    ids = [v.id for v in h.vars]
+    every = list(vcd_changes(p, h, ids, chunk_bytes=1000))
+    some = list(vcd_changes(p, h, ids, chunk_bytes=1000, to_time=5000))
+    assert 0 < len(some) < len(every) // 4
+    assert int(some[-1].times[-1]) > 5000 >= int(some[-2].times[-1])
