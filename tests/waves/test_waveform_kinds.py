@@ -23,7 +23,7 @@ from amaranth.sim import Simulator
 
 from cosim.build import NPU_SCOPE
 from cosim.tb.harness import run_job
-from cosim.waves import cut, write_gtkw
+from cosim.waves import cut, summarize, write_gtkw
 from cosim.waves.vcd import EdgeSampler, changes, edge_cycles, read_header
 from hw.board import NPUBoard
 from hw.config import NPUConfig
@@ -35,6 +35,8 @@ from tests.waves.checks import (
     HAVE_GTKWAVE,
     check_in_gtkwave,
     readers_agree,
+    rising_edges,
+    theirs,
 )
 
 STANDIN = "tests.support.cosim_standin:StandIn"
@@ -214,5 +216,9 @@ def test_board_simulation_vcd(tmp_path):
     header = read_header(vcd)
     clock = header.find("bench.top.npu.clk")
     assert readers_agree(vcd, _sample(header, 10), clock) > 1000
+    # its clock rises at 5, 15, ... ns: the first edge ends cycle 0, one cycle per edge
+    edges = rising_edges(theirs(vcd, [clock])[clock.path])
+    s = summarize(vcd)
+    assert (s.first_cycle, s.end_cycle, s.period) == (0, len(edges), 10**7)  # 1 fs units
     assert write_gtkw(vcd, tmp_path / "notes.gtkw")[1] == []
     _gtkwave(vcd, tmp_path)
