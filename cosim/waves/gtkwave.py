@@ -74,17 +74,22 @@ def _zoom(span: int) -> float:
 
 def _markers(regions: list[dict], span: tuple[int, int] | None, unit_s: Fraction,
              period_ns: float | None) -> tuple[list[tuple[int, str]], list[str]]:
-    """(time, label) of the named markers: the regions that start inside the file, the first
-    of each kernel first, then the others by time, at most :data:`GTKW_MARKERS`; and notes
-    about those left out."""
+    """(time, label) of the named markers: the regions whose start cycle is in the file, the
+    first of each kernel first, then the others by time, at most :data:`GTKW_MARKERS`; and
+    notes about those left out.
+
+    Cycle ``c`` starts at time ``c * period``; a window traced from cycle ``c`` (``npu run
+    --waves-kernel``) begins with the first step dumped in it, up to a period later, so a
+    region starting in the file's first cycle gets its marker at the file's start."""
     if not regions or span is None or not period_ns:
         return [], []
     period = Fraction(period_ns) / 10**9 / unit_s
     many = {r["name"] for r in regions if r.get("occurrence", 1) > 1}
     inside = []
     for r in sorted(regions, key=lambda r: r["start_cycle"]):
-        t = int(r["start_cycle"] * period)
-        if span[0] <= t <= span[1]:
+        t = r["start_cycle"] * period
+        if span[0] - period < t <= span[1]:
+            t = max(math.ceil(t), span[0])
             label = r["name"] + (f":{r['occurrence']}" if r["name"] in many else "")
             inside.append((t, label, r["name"]))
     seen: set[str] = set()

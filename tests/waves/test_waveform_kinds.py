@@ -24,7 +24,7 @@ from amaranth.sim import Simulator
 from cosim.build import NPU_SCOPE
 from cosim.tb.harness import run_job
 from cosim.waves import cut, summarize, write_gtkw
-from cosim.waves.vcd import EdgeSampler, changes, edge_cycles, read_header
+from cosim.waves.vcd import EdgeSampler, changes, edge_cycles, read_header, time_range
 from hw.board import NPUBoard
 from hw.config import NPUConfig
 from hw.isa import CSR_ID_VALUE, Csr
@@ -187,6 +187,11 @@ def test_npu_kernel_window(tmp_path):
     first, last = run.waves_info["cycles"]
     assert region["start_cycle"] <= first <= region["start_cycle"] + 1
     assert region["end_cycle"] - 2 <= last < region["end_cycle"]
+    # the file starts within the kernel's first cycle: its marker sits at the file's start
+    text = write_gtkw(run.waves, tmp_path / "k.gtkw")[0].read_text()
+    marks = next(ln for ln in text.splitlines() if ln.startswith("*")).split()[2:]
+    assert marks[0] == str(time_range(run.waves, read_header(run.waves))[0])
+    assert set(marks[1:]) == {"-1"} and "[markername] Asoftmax\n" in text
 
 
 def test_npu_cycle_window(tmp_path):
