@@ -1,7 +1,7 @@
 """Screenshot of GTKWave showing a kernel's waveform window, for the README.
 
-    .venv/bin/python scripts/gtkwave_screenshot.py [--kernel softmax] [--vcd FILE]
-                                                   [-o docs/gtkwave-softmax.png]
+    .venv/bin/python scripts/gtkwave_screenshot.py [--kernel scores] [--vcd FILE]
+                                                   [-o docs/gtkwave-scores.png]
 
 Without ``--vcd`` it traces the kernel's window first (``npu run --seq-len 8
 --waves-kernel NAME``), then writes the save file (``npu waves gtkw``), opens both in GTKWave
@@ -89,9 +89,9 @@ def screenshot(vcd: Path, out: Path, *, settle_s: float = 4.0) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kernel", default="softmax", help="kernel window to trace")
+    p.add_argument("--kernel", default="scores", help="kernel window to trace")
     p.add_argument("--vcd", type=Path, help="an existing waveform (skips the run)")
-    p.add_argument("-o", "--out", type=Path, default=ROOT / "docs" / "gtkwave-softmax.png")
+    p.add_argument("-o", "--out", type=Path, default=ROOT / "docs" / "gtkwave-scores.png")
     args = p.parse_args(argv)
     vcd = args.vcd or _trace(args.kernel)
     print(screenshot(vcd, args.out))
