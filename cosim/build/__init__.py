@@ -5,6 +5,11 @@ Layout (relative to the repository root)::
     build/<tag>/npu.v          Verilog of the design (amaranth.back.verilog), cached by hash
     build/<tag>/sim/           Verilator build for cocotb (no tracing)
     build/<tag>/sim-waves/     Verilator build with --trace (only built when waves are asked for)
+    build/<tag>/sim-waves-fst/ the same with --trace-fst (FST output; needs liblz4-dev)
+
+Traced builds leave out every net whose name starts with ``$`` (``trace.vlt``: Yosys and
+Amaranth temporaries, which GTKWave refuses) and run :data:`TRACED_MAIN`, whose command line
+chooses what is dumped (``--trace-vars LEVEL:SCOPE``, see :func:`trace_vars`).
 
 ``<tag>`` is ``config.name`` for the real NPU (``hw.top:NPU``) and ``<design-name>-<config.name>``
 for another design (e.g. the stand-in of the tests). Both steps are skipped when a hash of
@@ -24,7 +29,9 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -35,7 +42,8 @@ from hw.config import NPUConfig
 
 __all__ = [
     "ROOT", "BUILD_ROOT", "WAVES_ROOT", "DEFAULT_DESIGN", "CosimBuildError", "SimBuild",
-    "generate_verilog", "build_sim", "verilator_root",
+    "generate_verilog", "build_sim", "verilator_root", "WAVES_FORMATS", "TB_SCOPE",
+    "NPU_SCOPE", "design_blocks", "trace_vars",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +52,10 @@ WAVES_ROOT = ROOT / "waves"
 COSIM_DIR = Path(__file__).resolve().parents[1]
 TB_DIR = COSIM_DIR / "tb"  #: the testbench: DRAM model, simulation top, its Verilator config
 TRACED_MAIN = COSIM_DIR / "build" / "verilator_main.cpp"  #: main loop of the traced builds
+TRACE_VLT = COSIM_DIR / "build" / "trace.vlt"  #: what traced builds leave out of the trace
+WAVES_FORMATS = ("vcd", "fst")
+#: The simulation top and the NPU instance in it (the scopes of every waveform).
+TB_SCOPE, NPU_SCOPE = "tb_top", "tb_top.u_npu"
 DEFAULT_DESIGN = "hw.top:NPU"
 
 #: Read bursts the DRAM model queues (ARREADY falls when full).
@@ -82,6 +94,8 @@ class SimBuild:
     config : NPUConfig
     waves : bool
         Whether tracing is compiled in.
+    waves_format : str
+        ``"vcd"`` or ``"fst"`` (meaningful when ``waves``).
     seconds : float
         Wall time this call spent building (0.0-ish when cached), seconds.
     cached : bool
@@ -93,6 +107,7 @@ class SimBuild:
     waves: bool
     seconds: float
     cached: bool
+    waves_format: str = "vcd"
 
 
 @contextlib.contextmanager
@@ -257,7 +272,8 @@ def _runner_class():
 
 
 def build_sim(config: NPUConfig, *, waves: bool = False, design: str = DEFAULT_DESIGN,
-              internal_clock: bool = True, public_all: bool = False) -> SimBuild:
+              internal_clock: bool = True, public_all: bool = False,
+              waves_format: str = "vcd") -> SimBuild:
     """Generate the Verilog (cached) and build the Verilator simulator of ``tb_top`` (cached).
 
     Parameters
@@ -265,7 +281,7 @@ def build_sim(config: NPUConfig, *, waves: bool = False, design: str = DEFAULT_D
     config : NPUConfig
         Sizes the AXI port and the DRAM model (``dram_bytes``).
     waves : bool
-        Compile VCD tracing in (a separate build directory, ``sim-waves``).
+        Compile tracing in (a separate build directory, ``sim-waves`` or ``sim-waves-fst``).
     design : str
         ``"module:Class"`` of the design to put under ``tb_top`` as ``npu``.
     internal_clock : bool
@@ -274,6 +290,8 @@ def build_sim(config: NPUConfig, *, waves: bool = False, design: str = DEFAULT_D
     public_all : bool
         Give Verilator ``--public-flat-rw`` for the whole design (cocotb can then reach every
         internal signal; slower compile and simulation). By default only ``tb_top`` is public.
+    waves_format : {"vcd", "fst"}
+        The traced build's output format (``--trace`` or ``--trace-fst``).
 
     Returns
     -------
@@ -281,35 +299,56 @@ def build_sim(config: NPUConfig, *, waves: bool = False, design: str = DEFAULT_D
 
     Raises
     ------
+    ValueError
+        For an unknown ``waves_format``.
     CosimBuildError
-        If Verilator is missing, or Verilog generation or the build fails (the message names
-        the log file).
+        If Verilator is missing, FST is asked for without liblz4 (Debian: ``liblz4-dev``),
+        or Verilog generation or the build fails (the message names the log file).
     """
+    if waves_format not in WAVES_FORMATS:
+        raise ValueError(f"waves_format must be one of {WAVES_FORMATS}, not {waves_format!r}")
     t0 = time.perf_counter()
     with _locked(BUILD_ROOT / design_tag(config, design) / ".lock"):
-        return _build_sim(config, waves, design, internal_clock, public_all, t0)
+        return _build_sim(config, waves, design, internal_clock, public_all,
+                          waves_format if waves else "vcd", t0)
+
+
+def _check_lz4() -> None:
+    """Verilator's FST writer links ``-llz4``: the development library must be there."""
+    found = subprocess.run(["g++", "-print-file-name=liblz4.so"], capture_output=True,
+                           text=True, check=False).stdout.strip()
+    if not os.path.isabs(found):
+        raise CosimBuildError("FST output (--trace-fst) needs the lz4 library for linking: "
+                              "apt-get install liblz4-dev (or trace to VCD)")
 
 
 def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool,
-               public_all: bool, t0: float) -> SimBuild:
+               public_all: bool, waves_format: str, t0: float) -> SimBuild:
     verilog = generate_verilog(config, design)
     root = verilator_root()
     if shutil.which("g++") is None or shutil.which("make") is None or shutil.which("perl") is None:
         raise CosimBuildError("building with Verilator needs g++, make and perl on PATH")
+    fst = waves and waves_format == "fst"
+    if fst:
+        _check_lz4()
 
-    variant = "sim" + ("-waves" if waves else "") + ("" if internal_clock else "-extclk") \
-        + ("-public" if public_all else "")
+    variant = "sim" + ("-waves" if waves else "") + ("-fst" if fst else "") \
+        + ("" if internal_clock else "-extclk") + ("-public" if public_all else "")
     build_dir = verilog.parent / variant
     sources = [TB_DIR / "dram.sv", TB_DIR / "tb_top.sv", verilog]
     vlt = TB_DIR / "tb_top.vlt"
     if not public_all:
         sources.insert(0, vlt)
+    if waves:
+        sources.insert(0, TRACE_VLT)
     parameters = {
         "DATA_BITS": config.axi_data_bits, "ADDR_BITS": config.axi_addr_bits,
         "ID_BITS": config.axi_id_bits, "DRAM_BYTES": f"64'd{config.dram_bytes}",
         "DRAM_OUTSTANDING": DRAM_OUTSTANDING,
     }
     build_args = ["-CFLAGS", "-O2", "-Wno-fatal", "-Wno-lint", "-Wno-style"]
+    if fst:
+        build_args.append("--trace-fst")
     defines: dict[str, object] = {}
     if internal_clock:
         build_args.append("--timing")
@@ -323,7 +362,8 @@ def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool
     stamp = build_dir / "build.hash"
     exe = build_dir / "tb_top"
     if exe.is_file() and stamp.is_file() and stamp.read_text() == digest:
-        return SimBuild(build_dir, verilog, config, waves, time.perf_counter() - t0, True)
+        return SimBuild(build_dir, verilog, config, waves, time.perf_counter() - t0, True,
+                        waves_format)
 
     build_dir.mkdir(parents=True, exist_ok=True)
     stamp.unlink(missing_ok=True)
@@ -341,4 +381,31 @@ def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool
     if not exe.is_file():
         raise CosimBuildError(f"Verilator build produced no {exe}", log)
     stamp.write_text(digest)
-    return SimBuild(build_dir, verilog, config, waves, time.perf_counter() - t0, False)
+    return SimBuild(build_dir, verilog, config, waves, time.perf_counter() - t0, False,
+                    waves_format)
+
+
+_MODULE_RE = re.compile(r"^module \\npu\.(\S+) ", re.MULTILINE)
+
+
+def design_blocks(verilog: Path) -> list[str]:
+    """The blocks of the NPU in a generated ``npu.v``, as dotted paths below the NPU
+    (``cmdproc``, ``dma``, ``dma.load_mover``, ...): the names ``--waves-scope`` takes.
+    Amaranth names the module of each submodule ``npu.<path>``."""
+    return sorted(set(_MODULE_RE.findall(verilog.read_text())))
+
+
+def trace_vars(scopes: list[str] | None = None) -> list[str]:
+    """The ``--trace-vars LEVEL:SCOPE`` arguments of the traced main loop (each a
+    ``$dumpvars(LEVEL, SCOPE)``, Verilator's ``VerilatedTrace::dumpvars``).
+
+    Without ``scopes``: everything under ``tb_top`` (Verilator's duplicate ``$rootio`` scope
+    of the top ports is left out). With ``scopes`` (blocks below the NPU, e.g. ``["dma",
+    "cmdproc"]``): those blocks' whole subtrees, plus what every waveform tool needs: the
+    signals of ``tb_top`` and of the NPU scope itself (ports, named probes, stall copies)
+    and ``csr.cycles``.
+    """
+    if not scopes:
+        return [f"99:{TB_SCOPE}"]
+    return [f"1:{TB_SCOPE}", f"1:{NPU_SCOPE}", f"1:{NPU_SCOPE}.csr.cycles"] + [
+        f"99:{NPU_SCOPE}.{s}" for s in scopes]

@@ -63,6 +63,16 @@ DRAM_HELP = (f"DRAM timing (rtl and perf): a preset ({' '.join(PRESETS)}) "
              "latency=100,bw=4,stall=0.3,seed=1 (see sw/dram.py; default ideal)")
 
 
+def _blocks(text: str) -> list[str]:
+    """``--waves-scope``: comma-separated block names (checked against the design later)."""
+    names = [n.strip() for n in text.split(",")]
+    if not all(names) or any(not n.replace(".", "").replace("_", "").replace("$", "").isalnum()
+                             for n in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected block names such as "
+                                         "dma,cmdproc")
+    return names
+
+
 def _seq_len(text: str) -> int:
     """``--seq-len``: 1..512 tokens (MiniLM has 512 position embeddings)."""
     try:
@@ -94,22 +104,47 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result["model_seconds"] = round(backend.sim_seconds, 2)
         result["modelled_cycles"] = backend.cycle
     else:
-        from cosim.tb.harness import run_on_rtl
+        from cosim.tb.harness import run_job
         print(f"co-simulating the {args.config.name} NPU on Verilator "
               f"(first run builds it, about a minute)...", file=sys.stderr)
-        result = run_on_rtl(args.config, f"sw.jobs.minilm_block:{job}", job_args,
-                            waves=args.waves, name="npu_run", waves_window=args.waves_window,
-                            dram=args.dram)
+        run = run_job(args.config, f"sw.jobs.minilm_block:{job}", job_args,
+                      waves=args.waves, name="npu_run", waves_window=args.waves_window,
+                      dram=args.dram, waves_format=args.waves_format,
+                      waves_scope=args.waves_scope)
+        result = run.result
+        if run.waves is not None:
+            result["waves"] = _waves_line(run)
     result["wall_seconds"] = round(time.perf_counter() - start, 2)
     result["dram"] = args.dram.to_dict()
     print(f"DRAM timing: {args.dram.describe()}")
     print(fmt(result))
+    if "waves" in result:
+        print(result["waves"])
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.json}")
     ok = all(k["bit_exact"] for k in result["kernels"]) and result.get("bit_exact", True)
     return 0 if ok else 1
+
+
+def _waves_line(run) -> str:
+    """Where the waveform of ``npu run`` went and which absolute cycles it holds."""
+    info = run.waves_info or {}
+    cycles = info.get("cycles")
+    span = f"absolute cycles {cycles[0]}..{cycles[1]}" if cycles else "no cycle (empty)"
+    window = info.get("window") or {}
+    if "kernel" in window:
+        what = f"kernel {window['kernel']}:{window['occurrence']}"
+    elif window:
+        what = f"cycles {window['from']}..{'end' if window['to'] is None else window['to']}"
+    else:
+        what = "the whole run"
+    if info.get("scope"):
+        what += f", blocks {','.join(info['scope'])}"
+    size = run.waves.stat().st_size / 1e6
+    return (f"waveform: {run.waves} ({info.get('format', 'vcd').upper()}, {size:.1f} MB, "
+            f"{what}): {span}; save file: npu waves gtkw {run.waves}")
 
 
 def _cmd_verilog(args: argparse.Namespace) -> int:
@@ -268,6 +303,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                      help="trace from this absolute clock cycle; implies --waves")
     run.add_argument("--waves-to", type=int, metavar="CYCLE",
                      help="trace up to this absolute clock cycle (default: the end); "
+                          "implies --waves")
+    run.add_argument("--waves-format", choices=("vcd", "fst"), default="vcd",
+                     help="waveform format of a traced run (default vcd); fst is smaller "
+                          "(see the README) and its build needs liblz4-dev")
+    run.add_argument("--waves-scope", type=_blocks, metavar="BLOCK[,BLOCK...]",
+                     help="trace only these blocks of the NPU (e.g. dma,cmdproc; dotted "
+                          "paths such as dma.load_mover), plus its ports and named probes; "
                           "implies --waves")
     run.set_defaults(func=_cmd_run, check_args=partial(_check_run_args, run))
 
@@ -482,8 +524,11 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """Reject bad ``npu run`` arguments before minutes of build and simulation."""
     _check_dram_arg(parser, args)
     args.waves_window = _waves_window(parser, args)
-    if args.waves_window is not None:
+    if args.waves_window is not None or args.waves_scope:
         args.waves = True
+    if args.waves_format != "vcd" and not args.waves:
+        parser.error("--waves-format applies to a traced run (--waves, --waves-kernel, "
+                     "--waves-from/--waves-to, --waves-scope)")
     if args.waves and args.backend != "rtl":
         parser.error("--waves needs --backend rtl")
     if args.text is not None and not args.text.strip():

@@ -2,21 +2,24 @@
 
 ::
 
-    npu waves summarize FILE.vcd [--from C1] [--to C2] [--counters JSON] [--json OUT]
-
-``--counters`` takes counter values over the window, or a snapshot pair
-``{"before": dev.counters(), "after": dev.counters()}`` of the same traced run, whose
-difference is checked exactly over the cycles between the two snapshots.
-    npu waves gtkw FILE.vcd [-o OUT.gtkw]
+    npu waves summarize FILE [--from C1] [--to C2] [--counters JSON] [--json OUT]
+    npu waves gtkw FILE [-o OUT.gtkw]
     npu waves cut FILE.vcd --from C1 --to C2 [-o OUT.vcd] [--time]
-    npu waves trace FILE.vcd [-o OUT.json] [--png OUT.png] [--cycle-ns NS]
+    npu waves trace FILE [-o OUT.json] [--png OUT.png] [--cycle-ns NS]
 
-The tools read the NPU's named probes (``hw.top.PROBE_FIELDS``); a VCD traced before the
+FILE is a VCD or an FST file. Cycles are absolute, numbered as the co-simulation numbers
+them (``npu run --waves-from``), whatever window of the run the file holds. ``--counters``
+takes counter values over the window, or a snapshot pair ``{"before": dev.counters(),
+"after": dev.counters()}`` of the same traced run, whose difference is checked exactly over
+the cycles between the two snapshots. ``gtkw`` writes a save file zoomed to the file, with
+markers at the run's kernel regions (from ``<stem>.waves.json`` beside it).
+
+The tools read the NPU's named probes (``hw.top.PROBE_FIELDS``); a file traced before the
 hardware had them is refused with a message naming the missing probes.
 
-Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable file or a missing
-signal or probe (the message says which line or signal). Malformed value lines are skipped
-with a warning naming them.
+Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable, empty or
+header-only file, an empty window, or a missing signal or probe (the message says which
+line or signal). Malformed value lines are skipped with a warning naming them.
 """
 
 from __future__ import annotations
@@ -62,10 +65,10 @@ def _summarize(args: argparse.Namespace) -> int:
 def _gtkw(args: argparse.Namespace) -> int:
     from cosim.waves import write_gtkw
 
-    out, missing = write_gtkw(args.file, args.out)
+    out, notes = write_gtkw(args.file, args.out)
     print(out)
-    for m in missing:
-        print(f"note: no signal for {m}", file=sys.stderr)
+    for m in notes:
+        print(f"note: {m}", file=sys.stderr)
     return 0
 
 
@@ -118,11 +121,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       description="Stream a VCD of an NPU run: per-engine busy cycles, "
                                   "utilization and timeline; AXI handshakes per channel and "
                                   "bytes per cycle; optionally compare with counters.")
-    s.add_argument("file", help="VCD of an NPU run (e.g. waves/<run>.vcd)")
+    s.add_argument("file", help="VCD or FST of an NPU run (e.g. waves/<run>.vcd)")
     s.add_argument("--from", dest="start", type=int, default=None, metavar="CYCLE",
-                   help="first cycle counted (rising-edge index from 0)")
+                   help="first absolute cycle counted (default: the file's first)")
     s.add_argument("--to", dest="end", type=int, default=None, metavar="CYCLE",
-                   help="count cycles before this one")
+                   help="count the absolute cycles before this one (default: to the end)")
     s.add_argument("--counters", metavar="JSON",
                    help="counters of the same run, exit 1 on any difference: either values "
                         "over the --from/--to window (names as in 'figures': cycles, "
@@ -136,21 +139,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_guard(_summarize))
 
     g = ws.add_parser("gtkw", help="write a GTKWave save file grouping the NPU's signals",
-                      description="Write <file>.gtkw (or -o) with groups for the command "
-                                  "processor, DMA, AXI channels, array and vector unit, "
-                                  "from the signals the VCD actually has.")
+                      description="Write <file>.gtkw (or -o): the NPU's ports (clock, AXI "
+                                  "channels, host CSR port), every engine's named probes and "
+                                  "the counter sources in groups, zoomed to the file's time "
+                                  "range, with a marker at the start of each kernel region "
+                                  "of the run (<stem>.waves.json).")
     g.add_argument("file")
     g.add_argument("-o", "--out", default=None)
     g.set_defaults(func=_guard(_gtkw))
 
     c = ws.add_parser("cut", help="copy a cycle window of a VCD into a smaller VCD",
-                      description="Stream FILE and write the window [--from, --to] with the "
-                                  "header and every value at the window start.")
+                      description="Stream FILE and write the window [--from, --to) with the "
+                                  "header and every value at the window start; times and "
+                                  "cycles stay absolute.")
     c.add_argument("file")
-    c.add_argument("--from", dest="start", type=int, required=True, metavar="C1")
-    c.add_argument("--to", dest="end", type=int, required=True, metavar="C2")
+    c.add_argument("--from", dest="start", type=int, required=True, metavar="C1",
+                   help="first absolute cycle of the window")
+    c.add_argument("--to", dest="end", type=int, required=True, metavar="C2",
+                   help="the window ends before this absolute cycle")
     c.add_argument("--time", action="store_true",
-                   help="C1 and C2 are VCD time units, not cycles")
+                   help="C1 and C2 are VCD time units, not cycles (both included)")
     c.add_argument("-o", "--out", default=None,
                    help="output (default <stem>.<C1>-<C2>.vcd beside the input)")
     c.set_defaults(func=_guard(_cut))

@@ -4,7 +4,8 @@ It reads the run description from the JSON file named by ``NPU_COSIM_SPEC`` (con
 args, clock, waveform window, DRAM timing), starts the clock, resets the design, builds an
 :class:`RtlBackend`, calls the job ``function(backend, **args)`` in a
 :func:`cocotb.task.bridge` thread and writes the outcome to ``NPU_COSIM_RESULT``:
-``{"ok": true, "result": ..., "cycles": ..., "regions": {kernel name: count}}`` or
+``{"ok": true, "result": ..., "cycles": ..., "regions": {kernel name: count}, "region_log":
+[{"name", "occurrence", "start_cycle", "end_cycle"}, ...]}`` or
 ``{"ok": false, "error": ..., "traceback": ...}``. A failing job also fails the cocotb test.
 
 ``tb_top.trace_on`` (read only by traced builds) is 1 for the whole run without a window; with
@@ -35,13 +36,15 @@ RESET_CYCLES = 4
 
 
 async def _cycle_window(dut, first: int, last: int | None) -> None:
-    """Drive ``trace_on`` high from cycle ``first`` to cycle ``last`` (absolute cycles)."""
+    """Drive ``trace_on`` high over the absolute cycles ``[first, last)``: from the start of
+    cycle ``first`` to half a cycle after the rising edge that ends cycle ``last - 1``, so
+    that edge is in the file (the waveform tools then count cycles ``first .. last - 1``)."""
     delay = first * CLOCK_PERIOD_NS - get_sim_time("ns")
     if delay > 0:
         await Timer(delay, "ns")
     dut.trace_on.value = 1
     if last is not None:
-        await Timer((last - first) * CLOCK_PERIOD_NS, "ns")
+        await Timer((last - first) * CLOCK_PERIOD_NS + CLOCK_PERIOD_NS // 2, "ns")
         dut.trace_on.value = 0
 
 
@@ -90,7 +93,8 @@ async def run_job(dut) -> None:
             raise AssertionError(f"the DRAM model saw {backend.dram_protocol_errors} AXI "
                                  "protocol violations (see the simulation log)")
         outcome = {"ok": True, "result": result, "cycles": backend.cycle, "seconds": seconds,
-                   "cpu_seconds": cpu_seconds, "regions": backend.regions}
+                   "cpu_seconds": cpu_seconds, "regions": backend.regions,
+                   "region_log": backend.region_log}
         if recorder is not None:
             outcome["recording"] = recorder.write(
                 Path(spec["record"]), end_step=get_sim_time("step"),

@@ -6,7 +6,11 @@ with an :class:`cosim.tb.rtl_backend.RtlBackend`, and returns what the function 
 
 Arguments and results travel as JSON files in the run directory
 ``build/<tag>/runs/<name>/`` (``spec.json``, ``result.json``, plus ``sim.log`` and the DRAM
-backdoor scratch file). Waveforms, when asked for, go to ``waves/<name>.vcd``.
+backdoor scratch file). Waveforms, when asked for, go to ``<waves dir>/<name>.vcd`` (or
+``.fst``), with ``<name>.waves.json`` beside it: the absolute cycles the file holds, the clock
+period, the window and scopes asked for, and the kernel regions of the run (the markers of
+``npu waves gtkw``). The waves directory is ``waves/`` unless ``NPU_WAVES_DIR`` names another
+(the test suite points it at a temporary directory).
 
 The DRAM model runs under a :class:`sw.dram.DramTiming` (``dram=``: a preset name such as
 ``"jitter"``, ``key=value`` pairs, or a DramTiming; ``ideal`` by default), passed to the
@@ -16,7 +20,7 @@ timing of the runs that do not give one.
 Command line::
 
     python -m cosim.tb.harness JOB [--args JSON] [--config JSON] [--name NAME] [--waves]
-                                [--record PATH] [--dram SPEC]
+                                [--waves-format vcd|fst] [--record PATH] [--dram SPEC]
 
 ``--record PATH`` records the host's pin activity for the native replay harness
 (``python -m cosim.tb.replay PATH``, see :mod:`cosim.tb.replay`).
@@ -28,26 +32,31 @@ import argparse
 import contextlib
 import contextvars
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from cosim.build import (
     DEFAULT_DESIGN,
     ROOT,
+    WAVES_FORMATS,
     WAVES_ROOT,
     CosimBuildError,
     _runner_class,
     build_sim,
+    design_blocks,
     design_tag,
+    trace_vars,
 )
 from hw.config import NPUConfig
 from sw.dram import DramTiming
 
-__all__ = ["run_on_rtl", "run_job", "check_waves_window", "default_dram", "RunResult",
-           "CosimError", "CosimJobError", "main"]
+__all__ = ["run_on_rtl", "run_job", "check_waves_window", "default_dram", "waves_dir",
+           "RunResult", "CosimError", "CosimJobError", "main"]
 
 # Warnings are errors in the simulator process too; add narrow, named exceptions here.
 PYTHONWARNINGS = "error"
@@ -105,7 +114,7 @@ class RunResult:
     run_dir : Path
         Where spec, result and log are.
     waves : Path or None
-        The VCD file, if traced.
+        The waveform file (VCD or FST), if traced.
     job_cpu_seconds : float or None
         CPU time of the simulator process (simulation, cocotb and the job's Python) over the
         same span; less disturbed than wall time when other processes share the cores.
@@ -114,6 +123,10 @@ class RunResult:
         path in ``"path"``, events, cycles...).
     dram : DramTiming
         The DRAM timing the run had.
+    waves_info : dict or None
+        With a waveform: what ``<name>.waves.json`` beside it holds (``cycles``: the first
+        and last absolute cycle in the file, as :func:`cosim.waves.summarize` numbers them;
+        ``clock_period_ns``, ``format``, ``window``, ``scope``, ``regions``).
     """
     result: object
     cycles: int
@@ -124,6 +137,7 @@ class RunResult:
     recording: dict | None = None
     job_cpu_seconds: float | None = None
     dram: DramTiming = field(default_factory=DramTiming)
+    waves_info: dict | None = None
 
 
 _DEFAULT_DRAM: contextvars.ContextVar[DramTiming | None] = contextvars.ContextVar(
@@ -193,10 +207,18 @@ def check_waves_window(window: dict) -> dict:
     return {"from": first, "to": None if last is None else int(last)}
 
 
+def waves_dir() -> Path:
+    """Where waveforms go: ``$NPU_WAVES_DIR`` if set (the test suite sets it to a temporary
+    directory), else ``waves/`` of the repository."""
+    env = os.environ.get("NPU_WAVES_DIR")
+    return Path(env) if env else WAVES_ROOT
+
+
 def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
             waves: bool = False, design: str = DEFAULT_DESIGN,
             internal_clock: bool = True, waves_window: dict | None = None,
-            record: Path | None = None, dram: DramTiming | str | None = None) -> RunResult:
+            record: Path | None = None, dram: DramTiming | str | None = None,
+            waves_format: str = "vcd", waves_scope: list[str] | None = None) -> RunResult:
     """Build (cached) and run ``job(backend, **args)`` on the RTL of ``design(config)``.
 
     Parameters
@@ -209,9 +231,10 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     args : dict, optional
         JSON-serialisable keyword arguments of the job.
     name : str
-        Names the run directory and the VCD (``waves/<name>.vcd``).
+        Names the run directory and the waveform (``<waves dir>/<name>.vcd``, see
+        :func:`waves_dir`).
     waves : bool
-        Trace the whole design into ``waves/<name>.vcd`` (a separate, traced build).
+        Trace the design into ``<waves dir>/<name>.vcd`` (a separate, traced build).
     design : str
         ``"module:Class"`` of the design under test, ``hw.top:NPU`` by default.
     internal_clock : bool
@@ -221,7 +244,7 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         Trace only a window (implies ``waves``): ``{"from": first_cycle, "to": last_cycle}``
         (absolute clock cycles, ``"to"`` may be None: to the end) or ``{"kernel": name,
         "occurrence": n}`` (the ``n``-th, from 1, :meth:`sw.runtime.Device.region` of that
-        name, e.g. ``"query"`` or ``"softmax"``). The VCD keeps absolute times.
+        name, e.g. ``"query"`` or ``"softmax"``). The file keeps absolute times.
     record : Path, optional
         Record the host's pin activity into this file for the native replay harness
         (:mod:`cosim.tb.replay`); needs the internal clock. The recording's sidecar keeps
@@ -230,6 +253,13 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         Timing of the DRAM model (:meth:`sw.dram.DramTiming.parse`: ``"ideal"``, ``"ddr"``,
         ``"hbm"``, ``"jitter"``, ``"lat100"``, ``"bp50"`` or ``"latency=100,bw=4,..."``);
         default :func:`default_dram`'s, ``ideal`` outside one. No rebuild per timing.
+    waves_format : {"vcd", "fst"}
+        Waveform format (implies nothing by itself); FST is a build of its own and needs
+        liblz4 (see :func:`cosim.build.build_sim`).
+    waves_scope : list of str, optional
+        Trace only these blocks of the NPU (dotted paths below it: ``["dma", "cmdproc"]``,
+        see :func:`cosim.build.design_blocks`), plus the NPU's own ports, named probes and
+        counter sources (:func:`cosim.build.trace_vars`); implies ``waves``.
 
     Returns
     -------
@@ -245,7 +275,8 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         If the simulator crashed or ended without writing a result, or the window's kernel
         never ran.
     ValueError
-        If ``waves_window`` is malformed.
+        If ``waves_window`` is malformed, ``waves_format`` unknown, or a ``waves_scope``
+        block is not in the design (the message lists the blocks).
     sw.dram.DramTimingError
         If ``dram`` does not parse (a ValueError).
     """
@@ -254,12 +285,18 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     if waves_window is not None:
         waves_window = check_waves_window(waves_window)
         waves = True
+    if waves_format not in WAVES_FORMATS:
+        raise ValueError(f"waves_format must be one of {WAVES_FORMATS}, not {waves_format!r}")
+    waves = waves or bool(waves_scope)
     if record is not None and not internal_clock:
         raise ValueError("recording needs the internal clock (the replay does not drive clk)")
     args = dict(args or {})
     json.dumps(args)  # fail here, not in the simulator
     tag_dir = ROOT / "build" / design_tag(config, design)
-    sim = build_sim(config, waves=waves, design=design, internal_clock=internal_clock)
+    sim = build_sim(config, waves=waves, design=design, internal_clock=internal_clock,
+                    waves_format=waves_format)
+    if waves_scope:
+        _check_scope(waves_scope, sim.verilog)
 
     run_dir = tag_dir / "runs" / name
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -277,9 +314,12 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     vcd = None
     test_args: list[str] = []
     if waves:
-        WAVES_ROOT.mkdir(exist_ok=True)
-        vcd = WAVES_ROOT / f"{name}.vcd"
+        waves_dir().mkdir(parents=True, exist_ok=True)
+        vcd = waves_dir() / f"{name}.{waves_format}"
+        vcd.unlink(missing_ok=True)
         test_args = ["--trace-file", str(vcd)]
+        for spec in trace_vars(waves_scope):
+            test_args += ["--trace-vars", spec]
 
     runner = _runner_class()()
     with _repo_on_sys_path():
@@ -316,23 +356,53 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
                              f"times, occurrence {waves_window['occurrence']} was asked for "
                              f"(kernels of this run: {known or 'none'}); {vcd} is empty",
                              log_path)
+    info = _waves_sidecar(vcd, waves_format, waves_window, waves_scope, outcome) \
+        if vcd is not None else None
     recording = outcome.get("recording")
     if recording is not None:
         recording = dict(recording, path=str(Path(record).resolve()))
     return RunResult(outcome["result"], outcome["cycles"], outcome["seconds"], sim.seconds,
-                     run_dir, vcd, recording, outcome.get("cpu_seconds"), timing)
+                     run_dir, vcd, recording, outcome.get("cpu_seconds"), timing, info)
+
+
+def _check_scope(scopes: list[str], verilog: Path) -> None:
+    blocks = design_blocks(verilog)
+    unknown = [s for s in scopes if s not in blocks]
+    if unknown:
+        raise ValueError(f"waves_scope: no block {', '.join(map(repr, unknown))} in the "
+                         f"design; blocks: {', '.join(blocks)}")
+
+
+def _waves_sidecar(path: Path, fmt: str, window: dict | None, scope: list[str] | None,
+                   outcome: dict) -> dict:
+    """Write ``<name>.waves.json`` beside a waveform and return what it holds."""
+    from cosim.tb.rtl_backend import CLOCK_PERIOD_NS
+    from cosim.waves.vcd import read_header, time_range
+
+    header = read_header(path)
+    span = time_range(path, header)
+    period = round(Fraction(CLOCK_PERIOD_NS, 10**9) / header.timescale_s)
+    # the clock rises at every multiple of the period; the first dump is no edge
+    cycles = None if span is None else [span[0] // period, span[1] // period - 1]
+    info = {"file": path.name, "format": fmt, "cycles": cycles,
+            "clock_period_ns": CLOCK_PERIOD_NS, "time_unit_s": str(header.timescale_s),
+            "window": window, "scope": scope, "regions": outcome.get("region_log", [])}
+    path.with_suffix(".waves.json").write_text(json.dumps(info, indent=1) + "\n")
+    return info
 
 
 def run_on_rtl(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
                waves: bool = False, design: str = DEFAULT_DESIGN,
                waves_window: dict | None = None,
-               dram: DramTiming | str | None = None) -> object:
+               dram: DramTiming | str | None = None, waves_format: str = "vcd",
+               waves_scope: list[str] | None = None) -> object:
     """Run ``job(backend, **args)`` on the RTL and return what it returned.
 
     Same parameters and errors as :func:`run_job` (which also reports cycles and timings).
     """
     return run_job(config, job, args, name=name, waves=waves, design=design,
-                   waves_window=waves_window, dram=dram).result
+                   waves_window=waves_window, dram=dram, waves_format=waves_format,
+                   waves_scope=waves_scope).result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,7 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default="{}", help="JSON object of NPUConfig fields")
     p.add_argument("--design", default=DEFAULT_DESIGN, help="module:Class of the design")
     p.add_argument("--name", default=None, help="run name (default: the function name)")
-    p.add_argument("--waves", action="store_true", help="write waves/<name>.vcd")
+    p.add_argument("--waves", action="store_true",
+                   help="write <waves dir>/<name>.vcd (waves/, or $NPU_WAVES_DIR)")
+    p.add_argument("--waves-format", choices=WAVES_FORMATS, default="vcd",
+                   help="waveform format (fst needs liblz4-dev)")
     p.add_argument("--record", type=Path, default=None,
                    help="record the host's pin activity to PATH "
                    "(replay: python -m cosim.tb.replay)")
@@ -356,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     name = ns.name or ns.job.rpartition(":")[2]
     try:
         r = run_job(config, ns.job, json.loads(ns.args), name=name, waves=ns.waves,
-                    design=ns.design, record=ns.record, dram=ns.dram)
+                    design=ns.design, record=ns.record, dram=ns.dram,
+                    waves_format=ns.waves_format)
     except (CosimBuildError, CosimError, ValueError) as e:
         print(e, file=sys.stderr)
         return 1

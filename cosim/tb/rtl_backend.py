@@ -130,6 +130,7 @@ class RtlBackend:
         self._set("bd_op", 0)
         self.trace_kernel = trace_kernel
         self.regions: dict[str, int] = {}  #: kernel name -> regions entered so far
+        self.region_log: list[dict] = []   #: every region's span, in entry order
 
     # -- Backend protocol (synchronous, from a bridge thread) ---------------------------------
 
@@ -199,21 +200,32 @@ class RtlBackend:
 
         If this run's waveform window is that kernel (``trace_kernel = (name, occurrence)``,
         occurrences counted from 1), its ``occurrence``-th region drives ``tb_top.trace_on``
-        high on entry and low on exit, so the VCD holds exactly that kernel (see
-        ``cosim/verilator_main.cpp``). Every region is counted in :attr:`regions`.
+        high on entry and low on exit, so the waveform holds exactly that kernel (see
+        ``cosim/build/verilator_main.cpp``). Every region is counted in :attr:`regions` and
+        its span kept in :attr:`region_log` (``{"name", "occurrence", "start_cycle",
+        "end_cycle"}``, absolute cycles, end exclusive), for the markers of
+        :func:`cosim.waves.write_gtkw`.
         """
         n = self.regions[name] = self.regions.get(name, 0) + 1
         hit = self.trace_kernel == (name, n)
+        entry = {"name": name, "occurrence": n, "start_cycle": resume(self._now)(),
+                 "end_cycle": None}
+        self.region_log.append(entry)
         if hit:
-            resume(self._set_trace)(1)
+            resume(self.aset_trace)(1)
         try:
             yield
         finally:
             if hit:
-                resume(self._set_trace)(0)
+                resume(self.aset_trace)(0)
+            entry["end_cycle"] = resume(self._now)()
 
-    async def _set_trace(self, on: int) -> None:
+    async def aset_trace(self, on: int) -> None:
+        """Drive ``tb_top.trace_on`` (read by traced builds only); from a coroutine."""
         self.dut.trace_on.value = on
+
+    async def _now(self) -> int:
+        return self.cycle
 
     @property
     def cycle(self) -> int:

@@ -30,7 +30,7 @@ from cosim.waves.counters import (
     counter_delta,
     load_counters,
 )
-from cosim.waves.gtkwave import GTKW_GROUPS, gtkw_text, write_gtkw
+from cosim.waves.gtkwave import GTKW_GROUPS, GTKW_MARKERS, gtkw_text, load_regions, write_gtkw
 from cosim.waves.signals import (
     EngineProbes,
     NpuSignals,
@@ -45,5 +45,5 @@ __all__ = [
     "find_npu_scope", "NpuSignals", "EngineProbes", "VcdProbeError", "locate_signals",
     "EngineStats", "Summary", "summarize", "CounterCheck", "check_counters", "counter_delta",
     "check_counter_snapshots", "load_counters", "cut", "CutResult", "write_gtkw", "gtkw_text",
-    "GTKW_GROUPS",
+    "GTKW_GROUPS", "GTKW_MARKERS", "load_regions",
 ]

@@ -1,50 +1,123 @@
-"""GTKWave save file for a VCD of an NPU run: the NPU's signals in groups, from the file's
-own hierarchy (:func:`write_gtkw`).
+"""GTKWave save file for a waveform (VCD or FST) of an NPU run (:func:`write_gtkw`).
 
-The engines' group holds the named probes (:data:`hw.top.PROBE_FIELDS`); the other groups
-show block internals for reading the waves only: a pattern that matches nothing (the block
-changed) is reported, never an error.
+The save file opens the file zoomed to its whole time range, with a named marker (A, B, ...)
+at the start of each kernel region the run recorded (:meth:`sw.runtime.Device.region`, read
+from the ``<name>.waves.json`` that :func:`cosim.tb.harness.run_job` writes beside the
+waveform), and the NPU's signals in groups, in the order of :data:`GTKW_GROUPS`: its ports
+(clock, reset, interrupt, the AXI DRAM port channel by channel, the host's CSR port), the
+named probes of every engine (:data:`hw.top.PROBE_FIELDS`) and the counter sources the tools
+read. Nothing from inside the blocks: those names are not a contract and change with the
+hardware. A name of a group that the file lacks is reported, never an error.
 """
 
 from __future__ import annotations
 
-import re
+import json
+import math
+from fractions import Fraction
 from pathlib import Path
 
 from cosim.waves.signals import find_npu_scope
-from cosim.waves.vcd import VcdHeader, VcdVar, read_header
+from cosim.waves.vcd import VcdHeader, VcdVar, read_header, time_range
 from hw.isa import ENGINE_NAMES
+from hw.top import PROBE_FIELDS, RESOURCE_STALLS, probe_name, stall_source_name
 
-__all__ = ["GTKW_GROUPS", "gtkw_text", "write_gtkw"]
+__all__ = ["GTKW_GROUPS", "GTKW_MARKERS", "gtkw_text", "write_gtkw", "load_regions"]
 
-#: (group, [regular expressions over names relative to the NPU scope]); each pattern keeps
-#: file order. Names starting with ``$`` (Amaranth temporaries) never match. Only the probes
-#: are a contract of the hardware; the block internals are there to read the waves.
+_AXI = {"AR": ["arvalid", "arready", "arid", "araddr", "arlen", "arsize", "arburst"],
+        "R": ["rvalid", "rready", "rid", "rdata", "rresp", "rlast"],
+        "AW": ["awvalid", "awready", "awid", "awaddr", "awlen", "awsize", "awburst"],
+        "W": ["wvalid", "wready", "wdata", "wstrb", "wlast"],
+        "B": ["bvalid", "bready", "bid", "bresp"]}
+_CSR = ["awvalid", "awready", "awaddr", "wvalid", "wready", "wdata", "wstrb", "bvalid",
+        "bready", "bresp", "arvalid", "arready", "araddr", "rvalid", "rready", "rdata",
+        "rresp"]
+
+#: (group, [names relative to the NPU scope]), shown in this order, each group's signals in
+#: the order given: ports and the signals the hardware declares for the tools only.
 GTKW_GROUPS: list[tuple[str, list[str]]] = [
-    ("Clock, reset, interrupt", [r"clk", r"rst", r"irq"]),
-    ("Engines (named probes)", [rf"probe_{e}_\w+" for e in ENGINE_NAMES]),
-    ("Command processor", [r"cmdproc\.(busy|head|tail|fetch_state)", r"cmdproc\.\w+__error"]),
-    ("DMA load", [r"dma\.load__(busy|done|error)", r"dma\.load_control\.control_state",
-                  r"dma\.load_mover\.(start|finished|idle|bus_error)"]),
-    ("DMA store", [r"dma\.store__(busy|done|error)", r"dma\.store_control\.control_state",
-                   r"dma\.store_mover\.(start|finished|idle|bus_error)"]),
-    ("AXI AR", [r"mem__ar(valid|ready|id|addr|len|size|burst)"]),
-    ("AXI R", [r"mem__r(valid|ready|id|data|resp|last)"]),
-    ("AXI AW", [r"mem__aw(valid|ready|id|addr|len|size|burst)"]),
-    ("AXI W", [r"mem__w(valid|ready|data|strb|last)"]),
-    ("AXI B", [r"mem__b(valid|ready|id|resp)"]),
-    ("Systolic array", [r"tile\.matrix__(busy|done|error)", r"tile\.matrix\.\w*_state"]),
-    ("Vector unit", [r"tile\.vector__(busy|done|error)", r"tile\.vector\.(\w+\.)?\w*_state"]),
-    ("Performance counters", [r"csr\.(cycles|snapshot)", r"stall_\w+"]),
+    ("Clock, reset, interrupt", ["clk", "rst", "irq"]),
+    *[(f"Engine {e} (named probes)", [probe_name(e, f) for f in PROBE_FIELDS])
+      for e in ENGINE_NAMES],
+    *[(f"AXI {ch} (DRAM port)", [f"mem__{s}" for s in names]) for ch, names in _AXI.items()],
+    ("Host CSR port (AXI4-Lite)", [f"csr__{s}" for s in _CSR]),
+    ("Counter sources", ["csr.cycles", *[stall_source_name(e, r) for e, r in RESOURCE_STALLS]]),
 ]
 
+#: Named markers GTKWave 3.3 has (A to Z).
+GTKW_MARKERS = 26
+
+# Window of the save file and its panes, pixels; the wave pane is what is left.
+_SIZE, _SST, _SIGNALS = (1600, 900), 260, 320
+_WAVE_PIXELS = _SIZE[0] - _SST - _SIGNALS - 40
+# GTKWave 3.3.118 shows 2**-zoom / 200 time units per pixel (measured: a zoom of -10 shows
+# 5017 units over its 980-pixel wave pane, whatever the timescale).
+_UNITS_PER_PIXEL_AT_ZOOM_0 = 1 / 200
 _GTKW_BIT, _GTKW_HEX = "@28", "@22"
 _GTKW_GROUP_BEGIN, _GTKW_GROUP_END = "@800200", "@1000200"
 
 
+def load_regions(waves: Path | str) -> tuple[list[dict], float | None]:
+    """The kernel regions and the clock period (ns) from ``<stem>.waves.json`` beside a
+    waveform; ``([], None)`` if there is none."""
+    side = Path(waves).with_suffix(".waves.json")
+    if not side.is_file():
+        return [], None
+    info = json.loads(side.read_text())
+    return list(info.get("regions") or []), info.get("clock_period_ns")
+
+
+def _zoom(span: int) -> float:
+    """The zoom that shows ``span`` time units over the wave pane."""
+    return -math.log2(max(span, 1) / (_WAVE_PIXELS * _UNITS_PER_PIXEL_AT_ZOOM_0))
+
+
+def _markers(regions: list[dict], span: tuple[int, int] | None, unit_s: Fraction,
+             period_ns: float | None) -> tuple[list[tuple[int, str]], list[str]]:
+    """(time, label) of the named markers: the regions whose start cycle is in the file, the
+    first of each kernel first, then the others by time, at most :data:`GTKW_MARKERS`; and
+    notes about those left out.
+
+    Cycle ``c`` starts at time ``c * period``; a window traced from cycle ``c`` (``npu run
+    --waves-kernel``) begins with the first step dumped in it, up to a period later, so a
+    region starting in the file's first cycle gets its marker at the file's start."""
+    if not regions or span is None or not period_ns:
+        return [], []
+    period = Fraction(period_ns) / 10**9 / unit_s
+    many = {r["name"] for r in regions if r.get("occurrence", 1) > 1}
+    inside = []
+    for r in sorted(regions, key=lambda r: r["start_cycle"]):
+        t = r["start_cycle"] * period
+        if span[0] - period < t <= span[1]:
+            t = max(math.ceil(t), span[0])
+            label = r["name"] + (f":{r['occurrence']}" if r["name"] in many else "")
+            inside.append((t, label, r["name"]))
+    seen: set[str] = set()
+    firsts, rest = [], []
+    for t, label, name in inside:
+        (rest if name in seen else firsts).append((t, label))
+        seen.add(name)
+    chosen = sorted(firsts[:GTKW_MARKERS] + rest[:max(0, GTKW_MARKERS - len(firsts))])
+    left = len(inside) - len(chosen)
+    notes = [f"{left} kernel regions without a marker (GTKWave has {GTKW_MARKERS} named "
+             "markers)"] if left else []
+    return chosen, notes
+
+
+def _gtkw_name(v: VcdVar) -> str:
+    """The name GTKWave gives ``v``: a vector declared without a range (Amaranth's
+    simulator writes ``$var wire 32 # mem__araddr $end``) gets ``[width-1:0]`` appended,
+    as GTKWave 3.3 does; a save-file name it cannot find is dropped without a word."""
+    if v.width > 1 and v.msb is None and v.kind not in ("string", "real"):
+        return f"{v.path}[{v.width - 1}:0]"
+    return v.path
+
+
 def gtkw_text(header: VcdHeader, *, vcd_path: Path | str | None = None,
-              scope: str | None = None) -> tuple[str, list[str]]:
-    """Text of a GTKWave save file grouping the NPU's signals, from the VCD's hierarchy.
+              scope: str | None = None, regions: list[dict] | None = None,
+              clock_period_ns: float | None = None,
+              span: tuple[int, int] | None = None) -> tuple[str, list[str]]:
+    """Text of a GTKWave save file grouping the NPU's signals (see the module docstring).
 
     Parameters
     ----------
@@ -53,31 +126,41 @@ def gtkw_text(header: VcdHeader, *, vcd_path: Path | str | None = None,
         Written as ``[dumpfile]`` (default: the header's file).
     scope : str, optional
         NPU scope (found automatically by default).
+    regions : list of dict, optional
+        Kernel regions (``{"name", "occurrence", "start_cycle"}``, absolute cycles) to mark.
+    clock_period_ns : float, optional
+        Clock period, to place the markers (needed with ``regions``).
+    span : (int, int), optional
+        The file's first and last time (file units): the view. Default: the whole time
+        axis at GTKWave's own zoom.
 
     Returns
     -------
     (str, list of str)
-        The file text, and the patterns of :data:`GTKW_GROUPS` that matched nothing (to show
-        when the design changed).
+        The file text, and notes: names of :data:`GTKW_GROUPS` the file lacks, kernel
+        regions left without a marker.
     """
     s = find_npu_scope(header) if scope is None else scope
-    rel = {}
+    here: dict[str, VcdVar] = {}
     for v in header.vars:
-        if v.path.startswith(s + ".") and not v.name.startswith("$"):
-            rel.setdefault(v.base[len(s) + 1:], v)
+        if v.path.startswith(s + "."):
+            here.setdefault(v.base[len(s) + 1:], v)
+    path = Path(vcd_path or header.file).resolve()
     lines = ["[*] NPU signal groups, generated by cosim.waves.write_gtkw",
-             f'[dumpfile] "{Path(vcd_path or header.file).resolve()}"',
-             "[timestart] 0", "[size] 1600 900", "[signals_width] 320", "[sst_width] 260",
-             "[sst_expanded] 1"]
+             f'[dumpfile] "{path}"', f"[timestart] {span[0] if span else 0}",
+             f"[size] {_SIZE[0]} {_SIZE[1]}", f"[signals_width] {_SIGNALS}",
+             f"[sst_width] {_SST}", "[sst_expanded] 1"]
+    markers, notes = _markers(regions or [], span, header.timescale_s, clock_period_ns)
+    if span is not None:
+        named = [str(t) for t, _ in markers] + ["-1"] * (GTKW_MARKERS - len(markers))
+        lines.append(f"*{_zoom(span[1] - span[0]):.6f} -1 " + " ".join(named))
+        lines += [f"[markername] {chr(65 + i)}{label}" for i, (_, label) in enumerate(markers)]
     missing = []
-    for group, patterns in GTKW_GROUPS:
-        chosen: list[VcdVar] = []
-        for pat in patterns:
-            rx = re.compile(pat)
-            hits = [v for name, v in rel.items() if rx.fullmatch(name) and v not in chosen]
-            if not hits:
-                missing.append(f"{group}: {pat}")
-            chosen += hits
+    for group, names in GTKW_GROUPS:
+        chosen = [here[n] for n in names if n in here]
+        lacks = [n for n in names if n not in here]
+        if lacks:
+            missing.append(f"{group}: no {', '.join(lacks)}")
         if not chosen:
             continue
         lines += [_GTKW_GROUP_BEGIN, f"-{group}"]
@@ -87,18 +170,22 @@ def gtkw_text(header: VcdHeader, *, vcd_path: Path | str | None = None,
             if want != fmt:
                 lines.append(want)
                 fmt = want
-            lines.append(v.path)
+            lines.append(_gtkw_name(v))
         lines += [_GTKW_GROUP_END, f"-{group}"]
-    return "\n".join(lines) + "\n", missing
+    return "\n".join(lines) + "\n", missing + notes
 
 
-def write_gtkw(vcd: Path | str, out: Path | str | None = None) -> tuple[Path, list[str]]:
-    """Write ``<vcd stem>.gtkw`` (or ``out``) beside a VCD of an NPU run.
+def write_gtkw(vcd: Path | str, out: Path | str | None = None, *,
+               regions: list[dict] | None = None,
+               clock_period_ns: float | None = None) -> tuple[Path, list[str]]:
+    """Write ``<stem>.gtkw`` (or ``out``) beside a waveform of an NPU run, zoomed to its time
+    range, with markers at the kernel regions (``regions``, default those of
+    ``<stem>.waves.json`` if it is there).
 
     Returns
     -------
     (Path, list of str)
-        The save file, and the group patterns that matched no signal.
+        The save file, and the notes of :func:`gtkw_text`.
 
     Raises
     ------
@@ -106,6 +193,11 @@ def write_gtkw(vcd: Path | str, out: Path | str | None = None) -> tuple[Path, li
     """
     vcd = Path(vcd)
     out = vcd.with_suffix(".gtkw") if out is None else Path(out)
-    text, missing = gtkw_text(read_header(vcd), vcd_path=vcd)
+    header = read_header(vcd)
+    if regions is None:
+        regions, side_period = load_regions(vcd)
+        clock_period_ns = clock_period_ns or side_period
+    text, notes = gtkw_text(header, vcd_path=vcd, regions=regions,
+                            clock_period_ns=clock_period_ns, span=time_range(vcd, header))
     out.write_text(text)
-    return out, missing
+    return out, notes

@@ -1,54 +1,38 @@
-"""Summary of a VCD of an NPU run: engine busy timelines, commands, stalls and AXI traffic,
-streamed at the rising edges of the clock (:func:`summarize`).
+"""Summary of a waveform (VCD or FST) of an NPU run: engine busy timelines, commands, stalls
+and AXI traffic, sampled at the rising edges of the clock (:func:`summarize`).
 
-Cycle ``n`` is the ``n``-th rising edge (``0`` -> ``1``) of ``clk`` in the file, counted from
-0; values are sampled just before it. The signals are those of :mod:`cosim.waves.signals`
-(named probes, AXI port, ``csr.cycles``, resource stall copies); every figure is counted as
-the performance counter of the same name counts it (:func:`hw.top.counter_events`).
+Cycles are absolute: the rising edge at time ``t`` ends cycle ``ceil(t / period) - 1``
+(:func:`cosim.waves.vcd.edge_cycles`), the cycle numbering of the co-simulation
+(``RtlBackend.cycle``, ``npu run --waves-from``), whatever window of the run the file holds;
+values are sampled just before the edge. The signals are those of
+:mod:`cosim.waves.signals` (named probes, AXI port, ``csr.cycles``, resource stall copies);
+every figure is counted as the performance counter of the same name counts it
+(:func:`hw.top.counter_events`, :mod:`cosim.waves.tally`).
 """
 
 from __future__ import annotations
 
-import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from cosim.waves.signals import AXI_CHANNELS, EngineProbes, NpuSignals, locate_signals
-from cosim.waves.vcd import ClockSampler, VcdError, VcdSignalError, read_header, stream, to_int
+import numpy as np
+
+from cosim.waves.signals import NpuSignals, locate_signals
+from cosim.waves.tally import EngineStats, Tally, Window
+from cosim.waves.vcd import (
+    EdgeSampler,
+    VcdEmptyError,
+    VcdError,
+    VcdHeader,
+    VcdSignalError,
+    changes,
+    edge_cycles,
+    read_header,
+    selection,
+)
 
 __all__ = ["EngineStats", "Summary", "summarize"]
-
-@dataclass
-class EngineStats:
-    """Activity of one engine over the summarised window.
-
-    Attributes
-    ----------
-    busy_cycles : int
-        Cycles with ``busy`` high.
-    unknown_cycles : int
-        Cycles with ``busy`` x/z (e.g. during ``$dumpoff``).
-    intervals : list of (int, int)
-        Busy periods ``[start, end)`` in cycles.
-    commands : int
-        Commands taken (the ``take`` probe).
-    retired : int
-        ``done`` pulses.
-    records : list of dict
-        One per retired command: ``{engine, index, opcode, start_cycle, end_cycle, queue}``
-        (index, opcode and queue from the probes in the ``done`` cycle; ``None`` if x).
-    stalls : dict
-        Stall reason -> cycles: ``sem`` (the ``sem_stall`` probe), then the resource reasons
-        whose ``stall_<engine>_<reason>`` sources are in the file, counted while busy.
-    """
-    busy_cycles: int = 0
-    unknown_cycles: int = 0
-    intervals: list[tuple[int, int]] = field(default_factory=list)
-    commands: int = 0
-    retired: int = 0
-    records: list[dict] = field(default_factory=list)
-    stalls: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -61,10 +45,10 @@ class Summary:
     scope : str
     timescale_s : Fraction
         Seconds per VCD time unit.
-    period : int or None
-        Clock period in VCD time units (``None`` with fewer than two edges).
+    period : int
+        Clock period in file time units (between the first two rising edges).
     first_cycle : int
-        First cycle counted (index of a rising edge).
+        First cycle counted (absolute, see the module docstring).
     cycles : int
         Cycles counted (rising edges in the window).
     dma_busy, overlap : int
@@ -82,11 +66,16 @@ class Summary:
         ``rid`` -> bytes read.
     bus_bytes : int
         Bytes per data beat.
+    dma_busy, overlap : int
+    counter_window : (int, int) or None
+        The window in ``CYCLES`` values, when summarised by counter.
+    end_cycle : int
+        One past the last cycle counted.
     """
     file: Path
     scope: str
     timescale_s: Fraction
-    period: int | None
+    period: int
     first_cycle: int
     cycles: int
     engines: dict[str, EngineStats]
@@ -98,6 +87,7 @@ class Summary:
     dma_busy: int = 0
     overlap: int = 0
     counter_window: tuple[int, int] | None = None
+    end_cycle: int = 0
 
     def utilization(self, engine: str) -> float:
         """Busy cycles / cycles of ``engine`` (0.0 for an empty window)."""
@@ -138,7 +128,8 @@ class Summary:
             "file": str(self.file), "scope": self.scope,
             "period_ns": None if self.period is None
             else float(self.period * self.timescale_s * 10**9),
-            "first_cycle": self.first_cycle, "counter_window": self.counter_window,
+            "first_cycle": self.first_cycle, "end_cycle": self.end_cycle,
+            "counter_window": self.counter_window,
             "figures": self.figures(),
             "utilization": {k: self.utilization(k) for k in self.engines},
             "intervals": {k: e.intervals for k, e in self.engines.items()},
@@ -153,11 +144,11 @@ class Summary:
         c = max(self.cycles, 1)
         period = "?" if self.period is None else f"{float(self.period * self.timescale_s * 1e9):g}"
         lines = [f"{self.file}: scope {self.scope}, clock period {period} ns, "
-                 f"{self.cycles} cycles (from cycle {self.first_cycle}"
+                 f"{self.cycles} cycles (cycles {self.first_cycle}..{self.end_cycle - 1}"
                  + (f"; CYCLES {self.counter_window[0]}..{self.counter_window[1]}"
                     if self.counter_window else "") + ")", "",
                  f"{'engine':<8} {'busy':>8} {'util':>7} {'cmds':>5} {'done':>5}  timeline "
-                 f"(cycles {self.first_cycle}..{self.first_cycle + self.cycles}, "
+                 f"(cycles {self.first_cycle}..{self.end_cycle}, "
                  f"'#' busy, '+' >50%, '.' some)"]
         for name, e in self.engines.items():
             unk = f" (+{e.unknown_cycles} x)" if e.unknown_cycles else ""
@@ -189,7 +180,7 @@ class Summary:
     def _bar(self, intervals: list[tuple[int, int]], width: int) -> str:
         if not self.cycles:
             return " " * width
-        lo, n = self.first_cycle, self.cycles
+        lo, n = self.first_cycle, max(self.end_cycle - self.first_cycle, 1)
         busy = [0.0] * width
         for a, b in intervals:
             for col in range((a - lo) * width // n, min(width, ((b - lo) * width - 1) // n + 1)):
@@ -200,138 +191,6 @@ class Summary:
                        for f in busy)
 
 
-class _Stop(Exception):
-    """Raised from a callback to end streaming at the window end."""
-
-
-class _Window:
-    """Which sampled cycles count: rising-edge indices ``[lo, hi)`` (``cycles_id`` None), or
-    cycles whose sampled ``CYCLES`` value is in ``[lo, hi)``."""
-
-    def __init__(self, lo: int, hi: int | None, cycles_id: str | None):
-        self.lo, self.hi, self.cycles_id = lo, hi, cycles_id
-
-    def admits(self, cycle: int, vals: dict[str, str]) -> bool:
-        """Whether ``cycle`` counts; raises :class:`_Stop` past the window."""
-        now = cycle if self.cycles_id is None else to_int(vals[self.cycles_id])
-        if now is None or now < self.lo:
-            return False
-        if self.hi is not None and now >= self.hi:
-            raise _Stop
-        return True
-
-
-class _EngineTally:
-    """Counts one engine's probes, cycle by cycle."""
-
-    def __init__(self, name: str, probes: EngineProbes, stalls: dict[str, str], lo: int):
-        self.name = name
-        self.stats = EngineStats(stalls={"sem": 0} | dict.fromkeys(stalls, 0))
-        self.busy, self.done, self.take = probes.busy.id, probes.done.id, probes.take.id
-        self.sem = probes.sem_stall.id
-        self.record_ids = (probes.index.id, probes.opcode.id, probes.queue.id)
-        self.resource = list(stalls.items())    # (reason, source id)
-        self.lo = lo
-        self.open_since: int | None = None
-        self.taken_at: int | None = None
-
-    def sample(self, cycle: int, vals: dict[str, str]) -> None:
-        st = self.stats
-        busy = vals[self.busy]
-        if busy == "1":
-            st.busy_cycles += 1
-            if self.open_since is None:
-                self.open_since = cycle
-        else:
-            if busy != "0":
-                st.unknown_cycles += 1
-            self.close(cycle)
-        if vals[self.take] == "1":
-            st.commands += 1
-            self.taken_at = cycle
-        if vals[self.done] == "1":
-            self.retire(cycle, vals)
-        if vals[self.sem] == "1":
-            st.stalls["sem"] += 1
-        if busy == "1":
-            for reason, bit in self.resource:
-                if vals[bit] == "1":
-                    st.stalls[reason] += 1
-
-    def retire(self, cycle: int, vals: dict[str, str]) -> None:
-        index, opcode, queue = (to_int(vals[i]) for i in self.record_ids)
-        start = self.lo if self.taken_at is None else self.taken_at
-        self.taken_at = None
-        self.stats.retired += 1
-        self.stats.records.append({"engine": self.name, "index": index, "opcode": opcode,
-                                   "start_cycle": start, "end_cycle": cycle + 1,
-                                   "queue": queue})
-
-    def close(self, cycle: int) -> None:
-        """End a busy interval open before ``cycle``."""
-        if self.open_since is not None:
-            self.stats.intervals.append((self.open_since, cycle))
-            self.open_since = None
-
-
-class _Tally:
-    """Everything :func:`summarize` counts, fed by :class:`ClockSampler` (``on_cycle``)."""
-
-    def __init__(self, sig: NpuSignals, window: _Window):
-        self.window = window
-        self.engines = {}
-        for name, probes in sig.engines.items():
-            stalls = {key.split(".")[2]: v.id for key, v in sig.stalls.items()
-                      if key.split(".")[1] == name}
-            self.engines[name] = _EngineTally(name, probes, stalls, window.lo)
-        busy = {name: e.busy.id for name, e in sig.engines.items()}
-        self.dma_ids = [busy[n] for n in ("load", "store", "matrix")]
-        self.chans = [(ch, v.id, r.id) for ch, (v, r) in sig.axi.items()]
-        self.wstrb_id, self.rid_id = sig.wstrb.id, sig.rid.id if sig.rid else None
-        self.bus_bytes = sig.bus_bytes
-        self.handshakes = dict.fromkeys(AXI_CHANNELS, 0)
-        self.r_bytes = self.w_bytes = self.dma_busy = self.overlap = 0
-        self.r_by_id: dict[int, int] = {}
-        self.cycles = 0
-        self.first: int | None = None
-        self.last = window.lo - 1
-
-    def on_cycle(self, cycle: int, time: int, vals: dict[str, str]) -> None:
-        if not self.window.admits(cycle, vals):
-            return
-        self.cycles += 1
-        self.last = cycle
-        if self.first is None:
-            self.first = cycle
-        for e in self.engines.values():
-            e.sample(cycle, vals)
-        load, store, matrix = (vals[i] == "1" for i in self.dma_ids)
-        if load or store:
-            self.dma_busy += 1
-            self.overlap += matrix
-        for ch, v, r in self.chans:
-            if vals[v] == "1" and vals[r] == "1":
-                self.handshakes[ch] += 1
-                self.beat(ch, vals)
-
-    def beat(self, ch: str, vals: dict[str, str]) -> None:
-        """Bytes of one R or W handshake."""
-        if ch == "r":
-            self.r_bytes += self.bus_bytes
-            if self.rid_id is not None:
-                k = to_int(vals[self.rid_id])
-                self.r_by_id[k] = self.r_by_id.get(k, 0) + self.bus_bytes
-        elif ch == "w":
-            strb = to_int(vals[self.wstrb_id])
-            self.w_bytes += bin(strb).count("1") if strb is not None else 0
-
-    def finish(self) -> dict[str, EngineStats]:
-        """Close the busy intervals still open after the last cycle counted."""
-        for e in self.engines.values():
-            e.close(self.last + 1)
-        return {name: e.stats for name, e in self.engines.items()}
-
-
 def _check_window(unit: str, start: int | None, end: int | None) -> None:
     if unit not in ("cycle", "counter"):
         raise ValueError(f"unit must be 'cycle' or 'counter', not {unit!r}")
@@ -340,23 +199,65 @@ def _check_window(unit: str, start: int | None, end: int | None) -> None:
     if unit == "counter" and start < 1:
         raise ValueError(f"a window in counter cycles starts after reset (start >= 1, not "
                          f"{start}): CYCLES also reads 0 during reset")
+    if start is not None and end is not None and end <= start:
+        raise ValueError(f"the window [{start}, {end}) is empty")
+
+
+class _Edges:
+    """Batches of sampled rising edges with their absolute cycles: the first edges wait
+    until the second gives the period."""
+
+    def __init__(self, path: Path, header: VcdHeader, sig: NpuSignals, fast: bool):
+        signals = [v for v in sig.all() if v is not sig.rdata]   # only its width is used
+        self.ids = selection(signals)
+        self.slot = {ident: k for k, ident in enumerate(self.ids)}
+        self.sampler = EdgeSampler(len(self.ids), self.slot[sig.clock.id])
+        self.path, self.header, self.fast = path, header, fast
+        self.period: int | None = None
+        self.first_edge: int | None = None
+        self.seen: tuple[int, int] | None = None        # cycles of the file's first, last edge
+
+    def __iter__(self):
+        waiting: list[tuple[np.ndarray, np.ndarray]] = []
+        for batch in changes(self.path, self.header, self.ids, fast=self.fast):
+            times, samples = self.sampler.feed(batch)
+            if not len(times):
+                continue
+            if self.period is None:
+                waiting.append((times, samples))
+                times = np.concatenate([t for t, _ in waiting])
+                if len(times) < 2:
+                    continue
+                self.period = int(times[1] - times[0])
+                if self.period <= 0:
+                    raise VcdError(f"{self.path}: the clock's rising edges at {times[0]} and "
+                                   f"{times[1]} give no period")
+                samples = np.concatenate([s for _, s in waiting])
+                waiting = []
+            cyc = edge_cycles(times, self.period)
+            self.seen = (self.seen[0] if self.seen else int(cyc[0]), int(cyc[-1]))
+            yield cyc, samples
 
 
 def summarize(path: Path | str, *, start: int | None = None, end: int | None = None,
-              scope: str | None = None, unit: str = "cycle") -> Summary:
-    """Stream a VCD of an NPU run and measure engine activity, stalls and AXI traffic.
+              scope: str | None = None, unit: str = "cycle", fast: bool = True) -> Summary:
+    """Read a waveform of an NPU run (VCD or FST) and measure engine activity, stalls and
+    AXI traffic.
 
     Parameters
     ----------
     path : Path or str
     start, end : int, optional
-        The window ``[start, end)``: rising-edge indices from 0 (``unit="cycle"``), or
-        values of the NPU's ``CYCLES`` counter sampled at the edges (``unit="counter"``,
-        needs ``csr.cycles`` in the file; the window of a counter snapshot pair is
-        ``[before["cycles"], after["cycles"])``).
+        The window ``[start, end)``: absolute cycles (``unit="cycle"``, see the module
+        docstring; the file may hold any window of the run), or values of the NPU's
+        ``CYCLES`` counter sampled at the edges (``unit="counter"``, needs ``csr.cycles`` in
+        the file; the window of a counter snapshot pair is ``[before["cycles"],
+        after["cycles"])``).
     scope : str, optional
         The NPU instance scope (found automatically by default).
     unit : {"cycle", "counter"}
+    fast : bool
+        ``False`` reads every line with the checked reader (same results; for cross-checks).
 
     Returns
     -------
@@ -365,14 +266,17 @@ def summarize(path: Path | str, *, start: int | None = None, end: int | None = N
     Raises
     ------
     ValueError
-        For an unknown ``unit``, or ``unit="counter"`` without both ends or with
-        ``start < 1``.
+        For an unknown ``unit``, an empty window, or ``unit="counter"`` without both ends or
+        with ``start < 1``.
     VcdFormatError
         If the file is malformed (with the line).
     VcdProbeError
-        If the VCD lacks the named probes (it predates them; the message names them).
+        If the file lacks the named probes (it predates them; the message names them).
     VcdSignalError
         If another required signal is missing.
+    VcdEmptyError
+        If the file has fewer than two rising edges of the clock (empty or header only), or
+        no cycle of the file is in the window.
     VcdError
         With ``unit="counter"``, if the file does not hold every cycle of the window.
     """
@@ -384,17 +288,31 @@ def summarize(path: Path | str, *, start: int | None = None, end: int | None = N
     if by_counter and sig.cycles is None:
         raise VcdSignalError(f"{sig.scope}.csr.cycles", (v.path for v in header.vars
                                                          if v.name.startswith("cycles")))
-    lo = 0 if start is None else start
-    tally = _Tally(sig, _Window(lo, end, sig.cycles.id if by_counter else None))
-    sampler = ClockSampler(sig.clock, sig.all(), tally.on_cycle)
-    with contextlib.suppress(_Stop):
-        stream(path, header, sig.all(), sampler.step, with_previous=True)
-    if by_counter and tally.cycles != end - lo:
-        raise VcdError(f"{path}: the counter window [{lo}, {end}) has {end - lo} cycles, the "
-                       f"file holds {tally.cycles} of them (CYCLES x, or outside the dump)")
+    edges = _Edges(path, header, sig, fast)
+    window = Window(start, end, edges.slot[sig.cycles.id] if by_counter else None)
+    tally = Tally(sig, edges.slot, window)
+    for cyc, samples in edges:
+        tally.feed(cyc, samples)
+        if window.done:
+            break
+    _check_counted(path, sig, edges, tally, start, end, unit)
     engines = tally.finish()
-    first = tally.first if by_counter and tally.first is not None else lo
-    return Summary(path, sig.scope, header.timescale_s, sampler.period, first, tally.cycles,
-                   engines, tally.handshakes, tally.r_bytes, tally.w_bytes, tally.r_by_id,
-                   tally.bus_bytes, tally.dma_busy, tally.overlap,
-                   (lo, end) if by_counter else None)
+    return Summary(path, sig.scope, header.timescale_s, edges.period, tally.first,
+                   tally.cycles, engines, tally.handshakes, tally.r_bytes, tally.w_bytes,
+                   tally.r_by_id, tally.bus_bytes, tally.dma_busy, tally.overlap,
+                   (start, end) if by_counter else None, tally.last + 1)
+
+
+def _check_counted(path: Path, sig: NpuSignals, edges: _Edges, tally: Tally,
+                   start: int | None, end: int | None, unit: str) -> None:
+    if edges.period is None:
+        raise VcdEmptyError(f"{path}: fewer than two rising edges of {sig.clock.path}: "
+                            "nothing to summarize (an empty or header-only file?)")
+    if unit == "counter" and tally.cycles != end - start:
+        raise VcdError(f"{path}: the counter window [{start}, {end}) has {end - start} "
+                       f"cycles, the file holds {tally.cycles} of them (CYCLES x, or outside "
+                       "the dump)")
+    if not tally.cycles:
+        first, last = edges.seen if edges.seen else (None, None)
+        raise VcdEmptyError(f"{path}: no cycle of the file is in the window "
+                            f"[{start}, {end}) (the file holds cycles {first}..{last})")

@@ -1,4 +1,4 @@
-"""Windowing: copy a window of a VCD (in clock cycles or time units) into a smaller,
+"""Windowing: copy a window of a VCD (in absolute clock cycles or time units) into a smaller,
 self-contained VCD (:func:`cut`)."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
+
 from cosim.waves.signals import locate_signals
 from cosim.waves.vcd import (
     ClockSampler,
@@ -15,6 +17,7 @@ from cosim.waves.vcd import (
     VcdError,
     VcdHeader,
     VcdVar,
+    edge_cycles,
     format_change,
     read_header,
     stream,
@@ -73,12 +76,14 @@ def _check_window(start: int, end: int, unit: str) -> None:
 
 def _window_times(src: Path, header: VcdHeader, start: int, end: int, unit: str,
                   clock: str | None) -> tuple[int, int]:
-    """The window ``[t0, t1]`` in time units."""
+    """The window ``[t0, t1]`` in time units: for cycles, from the rising edge that ends
+    cycle ``start`` to just before the one that ends cycle ``end``."""
     if unit == "time":
         return start, end
     clk = header.find(clock) if clock else locate_signals(header).clock
     first, period = _clock_timing(src, header, clk)
-    return first + start * period, first + end * period - 1
+    c0 = int(edge_cycles(np.array([first]), period)[0])
+    return first + (start - c0) * period, first + (end - c0) * period - 1
 
 
 class _Cutter:
@@ -149,9 +154,9 @@ def cut(src: Path | str, dst: Path | str, start: int, end: int, *, unit: str = "
     The header is copied unchanged (plus a ``$comment`` naming the window). A ``$dumpvars``
     at the last timestamp before the window gives every variable the value it holds when the
     window opens (so a rising edge at the window start stays an edge), then the value changes
-    inside the window follow, one per line; times stay absolute. For cycles, the window holds
-    the rising edges ``start .. end - 1``, so ``summarize(cut_file)`` equals
-    ``summarize(src, start=start, end=end)`` (with cycles renumbered from 0).
+    inside the window follow, one per line; times stay absolute, and so do cycles. For
+    cycles, the window holds the rising edges that end cycles ``start .. end - 1``, so
+    ``summarize(cut_file)`` equals ``summarize(src, start=start, end=end)``.
     The source is streamed once and reading stops at the window end; memory holds one value
     per identifier code.
 
@@ -159,8 +164,9 @@ def cut(src: Path | str, dst: Path | str, start: int, end: int, *, unit: str = "
     ----------
     src, dst : Path or str
     start, end : int
-        In cycles (``unit="cycle"``: rising-edge indices of the clock, counted from 0; the
-        window is ``[start, end)``) or VCD time units (``unit="time"``; ``[start, end]``).
+        In absolute cycles (``unit="cycle"``, numbered as by :func:`cosim.waves.summarize`;
+        the window is ``[start, end)``) or VCD time units (``unit="time"``;
+        ``[start, end]``).
     unit : {"cycle", "time"}
     clock : str, optional
         Dotted clock name for ``unit="cycle"`` (default: the NPU's ``clk``).
@@ -183,6 +189,9 @@ def cut(src: Path | str, dst: Path | str, start: int, end: int, *, unit: str = "
     src, dst = Path(src), Path(dst)
     _check_window(start, end, unit)
     header = read_header(src)
+    if header.format != "vcd":
+        raise VcdError(f"{src}: cut copies VCD text; this is an {header.format.upper()} file "
+                       "(trace the window with npu run --waves-from/--waves-to instead)")
     t0, t1 = _window_times(src, header, start, end, unit, clock)
     comment = f"$comment window {t0}..{t1} ({start}..{end} {unit}s) of {src.name} $end\n"
     with VcdBody(src, header) as body, \

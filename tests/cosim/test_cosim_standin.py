@@ -7,8 +7,8 @@ run inside the simulator (``tests/support/cosim_jobs.py``) and come back as the 
 
 import pytest
 
-from cosim.build import CosimBuildError, build_sim
-from cosim.tb.harness import CosimJobError, run_job, run_on_rtl
+from cosim.build import WAVES_ROOT, CosimBuildError, build_sim
+from cosim.tb.harness import CosimJobError, run_job, run_on_rtl, waves_dir
 from hw.config import NPUConfig
 from hw.isa import CSR_ID_VALUE
 from tests.support.cosim_jobs import STATUS_BRESP, STATUS_RRESP
@@ -94,10 +94,14 @@ def test_unknown_design_is_a_build_error():
         build_sim(CONFIG, design="tests.no_such_module:X")
 
 
-def test_waves_go_to_waves_dir():
+def test_waves_go_to_waves_dir(monkeypatch):
+    """Runs write waves/<name>.vcd, and the test suite's runs a temporary directory instead
+    (tests/conftest.py sets NPU_WAVES_DIR): never the repository's waves/."""
     r = run("smoke", name="test_cosim_waves", waves=True)
     assert r.waves is not None and r.waves.name == "test_cosim_waves.vcd"
-    assert r.waves.parent.name == "waves"
+    assert r.waves.parent == waves_dir() != WAVES_ROOT
+    monkeypatch.delenv("NPU_WAVES_DIR")
+    assert waves_dir() == WAVES_ROOT and WAVES_ROOT.name == "waves"
     head = r.waves.read_text(errors="replace")[:200_000]
     assert "csr__awvalid" in head and "u_dram" in head
     assert not (r.run_dir / "dump.vcd").exists()

@@ -1,6 +1,12 @@
-"""The streaming VCD reader (cosim.waves.vcd) on hand-written tricky files in tests/data/."""
+"""The streaming VCD reader (cosim.waves.vcd) on hand-written tricky files in tests/data/.
+
+Every file is read twice, by the fast reader (numpy scan, the checked reader for irregular
+stretches) and by the checked reader alone (``fast=False``): both must give the same steps,
+warnings and errors. Values are canonical (``canonical``): ints, full-width x/z strings,
+floats, texts."""
 
 import re
+import warnings
 from fractions import Fraction
 from pathlib import Path
 
@@ -13,31 +19,49 @@ from cosim.waves.vcd import (
     VcdSignalError,
     VcdSkippedLineWarning,
     VcdValueError,
+    VcdVar,
     VcdWidthWarning,
+    canonical,
     parse_timescale,
     read_header,
+    scan,
     stream,
     to_float,
     to_int,
 )
+from cosim.waves.vcd.scan import vcd_changes
 
 DATA = Path(__file__).parents[1] / "data"
 
 
-def changes(path: Path, names: list[str]) -> list[tuple[int, dict[str, str]]]:
-    """(time, values by name) at the end of every timestamp where one of ``names`` changed."""
+def changes(path: Path, names: list[str]) -> list[tuple[int, dict[str, object]]]:
+    """(time, canonical values by name) at the end of every timestamp where one of ``names``
+    changed, read by both readers (which must agree, warnings included)."""
+    got = []
+    for fast in (True, False):
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            got.append((_changes(path, names, fast), [(w.category, str(w.message))
+                                                         for w in rec]))
+    assert got[0] == got[1], "the fast and the checked reader differ"
+    for category, message in got[0][1]:     # the warnings once more, for pytest.warns
+        warnings.warn(category(message), stacklevel=2)
+    return got[0][0]
+
+
+def _changes(path: Path, names: list[str], fast: bool) -> list[tuple[int, dict[str, object]]]:
     header = read_header(path)
     vars_ = {n: header.find(n) for n in names}
-    out: list[tuple[int, dict[str, str]]] = []
+    out: list[tuple[int, dict[str, object]]] = []
 
-    def step(t: int, vals: dict[str, str]) -> None:
-        snap = {n: vals.get(v.id, "x") for n, v in vars_.items()}
+    def step(t: int, vals: dict[str, object]) -> None:
+        snap = {n: vals.get(v.id) for n, v in vars_.items()}
         if out and out[-1][0] == t:
             out[-1] = (t, snap)
         elif not out or out[-1][1] != snap:
             out.append((t, snap))
 
-    stream(path, header, vars_.values(), step)
+    stream(path, header, vars_.values(), step, fast=fast)
     return out
 
 
@@ -48,16 +72,16 @@ def test_aliases_share_one_code_and_values():
     assert h.timescale_s == Fraction(1, 10**9)
     got = changes(DATA / "vcd_aliases.vcd", ["top.a.busy", "top.b.busy_alias",
                                              "top.b.data_alias[7:0]"])
-    assert got[-1] == (15, {"top.a.busy": "0", "top.b.busy_alias": "0",
-                            "top.b.data_alias[7:0]": "10100101"})
-    assert (5, {"top.a.busy": "1", "top.b.busy_alias": "1",
-                "top.b.data_alias[7:0]": "10100101"}) in got
+    assert got[-1] == (15, {"top.a.busy": 0, "top.b.busy_alias": 0,
+                            "top.b.data_alias[7:0]": 0b10100101})
+    assert (5, {"top.a.busy": 1, "top.b.busy_alias": 1,
+                "top.b.data_alias[7:0]": 0b10100101}) in got
     # sampling at rising edges sees the alias exactly like the original
     seen = []
     clk, busy = h.find("top.clk"), h.find("top.b.busy_alias")
     sampler = ClockSampler(clk, [busy], lambda c, t, v: seen.append((c, t, v[busy.id])))
     stream(DATA / "vcd_aliases.vcd", h, [clk, busy], sampler.step, with_previous=True)
-    assert seen == [(0, 10, "1"), (1, 20, "0")]
+    assert seen == [(0, 10, 1), (1, 20, 0)]
 
 
 def test_escaped_and_bracketed_names():
@@ -77,9 +101,9 @@ def test_escaped_and_bracketed_names():
     assert h.find(f"{s}.payload.header.flags").width == 2
     got = changes(DATA / "vcd_names.vcd", [f"{s}.foo[3]", f"{s}.bus", f"{s}.addr$21",
                                            f"{s}.payload.header.flags"])
-    assert got[0] == (0, {f"{s}.foo[3]": "1", f"{s}.bus": "11110000", f"{s}.addr$21": "1111111",
-                          f"{s}.payload.header.flags": "10"})
-    assert got[-1][1][f"{s}.foo[3]"] == "0"
+    assert got[0] == (0, {f"{s}.foo[3]": 1, f"{s}.bus": 0b11110000, f"{s}.addr$21": 0b1111111,
+                          f"{s}.payload.header.flags": 0b10})
+    assert got[-1][1][f"{s}.foo[3]"] == 0
     with pytest.raises(VcdSignalError, match="similar: top.inst.with.dots.bus"):
         h.find("top.bus")
 
@@ -90,13 +114,14 @@ def test_x_z_and_wide_vectors():
     assert h.find("top.wide").width == 128
     names = ["top.s", "top.wide", "top.short", "top.unknown", "top.hiz"]
     got = dict(changes(DATA / "vcd_xz_wide.vcd", names))
-    assert got[0] == {"top.s": "x", "top.wide": "x", "top.short": "101",
+    assert got[0] == {"top.s": "x", "top.wide": "x" * 128, "top.short": 0b101,
                       "top.unknown": "zzzz0000", "top.hiz": "z"}
     assert [to_int(v) for v in got[0].values()] == [None, None, 5, None, None]
     assert to_int(got[1]["top.wide"]) == (1 << 127) | 1
-    assert to_int(got[1]["top.short"]) is None          # bx1: x-extended
+    assert got[1]["top.short"] == "xxxxxxx1"           # bx1: x-extended
+    assert to_int(got[1]["top.short"]) is None
     assert to_int(got[1]["top.unknown"]) == 0
-    assert got[2]["top.s"] == "0" and got[2]["top.hiz"] == "1"  # changes on the '#' line
+    assert got[2]["top.s"] == 0 and got[2]["top.hiz"] == 1  # changes on the '#' line
 
 
 def test_string_and_real_variables():
@@ -105,9 +130,9 @@ def test_string_and_real_variables():
     assert h.find("top.state_name").kind == "string"
     assert h.find("top.temperature").kind == "real"
     got = changes(DATA / "vcd_strings.vcd", ["top.state_name", "top.temperature"])
-    assert got == [(0, {"top.state_name": "IDLE", "top.temperature": "36.6"}),
-                   (7, {"top.state_name": "FETCH_HEADER", "top.temperature": "36.6"}),
-                   (14, {"top.state_name": "DONE", "top.temperature": "-1.5e3"})]
+    assert got == [(0, {"top.state_name": "IDLE", "top.temperature": 36.6}),
+                   (7, {"top.state_name": "FETCH_HEADER", "top.temperature": 36.6}),
+                   (14, {"top.state_name": "DONE", "top.temperature": -1.5e3})]
     assert h.timescale_s == Fraction(1, 10**13)
 
 
@@ -136,15 +161,15 @@ def test_zero_timescale_file_names_it():
 def test_timescale_split_across_lines():
     h = read_header(DATA / "vcd_timescale_split.vcd")
     assert (h.timescale_s, h.timescale) == (Fraction(1, 10**9), "1 ns")
-    assert changes(DATA / "vcd_timescale_split.vcd", ["top.clk"])[-1] == (3, {"top.clk": "0"})
+    assert changes(DATA / "vcd_timescale_split.vcd", ["top.clk"])[-1] == (3, {"top.clk": 0})
 
 
 def test_dumpoff_makes_values_unknown():
     h = read_header(DATA / "vcd_dumpoff.vcd")
     got = dict(changes(DATA / "vcd_dumpoff.vcd", ["top.busy", "top.count"]))
-    assert got[0] == {"top.busy": "1", "top.count": "0011"}
-    assert got[10] == {"top.busy": "x", "top.count": "x"}
-    assert got[30] == {"top.busy": "0", "top.count": "0110"}
+    assert got[0] == {"top.busy": 1, "top.count": 0b0011}
+    assert got[10] == {"top.busy": "x", "top.count": "xxxx"}
+    assert got[30] == {"top.busy": 0, "top.count": 0b0110}
     # no rising edge is seen while dumping is off (clk is x); one after $dumpon (x -> 1 is
     # not an edge) -- so the cycle count never invents cycles inside the gap
     edges = []
@@ -169,7 +194,7 @@ def test_malformed_body_line_is_skipped_with_its_line_number():
     with pytest.warns(VcdSkippedLineWarning,
                       match=r"vcd_bad_body.vcd:9: skipped malformed line 'b1010'"):
         got = changes(DATA / "vcd_bad_body.vcd", ["top.clk", "top.data"])
-    assert got[-1] == (5, {"top.clk": "0", "top.data": "x"})     # read on after line 9
+    assert got[-1] == (5, {"top.clk": 0, "top.data": None})     # read on after line 9
 
 
 def test_malformed_value_lines_are_skipped_and_named():
@@ -181,9 +206,9 @@ def test_malformed_value_lines_are_skipped_and_named():
                        str(w.message)).groups() for w in rec]
     assert named == [("14", "b1010"), ("15", 'b10102 "'), ("16", "rabc #"), ("17", "1?"),
                      ("18", "hello world"), ("19", "$dumpports"), ("23", "1")]
-    assert got[5] == {"top.clk": "0", "top.data": "00000001", "top.level": "0.5"}
-    assert got[10] == {"top.clk": "1", "top.data": "00000011", "top.level": "0.5"}  # '#' line
-    assert got[20] == {"top.clk": "1", "top.data": "00000100", "top.level": "2"}
+    assert got[5] == {"top.clk": 0, "top.data": 0b00000001, "top.level": 0.5}
+    assert got[10] == {"top.clk": 1, "top.data": 0b00000011, "top.level": 0.5}  # '#' line
+    assert got[20] == {"top.clk": 1, "top.data": 0b00000100, "top.level": 2.0}
     h = read_header(path)
     edges = []
     sampler = ClockSampler(h.find("top.clk"), [], lambda c, t, v: edges.append(t))
@@ -200,7 +225,7 @@ def test_many_malformed_lines_then_one_count(tmp_path):
     seen = []
     with pytest.warns(VcdSkippedLineWarning) as rec:
         stream(p, h, h.vars, lambda t, v: seen.append(v["!"]))
-    assert len(rec) == MAX_LINE_WARNINGS + 1 and seen[-1] == "101"
+    assert len(rec) == MAX_LINE_WARNINGS + 1 and seen[-1] == 0b101
     assert [int(str(w.message).split(":")[1]) for w in rec[:-1]] == list(range(6, 16))
     assert "5 more malformed lines skipped (lines 16 .. 20; 15 in all)" in str(rec[-1].message)
 
@@ -209,7 +234,7 @@ def test_changes_on_a_dumpvars_line(tmp_path):
     p = tmp_path / "inline.vcd"
     p.write_text("$var wire 1 ! a $end\n$var wire 3 \" b [2:0] $end\n$enddefinitions $end\n"
                  "#0\n$dumpvars 1! b101 \" $end\n#4 0! b11 \"\n")
-    assert changes(p, ["a", "b"]) == [(0, {"a": "1", "b": "101"}), (4, {"a": "0", "b": "11"})]
+    assert changes(p, ["a", "b"]) == [(0, {"a": 1, "b": 0b101}), (4, {"a": 0, "b": 0b11})]
 
 
 def test_escaped_names_lose_both_backslashes():
@@ -222,7 +247,7 @@ def test_escaped_names_lose_both_backslashes():
     dout = h.find("top.gen.blk.^dout")
     assert (dout.path, dout.msb, dout.lsb, dout.width) == ("top.gen.blk.^dout[3:0]", 3, 0, 4)
     assert changes(DATA / "vcd_values.vcd", ["top.gen.blk.<const0>"])[0] == (
-        0, {"top.gen.blk.<const0>": "0"})
+        0, {"top.gen.blk.<const0>": 0})
 
 
 def test_bracket_suffix_is_a_range_only_if_it_spans_the_width():
@@ -286,8 +311,8 @@ def test_wider_values_are_truncated_with_one_warning_per_variable():
     path = DATA / "vcd_wide_values.vcd"
     with pytest.warns(VcdWidthWarning) as rec:
         got = dict(changes(path, ["top.narrow", "top.other", "top.bit"]))
-    assert got[10] == {"top.narrow": "0011", "top.other": "0000", "top.bit": "0"}
-    assert got[20] == {"top.narrow": "0000", "top.other": "0000", "top.bit": "1"}
+    assert got[10] == {"top.narrow": 0b0011, "top.other": 0b0000, "top.bit": 0}
+    assert got[20] == {"top.narrow": 0b0000, "top.other": 0b0000, "top.bit": 1}
     msgs = [str(w.message) for w in rec]
     assert len(msgs) == 3
     assert msgs[0].startswith(f"{path}:16: value 'b110011' of top.narrow[3:0] has 6 bits, more "
@@ -320,3 +345,115 @@ def test_malformed_files(tmp_path, text, message):
 def test_missing_file():
     with pytest.raises(FileNotFoundError):
         read_header(DATA / "no_such.vcd")
+
+
+def _var(width: int, kind: str = "wire") -> VcdVar:
+    return VcdVar("top.v", "top.v", "top", "v", "!", kind, width, None, None, 1, "top.v")
+
+
+@pytest.mark.parametrize("width, value, canon", [
+    (8, "b00000101", 5), (8, "b101", 5), (4, "1", 1), (1, "0", 0), (1, "x", "x"),
+    (4, "b1x", "001x"), (4, "bx1", "xxx1"), (4, "bZ", "zzzz"), (4, "x", "xxxx"),
+    (64, "b" + "1" * 64, (1 << 64) - 1), (1, "r2.5", 2.5), (1, "rx", None),
+    (1, "sIDLE", "IDLE"),
+])
+def test_canonical_values(width, value, canon):
+    got = canonical(_var(width), value)
+    assert got == canon and type(got) is type(canon)
+
+
+def test_to_int_of_canonical_ints():
+    assert to_int(251, signed=True, width=8) == -5 and to_int(251) == 251
+    assert to_int(0b110011, width=4) == 0b0011 and to_int(7, signed=True, width=4) == 7
+    for bad in (-1, 2.5, True):
+        with pytest.raises(VcdValueError):
+            to_int(bad)
+
+
+def _big(tmp_path, bad_at: dict[int, str] | None = None, n: int = 3000,
+         back_from: int | None = None) -> Path:
+    """A regular file of ``n`` timestamps (times 10 apart), with line ``k`` of the body
+    replaced by ``bad_at[k]``; from timestamp ``back_from`` on, every time 1000 earlier."""
+    lines = ["$timescale 1ns $end", "$scope module top $end", "$var wire 1 ! clk $end",
+             '$var wire 12 " count [11:0] $end', "$var wire 1 # odd $end", "$upscope $end",
+             "$enddefinitions $end"]
+    body = []
+    for t in range(n):
+        body += [f"#{10 * t - (1000 if back_from is not None and t >= back_from else 0)}",
+                 f"{t % 2}!", f"b{t % 4096:b} \"", f"{(t // 7) % 2}#"]
+    for k, text in (bad_at or {}).items():
+        body[k] = text
+    p = tmp_path / "big.vcd"
+    p.write_text("\n".join(lines + body) + "\n")
+    return p
+
+
+def _read(p: Path, fast: bool, chunk: int) -> tuple[list, list]:
+    h = read_header(p)
+    ids = [v.id for v in h.vars]
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = [(int(t), int(s), b.value(i)) for b in vcd_changes(p, h, ids, fast=fast,
+                                                                  chunk_bytes=chunk)
+               for i, (t, s) in enumerate(zip(b.times, b.slots, strict=True))]
+    return got, [str(w.message) for w in rec]
+
+
+@pytest.mark.parametrize("chunk", [64, 1000, 1 << 20])
+def test_fast_reader_across_chunks(tmp_path, chunk, monkeypatch):
+    """Chunks of any size give the checked reader's values; a malformed line in the middle
+    sends its chunk (only) to the checked reader, with the right line number."""
+    p = _big(tmp_path, {5001: "b1021 \"", 9001: "1?"})
+    scans = []
+    real = scan._scan
+    monkeypatch.setattr(scan, "_scan", lambda d, t: scans.append(real(d, t)) or scans[-1])
+    fast, fast_warn = _read(p, True, chunk)
+    refused = [c is None for c in scans]
+    assert 0 < sum(refused) <= 2 and refused.count(False) >= 1    # scanned, but for those
+    checked, checked_warn = _read(p, False, chunk)
+    assert fast == checked and fast_warn == checked_warn and len(fast) == 3 * 3000 - 2
+    assert [re.search(r":(\d+): skipped malformed line '(.*?)'", w).groups()
+            for w in fast_warn] == [("5009", 'b1021 "'), ("9009", "1?")]
+    assert fast[:3] == [(0, 0, 0), (0, 1, 0), (0, 2, 0)]
+
+
+def test_fast_reader_refuses_what_it_cannot_check(tmp_path):
+    """x bits, a CRLF, a too wide value, changes on a '#' line, a $comment across chunk
+    boundaries: all read as the checked reader reads them."""
+    p = _big(tmp_path, {101: "bx1 \"", 205: "0!\r", 302: "b1" + "0" * 12 + " \"",
+                        400: "#1000 1!", 500: "$comment", 501: "#2000", 502: "$end"})
+    fast, fast_warn = _read(p, True, 200)
+    assert (fast, fast_warn) == _read(p, False, 200)
+    assert any("keeping the low 12" in w for w in fast_warn)
+    assert (250, 1, "xxxxxxxxxxx1") in fast and (1000, 0, 1) in fast
+    assert not any(t == 1250 for t, *_ in fast)           # the #1250 line was commented out
+
+
+def test_time_backwards_across_chunks(tmp_path):
+    p = _big(tmp_path, {4000: "#5"})
+    for fast in (True, False):
+        with pytest.raises(VcdFormatError, match=r"big.vcd:4008: time goes backwards "
+                                                 r"\(9990 then 5\)"):
+            _read(p, fast, 256)
+
+
+def test_time_backwards_at_a_chunk_boundary(tmp_path):
+    """A file regular on both sides of a step back in time: wherever the step falls (at the
+    start of a chunk, for one of these), both readers refuse it."""
+    for j in range(400, 416):
+        p = _big(tmp_path, back_from=j, n=600)
+        for fast in (True, False):
+            with pytest.raises(VcdFormatError, match=rf"time goes backwards "
+                                                     rf"\({10 * j - 10} then {10 * j - 1000}\)"):
+                _read(p, fast, 256)
+
+
+def test_to_time_stops_reading(tmp_path):
+    """With ``to_time`` the reader stops after the first chunk past it."""
+    p = _big(tmp_path)
+    h = read_header(p)
+    ids = [v.id for v in h.vars]
+    every = list(vcd_changes(p, h, ids, chunk_bytes=1000))
+    some = list(vcd_changes(p, h, ids, chunk_bytes=1000, to_time=5000))
+    assert 0 < len(some) < len(every) // 4
+    assert int(some[-1].times[-1]) > 5000 >= int(some[-2].times[-1])

@@ -2,6 +2,9 @@
 activity (tests/support/npu_vcd_gen.py)."""
 
 import json
+import re
+import shutil
+import subprocess
 import tracemalloc
 from pathlib import Path
 
@@ -9,6 +12,8 @@ import pytest
 
 from cosim.cli import main as npu_main
 from cosim.waves import (
+    GTKW_GROUPS,
+    GTKW_MARKERS,
     VcdProbeError,
     check_counter_snapshots,
     check_counters,
@@ -24,7 +29,15 @@ from cosim.waves.trace import (
     timeline_png,
     write_chrome_trace,
 )
-from cosim.waves.vcd import VcdError, VcdSignalError, VcdSkippedLineWarning, read_header, stream
+from cosim.waves.vcd import (
+    VcdEmptyError,
+    VcdError,
+    VcdSignalError,
+    VcdSkippedLineWarning,
+    read_header,
+    stream,
+)
+from hw.top import PROBE_FIELDS
 from tests.support.npu_vcd_gen import (
     ENGINES,
     RESET_CYCLES,
@@ -162,22 +175,72 @@ def test_cut_skips_malformed_lines(tmp_path):
     h = read_header(r.out)
     got = {}
     stream(r.out, h, h.vars, lambda t, v: got.update({t: dict(v)}))
-    assert got[10] == {"!": "1", '"': "00000011", "#": "0.5"}
-    assert got[20] == {"!": "1", '"': "00000100", "#": "2"}
+    assert got[10] == {"!": 1, '"': 0b00000011, "#": 0.5}
+    assert got[20] == {"!": 1, '"': 0b00000100, "#": 2.0}
 
 
 def test_gtkw_groups_from_hierarchy(run, tmp_path):
+    """The save file: zoomed to the file's time range, the groups of GTKW_GROUPS in their
+    order with only the ports, named probes and counter sources, and markers at the kernel
+    regions of the run's sidecar (those inside the file)."""
     _, vcd = run
-    out, missing = write_gtkw(vcd, tmp_path / "run.gtkw")
+    regions = [{"name": "query", "occurrence": 1, "start_cycle": 100, "end_cycle": 300},
+               {"name": "softmax", "occurrence": 1, "start_cycle": 300, "end_cycle": 400},
+               {"name": "softmax", "occurrence": 2, "start_cycle": 1500, "end_cycle": 1600},
+               {"name": "late", "occurrence": 1, "start_cycle": 9999, "end_cycle": 10000}]
+    out, notes = write_gtkw(vcd, tmp_path / "run.gtkw", regions=regions, clock_period_ns=10)
     text = out.read_text()
     assert f'[dumpfile] "{vcd.resolve()}"' in text
-    for group in ("Engines (named probes)", "AXI AR", "AXI W"):
-        assert f"-{group}" in text
+    groups = [ln[1:] for ln in text.splitlines()[::1] if ln.startswith("-")][::2]
+    assert groups == [g for g, names in GTKW_GROUPS if any(
+        f"tb_top.u_npu.{n}" in text for n in names)]
+    assert groups[:2] == ["Clock, reset, interrupt", "Engine load (named probes)"]
     assert "tb_top.u_npu.mem__wstrb[7:0]" in text and "tb_top.u_npu.probe_load_busy" in text
     assert "tb_top.u_npu.probe_vector_index[31:0]" in text
-    assert "cmdproc.load__busy" not in text             # internal nets are not engine signals
-    assert text.count("@800200") == text.count("@1000200")
-    assert any("Systolic array" in m for m in missing)   # the generated file has no tile
+    assert "cmdproc." not in text                        # no internal net, decoys included
+    assert text.count("@800200") == text.count("@1000200") == len(groups)
+    probes = [ln for ln in text.splitlines() if ln.startswith("tb_top.u_npu.probe_load_")]
+    assert [p.split("probe_load_")[1].split("[")[0] for p in probes] == list(PROBE_FIELDS)
+    # time range 0 .. 20000 (1 ns units): [timestart] 0 and the zoom that fits it
+    assert "[timestart] 0\n" in text
+    zoom = float(next(ln for ln in text.splitlines() if ln.startswith("*"))[1:].split()[0])
+    assert 2 ** -zoom / 200 * 980 == pytest.approx(20000, rel=1e-6)
+    marks = next(ln for ln in text.splitlines() if ln.startswith("*")).split()[2:]
+    assert marks[:3] == ["1000", "3000", "15000"] and set(marks[3:]) == {"-1"}
+    assert len(marks) == GTKW_MARKERS
+    assert [ln for ln in text.splitlines() if ln.startswith("[markername]")] == [
+        "[markername] Aquery", "[markername] Bsoftmax:1", "[markername] Csoftmax:2"]
+    assert any("csr.cycles" in n for n in notes)          # the generated file has no csr
+    assert npu_main(["waves", "gtkw", str(vcd), "-o", str(tmp_path / "g.gtkw")]) == 0
+
+
+def test_gtkw_markers_beyond_26(run, tmp_path):
+    """GTKWave has 26 named markers: the first region of each kernel always gets one, the
+    others fill the rest in time order, and the ones left out are counted in a note."""
+    _, vcd = run
+    regions = [{"name": f"k{i % 3}", "occurrence": i // 3 + 1, "start_cycle": 10 * i,
+                "end_cycle": 10 * i + 5} for i in range(40)]
+    regions.append({"name": "rare", "occurrence": 1, "start_cycle": 1900, "end_cycle": 1950})
+    out, notes = write_gtkw(vcd, tmp_path / "m.gtkw", regions=regions, clock_period_ns=10)
+    names = [ln.split(" ", 1)[1][1:] for ln in out.read_text().splitlines()
+             if ln.startswith("[markername]")]
+    assert len(names) == GTKW_MARKERS and "rare" in names and names[0] == "k0:1"
+    assert names[:25] == [f"k{i % 3}:{i // 3 + 1}" for i in range(25)]
+    assert "15 kernel regions without a marker" in " ".join(notes)
+
+
+def test_gtkw_names_vectors_declared_without_a_range(run, tmp_path):
+    """Amaranth's simulator declares vectors without a range (``$var wire 8 # wstrb``);
+    GTKWave names them ``wstrb[7:0]`` and drops a save-file name it does not know."""
+    _, vcd = run
+    bare = tmp_path / "bare.vcd"
+    bare.write_text(re.sub(r"^(\$var \S+ (\d+) \S+ \S+) \[\d+:\d+\] \$end$", r"\1 $end",
+                           vcd.read_text(), flags=re.MULTILINE))
+    assert read_header(bare).find("tb_top.u_npu.mem__wstrb").msb is None
+    text = gtkw_text(read_header(bare))[0]
+    assert "tb_top.u_npu.mem__wstrb[7:0]\n" in text and "tb_top.u_npu.mem__arvalid\n" in text
+    assert text == gtkw_text(read_header(vcd))[0].replace(str(vcd.resolve()),
+                                                          str(bare.resolve()))
 
 
 def test_missing_signal_is_a_clear_error(tmp_path):
@@ -324,3 +387,75 @@ def test_streaming_memory_does_not_grow_with_file(tmp_path):
         tracemalloc.stop()
         assert s.cycles == n
     assert peaks[1] < peaks[0] * 1.5 + 200_000, peaks
+
+
+def test_summary_cycles_are_absolute(run, tmp_path):
+    """A window of the run (cut from it, times kept) is summarised with the run's own cycle
+    numbers; --from/--to are absolute too, and equal the cut of the same cycles."""
+    rows, vcd = run
+    part = cut(vcd, tmp_path / "w.vcd", 500, 800).out
+    s = summarize(part)
+    assert (s.first_cycle, s.end_cycle, s.cycles) == (500, 800, 300)
+    assert s.records() == expected_records(rows, 500, 800)
+    inner = summarize(part, start=600, end=700)
+    assert (inner.first_cycle, inner.cycles) == (600, 100)
+    assert inner.figures() == summarize(vcd, start=600, end=700).figures() \
+        == expected_figures(rows, 600, 700)
+    assert "cycles 500..799" in s.format()
+
+
+def test_fast_and_checked_summaries_agree(run):
+    _, vcd = run
+    fast, checked = summarize(vcd), summarize(vcd, fast=False)
+    assert fast.figures() == checked.figures() and fast.records() == checked.records()
+    assert {k: e.intervals for k, e in fast.engines.items()} == {
+        k: e.intervals for k, e in checked.engines.items()}
+
+
+def test_fst_summary_equals_vcd(run, tmp_path):
+    """An FST of the same file (GTKWave's vcd2fst), read through pywellen, summarises to
+    the same figures and records."""
+    if not shutil.which("vcd2fst"):
+        pytest.skip("vcd2fst (GTKWave) is not installed: apt-get install gtkwave")
+    rows, vcd = run
+    fst = tmp_path / "run.fst"
+    subprocess.run(["vcd2fst", str(vcd), str(fst)], check=True, capture_output=True)
+    s = summarize(fst)
+    assert s.figures() == expected_figures(rows) and s.records() == expected_records(rows)
+    assert summarize(fst, start=300, end=1234).figures() == expected_figures(rows, 300, 1234)
+    out, _ = write_gtkw(fst, tmp_path / "f.gtkw")
+    assert "tb_top.u_npu.probe_load_index[31:0]" in out.read_text()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "no \\$enddefinitions"),
+    ("$timescale 1ns $end\n$scope module tb_top $end\n$scope module u_npu $end\n"
+     "$upscope $end\n$upscope $end\n$enddefinitions $end\n", "mem__arvalid"),
+])
+def test_empty_files_exit_2(tmp_path, capsys, text, message):
+    p = tmp_path / "empty.vcd"
+    p.write_text(text)
+    assert npu_main(["waves", "summarize", str(p)]) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_header_only_and_empty_windows_exit_2(run, tmp_path, capsys):
+    """A file with the NPU's signals but no value change, or a window holding none of the
+    file's cycles, is an error (exit 2), never '0 cycles'."""
+    rows, vcd = run
+    head = tmp_path / "head.vcd"
+    text = vcd.read_text()
+    head.write_text(text[:text.index("$enddefinitions $end") + len("$enddefinitions $end\n")])
+    with pytest.raises(VcdEmptyError, match="fewer than two rising edges"):
+        summarize(head)
+    capsys.readouterr()
+    assert npu_main(["waves", "summarize", str(head)]) == 2
+    assert "nothing to summarize" in capsys.readouterr().err
+    with pytest.raises(VcdEmptyError, match=r"no cycle of the file is in the window "
+                                            r"\[5000, 6000\) \(the file holds cycles 0..1999"):
+        summarize(vcd, start=5000, end=6000)
+    capsys.readouterr()
+    assert npu_main(["waves", "summarize", str(vcd), "--from", "5000"]) == 2
+    assert "no cycle of the file is in the window" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="empty"):
+        summarize(vcd, start=10, end=10)

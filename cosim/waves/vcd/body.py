@@ -1,16 +1,17 @@
-"""The value-change body of a VCD: checked line by line (:class:`VcdBody`), streamed through
-vcdvcd (:func:`stream`) and sampled at clock edges (:class:`ClockSampler`). The rules are
-listed in :mod:`cosim.waves.vcd`."""
+"""The value-change body of a VCD read line by line and checked (:class:`LineChecker`,
+:class:`VcdBody`), values in their canonical form (:func:`canonical`), and sampling at clock
+edges (:class:`ClockSampler`). The rules are listed in :mod:`cosim.waves.vcd`.
+
+This is the reader of record: every line is looked at, every malformed one is named. The fast
+reader (:mod:`cosim.waves.vcd.scan`) hands it every stretch of a file that is not plainly
+regular, so both give the same values, warnings and errors.
+"""
 
 from __future__ import annotations
 
-import sys
-import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-
-import vcdvcd
 
 from cosim.waves.vcd.header import (
     VcdError,
@@ -23,7 +24,8 @@ from cosim.waves.vcd.header import (
     to_float,
 )
 
-__all__ = ["VcdBody", "format_change", "stream", "ClockSampler", "MAX_LINE_WARNINGS"]
+__all__ = ["LineChecker", "VcdBody", "canonical", "format_change", "ClockSampler",
+           "MAX_LINE_WARNINGS", "Value"]
 
 #: Malformed lines warned about one by one; the others are counted in one last warning.
 MAX_LINE_WARNINGS = 10
@@ -33,6 +35,8 @@ _VECTOR = "bBrRsS"
 _BODY_KEYWORDS = ("$dumpvars", "$dumpall", "$dumpon", "$dumpoff", "$end")
 
 Item = tuple[str, object, object]
+#: A value in canonical form (see :func:`canonical`).
+Value = int | str | float | None
 
 
 def format_change(ident: str, value: str) -> str:
@@ -41,12 +45,41 @@ def format_change(ident: str, value: str) -> str:
     return f"{value}{ident}\n" if value[0] in _SCALAR else f"{value} {ident}\n"
 
 
-class VcdBody:
-    """The lines of a VCD file, checked: a context manager and a one-pass iterator of items.
+def canonical(var: VcdVar, value: str) -> Value:
+    """The canonical form of a value as written (with its prefix, e.g. ``"b0101"``, ``"1"``,
+    ``"r2.5"``, ``"sIDLE"``), the form every reader of :mod:`cosim.waves.vcd` delivers:
 
-    Items, in file order:
+    * bit values with every bit 0 or 1: the unsigned ``int``;
+    * bit values with an x or z bit: the bit string of the variable's full width, lower
+      case, extended on the left as the VCD format says (with 0 after a leading 0 or 1, else
+      with the leading x or z: ``b1x`` of 4 bits is ``"001x"``, ``bx1`` is ``"xxx1"``);
+    * real values (``r...``): the ``float`` (``None`` for ``rx``);
+    * string values (``s...``): the text.
 
-    * ``("header", line, None)``: a line up to ``$enddefinitions``, as read;
+    Raises
+    ------
+    VcdValueError
+        If a real is not a number.
+    """
+    prefix, text = value[0], value[1:]
+    if prefix in "rR":
+        return to_float(text)
+    if prefix in "sS":
+        return text
+    bits = text if prefix in "bB" else value
+    if not bits.strip("01"):
+        return int(bits, 2)
+    bits = bits.lower()
+    fill = "0" if bits[0] in "01" else bits[0]
+    return bits.rjust(max(var.width, 1), fill)
+
+
+class LineChecker:
+    """Checks value-change lines one at a time, with the state that spans lines (the last
+    time, an open ``$comment``, the variables already warned about, the skipped lines).
+
+    :meth:`lines` turns lines into items, in file order:
+
     * ``("time", t, None)``: a timestamp ``#t`` (``int``, file units);
     * ``("change", ident, value)``: a value change of identifier code ``ident``, ``value``
       with its prefix (``"1"``, ``"b0101"``, ``"r36.6"``, ``"sIDLE"``); a vector wider than
@@ -58,22 +91,23 @@ class VcdBody:
 
     Parameters
     ----------
-    path : Path or str
+    path : Path
+        Named in the messages.
     header : VcdHeader
-        From :func:`cosim.waves.vcd.read_header` of the same file.
 
     Attributes
     ----------
-    chars : int
-        Characters read so far, header included (bytes, for an ASCII file).
     lineno : int
         1-based number of the line last read.
+    last_time : int or None
+    in_comment : bool
+        Whether the last line left a ``$comment`` open.
 
     Warns
     -----
     VcdSkippedLineWarning
         For each malformed line, skipped (the first :data:`MAX_LINE_WARNINGS`, then one
-        warning with the count of the others).
+        warning with the count of the others, from :meth:`finish`).
     VcdWidthWarning
         Once per variable that gets a value wider than its declared size.
 
@@ -83,81 +117,78 @@ class VcdBody:
         On a bad time or a time going backwards (with the line number).
     """
 
-    def __init__(self, path: Path | str, header: VcdHeader):
-        self.path = Path(path)
+    def __init__(self, path: Path, header: VcdHeader):
+        self.path = path
         self.header = header
-        self.chars = 0
-        self.lineno = 0
+        self.lineno = header.end_line
+        self.last_time: int | None = None
+        self.in_comment = False
         self._vars = {i: vs[0] for i, vs in header.by_id.items()}
-        self._last_time: int | None = None
-        self._in_comment = False
         self._widened: set[str] = set()
         self._skipped: list[int] = []
         self._reported = False
-        # closed by __exit__: VcdBody is the context manager of its file
-        self._f = open(self.path, encoding="utf-8", errors="surrogateescape",  # noqa: SIM115
-                       newline="")
 
-    def __enter__(self) -> VcdBody:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._f.close()
-        if exc_type is None or not issubclass(exc_type, (Warning, VcdError)):
-            self._report_skipped()
-
-    def __iter__(self) -> Iterator[Item]:
-        end = self.header.end_line
-        for line in self._f:
+    def lines(self, lines: Iterable[str], first: int | None = None) -> Iterator[Item]:
+        """Items of ``lines``, the first of which is line ``first`` of the file (default:
+        the line after the last one read)."""
+        if first is not None:
+            self.lineno = first - 1
+        for line in lines:
             self.lineno += 1
-            self.chars += len(line)
-            if self.lineno <= end:
-                yield ("header", line, None)
-                continue
-            if self._in_comment:
-                self._in_comment = "$end" not in line
-                yield ("other", line, None)
-                continue
-            s = line.strip()
-            c = s[:1]
-            if not c:
-                yield ("other", line, None)
-            elif c in _SCALAR:
-                item = self._scalar(s, line)
-                if item is not None:
-                    yield item
-            elif c in _VECTOR:
-                item = self._vector(s.split(), line)
-                if item is not None:
-                    yield item
-            elif c == "#":
-                toks = s.split()
-                yield ("time", self._time(toks[0]), None)
-                if len(toks) > 1:
-                    yield from self._changes(toks[1:], line)
-            elif c == "$":
-                yield from self._keyword(s, line)
-            else:
-                self._skip(line, "not a time, value change or keyword")
-        self._report_skipped()
+            yield from self.line(line)
+
+    def line(self, line: str) -> list[Item]:
+        """Items of one line (the next of the file)."""
+        if self.in_comment:
+            self.in_comment = "$end" not in line
+            return [("other", line, None)]
+        s = line.strip()
+        c = s[:1]
+        if not c:
+            return [("other", line, None)]
+        if c in _SCALAR:
+            return self._maybe(self._scalar(s, line))
+        if c in _VECTOR:
+            return self._maybe(self._vector(s.split(), line))
+        if c == "#":
+            toks = s.split()
+            return [("time", self._time(toks[0]), None)] + (
+                self._changes(toks[1:], line) if len(toks) > 1 else [])
+        if c == "$":
+            return self._keyword(s, line)
+        self._skip(line, "not a time, value change or keyword")
+        return []
+
+    def finish(self) -> None:
+        """Warn once about the malformed lines beyond the first :data:`MAX_LINE_WARNINGS`."""
+        more = self._skipped[MAX_LINE_WARNINGS:]
+        if more and not self._reported:
+            self._reported = True
+            warnings.warn(VcdSkippedLineWarning(
+                f"{self.path}: {len(more)} more malformed lines skipped (lines {more[0]} .. "
+                f"{more[-1]}; {len(self._skipped)} in all)"), stacklevel=2)
 
     # -- one line ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _maybe(item: Item | None) -> list[Item]:
+        return [] if item is None else [item]
 
     def _time(self, tok: str) -> int:
         digits = tok[1:]
         if not (digits.isascii() and digits.isdigit()):
             raise VcdFormatError(self.path, self.lineno, f"bad time {tok!r}")
         t = int(digits)
-        if self._last_time is not None and t < self._last_time:
+        if self.last_time is not None and t < self.last_time:
             raise VcdFormatError(self.path, self.lineno, f"time goes backwards "
-                                                         f"({self._last_time} then {t})")
-        self._last_time = t
+                                                         f"({self.last_time} then {t})")
+        self.last_time = t
         return t
 
     def _keyword(self, s: str, line: str) -> list[Item]:
         toks = s.split()
         if toks[0] == "$comment":
-            self._in_comment = "$end" not in s
+            self.in_comment = "$end" not in s
             return [("other", line, None)]
         if toks[0] not in _BODY_KEYWORDS:
             self._skip(line, f"{toks[0]!r} is not a keyword of the value-change section")
@@ -249,161 +280,77 @@ class VcdBody:
                 f"{self.path}:{self.lineno}: skipped malformed line {text!r}: {reason}"),
                 stacklevel=2)
 
-    def _report_skipped(self) -> None:
-        more = self._skipped[MAX_LINE_WARNINGS:]
-        if more and not self._reported:
-            self._reported = True
-            warnings.warn(VcdSkippedLineWarning(
-                f"{self.path}: {len(more)} more malformed lines skipped (lines {more[0]} .. "
-                f"{more[-1]}; {len(self._skipped)} in all)"), stacklevel=2)
 
+class VcdBody:
+    """The lines of a VCD file, checked: a context manager and a one-pass iterator of items.
 
-# -- streaming through vcdvcd ----------------------------------------------------------------
-
-def _open_source(source, mode: str = "r"):
-    """Stands for the builtin ``open`` in vcdvcd's parser: ``vcd_path`` is a line source."""
-    return source
-
-
-def _vcdvcd_init() -> types.FunctionType:
-    """vcdvcd's own ``VCDVCD.__init__`` (its parser), with ``open`` bound to
-    :func:`_open_source`, so it reads the checked lines of :class:`VcdBody` instead of
-    opening the file itself."""
-    init = vcdvcd.VCDVCD.__init__
-    if init.__code__.co_freevars:
-        raise ImportError(f"vcdvcd {getattr(vcdvcd, '__version__', '?')}: VCDVCD.__init__ "
-                          "has a closure; cosim.waves.vcd cannot feed it checked lines")
-    scope = dict(vars(sys.modules[vcdvcd.VCDVCD.__module__]), open=_open_source)
-    return types.FunctionType(init.__code__, scope, "__init__", init.__defaults__)
-
-
-class _Reader(vcdvcd.VCDVCD):
-    """vcdvcd's parser reading a line source, with string values (``sHello``) read like
-    vectors."""
-
-    _VECTOR_VALUE_CHANGE = vcdvcd.VCDVCD._VECTOR_VALUE_CHANGE | {"s", "S"}
-    __init__ = _vcdvcd_init()
-
-
-class _LineSource:
-    """The file object vcdvcd reads: ``readline()`` and ``close()``."""
-
-    def __init__(self, lines: Iterator[str]):
-        self._lines = lines
-
-    def readline(self) -> str:
-        return next(self._lines, "")
-
-    def close(self) -> None:
-        pass
-
-
-def _vcdvcd_lines(header: VcdHeader, ids: list[str], body: VcdBody) -> Iterator[str]:
-    """What vcdvcd parses: one ``$var`` per selected identifier code (named ``v<k>``), then
-    the checked times and the changes of those codes, one per line (every line of the file is
-    checked, selected or not)."""
-    for k, ident in enumerate(ids):
-        v = header.by_id[ident][0]
-        yield f"$var {v.kind} {v.width} {ident} v{k} $end\n"
-    yield "$enddefinitions $end\n"
-    wanted = set(ids)
-    for kind, a, b in body:
-        if kind == "change":
-            if a in wanted:
-                yield format_change(a, b)
-        elif kind == "time":
-            yield f"#{a}\n"
-
-
-class _Callbacks(vcdvcd.StreamParserCallbacks):
-    def __init__(self, on_step, with_previous: bool):
-        self.on_step = on_step
-        self.with_previous = with_previous
-        self.previous: dict[str, str] = {}
-
-    def value(self, vcd, time, value, identifier_code, cur_sig_vals):
-        # called before vcdvcd stores the new value: keep the first old value per timestamp
-        if identifier_code not in self.previous:
-            self.previous[identifier_code] = cur_sig_vals[identifier_code]
-
-    def time(self, vcd, time, cur_sig_vals):
-        # vcdvcd calls this at each '#' line with the time that just ended (and once more at
-        # the end of the file); the first call precedes any '#' and carries the initial 'x'.
-        try:
-            if self.with_previous:
-                self.on_step(time, cur_sig_vals, self.previous)
-            else:
-                self.on_step(time, cur_sig_vals)
-        except Exception as e:  # the caller's own exception, not a parse error
-            raise _FromCallback(e) from e
-        self.previous = {}
-
-
-class _FromCallback(Exception):
-    pass
-
-
-def stream(path: Path | str, header: VcdHeader, signals: Iterable[VcdVar],
-           on_step: Callable[..., None], *, to_time: int | None = None,
-           with_previous: bool = False) -> None:
-    """Stream the value changes of ``signals`` through vcdvcd, calling ``on_step`` once per
-    timestamp with the state at the end of it.
+    Items are those of :class:`LineChecker`, preceded by ``("header", line, None)`` for each
+    line up to ``$enddefinitions``, as read.
 
     Parameters
     ----------
     path : Path or str
     header : VcdHeader
-        From :func:`cosim.waves.vcd.read_header` of the same file.
-    signals : iterable of VcdVar
-        What to track; aliases of one identifier code are read once.
-    on_step : callable
-        ``on_step(time, values)``: ``time`` in file units, ``values`` maps identifier code to
-        the current value string (``'x'`` until first set; vectors without their ``b``). It
-        is called with non-decreasing times, possibly twice with the same time (once at the
-        very start). The dict is vcdvcd's live state: copy what must outlive the call.
-    with_previous : bool
-        Call ``on_step(time, values, previous)`` instead, where ``previous`` maps the
-        identifier codes that changed at ``time`` to their value at the end of the previous
-        timestamp (see :class:`ClockSampler`).
-    to_time : int, optional
-        Stop after this time (file units).
+        From :func:`cosim.waves.vcd.read_header` of the same file (a VCD).
 
-    Warns
-    -----
-    VcdSkippedLineWarning, VcdWidthWarning
-        As :class:`VcdBody`.
+    Attributes
+    ----------
+    chars : int
+        Characters read so far, header included (bytes, for an ASCII file).
+    lineno : int
+        1-based number of the line last read.
 
-    Raises
-    ------
-    VcdFormatError
-        On a bad time or a time going backwards (with the line number).
+    Warns, Raises
+    -------------
+    As :class:`LineChecker`.
     """
-    ids = sorted({v.id for v in signals})
-    cb = _Callbacks(on_step, with_previous)
-    with VcdBody(path, header) as body:
-        source = _LineSource(_vcdvcd_lines(header, ids, body))
-        try:
-            _Reader(source, signals=[f"v{k}" for k in range(len(ids))], store_tvs=False,
-                    callbacks=cb, to_time=to_time)
-        except _FromCallback as e:
-            raise e.args[0] from None
-        except (VcdError, Warning):
-            raise
-        except Exception as e:  # vcdvcd itself failed on a line this module let through
-            raise VcdFormatError(path, body.lineno, f"vcdvcd failed: {type(e).__name__}: "
-                                                    f"{e}") from e
+
+    def __init__(self, path: Path | str, header: VcdHeader):
+        self.path = Path(path)
+        self.header = header
+        self.chars = 0
+        self._checker = LineChecker(self.path, header)
+        self._header_lines = 0
+        # closed by __exit__: VcdBody is the context manager of its file
+        self._f = open(self.path, encoding="utf-8", errors="surrogateescape",  # noqa: SIM115
+                       newline="")
+
+    @property
+    def lineno(self) -> int:
+        return self._header_lines if self._header_lines < self.header.end_line \
+            else self._checker.lineno
+
+    def __enter__(self) -> VcdBody:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._f.close()
+        if exc_type is None or not issubclass(exc_type, (Warning, VcdError)):
+            self._checker.finish()
+
+    def __iter__(self) -> Iterator[Item]:
+        end = self.header.end_line
+        for line in self._f:
+            self.chars += len(line)
+            if self._header_lines < end:
+                self._header_lines += 1
+                yield ("header", line, None)
+                continue
+            self._checker.lineno += 1
+            yield from self._checker.line(line)
+        self._checker.finish()
 
 
 class ClockSampler:
-    """Sample signals at the rising edges of a clock, from :func:`stream`'s steps
-    (``stream(..., sampler.step, with_previous=True)``).
+    """Sample signals at the rising edges of a clock, from :func:`cosim.waves.vcd.stream`'s
+    steps (``stream(..., sampler.step, with_previous=True)``).
 
     The value a flip-flop sees at a rising edge at time ``t`` is the one settled before ``t``:
     the state at the end of the previous timestamp. For each rising edge (``0`` -> ``1``),
     ``on_cycle(cycle, time, values)`` is called with ``values`` mapping identifier code to
-    that pre-edge value string; ``cycle`` counts rising edges from 0. An edge from or to
-    ``x`` is not a cycle (a clock that is unknown, e.g. in ``$dumpoff``, counts nothing).
-    Cost per edge is one copy of the tracked values; between edges, nothing.
+    that pre-edge value (canonical, :func:`canonical`); ``cycle`` counts rising edges from 0.
+    An edge from or to x is not a cycle (a clock that is unknown, e.g. in ``$dumpoff``,
+    counts nothing). Cost per edge is one copy of the tracked values; between edges, nothing.
 
     Parameters
     ----------
@@ -413,7 +360,7 @@ class ClockSampler:
     """
 
     def __init__(self, clock: VcdVar, signals: Iterable[VcdVar],
-                 on_cycle: Callable[[int, int, dict[str, str]], None]):
+                 on_cycle: Callable[[int, int, dict[str, Value]], None]):
         self.clock_id = clock.id
         self.on_cycle = on_cycle
         self.cycles = 0
@@ -421,10 +368,10 @@ class ClockSampler:
         self.last_edge: int | None = None
         self.period: int | None = None
 
-    def step(self, time: int, values: dict[str, str], previous: dict[str, str]) -> None:
-        """Feed one :func:`stream` step (``with_previous=True``)."""
+    def step(self, time: int, values: dict[str, Value], previous: dict[str, Value]) -> None:
+        """Feed one :func:`cosim.waves.vcd.stream` step (``with_previous=True``)."""
         clk_id = self.clock_id
-        if clk_id in previous and previous[clk_id] == "0" and values[clk_id] == "1":
+        if clk_id in previous and previous[clk_id] == 0 and values[clk_id] == 1:
             if self.last_edge is not None and self.period is None:
                 self.period = time - self.last_edge
             if self.first_edge is None:

@@ -10,9 +10,10 @@ from fractions import Fraction
 from pathlib import Path
 
 __all__ = [
-    "VcdError", "VcdFormatError", "VcdSignalError", "VcdValueError", "VcdWarning",
+    "VcdError", "VcdFormatError", "VcdSignalError", "VcdValueError", "VcdEmptyError",
+    "VcdWarning",
     "VcdSkippedLineWarning", "VcdWidthWarning", "VcdVar", "VcdHeader", "read_header",
-    "parse_timescale", "to_int", "to_float",
+    "parse_timescale", "to_int", "to_float", "is_fst",
 ]
 
 _UNITS = {"s": Fraction(1), "ms": Fraction(1, 10**3), "us": Fraction(1, 10**6),
@@ -61,6 +62,11 @@ class VcdSignalError(VcdError, KeyError):
 class VcdValueError(VcdError, ValueError):
     """A value cannot be read as asked: the integer of a ``string`` or ``real`` variable, a
     bit string with characters other than 0/1/x/z, a real that is not a number."""
+
+
+class VcdEmptyError(VcdError):
+    """The file (or the window asked for) holds nothing to measure: no value changes, or
+    fewer than two rising edges of the clock, or no cycle inside the window."""
 
 
 class VcdWarning(UserWarning):
@@ -128,7 +134,7 @@ class VcdVar:
     line: int
     reference: str
 
-    def to_int(self, value: str | None, *, signed: bool = False) -> int | None:
+    def to_int(self, value: str | int | None, *, signed: bool = False) -> int | None:
         """The integer of one of this variable's values (:func:`to_int` with its width):
         unsigned, or two's complement with ``signed=True``; ``None`` if a bit is x/z.
 
@@ -142,7 +148,7 @@ class VcdVar:
                                 f"value (value {value!r}); use VcdVar.value")
         return to_int(value, signed=signed, width=self.width if self.width > 0 else None)
 
-    def value(self, value: str | None) -> int | float | str | None:
+    def value(self, value: str | int | float | None) -> int | float | str | None:
         """One of this variable's values, read by its kind: ``float`` for ``real``
         (:func:`to_float`), the text for ``string``, else the unsigned integer
         (:meth:`to_int`). ``None`` when unknown (x/z, or never set).
@@ -177,7 +183,10 @@ class VcdHeader:
     scopes : list of str
         Dotted scope names in file order.
     end_line : int
-        Line of ``$enddefinitions``.
+        Line of ``$enddefinitions`` (0 for an FST file).
+    format : str
+        ``"vcd"``, or ``"fst"`` for an FST file (read through pywellen,
+        :mod:`cosim.waves.vcd.fst`; its identifier codes are pywellen's signal numbers).
     """
     file: Path
     timescale_s: Fraction
@@ -186,6 +195,7 @@ class VcdHeader:
     by_id: dict[str, list[VcdVar]] = field(default_factory=dict)
     scopes: list[str] = field(default_factory=list)
     end_line: int = 0
+    format: str = "vcd"
 
     def find(self, name: str) -> VcdVar:
         """The variable called ``name`` (full dotted path, with or without its range, with or
@@ -324,8 +334,22 @@ class _Declarations:
         self.header.by_id.setdefault(v.id, []).append(v)
 
 
+def is_fst(path: Path | str) -> bool:
+    """Whether ``path`` is an FST file (its first block is an FST header block, type 0;
+    a VCD is text).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file does not exist.
+    """
+    with open(path, "rb") as f:
+        return f.read(1) == b"\x00"
+
+
 def read_header(path: Path | str) -> VcdHeader:
-    """Read the declarations of a VCD file (stops at ``$enddefinitions``).
+    """Read the declarations of a VCD file (stops at ``$enddefinitions``), or of an FST file
+    (through pywellen, :func:`cosim.waves.vcd.fst.read_fst_header`).
 
     Parameters
     ----------
@@ -347,6 +371,9 @@ def read_header(path: Path | str) -> VcdHeader:
         If the file does not exist.
     """
     path = Path(path)
+    if is_fst(path):
+        from cosim.waves.vcd.fst import read_fst_header
+        return read_fst_header(path)
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
         return _Declarations(path, f).run()
 
@@ -392,17 +419,18 @@ def _parse_var(body: list[str], lineno: int, end: int, hier: list[str], raw_hier
 
 # -- values --------------------------------------------------------------------------------
 
-def to_int(value: str | None, *, signed: bool = False, width: int | None = None
+def to_int(value: str | int | None, *, signed: bool = False, width: int | None = None
            ) -> int | None:
-    """Integer value of a VCD scalar or vector value string; ``None`` if a bit is x/z.
+    """Integer value of a VCD scalar or vector value; ``None`` if a bit is x/z.
 
-    ``"1"``, ``"0101"``, ``"b0101"`` are accepted. A value shorter than the variable is
-    zero-extended, as the VCD format says for a leading 0 or 1 (a leading x/z extends as
-    x/z, which is unknown anyway: ``None``).
+    ``value`` is a canonical value (an ``int``, or a bit string with x/z bits, see
+    :func:`cosim.waves.vcd.canonical`) or a bit string as written: ``"1"``, ``"0101"``,
+    ``"b0101"``. A string shorter than the variable is zero-extended, as the VCD format says
+    for a leading 0 or 1 (a leading x/z extends as x/z, which is unknown anyway: ``None``).
 
     Parameters
     ----------
-    value : str or None
+    value : str, int or None
         ``None`` (never set) gives ``None``.
     signed : bool
         Read the ``width`` bits as two's complement.
@@ -413,22 +441,28 @@ def to_int(value: str | None, *, signed: bool = False, width: int | None = None
     Raises
     ------
     VcdValueError
-        If the value is not a bit string (e.g. the text of a ``string`` variable).
+        If the value is not a bit value (e.g. the text of a ``string`` variable, a float, a
+        negative ``int``).
     ValueError
         If ``signed=True`` without a ``width``, or ``width < 1``.
     """
     if value is None:
         return None
+    if width is not None and width < 1:
+        raise ValueError(f"width must be at least 1 bit, not {width}")
+    if signed and width is None:
+        raise ValueError("the signed reading of a value needs its variable's width (a "
+                         "VCD value may be written shorter than the variable)")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        n = value if width is None else value & ((1 << width) - 1)
+        return n - (1 << width) if signed and n >> (width - 1) else n
+    if not isinstance(value, str):
+        raise VcdValueError(f"{value!r} is not a VCD bit value")
     bits = value[1:] if value[:1] in ("b", "B") else value
     if not bits or bits.strip(_BIT_CHARS):
         raise VcdValueError(f"{value!r} is not a VCD bit string (0, 1, x, z)")
     if width is not None:
-        if width < 1:
-            raise ValueError(f"width must be at least 1 bit, not {width}")
         bits = bits[-width:]
-    elif signed:
-        raise ValueError("the signed reading of a value needs its variable's width (a "
-                         "VCD value may be written shorter than the variable)")
     if bits.strip("01"):
         return None                     # an x or z bit
     n = int(bits, 2)
@@ -437,9 +471,9 @@ def to_int(value: str | None, *, signed: bool = False, width: int | None = None
     return n
 
 
-def to_float(value: str | None) -> float | None:
-    """Value of a ``real`` variable (``"36.6"``, ``"-1.5e3"``, with or without its ``r``);
-    ``None`` if unknown (``x``/``z``, or ``None``: never set).
+def to_float(value: str | float | None) -> float | None:
+    """Value of a ``real`` variable (a ``float``, or its text: ``"36.6"``, ``"-1.5e3"``, with
+    or without its ``r``); ``None`` if unknown (``x``/``z``, or ``None``: never set).
 
     Raises
     ------
@@ -448,6 +482,10 @@ def to_float(value: str | None) -> float | None:
     """
     if value is None:
         return None
+    if isinstance(value, float):
+        return value
+    if not isinstance(value, str):
+        raise VcdValueError(f"{value!r} is not a real value")
     text = value[1:] if value[:1] in ("r", "R") else value
     if text in ("x", "X", "z", "Z"):
         return None
@@ -455,4 +493,3 @@ def to_float(value: str | None) -> float | None:
         return float(text)
     except ValueError:
         raise VcdValueError(f"{value!r} is not a real value") from None
-
