@@ -244,6 +244,9 @@ class Profiler:
     device : Device
         Best created right after the device's reset: commands submitted before the profiler
         are not named, and their entries are only collected if they are still in the FIFOs.
+        Its ``config.trace_depth`` must be the hardware's (the CSRs do not report it: give
+        the device its ``expected_config``); a deeper one than the hardware's shows as
+        entries lost.
 
     Raises
     ------
