@@ -36,6 +36,7 @@ Export: :mod:`sw.runtime.profile_export` (Perfetto JSON, PNG timeline).
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
@@ -110,10 +111,7 @@ class Slice:
     @property
     def opcode(self) -> str:
         """The opcode's name (``"unknown"`` without a command)."""
-        if self.command is None:
-            return "unknown"
-        op = decode(self.command).header.opcode
-        return op.name if isinstance(op, Opcode) else f"opcode {op:#04x}"
+        return "unknown" if self.command is None else _opcode_name(self.command)
 
     @property
     def name(self) -> str:
@@ -224,6 +222,13 @@ class Profile:
                    tuple(d["overflowed"]))
 
 
+@functools.lru_cache(maxsize=4096)
+def _opcode_name(raw: bytes) -> str:
+    op = decode(raw).header.opcode
+    return op.name if isinstance(op, Opcode) else f"opcode {op:#04x}"
+
+
+@functools.lru_cache(maxsize=4096)
 def _engine_and_bound(config: NPUConfig, raw: bytes) -> tuple[str | None, int]:
     """The engine of an encoded command (None for the command processor's own) and a lower
     bound of the cycles between its retirement and the previous one of that engine."""

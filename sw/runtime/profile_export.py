@@ -22,6 +22,7 @@ engine below, one bar per command (:func:`timeline_png`).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -56,10 +57,12 @@ def _tid(engine: str) -> int:
     return 2 + ENGINE_NAMES.index(engine)
 
 
+@functools.lru_cache(maxsize=4096)   # a run repeats its commands (same rows, new semaphores)
 def command_args(raw: bytes) -> dict:
     """The fields of an encoded engine command for a slice's ``args``: the body's fields
     (enums by name), the semaphore wait and signal if flagged, the set flags, and
-    ``command``, its :func:`sw.runtime.describe_command` line."""
+    ``command``, its :func:`sw.runtime.describe_command` line. The dict is shared between
+    calls: do not modify it."""
     view = decode(raw)
     h = view.header
     args: dict = {"command": describe_command(raw)}
