@@ -24,9 +24,9 @@ the whole run:
 * **Unwrapping.** Entries hold 32-bit cycles; each drain reads the 64-bit ``CYCLES`` after
   its last entry and unwraps against it (:func:`unwrap_cycles`).
 * **Naming.** Each entry is matched to its command in the stream's record (engines retire the
-  commands of one queue in order), so a slice carries its opcode and fields. An entry the
-  runtime has no record of (a command killed inside its engine by a queue reset) is kept,
-  named ``unknown``.
+  commands of one queue in order), so a slice carries its opcode and fields; a command that
+  a queue reset caught inside its engine (it still retires) is matched among the commands
+  the reset dropped. An entry the runtime has no record of is kept, named ``unknown``.
 * **Regions.** :meth:`Device.region` records the host's entry and exit cycles (the cycle
   counter, so timed backends only), nested (a layer region around kernel regions).
 
@@ -273,7 +273,9 @@ class Profiler:
         self._pending: dict[tuple[int, str], deque[tuple[int, int, bytes]]] = defaultdict(deque)
         self._uncollected = dict.fromkeys(ENGINE_NAMES, 0)
         self._scanned = {q: len(s._record) for q, s in device.streams.items()}
-        self._reset_at: dict[int, int] = {}
+        self._reset_at: dict[int, int] = {}       #: queue -> cycle of its last reset
+        #: (queue, engine) -> the commands uncollected at the queue's last reset
+        self._killed: dict[tuple[int, str], deque[tuple[int, int, bytes]]] = {}
         self._overflowed: set[str] = set()
         self._drain_cycles = 0      #: duration of the last drain
 
@@ -338,27 +340,30 @@ class Profiler:
         """The slice of trace entry ``r``, matched to the oldest uncollected command of its
         queue and engine with that index."""
         start, end = unwrap_cycles(r.start, r.end, now)
-        if start < self._reset_at.get(r.queue, -1):        # started before its queue's reset
-            return Slice(r.engine, r.queue, r.index, start, end)
-        dq = self._pending.get((r.queue, r.engine), ())
+        key = (r.queue, r.engine)
+        killed = start < self._reset_at.get(r.queue, -1)     # started before its queue's reset
+        dq = (self._killed if killed else self._pending).get(key, ())
         pos = next((k for k, (i, _, _) in enumerate(dq) if i & _INDEX_MASK == r.index), None)
         if pos is None:
             return Slice(r.engine, r.queue, r.index, start, end)
         for _ in range(pos):                 # older ones never ran: not in flight any more
             dq.popleft()
         index, _, raw = dq.popleft()
-        self._uncollected[r.engine] -= pos + 1
+        if not killed:
+            self._uncollected[r.engine] -= pos + 1
         return Slice(r.engine, r.queue, index, start, end, raw)
 
     def queue_reset(self, queues: Iterable[int]) -> None:
         """Before a reset of ``queues`` (``QUEUE_RESET`` or ``CONTROL``): collect what is in
-        the FIFOs, then forget the queues' uncollected commands (a reset drops them)."""
+        the FIFOs, then set the queues' uncollected commands aside (a reset drops them; one
+        already inside its engine still retires, and its entry is named from them)."""
         self._scan()
         self.drain()
         now = self.device.cycles()
         for q in queues:
             for e in ENGINE_NAMES:
-                self._uncollected[e] -= len(self._pending.pop((q, e), ()))
+                self._killed[(q, e)] = dropped = self._pending.pop((q, e), deque())
+                self._uncollected[e] -= len(dropped)
             self._scanned[q] = 0
             self._reset_at[q] = now
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from hw.config import NPUConfig
-from hw.isa import ENGINE_NAMES, ErrorCode
+from hw.isa import ENGINE_NAMES, ErrorCode, LocalMem, command_busy_cycles
 from sw.model import ModelBackend
 from sw.perf import PerfBackend
-from sw.runtime import Device, NPUError, UntimedCounterError
+from sw.runtime import CommandList, Device, NPUError, UntimedCounterError
 from sw.runtime.profile import Profile, Profiler, unwrap_cycles
 from sw.runtime.profile_export import TIME_UNIT, perfetto_trace, timeline_png, write_perfetto
 from tests.support import profile_jobs
@@ -210,3 +210,49 @@ def test_timeline_png(small_run, tmp_path):
     image = matplotlib.image.imread(path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert image.shape[0] > 200 and image.shape[1] > 1000
+
+
+def test_a_command_a_queue_reset_catches_inside_its_engine_is_kept():
+    """A long DMA_LOAD is inside the load engine when its queue is reset: it still retires
+    (and counts in ``retired.load``), so its slice must be there, named after it."""
+    cfg = SMALL
+    device = Device(PerfBackend(cfg), cfg, profile=True)
+    s = device.create_stream()
+    rows = 512
+    buf = s.alloc(rows * cfg.spad_row_bytes)
+    c = CommandList()
+    for _ in range(3):
+        c.dma_load(mem=LocalMem.SPAD, dram_addr=buf.addr, dram_stride=cfg.spad_row_bytes,
+                   row_bytes=cfg.spad_row_bytes, n_rows=rows, local_row=0, local_stride=1)
+    s.launch(c)
+    device.backend.run_cycles(100)          # fetched and taken by the load engine
+    s.reset()
+    device.backend.run_cycles(2 * command_busy_cycles(cfg, c[0].raw))     # it finishes
+    profile = device.profiler.finish()
+    assert profile.counters["retired.load"] == 1 and profile.lost == 0
+    (load,) = profile.slices
+    assert (load.queue, load.index, load.opcode, load.command) == (s.queue, 0, "DMA_LOAD",
+                                                                   c[0].raw)
+    assert load.cycles == profile.counters["busy.load"] > rows
+
+
+def test_an_entry_of_a_command_the_profiler_never_saw_is_kept_unnamed():
+    """A profiler started while a command submitted before it runs: its entry is kept as
+    an ``unknown`` slice (it counts in ``retired.load``), not dropped."""
+    cfg = SMALL
+    device = Device(PerfBackend(cfg), cfg)
+    rows = 256
+    buf = device.alloc(rows * cfg.spad_row_bytes)
+    c = CommandList()
+    c.dma_load(mem=LocalMem.SPAD, dram_addr=buf.addr, dram_stride=cfg.spad_row_bytes,
+               row_bytes=cfg.spad_row_bytes, n_rows=rows, local_row=0, local_stride=1)
+    device.launch(c)
+    device.backend.run_cycles(50)           # taken by the load engine
+    device.profiler = Profiler(device)
+    device.synchronize()
+    profile = device.profiler.finish()
+    (load,) = profile.slices
+    assert (load.engine, load.queue, load.command, load.name) == ("load", 0, None,
+                                                                  f"unknown q0#{load.index}")
+    assert profile.counters["retired.load"] == 1 and profile.lost == 0
+    assert perfetto_trace(profile)["traceEvents"][-1]["name"] == load.name
