@@ -256,3 +256,29 @@ def test_an_entry_of_a_command_the_profiler_never_saw_is_kept_unnamed():
                                                                   f"unknown q0#{load.index}")
     assert profile.counters["retired.load"] == 1 and profile.lost == 0
     assert perfetto_trace(profile)["traceEvents"][-1]["name"] == load.name
+
+
+def test_entries_left_from_the_last_kernel_are_drained_before_the_next_launch():
+    """The first kernel leaves a full FIFO behind (``trace_depth`` loads, never more than it
+    holds, so nothing needed draining). The next launch must drain it before it submits:
+    its loads retire while the host is busy elsewhere for a while before it synchronizes."""
+    cfg = SMALL
+    device = Device(PerfBackend(cfg), cfg, profile=True)
+    buf = device.alloc(64 * cfg.spad_row_bytes)
+
+    def loads(count: int, rows: int) -> CommandList:
+        c = CommandList()
+        for _ in range(count):
+            c.dma_load(mem=LocalMem.SPAD, dram_addr=buf.addr, dram_stride=cfg.spad_row_bytes,
+                       row_bytes=cfg.spad_row_bytes, n_rows=rows, local_row=0, local_stride=1)
+        return c
+    device.run(loads(cfg.trace_depth, 1))
+    second = loads(3 * cfg.trace_depth, 64)
+    device.launch(second)
+    busy_elsewhere = 3 * command_busy_cycles(cfg, second[0].raw)
+    assert busy_elsewhere < cfg.trace_depth * command_busy_cycles(cfg, second[0].raw) // 2
+    device.backend.run_cycles(busy_elsewhere)
+    device.synchronize()
+    profile = device.profiler.finish()
+    assert profile.lost == 0 and profile.overflowed == ()
+    assert len(profile.slices) == profile.counters["retired.load"] == 4 * cfg.trace_depth
