@@ -93,6 +93,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         job, fmt = "run_attention_job", workload.format_attention_report
         job_args |= {"seq_len": args.seq_len, "causal": args.causal, "fill": args.fill}
+    if args.trace or args.trace_png:
+        job_args["profile"] = True
     start = time.perf_counter()
     if args.backend == "model":
         from sw.model import ModelBackend
@@ -116,6 +118,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             result["waves"] = _waves_line(run)
     result["wall_seconds"] = round(time.perf_counter() - start, 2)
     result["dram"] = args.dram.to_dict()
+    if "profile" in result:
+        from sw.runtime.profile_export import write_outputs
+        print(write_outputs(result.pop("profile"), args.trace, args.trace_png))
     print(f"DRAM timing: {args.dram.describe()}")
     print(fmt(result))
     if "waves" in result:
@@ -311,6 +316,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                      help="trace only these blocks of the NPU (e.g. dma,cmdproc; dotted "
                           "paths such as dma.load_mover), plus its ports and named probes; "
                           "implies --waves")
+    run.add_argument("--trace", metavar="FILE.json",
+                     help="write a Perfetto trace of the run, no VCD needed (timed backends): "
+                          "the engines' hardware command trace, one track per engine, a slice "
+                          "per command, the kernel regions on top; 1 us in the viewer = 1 cycle")
+    run.add_argument("--trace-png", metavar="FILE.png",
+                     help="draw the same timeline to a PNG (timed backends)")
     run.set_defaults(func=_cmd_run, check_args=partial(_check_run_args, run))
 
 
@@ -531,6 +542,9 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                      "--waves-from/--waves-to, --waves-scope)")
     if args.waves and args.backend != "rtl":
         parser.error("--waves needs --backend rtl")
+    if (args.trace or args.trace_png) and args.backend == "model":
+        parser.error("--trace and --trace-png need a timed backend (the functional model has "
+                     "no cycles)")
     if args.text is not None and not args.text.strip():
         parser.error("--text is empty")
     if args.qkv_only:
@@ -580,16 +594,21 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 
 
 def _check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject a ``--json`` path that cannot be written before the work starts."""
-    if getattr(args, "json", None):
-        target = Path(args.json)
+    """Reject a ``--json`` (``--trace``, ``--trace-png``) path that cannot be written before
+    the work starts."""
+    for flag in ("json", "trace", "trace_png"):
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        name = "--" + flag.replace("_", "-")
+        target = Path(path)
         if target.is_dir():
-            parser.error(f"--json {args.json}: is a folder, give a file name")
+            parser.error(f"{name} {path}: is a folder, give a file name")
         parent = target.parent
         while not parent.exists():
             parent = parent.parent
         if not os.access(parent, os.W_OK):
-            parser.error(f"--json {args.json}: {parent} is not writable")
+            parser.error(f"{name} {path}: {parent} is not writable")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from sw.runtime import Device
 __all__ = ["run_qkv_job", "format_report", "run_attention_job", "format_attention_report"]
 
 
-def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None) -> dict:
+def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None,
+                profile: bool = False) -> dict:
     """Quantize and run the three projections on ``backend``.
 
     Parameters
@@ -30,6 +31,9 @@ def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None) -> d
     text : str, optional
         Evaluation sentence (default :data:`sw.models.minilm.DEFAULT_EVAL_TEXT`). The quantization
         scales are calibrated on :data:`sw.models.minilm.DEFAULT_CALIBRATION_TEXT`, never on it.
+    profile : bool
+        Also return ``"profile"``: :meth:`sw.runtime.profile.Profile.to_dict` of the run
+        (timed backends only).
 
     Returns
     -------
@@ -44,7 +48,7 @@ def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None) -> d
     model = load_minilm()
     quantized = calibrate_qkv(model)
     x = model.embed(text)
-    device = Device(backend, expected_config=cfg)
+    device = Device(backend, expected_config=cfg, profile=profile)
 
     kernels = []
     for name in PROJECTIONS:
@@ -66,7 +70,13 @@ def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None) -> d
         "text": text,
         "tokens": int(x.shape[0]),
         "kernels": kernels,
-    }
+    } | _profile(device)
+
+
+def _profile(device: Device) -> dict:
+    """``{"profile": ...}`` of a profiling device (:class:`sw.runtime.profile.Profile`),
+    else ``{}``."""
+    return {} if device.profiler is None else {"profile": device.profiler.finish().to_dict()}
 
 
 def _kernel_record(name: str, a, w, stats, sqnr: float, cos: float, exact: bool) -> dict:
@@ -112,7 +122,7 @@ def format_report(result: dict) -> str:
 
 def run_attention_job(backend: Backend, *, config: dict, text: str | None = None,
                       seq_len: int | None = 32, causal: bool = False,
-                      fill: str = "repeat") -> dict:
+                      fill: str = "repeat", profile: bool = False) -> dict:
     """The whole layer-0 self-attention block of all-MiniLM-L6-v2 on ``backend``.
 
     Q, K, V projections (linear kernels), per head ``Q K^T`` / integer softmax / ``P V``
@@ -128,6 +138,8 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
         Causal mask.
     fill : str
         ``"repeat"`` the text or ``"pad"`` (masked ``[PAD]`` keys) to reach ``seq_len``.
+    profile : bool
+        Also return ``"profile"`` (as :func:`run_qkv_job`).
 
     Returns
     -------
@@ -156,7 +168,7 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
     x = embed_ids(model, ids)
     ref = float_block(model, x, kv_len, causal)
     gold = golden_block(bq, x, kv_len, causal)
-    device = Device(backend, expected_config=cfg)
+    device = Device(backend, expected_config=cfg, profile=profile)
     x_q = quantize(x, bq.x_scale)
     pes = cfg.n_pes
 
@@ -206,7 +218,7 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
         "bit_exact": bool(np.array_equal(ctx, gold["context"])
                           and np.array_equal(y, gold["output"])
                           and all(k["bit_exact"] for k in kernels)),
-    }
+    } | _profile(device)
 
 
 def format_attention_report(result: dict) -> str:

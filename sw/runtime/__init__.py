@@ -45,7 +45,9 @@ Modules: :mod:`~sw.runtime.errors` (typed errors), :mod:`~sw.runtime.memory` (al
 buffers), :mod:`~sw.runtime.commands` (command lists), :mod:`~sw.runtime.counters` (counters,
 trace), :mod:`~sw.runtime.sync` (semaphores, events, deadlock reports),
 :mod:`~sw.runtime.streams` and :mod:`~sw.runtime.device`; every public name is importable from
-:mod:`sw.runtime`.
+:mod:`sw.runtime`. :mod:`~sw.runtime.profile` collects profiles of runs from the engines'
+command trace (``Device(backend, profile=True)``), :mod:`~sw.runtime.profile_export` writes
+them as Perfetto traces and PNG timelines.
 """
 
 from sw.runtime.commands import Command, CommandList, describe_command

@@ -18,7 +18,7 @@ from hw.isa import (
 from sw.backend import Backend
 from sw.runtime.errors import NPUError, UntimedCounterError
 
-__all__ = ["TraceRecord", "Counters", "read_counters", "read_trace"]
+__all__ = ["TraceRecord", "Counters", "read_counters", "read_trace", "drain_trace"]
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def read_trace(backend: Backend, trace_depth: int) -> list[TraceRecord]:
         If a trace FIFO overflowed (entries were lost; it is cleared by ``CONTROL``); the
         message gives ``trace_depth`` (entries per engine).
     """
-    rd, wr = backend.csr_read, backend.csr_write
+    rd = backend.csr_read
     out = []
     for e, name in enumerate(ENGINE_NAMES):
         while True:
@@ -128,8 +128,38 @@ def read_trace(backend: Backend, trace_depth: int) -> list[TraceRecord]:
                                f"({trace_depth} entries); drain it sooner")
             if not info.valid:
                 break
-            out.append(TraceRecord(name, info.queue, info.index,
-                                   rd(trace_csr(e, Csr.TRACE_START)),
-                                   rd(trace_csr(e, Csr.TRACE_END))))
-            wr(trace_csr(e, Csr.TRACE_POP), 1)
+            out.append(_pop_entry(backend, e, info))
     return sorted(out, key=lambda r: (r.start, r.end))
+
+
+def drain_trace(backend: Backend, engine: int) -> tuple[list[TraceRecord], bool]:
+    """Pop every entry of engine ``engine``'s trace FIFO (index in :data:`hw.isa.ENGINE_NAMES`),
+    whether or not it overflowed.
+
+    Returns
+    -------
+    records : list of TraceRecord
+        Oldest first.
+    overflowed : bool
+        The FIFO's sticky overflow flag (``TraceInfo.overflow``): entries were dropped since
+        the last ``CONTROL`` because the FIFO was full. Which ones, the caller must work out
+        (e.g. ``retired.<engine>`` minus the records it collected).
+    """
+    rd = backend.csr_read
+    out, overflowed = [], False
+    while True:
+        info = unpack_fields(TraceInfo, rd(trace_csr(engine, Csr.TRACE_INFO)))
+        overflowed |= bool(info.overflow)
+        if not info.valid:
+            return out, overflowed
+        out.append(_pop_entry(backend, engine, info))
+
+
+def _pop_entry(backend: Backend, engine: int, info) -> TraceRecord:
+    """The oldest entry of ``engine``'s FIFO, whose ``TRACE_INFO`` is ``info``; pops it."""
+    rd = backend.csr_read
+    record = TraceRecord(ENGINE_NAMES[engine], info.queue, info.index,
+                         rd(trace_csr(engine, Csr.TRACE_START)),
+                         rd(trace_csr(engine, Csr.TRACE_END)))
+    backend.csr_write(trace_csr(engine, Csr.TRACE_POP), 1)
+    return record

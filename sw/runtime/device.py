@@ -44,6 +44,7 @@ from sw.runtime.errors import (
     OutOfSemaphoresError,
 )
 from sw.runtime.memory import Allocator, AllocatorStats, Buffer
+from sw.runtime.profile import Profiler
 from sw.runtime.streams import Stream
 from sw.runtime.sync import SEM_MODULUS, BlockedCommand, Event, Semaphore
 
@@ -70,6 +71,11 @@ class Device:
     ring_commands : int, optional
         Ring size of each stream in commands, a power of two >= 2 (holds one less).
         Default: 4096 (128 KiB), or 1/16 of DRAM if that is smaller.
+    profile : bool
+        Collect a profile of everything run from now on (:attr:`profiler`, a
+        :class:`sw.runtime.profile.Profiler`: the engines' command trace, drained before it
+        can overflow, and the regions); ``device.profiler.finish()`` returns it. Needs a
+        timed backend.
 
     Raises
     ------
@@ -78,6 +84,8 @@ class Device:
         differ from ``expected_config``.
     OutOfMemoryError
         If the ring does not fit in DRAM.
+    UntimedCounterError
+        With ``profile`` on an untimed backend.
 
     Attributes
     ----------
@@ -87,6 +95,8 @@ class Device:
         The DRAM allocator.
     default_stream : Stream
         The stream of :meth:`launch` / :meth:`synchronize`.
+    profiler : Profiler or None
+        The profiler (``profile=True``) until its ``finish()``.
 
     Notes
     -----
@@ -96,7 +106,8 @@ class Device:
     """
 
     def __init__(self, backend: Backend, expected_config: NPUConfig | None = None, *,
-                 queue: int = 0, ring_commands: int | None = None) -> None:
+                 queue: int = 0, ring_commands: int | None = None,
+                 profile: bool = False) -> None:
         self.backend = backend
         self.config = self._discover(expected_config)
         if ring_commands is None:
@@ -115,7 +126,10 @@ class Device:
         backend.csr_write(Csr.CONTROL, 1)
         backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
         backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
+        self.profiler: Profiler | None = None
         self.default_stream = self.create_stream(queue)
+        if profile:
+            self.profiler = Profiler(self)
 
     # -- configuration ----------------------------------------------------------------------------
 
@@ -331,8 +345,12 @@ class Device:
         Raises
         ------
         NPUError
-            If a trace FIFO overflowed (entries were lost; it is cleared by ``CONTROL``).
+            If a trace FIFO overflowed (entries were lost; it is cleared by ``CONTROL``), or
+            the device is profiling (:attr:`profiler` drains the trace).
         """
+        if self.profiler is not None:
+            raise NPUError("the device's profiler drains the command trace; read it from "
+                           "device.profiler.finish()")
         return read_trace(self.backend, self.config.trace_depth)
 
     def status(self) -> dict[str, int]:
@@ -379,6 +397,8 @@ class Device:
         Commands not yet executed are dropped; command indices restart at 0; pool semaphores
         in use restart from 0.
         """
+        if self.profiler is not None:
+            self.profiler.queue_reset(self.streams)
         self.backend.csr_write(Csr.CONTROL, 1)
         self.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
         self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
@@ -440,6 +460,9 @@ class Device:
                     f"{report}; " + ", ".join(f"{k}={v:#x}" for k, v in self.status().items()),
                     blocked)
             step = remaining if poll_cycles is None else min(remaining, poll_cycles)
+            horizon = None if self.profiler is None else self.profiler.poll()
+            if horizon is not None:
+                step = min(step, horizon)
             if poll_cycles is not None and max_poll_cycles is not None:
                 poll_cycles = min(2 * poll_cycles, max_poll_cycles)
             if self.backend.wait_irq(step):
@@ -453,12 +476,14 @@ class Device:
     def region(self, name: str) -> contextlib.AbstractContextManager:
         """Context manager marking a named stretch of work (a kernel, e.g. ``"query"``).
 
-        The runtime itself does nothing with it; a backend with a ``region(name)`` context
-        manager gets the call (the RTL backend uses it to choose the waveform window by
-        kernel, ``npu run --waves-kernel NAME``); on other backends it does nothing.
+        A backend with a ``region(name)`` context manager gets the call (the RTL backend
+        uses it to choose the waveform window by kernel, ``npu run --waves-kernel NAME``);
+        while profiling, the :attr:`profiler` records its entry and exit cycles (regions
+        nest: a layer around its kernels). Otherwise it does nothing.
         """
         hook = getattr(self.backend, "region", None)
-        return hook(name) if hook is not None else contextlib.nullcontext()
+        inner = hook(name) if hook is not None else contextlib.nullcontext()
+        return inner if self.profiler is None else self.profiler.region(name, inner)
 
     # -- default stream -----------------------------------------------------------------------
 

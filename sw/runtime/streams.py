@@ -150,6 +150,8 @@ class Stream:
 
     def _write(self, raws: list[bytes], timeout_cycles: int) -> None:
         dev = self.device
+        if dev.profiler is not None:      # drain the command trace if it could overflow
+            dev.profiler.poll(raws)
         if self._window_start is None:
             self._window_start = dev.cycles()
         i = 0
@@ -268,6 +270,8 @@ class Stream:
         """Reset this stream's queue alone (``QUEUE_RESET``): pending commands are dropped,
         its error is cleared; semaphores and other streams are not touched."""
         dev = self.device
+        if dev.profiler is not None:
+            dev.profiler.queue_reset([self.queue])
         dev.backend.csr_write(Csr.QUEUE_RESET, 1 << self.queue)
         self._head = self._tail = dev.backend.csr_read(queue_csr(self.queue, Csr.HEAD))
         self._forget()
