@@ -14,8 +14,7 @@ What each point gets
 --------------------
 * model cycles, utilization (``MACs / (cycles * PEs)``) and the honest roofline of the run
   (:func:`cosim.bench.sweep_tasks.roofline_figures`) from :class:`sw.perf.PerfBackend` under the
-  point's DRAM timing (with ``backend="rtl"`` from the co-simulated RTL instead: every DRAM
-  timing, also the bandwidth limits and backpressure the model does not time yet);
+  point's DRAM timing (with ``backend="rtl"`` from the co-simulated RTL instead);
 * SQNR (dB) against float32 and bit-exactness against the golden model;
 * FPGA area of its hardware configuration: ECP5 synthesis (``synth_ecp5`` with classic ABC for
   every configuration alike, ``cosim.fpga.area``), LUT4, FF, MULT18X18D, DP16KD; once per
@@ -152,8 +151,7 @@ class SweepOptions:
         An existing Ray cluster.
     backend : str
         Where each point's cycles come from: ``"perf"`` (the performance model, default) or
-        ``"rtl"`` (every point co-simulated: slow, but it times every DRAM timing, including
-        bandwidth limits and backpressure the model does not time yet).
+        ``"rtl"`` (every point co-simulated: slow).
     cache_dir : Path
     progress : bool
         Show a progress bar (tqdm, on stderr) and a line per finished synthesis or RTL run.

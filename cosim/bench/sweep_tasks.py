@@ -10,8 +10,8 @@ are JSON values; nothing is shared but the files of the task's own ``workdir``):
   configuration is shared and locked, :func:`cosim.build.build_sim`; the run directory is the
   task's own).
 
-A failure that belongs to the point (a workload the configuration cannot run, a DRAM timing the
-model does not time, a device error, a tool failure) is returned as ``{"status": "error",
+A failure that belongs to the point (a workload the configuration cannot run, a device error, a
+tool failure) is returned as ``{"status": "error",
 "error": ...}`` so the sweep goes on; only a bug raises.
 """
 

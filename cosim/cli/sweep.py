@@ -129,8 +129,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r = sw.add_argument_group("running and output")
     r.add_argument("--backend", choices=("perf", "rtl"), default="perf",
                    help="where cycles come from: the performance model (default) or the "
-                   "co-simulated RTL at every point (slow; times every DRAM timing, also the "
-                   "bandwidth limits and backpressure the model does not time yet)")
+                   "co-simulated RTL at every point (slow)")
     r.add_argument("--workers", type=int, metavar="N",
                    help="local Ray workers (default one per core); 0: no Ray, in this process")
     r.add_argument("--address", metavar="ADDR",
@@ -164,8 +163,6 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.backend == "rtl" and args.rtl:
         parser.error("--backend rtl runs every point on the RTL: --rtl does not apply")
     drams = tuple(args.dram or [DramTiming.parse("ideal")])
-    if args.backend == "perf":
-        _check_perf_timings(parser, args, drams)
     axes = {k: v for k, v in (("array", args.array), ("spad_rows", args.spad_rows),
                               ("acc_rows", args.acc_rows), ("axi_data_bits", args.axi_data_bits),
                               ("dma_outstanding", args.dma_outstanding),
@@ -177,29 +174,6 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.grid.configs()
     except ValueError as e:
         parser.error(str(e))
-
-
-def _check_perf_timings(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                        drams: tuple) -> None:
-    """Stop before any work if the performance model cannot time a --dram timing (with
-    --find: any timing the bisection would try); the message says to use --backend rtl."""
-    import dataclasses
-
-    from cosim.bench.find import DRAM_PARAMS
-    from sw.perf.memory import check_timing
-    tried = [("--dram", d) for d in drams]
-    for q in args.find or ():
-        if q.is_dram:
-            field = DRAM_PARAMS[q.param][0]
-            lo = q.lo if q.param == "bw" else int(q.lo)
-            tried += [(f"--find {q.text!r}", dataclasses.replace(d, name=f"{d.name},{q.param}="
-                                                                f"{lo:g}", **{field: lo}))
-                      for d in drams]
-    for flag, d in tried:
-        try:
-            check_timing(d)
-        except NotImplementedError as e:
-            parser.error(f"{flag}: {e}; use --backend rtl (every point co-simulated)")
 
 
 def _options(args: argparse.Namespace):

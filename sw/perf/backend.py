@@ -70,8 +70,9 @@ class PerfBackend(ModelBackend):
 
     Raises
     ------
-    NotImplementedError
-        For a DRAM timing the model does not time yet (bandwidth limit, backpressure).
+    DramTimingError
+        For malformed DRAM timing text (:meth:`sw.dram.DramTiming.parse`); every parameter of
+        a valid timing is modelled.
 
     Attributes
     ----------

@@ -100,8 +100,12 @@ def test_model_point_matches_a_direct_run():
     assert res["utilization"] == pytest.approx(8 * 16 * 8 / (res["cycles"] * 16))
     # the honest bound is a bound: no run beats it
     assert res["utilization"] <= res["roofline"]["bound"] <= 1
-    bad = model_point("4x4", "ddr", "gemm:8x16x8")
-    assert bad["status"] == "error" and "bandwidth" in bad["error"]
+    # ddr's bandwidth limit (4.8 B/cycle, below the 64-bit bus) is timed too, and costs cycles
+    # against the same latencies without it
+    ddr = model_point("4x4", "ddr", "gemm:8x16x8")
+    free = model_point("4x4", "latency=80,wlatency=30", "gemm:8x16x8")
+    assert ddr["status"] == free["status"] == "ok" and ddr["bit_exact"]
+    assert ddr["cycles"] > free["cycles"]
 
 
 def test_sweep_resumes_from_its_cache(tmp_path):
@@ -249,7 +253,7 @@ def test_two_point_sweep_on_local_ray(tmp_path):
     assert "cycles" in table[0] and len(table) == 3 and table[1].rstrip().endswith("*")
 
 
-def test_unsupported_and_failed_points_are_rows_not_crashes(tmp_path):
+def test_unsupported_and_failed_points_are_rows_not_crashes(tmp_path, monkeypatch):
     grid = Grid(bases=(NPUConfig(rows=4, cols=8),),
                 workloads=(parse_workload("minilm-block:8"), TINY[0]))
     doc = run_sweep(grid, _options(tmp_path), executor=CountingExecutor())
@@ -257,13 +261,19 @@ def test_unsupported_and_failed_points_are_rows_not_crashes(tmp_path):
     assert block["status"] == "unsupported" and "square" in block["error"]
     assert gemm["status"] == "ok"
     assert "unsupported" in format_table(doc["rows"])
-    # a point that fails (a DRAM timing the model does not time) is reported, not cached
+    # a point whose run fails (here: the device reports an error) is reported, not cached
+    import cosim.bench.workloads as workloads
+    from sw.runtime import NPUError
+
+    def failing_job(backend, **kw):
+        raise NPUError("queue 0: WINDOW error (planted)")
+    monkeypatch.setattr(workloads, "workload_job", failing_job)
     grid = _grid(drams=(DramTiming.parse("ddr"),), workloads=(TINY[0],))
     for _ in range(2):
         ex = CountingExecutor()
         (row,) = run_sweep(grid, _options(tmp_path), executor=ex)["rows"]
         assert len(ex.ran) == 1
-        assert row["status"] == "error" and "bandwidth" in row["error"]
+        assert row["status"] == "error" and "WINDOW" in row["error"]
 
 
 def test_sweep_with_an_rtl_check(tmp_path):
@@ -303,7 +313,6 @@ def test_workload_names():
     (["--workload", "gemm:8x8x8", "--outstanding", "two"], "not an integer"),
     (["--workload", "gemm:8x8x8", "--workers", "0", "--address", "auto"], "--address needs Ray"),
     (["--workload", "gemm:8x8x8", "--backend", "rtl", "--rtl", "2"], "--rtl does not apply"),
-    (["--workload", "gemm:8x8x8", "--dram", "ddr"], "use --backend rtl"),
     (["--workload", "gemm:8x8x8", "--dram", "latency=2"], "read_latency"),
     (["--workload", "gemm:8x8x8", "--no-route"], "--no-route applies to --pnr"),
     (["--workload", "gemm:8x8x8", "--rtl", "-1"], "--rtl must be >= 0"),
@@ -312,7 +321,6 @@ def test_workload_names():
     (["--workload", "gemm:8x8x8", "--find", "latency=3..90:faster"], "unknown goal"),
     (["--workload", "gemm:8x8x8", "--find", "latency=3.5..90:util>=50%"], "integers"),
     (["--workload", "gemm:8x8x8", "--find", "spad_rows=17..31:compute-bound"], "no spad_rows"),
-    (["--workload", "gemm:8x8x8", "--find", "bw=0.5..8:slowdown<=5%"], "use --backend rtl"),
     (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=0.5", "--rtl", "1"],
      "performance model only"),
     (["--workload", "gemm:8x8x8", "--tol", "0"], "--tol"),
