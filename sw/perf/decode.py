@@ -40,16 +40,19 @@ def _table(layout) -> tuple[tuple[str, int, int], ...]:
 
 
 def _view_class(name: str, layout) -> type:
-    """A small read-only view class of ``layout``: each field a property that shifts and
-    masks the stored bits (so a field costs only when it is read)."""
-    def field(off: int, mask: int) -> property:
-        return property(lambda self: (self._bits >> off) & mask)
-    members = {n: field(off, mask) for n, off, mask in _table(layout)}
-    members["__slots__"] = ("_bits",)
-    members["__init__"] = lambda self, bits: setattr(self, "_bits", bits)
-    members["__repr__"] = lambda self: f"{name}(" + ", ".join(
-        f"{n}={getattr(self, n)}" for n, _, _ in _table(layout)) + ")"
-    return type(name, (), members)
+    """A small read-only record class of ``layout``: built from the raw bits, every field an
+    attribute (the shifts and masks done once, at decode)."""
+    table = _table(layout)
+    names = tuple(n for n, _, _ in table)
+
+    def __init__(self, bits: int) -> None:
+        for n, off, mask in table:
+            setattr(self, n, (bits >> off) & mask)
+
+    def __repr__(self) -> str:
+        return f"{name}(" + ", ".join(f"{n}={getattr(self, n)}" for n in names) + ")"
+
+    return type(name, (), {"__slots__": names, "__init__": __init__, "__repr__": __repr__})
 
 
 _CMD = data.Layout.cast(Command)
