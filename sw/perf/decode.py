@@ -8,6 +8,8 @@ offsets and widths read from the same ``data.Struct`` definitions -- nothing is 
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 from amaranth.lib import data
 
 from hw.isa import (
@@ -40,19 +42,16 @@ def _table(layout) -> tuple[tuple[str, int, int], ...]:
 
 
 def _view_class(name: str, layout) -> type:
-    """A small read-only record class of ``layout``: built from the raw bits, every field an
-    attribute (the shifts and masks done once, at decode)."""
+    """A small read-only record class of ``layout`` (a named tuple), built from the raw bits:
+    every field an attribute, the shifts and masks done once, at decode."""
     table = _table(layout)
-    names = tuple(n for n, _, _ in table)
+    record = namedtuple(name, [n for n, _, _ in table])
+    make = record._make
+    fields = tuple((off, mask) for _, off, mask in table)
 
-    def __init__(self, bits: int) -> None:
-        for n, off, mask in table:
-            setattr(self, n, (bits >> off) & mask)
-
-    def __repr__(self) -> str:
-        return f"{name}(" + ", ".join(f"{n}={getattr(self, n)}" for n in names) + ")"
-
-    return type(name, (), {"__slots__": names, "__init__": __init__, "__repr__": __repr__})
+    def decode(bits: int):
+        return make([(bits >> off) & mask for off, mask in fields])
+    return decode
 
 
 _CMD = data.Layout.cast(Command)
