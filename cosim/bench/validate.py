@@ -188,7 +188,8 @@ def measure_speed(repeats: int = 3, dram: DramTiming | str | None = None) -> dic
         run = {"backend_seconds": backend.sim_seconds, "job_seconds": job,
                "backend_cpu_seconds": backend.sim_cpu_seconds,
                "functional_seconds": spent[0], "modelled_cycles": backend.cycle,
-               "events": backend.machine.eq.events_run}
+               "events": backend.machine.eq.events_run,
+               "beat_retimes": backend.machine.beats.retimes}
         if best is None or run["backend_seconds"] < best["backend_seconds"]:
             best = run
     t0 = time.perf_counter()

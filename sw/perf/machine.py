@@ -69,9 +69,10 @@ class Machine:
         #: per queue, cycles in which a host register write or a reset pulse is pending
         self.reg_writes: list[set[int]] = [set() for _ in range(n)]
         self.stages = [Stage(self, q) for q in range(n)]
-        beats = BeatScheduler(eq, timing, cfg.axi_data_bytes)
-        self.reads = ReadChannel(eq, timing, beats)
-        self.writes = WriteChannel(eq, timing, beats)
+        #: beat-by-beat timing of R and W (used under backpressure or a bandwidth limit)
+        self.beats = BeatScheduler(eq, timing, cfg.axi_data_bytes)
+        self.reads = ReadChannel(eq, timing, self.beats)
+        self.writes = WriteChannel(eq, timing, self.beats)
         self.fetch = FetchUnit(self)
 
         now = self._now
