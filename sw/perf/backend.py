@@ -13,9 +13,10 @@ Differences from the RTL (by design or not yet modelled):
 * Each engine command reads and writes the functional state at once in the cycle its engine
   takes it; programs ordered by semaphores (every kernel of this kit) give the same bytes, a
   racy program may not. Host DRAM accesses during a transfer see all or nothing of it.
-* DRAM timing (:class:`sw.dram.DramTiming`): the ideal model, read latency and write latency
-  are timed; a bandwidth limit or random backpressure raises :class:`NotImplementedError`
-  (:func:`sw.perf.memory.check_timing`). AXI error responses do not occur.
+* DRAM timing (:class:`sw.dram.DramTiming`): every parameter is timed as ``dram.sv`` has it
+  -- read and write latency, the bandwidth limit (one token bucket for R and W) and the seeded
+  random backpressure of each channel (the same draws, cycle by cycle from reset; see
+  :mod:`sw.perf.memory`). AXI error responses do not occur.
 * Semaphore waits use :func:`hw.isa.sem_reached` and a host write to a semaphore sets it
   (the ISA contract of ``hw.isa``).
 """
@@ -70,9 +71,8 @@ class PerfBackend(ModelBackend):
 
     Raises
     ------
-    DramTimingError
-        For malformed DRAM timing text (:meth:`sw.dram.DramTiming.parse`); every parameter of
-        a valid timing is modelled.
+    sw.dram.DramTimingError
+        For a DRAM timing text that does not parse.
 
     Attributes
     ----------

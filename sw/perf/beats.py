@@ -100,7 +100,7 @@ class BeatScheduler:
             self.bucket = TokenBucket(timing, beat_bytes)
         self.reads = None       #: the ReadChannel (set by it when it times beat by beat)
         self.writes = None      #: the WriteChannel (set by it when it times beat by beat)
-        self.retimes = 0        #: rewinds so far (for the speed report)
+        self.retimes = 0        #: retimings so far (validate reports them with the speed)
 
     @property
     def coupled(self) -> bool:

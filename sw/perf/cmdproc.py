@@ -527,6 +527,8 @@ class EngineQueue:
         self.last = q
         self.free_from = _BIG
         error, addr = execute_engine(m.model, cmd)
+        if error is not _NONE:
+            m.failing += 1
         span = m.ledger.busy_start(self.name, c + 1)
         self.current = (cmd, c, error, addr, span)
         self.engine.start(cmd, c, error)
@@ -543,6 +545,8 @@ class EngineQueue:
         m = self.m
         cmd, t, error, addr, span = self.current
         self.current = None
+        if error is not _NONE:
+            m.failing -= 1
         m.ledger.busy_end(span, done + 1)
         m.ledger.counts[self.retired_name] += 1
         m.trace_push(self.index, cmd.queue, cmd.index, t, done)

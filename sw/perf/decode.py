@@ -8,6 +8,8 @@ offsets and widths read from the same ``data.Struct`` definitions -- nothing is 
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 from amaranth.lib import data
 
 from hw.isa import (
@@ -40,16 +42,16 @@ def _table(layout) -> tuple[tuple[str, int, int], ...]:
 
 
 def _view_class(name: str, layout) -> type:
-    """A small read-only view class of ``layout``: each field a property that shifts and
-    masks the stored bits (so a field costs only when it is read)."""
-    def field(off: int, mask: int) -> property:
-        return property(lambda self: (self._bits >> off) & mask)
-    members = {n: field(off, mask) for n, off, mask in _table(layout)}
-    members["__slots__"] = ("_bits",)
-    members["__init__"] = lambda self, bits: setattr(self, "_bits", bits)
-    members["__repr__"] = lambda self: f"{name}(" + ", ".join(
-        f"{n}={getattr(self, n)}" for n, _, _ in _table(layout)) + ")"
-    return type(name, (), members)
+    """A small read-only record class of ``layout`` (a named tuple), built from the raw bits:
+    every field an attribute, the shifts and masks done once, at decode."""
+    table = _table(layout)
+    record = namedtuple(name, [n for n, _, _ in table])
+    make = record._make
+    fields = tuple((off, mask) for _, off, mask in table)
+
+    def decode(bits: int):
+        return make([(bits >> off) & mask for off, mask in fields])
+    return decode
 
 
 _CMD = data.Layout.cast(Command)

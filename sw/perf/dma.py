@@ -154,7 +154,7 @@ class LoadChannel:
         self.job: _LoadJob | None = None
         for lists in ports.values():
             for lst in lists:
-                lst.listeners.append(self._port_write)
+                lst.listeners.append(lambda a, lst=lst: self._port_write(a, lst))
 
     def start(self, cmd, t: int, error: ErrorCode) -> None:
         mem = LocalMem.ACC if cmd.body.mem == LocalMem.ACC.value else LocalMem.SPAD
@@ -255,11 +255,11 @@ class LoadChannel:
             self.job = None
             self.queue.set_done(job.done)
 
-    def _port_write(self, a: int) -> None:
-        """A higher-priority write was planned from cycle ``a``: re-time the bursts it may
-        hold."""
+    def _port_write(self, a: int, port: BusyList) -> None:
+        """A higher-priority write of ``port`` was planned from cycle ``a``: re-time the
+        bursts it may hold (if the transfer writes that memory)."""
         job = self.job
-        if job is None:
+        if job is None or port not in job.lists:
             return
         for served in job.granted:
             if not served.done and served.c_last >= a:

@@ -40,14 +40,18 @@ class EventQueue:
         Events run so far (for speed measurements).
     """
 
-    __slots__ = ("_heap", "_seq", "now", "phase", "events_run")
+    __slots__ = ("_heap", "_seq", "now", "phase")
 
     def __init__(self) -> None:
         self._heap: list = []
         self._seq = 0
         self.now = 0
         self.phase = UPDATE
-        self.events_run = 0
+
+    @property
+    def events_run(self) -> int:
+        """Events run so far (scheduled less those still waiting)."""
+        return self._seq - len(self._heap)
 
     def at(self, cycle: int, phase: int, callback: Callable, *args) -> None:
         """Run ``callback(*args)`` at ``(cycle, phase)``.
@@ -79,8 +83,8 @@ class EventQueue:
             if e[0] > cycle or (e[0] == cycle and e[1] > phase):
                 break
             pop(heap)
-            self.now, self.phase = e[0], e[1]
-            self.events_run += 1
+            self.now = e[0]
+            self.phase = e[1]
             e[3](*e[4])
         if (cycle, phase) > (self.now, self.phase):
             self.now, self.phase = cycle, phase
@@ -93,16 +97,15 @@ class EventQueue:
         heap = self._heap
         pop = heapq.heappop
         while heap:
-            e = heap[0]
-            if e[0] >= limit:
+            if heap[0][0] >= limit:
                 return None
-            pop(heap)
-            self.now, self.phase = e[0], e[1]
-            self.events_run += 1
+            e = pop(heap)
+            c = self.now = e[0]
+            ph = self.phase = e[1]
             e[3](*e[4])
-            if flag[0] and e[1] == UPDATE and not (heap and heap[0][0] == e[0]
-                                                     and heap[0][1] == UPDATE):
+            if flag[0] and ph == UPDATE and not (heap and heap[0][0] == c
+                                                 and heap[0][1] == UPDATE):
                 flag[0] = False
                 if stop():
-                    return e[0]
+                    return c
         return None

@@ -65,12 +65,14 @@ class Machine:
         self.pending = [0] * n           # engine commands in a FIFO or an engine, per queue
         self.fetched = [0] * n           # Q_FETCHED (command index of the next fetch)
         self.fences_staged = 0           # stages holding a FENCE
+        self.failing = 0                 # engine commands in progress that retire with an error
         #: per queue, cycles in which a host register write or a reset pulse is pending
         self.reg_writes: list[set[int]] = [set() for _ in range(n)]
         self.stages = [Stage(self, q) for q in range(n)]
-        beats = BeatScheduler(eq, timing, cfg.axi_data_bytes)
-        self.reads = ReadChannel(eq, timing, beats)
-        self.writes = WriteChannel(eq, timing, beats)
+        #: beat-by-beat timing of R and W (used under backpressure or a bandwidth limit)
+        self.beats = BeatScheduler(eq, timing, cfg.axi_data_bytes)
+        self.reads = ReadChannel(eq, timing, self.beats)
+        self.writes = WriteChannel(eq, timing, self.beats)
         self.fetch = FetchUnit(self)
 
         now = self._now
@@ -115,6 +117,8 @@ class Machine:
         latched (from an engine command of ``q`` retiring with an error in ``c - 1``)."""
         if c in self.reg_writes[q] or c - 1 in self.reg_writes[q] or c in self._errors:
             return False
+        if not self.failing:
+            return True
         for eqn in self.engine_queues.values():
             cur = eqn.current
             if cur is not None and cur[0].queue == q and cur[2] is not ErrorCode.NONE:
@@ -126,6 +130,8 @@ class Machine:
         or error latch pending then (a stage moves its command on unless one of them)."""
         if c in self.reg_writes[q] or c in self._errors:
             return False
+        if not self.failing:
+            return True
         for eqn in self.engine_queues.values():
             cur = eqn.current
             if (cur is not None and cur[0].queue == q and cur[2] is not ErrorCode.NONE

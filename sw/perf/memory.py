@@ -167,6 +167,7 @@ class ReadChannel:
         #: edges from the AR handshake to the first at which the burst may be fetched, less 1
         self.fetch_after = timing.read_latency - MIN_READ_LATENCY + 2
         self.ar_draws = StallDraws(timing, "ar")
+        self._ar_stalls = self.ar_draws.active
         self.pending: dict[int, _ReadRequest] = {}
         self.ar_last = 0
         self.locked: int | None = None
@@ -197,27 +198,37 @@ class ReadChannel:
 
     def _arbitrate(self, c: int) -> None:
         self._arb_at.discard(c)
-        ready = [m for m, r in self.pending.items() if r.start <= c]
-        if not ready:
-            return
-        if len(ready) == 1:
-            pick = ready[0]
-        elif self.locked is not None and self.locked in ready:
-            pick = self.locked
+        pending = self.pending
+        if len(pending) == 1:                   # the common case: one manager asks
+            (pick, req), = pending.items()
+            if req.start > c:
+                return
+            both = False
         else:
-            pick = (self.ar_last + 1) % 2
-        if self._queue_full(c):
+            ready = [m for m, r in pending.items() if r.start <= c]
+            if not ready:
+                return
+            both = len(ready) > 1
+            if not both:
+                pick = ready[0]
+            elif self.locked is not None and self.locked in ready:
+                pick = self.locked
+            else:
+                pick = (self.ar_last + 1) % 2
+            req = pending[pick]
+        if len(self.bursts) >= DRAM_READ_QUEUE and self._queue_full(c):
             self.locked = pick
             self._arbitrate_at(c + 1)
             return
-        free = self.ar_draws.next_free(c)
-        if free != c:                       # ARREADY withheld: the arbiter stays on it
-            self.locked = pick
-            self._arbitrate_at(free)
-            return
+        if self._ar_stalls:
+            free = self.ar_draws.next_free(c)
+            if free != c:                   # ARREADY withheld: the arbiter stays on it
+                self.locked = pick
+                self._arbitrate_at(free)
+                return
         self.locked = None
         self.ar_last = pick
-        req = self.pending.pop(pick)
+        del pending[pick]
         served = ServedBurst(pick, req.beats, req.owner, req.tag, c, self.beatwise)
         if self.beatwise:
             self.bursts.append(served)
@@ -226,7 +237,7 @@ class ReadChannel:
             self._serve(served)
             self.bursts.append(served)
         req.on_grant(c, served)
-        if len(ready) > 1:
+        if both:
             self._arbitrate_at(c + 1)
 
     def _first_load(self, b: ServedBurst) -> int:
@@ -240,8 +251,6 @@ class ReadChannel:
         return max(b.accept + self.fetch_after, pv + 1, pc)
 
     def _queue_full(self, c: int) -> bool:
-        if len(self.bursts) < DRAM_READ_QUEUE:
-            return False
         queued = sum(1 for b in self.bursts if b.accept < c and b.load > c)
         return queued >= DRAM_READ_QUEUE
 

@@ -55,15 +55,19 @@ class BusyList:
 def merged(lists: list[BusyList], x: int) -> list[tuple[int, int]]:
     """Union of the spans of ``lists`` that end after cycle ``x``, sorted, adjacent ones
     joined."""
-    spans = sorted((a, b) for lst in lists for a, b, _ in lst.spans if b > x)
-    out: list[list[int]] = []
-    for a, b in spans:
-        if out and a <= out[-1][1]:
-            if b > out[-1][1]:
-                out[-1][1] = b
+    spans = [(a, b) for lst in lists for a, b, _ in lst.spans if b > x]
+    if len(spans) < 2:
+        return spans
+    spans.sort()
+    out = [spans[0]]
+    for a, b in spans[1:]:
+        pa, pb = out[-1]
+        if a <= pb:
+            if b > pb:
+                out[-1] = (pa, b)
         else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
+            out.append((a, b))
+    return out
 
 
 def first_free(busy: list[tuple[int, int]], x: int) -> int:
