@@ -42,6 +42,7 @@ from pathlib import Path
 
 from cosim.bench.sweep_cache import ResultCache, key_hash, task_key
 from cosim.bench.sweep_ray import InlineExecutor, RayExecutor, Task
+from cosim.bench.sweep_tasks import with_roofline
 from cosim.bench.workloads import Workload
 from cosim.build import BUILD_ROOT
 from hw.config import NPUConfig
@@ -395,7 +396,8 @@ def evaluate_points(points: list[Point], *, seed: int, cache: ResultCache, execu
                 tasks.setdefault(t.id, t)
     if tasks:
         found |= run_tasks(list(tasks.values()), cache, executor, progress=progress)
-    return [found[h] for h in hashes]
+    return [with_roofline(p.config, p.dram, found[h]) for p, h in zip(points, hashes,
+                                                                       strict=True)]
 
 
 def cpu_seconds(results: dict[str, dict], ids: dict) -> dict:

@@ -167,6 +167,11 @@ class RayExecutor:
         """Start the local instance; on a loaded machine Ray's raylet may miss its fixed 30 s
         registration window (``Exception: The current node timed out during startup``), so
         try again, ``attempts`` times in all."""
+        # Ray starts its workers at nice 15 (its worker_niceness setting) so that they never
+        # slow the raylet; on a machine shared with other work that starves every synthesis
+        # and simulation of a sweep, so they run at the driver's priority unless the user set
+        # RAY_worker_niceness.
+        os.environ.setdefault("RAY_worker_niceness", "0")
         for attempt in range(1, attempts + 1):
             try:
                 self.ray.init(num_cpus=self.workers, include_dashboard=False,

@@ -58,6 +58,11 @@ def _rtl_fields(res: dict | None, model_cycles) -> dict:
     return {"rtl_cycles": res["cycles"], "model_error": err, "rtl_bit_exact": res["bit_exact"]}
 
 
+def _fresh(p, res: dict | None) -> dict | None:
+    from cosim.bench.sweep_tasks import with_roofline
+    return None if res is None else with_roofline(p.config, p.dram, res)
+
+
 def collect(grid, results: dict[str, dict], ids: dict) -> list[dict]:
     """One row per point of ``grid`` (columns :data:`COLUMNS`, plus ``details``: the model's
     full result, with counters and stages, and the RTL's), Pareto front marked."""
@@ -68,14 +73,16 @@ def collect(grid, results: dict[str, dict], ids: dict) -> list[dict]:
                "dram": p.dram.name, "dram_spec": p.dram.spec(), "workload": p.workload.name,
                "format": p.workload.fmt}
         mid, rid = ids["points"][p.label]
+        model = _fresh(p, results.get(mid))
+        rtl = _fresh(p, results.get(rid)) if rid else None
         why = p.workload.unsupported(c)
         if why:
             row |= {"status": "unsupported", "error": why}
         else:
-            row |= _model_fields(results.get(mid))
+            row |= _model_fields(model)
         row |= _area_fields(results.get(ids["area"].get(c.spec)))
-        row |= _rtl_fields(results.get(rid) if rid else None, row.get("cycles"))
-        row["details"] = {"model": results.get(mid), "rtl": results.get(rid) if rid else None,
+        row |= _rtl_fields(rtl, row.get("cycles"))
+        row["details"] = {"model": model, "rtl": rtl,
                           "area": results.get(ids["area"].get(c.spec))}
         rows.append({k: row.get(k) for k in COLUMNS} | {"details": row["details"]}
                     | ({"rtl_error": row["rtl_error"]} if "rtl_error" in row else {}))

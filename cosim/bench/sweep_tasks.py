@@ -26,7 +26,7 @@ from cosim.bench.roofline import attainable, memory_roof
 from hw.config import NPUConfig
 from sw.dram import DramTiming
 
-__all__ = ["model_point", "area_point", "rtl_point", "roofline_figures"]
+__all__ = ["model_point", "area_point", "rtl_point", "roofline_figures", "with_roofline"]
 
 
 def roofline_figures(config: NPUConfig, dram: DramTiming, res: dict) -> dict:
@@ -45,6 +45,15 @@ def roofline_figures(config: NPUConfig, dram: DramTiming, res: dict) -> dict:
     return {"dram_bytes": traffic, "intensity": intensity, "memory_bytes_per_cycle": bw,
             "memory_limit": "latency" if mem["latency_limited"] else mem["limit"],
             "ridge": config.n_pes / bw, "bound": bound, "compute_bound": bound >= 1.0}
+
+
+def with_roofline(config: NPUConfig, dram: DramTiming, res: dict) -> dict:
+    """``res`` (a model or RTL result) with its ``roofline`` computed afresh from its counters
+    and bursts: the cache holds what was measured, and a change to the roofline's code (which
+    does not key the cache) applies to cached results too. Errors are returned as they are."""
+    if res.get("status") != "ok":
+        return res
+    return res | {"roofline": roofline_figures(config, dram, res)}
 
 
 def model_point(config: str, dram: str, workload: str, seed: int = 0) -> dict:

@@ -134,6 +134,21 @@ def test_sweep_resumes_from_its_cache(tmp_path):
         assert by["latency=40", w.name] > by["ideal", w.name]
 
 
+def test_cached_results_get_a_fresh_roofline(tmp_path):
+    """The cache holds what was measured; the roofline is derived again from the counters and
+    bursts on every collection (its code does not key the cache)."""
+    grid, opts = _grid(workloads=(TINY[0],)), _options(tmp_path)
+    (first,) = run_sweep(grid, opts, executor=CountingExecutor())["rows"]
+    (path,) = (opts.cache_dir / "point").glob("*.json")
+    doc = json.loads(path.read_text())
+    doc["value"]["roofline"] |= {"bound": 7.0, "compute_bound": "stale"}
+    path.write_text(json.dumps(doc))
+    ex = CountingExecutor()
+    (again,) = run_sweep(grid, opts, executor=ex)["rows"]
+    assert ex.ran == [] and again["bound"] == first["bound"] <= 1
+    assert again["compute_bound"] in (True, False)
+
+
 def test_cache_keys_and_bad_files(tmp_path):
     cache = ResultCache(tmp_path)
     key = task_key("point", config=NPUConfig().to_dict(), dram="ideal", workload="gemm:1x1x1")
