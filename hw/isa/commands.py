@@ -197,11 +197,20 @@ class SoftmaxBody(data.Struct):
     goes to ``acc[scale_row + i // cols][i % cols]``; elements of a scale row beyond the last
     row are written 0.
 
-    Errors (in this order): ``n_rows == 0`` or ``n_blocks == 0`` does nothing; accumulator
-    rows of the scores, scratchpad rows of P, then the ``ceil(n_rows / cols)`` scale rows
-    outside their memory -> ``BAD_LOCAL_ADDR`` (``error_addr`` the first bad row of the range:
-    ``max(start, depth)`` with ``start = acc_row`` / ``spad_row`` and the range's last row
-    ``start + (n_blocks - 1) * stride + n_rows - 1``).
+    Order (defined, so that every implementation writes the same bytes): rows are processed
+    in groups of ``cols`` (``g * cols .. g * cols + cols - 1``, the last group shorter); the
+    scale row ``scale_row + g`` is written after every score of group ``g`` was read and
+    before any score of group ``g + 1`` is read. Scale rows that lie inside the score rows
+    are therefore read as written by then.
+
+    Errors (in this order): ``n_rows == 0`` or ``n_blocks == 0`` does nothing; overlapping P
+    blocks (``n_blocks >= 2`` and ``stride < n_rows``: block ``b + 1`` of row ``i`` would
+    land on block ``b`` of a later row) -> ``BAD_SIZE`` (``error_addr`` = ``stride``);
+    accumulator rows of the scores, scratchpad rows of P, then the ``ceil(n_rows / cols)``
+    scale rows outside their memory -> ``BAD_LOCAL_ADDR`` (``error_addr`` the first bad row of
+    the range: ``max(start, depth)`` with ``start = acc_row`` / ``spad_row`` and the range's
+    last row ``start + (n_blocks - 1) * stride + n_rows - 1``). A failing command writes
+    nothing.
     """
     acc_row: 16
     spad_row: 16

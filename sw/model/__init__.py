@@ -27,7 +27,8 @@ room; the RTL must agree with these for the differential tests):
   latch (``Q_ERR_*``); an error stops its queue only. ``QUEUE_RESET`` bit ``q`` resets queue
   ``q`` alone (``HEAD := TAIL``, index 0, error cleared; the global ``ERR_*`` too if they name
   it). ``Q_FETCHED`` reads the commands retired (the hardware counts fetched ones).
-* **Trace and counters.** The engine trace FIFOs hold ``trace_depth`` entries each, with
+* **Trace and counters.** The engine trace FIFOs hold ``trace_depth`` entries each, one per
+  command the engine retired, whether it failed or not (as the hardware), with
   *logical* time: a global counter incremented per retired engine command (``start`` = its
   value, ``end`` = ``start + 1``), so order is exact and durations are not. ``CYCLES`` reads
   0; a ``FENCE`` with ``timestamp`` writes 0. ``SEM_LAST`` as the hardware.
@@ -62,7 +63,8 @@ room; the RTL must agree with these for the differential tests):
   ``BAD_DRAM_ADDR`` (start of the first DRAM row that does not fit), ``BAD_LOCAL_ADDR`` (the
   first local row, in transfer order, outside the memory: ``max(row, depth)``). MATMUL:
   ``flags.transpose`` on a non-square array (``BAD_SIZE``, 0), A rows, W rows, then accumulator
-  rows. SOFTMAX: score rows, P rows, scale rows (``max(start, depth)``). REQUANT: accumulator
+  rows. SOFTMAX: overlapping P blocks (``BAD_SIZE``, ``stride``), score rows, P rows, scale
+  rows (``max(start, depth)``). REQUANT: accumulator
   rows, scratchpad rows, the three parameter rows, then (``flags.row_scale``) the scale rows.
   FENCE: ``MISALIGNED`` then ``BAD_DRAM_ADDR`` (the fence address). A DMA with
   ``n_rows == 0`` or ``row_bytes == 0`` and a MATMUL/REQUANT with ``m``/``n_rows == 0`` do

@@ -464,7 +464,12 @@ class ModelBackend:
             self.counters[f"retired.{engine}"] += 1
         # NOP, WAIT, SIGNAL, BARRIER (all earlier commands retired: execution is in order):
         # nothing beyond the header's wait/signal.
-        self.engines.execute(op, cmd, self.queues[self._cur[0]].window())
+        try:
+            self.engines.execute(op, cmd, self.queues[self._cur[0]].window())
+        except CommandError:
+            if engine != "processor":   # a failed engine command is traced as the RTL does
+                self._trace(self._cur[0], op)
+            raise
         if op == Opcode.FENCE and header.flags.irq:
             self.irq_status |= IrqBit.FENCE
         if do_signal:

@@ -211,11 +211,15 @@ class Engines:
         dst[:, c.cols:] = 0
 
     def softmax(self, body: CommandView) -> None:
-        """SOFTMAX (:class:`hw.isa.SoftmaxBody`) with :func:`sw.golden.softmax_int`."""
+        """SOFTMAX (:class:`hw.isa.SoftmaxBody`) with :func:`sw.golden.softmax_int`, in the
+        ISA's order: groups of ``cols`` rows, each group's scale row written before the next
+        group's scores are read."""
         c = self.config
         n, nb, stride = body.n_rows, body.n_blocks, body.stride
         if n == 0 or nb == 0:
             return
+        if nb > 1 and stride < n:     # overlapping P blocks
+            raise CommandError(ErrorCode.BAD_SIZE, stride)
         span = (nb - 1) * stride + n
         for start, depth in ((body.acc_row, c.acc_rows), (body.spad_row, c.spad_rows)):
             if start + span > depth:
@@ -223,19 +227,27 @@ class Engines:
         n_scale = (n - 1) // c.cols + 1
         if body.scale_row + n_scale > c.acc_rows:
             raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.scale_row, c.acc_rows))
-        blocks = [body.acc_row + b * stride for b in range(nb)]
-        scores = np.concatenate([self.acc[r:r + n, :c.cols] for r in blocks], axis=1)
+        for g in range(n_scale):
+            first, rows = g * c.cols, min(c.cols, n - g * c.cols)
+            self._softmax_group(body, first, rows, g)
+
+    def _softmax_group(self, body: CommandView, first: int, rows: int, group: int) -> None:
+        """Score rows ``first .. first + rows - 1`` of a SOFTMAX: P, then scale row
+        ``scale_row + group``."""
+        c = self.config
+        nb, stride = body.n_blocks, body.stride
+        blocks = [body.acc_row + b * stride + first for b in range(nb)]
+        scores = np.concatenate([self.acc[r:r + rows, :c.cols] for r in blocks], axis=1)
         p, _, recip = softmax_int(scores, mult=body.mult, shift=body.shift, kv_len=body.kv_len,
-                                  causal=bool(body.causal), q_offset=body.q_offset)
+                                  causal=bool(body.causal), q_offset=body.q_offset + first)
         for b in range(nb):
-            dst = self.spad[body.spad_row + b * stride:body.spad_row + b * stride + n]
+            row = body.spad_row + b * stride + first
+            dst = self.spad[row:row + rows]
             dst[:, :c.cols] = p[:, b * c.cols:(b + 1) * c.cols]
             dst[:, c.cols:] = 0
-        rec = np.zeros(n_scale * c.cols, np.int64)
-        rec[:n] = recip
-        dst = self.acc[body.scale_row:body.scale_row + n_scale]
-        dst[:, :c.cols] = rec.reshape(n_scale, c.cols).astype(np.int32)
-        dst[:, c.cols:] = 0
+        rec = np.zeros(self.config.acc_row_elems, np.int64)
+        rec[:rows] = recip
+        self.acc[body.scale_row + group] = rec.astype(np.int32)
 
     # -- fence ----------------------------------------------------------------------------------
 
