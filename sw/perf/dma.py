@@ -1,0 +1,344 @@
+"""Timing of the DMA engine's two channels (:class:`hw.dma.DMA`), burst by burst.
+
+Load: after the checks, read bursts are requested from ``t + 3``, one AR per cycle while fewer
+than ``dma_outstanding`` are in flight; the DRAM answers in order (:class:`ReadChannel`); the
+channel cuts the R beats into local rows, one ``G``-byte chunk per cycle, and a chunk that
+completes a local row waits while a higher-priority writer has the memory's write port
+(:func:`sw.perf.ports.walk`, a closed form per burst). ``done`` is 2 cycles after the last beat.
+
+Store: local rows are read one chunk per cycle while the 4-entry W buffer holds at most 2 beats
+(reads are never denied); a beat is in the buffer 2 cycles after the read of its last chunk; W
+beats go while the write channels are granted (:class:`WriteChannel`); ``done`` is 2 cycles
+after the last B response. The store is timed beat by beat (stores are short next to loads).
+
+Each command is a ledger :class:`~sw.perf.ledger.Item` that counts its stall cycles by the
+definitions of ``DMA.stall`` and its bytes at the handshakes.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from hw.config import NPUConfig
+from hw.isa import ErrorCode, LocalMem
+from sw.perf import timing as T
+from sw.perf.ledger import Item, Ledger, measure, merge, subtract, union
+from sw.perf.memory import DMA, ReadChannel, ServedBurst, WriteChannel, WriteGrant
+from sw.perf.ports import BusyList, merged, walk
+from sw.perf.timing import Burst
+
+__all__ = ["LoadChannel", "StoreChannel"]
+
+_BIG = 1 << 62
+
+
+class _Geometry:
+    """Where each burst of a transfer starts within the local rows (``G = min(L, beat)``-byte
+    chunks; the chunk counts of a burst are in :class:`hw.isa.timing.Burst`)."""
+
+    def __init__(self, config: NPUConfig, body, mem: LocalMem) -> None:
+        beat = config.axi_data_bytes
+        local = config.acc_row_bytes if mem == LocalMem.ACC else config.spad_row_bytes
+        self.g = min(local, beat)
+        self.beat = beat
+        self.body = body
+        #: L >= beat: one chunk per beat and every ``period``-th completes a local row;
+        #: L < beat: every chunk completes one
+        self.period = local // beat if local >= beat else 1
+
+    def phase(self, burst: Burst) -> int:
+        """Chunks of its local row before the burst's first chunk (modulo ``period``)."""
+        if self.period == 1:
+            return 0
+        row = self.body.dram_addr + burst.row * self.body.dram_stride   # beat aligned here
+        return (burst.addr - row) // self.beat % self.period
+
+
+def _last_chunks(burst: Burst) -> int:
+    return burst.first_chunks if burst.beats == 1 else burst.last_chunks
+
+
+class _LoadJob(Item):
+    """One DMA_LOAD being transferred."""
+
+    def __init__(self, t: int, bursts, geo: _Geometry, lists: list[BusyList],
+                 reason: str, beat: int) -> None:
+        self.t = t
+        self.bursts = bursts
+        self.geo = geo
+        self.lists = lists
+        self.reason = reason          # stall.load.spad or stall.load.acc
+        self.beat = beat
+        self.next = 0                 # next burst to request
+        self.granted: list[ServedBurst] = []
+        self.requested: list[int] = []  # ARVALID from (per burst)
+        self.holds: dict[int, list[tuple[int, int]]] = {}   # burst index -> hold spans
+        self.completed = 0
+        self.end = _BIG
+        self.done = None
+
+    def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
+        inflight, rvalid, denied, holds = [], [], [], []
+        for k, b in enumerate(self.granted):
+            inflight.append((b.accept + 1, b.c_last + 1))
+            rvalid.append((b.v0, b.c_last + 1))
+            denied.append((self.requested[k], b.accept))
+            holds.extend(self.holds.get(k, ()))
+            self._bytes(b, k, lo, hi, out)
+        if len(self.requested) > len(self.granted):
+            denied.append((self.requested[-1], hi))
+        holds = merge(holds)
+        waiting = subtract(union(inflight), union(rvalid))
+        stall = union(waiting, subtract(merge(denied), holds))
+        out["stall.load.dram_read"] += measure(stall, lo, hi)
+        out[self.reason] += measure(holds, lo, hi)
+
+    def _bytes(self, b: ServedBurst, k: int, lo: int, hi: int, out: dict[str, int]) -> None:
+        if b.v0 >= lo and b.c_last < hi:
+            out["bytes_read"] += b.beats * self.beat
+        elif b.c_last >= lo and b.v0 < hi:
+            out["bytes_read"] += sum(1 for c in self.beat_cycles(b, k) if lo <= c < hi) \
+                * self.beat
+
+    def beat_cycles(self, b: ServedBurst, k: int) -> list[int]:
+        """Cycle of each R handshake of burst ``k`` (its beats' last chunks), replayed against
+        its own holds (the only busy cycles that moved it)."""
+        burst = self.bursts[k]
+        ends, total = [], 0
+        for n in burst.chunks_per_beat():
+            total += n
+            ends.append(total - 1)
+        times, _ = walk(b.v0, total, self.geo.period, self.geo.phase(burst),
+                        self.holds.get(k, []), tuple(ends))
+        return times
+
+
+class LoadChannel:
+    """The DMA load channel (DMA_LOAD), a :class:`~sw.perf.memory.Reader` of the read
+    channel."""
+
+    name = "load"
+
+    def __init__(self, config: NPUConfig, eq, reads: ReadChannel, ledger: Ledger,
+                 ports: dict[LocalMem, list[BusyList]], window_of) -> None:
+        self.config = config
+        self.eq = eq
+        self.reads = reads
+        self.ledger = ledger
+        self.ports = ports
+        self.window_of = window_of
+        self.queue = None
+        self.job: _LoadJob | None = None
+        for lists in ports.values():
+            for lst in lists:
+                lst.listeners.append(self._port_write)
+
+    def start(self, cmd, t: int, error: ErrorCode) -> None:
+        mem = LocalMem.ACC if cmd.body.mem == LocalMem.ACC.value else LocalMem.SPAD
+        quiet = T.dma_quiet_done(self.config, cmd.body, mem, error, self.window_of(cmd.queue))
+        if quiet is not None:
+            self.queue.set_done(t + quiet)
+            return
+        b = cmd.body
+        bursts = T.dma_bursts(self.config, b.dram_addr, b.dram_stride, b.row_bytes, b.n_rows,
+                              mem)
+        reason = "stall.load.acc" if mem == LocalMem.ACC else "stall.load.spad"
+        self.job = job = _LoadJob(t, bursts, _Geometry(self.config, b, mem), self.ports[mem],
+                                  reason, self.config.axi_data_bytes)
+        self.ledger.item(job)
+        self._request(job, t + T.DMA_FIRST_REQUEST)
+
+    def _request(self, job: _LoadJob, start: int) -> None:
+        k = job.next
+        job.requested.append(start)
+        self.reads.request(DMA, start, job.bursts[k].beats, self, (job, k), self._granted)
+
+    def _granted(self, c: int, served: ServedBurst) -> None:
+        job, k = served.tag
+        job.granted.append(served)
+        job.next = k + 1
+        if job.next < len(job.bursts):
+            level = len(job.granted) - sum(1 for b in job.granted if b.c_last <= c)
+            if level < self.config.dma_outstanding:
+                self._request(job, c + 1)
+
+    # -- Reader ---------------------------------------------------------------------------
+
+    def consume(self, served: ServedBurst) -> tuple[int, int]:
+        job, k = served.tag
+        burst = job.bursts[k]
+        geo = job.geo
+        total, last = burst.chunks, _last_chunks(burst)
+        targets = (total - 1,) if burst.beats == 1 else (total - last - 1, total - 1)
+        busy = merged(job.lists, served.v0)
+        if k in job.holds:
+            # re-timed while in progress: the holds so far are final even where the port's
+            # spans that caused them have been dropped since
+            now = self.eq.now
+            busy = merge(busy + [h for h in job.holds[k] if h[0] < now])
+        times, holds = walk(served.v0, total, geo.period, geo.phase(burst), busy, targets)
+        job.holds[k] = holds
+        if burst.beats == 1:
+            return served.v0, times[0]
+        return times[0] + 1, times[1]
+
+    def burst_done(self, served: ServedBurst) -> None:
+        job, k = served.tag
+        job.completed += 1
+        c = self.eq.now                       # the cycle after its last beat
+        if job.next < len(job.bursts):
+            if len(job.requested) == len(job.granted):     # it waited for room
+                self._request(job, c)
+        elif job.completed == len(job.bursts):
+            job.done = c + 1
+            job.end = job.done + 1
+            self.job = None
+            self.queue.set_done(job.done)
+
+    def _port_write(self, a: int) -> None:
+        """A higher-priority write was planned from cycle ``a``: re-time the bursts it may
+        hold."""
+        job = self.job
+        if job is None:
+            return
+        for served in job.granted:
+            if not served.done and served.c_last >= a:
+                self.reads.reschedule(served)
+                return
+
+
+class _StoreJob(Item):
+    """One DMA_STORE being transferred, beat by beat."""
+
+    def __init__(self, t: int, bursts, geo: _Geometry, beat_bytes: int) -> None:
+        self.t = t
+        self.bursts = bursts
+        self.geo = geo
+        self.beat_bytes = beat_bytes
+        # beats in transfer order: (chunks, strobed bytes)
+        self.beats: list[tuple[int, int]] = []
+        self.first_beat: list[int] = []      # per burst: index of its first beat
+        for burst in bursts:
+            self.first_beat.append(len(self.beats))
+            self.beats.extend((n, n * geo.g) for n in burst.chunks_per_beat())
+        self.V: list[int] = []                # beat in the W buffer (WVALID) from
+        self.W: list[int] = []                # W handshake
+        self.read = t + T.DMA_FIRST_REQUEST - 1   # last local read (none yet)
+        self.nw = 0                           # consumed-before pointer for the level
+        self.nv = 0
+        self.aw_from: list[int] = []
+        self.aw: list[int] = []
+        self.b: list[int] = []
+        self.b_due: list[int] = []            # B handshake of each granted burst
+        self.next = 0
+        self.end = _BIG
+        self.done = None
+
+    def produce(self, k: int) -> None:
+        """Local reads up to the last chunk of beat ``k``: one per cycle, each only while the
+        W buffer holds at most 2 beats (``V <= x`` in, ``W < x`` out)."""
+        while len(self.V) <= k:
+            chunks, _ = self.beats[len(self.V)]
+            for _ in range(chunks):
+                self.read = self._level_ok(self.read + 1)
+            self.V.append(self.read + 2)
+
+    def _level_ok(self, x: int) -> int:
+        V, W = self.V, self.W
+        while True:
+            nv = bisect_right(V, x)
+            nw = self._consumed_before(x)
+            if nv - nw <= 2:
+                return x
+            x = W[nw] + 1
+
+    def _consumed_before(self, x: int) -> int:
+        W = self.W
+        n = self.nw
+        while n < len(W) and W[n] < x:
+            n += 1
+        while n > 0 and W[n - 1] >= x:
+            n -= 1
+        self.nw = n
+        return n
+
+    def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
+        aw_wait = [(f, a) for f, a in zip(self.aw_from, self.aw, strict=False)]
+        if len(self.aw_from) > len(self.aw):
+            aw_wait.append((self.aw_from[-1], hi))
+        n = len(self.W)
+        visible = merge((self.V[k], self.W[k]) for k in range(n))
+        if len(self.V) > n:                   # beats in the buffer, burst not granted yet
+            visible = union(visible, [(self.V[n], hi)])
+        w_wait = subtract(visible, merge((w, w + 1) for w in self.W))
+        spans = [aw_wait, w_wait]
+        if self.done is not None and len(self.b):
+            # every beat sent, B responses outstanding, none in this cycle (BVALID low)
+            tail0 = max(self.read + 2, self.W[-1] + 1)
+            spans.append(subtract([(tail0, self.b[-1])], merge((b, b + 1) for b in self.b)))
+        out["stall.store.dram_write"] += measure(union(*spans), lo, hi)
+        out["bytes_written"] += sum(self.beats[k][1] for k in range(n) if lo <= self.W[k] < hi)
+
+
+class StoreChannel:
+    """The DMA store channel (DMA_STORE), a :class:`~sw.perf.memory.Writer` of the write
+    channel."""
+
+    name = "store"
+
+    def __init__(self, config: NPUConfig, eq, writes: WriteChannel, ledger: Ledger,
+                 window_of) -> None:
+        self.config = config
+        self.eq = eq
+        self.writes = writes
+        self.ledger = ledger
+        self.window_of = window_of
+        self.queue = None
+
+    def start(self, cmd, t: int, error: ErrorCode) -> None:
+        mem = LocalMem.ACC if cmd.body.mem == LocalMem.ACC.value else LocalMem.SPAD
+        quiet = T.dma_quiet_done(self.config, cmd.body, mem, error, self.window_of(cmd.queue))
+        if quiet is not None:
+            self.queue.set_done(t + quiet)
+            return
+        b = cmd.body
+        bursts = T.dma_bursts(self.config, b.dram_addr, b.dram_stride, b.row_bytes, b.n_rows,
+                              mem)
+        job = _StoreJob(t, bursts, _Geometry(self.config, b, mem), self.config.axi_data_bytes)
+        self.ledger.item(job)
+        self._request(job, t + T.DMA_FIRST_REQUEST)
+
+    def _request(self, job: _StoreJob, start: int) -> None:
+        job.aw_from.append(start)
+        self.writes.request(DMA, start, self, (job, job.next))
+
+    # -- Writer ---------------------------------------------------------------------------
+
+    def write_beats(self, grant: WriteGrant) -> int:
+        job, k = grant.tag
+        job.aw.append(grant.aw)
+        first = job.first_beat[k]
+        w = grant.aw
+        for i in range(first, first + job.bursts[k].beats):
+            job.produce(i)
+            w = max(job.V[i], w + 1)
+            job.W.append(w)
+        job.b_due.append(w + self.writes.b_after)
+        job.next = k + 1
+        if job.next < len(job.bursts):
+            # AWVALID again from the cycle after the handshake, once fewer than
+            # dma_outstanding bursts await their B response
+            start = grant.aw + 1
+            waiting = job.next - self.config.dma_outstanding
+            if waiting >= 0:
+                start = max(start, job.b_due[waiting] + 1)
+            self._request(job, start)
+        return w
+
+    def response(self, grant: WriteGrant) -> None:
+        job, k = grant.tag
+        job.b.append(grant.b)
+        if len(job.b) == len(job.bursts):
+            job.done = grant.b + T.DMA_DONE_AFTER_LAST
+            job.end = job.done + 1
+            self.queue.set_done(job.done)

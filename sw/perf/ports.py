@@ -1,0 +1,122 @@
+"""The write ports of the local memories, and how a low-priority writer waits for them.
+
+Each local memory has one write port shared with a fixed priority (:func:`hw.tile.write_arbiter`):
+the scratchpad's by the vector unit, then the DMA load channel; the accumulator's by the matrix
+engine, then the vector unit (SOFTMAX reciprocal rows), then the DMA. High-priority writes are
+pipelined and known in advance (an engine's write cycles follow from the cycle it took its
+command), so each is a :class:`BusyList` of cycles; a lower-priority writer consults the union
+of the lists above it.
+
+:func:`walk` is the closed form of the DMA load channel against a port: a run of chunks, one per
+cycle, where every ``period``-th chunk completes a local row and must find the port free; a
+chunk that finds it busy is held (the R beat with it, ``stall.load.spad`` / ``acc``) until the
+port is free again, and everything behind it waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+__all__ = ["BusyList", "walk", "first_free"]
+
+
+class BusyList:
+    """Cycles ``[a, b)`` in which writers of one priority level write a port, tagged by owner.
+
+    Parameters
+    ----------
+    now : callable() -> int
+        The current cycle; intervals that ended before it are dropped as new ones come.
+    """
+
+    def __init__(self, now: Callable[[], int]) -> None:
+        self.now = now
+        self.spans: list[tuple[int, int, object]] = []
+        self.listeners: list[Callable[[int], None]] = []
+
+    def add(self, a: int, b: int, owner: object = None) -> None:
+        if b <= a:
+            return
+        t = self.now()
+        if len(self.spans) > 16:
+            self.spans = [s for s in self.spans if s[1] > t]
+        self.spans.append((a, b, owner))
+        for f in self.listeners:
+            f(a)
+
+    def remove(self, owner: object, after: int) -> None:
+        """Drop ``owner``'s spans that start at or after ``after``."""
+        self.spans = [s for s in self.spans if not (s[2] is owner and s[0] >= after)]
+
+
+def merged(lists: list[BusyList], x: int) -> list[tuple[int, int]]:
+    """Union of the spans of ``lists`` that end after cycle ``x``, sorted, adjacent ones
+    joined."""
+    spans = sorted((a, b) for lst in lists for a, b, _ in lst.spans if b > x)
+    out: list[list[int]] = []
+    for a, b in spans:
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1][1] = b
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def first_free(busy: list[tuple[int, int]], x: int) -> int:
+    """First cycle ``>= x`` that is in none of the merged spans ``busy``."""
+    for a, b in busy:
+        if b <= x:
+            continue
+        if a > x:
+            return x
+        x = b
+    return x
+
+
+def walk(x: int, n: int, period: int, phase: int, busy: list[tuple[int, int]],
+         targets: tuple[int, ...]) -> tuple[list[int], list[tuple[int, int]]]:
+    """Time ``n`` chunks that start at cycle ``x``, one per cycle, against a port.
+
+    Chunk ``i`` needs the port iff ``(phase + i) % period == period - 1``; it is held while
+    the port is busy (``busy``: merged spans, sorted). Returns the cycles at which the chunks
+    ``targets`` (indices, ascending) go, and the hold intervals ``[a, b)`` (cycles a chunk
+    waited, one chunk at a time).
+    """
+    out: list[int] = []
+    holds: list[tuple[int, int]] = []
+    ti = 0
+    i = 0
+    k = 0
+    while ti < len(targets):
+        while k < len(busy) and busy[k][1] <= x:
+            k += 1
+        if k == len(busy):
+            a = b = None
+        else:
+            a, b = busy[k]
+            if a < x:
+                a = x
+        # chunks i, i+1, ... go at x, x+1, ... until cycle a
+        if a is None or i + (a - x) >= n:
+            while ti < len(targets):
+                out.append(x + targets[ti] - i)
+                ti += 1
+            break
+        j = i + (a - x)                          # the chunk at cycle a
+        p = j + (period - 1 - (phase + j)) % period   # first chunk from j that needs the port
+        tp = a + (p - j)
+        if p < n and tp < b:                     # held from tp to b
+            while ti < len(targets) and targets[ti] < p:
+                out.append(x + targets[ti] - i)
+                ti += 1
+            holds.append((tp, b))
+            i, x = p, b
+        else:                                    # the busy span passes without a hold
+            m = j + (b - a)
+            while ti < len(targets) and targets[ti] < m:
+                out.append(x + targets[ti] - i)
+                ti += 1
+            i, x = m, b
+        k += 1
+    return out, holds

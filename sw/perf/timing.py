@@ -1,0 +1,141 @@
+"""The cycle schedules of the performance model, on top of :mod:`hw.isa.timing`.
+
+:mod:`hw.isa.timing` is the one home of engine timing: the busy cycles of MATMUL, REQUANT,
+SOFTMAX and DMA commands and the AXI burst split, each derived from the engine's FSM and checked
+against the RTL. Everything it defines is taken from it here. What the performance model needs
+beyond busy cycles -- *when* inside a command an engine writes a local memory or requests the
+bus, and the command processor's own sequences -- is stated below, from the same FSMs, with
+the busy cycles as the anchor; nothing else in :mod:`sw.perf` holds a cycle formula.
+
+Conventions: cycle ``t`` is the cycle in which an engine *takes* a command (its command
+handshake); it is ``busy`` from ``t + 1`` to its ``done`` pulse inclusive, so ``done = t +
+busy cycles``. Sources: :class:`hw.tile.MatrixEngine`, :class:`hw.vector.RequantEngine`,
+:class:`hw.vector.SoftmaxEngine`, :class:`hw.dma.DMA`, :class:`hw.cmdproc.CommandProcessor`,
+Amaranth's ``SyncFIFOBuffered``; each is checked cycle by cycle against the RTL
+(``tests/sw/test_perf_engines.py`` in Amaranth's simulator, the engine traces in
+``tests/cosim/test_perf_validation.py``).
+"""
+
+from __future__ import annotations
+
+from hw.config import NPUConfig
+from hw.isa import COMMAND_BYTES, ErrorCode, LocalMem
+from hw.isa.timing import (
+    MAX_BURST_BEATS,
+    PAGE_BYTES,
+    Burst,
+    dma_bursts,
+    dma_error_busy_cycles,
+    matmul_busy_cycles,
+    requant_busy_cycles,
+    softmax_row_cycles,
+)
+
+__all__ = [
+    "PAGE_BYTES", "MAX_BURST_BEATS", "Burst", "dma_bursts", "QUICK_RETIRE", "matmul_done",
+    "requant_done", "requant_write_cycles", "SOFTMAX_START", "softmax_row_cycles",
+    "softmax_p_writes", "softmax_row_end", "DMA_FIRST_REQUEST", "DMA_DONE_AFTER_LAST",
+    "dma_quiet_done", "fetch_beats", "FETCH_ADDR_AFTER_IDLE", "DECODE_AFTER_LAST_BEAT",
+    "FENCE_CHECK_AFTER_IDLE", "FENCE_WRITE_AFTER_IDLE", "fifo_write_to_head",
+]
+
+#: ``done - t`` of a compute command that retires from its CHECK state (size zero or an
+#: error): CHECK and RETIRE.
+QUICK_RETIRE = matmul_busy_cycles(NPUConfig(), 0)
+
+
+# -- matrix engine --------------------------------------------------------------------------------
+
+def matmul_done(config: NPUConfig, m: int) -> int:
+    """``done - t`` of a MATMUL of ``m > 0`` rows (:func:`hw.isa.timing.matmul_busy_cycles`).
+    It writes one accumulator row per cycle in its last ``m`` cycles before ``done`` (the
+    write-back of each row is the cycle after the array produces it; ``done`` is the cycle
+    after the last write)."""
+    return matmul_busy_cycles(config, m)
+
+
+# -- vector unit: requantization ---------------------------------------------------------------
+
+def requant_done(config: NPUConfig, n_rows: int, row_scale: bool) -> int:
+    """``done - t`` of a REQUANT of ``n_rows > 0`` rows
+    (:func:`hw.isa.timing.requant_busy_cycles`)."""
+    return requant_busy_cycles(config, n_rows, row_scale=row_scale)
+
+
+def requant_write_cycles(config: NPUConfig, n_rows: int, row_scale: bool) -> list[tuple[int, int]]:
+    """Scratchpad write cycles of a REQUANT as ``[start, end)`` offsets from ``t``: row ``i`` is
+    written 5 pipeline cycles after its accumulator read; reads run one per cycle from the
+    cycle after the 3 parameter reads, a scale-row read before every ``cols`` rows with
+    ``flags.row_scale``; the last write is the cycle before ``done``."""
+    done = requant_done(config, n_rows, row_scale)
+    if not row_scale:
+        return [(done - n_rows, done)]
+    out, write = [], done
+    groups = [min(config.cols, n_rows - g0) for g0 in range(0, n_rows, config.cols)]
+    for n in reversed(groups):                 # from the last write back to the first
+        out.append((write - n, write))
+        write -= n + 1                         # the group's scale-row read
+    return out[::-1]
+
+
+# -- vector unit: softmax ---------------------------------------------------------------------
+
+#: Offset from ``t`` of the first row's ROW_START state (after CHECK).
+SOFTMAX_START = 2
+
+
+def softmax_p_writes(n_blocks: int) -> tuple[int, int]:
+    """Scratchpad (P block) write cycles of one row as ``[start, end)`` offsets from the row's
+    ROW_START cycle: ROW_START 1 and MAX_READ ``n_blocks + 2``, then EXP_READ writes block
+    ``b`` 4 pipeline cycles after its read."""
+    return n_blocks + 7, 2 * n_blocks + 7
+
+
+def softmax_row_end(config: NPUConfig, n_blocks: int) -> int:
+    """Offset of the ROW_END cycle from ROW_START (the row's last cycle when it does not
+    wait); a row that completes a reciprocal row (every ``cols``-th row and the last) writes
+    the accumulator there and waits for its write port while the matrix engine writes."""
+    return softmax_row_cycles(config, n_blocks) - 1
+
+
+# -- DMA -----------------------------------------------------------------------------------------
+
+#: Offset from ``t`` of the first cycle with ARVALID/AWVALID (Check-shape, Check-range).
+DMA_FIRST_REQUEST = 3
+#: ``done`` comes this many cycles after the last R beat (load) or the last B response (store).
+DMA_DONE_AFTER_LAST = 2
+
+
+def dma_quiet_done(config: NPUConfig, body, mem: LocalMem, error: ErrorCode,
+                   window: tuple[int, int]) -> int | None:
+    """``done - t`` of a DMA that moves nothing -- size zero or an error found by its checks
+    (:func:`hw.isa.timing.dma_error_busy_cycles`) -- or None if it transfers."""
+    if error is ErrorCode.NONE and body.n_rows and body.row_bytes:
+        return None
+    return dma_error_busy_cycles(config, error, body.dram_addr, body.dram_stride,
+                                 body.row_bytes, body.n_rows, body.local_row,
+                                 body.local_stride, mem, window=window)
+
+
+# -- command processor -----------------------------------------------------------------------
+
+def fetch_beats(config: NPUConfig) -> int:
+    """Beats of one command fetch (one INCR burst of :data:`hw.isa.COMMAND_BYTES`)."""
+    return COMMAND_BYTES // config.axi_data_bytes
+
+
+#: The fetch FSM leaves IDLE in cycle ``c``: FETCH_CHECK in ``c + 1``, ARVALID from ``c + 2``.
+FETCH_ADDR_AFTER_IDLE = 2
+#: DECODE is the cycle after the last R beat; the command is in its stage the cycle after.
+DECODE_AFTER_LAST_BEAT = 1
+#: A fence picked in IDLE in cycle ``c``: FENCE_CHECK in ``c + 1`` (the timestamp is ``CYCLES``
+#: then), AWVALID/WVALID from ``c + 2``.
+FENCE_CHECK_AFTER_IDLE = 1
+FENCE_WRITE_AFTER_IDLE = 2
+
+
+def fifo_write_to_head(depth: int) -> int:
+    """Cycles from writing an entry into an empty per-queue command FIFO to its being readable
+    (``r_rdy``): Amaranth's ``SyncFIFOBuffered`` adds an output register behind its memory
+    (2), except for depth 1, which is one register (1)."""
+    return 1 if depth == 1 else 2

@@ -1,0 +1,66 @@
+"""The performance model against the RTL, counter by counter, on the CI subset of the
+validation corpus (:data:`cosim.bench.validate.CI`, 17 workloads of every group but the main
+job; the whole corpus is ``python -m cosim.bench.validate``).
+
+One co-simulation of the default 8x8 NPU (ideal DRAM) runs every workload in turn; the same
+job then runs on :class:`sw.perf.PerfBackend`. Tolerances are the bench's: every timing
+counter within 3% or :data:`cosim.bench.validate.ABS_TOL` cycles, untimed counters equal,
+``cycles`` within 1% on average and 3% at worst, the same results (output digests) and the
+same engine traces (start and end cycle of every command, as the RTL's trace FIFOs report
+them).
+
+A second test runs a subset under read and write latency (:data:`cosim.bench.validate.CI_DRAM`).
+Each test is one simulation with its own run directory (a module fixture would run once per
+pytest-xdist worker, and two simulations must not share a run directory).
+"""
+
+from cosim.bench.validate import (
+    ABS_TOL,
+    CI,
+    CI_DRAM,
+    CI_UNDER_DRAM,
+    CYCLES_MAX_TOL,
+    CYCLES_MEAN_TOL,
+    REL_TOL,
+    _run_model,
+    compare,
+    summarize,
+)
+from cosim.tb.harness import run_job
+from hw.config import NPUConfig
+
+CONFIG = NPUConfig()
+
+
+def check_against_rtl(names, dram=None, run_name="perf_validation"):
+    rtl = run_job(CONFIG, "cosim.bench.validate:corpus_job", {"names": list(names), "trace": True},
+                  name=run_name, dram=dram).result
+    model, speed = _run_model(CONFIG, list(names), trace=True, dram=dram)
+    assert speed["workload_cycles"] > 0
+    rows, problems = {}, []
+    for name in names:
+        c = compare(rtl[name], model[name])
+        rows[name] = {"compare": c}
+        bad = {k: (e["rtl"], e["model"]) for k, e in c["errors"].items() if not e["ok"]}
+        if bad:
+            problems.append(f"{name}: counters outside {REL_TOL:.0%} / {ABS_TOL} cycles "
+                            f"(rtl, model): {bad}")
+        if not c["same_results"]:
+            problems.append(f"{name}: results differ: {rtl[name]['info']} vs "
+                            f"{model[name]['info']}")
+        if not c["same_trace"]:
+            problems.append(f"{name}: engine traces differ")
+    assert not problems, "\n".join(problems)
+    s = summarize(rows)
+    assert s["cycles_mean_abs_error"] <= CYCLES_MEAN_TOL
+    assert s["cycles_max_abs_error"] <= CYCLES_MAX_TOL
+    assert s["ok"], s["failing"]
+
+
+def test_ci_corpus_matches_the_rtl_counter_by_counter():
+    check_against_rtl(CI)
+
+
+def test_ci_subset_matches_the_rtl_under_dram_latency():
+    """Read latency 37 and write-response latency 23 (``sw.dram.DramTiming``) on both sides."""
+    check_against_rtl(CI_UNDER_DRAM, CI_DRAM, "perf_validation_latency")
