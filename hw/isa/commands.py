@@ -68,7 +68,21 @@ class LocalMem(enum.Enum, shape=2):
 
 
 class ErrorCode(enum.Enum, shape=8):
-    """Error codes latched in the ``ERR_CODE`` CSR. ``NONE`` means no error."""
+    """Error codes latched in the ``ERR_CODE`` CSR. ``NONE`` means no error.
+
+    ``AXI_ERROR`` is an SLVERR or DECERR response of device DRAM to a burst the device issued
+    (both give the same code). Per site, with ``ERR_ADDR``:
+
+    * ring fetch: the command is never decoded (``ERR_CODE.opcode`` 0, checked before the
+      opcode), ``HEAD`` stays on it; ``ERR_ADDR`` = its slot address;
+    * DMA_LOAD / DMA_STORE: the transfer runs to its end (same timing), then fails;
+      ``ERR_ADDR`` = the address of the first failing burst (``AxADDR``). A load writes no
+      local row whose last byte arrives with or after that burst (rows completed before it
+      are written); a store writes every burst that did not fail (a failing write burst
+      writes nothing);
+    * FENCE: nothing written, no interrupt, no semaphore increment; ``ERR_ADDR`` = the fence
+      address.
+    """
     NONE = 0
     BAD_OPCODE = 1      #: unknown opcode
     BAD_DRAM_ADDR = 2   #: a DRAM access outside [0, dram_bytes)

@@ -55,7 +55,8 @@ room; the RTL must agree with these for the differential tests):
   reset, ``CONTROL`` bit 0 (``HEAD := TAIL``, index := 0; as :mod:`hw.cmdproc`). Writing
   ``RING_BASE``/``RING_SIZE`` does not move ``HEAD``/``TAIL``. On an error ``HEAD`` stays on the
   failing command.
-* **Error checks** happen before anything is written (no partial transfers); order and
+* **Error checks** happen before anything is written (no partial transfers; a bus fault is
+  the exception, below); order and
   ``ERR_ADDR`` as the RTL engines (:mod:`hw.cmdproc`, :mod:`hw.dma`, :mod:`hw.tile`,
   :mod:`hw.vector`): ``BAD_OPCODE`` (the command's DRAM address), ``BAD_SEM`` (the semaphore
   id; wait checked before signal), then per opcode. DMA: ``BAD_SIZE`` (``dram_addr``),
@@ -74,6 +75,14 @@ room; the RTL must agree with these for the differential tests):
   ``ERR_ADDR`` = ring base); a slot outside DRAM is ``BAD_DRAM_ADDR``. The model also reports a
   doorbell on a ring whose ``RING_SIZE`` is not a power of two >= 2, or a ``TAIL`` outside the
   ring, as ``BAD_SIZE`` with opcode 0 (the RTL masks with ``RING_SIZE - 1`` instead).
+* **Bus faults** (:meth:`ModelBackend.set_bus_fault`, :mod:`sw.model.faults`): the bursts a
+  range rule selects fail as on the co-simulation's DRAM model, with the ISA's
+  ``AXI_ERROR`` behaviour (:class:`hw.isa.ErrorCode`): a ring fetch fails before decode
+  (opcode 0, the slot address; ``bytes_read`` +32), a DMA runs to its end (a load keeps the
+  local rows completed before the first failing burst, a store writes every other burst)
+  and reports the first failing burst's address, a fence writes nothing. The bursts are
+  those of :func:`hw.isa.dma_bursts`. The count rule (``mode="nth"``) depends on the bus
+  order across queues and is refused (``NotImplementedError``).
 * REQUANT parameters: the multiplier is the low 31 bits and the shift the low 6 bits of their
   accumulator words (the register widths of the vector unit).
 * ``CONTROL`` bit 0 resets every queue, clears every error latch, zeroes the semaphores,

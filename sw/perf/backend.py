@@ -15,7 +15,9 @@ Differences from the RTL (by design or not yet modelled):
   racy program may not. Host DRAM accesses during a transfer see all or nothing of it.
 * DRAM timing (:class:`sw.dram.DramTiming`): the ideal model, read latency and write latency
   are timed; a bandwidth limit or random backpressure raises :class:`NotImplementedError`
-  (:func:`sw.perf.memory.check_timing`). AXI error responses do not occur.
+  (:func:`sw.perf.memory.check_timing`). AXI error responses come only from a bus fault
+  (:meth:`set_bus_fault`, :mod:`sw.model.faults`, range rule): as on the RTL they do not change
+  the timing; the fetch, the fence or the DMA command reports ``AXI_ERROR``.
 * Semaphore waits use :func:`hw.isa.sem_reached` and a host write to a semaphore sets it
   (the ISA contract of ``hw.isa``).
 """

@@ -346,6 +346,11 @@ class FetchUnit:
         cmd = decode_command(raw, q, m.fetched[q], self.slot)
         n_sems = m.config.n_sems
         code, addr = _NONE, 0
+        if m.model.engines.fetch_fails(self.slot, COMMAND_BYTES):
+            # an error response on the fetch burst: reported before decode, opcode 0
+            m.report_error(q, d, ErrorCode.AXI_ERROR, 0, cmd.index, self.slot, source=-1)
+            self._idle_at(d + 1)
+            return
         if cmd.opcode not in OPCODE_VALUES:
             code, addr = ErrorCode.BAD_OPCODE, self.slot
         elif cmd.waits and cmd.wait_sem >= n_sems:
@@ -401,11 +406,16 @@ class FetchUnit:
         word = (c & _MASK32) if cmd.body.timestamp else cmd.body.value
         m.writes.request(CP, c + 1, self, (q, cmd, word))
 
+    def _fence_fails(self, cmd: Decoded) -> bool:
+        """The DRAM answers the fence's write burst with an error (the model's bus fault)."""
+        return self.m.model.engines.fence_fails(cmd.body.addr)
+
     def write_beats(self, grant: WriteGrant) -> int:
         q, cmd, word = grant.tag
         w = grant.aw + 1
-        self.m.eq.at(w + 1, UPDATE, self.m.dram_write, cmd.body.addr,
-                     word.to_bytes(4, "little"))
+        if not self._fence_fails(cmd):     # a failing burst writes nothing
+            self.m.eq.at(w + 1, UPDATE, self.m.dram_write, cmd.body.addr,
+                         word.to_bytes(4, "little"))
         self.m.ledger.point("bytes_written", w, 4)
         return w
 
@@ -413,7 +423,12 @@ class FetchUnit:
         m = self.m
         q, cmd, _ = grant.tag
         now = m.eq.now
-        if not self._aborted(grant.b, stop=False):
+        if self._aborted(grant.b, stop=False):
+            pass
+        elif self._fence_fails(cmd):        # FENCE_RESPONSE with an error response
+            m.report_error(q, now, ErrorCode.AXI_ERROR, cmd.opcode, cmd.index, cmd.body.addr,
+                           source=-1)
+        else:
             if cmd.flags.irq:
                 m.irq_event(now, set_bits=m.irq_fence)
             if cmd.signals:
