@@ -9,6 +9,8 @@
 ``npu area``     FPGA cost per configuration: LUT4/FF/DSP/BRAM, Fmax, critical block.
 ``npu board``    the NPU on a ULX3S 85F, through to a bitstream.
 ``npu bench``    GEMM roofline sweep, attention utilization, co-simulation speed, build time.
+``npu fuzz``     differential fuzzer: seeded streams on the functional model, the performance
+                 model and the RTL, compared; failures shrunk to reproducer files.
 ``npu waves``    summarize, cut, group and export VCD waveforms of runs.
 """
 
@@ -353,6 +355,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``waves``."""
+    from cosim.cli.fuzz import add_parser as add_fuzz_parser
     from cosim.cli.waves import add_parser as add_waves_parser
 
     parser = argparse.ArgumentParser(
@@ -360,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_verilog, _add_area, _add_board, _add_bench):
         add(sub)
+    add_fuzz_parser(sub, parse_config=parse_config, parse_dram=_dram, dram_help=DRAM_HELP)
     add_waves_parser(sub)
     return parser
 
