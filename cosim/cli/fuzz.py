@@ -94,5 +94,6 @@ def add_parser(sub: argparse._SubParsersAction, *, parse_config, parse_dram, dra
     p.add_argument("--max-commands", type=_positive, default=48,
                    help="commands per queue at most (default 48)")
     p.add_argument("--timed-exact", action="store_true",
-                   help="also compare the RTL and the performance model exactly (cycles)")
+                   help="also compare the RTL and the performance model exactly: HEAD, "
+                   "Q_FETCHED, ERR_*, counters, busy cycles of every trace entry")
     p.set_defaults(func=_run)

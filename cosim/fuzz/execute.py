@@ -100,6 +100,20 @@ class _Host:
     def wr(self, off: int, value: int) -> None:
         self.b.csr_write(off, value)
 
+    def batch(self, ops: list[tuple[int, int | None]]) -> list[int]:
+        """CSR accesses in order (``value`` None: a read); one call into a simulator that
+        offers ``csr_batch``. Returns the values read."""
+        many = getattr(self.b, "csr_batch", None)
+        if many is not None:
+            return many(ops)
+        out = []
+        for off, value in ops:
+            if value is None:
+                out.append(self.b.csr_read(off))
+            else:
+                self.b.csr_write(off, value)
+        return out
+
     def wait(self, poll: int, what: str) -> int:
         """Let the device run ``poll`` cycles (raises :class:`HangError` past the budget or
         on an untimed backend, where nothing would change); returns the next interval."""
@@ -119,34 +133,32 @@ class _Host:
         window makes any fetch fail, the queue reset then moves ``HEAD`` to the new ``TAIL``;
         the windows are open again after it."""
         queues = range(self.cfg.n_queues) if queues is None else queues
-        mask = 0
+        ops = []
         for q in queues:
-            self.wr(queue_csr(q, Csr.WINDOW_BASE), 1)
-            self.wr(queue_csr(q, Csr.WINDOW_LIMIT), 1)
-            self.wr(queue_csr(q, Csr.TAIL), 0)
-            mask |= 1 << q
-        self.wr(Csr.QUEUE_RESET, mask)
-        self.wr(Csr.CONTROL, 1)
+            ops += [(queue_csr(q, Csr.WINDOW_BASE), 1), (queue_csr(q, Csr.WINDOW_LIMIT), 1),
+                    (queue_csr(q, Csr.TAIL), 0)]
+        ops += [(Csr.QUEUE_RESET, sum(1 << q for q in queues)), (Csr.CONTROL, 1)]
         for q in queues:
-            self.wr(queue_csr(q, Csr.WINDOW_BASE), 0)
-            self.wr(queue_csr(q, Csr.WINDOW_LIMIT), 0)
-        self.wr(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
+            ops += [(queue_csr(q, Csr.WINDOW_BASE), 0), (queue_csr(q, Csr.WINDOW_LIMIT), 0)]
+        self.batch(ops + [(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)])
 
-    def setup_queue(self, q: int, base: int, size: int, win: tuple[int, int]) -> None:
-        self.wr(queue_csr(q, Csr.WINDOW_BASE), win[0])
-        self.wr(queue_csr(q, Csr.WINDOW_LIMIT), win[1])
-        self.wr(queue_csr(q, Csr.RING_BASE), base)
-        self.wr(queue_csr(q, Csr.RING_SIZE), size)
+    @staticmethod
+    def setup_ops(q: int, base: int, size: int, win: tuple[int, int]) -> list:
+        return [(queue_csr(q, Csr.WINDOW_BASE), win[0]), (queue_csr(q, Csr.WINDOW_LIMIT), win[1]),
+                (queue_csr(q, Csr.RING_BASE), base), (queue_csr(q, Csr.RING_SIZE), size)]
 
     def control_stream(self, raws: list[bytes]) -> None:
         """Run a few commands on queue 0 from the control ring, until it is idle."""
-        self.setup_queue(0, self.lay.control_ring, CONTROL_RING, (0, 0))
         self.b.mem_write(self.lay.control_ring, b"".join(raws))
-        self.wr(queue_csr(0, Csr.TAIL), len(raws))
+        self.batch(self.setup_ops(0, self.lay.control_ring, CONTROL_RING, (0, 0))
+                   + [(queue_csr(0, Csr.TAIL), len(raws))])
         poll = POLL_FIRST
-        while self.rd(Csr.QUEUE_BUSY) & 1:
-            if self.rd(Csr.QUEUE_ERRORS) & 1:
+        while True:
+            busy, errors = self.batch([(Csr.QUEUE_BUSY, None), (Csr.QUEUE_ERRORS, None)])
+            if errors & 1:
                 raise RuntimeError("the fuzzer's own prologue/epilogue failed on queue 0")
+            if not busy & 1:
+                return
             poll = self.wait(poll, "prologue/epilogue")
 
     def local_transfers(self, load: bool, queues: list[int]) -> list[bytes]:
@@ -202,54 +214,68 @@ class _Host:
 
     def quiesce(self, mask: int) -> None:
         poll = POLL_FIRST
-        while self.rd(Csr.QUEUE_BUSY) & ~self.rd(Csr.QUEUE_ERRORS) & mask:
+        while True:
+            busy, errors = self.batch([(Csr.QUEUE_BUSY, None), (Csr.QUEUE_ERRORS, None)])
+            if not busy & ~errors & mask:
+                return
             poll = self.wait(poll, "completion")
 
     # -- reading the state ----------------------------------------------------------------
 
     def read_state(self, scenario: Scenario, out: Outcome, trace_cycles: bool) -> None:
-        for s in scenario.queues:
-            q = s.queue
+        regs = (Csr.HEAD, Csr.TAIL, Csr.Q_FETCHED, Csr.Q_ERR_CODE, Csr.Q_ERR_CMD, Csr.Q_ERR_ADDR)
+        glob = (Csr.QUEUE_ERRORS, Csr.ERR_CODE, Csr.ERR_CMD, Csr.ERR_ADDR, Csr.IRQ_STATUS)
+        ops = [(queue_csr(s.queue, r), None) for s in scenario.queues for r in regs]
+        ops += [(r, None) for r in glob]
+        for s in range(self.cfg.n_sems):
+            ops += [(sem_csr(s), None), (sem_last_csr(s), None)]
+        vals = iter(self.batch(ops))
+        per_queue = {s.queue: [next(vals) for _ in regs] for s in scenario.queues}
+        out.queue_errors, code, cmd, addr, out.irq_status = (next(vals) for _ in glob)
+        for q, (head, tail, fetched, qcode, qcmd, qaddr) in per_queue.items():
             err = None
-            if self.rd(Csr.QUEUE_ERRORS) >> q & 1:
-                w = unpack_fields(QueueErrorWord, self.rd(queue_csr(q, Csr.Q_ERR_CODE)))
-                err = [_int(w.code), _int(w.opcode), self.rd(queue_csr(q, Csr.Q_ERR_CMD)),
-                       self.rd(queue_csr(q, Csr.Q_ERR_ADDR))]
-            out.queues[q] = {"head": self.rd(queue_csr(q, Csr.HEAD)),
-                             "tail": self.rd(queue_csr(q, Csr.TAIL)), "error": err,
-                             "fetched": self.rd(queue_csr(q, Csr.Q_FETCHED))}
-        code = self.rd(Csr.ERR_CODE)
+            if out.queue_errors >> q & 1:
+                w = unpack_fields(QueueErrorWord, qcode)
+                err = [_int(w.code), _int(w.opcode), qcmd, qaddr]
+            out.queues[q] = {"head": head, "tail": tail, "error": err, "fetched": fetched}
         if code:
             w = unpack_fields(ErrorWord, code)
-            out.first_error = [_int(w.code), _int(w.queue), _int(w.opcode), self.rd(Csr.ERR_CMD),
-                               self.rd(Csr.ERR_ADDR)]
-        out.queue_errors = self.rd(Csr.QUEUE_ERRORS)
-        out.irq_status = self.rd(Csr.IRQ_STATUS)
-        out.irq_pin = bool(self.b.wait_irq(0))
-        for s in range(self.cfg.n_sems):
-            out.sems.append(self.rd(sem_csr(s)))
-            last = unpack_fields(SemLast, self.rd(sem_last_csr(s)))
+            out.first_error = [_int(w.code), _int(w.queue), _int(w.opcode), cmd, addr]
+        for _ in range(self.cfg.n_sems):
+            out.sems.append(next(vals))
+            last = unpack_fields(SemLast, next(vals))
             out.sem_last.append([int(last.queue), int(last.index)] if last.valid else None)
+        out.irq_pin = bool(self.b.wait_irq(0))
         self._traces(out, trace_cycles)
 
-    def _traces(self, out: Outcome, cycles: bool) -> None:
+    def _traces(self, out: Outcome, cycles: bool, chunk: int = 8) -> None:
+        """Pop every engine's trace FIFO, ``chunk`` entries per call (a pop of an empty FIFO
+        does nothing)."""
+        regs = (Csr.TRACE_START, Csr.TRACE_END) if cycles else ()
         for e in range(len(ENGINE_NAMES)):
-            entries, overflow = [], False
-            for _ in range(self.cfg.trace_depth + 1):
-                info = unpack_fields(TraceInfo, self.rd(trace_csr(e, Csr.TRACE_INFO)))
-                overflow = bool(info.overflow)
-                if not info.valid:
-                    break
-                times = [self.rd(trace_csr(e, Csr.TRACE_START)),
-                         self.rd(trace_csr(e, Csr.TRACE_END))] if cycles else []
-                entries.append([int(info.queue), int(info.index), *times])
-                self.wr(trace_csr(e, Csr.TRACE_POP), 1)
+            entries, overflow, more = [], False, True
+            while more and len(entries) <= self.cfg.trace_depth:
+                ops = []
+                for _ in range(chunk):
+                    ops += [(trace_csr(e, Csr.TRACE_INFO), None)]
+                    ops += [(trace_csr(e, r), None) for r in regs]
+                    ops += [(trace_csr(e, Csr.TRACE_POP), 1)]
+                vals = iter(self.batch(ops))
+                for _ in range(chunk):
+                    info = unpack_fields(TraceInfo, next(vals))
+                    times = [next(vals) for _ in regs]
+                    overflow = bool(info.overflow)
+                    if not info.valid:
+                        more = False
+                        break
+                    entries.append([int(info.queue), int(info.index), *times])
             out.traces.append(entries)
             out.trace_overflow.append(overflow)
 
     def counters(self) -> dict[str, int]:
-        self.wr(Csr.CNT_SNAPSHOT, 1)
-        return {c: self.rd(counter_csr(c)) for c in UNTIMED_COUNTERS}
+        vals = self.batch([(Csr.CNT_SNAPSHOT, 1)]
+                          + [(counter_csr(c), None) for c in UNTIMED_COUNTERS])
+        return dict(zip(UNTIMED_COUNTERS, vals, strict=True))
 
 
 def _copy_rows(op: Opcode, mem: LocalMem, addr: int, first: int, rows: int,
@@ -301,13 +327,12 @@ def run_scenario(backend, scenario: Scenario, *, max_cycles: int = 4_000_000,
     qids = [s.queue for s in scenario.queues]
     h.control_stream(h.local_transfers(True, qids))
     h.zero_rings([0])
-    mask = 0
+    mask, ops = 0, []
     for s in scenario.queues:
-        h.setup_queue(s.queue, s.ring_base, s.ring_size, (s.window_base, s.window_limit))
+        ops += h.setup_ops(s.queue, s.ring_base, s.ring_size, (s.window_base, s.window_limit))
         mask |= 1 << s.queue
-    for sem, value in scenario.sem_init.items():
-        h.wr(sem_csr(int(sem)), value)
-    h.wr(Csr.IRQ_ENABLE, scenario.irq_enable)
+    ops += [(sem_csr(int(sem)), value) for sem, value in scenario.sem_init.items()]
+    h.batch(ops + [(Csr.IRQ_ENABLE, scenario.irq_enable)])
     before = h.counters()
     if scenario.fault is not None:
         if set_fault is None:

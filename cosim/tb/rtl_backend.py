@@ -165,6 +165,33 @@ class RtlBackend:
         """
         resume(self.acsr_write)(offset, value)
 
+    def csr_batch(self, ops: list[tuple[int, int | None]]) -> list[int]:
+        """Several CSR accesses in order, in one call into the simulator (a sequence of
+        :meth:`csr_read` / :meth:`csr_write` costs one Python round trip instead of one
+        each): ``(offset, None)`` reads, ``(offset, value)`` writes.
+
+        Returns
+        -------
+        list of int
+            The values read, in order.
+
+        Raises
+        ------
+        ValueError, BackendError
+            As :meth:`csr_read` and :meth:`csr_write`.
+        """
+        return resume(self.acsr_batch)(ops)
+
+    async def acsr_batch(self, ops: list[tuple[int, int | None]]) -> list[int]:
+        """Coroutine form of :meth:`csr_batch`."""
+        out = []
+        for offset, value in ops:
+            if value is None:
+                out.append(await self.acsr_read(offset))
+            else:
+                await self.acsr_write(offset, value)
+        return out
+
     def mem_write(self, addr: int, data: bytes) -> None:
         """Write ``data`` to device DRAM at byte ``addr`` through the backdoor (any alignment).
 

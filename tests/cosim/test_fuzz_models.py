@@ -107,3 +107,22 @@ def test_models_agree_on_a_few_streams():
     for seed in range(6):
         v = checker.check(generate(CFG, seed, GeneratorSettings(max_commands=24)))
         assert v.ok and v.perf_run, (seed, v.mismatches, v.hang)
+
+
+ODD = [NPUConfig(axi_data_bits=128, n_queues=2, cmd_fifo_depth=1, dma_outstanding=4),
+       NPUConfig(rows=4, cols=8, n_queues=3, n_sems=8, trace_depth=16)]
+
+
+@pytest.mark.parametrize("config", ODD, ids=[c.name for c in ODD])
+def test_ci_subset_models_on_other_configurations(config):
+    """The CI subset's model half: the functional against the performance model on
+    configurations without a cached RTL build (128-bit bus, depth-1 FIFOs, a non-square
+    array, 3 queues, 8 semaphores, a 16-entry trace that overflows)."""
+    from cosim.fuzz.jobs import make_checker, run_seeds, summarize
+    checker, why = make_checker(None, config)
+    res = run_seeds(checker, config, list(range(9000, 9150)), perf_skipped=why)
+    total = summarize(res["results"])
+    assert why is None and total["with_perf"] == 150
+    assert total["mismatching"] == 0 and total["hangs"] == 0, \
+        [r["mismatches"][:2] for r in res["results"] if not r["ok"]]
+    assert res["batch_mismatches"] == []
