@@ -44,6 +44,11 @@ def _format(total: dict) -> str:
              f"  streams with a bus fault: {total['with_fault']}"]
     if total["perf_skipped"]:
         lines.append(f"  performance model not run: {total['perf_skipped']}")
+    if total["timed"]:
+        lines.append(f"  RTL vs performance model, timing only (--timed-exact): "
+                     f"{total['timed_differences']} streams differ")
+        for t in total["timed"][:5]:
+            lines.append(f"    seed {t['seed']}: {'; '.join(t['differences'][:2])}")
     for m in total["batch_mismatches"]:
         lines.append(f"  FAIL {m}")
     for f in total["failures"][:10]:

@@ -94,6 +94,8 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
         "perf_skipped": next((o["perf_skipped"] for o in outs if o["perf_skipped"]), None),
         "failures": [{"seed": r["seed"], "hang": r["hang"], "mismatches": r["mismatches"][:4]}
                      for r in results if not r["ok"]],
+        "timed": [{"seed": r["seed"], "differences": r["timed"][:4]}
+                  for r in results if r.get("timed")],
         "batch_mismatches": [m for o in outs for m in o["batch_mismatches"]],
         "reproducers": write_reproducers(repros, repro_dir, tag) if repro_dir and repros else [],
         "seconds": {k: round(sum(r["seconds"].get(k, 0.0) for r in results), 1)

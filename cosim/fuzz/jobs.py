@@ -44,6 +44,7 @@ def _failing(v: Verdict) -> bool:
 
 def _entry(seed: int, scenario: Scenario, v: Verdict) -> dict:
     return {"seed": seed, "ok": v.ok, "hang": v.hang, "mismatches": v.mismatches[:_MAX_TEXTS],
+            "timed": v.timed[:_MAX_TEXTS],
             "n_mismatches": len(v.mismatches), "commands": dict(command_counts(scenario)),
             "errors": dict(v.errors), "queues": len(scenario.queues), "cycles": v.cycles,
             "perf": v.perf_run, "seconds": v.seconds, "fault": scenario.fault is not None}
@@ -78,6 +79,9 @@ def run_seeds(checker: Checker, config, seeds: list[int], settings: dict | None 
         v = checker.check(scenario)
         results.append(_entry(seed, scenario, v))
         if v.ok:
+            if v.timed:     # a timing-model difference: the stream as it is, not shrunk
+                scenario.note = f"seed {seed}, timed: {'; '.join(v.timed[:3])}"
+                repros.append(scenario.to_dict())
             continue
         if shrink_failures and _failing(v):
             scenario = shrink(scenario, lambda s: _failing(checker.check(s)))
@@ -110,6 +114,7 @@ def summarize(results: list[dict]) -> dict:
         kinds.update(r["commands"])
         codes.update(r["errors"])
     return {"streams": len(results), "mismatching": sum(1 for r in results if r["n_mismatches"]),
+            "timed_differences": sum(1 for r in results if r.get("timed")),
             "hangs": sum(1 for r in results if r["hang"]),
             "commands": dict(sorted(kinds.items())), "errors": dict(sorted(codes.items())),
             "with_perf": sum(1 for r in results if r["perf"]),
