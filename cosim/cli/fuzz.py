@@ -41,7 +41,10 @@ def _format(total: dict) -> str:
              "  commands: " + ", ".join(f"{k} {v}" for k, v in total["commands"].items()),
              "  errors:   " + (", ".join(f"{k} {v}" for k, v in total["errors"].items())
                                or "none"),
-             f"  streams with a bus fault: {total['with_fault']}"]
+             f"  streams with a bus fault {total['with_fault']}, a ring wrap "
+             f"{total['with_ring_wrap']}, several failing queues "
+             f"{total['with_several_failing_queues']}, the interrupt pin high "
+             f"{total['with_irq_pin_high']}; by queues used {total['queues']}"]
     if total["perf_skipped"]:
         lines.append(f"  performance model not run: {total['perf_skipped']}")
     if total["timed"]:

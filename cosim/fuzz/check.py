@@ -37,6 +37,7 @@ class Verdict:
     hang: str | None = None
     errors: Counter = field(default_factory=Counter)     # ErrorCode name -> queues failing
     perf_run: bool = False
+    irq_pin: bool = False                               # the model's, at the end
     cycles: int = 0
     seconds: dict = field(default_factory=dict)
 
@@ -84,6 +85,7 @@ class Checker:
         if ref is None:
             return v
         v.mismatches += compare(scenario, ref, None, "model")
+        v.irq_pin = ref.irq_pin
         for q in ref.queues.values():
             if q["error"]:
                 v.errors[ErrorCode(q["error"][0]).name] += 1

@@ -272,15 +272,18 @@ class CommandMaker:
                  "fence_align", "fence_dram"]
         if self.cfg.rows != self.cfg.cols:
             kinds.append("matmul_transpose")
+        axi = []
         if self.windowed[q]:
             kinds += ["dma_window", "fence_window"]
         elif self.plan == "data":
             f = self.g.fault
-            kinds += (["axi_load"] if f.reads else []) + (["axi_store", "axi_fence"]
-                                                          if f.writes else [])
+            axi = (["axi_load"] if f.reads else []) + (["axi_store", "axi_fence"]
+                                                       if f.writes else [])
         if self.plan == "fetch" and self.g.fault is None \
                 and self.g.position(q) + 1 < self.ring_sizes[q]:
-            kinds.append("axi_fetch")
+            axi = ["axi_fetch"]
+        if axi and self._chance(0.5):      # a scenario with a fault mostly uses it
+            kinds = axi
         getattr(self, f"_bad_{kinds[self._int(0, len(kinds) - 1)]}")(q)
 
     def _hdr(self, op, **kw) -> dict:

@@ -47,7 +47,10 @@ def _entry(seed: int, scenario: Scenario, v: Verdict) -> dict:
             "timed": v.timed[:_MAX_TEXTS],
             "n_mismatches": len(v.mismatches), "commands": dict(command_counts(scenario)),
             "errors": dict(v.errors), "queues": len(scenario.queues), "cycles": v.cycles,
-            "perf": v.perf_run, "seconds": v.seconds, "fault": scenario.fault is not None}
+            "perf": v.perf_run, "seconds": v.seconds, "fault": scenario.fault is not None,
+            "wraps": any(len(scenario.queue_commands(q.queue)) >= q.ring_size
+                         for q in scenario.queues),
+            "failing_queues": sum(v.errors.values()), "irq_pin": v.irq_pin}
 
 
 def fuzz_batch(backend, *, seeds: list[int], settings: dict | None = None,
@@ -118,4 +121,8 @@ def summarize(results: list[dict]) -> dict:
             "hangs": sum(1 for r in results if r["hang"]),
             "commands": dict(sorted(kinds.items())), "errors": dict(sorted(codes.items())),
             "with_perf": sum(1 for r in results if r["perf"]),
-            "with_fault": sum(1 for r in results if r["fault"])}
+            "with_fault": sum(1 for r in results if r["fault"]),
+            "with_ring_wrap": sum(1 for r in results if r["wraps"]),
+            "with_several_failing_queues": sum(1 for r in results if r["failing_queues"] > 1),
+            "with_irq_pin_high": sum(1 for r in results if r["irq_pin"]),
+            "queues": dict(sorted(Counter(r["queues"] for r in results).items()))}
