@@ -336,9 +336,10 @@ class CommandMaker:
 
     def _bad_dma_dram(self, q: int) -> None:
         def change(b, g):
+            # the first row ends past the DRAM (row_bytes is a multiple of g), or starts there
             top = self.cfg.dram_bytes
-            b["dram_addr"] = min(2**32 - g, (top - self._int(0, 2) * g - b["row_bytes"] // 2)
-                                 // g * g) if self._chance(0.6) else top + g * self._int(0, 99)
+            b["dram_addr"] = top - b["row_bytes"] + g * self._int(1, 4) if self._chance(0.6) \
+                else top + g * self._int(0, 99)
         self._bad_dma(q, E.BAD_DRAM_ADDR, change)
 
     def _bad_dma_window(self, q: int) -> None:

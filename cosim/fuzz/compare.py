@@ -160,13 +160,13 @@ def _prediction(scenario: Scenario, a: Outcome) -> list[str]:
 
 def compare(scenario: Scenario, model: Outcome, other: Outcome | None, name: str) -> list[str]:
     """Mismatches between the model's outcome and ``other``'s (``name``: ``"rtl"`` or
-    ``"perf"``), or of the model alone against the scenario when ``other`` is None."""
+    ``"perf"``), or, when ``other`` is None, of the model alone against the scenario (the
+    generator's predictions, ``ERR_*``, the traces)."""
     depth = scenario.npu_config.trace_depth
-    out = _prediction(scenario, model) + _first_error(model, "model") \
-        + _traces(scenario, model, "model", depth)
     if other is None:
-        return out
-    out += _dram(scenario, model, other, timed=False) + _queues(scenario, model, other, name)
+        return _prediction(scenario, model) + _first_error(model, "model") \
+            + _traces(scenario, model, "model", depth)
+    out = _dram(scenario, model, other, timed=False) + _queues(scenario, model, other, name)
     out += _first_error(other, name) + _traces(scenario, other, name, depth)
     out += _counters(model, other, name)
     for key in ("queue_errors", "irq_status", "irq_pin", "sems", "sem_last"):

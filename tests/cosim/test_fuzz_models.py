@@ -126,3 +126,18 @@ def test_ci_subset_models_on_other_configurations(config):
     assert total["mismatching"] == 0 and total["hangs"] == 0, \
         [r["mismatches"][:2] for r in res["results"] if not r["ok"]]
     assert res["batch_mismatches"] == []
+
+
+@pytest.mark.parametrize("config", [CFG, CFG4], ids=["8x8", "4x4"])
+def test_model_meets_the_generator_predictions(config):
+    """Every invalid command fails with the code it was drawn for, every valid one succeeds
+    (the functional model against the generator's intent), and ERR_* and the traces follow
+    the rules, over many seeds."""
+    m = ModelBackend(config)
+    bad = []
+    for seed in range(100_000, 100_250):
+        s = generate(config, seed)
+        out = compare(s, run_scenario(m, s), None, "model")
+        if out:
+            bad.append((seed, out[:2]))
+    assert not bad, bad
