@@ -343,13 +343,20 @@ def run_scenario(backend, scenario: Scenario, *, max_cycles: int = 4_000_000,
     h.submit(scenario)
     h.quiesce(mask)
     out.cycles = h.cycles() - c0
-    after = h.counters()
-    out.counters = {c: (after[c] - before[c]) % (1 << 32) for c in UNTIMED_COUNTERS}
     h.read_state(scenario, out, trace_cycles)
     if set_fault is not None:
         set_fault(None)
     h.zero_rings(sorted({0, *qids}))
     h.wr(Csr.IRQ_ENABLE, 0)
-    h.control_stream(h.local_transfers(False, qids))
+    epilogue = h.local_transfers(False, qids)
+    h.control_stream(epilogue)
+    # The counters are read after the epilogue, less what it did itself: a stopped queue's
+    # fetch may still be on the bus when the streams are quiet (its beats count), and the
+    # epilogue's own fetches wait for it.
+    after = h.counters()
+    own = {"bytes_read": COMMAND_BYTES * len(epilogue), "retired.store": len(epilogue),
+           "bytes_written": len(qids) * sum(lay.part_bytes)}
+    out.counters = {c: (after[c] - before[c] - own.get(c, 0)) % (1 << 32)
+                    for c in UNTIMED_COUNTERS}
     out.dram = backend.mem_read(ARENA_BASE, lay.end - ARENA_BASE)
     return out
