@@ -46,7 +46,8 @@ and the queue's report (``Q_ERR_*``: code, opcode, index ``i``, address) is exac
 is then ``i`` for an error found at fetch (``BAD_OPCODE``, ``BAD_SEM``, the ring checks, an
 ``AXI_ERROR`` of the fetch), ``i + 1`` for a FENCE, and ``i + 1`` or ``i + 2`` for an
 engine's error (the BARRIER after it may or may not have been fetched when the queue
-stopped; so ``Q_FETCHED`` and ``bytes_read`` too). ``ERR_*`` holds the first error latched:
+stopped; so ``Q_FETCHED`` and ``bytes_read`` too, and a fetch burst under way when the queue
+stopped still completes on the bus: counters read just then may hold part of its beats). ``ERR_*`` holds the first error latched:
 when several queues fail in the same window, which one depends on timing, and it is always
 one of the queues' reports. ``QUEUE_ERRORS`` and ``IRQ_STATUS.ERROR`` do not depend on it.
 
