@@ -335,7 +335,7 @@ def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool
     variant = "sim" + ("-waves" if waves else "") + ("-fst" if fst else "") \
         + ("" if internal_clock else "-extclk") + ("-public" if public_all else "")
     build_dir = verilog.parent / variant
-    sources = [TB_DIR / "dram.sv", TB_DIR / "tb_top.sv", verilog]
+    sources = [TB_DIR / "dram.sv", TB_DIR / "axi_checker.sv", TB_DIR / "tb_top.sv", verilog]
     vlt = TB_DIR / "tb_top.vlt"
     if not public_all:
         sources.insert(0, vlt)

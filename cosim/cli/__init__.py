@@ -12,6 +12,8 @@
                  ``--validate``: the performance model against the RTL, counter by counter.
 ``npu sweep``    designs x DRAM timings x workloads on the performance model: cycles, area,
                  SQNR, RTL checks, Pareto front; ``--find`` answers requirement questions.
+``npu fuzz``     differential fuzzer: seeded streams on the functional model, the performance
+                 model and the RTL, compared; failures shrunk to reproducer files.
 ``npu waves``    summarize, cut, group and export VCD waveforms of runs.
 """
 
@@ -444,8 +446,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``sweep``
-    and ``waves``."""
+    """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``sweep``,
+    ``fuzz`` and ``waves``."""
+    from cosim.cli.fuzz import add_parser as add_fuzz_parser
     from cosim.cli.sweep import add_parser as add_sweep_parser
     from cosim.cli.waves import add_parser as add_waves_parser
 
@@ -455,6 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_run, _add_verilog, _add_area, _add_board, _add_bench):
         add(sub)
     add_sweep_parser(sub)
+    add_fuzz_parser(sub, parse_config=parse_config, parse_dram=_dram, dram_help=DRAM_HELP)
     add_waves_parser(sub)
     return parser
 

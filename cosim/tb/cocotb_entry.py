@@ -48,6 +48,14 @@ async def _cycle_window(dut, first: int, last: int | None) -> None:
         dut.trace_on.value = 0
 
 
+def _violation_or_none(backend):
+    """The protocol checkers' finding, if the backend exists and saw one."""
+    try:
+        return backend.axi_violation
+    except Exception:  # reporting only: the job's own error is what matters
+        return None
+
+
 def _load_job(spec: str):
     module_name, _, func = spec.partition(":")
     if not func:
@@ -61,6 +69,7 @@ async def run_job(dut) -> None:
     result_path = Path(os.environ["NPU_COSIM_RESULT"])
     outcome: dict = {"ok": False, "error": "SimulatorError",
                      "traceback": "the job did not start"}
+    backend = None
     try:
         config = NPUConfig(**spec["config"])
         if not spec.get("internal_clock"):
@@ -89,6 +98,8 @@ async def run_job(dut) -> None:
         result = await bridge(job)(backend, **spec["args"])
         seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
         json.dumps(result)  # must be JSON-serialisable: fail here, with the job's name
+        if backend.axi_violation is not None:
+            raise AssertionError(str(backend.axi_violation))
         if backend.dram_protocol_errors:
             raise AssertionError(f"the DRAM model saw {backend.dram_protocol_errors} AXI "
                                  "protocol violations (see the simulation log)")
@@ -102,8 +113,11 @@ async def run_job(dut) -> None:
                 meta={"job": spec["job"], "args": spec["args"], "config": spec["config"],
                       "design": spec.get("design"), "dram": dram.to_dict()})
     except BaseException as e:
-        outcome = {"ok": False, "error": f"{type(e).__name__}: {e}",
-                   "traceback": traceback.format_exc()}
+        error = f"{type(e).__name__}: {e}"
+        violation = _violation_or_none(backend)
+        if violation is not None and not isinstance(e, AssertionError):
+            error += f" (and {violation})"
+        outcome = {"ok": False, "error": error, "traceback": traceback.format_exc()}
         raise
     finally:
         result_path.write_text(json.dumps(outcome))

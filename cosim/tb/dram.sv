@@ -43,6 +43,23 @@
 //                           handshake, so for them the draw only delays the next beat/response.
 //   +npu_dram_seed=S        seeds one xorshift32 generator per channel, reseeded at reset
 //                           (sw/dram.py: stall_draws() is the same sequence in Python).
+//
+// Fault injection (sw/model/faults.py: BusFault describes it, to_plusargs() writes the
+// plusargs, the functional model applies the same rule). A chosen burst is answered with
+// SLVERR or DECERR instead of OKAY:
+//   * reads: every beat of the burst carries the response, with RDATA = the inverted memory
+//     word (poison, so that a manager that uses the data shows it);
+//   * writes: nothing of the burst is written; its B response carries the error.
+// Which bursts: mode 1 (range) every burst of a selected direction whose bytes
+// [address aligned down to the size, + beats << size) meet [lo, hi) (hi = 0: 2**32); mode 2
+// (count) the nth burst (from 1) of the selected directions since the configuration was
+// written, counted at the AR/AW handshake (an AR before an AW of the same cycle), once. A
+// burst that is bad anyway (outside the memory, not INCR) stays DECERR. Timing never
+// changes. The configuration comes from plusargs at time 0 (+npu_dram_fault_mode=M,
+// _dir=D (bit 0 reads, bit 1 writes), _resp=R (2 SLVERR, 3 DECERR), _lo=, _hi=, _nth=) and
+// is replaced at run time by a backdoor write: fault_we high for one rising edge with the
+// fault_* inputs (mode 0 switches injection off). fault_hits counts the bursts answered with
+// an injected error since the last write (or reset).
 module npu_dram #(
     parameter int DATA_BITS = 64,
     parameter int ADDR_BITS = 32,
@@ -87,7 +104,16 @@ module npu_dram #(
     input  logic [31:0]            bd_first,   // first word index
     input  logic [31:0]            bd_last,    // last word index (inclusive)
     output logic                   bd_ack,
-    output logic [31:0]            prot_errors
+    output logic [31:0]            prot_errors,
+
+    input  logic                   fault_we,   // backdoor write of the fault configuration
+    input  logic [1:0]             fault_mode, // 0 off, 1 address range, 2 nth burst
+    input  logic [1:0]             fault_dir,  // bit 0 reads, bit 1 writes
+    input  logic [1:0]             fault_resp, // 2 SLVERR, 3 DECERR
+    input  logic [31:0]            fault_lo,
+    input  logic [31:0]            fault_hi,   // exclusive; 0 = 2**32
+    input  logic [31:0]            fault_nth,
+    output logic [31:0]            fault_hits
 );
     localparam int DATA_BYTES = DATA_BITS / 8;
     localparam int SHIFT = $clog2(DATA_BYTES);
@@ -166,6 +192,69 @@ module npu_dram #(
         end
     end
 
+    // -- fault injection: configuration (plusargs, then backdoor writes) and the choice -------
+    localparam logic [1:0] F_OFF = 2'd0, F_RANGE = 2'd1, F_NTH = 2'd2;
+    logic [1:0] pa_mode, pa_dir, pa_resp;
+    logic [31:0] pa_lo, pa_hi, pa_nth;
+    initial begin
+        pa_mode = 2'(plusarg_or("npu_dram_fault_mode=%d", 0));
+        pa_dir = 2'(plusarg_or("npu_dram_fault_dir=%d", 3));
+        pa_resp = 2'(plusarg_or("npu_dram_fault_resp=%d", 2));
+        pa_lo = 32'(plusarg_or("npu_dram_fault_lo=%d", 0));
+        pa_hi = 32'(plusarg_or("npu_dram_fault_hi=%d", 0));
+        pa_nth = 32'(plusarg_or("npu_dram_fault_nth=%d", 1));
+        if (pa_mode != F_OFF)
+            $display("npu_dram: fault injection: mode %0d dir %0d resp %0d range [%h, %h) nth %0d",
+                     pa_mode, pa_dir, pa_resp, pa_lo, pa_hi, pa_nth);
+    end
+    logic f_written;                // a backdoor write replaced the plusargs
+    logic [1:0] f_mode_r, f_dir_r, f_resp_r;
+    logic [31:0] f_lo_r, f_hi_r, f_nth_r, f_count;
+    wire [1:0] f_mode = f_written ? f_mode_r : pa_mode;
+    wire [1:0] f_dir = f_written ? f_dir_r : pa_dir;
+    wire [1:0] f_resp = f_written ? f_resp_r : pa_resp;
+    wire [31:0] f_lo = f_written ? f_lo_r : pa_lo;
+    wire [31:0] f_hi = f_written ? f_hi_r : pa_hi;
+    wire [31:0] f_nth = f_written ? f_nth_r : pa_nth;
+
+    function automatic logic in_range(input logic [ADDR_BITS-1:0] addr, input logic [7:0] len,
+                                      input logic [2:0] size);
+        longint unsigned first_aligned, end_addr, hi;
+        first_aligned = 64'(addr) & ~((64'd1 << size) - 1);
+        end_addr = first_aligned + ((64'(len) + 1) << size);
+        hi = f_hi == 32'd0 ? 64'h1_0000_0000 : 64'(f_hi);
+        return first_aligned < hi && end_addr > 64'(f_lo);
+    endfunction
+
+    logic ar_hs, aw_hs;             // AR / AW handshakes in this cycle (assigned below)
+    wire count_rd = f_mode == F_NTH && f_dir[0] && ar_hs;
+    wire count_wr = f_mode == F_NTH && f_dir[1] && aw_hs;
+    wire ar_fault = (f_mode == F_RANGE && f_dir[0] && in_range(araddr, arlen, arsize))
+                    || (count_rd && f_count + 32'd1 == f_nth);
+    wire aw_fault = (f_mode == F_RANGE && f_dir[1] && in_range(awaddr, awlen, awsize))
+                    || (count_wr && f_count + 32'(count_rd) + 32'd1 == f_nth);
+
+    always_ff @(posedge clk) begin
+        if (fault_we) begin
+            f_written <= 1'b1;
+            f_mode_r <= fault_mode;
+            f_dir_r <= fault_dir;
+            f_resp_r <= fault_resp;
+            f_lo_r <= fault_lo;
+            f_hi_r <= fault_hi;
+            f_nth_r <= fault_nth;
+            f_count <= '0;
+            fault_hits <= '0;
+        end else if (rst) begin
+            f_count <= '0;
+            fault_hits <= '0;
+        end else begin
+            f_count <= f_count + 32'(count_rd) + 32'(count_wr);
+            fault_hits <= fault_hits + 32'(ar_hs && ar_fault) + 32'(aw_hs && aw_fault);
+        end
+    end
+    initial f_written = 1'b0;
+
     // -- cycle counter, random backpressure, bandwidth tokens -----------------------------------
     longint unsigned now;           // rising edges since reset was released
     always_ff @(posedge clk) now <= rst ? 64'd0 : now + 64'd1;
@@ -223,7 +312,8 @@ module npu_dram #(
     logic [7:0] w_left;
     logic [2:0] w_size;
     logic [ID_BITS-1:0] w_id;
-    logic w_err;
+    logic w_err;                    // bad burst (DECERR) or injected fault: nothing written
+    logic [1:0] w_resp;             // its B response
     logic [31:0] w_prot, r_prot;
 
     // B responses wait in order, each with the cycle it is due.
@@ -242,6 +332,7 @@ module npu_dram #(
     assign wready = wstate == W_DATA && !stall[CH_W] && tok_ok;
     assign w_take = wvalid && wready;
     assign prot_errors = w_prot + r_prot;
+    assign aw_hs = awvalid && awready;
 
     always_ff @(posedge clk) begin
         if (rst) begin
@@ -265,7 +356,9 @@ module npu_dram #(
                     w_left <= awlen;
                     w_size <= awsize;
                     w_id <= awid;
-                    w_err <= burst_bad(awaddr, awlen, awsize, awburst);
+                    w_err <= burst_bad(awaddr, awlen, awsize, awburst) || aw_fault;
+                    w_resp <= burst_bad(awaddr, awlen, awsize, awburst) ? DECERR
+                              : aw_fault ? f_resp : OKAY;
                     if (awburst != 2'b01 || crosses_4k(awaddr, awlen, awsize)) begin
                         $display("npu_dram: AXI violation: AW addr=%h len=%0d size=%0d burst=%0d",
                                  awaddr, awlen, awsize, awburst);
@@ -285,7 +378,7 @@ module npu_dram #(
                     w_left <= w_left - 8'd1;
                     if (w_left == 8'd0) begin
                         b_id_q[b_wp[QBITS-1:0]] <= w_id;
-                        b_resp_q[b_wp[QBITS-1:0]] <= w_err ? DECERR : OKAY;
+                        b_resp_q[b_wp[QBITS-1:0]] <= w_resp;
                         b_due[b_wp[QBITS-1:0]] <= now + wr_latency;
                         b_wp <= b_wp + 1'b1;
                         wstate <= W_TURN;
@@ -301,18 +394,21 @@ module npu_dram #(
     logic [ADDR_BITS-1:0] q_addr [OUTSTANDING];
     logic [7:0] q_len [OUTSTANDING];
     logic [2:0] q_size [OUTSTANDING];
-    logic q_err [OUTSTANDING];
+    logic [1:0] q_resp [OUTSTANDING];  // OKAY, DECERR (bad burst: data 0) or an injected error
+    logic q_poison [OUTSTANDING];      // injected: data inverted
     logic [ID_BITS-1:0] q_id [OUTSTANDING];
     longint unsigned q_due [OUTSTANDING];   // first edge at which the burst may be fetched
     logic [QBITS:0] q_wp, q_rp;
 
-    logic r_busy, r_err;
+    logic r_busy, r_poison;
+    logic [1:0] r_resp;
     logic [ADDR_BITS-1:0] r_addr;
     logic [7:0] r_left;
     logic [2:0] r_size;
     logic [ID_BITS-1:0] r_id;
 
     assign arready = (q_wp - q_rp) != (QBITS+1)'(OUTSTANDING) && !stall[CH_AR];
+    assign ar_hs = arvalid && arready;
     assign r_take = (!rvalid || rready) && r_busy && !stall[CH_R] && tok_ok;
 
     always_ff @(posedge clk) begin
@@ -329,7 +425,10 @@ module npu_dram #(
                 q_len[q_wp[QBITS-1:0]] <= arlen;
                 q_size[q_wp[QBITS-1:0]] <= arsize;
                 q_id[q_wp[QBITS-1:0]] <= arid;
-                q_err[q_wp[QBITS-1:0]] <= burst_bad(araddr, arlen, arsize, arburst);
+                q_resp[q_wp[QBITS-1:0]] <= burst_bad(araddr, arlen, arsize, arburst) ? DECERR
+                                           : ar_fault ? f_resp : OKAY;
+                q_poison[q_wp[QBITS-1:0]] <= !burst_bad(araddr, arlen, arsize, arburst)
+                                             && ar_fault;
                 // fetched rd_latency - 2 edges later: first beat registered one edge after
                 // the fetch, taken one edge after that
                 q_due[q_wp[QBITS-1:0]] <= now + rd_latency - 64'd2;
@@ -345,8 +444,9 @@ module npu_dram #(
                 if (r_take) begin
                     rvalid <= 1'b1;
                     rid <= r_id;
-                    rdata <= r_err ? '0 : mem[r_addr[WBITS+SHIFT-1:SHIFT]];
-                    rresp <= r_err ? DECERR : OKAY;
+                    rdata <= r_poison ? ~mem[r_addr[WBITS+SHIFT-1:SHIFT]]
+                             : r_resp != OKAY ? '0 : mem[r_addr[WBITS+SHIFT-1:SHIFT]];
+                    rresp <= r_resp;
                     rlast <= r_left == 8'd0;
                     r_addr <= next_addr(r_addr, r_size);
                     r_left <= r_left - 8'd1;
@@ -362,7 +462,8 @@ module npu_dram #(
                 r_left <= q_len[q_rp[QBITS-1:0]];
                 r_size <= q_size[q_rp[QBITS-1:0]];
                 r_id <= q_id[q_rp[QBITS-1:0]];
-                r_err <= q_err[q_rp[QBITS-1:0]];
+                r_resp <= q_resp[q_rp[QBITS-1:0]];
+                r_poison <= q_poison[q_rp[QBITS-1:0]];
                 q_rp <= q_rp + 1'b1;
             end
         end

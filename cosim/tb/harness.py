@@ -54,6 +54,7 @@ from cosim.build import (
 )
 from hw.config import NPUConfig
 from sw.dram import DramTiming
+from sw.model.faults import BusFault
 
 __all__ = ["run_on_rtl", "run_job", "check_waves_window", "default_dram", "waves_dir",
            "RunResult", "CosimError", "CosimJobError", "main"]
@@ -218,7 +219,8 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
             waves: bool = False, design: str = DEFAULT_DESIGN,
             internal_clock: bool = True, waves_window: dict | None = None,
             record: Path | None = None, dram: DramTiming | str | None = None,
-            waves_format: str = "vcd", waves_scope: list[str] | None = None) -> RunResult:
+            waves_format: str = "vcd", waves_scope: list[str] | None = None,
+            bus_fault: BusFault | None = None) -> RunResult:
     """Build (cached) and run ``job(backend, **args)`` on the RTL of ``design(config)``.
 
     Parameters
@@ -260,6 +262,9 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         Trace only these blocks of the NPU (dotted paths below it: ``["dma", "cmdproc"]``,
         see :func:`cosim.build.design_blocks`), plus the NPU's own ports, named probes and
         counter sources (:func:`cosim.build.trace_vars`); implies ``waves``.
+    bus_fault : BusFault, optional
+        A fault the DRAM model applies from time 0 (its plusargs, :mod:`sw.model.faults`);
+        the job can change it with ``backend.set_bus_fault``.
 
     Returns
     -------
@@ -328,7 +333,8 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
                 test_module="cosim.tb.cocotb_entry", hdl_toplevel="tb_top",
                 hdl_toplevel_lang="verilog",
                 build_dir=sim.build_dir, test_dir=run_dir, waves=waves, test_args=test_args,
-                plusargs=[f"+npu_dram_file={dram_file}", *timing.to_plusargs()],
+                plusargs=[f"+npu_dram_file={dram_file}", *timing.to_plusargs(),
+                          *(bus_fault.to_plusargs() if bus_fault is not None else [])],
                 extra_env={"NPU_COSIM_SPEC": str(spec_path),
                            "NPU_COSIM_RESULT": str(result_path),
                            "PYTHONWARNINGS": PYTHONWARNINGS,

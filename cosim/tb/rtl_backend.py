@@ -27,9 +27,11 @@ from cocotb.simtime import get_sim_time
 from cocotb.task import resume
 from cocotb.triggers import FallingEdge, First, ReadOnly, RisingEdge, Timer
 
+from cosim.tb.axi_rules import AxiViolation
 from hw.config import NPUConfig
 from sw.backend import BackendError
 from sw.dram import DramTiming
+from sw.model.faults import BusFault
 
 if TYPE_CHECKING:
     from cosim.tb.replay import Recorder
@@ -43,7 +45,9 @@ CLOCK_PERIOD_NS = 10
 PINS = ("rst", "csr__awaddr", "csr__awvalid", "csr__wdata", "csr__wstrb", "csr__wvalid",
         "csr__bready", "csr__araddr", "csr__arvalid", "csr__rready", "bd_op", "bd_first",
         "bd_last", "irq", "csr__awready", "csr__wready", "csr__bresp", "csr__bvalid",
-        "csr__arready", "csr__rdata", "csr__rresp", "csr__rvalid", "bd_ack", "dram_prot_errors")
+        "csr__arready", "csr__rdata", "csr__rresp", "csr__rvalid", "bd_ack", "dram_prot_errors",
+        "fault_we", "fault_mode", "fault_dir", "fault_resp", "fault_lo", "fault_hi", "fault_nth",
+        "fault_hits", "chk_errors", "chk_rule", "chk_cycle")
 
 _BD_LOAD = 1
 _BD_DUMP = 2
@@ -128,9 +132,13 @@ class RtlBackend:
         for sig in ("awvalid", "wvalid", "bready", "arvalid", "rready"):
             self._set(f"csr__{sig}", 0)
         self._set("bd_op", 0)
+        self._set("fault_we", 0)
         self.trace_kernel = trace_kernel
         self.regions: dict[str, int] = {}  #: kernel name -> regions entered so far
         self.region_log: list[dict] = []   #: every region's span, in entry order
+        #: VALIDs the host withdrew before their READY when a CSR access timed out (each is
+        #: a protocol violation of the host's own, which the CSR port's checker sees)
+        self.host_dropped_valids = 0
 
     # -- Backend protocol (synchronous, from a bridge thread) ---------------------------------
 
@@ -157,6 +165,33 @@ class RtlBackend:
             On a non-OKAY response or no answer within ``csr_timeout_cycles`` cycles.
         """
         resume(self.acsr_write)(offset, value)
+
+    def csr_batch(self, ops: list[tuple[int, int | None]]) -> list[int]:
+        """Several CSR accesses in order, in one call into the simulator (a sequence of
+        :meth:`csr_read` / :meth:`csr_write` costs one Python round trip instead of one
+        each): ``(offset, None)`` reads, ``(offset, value)`` writes.
+
+        Returns
+        -------
+        list of int
+            The values read, in order.
+
+        Raises
+        ------
+        ValueError, BackendError
+            As :meth:`csr_read` and :meth:`csr_write`.
+        """
+        return resume(self.acsr_batch)(ops)
+
+    async def acsr_batch(self, ops: list[tuple[int, int | None]]) -> list[int]:
+        """Coroutine form of :meth:`csr_batch`."""
+        out = []
+        for offset, value in ops:
+            if value is None:
+                out.append(await self.acsr_read(offset))
+            else:
+                await self.acsr_write(offset, value)
+        return out
 
     def mem_write(self, addr: int, data: bytes) -> None:
         """Write ``data`` to device DRAM at byte ``addr`` through the backdoor (any alignment).
@@ -237,6 +272,42 @@ class RtlBackend:
         """AXI protocol violations the DRAM model has seen (4 KiB crossing, WLAST, burst)."""
         return self._get("dram_prot_errors")
 
+    def set_bus_fault(self, fault: BusFault | None) -> None:
+        """Make the DRAM model answer the bursts ``fault`` selects with SLVERR/DECERR from the
+        next clock edge on (``None``: no fault); a count (``mode="nth"``) restarts. See
+        :mod:`sw.model.faults` and ``cosim/tb/dram.sv``. Takes one clock cycle."""
+        resume(self.aset_bus_fault)(fault)
+
+    async def aset_bus_fault(self, fault: BusFault | None) -> None:
+        """Coroutine form of :meth:`set_bus_fault`."""
+        pins = (fault or BusFault(mode="off")).pins()
+        await FallingEdge(self._clk)
+        for name, value in pins.items():
+            self._set(f"fault_{name}", value)
+        self._set("fault_we", 1)
+        await FallingEdge(self._clk)
+        self._set("fault_we", 0)
+
+    @property
+    def bus_fault_hits(self) -> int:
+        """Bursts the DRAM model answered with an injected error since the fault was set."""
+        return self._get("fault_hits")
+
+    @property
+    def axi_violation(self) -> AxiViolation | None:
+        """What the AXI protocol checkers of ``tb_top`` saw so far (``cosim/tb/axi_checker.sv``
+        on the memory and the CSR port), or ``None`` when the run is clean. The host's own
+        withdrawn VALIDs after a CSR timeout (:attr:`host_dropped_valids`) do not count when
+        they are all there is: the first violation a ``*_DROP`` on the CSR port and no more
+        violations than VALIDs withdrawn."""
+        count = self._get("chk_errors")
+        if count == 0:
+            return None
+        v = AxiViolation.from_pins(count, self._get("chk_rule"), self._get("chk_cycle"))
+        if v.port == "csr" and v.rule in (1, 3, 5) and count <= self.host_dropped_valids:
+            return None
+        return v
+
     def drive_reset(self, level: int) -> None:
         """Drive ``rst`` (1 holds the design in reset); from a cocotb coroutine."""
         self._set("rst", level)
@@ -276,6 +347,7 @@ class RtlBackend:
                 if resp != 0:
                     raise BackendError(f"CSR write 0x{offset:03x}: response {resp:#04b}")
                 return
+        self.host_dropped_valids += aw_pending + w_pending
         self._set("csr__awvalid", 0)
         self._set("csr__wvalid", 0)
         self._set("csr__bready", 0)
@@ -308,6 +380,7 @@ class RtlBackend:
                 if resp != 0:
                     raise BackendError(f"CSR read 0x{offset:03x}: response {resp:#04b}")
                 return data
+        self.host_dropped_valids += ar_pending
         self._set("csr__arvalid", 0)
         self._set("csr__rready", 0)
         raise BackendError(f"CSR read 0x{offset:03x} not answered within "

@@ -3,8 +3,14 @@
 // Ports seen by cocotb: clk (driven by cocotb unless TB_INTERNAL_CLOCK is defined, then a
 // 10 ns clock runs inside the simulation), rst, irq, the AXI4-Lite host port csr__*, the DRAM
 // backdoor (bd_op, bd_first, bd_last, bd_ack), dram_prot_errors (AXI violations seen by the
-// DRAM model) and trace_on (traced builds write a VCD step only while it is 1, see
-// cosim/verilator_main.cpp). Parameters come from NPUConfig through cosim/build.py.
+// DRAM model), the DRAM's fault injection (fault_*, see dram.sv), the AXI protocol checkers'
+// results (chk_errors: violations on both ports; chk_rule / chk_cycle: the first one, rule
+// number of axi_checker.sv, +64 when it was on the CSR port) and trace_on (traced builds
+// write a VCD step only while it is 1, see cosim/verilator_main.cpp). Parameters come from
+// NPUConfig through cosim/build.py.
+//
+// The checkers (axi_checker.sv) watch the NPU's AXI4 master port to the DRAM model and its
+// AXI4-Lite CSR port in every run.
 module tb_top #(
     parameter int DATA_BITS = 64,
     parameter int ADDR_BITS = 32,
@@ -41,7 +47,20 @@ module tb_top #(
     input  logic [31:0] bd_first,
     input  logic [31:0] bd_last,
     output logic        bd_ack,
-    output logic [31:0] dram_prot_errors
+    output logic [31:0] dram_prot_errors,
+
+    input  logic        fault_we,
+    input  logic [1:0]  fault_mode,
+    input  logic [1:0]  fault_dir,
+    input  logic [1:0]  fault_resp,
+    input  logic [31:0] fault_lo,
+    input  logic [31:0] fault_hi,
+    input  logic [31:0] fault_nth,
+    output logic [31:0] fault_hits,
+
+    output logic [31:0] chk_errors,
+    output logic [7:0]  chk_rule,
+    output logic [31:0] chk_cycle
 );
 `ifdef TB_INTERNAL_CLOCK
     logic clk = 1'b1;  // same phase as cocotb's Clock: high at 0, falling at 5 ns
@@ -89,6 +108,41 @@ module tb_top #(
         .arvalid(arvalid), .arready(arready),
         .rid(rid), .rdata(rdata), .rresp(rresp), .rlast(rlast), .rvalid(rvalid), .rready(rready),
         .bd_op(bd_op), .bd_first(bd_first), .bd_last(bd_last), .bd_ack(bd_ack),
-        .prot_errors(dram_prot_errors)
+        .prot_errors(dram_prot_errors),
+        .fault_we(fault_we), .fault_mode(fault_mode), .fault_dir(fault_dir),
+        .fault_resp(fault_resp), .fault_lo(fault_lo), .fault_hi(fault_hi),
+        .fault_nth(fault_nth), .fault_hits(fault_hits)
     );
+
+    // -- AXI protocol checkers on both ports ------------------------------------------------------
+    logic [31:0] mem_chk_errors, csr_chk_errors, mem_chk_cycle, csr_chk_cycle;
+    logic [7:0] mem_chk_rule, csr_chk_rule;
+    npu_axi_checker #(
+        .NAME("mem"), .DATA_BITS(DATA_BITS), .ADDR_BITS(ADDR_BITS), .ID_BITS(ID_BITS)
+    ) u_mem_checker (
+        .clk(clk), .rst(rst), .clear(1'b0),
+        .awid(awid), .awaddr(awaddr), .awlen(awlen), .awsize(awsize), .awburst(awburst),
+        .awvalid(awvalid), .awready(awready),
+        .wdata(wdata), .wstrb(wstrb), .wlast(wlast), .wvalid(wvalid), .wready(wready),
+        .bid(bid), .bresp(bresp), .bvalid(bvalid), .bready(bready),
+        .arid(arid), .araddr(araddr), .arlen(arlen), .arsize(arsize), .arburst(arburst),
+        .arvalid(arvalid), .arready(arready),
+        .rid(rid), .rdata(rdata), .rresp(rresp), .rlast(rlast), .rvalid(rvalid), .rready(rready),
+        .errors(mem_chk_errors), .first_rule(mem_chk_rule), .first_cycle(mem_chk_cycle)
+    );
+    npu_axil_checker #(.NAME("csr"), .ADDR_BITS(12)) u_csr_checker (
+        .clk(clk), .rst(rst), .clear(1'b0),
+        .awaddr(csr__awaddr), .awvalid(csr__awvalid), .awready(csr__awready),
+        .wdata(csr__wdata), .wstrb(csr__wstrb), .wvalid(csr__wvalid), .wready(csr__wready),
+        .bresp(csr__bresp), .bvalid(csr__bvalid), .bready(csr__bready),
+        .araddr(csr__araddr), .arvalid(csr__arvalid), .arready(csr__arready),
+        .rdata(csr__rdata), .rresp(csr__rresp), .rvalid(csr__rvalid), .rready(csr__rready),
+        .errors(csr_chk_errors), .first_rule(csr_chk_rule), .first_cycle(csr_chk_cycle)
+    );
+    // the first violation of either port (the memory port's when both start in one cycle)
+    wire csr_first = csr_chk_errors != 0
+                     && (mem_chk_errors == 0 || csr_chk_cycle < mem_chk_cycle);
+    assign chk_errors = mem_chk_errors + csr_chk_errors;
+    assign chk_rule = csr_first ? csr_chk_rule + 8'd64 : mem_chk_rule;
+    assign chk_cycle = csr_first ? csr_chk_cycle : mem_chk_cycle;
 endmodule

@@ -200,8 +200,8 @@ class FetchUnit(wiring.Component):
         with m.State("DECODE"):
             with m.If(self._gone(f)):
                 m.next = "IDLE"
-            with m.Elif(f.resp_err):
-                self._fail(m, f, ErrorCode.AXI_ERROR, f.slot_addr, index, opcode)
+            with m.Elif(f.resp_err):    # the command never decoded: opcode 0
+                self._fail(m, f, ErrorCode.AXI_ERROR, f.slot_addr, index, 0)
             with m.Elif(~opcode.as_value().matches(*(op.value for op in Opcode))):
                 self._fail(m, f, ErrorCode.BAD_OPCODE, f.slot_addr, index, opcode)
             with m.Elif(f.waits & (hdr.wait_sem >= cfg.n_sems)):

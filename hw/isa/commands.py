@@ -68,7 +68,21 @@ class LocalMem(enum.Enum, shape=2):
 
 
 class ErrorCode(enum.Enum, shape=8):
-    """Error codes latched in the ``ERR_CODE`` CSR. ``NONE`` means no error."""
+    """Error codes latched in the ``ERR_CODE`` CSR. ``NONE`` means no error.
+
+    ``AXI_ERROR`` is an SLVERR or DECERR response of device DRAM to a burst the device issued
+    (both give the same code). Per site, with ``ERR_ADDR``:
+
+    * ring fetch: the command is never decoded (``ERR_CODE.opcode`` 0, checked before the
+      opcode), ``HEAD`` stays on it; ``ERR_ADDR`` = its slot address;
+    * DMA_LOAD / DMA_STORE: the transfer runs to its end (same timing), then fails;
+      ``ERR_ADDR`` = the address of the first failing burst (``AxADDR``). A load writes no
+      local row whose last byte arrives with or after that burst (rows completed before it
+      are written); a store writes every burst that did not fail (a failing write burst
+      writes nothing);
+    * FENCE: nothing written, no interrupt, no semaphore increment; ``ERR_ADDR`` = the fence
+      address.
+    """
     NONE = 0
     BAD_OPCODE = 1      #: unknown opcode
     BAD_DRAM_ADDR = 2   #: a DRAM access outside [0, dram_bytes)
@@ -197,11 +211,20 @@ class SoftmaxBody(data.Struct):
     goes to ``acc[scale_row + i // cols][i % cols]``; elements of a scale row beyond the last
     row are written 0.
 
-    Errors (in this order): ``n_rows == 0`` or ``n_blocks == 0`` does nothing; accumulator
-    rows of the scores, scratchpad rows of P, then the ``ceil(n_rows / cols)`` scale rows
-    outside their memory -> ``BAD_LOCAL_ADDR`` (``error_addr`` the first bad row of the range:
-    ``max(start, depth)`` with ``start = acc_row`` / ``spad_row`` and the range's last row
-    ``start + (n_blocks - 1) * stride + n_rows - 1``).
+    Order (defined, so that every implementation writes the same bytes): rows are processed
+    in groups of ``cols`` (``g * cols .. g * cols + cols - 1``, the last group shorter); the
+    scale row ``scale_row + g`` is written after every score of group ``g`` was read and
+    before any score of group ``g + 1`` is read. Scale rows that lie inside the score rows
+    are therefore read as written by then.
+
+    Errors (in this order): ``n_rows == 0`` or ``n_blocks == 0`` does nothing; overlapping P
+    blocks (``n_blocks >= 2`` and ``stride < n_rows``: block ``b + 1`` of row ``i`` would
+    land on block ``b`` of a later row) -> ``BAD_SIZE`` (``error_addr`` = ``stride``);
+    accumulator rows of the scores, scratchpad rows of P, then the ``ceil(n_rows / cols)``
+    scale rows outside their memory -> ``BAD_LOCAL_ADDR`` (``error_addr`` the first bad row of
+    the range: ``max(start, depth)`` with ``start = acc_row`` / ``spad_row`` and the range's
+    last row ``start + (n_blocks - 1) * stride + n_rows - 1``). A failing command writes
+    nothing.
     """
     acc_row: 16
     spad_row: 16

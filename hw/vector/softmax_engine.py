@@ -80,9 +80,10 @@ class SoftmaxEngine(wiring.Component):
     scratchpad's write port first).
 
     Errors (in this order, nothing written): opcode other than SOFTMAX -> ``BAD_OPCODE``;
-    ``n_rows == 0`` or ``n_blocks == 0`` does nothing; then the score rows, the P rows and the
-    scale rows outside their memory -> ``BAD_LOCAL_ADDR`` (``error_addr`` ``max(start,
-    depth)``).
+    ``n_rows == 0`` or ``n_blocks == 0`` does nothing; overlapping P blocks (``n_blocks >= 2``
+    and ``stride < n_rows``) -> ``BAD_SIZE`` (``error_addr`` = ``stride``); then the score
+    rows, the P rows and the scale rows outside their memory -> ``BAD_LOCAL_ADDR``
+    (``error_addr`` ``max(start, depth)``).
 
     Parameters
     ----------
@@ -245,6 +246,10 @@ class SoftmaxEngine(wiring.Component):
                     m.d.sync += error.eq(ErrorCode.BAD_OPCODE)
                     m.next = "RETIRE"
                 with m.Elif((body.n_rows == 0) | (body.n_blocks == 0)):
+                    m.next = "RETIRE"
+                with m.Elif((body.n_blocks > 1) & (body.stride < body.n_rows)):
+                    # overlapping P blocks: rejected (hw.isa.SoftmaxBody)
+                    m.d.sync += [error.eq(ErrorCode.BAD_SIZE), error_addr.eq(body.stride)]
                     m.next = "RETIRE"
                 with m.Elif(bad_s):
                     m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR), error_addr.eq(bad_s_row)]

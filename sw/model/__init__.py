@@ -27,7 +27,8 @@ room; the RTL must agree with these for the differential tests):
   latch (``Q_ERR_*``); an error stops its queue only. ``QUEUE_RESET`` bit ``q`` resets queue
   ``q`` alone (``HEAD := TAIL``, index 0, error cleared; the global ``ERR_*`` too if they name
   it). ``Q_FETCHED`` reads the commands retired (the hardware counts fetched ones).
-* **Trace and counters.** The engine trace FIFOs hold ``trace_depth`` entries each, with
+* **Trace and counters.** The engine trace FIFOs hold ``trace_depth`` entries each, one per
+  command the engine retired, whether it failed or not (as the hardware), with
   *logical* time: a global counter incremented per retired engine command (``start`` = its
   value, ``end`` = ``start + 1``), so order is exact and durations are not. ``CYCLES`` reads
   0; a ``FENCE`` with ``timestamp`` writes 0. ``SEM_LAST`` as the hardware.
@@ -54,7 +55,8 @@ room; the RTL must agree with these for the differential tests):
   reset, ``CONTROL`` bit 0 (``HEAD := TAIL``, index := 0; as :mod:`hw.cmdproc`). Writing
   ``RING_BASE``/``RING_SIZE`` does not move ``HEAD``/``TAIL``. On an error ``HEAD`` stays on the
   failing command.
-* **Error checks** happen before anything is written (no partial transfers); order and
+* **Error checks** happen before anything is written (no partial transfers; a bus fault is
+  the exception, below); order and
   ``ERR_ADDR`` as the RTL engines (:mod:`hw.cmdproc`, :mod:`hw.dma`, :mod:`hw.tile`,
   :mod:`hw.vector`): ``BAD_OPCODE`` (the command's DRAM address), ``BAD_SEM`` (the semaphore
   id; wait checked before signal), then per opcode. DMA: ``BAD_SIZE`` (``dram_addr``),
@@ -62,7 +64,8 @@ room; the RTL must agree with these for the differential tests):
   ``BAD_DRAM_ADDR`` (start of the first DRAM row that does not fit), ``BAD_LOCAL_ADDR`` (the
   first local row, in transfer order, outside the memory: ``max(row, depth)``). MATMUL:
   ``flags.transpose`` on a non-square array (``BAD_SIZE``, 0), A rows, W rows, then accumulator
-  rows. SOFTMAX: score rows, P rows, scale rows (``max(start, depth)``). REQUANT: accumulator
+  rows. SOFTMAX: overlapping P blocks (``BAD_SIZE``, ``stride``), score rows, P rows, scale
+  rows (``max(start, depth)``). REQUANT: accumulator
   rows, scratchpad rows, the three parameter rows, then (``flags.row_scale``) the scale rows.
   FENCE: ``MISALIGNED`` then ``BAD_DRAM_ADDR`` (the fence address). A DMA with
   ``n_rows == 0`` or ``row_bytes == 0`` and a MATMUL/REQUANT with ``m``/``n_rows == 0`` do
@@ -72,6 +75,14 @@ room; the RTL must agree with these for the differential tests):
   ``ERR_ADDR`` = ring base); a slot outside DRAM is ``BAD_DRAM_ADDR``. The model also reports a
   doorbell on a ring whose ``RING_SIZE`` is not a power of two >= 2, or a ``TAIL`` outside the
   ring, as ``BAD_SIZE`` with opcode 0 (the RTL masks with ``RING_SIZE - 1`` instead).
+* **Bus faults** (:meth:`ModelBackend.set_bus_fault`, :mod:`sw.model.faults`): the bursts a
+  range rule selects fail as on the co-simulation's DRAM model, with the ISA's
+  ``AXI_ERROR`` behaviour (:class:`hw.isa.ErrorCode`): a ring fetch fails before decode
+  (opcode 0, the slot address; ``bytes_read`` +32), a DMA runs to its end (a load keeps the
+  local rows completed before the first failing burst, a store writes every other burst)
+  and reports the first failing burst's address, a fence writes nothing. The bursts are
+  those of :func:`hw.isa.dma_bursts`. The count rule (``mode="nth"``) depends on the bus
+  order across queues and is refused (``NotImplementedError``).
 * REQUANT parameters: the multiplier is the low 31 bits and the shift the low 6 bits of their
   accumulator words (the register widths of the vector unit).
 * ``CONTROL`` bit 0 resets every queue, clears every error latch, zeroes the semaphores,

@@ -41,6 +41,7 @@ from hw.isa import (
 )
 from sw.backend import BackendError
 from sw.model.engines import CommandError, Engines
+from sw.model.faults import BusFault
 
 __all__ = ["ModelBackend"]
 
@@ -234,6 +235,20 @@ class ModelBackend:
         """Return the ``irq`` level at once (the model is untimed; ``max_cycles`` is ignored)."""
         return self.irq
 
+    def set_bus_fault(self, fault: BusFault | None) -> None:
+        """Answer the bursts that ``fault`` selects with an AXI error from now on (``None``:
+        no fault), as the co-simulation's DRAM model does (:mod:`sw.model.faults`).
+
+        Raises
+        ------
+        NotImplementedError
+            For ``mode="nth"`` (the burst order across queues is timing; RTL only).
+        """
+        if fault is not None and fault.mode == "nth":
+            raise NotImplementedError("an nth-burst fault depends on the bus order across "
+                                      "queues; only the RTL's DRAM model applies it")
+        self.engines.fault = None if fault is None or fault.mode == "off" else fault
+
     @property
     def irq(self) -> bool:
         """The interrupt line: ``IRQ_STATUS & IRQ_ENABLE != 0``."""
@@ -412,6 +427,10 @@ class ModelBackend:
             if fetched is None:
                 break
             slot_addr, raw = fetched
+            if self.engines.fetch_fails(slot_addr, COMMAND_BYTES):
+                self.counters["bytes_read"] += COMMAND_BYTES     # the burst was read
+                self._raise_error(q, 0, ErrorCode.AXI_ERROR, slot_addr)
+                break
             cmd = decode(raw)
             op = cmd.header.opcode
             opcode = op.value if isinstance(op, Opcode) else op
@@ -464,7 +483,12 @@ class ModelBackend:
             self.counters[f"retired.{engine}"] += 1
         # NOP, WAIT, SIGNAL, BARRIER (all earlier commands retired: execution is in order):
         # nothing beyond the header's wait/signal.
-        self.engines.execute(op, cmd, self.queues[self._cur[0]].window())
+        try:
+            self.engines.execute(op, cmd, self.queues[self._cur[0]].window())
+        except CommandError:
+            if engine != "processor":   # a failed engine command is traced as the RTL does
+                self._trace(self._cur[0], op)
+            raise
         if op == Opcode.FENCE and header.flags.irq:
             self.irq_status |= IrqBit.FENCE
         if do_signal:

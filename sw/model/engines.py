@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from hw.config import NPUConfig
-from hw.isa import CommandView, ErrorCode, LocalMem, Opcode
+from hw.isa import CommandView, ErrorCode, LocalMem, Opcode, dma_bursts
 from sw.golden import requantize_rows, softmax_int
+from sw.model.faults import BusFault
 from sw.quant import requantize
 
 __all__ = ["CommandError", "Engines"]
@@ -48,11 +49,14 @@ class Engines:
         Scratchpad, int8, shape ``(spad_rows, spad_row_bytes)``.
     acc : numpy.ndarray
         Accumulator, int32, shape ``(acc_rows, acc_row_elems)``.
+    fault : BusFault or None
+        The bus fault the DRAM answers with (:mod:`sw.model.faults`); ``None``: none.
     """
 
     def __init__(self, config: NPUConfig, counters: dict[str, int]) -> None:
         self.config = config
         self.counters = counters
+        self.fault: BusFault | None = None
         self.dram = bytearray(config.dram_bytes)
         self.spad = np.zeros((config.spad_rows, config.spad_row_bytes), dtype=np.int8)
         self.acc = np.zeros((config.acc_rows, config.acc_row_elems), dtype=np.int32)
@@ -122,6 +126,11 @@ class Engines:
 
         Counts ``bytes_read`` per load row in whole bus beats (the row start aligned down to
         its end aligned up) and ``bytes_written`` per store row in bytes.
+
+        Under a bus fault (:attr:`fault`) the transfer runs to its end as on the RTL
+        (:class:`hw.dma.DMA`): a load writes the local rows whose last byte arrived before
+        the first failing burst and no row after it; a store writes every burst but the
+        failing ones. Then it raises ``AXI_ERROR`` with the first failing burst's address.
         """
         n_rows, row_bytes = body.n_rows, body.row_bytes
         if n_rows == 0 or row_bytes == 0:
@@ -138,6 +147,7 @@ class Engines:
                 self.counters["bytes_read"] += beat * beats
         else:
             self.counters["bytes_written"] += n_rows * row_bytes
+        failed = self._failing_bursts(body, mem, write=not load)
         dram = np.frombuffer(self.dram, dtype=np.uint8)
         local_mem, dtype = (self.spad, np.int8) if mem == LocalMem.SPAD else (self.acc, "<i4")
         for r in range(n_rows):
@@ -145,9 +155,41 @@ class Engines:
             first = body.local_row + r * body.local_stride
             local = local_mem[first:first + lrows].reshape(-1)
             if load:
-                local[:] = dram[row_addr:row_addr + row_bytes].view(dtype)
+                stop = _load_cut(failed, r, row_addr, row_bytes, local_row_bytes)
+                local[:stop * local_row_bytes // local.itemsize] = \
+                    dram[row_addr:row_addr + stop * local_row_bytes].view(dtype)
+                if stop < lrows:
+                    break
             else:
+                keep = dram[row_addr:row_addr + row_bytes].copy()
                 dram[row_addr:row_addr + row_bytes] = local.astype(dtype).view(np.uint8)
+                for b in failed:
+                    if b.row == r:    # a failing write burst writes nothing
+                        lo = max(b.addr, row_addr) - row_addr
+                        hi = min(b.addr + b.beats * beat, row_addr + row_bytes) - row_addr
+                        dram[row_addr + lo:row_addr + hi] = keep[lo:hi]
+        if failed:
+            raise CommandError(ErrorCode.AXI_ERROR, failed[0].addr)
+
+    def _failing_bursts(self, body: CommandView, mem: LocalMem, write: bool) -> list:
+        """The bursts of a checked transfer that the DRAM answers with an error, in bus
+        order (:func:`hw.isa.dma_bursts`)."""
+        if self.fault is None:
+            return []
+        beat = self.config.axi_data_bytes
+        bursts = dma_bursts(self.config, body.dram_addr, body.dram_stride, body.row_bytes,
+                            body.n_rows, mem)
+        return [b for b in bursts if self.fault.hits(write, b.addr, b.beats, beat)]
+
+    def fence_fails(self, addr: int) -> bool:
+        """Whether the one-beat write burst of a fence to ``addr`` fails."""
+        beat = self.config.axi_data_bytes
+        return self.fault is not None and self.fault.hits(True, addr, 1, beat)
+
+    def fetch_fails(self, slot_addr: int, n_bytes: int) -> bool:
+        """Whether the read burst of a ring fetch (``n_bytes`` from ``slot_addr``) fails."""
+        beat = self.config.axi_data_bytes
+        return self.fault is not None and self.fault.hits(False, slot_addr, n_bytes // beat, beat)
 
     # -- matrix engine --------------------------------------------------------------------------
 
@@ -214,11 +256,15 @@ class Engines:
         dst[:, c.cols:] = 0
 
     def softmax(self, body: CommandView) -> None:
-        """SOFTMAX (:class:`hw.isa.SoftmaxBody`) with :func:`sw.golden.softmax_int`."""
+        """SOFTMAX (:class:`hw.isa.SoftmaxBody`) with :func:`sw.golden.softmax_int`, in the
+        ISA's order: groups of ``cols`` rows, each group's scale row written before the next
+        group's scores are read."""
         c = self.config
         n, nb, stride = body.n_rows, body.n_blocks, body.stride
         if n == 0 or nb == 0:
             return
+        if nb > 1 and stride < n:     # overlapping P blocks
+            raise CommandError(ErrorCode.BAD_SIZE, stride)
         span = (nb - 1) * stride + n
         for start, depth in ((body.acc_row, c.acc_rows), (body.spad_row, c.spad_rows)):
             if start + span > depth:
@@ -226,19 +272,27 @@ class Engines:
         n_scale = (n - 1) // c.cols + 1
         if body.scale_row + n_scale > c.acc_rows:
             raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.scale_row, c.acc_rows))
-        blocks = [body.acc_row + b * stride for b in range(nb)]
-        scores = np.concatenate([self.acc[r:r + n, :c.cols] for r in blocks], axis=1)
+        for g in range(n_scale):
+            first, rows = g * c.cols, min(c.cols, n - g * c.cols)
+            self._softmax_group(body, first, rows, g)
+
+    def _softmax_group(self, body: CommandView, first: int, rows: int, group: int) -> None:
+        """Score rows ``first .. first + rows - 1`` of a SOFTMAX: P, then scale row
+        ``scale_row + group``."""
+        c = self.config
+        nb, stride = body.n_blocks, body.stride
+        blocks = [body.acc_row + b * stride + first for b in range(nb)]
+        scores = np.concatenate([self.acc[r:r + rows, :c.cols] for r in blocks], axis=1)
         p, _, recip = softmax_int(scores, mult=body.mult, shift=body.shift, kv_len=body.kv_len,
-                                  causal=bool(body.causal), q_offset=body.q_offset)
+                                  causal=bool(body.causal), q_offset=body.q_offset + first)
         for b in range(nb):
-            dst = self.spad[body.spad_row + b * stride:body.spad_row + b * stride + n]
+            row = body.spad_row + b * stride + first
+            dst = self.spad[row:row + rows]
             dst[:, :c.cols] = p[:, b * c.cols:(b + 1) * c.cols]
             dst[:, c.cols:] = 0
-        rec = np.zeros(n_scale * c.cols, np.int64)
-        rec[:n] = recip
-        dst = self.acc[body.scale_row:body.scale_row + n_scale]
-        dst[:, :c.cols] = rec.reshape(n_scale, c.cols).astype(np.int32)
-        dst[:, c.cols:] = 0
+        rec = np.zeros(self.config.acc_row_elems, np.int64)
+        rec[:rows] = recip
+        self.acc[body.scale_row + group] = rec.astype(np.int32)
 
     # -- fence ----------------------------------------------------------------------------------
 
@@ -254,8 +308,22 @@ class Engines:
         if addr < win_base or addr + 4 > win_limit:
             raise CommandError(ErrorCode.WINDOW, addr)
         value = 0 if body.timestamp else body.value
-        self.dram[addr:addr + 4] = value.to_bytes(4, "little")
         self.counters["bytes_written"] += 4
+        if self.fence_fails(addr):
+            raise CommandError(ErrorCode.AXI_ERROR, addr)   # nothing written
+        self.dram[addr:addr + 4] = value.to_bytes(4, "little")
+
+
+def _load_cut(failed: list, row: int, row_addr: int, row_bytes: int, local_row_bytes: int) -> int:
+    """How many local rows of DRAM row ``row`` a load writes before the first failing burst
+    (``failed[0]``): all of a row before it, none after it, and in its row those whose last
+    byte lies before the burst's first beat."""
+    n = row_bytes // local_row_bytes
+    if not failed or row < failed[0].row:
+        return n
+    if row > failed[0].row:
+        return 0
+    return max(0, min(n, (failed[0].addr - row_addr) // local_row_bytes))
 
 
 def _row_starts(first: int, stride: int, n_rows: int) -> list[int]:

@@ -16,7 +16,9 @@ Differences from the RTL (by design or not yet modelled):
 * DRAM timing (:class:`sw.dram.DramTiming`): every parameter is timed as ``dram.sv`` has it
   -- read and write latency, the bandwidth limit (one token bucket for R and W) and the seeded
   random backpressure of each channel (the same draws, cycle by cycle from reset; see
-  :mod:`sw.perf.memory`). AXI error responses do not occur.
+  :mod:`sw.perf.memory`). AXI error responses come only from a bus fault
+  (:meth:`set_bus_fault`, :mod:`sw.model.faults`, range rule): as on the RTL they do not change
+  the timing; the fetch, the fence or the DMA command reports ``AXI_ERROR``.
 * Semaphore waits use :func:`hw.isa.sem_reached` and a host write to a semaphore sets it
   (the ISA contract of ``hw.isa``).
 """

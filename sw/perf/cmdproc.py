@@ -365,6 +365,11 @@ class FetchUnit:
         cmd = decode_command(raw, q, m.fetched[q], self.slot)
         n_sems = m.config.n_sems
         code, addr = _NONE, 0
+        if m.model.engines.fetch_fails(self.slot, COMMAND_BYTES):
+            # an error response on the fetch burst: reported before decode, opcode 0
+            m.report_error(q, d, ErrorCode.AXI_ERROR, 0, cmd.index, self.slot, source=-1)
+            self._idle_at(d + 1)
+            return
         if cmd.opcode not in OPCODE_VALUES:
             code, addr = ErrorCode.BAD_OPCODE, self.slot
         elif cmd.waits and cmd.wait_sem >= n_sems:
@@ -434,15 +439,24 @@ class FetchUnit:
         pass                      # _written and _FenceBytes read the final handshake
 
     def _written(self, grant: WriteGrant, cycle: int) -> None:
-        if grant.ws and grant.ws[0] == cycle:
-            _, cmd, word = grant.tag
+        _, cmd, word = grant.tag
+        if grant.ws and grant.ws[0] == cycle and not self._fence_fails(cmd):
             self.m.dram_write(cmd.body.addr, word.to_bytes(4, "little"))
+
+    def _fence_fails(self, cmd: Decoded) -> bool:
+        """The DRAM answers the fence's write burst with an error (the model's bus fault)."""
+        return self.m.model.engines.fence_fails(cmd.body.addr)
 
     def response(self, grant: WriteGrant) -> None:
         m = self.m
         q, cmd, _ = grant.tag
         now = m.eq.now
-        if not self._aborted(grant.b, stop=False):
+        if self._aborted(grant.b, stop=False):
+            pass
+        elif self._fence_fails(cmd):        # FENCE_RESPONSE with an error response
+            m.report_error(q, now, ErrorCode.AXI_ERROR, cmd.opcode, cmd.index, cmd.body.addr,
+                           source=-1)
+        else:
             if cmd.flags.irq:
                 m.irq_event(now, set_bits=m.irq_fence)
             if cmd.signals:

@@ -109,8 +109,9 @@ DMA_DONE_AFTER_LAST = 2
 def dma_quiet_done(config: NPUConfig, body, mem: LocalMem, error: ErrorCode,
                    window: tuple[int, int]) -> int | None:
     """``done - t`` of a DMA that moves nothing -- size zero or an error found by its checks
-    (:func:`hw.isa.timing.dma_error_busy_cycles`) -- or None if it transfers."""
-    if error is ErrorCode.NONE and body.n_rows and body.row_bytes:
+    (:func:`hw.isa.timing.dma_error_busy_cycles`) -- or None if it transfers (also with
+    ``AXI_ERROR``: an error response does not change the transfer's timing)."""
+    if error in (ErrorCode.NONE, ErrorCode.AXI_ERROR) and body.n_rows and body.row_bytes:
         return None
     return dma_error_busy_cycles(config, error, body.dram_addr, body.dram_stride,
                                  body.row_bytes, body.n_rows, body.local_row,

@@ -150,7 +150,10 @@ int main(int argc, char** argv) {
         PORT(bd_last, true), PORT(irq, false), CSR(awready, false), CSR(wready, false),
         CSR(bresp, false), CSR(bvalid, false), CSR(arready, false), CSR(rdata, false),
         CSR(rresp, false), CSR(rvalid, false), PORT(bd_ack, false),
-        PORT(dram_prot_errors, false),
+        PORT(dram_prot_errors, false), PORT(fault_we, true), PORT(fault_mode, true),
+        PORT(fault_dir, true), PORT(fault_resp, true), PORT(fault_lo, true),
+        PORT(fault_hi, true), PORT(fault_nth, true), PORT(fault_hits, false),
+        PORT(chk_errors, false), PORT(chk_rule, false), PORT(chk_cycle, false),
     };
 #undef CSR
 #undef PORT

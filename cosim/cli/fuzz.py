@@ -1,0 +1,107 @@
+"""``npu fuzz``: the differential fuzzer (:mod:`cosim.fuzz`) from the command line.
+
+::
+
+    npu fuzz --streams N [--dram PRESET] [--config CFG] [--seed S] [--json OUT]
+             [--backend rtl|model] [--batch B] [--jobs J] [--repro-dir DIR] [--timed-exact]
+
+Runs ``N`` seeded streams (seeds ``S .. S + N - 1``) on the functional model, the performance
+model (when it times ``--dram``) and the RTL (``--backend model``: the two models only),
+compares them, shrinks every failure to a reproducer file in ``--repro-dir``, and prints and
+writes (``--json``) the totals: streams, mismatching streams, hangs, commands by kind, errors
+by code, wall time. Exit status 0 when every stream agrees, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["add_parser"]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _format(total: dict) -> str:
+    lines = [f"npu fuzz: {total['streams']} streams on {total['config']} under DRAM "
+             f"{total['dram']['name'] or total['dram']['spec']} ({total['backend']}"
+             f"{', perf model too' if total['with_perf'] else ''}): "
+             f"{total['mismatching']} mismatching, {total['hangs']} hangs, "
+             f"{total['wall_seconds']} s",
+             "  commands: " + ", ".join(f"{k} {v}" for k, v in total["commands"].items()),
+             "  errors:   " + (", ".join(f"{k} {v}" for k, v in total["errors"].items())
+                               or "none"),
+             f"  streams with a bus fault {total['with_fault']}, a ring wrap "
+             f"{total['with_ring_wrap']}, several failing queues "
+             f"{total['with_several_failing_queues']}, the interrupt pin high "
+             f"{total['with_irq_pin_high']}; by queues used {total['queues']}"]
+    if total["perf_skipped"]:
+        lines.append(f"  performance model not run: {total['perf_skipped']}")
+    if total["timed"]:
+        lines.append(f"  RTL vs performance model, timing only (--timed-exact): "
+                     f"{total['timed_differences']} streams differ")
+        for t in total["timed"][:5]:
+            lines.append(f"    seed {t['seed']}: {'; '.join(t['differences'][:2])}")
+    for m in total["batch_mismatches"]:
+        lines.append(f"  FAIL {m}")
+    for f in total["failures"][:10]:
+        lines.append(f"  FAIL seed {f['seed']}: {f['hang'] or '; '.join(f['mismatches'][:2])}")
+    for p in total["reproducers"]:
+        lines.append(f"  reproducer: {p}")
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from cosim.fuzz.campaign import run_campaign
+
+    total = run_campaign(args.config, args.streams, dram=args.dram, first_seed=args.seed,
+                         backend=args.backend, batch=args.batch, jobs=args.jobs,
+                         repro_dir=Path(args.repro_dir), timed_exact=args.timed_exact,
+                         settings={"max_commands": args.max_commands},
+                         progress=lambda m: print(m, file=sys.stderr, flush=True))
+    if args.json:
+        Path(args.json).write_text(json.dumps(total, indent=1) + "\n")
+    print(_format(total))
+    clean = not (total["mismatching"] or total["hangs"] or total["batch_mismatches"])
+    return 0 if clean else 1
+
+
+def add_parser(sub: argparse._SubParsersAction, *, parse_config, parse_dram, dram_help) -> None:
+    """Register ``npu fuzz`` (the config and DRAM argument types come from :mod:`cosim.cli`)."""
+    from hw.config import NPUConfig
+    from sw.dram import DramTiming
+
+    p = sub.add_parser("fuzz", help="differential fuzzer: model, perf model and RTL",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--streams", type=_positive, default=100, metavar="N",
+                   help="number of seeded streams (default 100)")
+    p.add_argument("--dram", type=parse_dram, default=DramTiming(), metavar="PRESET|k=v,...",
+                   help=dram_help)
+    p.add_argument("--config", type=parse_config, default=NPUConfig(), metavar="CFG",
+                   help="configuration, e.g. 4x4 or 8x8,n_queues=2 (default 8x8)")
+    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--json", metavar="PATH", help="write the totals as JSON")
+    p.add_argument("--backend", choices=("rtl", "model"), default="rtl",
+                   help="model: the functional against the performance model only")
+    p.add_argument("--batch", type=_positive, default=200,
+                   help="streams per simulation (default 200)")
+    p.add_argument("--jobs", type=_positive, default=1,
+                   help="simulations at once (default 1)")
+    p.add_argument("--repro-dir", default="build/fuzz",
+                   help="where reproducers of failures go (default build/fuzz)")
+    p.add_argument("--max-commands", type=_positive, default=48,
+                   help="commands per queue at most (default 48)")
+    p.add_argument("--timed-exact", action="store_true",
+                   help="also compare the RTL and the performance model exactly: HEAD, "
+                   "Q_FETCHED, ERR_*, counters, busy cycles of every trace entry")
+    p.set_defaults(func=_run)

@@ -1,0 +1,111 @@
+"""A fuzz campaign (:func:`run_campaign`, behind ``npu fuzz``): ``streams`` seeded scenarios in
+batches, each batch one simulation (:func:`cosim.fuzz.jobs.fuzz_batch` on the RTL with the
+functional and the performance model beside it), or on the two models alone
+(``backend="model"``); totals, wall time and the reproducers of every failure.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from cosim.fuzz.jobs import make_checker, run_seeds, summarize
+from cosim.fuzz.scenario import Scenario
+from hw.config import NPUConfig
+from sw.dram import DramTiming
+
+__all__ = ["run_campaign", "write_reproducers"]
+
+
+def _model_batch(config: NPUConfig, seeds: list[int], settings: dict | None,
+                 dram: DramTiming) -> dict:
+    """The functional model against the performance model, no device."""
+    checker, why = make_checker(None, config, dram)
+    return run_seeds(checker, config, seeds, settings, why)
+
+
+def _rtl_batch(config: NPUConfig, seeds: list[int], settings: dict | None,
+               dram: DramTiming, name: str, timed_exact: bool) -> dict:
+    from cosim.tb.harness import run_job
+    r = run_job(config, "cosim.fuzz.jobs:fuzz_batch",
+                {"seeds": seeds, "settings": settings, "timed_exact": timed_exact},
+                name=name, dram=dram)
+    out = dict(r.result)
+    out["sim_seconds"] = r.job_seconds
+    return out
+
+
+def write_reproducers(repros: list[dict], directory: Path, tag: str) -> list[str]:
+    """Write each reproducer scenario to ``directory/<tag>_seed<seed>.json``; returns the
+    paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for d in repros:
+        s = Scenario.from_dict(d)
+        path = directory / f"{tag}_seed{s.seed}.json"
+        s.save(path)
+        paths.append(str(path))
+    return paths
+
+
+def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_seed: int = 0,
+                 backend: str = "rtl", batch: int = 200, jobs: int = 1,
+                 settings: dict | None = None, repro_dir: Path | None = None,
+                 timed_exact: bool = False,
+                 progress: Callable[[str], None] | None = None) -> dict:
+    """Run ``streams`` scenarios (seeds ``first_seed ..``) and return the totals.
+
+    Returns
+    -------
+    dict
+        :func:`cosim.fuzz.jobs.summarize` totals plus ``config``, ``dram``, ``backend``,
+        ``seeds``, ``wall_seconds``, ``perf_skipped``, ``failures`` (seed and first
+        mismatches of each failing stream) and ``reproducers`` (files written).
+    """
+    t0 = time.perf_counter()
+    seeds = list(range(first_seed, first_seed + streams))
+    batches = [seeds[i:i + batch] for i in range(0, len(seeds), batch)]
+    tag = f"{config.name}_{dram.name or 'custom'}"
+
+    def one(k: int) -> dict:
+        if backend == "model":
+            res = _model_batch(config, batches[k], settings, dram)
+        else:
+            res = _rtl_batch(config, batches[k], settings, dram, f"fuzz_{tag}_{k}",
+                             timed_exact)
+        if progress:
+            bad = sum(1 for r in res["results"] if not r["ok"])
+            progress(f"batch {k + 1}/{len(batches)}: {len(res['results'])} streams, "
+                     f"{bad} failing, {time.perf_counter() - t0:.0f} s")
+        return res
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        outs = list(pool.map(one, range(len(batches))))
+    results = [r for o in outs for r in o["results"]]
+    repros = [d for o in outs for d in o["reproducers"]]
+    total = summarize(results)
+    total.update({
+        "config": config.name, "dram": dram.to_dict(), "backend": backend,
+        "seeds": [first_seed, first_seed + streams - 1] if streams else [],
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+        "perf_skipped": next((o["perf_skipped"] for o in outs if o["perf_skipped"]), None),
+        "failures": [{"seed": r["seed"], "hang": r["hang"], "mismatches": r["mismatches"][:4]}
+                     for r in results if not r["ok"]],
+        "timed": [{"seed": r["seed"], "differences": r["timed"][:4]}
+                  for r in results if r.get("timed")],
+        "batch_mismatches": [m for o in outs for m in o["batch_mismatches"]],
+        "reproducers": write_reproducers(repros, repro_dir, tag) if repro_dir and repros else [],
+        "seconds": {k: round(sum(r["seconds"].get(k, 0.0) for r in results), 1)
+                    for k in ("model", "perf", "rtl")},
+        "simulated_cycles": sum(r["cycles"] for r in results),
+    })
+    return total
+
+
+def main_json(total: dict, path: Path | None) -> None:
+    """Write the campaign's totals as JSON."""
+    if path is not None:
+        Path(path).write_text(json.dumps(total, indent=1) + "\n")

@@ -1,0 +1,199 @@
+"""Compare what backends did with a scenario, under what the ISA guarantees
+(:func:`compare`; the guarantees are written in :mod:`cosim.fuzz`'s docstring and in
+``hw/isa/__init__.py``).
+
+Exact on every backend: DRAM and local memory (less the words timestamp fences write), each
+queue's ``TAIL`` and error report (code, opcode, command index, address), ``QUEUE_ERRORS``,
+``IRQ_STATUS`` and the interrupt pin, semaphores and ``SEM_LAST``, the retired counters and
+``bytes_written``; per engine and queue, the order of the trace entries. Within the rules:
+the ``HEAD`` of a stopped queue, ``ERR_*`` (one of the queues' errors), ``bytes_read`` (the
+hardware may fetch the command after a failing engine command). Between the RTL and the
+performance model more can be compared exactly (:func:`compare_timed`, ``--timed-exact``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cosim.fuzz.execute import Outcome
+from cosim.fuzz.layout import ARENA_BASE
+from cosim.fuzz.scenario import Scenario
+from hw.isa import COMMAND_BYTES, ENGINE_NAMES, OPCODE_ENGINE, ErrorCode, Opcode
+
+__all__ = ["compare", "compare_timed", "expected_traces", "failure_kind"]
+
+_MAX_RANGES = 4
+_ENGINE_OF = {op.value: engine for op, engine in OPCODE_ENGINE.items()}
+
+
+def failure_kind(error: list) -> str:
+    """``"fetch"`` (never decoded or dispatched), ``"fence"`` or ``"engine"`` for a queue
+    error ``[code, opcode, index, addr]``."""
+    code, opcode = error[0], error[1]
+    if code in (ErrorCode.BAD_OPCODE.value, ErrorCode.BAD_SEM.value) or \
+            (code == ErrorCode.AXI_ERROR.value and opcode == 0):
+        return "fetch"
+    return "fence" if opcode == Opcode.FENCE.value else "engine"
+
+
+def _head_ok(error: list | None, head: int, tail: int, ring: int, model: bool) -> bool:
+    """``HEAD`` after the stream: at ``TAIL`` for a queue without an error; for a stopped
+    queue, on the failing command (fetch error, and always on the model, which does not
+    fetch ahead), after it (fence), or one or two after it (an engine error: the hardware
+    may have fetched the following BARRIER before the stop)."""
+    if error is None:
+        return head == tail
+    i = error[2] % ring
+    kind = failure_kind(error)
+    allowed = {i} if model or kind == "fetch" else {(i + 1) % ring} if kind == "fence" \
+        else {(i + 1) % ring, (i + 2) % ring}
+    return head in allowed
+
+
+def _ranges(mask: np.ndarray) -> list[str]:
+    idx = np.flatnonzero(np.diff(np.concatenate(([0], mask.view(np.int8), [0]))))
+    pairs = list(zip(idx[::2], idx[1::2], strict=True))
+    out = [f"[{ARENA_BASE + a:#x}, {ARENA_BASE + b:#x})" for a, b in pairs[:_MAX_RANGES]]
+    return out + ([f"... {len(pairs) - _MAX_RANGES} more"] if len(pairs) > _MAX_RANGES else [])
+
+
+def _dram(scenario: Scenario, a: Outcome, b: Outcome, timed: bool) -> list[str]:
+    x, y = np.frombuffer(a.dram, np.uint8), np.frombuffer(b.dram, np.uint8)
+    if x.shape != y.shape:
+        return [f"dram: {len(a.dram)} vs {len(b.dram)} bytes"]
+    diff = x != y
+    if not timed:
+        for c in scenario.commands:
+            if c.timestamp_addr is not None:
+                diff[c.timestamp_addr - ARENA_BASE:c.timestamp_addr - ARENA_BASE + 4] = False
+    if diff.any():
+        return [f"dram/local memory: {int(diff.sum())} bytes differ at {', '.join(_ranges(diff))}"]
+    return []
+
+
+def expected_traces(scenario: Scenario, errors: dict) -> list[dict]:
+    """Per engine, per queue: the command indices the engine retires, in order (every
+    engine command up to and including a failing one; nothing of a queue after a fetch or
+    fence error)."""
+    out = [{} for _ in ENGINE_NAMES]
+    for s in scenario.queues:
+        err = errors.get(s.queue)
+        stop = None if err is None else err[2] + (failure_kind(err) == "engine")
+        for i, c in enumerate(scenario.queue_commands(s.queue)):
+            if stop is not None and i >= stop:
+                break
+            engine = _ENGINE_OF.get(c.opcode)
+            if engine is not None and engine != "processor":
+                out[ENGINE_NAMES.index(engine)].setdefault(s.queue, []).append(i)
+    return out
+
+
+def _traces(scenario: Scenario, o: Outcome, name: str, depth: int) -> list[str]:
+    errors = {q: v["error"] for q, v in o.queues.items()}
+    out = []
+    for e, (want, got) in enumerate(zip(expected_traces(scenario, errors), o.traces,
+                                        strict=True)):
+        total = sum(len(v) for v in want.values())
+        if len(got) != min(total, depth) or o.trace_overflow[e] != (total > depth):
+            out.append(f"{name}: trace of {ENGINE_NAMES[e]}: {len(got)} entries, overflow "
+                       f"{o.trace_overflow[e]}; expected {total} retired (depth {depth})")
+            continue
+        for q in {*want, *(t[0] for t in got)}:
+            mine = [t[1] for t in got if t[0] == q]
+            if mine != want.get(q, [])[:len(mine)] or (total <= depth
+                                                        and mine != want.get(q, [])):
+                out.append(f"{name}: trace of {ENGINE_NAMES[e]}, queue {q}: {mine[:8]} vs "
+                           f"expected {want.get(q, [])[:8]}")
+    return out
+
+
+def _queues(scenario: Scenario, a: Outcome, b: Outcome, b_name: str) -> list[str]:
+    out = []
+    for s in scenario.queues:
+        qa, qb = a.queues[s.queue], b.queues[s.queue]
+        for key in ("error", "tail"):
+            if qa[key] != qb[key]:
+                out.append(f"queue {s.queue}: {key} {qa[key]} (model) vs {qb[key]} ({b_name})")
+        for o, name, model in ((a, "model", True), (b, b_name, b_name == "model")):
+            q = o.queues[s.queue]
+            if not _head_ok(q["error"], q["head"], q["tail"], s.ring_size, model):
+                out.append(f"queue {s.queue}: HEAD {q['head']} on {name} breaks the rules "
+                           f"(error {q['error']}, TAIL {q['tail']})")
+    return out
+
+
+def _first_error(o: Outcome, name: str) -> list[str]:
+    errs = [[e[0], q, e[1], e[2], e[3]] for q, v in o.queues.items() if (e := v["error"])]
+    if (o.first_error is None) != (not errs) or (errs and o.first_error not in errs):
+        return [f"{name}: ERR_* {o.first_error} is not one of the queues' errors {errs}"]
+    return []
+
+
+def _counters(a: Outcome, b: Outcome, b_name: str) -> list[str]:
+    out = []
+    engine_failures = sum(1 for v in a.queues.values()
+                          if v["error"] and failure_kind(v["error"]) == "engine")
+    for k, va in a.counters.items():
+        vb = b.counters[k]
+        if k == "bytes_read":
+            extra = vb - va
+            if not (0 <= extra <= COMMAND_BYTES * engine_failures and extra % COMMAND_BYTES == 0):
+                out.append(f"counter bytes_read: {va} (model) vs {vb} ({b_name})")
+        elif va != vb:
+            out.append(f"counter {k}: {va} (model) vs {vb} ({b_name})")
+    return out
+
+
+def _prediction(scenario: Scenario, a: Outcome) -> list[str]:
+    """The model against what the generator meant: the failing command and its code."""
+    out = []
+    for s in scenario.queues:
+        want = next(([i, c.expect] for i, c in enumerate(scenario.queue_commands(s.queue))
+                     if c.expect), None)
+        err = a.queues[s.queue]["error"]
+        got = None if err is None else [err[2], err[0]]
+        if got != want:
+            out.append(f"queue {s.queue}: the model reports [index, code] {got}, the "
+                       f"generator meant {want}")
+    return out
+
+
+def compare(scenario: Scenario, model: Outcome, other: Outcome | None, name: str) -> list[str]:
+    """Mismatches between the model's outcome and ``other``'s (``name``: ``"rtl"`` or
+    ``"perf"``), or, when ``other`` is None, of the model alone against the scenario (the
+    generator's predictions, ``ERR_*``, the traces)."""
+    depth = scenario.npu_config.trace_depth
+    if other is None:
+        return _prediction(scenario, model) + _first_error(model, "model") \
+            + _traces(scenario, model, "model", depth)
+    out = _dram(scenario, model, other, timed=False) + _queues(scenario, model, other, name)
+    out += _first_error(other, name) + _traces(scenario, other, name, depth)
+    out += _counters(model, other, name)
+    for key in ("queue_errors", "irq_status", "irq_pin", "sems", "sem_last"):
+        if getattr(model, key) != getattr(other, key):
+            out.append(f"{key}: {getattr(model, key)} (model) vs {getattr(other, key)} ({name})")
+    return out
+
+
+def compare_timed(scenario: Scenario, rtl: Outcome, perf: Outcome) -> list[str]:
+    """Between the RTL and the performance model, beyond :func:`compare`: ``HEAD``,
+    ``Q_FETCHED``, ``ERR_*``, every untimed counter exactly, and each trace entry's duration
+    (``end - start``: both models time the engines from :mod:`hw.isa.timing`). Absolute
+    cycles and fence timestamps are left out: they include the host's accesses, which the
+    performance model times within its validation's tolerance, not exactly."""
+    out = []
+    a, b = rtl.to_dict(), perf.to_dict()
+    for key in ("queues", "first_error", "counters", "trace_overflow"):
+        if a[key] != b[key]:
+            out.append(f"timed: {key}: {str(a[key])[:200]} (rtl) vs {str(b[key])[:200]} (perf)")
+    for e, (x, y) in enumerate(zip(rtl.traces, perf.traces, strict=True)):
+        dx = [(t[0], t[1], t[3] - t[2]) for t in x]
+        dy = [(t[0], t[1], t[3] - t[2]) for t in y]
+        if dx != dy:
+            n = min(len(dx), len(dy))
+            bad = next((i for i in range(n) if dx[i] != dy[i]), n)
+            out.append(f"timed: trace of {ENGINE_NAMES[e]}: entry {bad}: "
+                       f"{dx[bad] if bad < len(dx) else None} (rtl) vs "
+                       f"{dy[bad] if bad < len(dy) else None} (perf), as (queue, index, "
+                       "busy cycles)")
+    return out

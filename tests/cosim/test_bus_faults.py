@@ -1,0 +1,102 @@
+"""Bus faults injected at device DRAM (``cosim/tb/dram.sv``, :mod:`sw.model.faults`): one test
+per site (ring fetch, DMA load, DMA store, fence write) and response (SLVERR, DECERR) on the
+RTL, each showing the typed error (``AXI_ERROR`` with queue, command and address), DRAM
+unchanged outside what the failing command may write, the other stream completing, what the
+failing load left in local memory, and recovery once the fault is cleared; the functional
+and the performance model give the same report. Plus the DRAM model's count mode (RTL only).
+
+Run (Verilator, 8x8 and 4x4): ``pytest tests/cosim/test_bus_faults.py``.
+"""
+
+import pytest
+
+from cosim.tb.harness import run_job
+from hw.config import NPUConfig
+from hw.isa import ErrorCode, Opcode
+from sw.model import ModelBackend
+from sw.perf import PerfBackend
+from tests.support import fault_jobs as F
+
+CONFIGS = {"8x8": NPUConfig(), "4x4": NPUConfig(rows=4, cols=4)}
+CASES = [[site, resp] for site in F.SITES for resp in ("slverr", "decerr")]
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def runs(request, worker_id) -> tuple[NPUConfig, dict]:
+    config = CONFIGS[request.param]
+    # each xdist worker that needs it runs its own simulation: a run directory per worker
+    r = run_job(config, "tests.support.fault_jobs:bus_fault_sites", {"cases": CASES},
+                name=f"bus_faults_{config.name}_{worker_id}")
+    return config, {tuple(c): out for c, out in zip(CASES, r.result, strict=True)}
+
+
+def _expected_error(site: str, out: dict) -> dict:
+    lay = out["layout"]
+    index = {"fetch": 4, "load": 2, "store": 4, "fence": 4}[site]   # after 2 set-up commands
+    opcode = {"fetch": 0, "load": Opcode.DMA_LOAD.value, "store": Opcode.DMA_STORE.value,
+              "fence": Opcode.FENCE.value}[site]
+    addr = {"fetch": out["fault"]["lo"], "load": lay["page"], "store": lay["dst_page"],
+            "fence": lay["fence"]}[site]
+    return {"code": ErrorCode.AXI_ERROR.value, "queue": out["queues"][1], "index": index,
+            "opcode": opcode, "addr": addr}
+
+
+def _expected_changed(site: str, lay: dict) -> list:
+    """The store writes every burst but the failing one (row 0's second, from the page)."""
+    if site != "store":
+        return []
+    rows = [[lay["dst"], lay["dst_page"]]]
+    rows += [[lay["dst"] + r * F.STRIDE, lay["dst"] + r * F.STRIDE + F.ROW_BYTES]
+             for r in range(1, F.N_ROWS)]
+    return rows
+
+
+@pytest.mark.parametrize("case", CASES, ids=["-".join(c) for c in CASES])
+def test_fault_site_on_rtl(runs, case):
+    config, outs = runs
+    site, _ = case
+    out = outs[tuple(case)]
+    assert out["error"] == _expected_error(site, out)
+    assert out["changed"] == _expected_changed(site, out["layout"])
+    assert out["other_ok"], "the other stream's copy is wrong"
+    assert out["hits"] == 1, "the DRAM model answered a different number of bursts"
+    assert out["recovered"], "the same work failed after the fault was cleared"
+    local = config.acc_row_bytes if site == "load" else config.spad_row_bytes
+    n_local = F.N_ROWS * F.ROW_BYTES // local
+    written = F.HEAD // local if site == "load" else n_local   # rows before the failing burst
+    assert out["local_rows"] == [1] * written + [0] * (n_local - written)
+
+
+@pytest.mark.parametrize("backend", ["model", "perf"])
+def test_models_report_what_the_rtl_reports(runs, backend):
+    config, outs = runs
+    make = ModelBackend if backend == "model" else PerfBackend
+    got = F.bus_fault_sites(make(config), cases=CASES)
+    for case, out in zip(CASES, got, strict=True):
+        rtl = dict(outs[tuple(case)], hits=None)
+        assert out == rtl, f"{backend} differs from the RTL on {case}"
+
+
+def test_count_mode_on_rtl():
+    r = run_job(NPUConfig(), "tests.support.fault_jobs:bus_fault_nth", name="bus_fault_nth")
+    read, write = r.result["read"], r.result["write"]
+    # the fetch of the first command after the fault was set (index 0 of that launch)
+    assert read["error"] == [ErrorCode.AXI_ERROR.value, 0, read["slot"]] and read["hits"] == 1
+    # the store's only burst (index 2: load, barrier, store): nothing of it written
+    assert write["error"] == [ErrorCode.AXI_ERROR.value, 2, write["dst"]]
+    assert write["hits"] == 1 and not write["dst_written"]
+
+
+def test_models_refuse_the_count_mode():
+    with pytest.raises(NotImplementedError, match="only the RTL"):
+        ModelBackend(NPUConfig()).set_bus_fault(F.BusFault(mode="nth"))
+
+
+def test_fault_from_plusargs_at_time_zero():
+    """The DRAM model starts with the fault of the run's plusargs: the first read burst of
+    the run, the fetch of the first command, fails."""
+    fault = F.BusFault(mode="nth", reads=True, writes=False, nth=1, resp="decerr")
+    r = run_job(NPUConfig(), "tests.support.fault_jobs:first_fetch", name="bus_fault_plusargs",
+                bus_fault=fault)
+    assert r.result["error"] == [ErrorCode.AXI_ERROR.value, 0, r.result["slot"]]
+    assert r.result["hits"] == 1
