@@ -496,16 +496,9 @@ ATTENTION_KERNELS = (*PROJECTION_KERNELS, "scores", "softmax", "context", "outpu
 
 
 def _check_dram_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--dram`` other than ideal needs a timed backend (the functional model is untimed),
-    and on ``perf`` a timing the performance model times."""
+    """``--dram`` other than ideal needs a timed backend (the functional model is untimed)."""
     if args.backend == "model" and not args.dram.is_ideal:
         parser.error("--dram needs --backend rtl or perf (the functional model is untimed)")
-    if args.backend == "perf":
-        from sw.perf.memory import check_timing
-        try:
-            check_timing(args.dram)
-        except NotImplementedError as e:
-            parser.error(f"--dram {args.dram.name}: {e}; use --backend rtl")
 
 
 def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

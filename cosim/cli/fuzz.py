@@ -6,7 +6,7 @@
              [--backend rtl|model] [--batch B] [--jobs J] [--repro-dir DIR] [--timed-exact]
 
 Runs ``N`` seeded streams (seeds ``S .. S + N - 1``) on the functional model, the performance
-model (when it times ``--dram``) and the RTL (``--backend model``: the two models only),
+model and the RTL (``--backend model``: the two models only),
 compares them, shrinks every failure to a reproducer file in ``--repro-dir``, and prints and
 writes (``--json``) the totals: streams, mismatching streams, hangs, commands by kind, errors
 by code, wall time. Exit status 0 when every stream agrees, 1 otherwise.

@@ -101,9 +101,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help=f"values of {field}")
     g.add_argument("--dram", type=_dram, nargs="+", metavar="TIMING",
                    help="DRAM timings: presets (ideal ddr hbm jitter lat100 bp50) or "
-                   "key=value specs (latency=200,wlatency=40); default ideal. The performance "
-                   "model times read and write latency; points under a timing it does not "
-                   "model yet are reported as errors")
+                   "key=value specs (latency=200,wlatency=40,bw=4,r_stall=0.3; see sw/dram.py); "
+                   "default ideal. The performance model times all of them as dram.sv does")
     g.add_argument("--workload", type=_workload, nargs="+", required=True, metavar="W",
                    help="gemm:MxKxN, minilm-block:L")
     g.add_argument("--seed", type=int, default=0, help="seed of the GEMM operands (default 0)")

@@ -20,8 +20,9 @@ _MAX_TEXTS = 8
 
 def make_checker(device, config, dram_timing=None, *, perf: bool = True,
                  timed_exact: bool = False) -> tuple[Checker, str | None]:
-    """A :class:`Checker` for ``device``; the performance model joins when it times
-    ``dram_timing``. Returns the checker and why the performance model is left out."""
+    """A :class:`Checker` for ``device``; the performance model joins unless ``perf`` is
+    false or it refuses the setup (``NotImplementedError``). Returns the checker and why the
+    performance model is left out."""
     model = ModelBackend(config)
     perf_backend, why = None, None
     if perf:

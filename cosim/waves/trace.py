@@ -100,9 +100,10 @@ def chrome_trace(records: Iterable[dict], *, cycle_ns: float = 1.0,
     Returns
     -------
     dict
-        ``{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}``; ``ts`` and
-        ``dur`` are in microseconds as the format requires; every slice carries its cycles
-        in ``args``.
+        ``{"traceEvents": [...], "otherData": {...}}``; ``ts`` and ``dur`` are in
+        microseconds as the format requires (no ``displayTimeUnit``: Perfetto reads its
+        ``"ns"`` as "timestamps are nanoseconds" and would shrink the run 1000x); every slice
+        carries its cycles in ``args``.
 
     Raises
     ------
@@ -155,7 +156,7 @@ def chrome_trace(records: Iterable[dict], *, cycle_ns: float = 1.0,
     for e in sorted({str(r["engine"]) for r in recs}):
         add(_PID_ENGINES, e, [r for r in recs if str(r["engine"]) == e])
     slices.sort(key=lambda ev: (ev["pid"], ev["tid"], ev["ts"]))
-    return {"traceEvents": events + slices, "displayTimeUnit": "ns",
+    return {"traceEvents": events + slices,
             "otherData": dict(metadata or {}) | {"cycle_ns": cycle_ns}}
 
 
