@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCEPT_CYCLES", "PAGE_BYTES", "MAX_BURST_BEATS", "DRAM_READ_LATENCY",
     "matmul_busy_cycles", "requant_busy_cycles", "softmax_busy_cycles", "softmax_row_cycles",
+    "VECTOR_MUL_LATENCY", "REQUANT_LATENCY", "REQUANT_ROW_SCALE_LATENCY", "SOFTMAX_EXP_LATENCY",
     "Burst", "dma_bursts", "dma_load_busy_cycles", "dma_store_busy_cycles", "dma_busy_cycles",
     "dma_error_busy_cycles", "command_busy_cycles", "dma_estimate_cycles",
 ]
@@ -97,9 +98,19 @@ def matmul_busy_cycles(config: NPUConfig, m: int, *, error: bool = False) -> int
 
 # -- vector unit ----------------------------------------------------------------------------------
 
-#: REQUANT pipeline after the last accumulator read: read latency, bias add, row scale,
-#: multiply, round/shift/clamp (one register each); the last scratchpad write is in the last.
-_REQUANT_DRAIN = 5
+#: Cycles from a request to the vector unit's shared multiplier to its result
+#: (:class:`hw.vector.RoundingMultiplier`: operand registers, partial products, their sum, the
+#: rounding shift; one register each).
+VECTOR_MUL_LATENCY = 4
+#: REQUANT: cycles from a data row's accumulator read to its scratchpad write: read latency 1,
+#: the multiplier (the bias add goes into its operand registers), clamp and ReLU 1.
+REQUANT_LATENCY = 1 + VECTOR_MUL_LATENCY + 1
+#: REQUANT with ``flags.row_scale``: read latency 1, the row-scale pass through the multiplier
+#: and its 33-bit clamp, the second pass and the int8 clamp and ReLU.
+REQUANT_ROW_SCALE_LATENCY = 1 + 2 * (VECTOR_MUL_LATENCY + 1)
+#: SOFTMAX: cycles from a score block's read in the exponent pass to its P write: read latency 1,
+#: the multiplier (its operand registers take ``max - s``), table/shift and mask 1.
+SOFTMAX_EXP_LATENCY = 1 + VECTOR_MUL_LATENCY + 1
 
 
 def requant_busy_cycles(config: NPUConfig, n_rows: int, *, row_scale: bool = False,
@@ -107,38 +118,43 @@ def requant_busy_cycles(config: NPUConfig, n_rows: int, *, row_scale: bool = Fal
     """Busy cycles of one REQUANT of ``n_rows`` rows (:class:`hw.vector.RequantEngine`).
 
     FSM states (``hw/vector/requant_engine.py``): ``CHECK`` 1; ``READ_PARAMS`` 3 (bias,
-    multiplier, shift rows); ``READ_ROWS`` ``n_rows``, plus ``ceil(n_rows / cols)`` scale-row
-    reads with ``flags.row_scale`` (one before each group of ``cols`` rows); ``DRAIN``
-    :data:`_REQUANT_DRAIN` = 5; ``RETIRE`` 1. Total ``n_rows + 10`` (``+ ceil(n_rows / cols)``).
+    multiplier, shift rows); ``READ_ROWS`` ``n_rows`` (one row read per cycle), with
+    ``flags.row_scale`` ``2 * n_rows`` (each row passes through the shared multiplier twice,
+    so a row is read every other cycle; the scale-row read before each group of ``cols`` rows
+    takes one of the cycles in between); ``DRAIN`` :data:`REQUANT_LATENCY` = 6
+    (:data:`REQUANT_ROW_SCALE_LATENCY` = 11 with ``flags.row_scale``); ``RETIRE`` 1. Total
+    ``n_rows + 11``, with ``flags.row_scale`` ``2 * n_rows + 16``.
 
     ``n_rows == 0`` and a failing command (``error``) take ``CHECK`` and ``RETIRE``: 2.
     """
     if error or n_rows == 0:
         return _CHECK_RETIRE
-    scale_reads = -(-n_rows // config.cols) if row_scale else 0
-    return 1 + 3 + n_rows + scale_reads + _REQUANT_DRAIN + 1
+    if row_scale:
+        return 1 + 3 + 2 * n_rows + REQUANT_ROW_SCALE_LATENCY + 1
+    return 1 + 3 + n_rows + REQUANT_LATENCY + 1
 
 
 def softmax_row_cycles(config: NPUConfig, n_blocks: int) -> int:
     """Cycles of one score row of a SOFTMAX of ``n_blocks`` blocks when its reciprocal write
-    does not wait: ``2 * n_blocks + 43``.
+    does not wait: ``2 * n_blocks + 45``.
 
     FSM states (``hw/vector/softmax_engine.py``): ``ROW_START`` 1; ``MAX_READ``
     ``n_blocks + 2`` (a read per cycle, the last block's data, then the max register);
-    ``EXP_READ`` ``n_blocks + 4`` (a read per cycle and the 4-stage exponent pipeline:
-    read latency, difference, multiply/shift, table/shift, the last P write in the last);
-    ``DIV_START`` 1; ``DIVIDE`` ``SOFTMAX_RECIP_BITS + 2`` (one quotient bit per cycle of the
-    ``SOFTMAX_RECIP_BITS + 1``-bit restoring divider, then the reciprocal latch); ``ROW_END``
-    1 (plus one per cycle its reciprocal-row write waits for the accumulator port).
+    ``EXP_READ`` ``n_blocks + 6`` (a read per cycle and the exponent pipeline,
+    :data:`SOFTMAX_EXP_LATENCY` = 6 cycles from the last read to the last P write, which is in
+    the state's last cycle); ``DIV_START`` 1; ``DIVIDE`` ``SOFTMAX_RECIP_BITS + 2`` (one
+    quotient bit per cycle of the ``SOFTMAX_RECIP_BITS + 1``-bit restoring divider, then the
+    reciprocal latch); ``ROW_END`` 1 (plus one per cycle its reciprocal-row write waits for
+    the accumulator port).
     """
-    return 1 + (n_blocks + 2) + (n_blocks + 4) + 1 + (SOFTMAX_RECIP_BITS + 2) + 1
+    return 1 + (n_blocks + 2) + (n_blocks + SOFTMAX_EXP_LATENCY) + 1 + (SOFTMAX_RECIP_BITS + 2) + 1
 
 
 def softmax_busy_cycles(config: NPUConfig, n_rows: int, n_blocks: int, *, error: bool = False,
                         acc_write_waits: int = 0) -> int:
     """Busy cycles of one SOFTMAX of ``n_rows`` score rows of ``n_blocks`` blocks
     (:class:`hw.vector.SoftmaxEngine`): ``CHECK`` 1, :func:`softmax_row_cycles` per row,
-    ``RETIRE`` 1, so ``2 + n_rows * (2 * n_blocks + 43)``.
+    ``RETIRE`` 1, so ``2 + n_rows * (2 * n_blocks + 45)``.
 
     ``acc_write_waits`` is the number of cycles the reciprocal-row writes (one after every
     ``cols`` rows and after the last) wait in ``ROW_END`` because the matrix engine writes the

@@ -43,7 +43,7 @@ def matmul_cycles(config: NPUConfig, m: int) -> int:
 def requant_cycles(config: NPUConfig, n_rows: int) -> int:
     """Cycles between the handshakes of back-to-back REQUANTs of ``n_rows`` rows (no row
     scale): ``hw.isa.requant_busy_cycles + ACCEPT_CYCLES``, exact for ``n_rows >= 1``
-    (``n_rows + 11``)."""
+    (``n_rows + 12``)."""
     return n_rows + requant_busy_cycles(config, 1) + ACCEPT_CYCLES - 1
 
 

@@ -62,7 +62,8 @@ class _Softmax(Item):
 
 
 class VectorEngine:
-    """REQUANT (fixed latency, one scratchpad row per cycle) and SOFTMAX (row by row; the
+    """REQUANT (fixed latency, one scratchpad row per cycle, every other cycle with
+    ``flags.row_scale``) and SOFTMAX (row by row; the
     reciprocal row written every ``cols`` rows waits while the matrix engine writes the
     accumulator). Its scratchpad writes (``spad_busy``) and reciprocal writes (``acc_busy``)
     come before the DMA's on the ports."""
