@@ -61,7 +61,17 @@ class NPUConfig:
     n_sems : int
         Number of 32-bit semaphores.
     dma_outstanding : int
-        Maximum number of AXI read bursts in flight in the DMA (>= 2).
+        Maximum number of AXI read bursts in flight in the DMA load channel, and of write
+        bursts awaiting their B response in the store channel, 2..64. The default 16 keeps
+        the read channel busy under the DRAM presets of :mod:`sw.dram` (``lat100``, ``hbm``:
+        100 cycles x 8 bytes per cycle = 800 bytes in flight; ``ddr``: 80 x 4.8 = 384 bytes)
+        for bursts of 8 beats (64 bytes at 64 bits) or longer: a burst of ``n`` beats is read
+        in ``n + 1`` cycles, so ``(read_latency + n + 1) / (n + 1)`` bursts in flight cover
+        the latency (13 at ``lat100`` and 8 beats). Each costs one 32-bit entry of the
+        in-flight FIFO (LUT RAM) per channel.
+    dma_max_burst_beats : int
+        Longest AXI burst the DMA issues, in beats, 1..256 (AXI4 allows 256 for INCR, AXI3
+        and some interconnects 16). Bursts are also split at 4 KiB boundaries.
     cmd_fifo_depth : int
         Depth of each queue's command FIFO in front of each engine (``n_queues x 4`` FIFOs).
     trace_depth : int
@@ -83,7 +93,8 @@ class NPUConfig:
     dram_bytes: int = 1 << 24
     n_queues: int = 4
     n_sems: int = 16
-    dma_outstanding: int = 2
+    dma_outstanding: int = 16
+    dma_max_burst_beats: int = 256
     cmd_fifo_depth: int = 2
     trace_depth: int = 64
 
@@ -114,7 +125,9 @@ class NPUConfig:
               f"must be in 1..{MAX_QUEUES} (the CSR map has room for {MAX_QUEUES} queues' "
               "registers below the counter block)")
         check("n_sems", 1 <= self.n_sems <= 256, "must be in 1..256")
-        check("dma_outstanding", 2 <= self.dma_outstanding <= 16, "must be in 2..16")
+        check("dma_outstanding", 2 <= self.dma_outstanding <= 64, "must be in 2..64")
+        check("dma_max_burst_beats", 1 <= self.dma_max_burst_beats <= 256,
+              "must be in 1..256 (AxLEN is 8 bits)")
         check("cmd_fifo_depth", 1 <= self.cmd_fifo_depth <= 64, "must be in 1..64")
         check("trace_depth", 2 <= self.trace_depth <= 1024, "must be in 2..1024")
 
