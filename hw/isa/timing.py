@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCEPT_CYCLES", "PAGE_BYTES", "MAX_BURST_BEATS", "DRAM_READ_LATENCY",
     "matmul_busy_cycles", "requant_busy_cycles", "softmax_busy_cycles", "softmax_row_cycles",
-    "DmaRow", "Burst", "dma_bursts", "dma_local_rows", "dma_load_busy_cycles", "dma_store_busy_cycles", "dma_busy_cycles",
+    "DmaRow", "Burst", "dma_bursts", "dma_local_rows", "dma_load_busy_cycles",
+    "dma_store_busy_cycles", "dma_busy_cycles",
     "dma_error_busy_cycles", "command_busy_cycles", "dma_estimate_cycles",
 ]
 

@@ -91,34 +91,30 @@ class Engines:
         return c.acc_row_bytes, c.acc_rows
 
     def _check_dma(self, body: CommandView, mem: LocalMem, window: Window) -> None:
-        """The DMA checks in the RTL's order: ``BAD_SIZE``, ``MISALIGNED`` (address, then
-        stride), ``BAD_DRAM_ADDR``, ``WINDOW``, then ``BAD_LOCAL_ADDR``."""
+        """The DMA checks in the RTL's order: ``BAD_DRAM_ADDR``, ``WINDOW``, then
+        ``BAD_LOCAL_ADDR`` (any byte address, stride and length is accepted)."""
         c = self.config
         local_row_bytes, depth = self._local(mem)
         n_rows, row_bytes = body.n_rows, body.row_bytes
-        addr, stride = body.dram_addr, body.dram_stride
-        if row_bytes % local_row_bytes:
-            raise CommandError(ErrorCode.BAD_SIZE, addr)
-        align = min(local_row_bytes, c.axi_data_bytes)
-        if addr % align:
-            raise CommandError(ErrorCode.MISALIGNED, addr)
-        if stride % align:  # the first misaligned row address is that of row 1
-            raise CommandError(ErrorCode.MISALIGNED, addr + stride)
-        rows = _row_starts(addr, stride, n_rows)   # in increasing order: the first bad one
-        for row_addr in rows:
+        rows = _row_starts(body.dram_addr, body.dram_stride, n_rows)   # increasing: the first
+        for row_addr in rows:                                          # bad one is reported
             if row_addr + row_bytes > c.dram_bytes:
                 raise CommandError(ErrorCode.BAD_DRAM_ADDR, row_addr)
         win_base, win_limit = window
         for row_addr in rows:   # then the issuing queue's window
             if row_addr < win_base or row_addr + row_bytes > win_limit:
                 raise CommandError(ErrorCode.WINDOW, row_addr)
-        lrows = row_bytes // local_row_bytes
+        lrows = -(-row_bytes // local_row_bytes)
         for first in _row_starts(body.local_row, body.local_stride, n_rows):
             if first + lrows > depth:
                 raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(first, depth))
 
     def dma(self, body: CommandView, mem: LocalMem, load: bool, window: Window) -> None:
         """DMA_LOAD (``load``) or DMA_STORE of a :class:`hw.isa.DmaBody` on memory ``mem``.
+
+        DRAM row ``r`` (``row_bytes`` bytes at any byte address) is a byte copy of
+        ``ceil(row_bytes / L)`` local rows; a load writes the bytes of a partial last local row
+        beyond the DRAM row as 0, a store writes only the DRAM row's bytes.
 
         Counts ``bytes_read`` per load row in whole bus beats (the row start aligned down to
         its end aligned up) and ``bytes_written`` per store row in bytes.
@@ -128,7 +124,7 @@ class Engines:
             return
         self._check_dma(body, mem, window)
         local_row_bytes, _ = self._local(mem)
-        lrows = row_bytes // local_row_bytes
+        lrows = -(-row_bytes // local_row_bytes)
         addr, stride = body.dram_addr, body.dram_stride
         beat = self.config.axi_data_bytes
         if load:
@@ -143,11 +139,13 @@ class Engines:
         for r in range(n_rows):
             row_addr = addr + r * stride
             first = body.local_row + r * body.local_stride
-            local = local_mem[first:first + lrows].reshape(-1)
             if load:
-                local[:] = dram[row_addr:row_addr + row_bytes].view(dtype)
+                raw = np.zeros(lrows * local_row_bytes, dtype=np.uint8)
+                raw[:row_bytes] = dram[row_addr:row_addr + row_bytes]
+                local_mem[first:first + lrows] = raw.view(dtype).reshape(lrows, -1)
             else:
-                dram[row_addr:row_addr + row_bytes] = local.astype(dtype).view(np.uint8)
+                raw = local_mem[first:first + lrows].astype(dtype).view(np.uint8).reshape(-1)
+                dram[row_addr:row_addr + row_bytes] = raw[:row_bytes]
 
     # -- matrix engine --------------------------------------------------------------------------
 

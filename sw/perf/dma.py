@@ -2,14 +2,18 @@
 
 Load: after the checks, read bursts are requested from ``t + 3``, one AR per cycle while fewer
 than ``dma_outstanding`` are in flight; the DRAM answers in order (:class:`ReadChannel`); the
-channel cuts the R beats into local rows, one ``G``-byte chunk per cycle, and a chunk that
-completes a local row waits while a higher-priority writer has the memory's write port
-(:func:`sw.perf.ports.walk`, a closed form per burst). ``done`` is 2 cycles after the last beat.
+channel realigns the R beats into words and cuts them into local rows, one step per cycle (a
+``G``-byte chunk, or the prime of a row at an address that is not a multiple of ``G``; the
+steps of every burst are :class:`hw.isa.timing.Burst`'s), and a chunk that completes a local
+row waits while a higher-priority writer has the memory's write port
+(:func:`sw.perf.ports.walk`, a closed form per burst). ``done`` is 2 cycles after the last
+step: the last beat, or the flush word after it.
 
-Store: local rows are read one chunk per cycle while the 4-entry W buffer holds at most 2 beats
-(reads are never denied); a beat is in the buffer 2 cycles after the read of its last chunk; W
-beats go while the write channels are granted (:class:`WriteChannel`); ``done`` is 2 cycles
-after the last B response. The store is timed beat by beat (stores are short next to loads).
+Store: one step per cycle (a local chunk read, or the flush slot of a row whose last beat
+holds only bytes of the word before) while the 4-entry W buffer holds at most 2 beats (reads
+are never denied); a beat is in the buffer 2 cycles after its last step; W beats go while the
+write channels are granted (:class:`WriteChannel`); ``done`` is 2 cycles after the last B
+response. The store is timed beat by beat (stores are short next to loads).
 
 Each command is a ledger :class:`~sw.perf.ledger.Item` that counts its stall cycles by the
 definitions of ``DMA.stall`` and its bytes at the handshakes.
@@ -33,8 +37,9 @@ _BIG = 1 << 62
 
 
 class _Geometry:
-    """Where each burst of a transfer starts within the local rows (``G = min(L, beat)``-byte
-    chunks; the chunk counts of a burst are in :class:`hw.isa.timing.Burst`)."""
+    """Which load steps of a burst complete a local row (``G = min(L, beat)``-byte chunks;
+    the steps of a burst are in :class:`hw.isa.timing.Burst`, the row layout in
+    :class:`hw.isa.timing.DmaRow`)."""
 
     def __init__(self, config: NPUConfig, body, mem: LocalMem) -> None:
         beat = config.axi_data_bytes
@@ -42,20 +47,27 @@ class _Geometry:
         self.g = min(local, beat)
         self.beat = beat
         self.body = body
-        #: L >= beat: one chunk per beat and every ``period``-th completes a local row;
-        #: L < beat: every chunk completes one
-        self.period = local // beat if local >= beat else 1
+        #: chunks per local row: every ``period``-th completes one (L >= beat: one chunk per
+        #: beat; L < beat: every chunk)
+        self.period = local // self.g
 
-    def phase(self, burst: Burst) -> int:
-        """Chunks of its local row before the burst's first chunk (modulo ``period``)."""
-        if self.period == 1:
-            return 0
-        row = self.body.dram_addr + burst.row * self.body.dram_stride   # beat aligned here
-        return (burst.addr - row) // self.beat % self.period
+    def pattern(self, burst: Burst) -> dict:
+        """``walk`` arguments for the burst's steps: ``phase`` (chunks of its local row before
+        its first chunk, modulo ``period``), ``skip`` (its prime) and ``force`` (the step of
+        the row's last chunk when it completes a partial local row)."""
+        row = burst.layout
+        skip = int(burst.prime)
+        force = None
+        if burst.row_last and row.chunks % self.period:
+            force = row.chunks - 1 - burst.first_chunk + skip
+        return {"phase": burst.first_chunk % self.period, "skip": skip, "force": force}
 
 
-def _last_chunks(burst: Burst) -> int:
-    return burst.first_chunks if burst.beats == 1 else burst.last_chunks
+def _targets(burst: Burst) -> tuple[int, ...]:
+    """Step indices of the burst's first R handshake, its last, and its last step (the tail)."""
+    total, last = burst.steps, burst.last_steps
+    out = (total - 1,) if burst.beats == 1 else (total - last - 1, total - 1)
+    return out + ((total + burst.tail - 1,) if burst.tail else ())
 
 
 class _LoadJob(Item):
@@ -73,6 +85,8 @@ class _LoadJob(Item):
         self.granted: list[ServedBurst] = []
         self.requested: list[int] = []  # ARVALID from (per burst)
         self.holds: dict[int, list[tuple[int, int]]] = {}   # burst index -> hold spans
+        self.x0: dict[int, int] = {}          # burst index -> cycle of its first step
+        self.last_step: dict[int, int] = {}   # burst index -> cycle of its last step
         self.completed = 0
         self.end = _BIG
         self.done = None
@@ -89,7 +103,7 @@ class _LoadJob(Item):
             denied.append((self.requested[-1], hi))
         holds = merge(holds)
         waiting = subtract(union(inflight), union(rvalid))
-        stall = union(waiting, subtract(merge(denied), holds))
+        stall = subtract(union(waiting, merge(denied)), holds)
         out["stall.load.dram_read"] += measure(stall, lo, hi)
         out[self.reason] += measure(holds, lo, hi)
 
@@ -101,15 +115,15 @@ class _LoadJob(Item):
                 * self.beat
 
     def beat_cycles(self, b: ServedBurst, k: int) -> list[int]:
-        """Cycle of each R handshake of burst ``k`` (its beats' last chunks), replayed against
+        """Cycle of each R handshake of burst ``k`` (its beats' last steps), replayed against
         its own holds (the only busy cycles that moved it)."""
         burst = self.bursts[k]
         ends, total = [], 0
-        for n in burst.chunks_per_beat():
+        for n in burst.steps_per_beat():
             total += n
             ends.append(total - 1)
-        times, _ = walk(b.v0, total, self.geo.period, self.geo.phase(burst),
-                        self.holds.get(k, []), tuple(ends))
+        times, _ = walk(self.x0[k], total + burst.tail, self.geo.period, busy=self.holds.get(k, []),
+                        targets=tuple(ends), **self.geo.pattern(burst))
         return times
 
 
@@ -168,16 +182,20 @@ class LoadChannel:
         job, k = served.tag
         burst = job.bursts[k]
         geo = job.geo
-        total, last = burst.chunks, _last_chunks(burst)
-        targets = (total - 1,) if burst.beats == 1 else (total - last - 1, total - 1)
-        busy = merged(job.lists, served.v0)
+        # the data path takes its first step once the beat is shown and the previous burst's
+        # steps (a flush word after its last beat, see DmaRow) are over
+        x = served.v0 if k == 0 else max(served.v0, job.last_step[k - 1] + 1)
+        busy = merged(job.lists, x)
         if k in job.holds:
             # re-timed while in progress: the holds so far are final even where the port's
             # spans that caused them have been dropped since
             now = self.eq.now
             busy = merge(busy + [h for h in job.holds[k] if h[0] < now])
-        times, holds = walk(served.v0, total, geo.period, geo.phase(burst), busy, targets)
+        times, holds = walk(x, burst.steps + burst.tail, geo.period, busy=busy,
+                            targets=_targets(burst), **geo.pattern(burst))
         job.holds[k] = holds
+        job.x0[k] = x
+        job.last_step[k] = times[-1]
         if burst.beats == 1:
             return served.v0, times[0]
         return times[0] + 1, times[1]
@@ -190,21 +208,40 @@ class LoadChannel:
             if len(job.requested) == len(job.granted):     # it waited for room
                 self._request(job, c)
         elif job.completed == len(job.bursts):
-            job.done = c + 1
-            job.end = job.done + 1
-            self.job = None
-            self.queue.set_done(job.done)
+            self._finish(job)
+
+    def _finish(self, job: _LoadJob) -> None:
+        """``done`` 2 cycles after the last step (the last R handshake or the flush word)."""
+        job.done = job.last_step[len(job.bursts) - 1] + T.DMA_DONE_AFTER_LAST
+        job.end = job.done + 1
+        self.queue.set_done(job.done)
 
     def _port_write(self, a: int) -> None:
         """A higher-priority write was planned from cycle ``a``: re-time the bursts it may
         hold."""
         job = self.job
-        if job is None:
+        if job is None or (job.done is not None and job.done < a):
             return
         for served in job.granted:
             if not served.done and served.c_last >= a:
                 self.reads.reschedule(served)
                 return
+        k = len(job.bursts) - 1
+        if job.completed == len(job.bursts) and job.last_step[k] >= a:
+            # every beat taken, the flush word still to move: re-time it
+            self._retime_tail(job, k)
+
+    def _retime_tail(self, job: _LoadJob, k: int) -> None:
+        burst, geo = job.bursts[k], job.geo
+        served = job.granted[k]
+        now = self.eq.now
+        kept = [h for h in job.holds[k] if h[0] < now]
+        busy = merge(merged(job.lists, served.c_last + 1) + kept)
+        times, holds = walk(job.x0[k], burst.steps + burst.tail, geo.period, busy=busy,
+                            targets=_targets(burst), **geo.pattern(burst))
+        job.holds[k] = holds
+        job.last_step[k] = times[-1]
+        self._finish(job)
 
 
 class _StoreJob(Item):
@@ -215,12 +252,13 @@ class _StoreJob(Item):
         self.bursts = bursts
         self.geo = geo
         self.beat_bytes = beat_bytes
-        # beats in transfer order: (chunks, strobed bytes)
+        # beats in transfer order: (steps: local reads or the flush slot, strobed bytes)
         self.beats: list[tuple[int, int]] = []
         self.first_beat: list[int] = []      # per burst: index of its first beat
         for burst in bursts:
             self.first_beat.append(len(self.beats))
-            self.beats.extend((n, n * geo.g) for n in burst.chunks_per_beat())
+            self.beats.extend(zip(burst.store_steps_per_beat(), burst.strobes_per_beat(),
+                                  strict=True))
         self.V: list[int] = []                # beat in the W buffer (WVALID) from
         self.W: list[int] = []                # W handshake
         self.read = t + T.DMA_FIRST_REQUEST - 1   # last local read (none yet)
@@ -235,7 +273,7 @@ class _StoreJob(Item):
         self.done = None
 
     def produce(self, k: int) -> None:
-        """Local reads up to the last chunk of beat ``k``: one per cycle, each only while the
+        """Store steps up to the last one of beat ``k``: one per cycle, each only while the
         W buffer holds at most 2 beats (``V <= x`` in, ``W < x`` out)."""
         while len(self.V) <= k:
             chunks, _ = self.beats[len(self.V)]

@@ -19,7 +19,7 @@ from sw.perf.dma import LoadChannel, StoreChannel
 from sw.perf.engines import MatrixEngine, VectorEngine
 from sw.perf.events import DECIDE, UPDATE, EventQueue
 from sw.perf.ledger import Ledger
-from sw.perf.memory import ReadChannel, WriteChannel
+from sw.perf.memory import ReadChannel, WriteChannel, dram_read_queue
 from sw.perf.ports import BusyList
 
 __all__ = ["Machine", "TraceEntry", "LatchedError"]
@@ -68,7 +68,7 @@ class Machine:
         #: per queue, cycles in which a host register write or a reset pulse is pending
         self.reg_writes: list[set[int]] = [set() for _ in range(n)]
         self.stages = [Stage(self, q) for q in range(n)]
-        self.reads = ReadChannel(eq, timing)
+        self.reads = ReadChannel(eq, timing, dram_read_queue(cfg))
         self.writes = WriteChannel(eq, timing)
         self.fetch = FetchUnit(self)
 

@@ -34,14 +34,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from hw.config import NPUConfig, next_pow2
 from sw.dram import CHANNELS, MIN_READ_LATENCY, MIN_WRITE_LATENCY, DramTiming
 from sw.perf.events import ARBITRATE, DECIDE, UPDATE, EventQueue
 
-__all__ = ["DRAM_READ_QUEUE", "DMA", "CP", "ReadChannel", "ServedBurst", "Reader",
-           "WriteChannel", "WriteGrant", "Writer", "check_timing"]
+__all__ = ["DRAM_READ_QUEUE", "dram_read_queue", "DMA", "CP", "ReadChannel", "ServedBurst",
+           "Reader", "WriteChannel", "WriteGrant", "Writer", "check_timing"]
 
-#: Read bursts the DRAM model queues (``cosim.build.DRAM_OUTSTANDING``; ARREADY falls when full).
+#: Read bursts the DRAM model queues at least (ARREADY falls when full; :func:`dram_read_queue`).
 DRAM_READ_QUEUE = 16
+
+
+def dram_read_queue(config: NPUConfig) -> int:
+    """Read bursts (and write bursts awaiting B) that the co-simulation's DRAM model queues for
+    ``config`` (``dram.sv``'s ``OUTSTANDING``, set by ``cosim.build``): :data:`DRAM_READ_QUEUE`,
+    or the next power of two above ``dma_outstanding`` plus the command fetch when that is
+    more, so that the queue never holds the DMA below its own limit."""
+    return max(DRAM_READ_QUEUE, next_pow2(config.dma_outstanding + 1))
 #: AXI manager indices (IDs) on the NPU's memory port: the DMA and the command processor.
 DMA, CP = 0, 1
 
@@ -99,10 +108,11 @@ class _ReadRequest:
 
 
 class ReadChannel:
-    """AR arbitration, the DRAM's read queue and its R channel."""
+    """AR arbitration, the DRAM's read queue (``queue`` bursts) and its R channel."""
 
-    def __init__(self, eq: EventQueue, timing: DramTiming) -> None:
+    def __init__(self, eq: EventQueue, timing: DramTiming, queue: int = DRAM_READ_QUEUE) -> None:
         self.eq = eq
+        self.queue = queue
         self.timing = check_timing(timing)
         #: edges from the AR handshake to the first at which the burst may be fetched, less 1
         self._fetch_after = timing.read_latency - MIN_READ_LATENCY + 2
@@ -153,10 +163,10 @@ class ReadChannel:
             self._arbitrate_at(c + 1)
 
     def _queue_full(self, c: int) -> bool:
-        if len(self.bursts) < DRAM_READ_QUEUE:
+        if len(self.bursts) < self.queue:
             return False
         queued = sum(1 for b in self.bursts if b.accept < c and b.load > c)
-        return queued >= DRAM_READ_QUEUE
+        return queued >= self.queue
 
     # -- R --------------------------------------------------------------------------------
 

@@ -284,7 +284,8 @@ def test_burst_decomposition_rules():
                    for b in bursts]
             assert got == naive
             # any byte address and length
-            row_bytes, addr, stride = rng.randint(1, 3000), rng.randrange(20000), rng.randrange(5000)
+            row_bytes, addr = rng.randint(1, 3000), rng.randrange(20000)
+            stride = rng.randrange(5000)
             bursts = timing.dma_bursts(cfg, addr, stride, row_bytes, n_rows, mem)
             for r in range(n_rows):
                 mine = [b for b in bursts if b.row == r]
