@@ -26,7 +26,7 @@ finishes is accepted :data:`ACCEPT_CYCLES` cycle later, and back-to-back command
 * a failing command (``error`` given): it retires without moving data.
 
 DMA timing is given under the *ideal* DRAM of the co-simulation (``cosim/tb/dram.sv``): read
-bursts queued (up to 16, never fewer than ``dma_outstanding``) and answered in order, the first
+bursts queued (16, or more when ``dma_outstanding`` needs them) and answered in order, the first
 beat 3 cycles after the AR handshake, then one beat per cycle, one idle cycle between bursts
 unless the last beat of a burst is held; writes one burst at a time (AW accepted in the idle
 state, then the W beats, then B for one cycle). On the NPU the DMA reaches that DRAM through
