@@ -78,8 +78,11 @@ class ErrorCode(enum.Enum, shape=8):
     * DMA_LOAD / DMA_STORE: the transfer runs to its end (same timing), then fails;
       ``ERR_ADDR`` = the address of the first failing burst (``AxADDR``). A load writes no
       local row whose last byte arrives with or after that burst (rows completed before it
-      are written); a store writes every burst that did not fail (a failing write burst
-      writes nothing);
+      are written); of a DRAM row at an address that is not a multiple of ``G``
+      (:class:`hw.isa.timing.DmaRow`) a local row arrives with the R beat after the first
+      one holding its last chunk (the realigned word spans both), or with the row's last
+      beat if that chunk is in the flush word. A store writes every burst that did not
+      fail (a failing write burst writes nothing);
     * FENCE: nothing written, no interrupt, no semaphore increment; ``ERR_ADDR`` = the fence
       address.
     """
@@ -87,8 +90,8 @@ class ErrorCode(enum.Enum, shape=8):
     BAD_OPCODE = 1      #: unknown opcode
     BAD_DRAM_ADDR = 2   #: a DRAM access outside [0, dram_bytes)
     BAD_LOCAL_ADDR = 3  #: a scratchpad/accumulator row outside the memory
-    MISALIGNED = 4      #: address or size not aligned as the command requires
-    BAD_SIZE = 5        #: a size the engine cannot do (e.g. row_bytes not a multiple of the row)
+    MISALIGNED = 4      #: a ring base or fence address not aligned as required (not the DMA)
+    BAD_SIZE = 5        #: a size that cannot be done (transposed MATMUL on a non-square array)
     BAD_SEM = 6         #: semaphore id >= n_sems
     AXI_ERROR = 7       #: SLVERR/DECERR response on the memory bus
     WINDOW = 8          #: a DRAM access (ring fetch, fence, DMA) outside the queue's window
@@ -118,12 +121,13 @@ class Header(data.Struct):
 class DmaBody(data.Struct):
     """DMA_LOAD / DMA_STORE: a 2-D strided transfer of ``n_rows`` DRAM rows.
 
-    DRAM row ``r`` is ``row_bytes`` bytes at ``dram_addr + r * dram_stride``. It maps onto
-    ``row_bytes // local_row_bytes`` consecutive local rows starting at
-    ``local_row + r * local_stride`` of memory ``mem``. ``row_bytes`` must be a multiple of the
-    local row size; ``dram_addr`` and ``dram_stride`` must be multiples of
-    ``min(local_row_bytes, axi_data_bytes)``. ``n_rows == 0`` or ``row_bytes == 0`` moves
-    nothing and still completes.
+    DRAM row ``r`` is ``row_bytes`` bytes at ``dram_addr + r * dram_stride`` (any byte
+    address, stride and length). It maps onto ``ceil(row_bytes / local_row_bytes)``
+    consecutive local rows starting at ``local_row + r * local_stride`` of memory ``mem``, a
+    little-endian byte copy; when ``local_row_bytes`` does not divide ``row_bytes`` the last
+    local row is partial: DMA_LOAD writes its remaining bytes as 0, DMA_STORE writes only the
+    row's bytes to DRAM. ``n_rows == 0`` or ``row_bytes == 0`` moves nothing and still
+    completes.
     """
     dram_addr: 32    #: bytes
     dram_stride: 32  #: bytes

@@ -26,7 +26,7 @@ finishes is accepted :data:`ACCEPT_CYCLES` cycle later, and back-to-back command
 * a failing command (``error`` given): it retires without moving data.
 
 DMA timing is given under the *ideal* DRAM of the co-simulation (``cosim/tb/dram.sv``): read
-bursts queued (up to 16, never fewer than ``dma_outstanding``) and answered in order, the first
+bursts queued (16, or more when ``dma_outstanding`` needs them) and answered in order, the first
 beat 3 cycles after the AR handshake, then one beat per cycle, one idle cycle between bursts
 unless the last beat of a burst is held; writes one burst at a time (AW accepted in the idle
 state, then the W beats, then B for one cycle). On the NPU the DMA reaches that DRAM through
@@ -34,40 +34,33 @@ state, then the W beats, then B for one cycle). On the NPU the DMA reaches that 
 overlaps the DRAM's response state); but it shares the port with the command fetch, and an
 interleaved fetch burst delays the DMA, which these functions do not model; neither do they
 model a local write denied by a higher-priority writer (``stall.load_spad`` /
-``stall.load_acc``, one cycle each).
+``stall.load_acc``, one cycle each). The DMA's formulas live in :mod:`hw.isa.dma_timing` and
+are re-exported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hw.isa.commands import CommandView, ErrorCode, LocalMem, Opcode, decode
+from hw.isa.commands import CommandView, ErrorCode, Opcode, decode
+from hw.isa.dma_timing import *  # noqa: F403
+from hw.isa.dma_timing import __all__ as _dma
+from hw.isa.dma_timing import dma_busy_cycles
 from hw.isa.numerics import SOFTMAX_RECIP_BITS
 
 if TYPE_CHECKING:
     from hw.config import NPUConfig
 
 __all__ = [
-    "ACCEPT_CYCLES", "PAGE_BYTES", "MAX_BURST_BEATS", "DRAM_READ_LATENCY",
-    "matmul_busy_cycles", "requant_busy_cycles", "softmax_busy_cycles", "softmax_row_cycles",
-    "VECTOR_MUL_LATENCY", "REQUANT_LATENCY", "REQUANT_ROW_SCALE_LATENCY", "SOFTMAX_EXP_LATENCY",
-    "Burst", "dma_bursts", "dma_load_busy_cycles", "dma_store_busy_cycles", "dma_busy_cycles",
-    "dma_error_busy_cycles", "command_busy_cycles", "dma_estimate_cycles",
+    "ACCEPT_CYCLES", "matmul_busy_cycles", "requant_busy_cycles", "softmax_busy_cycles",
+    "softmax_row_cycles", "VECTOR_MUL_LATENCY", "REQUANT_LATENCY", "REQUANT_ROW_SCALE_LATENCY",
+    "SOFTMAX_EXP_LATENCY", "command_busy_cycles", *_dma,
 ]
 
 #: Cycles from an engine's ``done`` to the handshake of a command that is already waiting (the
 #: idle state, in which ``cmd.ready`` is high): back-to-back commands start every
 #: ``busy + ACCEPT_CYCLES`` cycles.
 ACCEPT_CYCLES = 1
-#: An AXI4 burst must not cross a 4 KiB address boundary (ARM IHI 0022, A3.4.1).
-PAGE_BYTES = 4096
-#: Longest AXI4 INCR burst (AxLEN is 8 bits; ARM IHI 0022, A3.4.1).
-MAX_BURST_BEATS = 256
-#: ``cosim/tb/dram.sv``: cycles from a read burst's AR handshake to its first R beat when the
-#: DRAM is idle (the AR is queued at the handshake edge, moved to the beat generator at the
-#: next edge, whose ``RVALID`` register is loaded at the one after).
-DRAM_READ_LATENCY = 3
 
 #: Busy cycles of a compute command that retires without running: the check state, then the
 #: retire state (``done``), in every engine (matrix, requant, softmax).
@@ -166,302 +159,6 @@ def softmax_busy_cycles(config: NPUConfig, n_rows: int, n_blocks: int, *, error:
     return 1 + n_rows * softmax_row_cycles(config, n_blocks) + acc_write_waits + 1
 
 
-# -- DMA: bursts ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Burst:
-    """One AXI4 INCR burst of a DMA transfer (:func:`dma_bursts`).
-
-    The DMA moves data in chunks of ``G = min(local_row_bytes, axi_data_bytes)`` bytes, one
-    per cycle; a beat carries ``axi_data_bytes / G`` chunks of its row, fewer in a partial
-    first or last beat of the row.
-
-    Attributes
-    ----------
-    addr : int
-        Address of its first beat (bytes, aligned to the beat: ``AxADDR``).
-    beats : int
-        Beats (``AxLEN + 1``), 1..256.
-    row : int
-        DRAM row of the transfer it belongs to.
-    first_chunks, last_chunks : int
-        Chunks of the row in its first and last beat (the same beat when ``beats == 1``).
-    beat_chunks : int
-        Chunks of a full beat (``axi_data_bytes / G``; 1 when the local row is at least a
-        beat wide); every beat between the first and the last is full.
-    """
-    addr: int
-    beats: int
-    row: int
-    first_chunks: int
-    last_chunks: int
-    beat_chunks: int
-
-    @property
-    def chunks(self) -> int:
-        """Chunks of the row in the burst: cycles the DMA spends on its data."""
-        if self.beats == 1:
-            return self.first_chunks
-        return self.first_chunks + (self.beats - 2) * self.beat_chunks + self.last_chunks
-
-    def chunks_per_beat(self) -> list[int]:
-        """Chunks of each beat, in order."""
-        if self.beats == 1:
-            return [self.first_chunks]
-        return [self.first_chunks, *[self.beat_chunks] * (self.beats - 2), self.last_chunks]
-
-
-def _local_row_bytes(config: NPUConfig, mem) -> int:
-    return config.acc_row_bytes if LocalMem(mem) == LocalMem.ACC else config.spad_row_bytes
-
-
-def dma_bursts(config: NPUConfig, dram_addr: int, dram_stride: int, row_bytes: int,
-               n_rows: int, mem: LocalMem = LocalMem.SPAD) -> list[Burst]:
-    """The AXI4 bursts of a checked DMA transfer, in bus order (:class:`hw.dma.DMA`, "Bus";
-    ``_BurstGen`` in ``hw/dma``).
-
-    DRAM row ``r`` is ``row_bytes`` bytes at ``dram_addr + r * dram_stride``; rows are never
-    merged. Each row is cut into as few INCR bursts as the rules allow: at most
-    :data:`MAX_BURST_BEATS` beats, never across a :data:`PAGE_BYTES` boundary (ARM IHI 0022,
-    A3.4.1); burst = min(256, beats to the next 4 KiB boundary, beats left in the row). A row
-    may start or end mid-beat (``dram_addr`` and ``dram_stride`` are multiples of
-    ``G = min(local_row_bytes, axi_data_bytes)``): its first beat address is aligned down, and
-    the partial first and last beats count in ``beats`` but carry fewer ``chunks``.
-
-    Parameters
-    ----------
-    dram_addr, dram_stride, row_bytes : int
-        Bytes, as in :class:`hw.isa.DmaBody` (the transfer passed the DMA's checks).
-    n_rows : int
-    mem : LocalMem
-        Local memory, for the chunk size ``G``.
-
-    Returns
-    -------
-    list of Burst
-        Empty when ``n_rows == 0`` or ``row_bytes == 0``.
-    """
-    beat = config.axi_data_bytes
-    g = min(_local_row_bytes(config, mem), beat)
-    out = []
-    for r in range(n_rows if row_bytes else 0):
-        start = dram_addr + r * dram_stride
-        end = start + row_bytes
-        a = start - start % beat
-        while a < end:
-            to_page = (PAGE_BYTES - a % PAGE_BYTES) // beat
-            n = min(MAX_BURST_BEATS, to_page, -(-(end - a) // beat))
-            last = a + (n - 1) * beat          # address of its last beat
-            first_chunks = (min(a + beat, end) - max(a, start)) // g
-            last_chunks = (min(last + beat, end) - max(last, start)) // g
-            out.append(Burst(addr=a, beats=n, row=r, first_chunks=first_chunks,
-                             last_chunks=last_chunks, beat_chunks=beat // g))
-            a += n * beat
-    return out
-
-
-# -- DMA: cycles ----------------------------------------------------------------------------------
-
-#: DMA control states before the transfer starts: ``Check-shape``, ``Check-range`` (the
-#: movers start at its edge; ``ARVALID``/``AWVALID`` are high in the next cycle).
-_DMA_CHECKS = 2
-#: ``done`` comes 2 cycles after the last R beat / B response: the in-flight FIFO empties at
-#: that edge, ``finished`` is seen in the ``Transfer`` state one cycle later, then ``Done``.
-_DMA_TAIL = 2
-
-
-def dma_load_busy_cycles(config: NPUConfig, dram_addr: int, dram_stride: int, row_bytes: int,
-                         n_rows: int, mem: LocalMem = LocalMem.SPAD) -> int:
-    """Busy cycles of a successful DMA_LOAD under the ideal DRAM (``cosim/tb/dram.sv``), with
-    every local write granted (no ``stall.load_spad``/``load_acc``).
-
-    Derivation, cycle 0 being the first ``Transfer`` cycle (handshake + 3), over the bursts of
-    :func:`dma_bursts`, ``D = dma_outstanding``:
-
-    * AR of burst ``b`` (``_BurstGen``: one per cycle while the in-flight FIFO of depth ``D``
-      has room; a slot frees the cycle after the last beat of burst ``b - D`` was taken):
-      ``ar[b] = max(ar[b-1] + 1, c[b-D] + 1)``, ``ar[0] = 0``;
-    * the DRAM moves burst ``b`` from its queue to the beat generator in cycle
-      ``ld[b] = max(v_last[b-1], ar[b] + 1)`` (the generator is free from the cycle in which
-      the previous burst's last beat is shown);
-    * its first beat is shown in ``v[b] = max(c[b-1], ld[b] + 1) + 1`` (the ``RVALID``
-      register reloads when its beat is taken or none is shown), so one idle cycle separates
-      bursts unless the previous last beat was held;
-    * the DMA takes one chunk per cycle and a beat with its last chunk (``RREADY``), so the
-      burst's last beat is shown in ``v_last[b] = v[b] + chunks - last_chunks`` and taken in
-      ``c[b] = v[b] + chunks - 1``.
-
-    Busy = ``3 + c[last] + 2`` (checks, then :data:`_DMA_TAIL`). For local rows at least a
-    beat wide and bursts of ``n`` beats this is one beat per cycle plus one cycle per burst.
-    A size-zero transfer takes 2 (:func:`dma_error_busy_cycles`).
-    """
-    bursts = dma_bursts(config, dram_addr, dram_stride, row_bytes, n_rows, mem)
-    if not bursts:
-        return _DMA_CHECKS
-    d = config.dma_outstanding
-    ar: list[int] = []
-    c: list[int] = []
-    c_prev = v_last_prev = None
-    for b, burst in enumerate(bursts):
-        a = 0 if b == 0 else ar[-1] + 1
-        if b >= d:
-            a = max(a, c[b - d] + 1)
-        ar.append(a)
-        if c_prev is None:
-            v = a + DRAM_READ_LATENCY
-        else:
-            ld = max(v_last_prev, a + 1)
-            v = max(c_prev, ld + 1) + 1
-        v_last_prev = v + burst.chunks - burst.last_chunks
-        c_prev = v + burst.chunks - 1
-        c.append(c_prev)
-    return _DMA_CHECKS + 1 + c_prev + _DMA_TAIL
-
-
-#: Depth of the store channel's W beat FIFO and the level up to which it reads a local chunk
-#: (``_W_BUFFER_DEPTH`` in ``hw/dma``: a read is issued only if the FIFO is sure to have room).
-_W_BUFFER_DEPTH = 4
-_W_READ_LEVEL = _W_BUFFER_DEPTH - 2
-
-
-def dma_store_busy_cycles(config: NPUConfig, dram_addr: int, dram_stride: int, row_bytes: int,
-                          n_rows: int, mem: LocalMem = LocalMem.SPAD) -> int:
-    """Busy cycles of a successful DMA_STORE under the ideal DRAM (``cosim/tb/dram.sv``).
-
-    Derivation, cycle 0 being the first ``Transfer`` cycle (handshake + 3):
-
-    * the DRAM takes one write burst at a time: AW in its idle state, the burst's beats in
-      its data state (``WREADY``), B in its response state (one cycle: the DMA's ``BREADY`` is
-      always high), idle again; so the AW of burst ``b + 1`` is accepted 2 cycles after the
-      last W beat of burst ``b`` (the DMA's ``AWVALID`` is already high: at most one burst
-      waits for B, fewer than ``dma_outstanding``), and the AW of burst 0 in cycle 0;
-    * the DMA reads one local chunk per cycle from cycle 0 while its W FIFO holds at most
-      :data:`_W_READ_LEVEL` beats; a beat whose last chunk is read in cycle ``x`` is in the
-      FIFO (``WVALID``) from ``x + 2``;
-    * W beat ``j`` goes in ``max(its FIFO cycle, previous W + 1, AW of its burst + 1)``.
-
-    Busy = ``3 + (last W + 1) + 2`` (B one cycle after the last W, then
-    :data:`_DMA_TAIL`). When the local row is at least a beat wide (one chunk per beat) the
-    data never waits after the first beat, and this is ``beats + 2 * bursts + 5``: one beat
-    per cycle plus 2 cycles per burst (B and AW), computed in closed form. Otherwise the
-    chunks are walked one by one (``O(beats)``). A size-zero transfer takes 2.
-    """
-    bursts = dma_bursts(config, dram_addr, dram_stride, row_bytes, n_rows, mem)
-    if not bursts:
-        return _DMA_CHECKS
-    if all(b.beat_chunks == 1 for b in bursts):
-        beats = sum(b.beats for b in bursts)
-        # last W = 1 + beats + 2 * (bursts - 1): the first beat is in the FIFO in cycle 2
-        last_w = 1 + beats + 2 * (len(bursts) - 1)
-    else:
-        last_w = _store_last_w(bursts)
-    return _DMA_CHECKS + 1 + last_w + 1 + _DMA_TAIL
-
-
-def _store_last_w(bursts: list[Burst]) -> int:
-    """Cycle of the last W beat of a store (cycle 0: first ``Transfer`` cycle), chunk by chunk
-    (see :func:`dma_store_busy_cycles`)."""
-    landed: list[int] = []     # cycle each beat enters the FIFO's level
-    w: list[int] = []          # cycle each beat is taken on W
-    x = 0                      # next cycle a chunk may be read
-    aw = 0                     # AW cycle of the current burst
-    w_prev = -1
-    consumed = 0               # beats taken on W before cycle x (monotone pointer)
-    for burst in bursts:
-        for j, k in enumerate(burst.chunks_per_beat()):
-            for _ in range(k):
-                while True:
-                    while consumed < len(w) and w[consumed] < x:
-                        consumed += 1
-                    level = sum(1 for t in landed[consumed:] if t <= x)
-                    if level <= _W_READ_LEVEL:
-                        break
-                    x += 1
-                x += 1
-            landed.append(x + 1)                 # last chunk read in x - 1
-            start = aw + 1 if j == 0 else w_prev + 1
-            w_prev = max(landed[-1], start)
-            w.append(w_prev)
-        aw = w_prev + 2
-    return w_prev
-
-
-def dma_error_busy_cycles(config: NPUConfig, error: ErrorCode, dram_addr: int,
-                          dram_stride: int, row_bytes: int, n_rows: int, local_row: int = 0,
-                          local_stride: int = 0, mem: LocalMem = LocalMem.SPAD, *,
-                          window: tuple[int, int] = (0, 0)) -> int:
-    """Busy cycles of a DMA command (load or store) that moves nothing: size zero
-    (``error`` ``NONE`` with ``n_rows == 0`` or ``row_bytes == 0``) or failing with ``error``.
-
-    Control FSM (``_Control`` in ``hw/dma``): size zero, ``BAD_SIZE`` and ``MISALIGNED``
-    are decided in ``Check-shape`` and retire through ``Done``: 2. ``BAD_DRAM_ADDR``,
-    ``WINDOW`` and ``BAD_LOCAL_ADDR`` are decided in ``Check-range`` from the extent of the
-    whole transfer; ``Find-bad-row`` then visits rows ``0 .. j`` (one per cycle), ``j`` being
-    the first row that fails that check, and retires through ``Done``: ``4 + j``.
-    ``AXI_ERROR`` transfers run to the end: use :func:`dma_load_busy_cycles` /
-    :func:`dma_store_busy_cycles`.
-
-    Parameters
-    ----------
-    window : (int, int)
-        The issuing queue's DRAM window ``(base, limit)`` (``limit == 0``: no limit), for
-        ``WINDOW``.
-
-    Raises
-    ------
-    ValueError
-        If ``error`` is ``NONE`` for a transfer that moves data, ``AXI_ERROR``, or a range
-        error that no row of the transfer has.
-    """
-    error = ErrorCode(error)
-    if error == ErrorCode.NONE:
-        if n_rows and row_bytes:
-            raise ValueError("the transfer moves data: use dma_load/store_busy_cycles")
-        return _DMA_CHECKS
-    if error in (ErrorCode.BAD_SIZE, ErrorCode.MISALIGNED):
-        return _DMA_CHECKS
-    base, limit = window
-    limit = limit or 1 << 32
-    rows_per = row_bytes // _local_row_bytes(config, mem)
-    depth = config.acc_rows if LocalMem(mem) == LocalMem.ACC else config.spad_rows
-    bad = {
-        ErrorCode.BAD_DRAM_ADDR: lambda a, _: a + row_bytes > config.dram_bytes,
-        ErrorCode.WINDOW: lambda a, _: a < base or a + row_bytes > limit,
-        ErrorCode.BAD_LOCAL_ADDR: lambda _, lrow: lrow + rows_per > depth,
-    }.get(error)
-    if bad is None:
-        raise ValueError(f"{error.name} does not retire early: the transfer runs to its end")
-    for j in range(n_rows):
-        if bad(dram_addr + j * dram_stride, local_row + j * local_stride):
-            return _DMA_CHECKS + (j + 1) + 1
-    raise ValueError(f"no row of the transfer fails the {error.name} check")
-
-
-def dma_busy_cycles(config: NPUConfig, opcode: Opcode, body, error: ErrorCode = ErrorCode.NONE,
-                    *, window: tuple[int, int] = (0, 0)) -> int:
-    """Busy cycles of a DMA_LOAD or DMA_STORE whose body ``body`` has the
-    :class:`hw.isa.DmaBody` field names as attributes (a :class:`hw.isa.CommandView`, a
-    dataclass, a namespace); ``error`` is the error it retires with (``NONE``: success or
-    size zero). Dispatches to :func:`dma_load_busy_cycles`, :func:`dma_store_busy_cycles` or
-    :func:`dma_error_busy_cycles`.
-
-    Raises
-    ------
-    ValueError
-        For an opcode other than DMA_LOAD / DMA_STORE, or as :func:`dma_error_busy_cycles`.
-    """
-    args = (body.dram_addr, body.dram_stride, body.row_bytes, body.n_rows)
-    error = ErrorCode(error)
-    if error not in (ErrorCode.NONE, ErrorCode.AXI_ERROR) or not (body.n_rows and body.row_bytes):
-        return dma_error_busy_cycles(config, error, *args, body.local_row, body.local_stride,
-                                     body.mem, window=window)
-    if Opcode(opcode) == Opcode.DMA_LOAD:
-        return dma_load_busy_cycles(config, *args, body.mem)
-    if Opcode(opcode) == Opcode.DMA_STORE:
-        return dma_store_busy_cycles(config, *args, body.mem)
-    raise ValueError(f"{opcode!r} is not a DMA opcode")
-
-
 def command_busy_cycles(config: NPUConfig, command: bytes | CommandView,
                         error: ErrorCode = ErrorCode.NONE, *, window: tuple[int, int] = (0, 0),
                         acc_write_waits: int = 0) -> int:
@@ -489,26 +186,3 @@ def command_busy_cycles(config: NPUConfig, command: bytes | CommandView,
     if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
         return dma_busy_cycles(config, op, view.body.dma, error, window=window)
     raise ValueError(f"opcode {op!r} does not run on an engine")
-
-
-# -- the planner's address-free estimate ----------------------------------------------------------
-
-#: Cycles the planner adds to the beats of each DMA command (:func:`dma_estimate_cycles`):
-#: its checks and tail (5), the AR latency (3) and about as many cycles again until the next
-#: command of the engine arrives (its fetch shares the read channel with the previous
-#: transfer's bursts), as measured on the co-simulation.
-_DMA_ESTIMATE_OVERHEAD = 12
-
-
-def dma_estimate_cycles(config: NPUConfig, row_bytes: int, n_rows: int) -> int:
-    """The linear planner's estimate of one DMA command of ``n_rows`` rows of ``row_bytes``,
-    load or store, without addresses: ``12 + n_rows * (beats + bursts)`` with the beats and
-    bursts of a page-aligned row (:func:`dma_bursts` at address 0): one beat per cycle, one
-    idle cycle per burst (the ideal DRAM's gap between read bursts), a fixed overhead.
-
-    It ranks tilings; it is *not* the timing of a command (loads of rows at least a beat wide
-    take ``dma_load_busy_cycles + 6`` of it, other commands differ by their address, their
-    local row size and the store handshakes).
-    """
-    bursts = dma_bursts(config, 0, 0, row_bytes, 1)
-    return _DMA_ESTIMATE_OVERHEAD + n_rows * sum(b.beats + 1 for b in bursts)

@@ -19,7 +19,7 @@ from sw.perf.dma import LoadChannel, StoreChannel
 from sw.perf.engines import MatrixEngine, VectorEngine
 from sw.perf.events import DECIDE, UPDATE, EventQueue
 from sw.perf.ledger import Ledger
-from sw.perf.memory import BeatScheduler, ReadChannel, WriteChannel
+from sw.perf.memory import BeatScheduler, ReadChannel, WriteChannel, dram_read_queue
 from sw.perf.ports import BusyList
 
 __all__ = ["Machine", "TraceEntry", "LatchedError"]
@@ -71,8 +71,9 @@ class Machine:
         self.stages = [Stage(self, q) for q in range(n)]
         #: beat-by-beat timing of R and W (used under backpressure or a bandwidth limit)
         self.beats = BeatScheduler(eq, timing, cfg.axi_data_bytes)
-        self.reads = ReadChannel(eq, timing, self.beats)
-        self.writes = WriteChannel(eq, timing, self.beats)
+        queue = dram_read_queue(cfg)
+        self.reads = ReadChannel(eq, timing, self.beats, queue)
+        self.writes = WriteChannel(eq, timing, self.beats, queue)
         self.fetch = FetchUnit(self)
 
         now = self._now

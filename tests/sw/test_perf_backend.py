@@ -182,8 +182,9 @@ def test_bad_dma_fails_its_queue_only():
     b = PerfBackend(CONFIG)
     d = Device(b)
     cmds = CommandList()
-    cmds.dma_store(mem=LocalMem.ACC, dram_addr=3, dram_stride=0, row_bytes=32, n_rows=1,
+    top = CONFIG.dram_bytes - 3
+    cmds.dma_store(mem=LocalMem.ACC, dram_addr=top, dram_stride=0, row_bytes=32, n_rows=1,
                    local_row=0, local_stride=0)
     with pytest.raises(DeviceError) as e:
         d.run(cmds)
-    assert e.value.code == ErrorCode.MISALIGNED and e.value.address == 3
+    assert e.value.code == ErrorCode.BAD_DRAM_ADDR and e.value.address == top
