@@ -20,11 +20,12 @@ from hw.isa import (
     LocalMem,
     dma_estimate_cycles,
     matmul_busy_cycles,
+    matmul_issue_cycles,
     requant_busy_cycles,
 )
 
 __all__ = ["DmaOp", "MatmulOp", "RequantOp", "Op", "Wait", "command_fields", "Timer",
-           "matmul_cycles", "requant_cycles", "dma_cycles"]
+           "matmul_cycles", "matmul_latency", "requant_cycles", "dma_cycles"]
 
 Wait = tuple[str, int] | None   #: ``(semaphore name, count)``
 
@@ -32,12 +33,17 @@ Wait = tuple[str, int] | None   #: ``(semaphore name, count)``
 # -- the planner's cost of each command ---------------------------------------------------------
 
 def matmul_cycles(config: NPUConfig, m: int) -> int:
-    """Cycles between the handshakes of back-to-back MATMULs of ``m`` rows on the matrix
-    engine: ``hw.isa.matmul_busy_cycles + ACCEPT_CYCLES``, exact for ``m >= 1`` (weight load
-    ``rows``, ``m`` streamed rows, array fill/drain ``rows + cols - 1``, 5 of sequencing).
-    Linear in ``m``: ``matmul_cycles(config, 0)`` is the fixed per-command overhead (28 on
-    8x8), not the cycles of an empty MATMUL."""
-    return m + matmul_busy_cycles(config, 1) + ACCEPT_CYCLES - 1
+    """Cycles between the handshakes of back-to-back MATMULs of ``m >= 1`` rows on the matrix
+    engine: :func:`hw.isa.matmul_issue_cycles`, ``max(m, rows, cols)``, exact in the steady
+    state of :class:`hw.isa.timing.MatmulTimeline` (the next MATMUL is taken while this one
+    runs; its weights load meanwhile)."""
+    return matmul_issue_cycles(config, m)
+
+
+def matmul_latency(config: NPUConfig, m: int) -> int:
+    """Cycles from a MATMUL's handshake to the first cycle its semaphore increment is seen:
+    ``hw.isa.matmul_busy_cycles + ACCEPT_CYCLES`` (``m + rows + cols + 5``)."""
+    return matmul_busy_cycles(config, m) + ACCEPT_CYCLES
 
 
 def requant_cycles(config: NPUConfig, n_rows: int) -> int:
@@ -123,8 +129,9 @@ def command_fields(op: Op) -> dict:
 class Timer:
     """Replays a program on a timing model of the engines: each engine runs its commands in
     order, a command starts when its engine is free and its semaphore count is reached, and
-    lasts :func:`dma_cycles` / :func:`matmul_cycles` / :func:`requant_cycles`. Command fetch
-    and dispatch are not modelled. ``bytes`` counts the DRAM bytes per DMA tag."""
+    lasts :func:`dma_cycles` / :func:`requant_cycles`; a MATMUL frees the matrix engine after
+    :func:`matmul_cycles` and signals after :func:`matmul_latency` (MATMULs overlap). Command
+    fetch and dispatch are not modelled. ``bytes`` counts the DRAM bytes per DMA tag."""
 
     def __init__(self, config: NPUConfig) -> None:
         self.c = config
@@ -143,13 +150,15 @@ class Timer:
 
     def run(self, ops: list[Op]) -> int:
         """Cycles until the last engine finishes."""
+        end = 0
         for op in ops:
             cycles = self.cycles(op)
             t = self.free[op.engine]
             if op.wait is not None:
                 t = max(t, self.done[op.wait[0]][op.wait[1] - 1])
-            t += cycles
-            self.free[op.engine] = t
+            finish = t + (matmul_latency(self.c, op.m) if isinstance(op, MatmulOp) else cycles)
+            self.free[op.engine] = t + cycles
+            end = max(end, finish)
             if op.signal is not None:
-                self.done[op.signal].append(t)
-        return max(self.free.values())
+                self.done[op.signal].append(finish)
+        return max(end, *self.free.values())
