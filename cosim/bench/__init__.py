@@ -92,15 +92,19 @@ def _operands(rng: np.random.Generator, m: int, k: int, n: int):
     return a, w, bias, mult, shift
 
 
-def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
-    """Run one square int8 GEMM per size on ``backend`` with the double-buffered linear
-    kernel; return cycles, utilization, busy counters and bit-exactness per size."""
+def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0,
+                   shapes: list[list[int]] = ()) -> dict:
+    """Run one square int8 GEMM per size, then one GEMM per ``(M, K, N)`` of ``shapes``, on
+    ``backend`` with the double-buffered linear kernel; return cycles, utilization, busy
+    counters and bit-exactness per GEMM (``size`` is None for a non-square shape)."""
     device = Device(backend)
     cfg = device.config
     rng = np.random.default_rng(seed)
     rows = []
-    for size in sizes:
-        a, w, bias, mult, shift = _operands(rng, size, size, size)
+    for shape in [(s, s, s) for s in sizes] + [tuple(x) for x in shapes]:
+        m, k, n = shape
+        size = m if m == k == n else None
+        a, w, bias, mult, shift = _operands(rng, m, k, n)
         before = device.counters()
         t0 = time.perf_counter()
         out, st = linear_with_stats(device, a, w, bias, mult, shift, double_buffer=True)
@@ -108,7 +112,7 @@ def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
         d = device.counters() - before
         p = st.plan
         rows.append({
-            "size": size, "shape": [size, size, size], "cycles": st.cycles, "macs": st.macs,
+            "size": size, "shape": [m, k, n], "cycles": st.cycles, "macs": st.macs,
             "utilization": st.utilization, "commands": st.n_commands,
             "bit_exact": bool(np.array_equal(out, linear_int(a, w, bias, mult, shift))),
             "busy": {e: d.get(f"busy.{e}") for e in ENGINE_NAMES},
@@ -236,16 +240,19 @@ def measure_native(config: NPUConfig, run, recording: Path, *,
 
 def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int = 128,
               backend: str = "rtl", build_timing: bool = True, seed: int = 0,
-              native: bool = True, progress=None, json_path: Path | None = None) -> dict:
+              native: bool = True, progress=None, json_path: Path | None = None,
+              shapes: list[list[int]] = ()) -> dict:
     """Run the whole bench; ``json_path`` is rewritten after every step (a long run keeps
     what it has). ``native``: record the first configuration's GEMM run and replay it in the
-    pure Verilator C++ harness (:func:`measure_native`)."""
+    pure Verilator C++ harness (:func:`measure_native`). ``shapes``: further GEMMs
+    ``(M, K, N)`` after the square sizes (e.g. a GEMV, ``M = 1``)."""
     def say(msg: str) -> None:
         if progress:
             progress(msg)
 
     out: dict = {
-        "backend": backend, "sizes": list(sizes), "configs": [c.name for c in configs],
+        "backend": backend, "sizes": list(sizes), "shapes": [list(x) for x in shapes],
+        "configs": [c.name for c in configs],
         "host": {"machine": platform.machine(), "python": platform.python_version()},
         "roofline_definition": (
             "bound = min(1, bus_bytes_per_cycle * OI / PEs); bus_bytes_per_cycle = AXI data "
@@ -268,18 +275,19 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
         dump()
 
     for ci, cfg in enumerate(configs):
-        say(f"GEMM sweep {list(sizes)} on {cfg.name} ({backend})...")
+        say(f"GEMM sweep {list(sizes)} {[list(x) for x in shapes]} on {cfg.name} ({backend})...")
+        job_args = {"sizes": list(sizes), "seed": seed, "shapes": [list(x) for x in shapes]}
         if backend == "model":
             from sw.model import ModelBackend
-            res = gemm_sweep_job(ModelBackend(cfg), sizes=list(sizes), seed=seed)
+            res = gemm_sweep_job(ModelBackend(cfg), **job_args)
             run_info = None
         else:
             from cosim.build import BUILD_ROOT, design_tag
             from cosim.tb.harness import run_job
             record = (BUILD_ROOT / design_tag(cfg) / "runs" / "bench_gemm" / "gemm.rec"
                       if native and ci == 0 else None)
-            r = run_job(cfg, "cosim.bench:gemm_sweep_job", {"sizes": list(sizes), "seed": seed},
-                        name="bench_gemm", record=record)
+            r = run_job(cfg, "cosim.bench:gemm_sweep_job", job_args, name="bench_gemm",
+                        record=record)
             res = r.result
             if record is not None:
                 say(f"replaying the recorded run ({r.recording['events']} events, "
@@ -348,8 +356,9 @@ def format_bench(res: dict) -> str:
                 else f"{r['kernel_bus_bytes_per_cycle']:.2f}"
             sp = "-" if not r["sim_cycles_per_second"] \
                 else f"{r['sim_cycles_per_second'] / 1e3:.1f}"
+            label = r["size"] or "x".join(map(str, r["shape"]))
             lines.append(
-                f"{name:<8}{r['size']:>5}{r['cycles']:>10}{_pct(r['utilization']):>8}"
+                f"{name:<8}{label:>5}{r['cycles']:>10}{_pct(r['utilization']):>8}"
                 f"{_pct(r['roofline']['bound']):>8}{ratio:>7}"
                 f"{r['roofline']['operational_intensity']:>7.1f}"
                 f"{_pct(f.get('matrix_busy')):>9}{_pct(f.get('dma_busy')):>9}"

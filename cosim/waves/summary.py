@@ -10,6 +10,7 @@ the performance counter of the same name counts it (:func:`hw.top.counter_events
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -233,7 +234,9 @@ class _EngineTally:
         self.resource = list(stalls.items())    # (reason, source id)
         self.lo = lo
         self.open_since: int | None = None
-        self.taken_at: int | None = None
+        #: take cycles of the commands in the engine, oldest first (the matrix engine holds
+        #: several; they retire in order)
+        self.taken_at: deque[int] = deque()
 
     def sample(self, cycle: int, vals: dict[str, str]) -> None:
         st = self.stats
@@ -246,11 +249,11 @@ class _EngineTally:
             if busy != "0":
                 st.unknown_cycles += 1
             self.close(cycle)
+        if vals[self.done] == "1":          # the oldest command; a take this cycle is newer
+            self.retire(cycle, vals)
         if vals[self.take] == "1":
             st.commands += 1
-            self.taken_at = cycle
-        if vals[self.done] == "1":
-            self.retire(cycle, vals)
+            self.taken_at.append(cycle)
         if vals[self.sem] == "1":
             st.stalls["sem"] += 1
         if busy == "1":
@@ -260,8 +263,7 @@ class _EngineTally:
 
     def retire(self, cycle: int, vals: dict[str, str]) -> None:
         index, opcode, queue = (to_int(vals[i]) for i in self.record_ids)
-        start = self.lo if self.taken_at is None else self.taken_at
-        self.taken_at = None
+        start = self.taken_at.popleft() if self.taken_at else self.lo
         self.stats.retired += 1
         self.stats.records.append({"engine": self.name, "index": index, "opcode": opcode,
                                    "start_cycle": start, "end_cycle": cycle + 1,
