@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCEPT_CYCLES", "PAGE_BYTES", "MAX_BURST_BEATS", "DRAM_READ_LATENCY",
     "matmul_busy_cycles", "matmul_issue_cycles", "matmul_in_flight", "engine_in_flight",
-    "MatmulTimes", "MatmulTimeline", "requant_busy_cycles", "softmax_busy_cycles", "softmax_row_cycles",
+    "MatmulTimes", "MatmulTimeline", "requant_busy_cycles", "softmax_busy_cycles",
+    "softmax_row_cycles",
     "Burst", "dma_bursts", "dma_load_busy_cycles", "dma_store_busy_cycles", "dma_busy_cycles",
     "dma_error_busy_cycles", "command_busy_cycles", "dma_estimate_cycles",
 ]
@@ -90,16 +91,19 @@ def _matmul_first_write(config: NPUConfig, a: int) -> int:
     return a + _MATMUL_TO_ARRAY + (config.rows + config.cols - 1) + 1
 
 
-def matmul_busy_cycles(config: NPUConfig, m: int, *, error: bool = False) -> int:
-    """Busy cycles of one MATMUL of ``m`` activation rows on an idle matrix engine
+def matmul_busy_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
+                       error: bool = False) -> int:
+    """Busy cycles of one MATMUL of ``m`` activation rows and ``k_blocks >= 1`` K blocks
+    (``k_len + 1``, :class:`hw.isa.MatmulBody`) on an idle matrix engine
     (:class:`hw.tile.MatrixEngine`): from the cycle after its handshake to its ``done``.
 
     Stages (``hw/tile/matrix_engine.py``): ``CHECK`` 1 (the command in the next-command
-    register); the issue stage from the next cycle, which reads weight row ``k`` and
-    activation row ``k`` in its cycle ``k``; 2 cycles to the array (scratchpad read latency,
-    the activation register); the array ``rows + cols - 1``; the accumulator write of each
-    row 1; ``done`` 1 cycle after the last write. Total ``m + rows + cols + 4``;
-    ``flags.accumulate`` and ``flags.transpose`` change nothing.
+    register); the issue stage from the next cycle, :func:`matmul_issue_cycles` ``P`` per K
+    block, which reads weight row ``k`` and activation row ``k`` of the block in its cycle
+    ``k``; for the last block's rows, 2 cycles to the array (scratchpad read latency, the
+    activation register), the array ``rows + cols - 1``, the accumulator write of each row
+    1; ``done`` 1 cycle after the last write. Total ``(B - 1) * P + m + rows + cols + 4``
+    for ``B`` blocks; ``flags.accumulate`` and ``flags.transpose`` change nothing.
 
     ``m == 0`` and a failing command (``error``: ``BAD_OPCODE``, ``BAD_SIZE``,
     ``BAD_LOCAL_ADDR``) take ``CHECK`` and their retire cycle: 2.
@@ -109,25 +113,32 @@ def matmul_busy_cycles(config: NPUConfig, m: int, *, error: bool = False) -> int
     """
     if error or m == 0:
         return _CHECK_RETIRE
-    # CHECK, then the issue stage from t + 2: last write in t + 1 + first-write offset + m
-    return 1 + _matmul_first_write(config, 1) + m - 1 + 1
+    blocks = k_blocks
+    # CHECK, then the issue stage from t + 2: the last block's last write, then done
+    last_block = 2 + (blocks - 1) * _matmul_period(config, m)
+    return _matmul_first_write(config, last_block) + m - 1 + 1
 
 
-def matmul_issue_cycles(config: NPUConfig, m: int) -> int:
-    """Cycles one MATMUL of ``m >= 1`` rows holds the matrix engine's issue stage:
-    ``max(m, rows, cols)``. Back-to-back MATMULs (the next one taken in time,
-    :class:`MatmulTimeline`) enter the array every this many cycles, so that the steady state
-    is one activation row per cycle for ``m >= max(rows, cols)``.
+def _matmul_period(config: NPUConfig, m: int) -> int:
+    return max(m, config.rows, config.cols)
 
-    The bounds: ``m`` activation reads and ``rows`` weight reads (one per cycle each, on two
-    scratchpad read ports), and the shadow-weight rule of :class:`hw.tile.SystolicArray`
-    (shadow row ``k`` may be rewritten only once the previous swap has passed all ``cols``
-    PEs of row ``k``; by columns, all ``rows`` PEs of the column). ``m == 0`` and failing
-    commands do not use the issue stage: 0.
+
+def matmul_issue_cycles(config: NPUConfig, m: int, k_blocks: int = 1) -> int:
+    """Cycles one MATMUL of ``m >= 1`` rows and ``k_blocks >= 1`` K blocks holds
+    the matrix engine's issue stage: ``max(m, rows, cols)`` per block. Back-to-back MATMULs
+    (the next one taken in time, :class:`MatmulTimeline`) and the blocks of one enter the
+    array every this many cycles, so that the steady state is one activation row per cycle
+    for ``m >= max(rows, cols)``.
+
+    The bounds: ``m`` activation reads and ``rows`` weight reads per block (one per cycle
+    each, on two scratchpad read ports), and the shadow-weight rule of
+    :class:`hw.tile.SystolicArray` (shadow row ``k`` may be rewritten only once the previous
+    swap has passed all ``cols`` PEs of row ``k``; by columns, all ``rows`` PEs of the
+    column). ``m == 0`` and failing commands do not use the issue stage: 0.
     """
     if m == 0:
         return 0
-    return max(m, config.rows, config.cols)
+    return k_blocks * _matmul_period(config, m)
 
 
 def matmul_in_flight(config: NPUConfig) -> int:
@@ -161,14 +172,15 @@ class MatmulTimes:
     done : int
         Its ``done`` pulse.
     writes : tuple of (int, int)
-        Accumulator write cycles ``[first, end)``, one row per cycle (``(0, 0)``: none).
+        Accumulator write cycles, one span ``[first, end)`` of ``m`` cycles per K block
+        (empty: none).
     accept_from : int
         First cycle the engine can take the next command (its ``cmd.ready`` and the in-flight
         limit :func:`matmul_in_flight`).
     """
     take: int
     done: int
-    writes: tuple[int, int]
+    writes: tuple[tuple[int, int], ...]
     accept_from: int
 
 
@@ -185,8 +197,8 @@ class MatmulTimeline:
       the previous command's issue (``x = max(t + 1, a' + P' - 1)``); the engine takes the next
       command from ``x + 1``;
     * a command that runs enters the issue stage at ``a = x + 1`` for
-      :func:`matmul_issue_cycles` ``P`` cycles and writes accumulator row ``i`` in cycle
-      ``a + rows + cols + 2 + i``;
+      :func:`matmul_issue_cycles` cycles, ``P = max(m, rows, cols)`` per K block, and K block
+      ``j`` writes accumulator row ``i`` in cycle ``a + j * P + rows + cols + 2 + i``;
     * commands retire in order, one ``done`` per cycle: ``done = max(r, done' + 1)`` with
       ``r = x + 1`` (failing or empty) or the cycle after its last write;
     * at most :func:`matmul_in_flight` commands are taken and not retired; a retirement in
@@ -208,8 +220,9 @@ class MatmulTimeline:
         slot = self._done[-self._limit] + 1 if len(self._done) >= self._limit else 0
         return max(self._ready, slot)
 
-    def take(self, t: int, m: int, *, error: bool = False) -> MatmulTimes:
-        """The command of ``m`` rows (``error``: it fails its checks) taken in cycle ``t``.
+    def take(self, t: int, m: int, *, k_blocks: int = 1, error: bool = False) -> MatmulTimes:
+        """The command of ``m`` rows and ``k_blocks >= 1`` K blocks (``error``: it fails its
+        checks) taken in cycle ``t``.
 
         Raises
         ------
@@ -222,17 +235,18 @@ class MatmulTimeline:
         c = self.config
         prev_done = self._done[-1] if self._done else -1
         x = t + 1
-        writes = (0, 0)
+        writes: tuple[tuple[int, int], ...] = ()
         if error or m == 0:
             ready = x + 1
         else:
             if self._issue_last is not None:
                 x = max(x, self._issue_last)
             a = x + 1
-            self._issue_last = a + matmul_issue_cycles(c, m) - 1
-            first = _matmul_first_write(c, a)
-            writes = (first, first + m)
-            ready = first + m
+            self._issue_last = a + matmul_issue_cycles(c, m, k_blocks) - 1
+            period = _matmul_period(c, m)
+            firsts = [_matmul_first_write(c, a + j * period) for j in range(k_blocks)]
+            writes = tuple((f, f + m) for f in firsts)
+            ready = firsts[-1] + m
         done = max(ready, prev_done + 1)
         self._ready = x + 1
         self._done = [*self._done[1 - self._limit:], done]
@@ -606,7 +620,8 @@ def command_busy_cycles(config: NPUConfig, command: bytes | CommandView,
     view = decode(command) if isinstance(command, bytes | bytearray) else command
     op, flags, failed = view.header.opcode, view.header.flags, ErrorCode(error) != ErrorCode.NONE
     if op == Opcode.MATMUL:
-        return matmul_busy_cycles(config, view.body.matmul.m, error=failed)
+        b = view.body.matmul
+        return matmul_busy_cycles(config, b.m, k_blocks=b.k_len + 1, error=failed)
     if op == Opcode.REQUANT:
         return requant_busy_cycles(config, view.body.requant.n_rows,
                                    row_scale=bool(flags.row_scale), error=failed)

@@ -53,7 +53,10 @@ class MatrixEngine(wiring.Component):
 
     With ``flags.transpose`` (square arrays only, else ``BAD_SIZE``) scratchpad row
     ``w_row + n`` is written into array *column* ``n`` (see :class:`hw.isa.MatmulBody`): the
-    same ``rows`` reads, the array's column-write mode, no extra cycles.
+    same ``rows`` reads, the array's column-write mode, no extra cycles. With ``k_len = B - 1
+    > 0`` the command runs ``B`` tiles one after the other as back-to-back MATMULs would
+    (weights ``w_row + j * rows``, activations ``a_row + j * m``), every one after the first
+    accumulating onto the rows the one before wrote.
 
     Pipeline (back-to-back commands overlap; timing in :class:`hw.isa.timing.MatmulTimeline`)
     ----------------------------------------------------------------------------------------
@@ -61,9 +64,10 @@ class MatrixEngine(wiring.Component):
       earlier commands run) and checks it there. A failing or empty command goes straight to
       the retire FIFO; any other moves on to the issue stage once that is free, or in the last
       cycle of the command it holds.
-    * **Issue**: :func:`hw.isa.matmul_issue_cycles` cycles, ``max(m, rows, cols)``; in its
-      cycle ``k`` it reads weight row ``w_row + k`` (``k < rows``, on ``spad_w_rd``) and
-      activation row ``a_row + k`` (``k < m``, on ``spad_rd``). The weights go to the array's
+    * **Issue**: :func:`hw.isa.matmul_issue_cycles` cycles, ``max(m, rows, cols)`` per K
+      block; in its cycle ``k`` of block ``j`` it reads weight row ``w_row + j * rows + k``
+      (``k < rows``, on ``spad_w_rd``) and activation row ``a_row + j * m + k`` (``k < m``,
+      on ``spad_rd``). The weights go to the array's
       *shadow* registers one row per cycle while the previous command's rows still stream; the
       activation register delays each activation row one cycle more, so the first row's weight
       swap follows its first weight row by one cycle and shadow row ``k`` is always written
@@ -89,10 +93,11 @@ class MatrixEngine(wiring.Component):
     (``m + rows + cols + 4``; failing commands and ``m == 0``: 2).
 
     Errors (checked in this order, nothing is written): opcode other than MATMUL ->
-    ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``a_row .. a_row + m - 1`` or
-    ``w_row .. w_row + rows - 1`` outside the scratchpad, or ``acc_row .. acc_row + m - 1``
+    ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``a_row .. a_row + B * m - 1`` or
+    ``w_row .. w_row + B * rows - 1`` outside the scratchpad, or ``acc_row .. acc_row + m - 1``
     outside the accumulator -> ``BAD_LOCAL_ADDR`` with ``error_addr`` the first out-of-range
-    row. ``m == 0`` does nothing, checks nothing and retires without error.
+    row (one multiplier, ``B * m``, in the check). ``m == 0`` does nothing, checks nothing and
+    retires without error.
 
     Members
     -------
@@ -158,8 +163,11 @@ class MatrixEngine(wiring.Component):
         cfg = self.config
         body = cmd.body.matmul
         out = Signal(_Retire)
-        bad_a, bad_a_row = check_rows(body.a_row, body.m, cfg.spad_rows)
-        bad_w, bad_w_row = check_rows(body.w_row, cfg.rows, cfg.spad_rows)
+        blocks = body.k_len + 1
+        a_rows = Signal(33)             # activation rows of all K blocks: blocks * m
+        m.d.comb += a_rows.eq(blocks * body.m)
+        bad_a, bad_a_row = check_rows(body.a_row, a_rows, cfg.spad_rows)
+        bad_w, bad_w_row = check_rows(body.w_row, blocks * cfg.rows, cfg.spad_rows)
         bad_acc, bad_acc_row = check_rows(body.acc_row, body.m, cfg.acc_rows)
         m.d.comb += out.skip.eq(1)
         with m.If(cmd.header.opcode != Opcode.MATMUL):
@@ -180,42 +188,50 @@ class MatrixEngine(wiring.Component):
         return out
 
     def _issue(self, m: Module, nxt, start, issue_free) -> "_Reads":
-        """The issue stage: loaded from the next-command register on ``start``; reads weight
-        row ``k`` and activation row ``k`` in its cycle ``k``. Returns the reads, registered
-        (valid in the cycle their data is on the read ports)."""
+        """The issue stage: loaded from the next-command register on ``start``; in cycle ``k``
+        of each K block it reads weight row ``k`` and activation row ``k`` of the block.
+        Returns the reads, registered (valid in the cycle their data is on the read ports)."""
         cfg = self.config
         body = nxt.body.matmul
         active = Signal()
-        count = Signal(17)
+        count = Signal(17)              # cycle in the block
         last = Signal(17)               # max(m, rows, cols) - 1
-        a_row, w_row, acc_row = Signal(16), Signal(16), Signal(16)
+        blocks_left = Signal(16)        # K blocks after this one
+        a_base, w_base = Signal(17), Signal(17)     # the block's first rows
+        acc_row = Signal(16)
         n_rows = Signal(17)
         accumulate, transpose = Signal(), Signal()
-        m.d.comb += issue_free.eq(~active | (count == last))
+        end = count == last
+        m.d.comb += issue_free.eq(~active | (end & (blocks_left == 0)))
         floor = max(cfg.rows, cfg.cols)
         with m.If(start):
             m.d.sync += [
                 active.eq(1), count.eq(0),
                 last.eq(Mux(body.m > floor, body.m, floor) - 1),
-                a_row.eq(body.a_row), w_row.eq(body.w_row), acc_row.eq(body.acc_row),
+                blocks_left.eq(body.k_len),
+                a_base.eq(body.a_row), w_base.eq(body.w_row), acc_row.eq(body.acc_row),
                 n_rows.eq(body.m), accumulate.eq(nxt.header.flags.accumulate),
                 transpose.eq(nxt.header.flags.transpose),
             ]
         with m.Elif(active):
             m.d.sync += count.eq(count + 1)
-            with m.If(count == last):
-                m.d.sync += active.eq(0)
+            with m.If(end):
+                m.d.sync += [count.eq(0), blocks_left.eq(blocks_left - 1),
+                             a_base.eq(a_base + n_rows), w_base.eq(w_base + cfg.rows),
+                             accumulate.eq(1)]      # later blocks add to the earlier ones
+                with m.If(blocks_left == 0):
+                    m.d.sync += active.eq(0)
 
         r = _Reads(cfg)
         m.d.sync += [r.w_valid.eq(0), r.a_valid.eq(0)]
         with m.If(active & (count < cfg.rows)):
-            m.d.comb += [self.spad_w_rd.en.eq(1), self.spad_w_rd.addr.eq(w_row + count)]
+            m.d.comb += [self.spad_w_rd.en.eq(1), self.spad_w_rd.addr.eq(w_base + count)]
             m.d.sync += [r.w_valid.eq(1), r.w_k.eq(count), r.w_col.eq(transpose)]
         with m.If(active & (count < n_rows)):
-            m.d.comb += [self.spad_rd.en.eq(1), self.spad_rd.addr.eq(a_row + count)]
+            m.d.comb += [self.spad_rd.en.eq(1), self.spad_rd.addr.eq(a_base + count)]
             m.d.sync += [r.a_valid.eq(1), r.a_first.eq(count == 0),
                          r.tag.acc_row.eq(acc_row + count), r.tag.accumulate.eq(accumulate),
-                         r.tag.last.eq(count + 1 == n_rows)]
+                         r.tag.last.eq((count + 1 == n_rows) & (blocks_left == 0))]
         return r
 
     def _feed(self, m: Module, array, r: "_Reads") -> None:

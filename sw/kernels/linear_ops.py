@@ -32,18 +32,19 @@ Wait = tuple[str, int] | None   #: ``(semaphore name, count)``
 
 # -- the planner's cost of each command ---------------------------------------------------------
 
-def matmul_cycles(config: NPUConfig, m: int) -> int:
-    """Cycles between the handshakes of back-to-back MATMULs of ``m >= 1`` rows on the matrix
-    engine: :func:`hw.isa.matmul_issue_cycles`, ``max(m, rows, cols)``, exact in the steady
-    state of :class:`hw.isa.timing.MatmulTimeline` (the next MATMUL is taken while this one
-    runs; its weights load meanwhile)."""
-    return matmul_issue_cycles(config, m)
+def matmul_cycles(config: NPUConfig, m: int, k_blocks: int = 1) -> int:
+    """Cycles between the handshakes of back-to-back MATMULs of ``m >= 1`` rows and
+    ``k_blocks`` K blocks on the matrix engine: :func:`hw.isa.matmul_issue_cycles`,
+    ``max(m, rows, cols)`` per block, exact in the steady state of
+    :class:`hw.isa.timing.MatmulTimeline` (the next MATMUL is taken while this one runs; its
+    weights load meanwhile)."""
+    return matmul_issue_cycles(config, m, k_blocks)
 
 
-def matmul_latency(config: NPUConfig, m: int) -> int:
+def matmul_latency(config: NPUConfig, m: int, k_blocks: int = 1) -> int:
     """Cycles from a MATMUL's handshake to the first cycle its semaphore increment is seen:
-    ``hw.isa.matmul_busy_cycles + ACCEPT_CYCLES`` (``m + rows + cols + 5``)."""
-    return matmul_busy_cycles(config, m) + ACCEPT_CYCLES
+    ``hw.isa.matmul_busy_cycles + ACCEPT_CYCLES`` (``m + rows + cols + 5`` for one block)."""
+    return matmul_busy_cycles(config, m, k_blocks=k_blocks) + ACCEPT_CYCLES
 
 
 def requant_cycles(config: NPUConfig, n_rows: int) -> int:
@@ -95,6 +96,7 @@ class MatmulOp:
     acc_row: int
     m: int
     accumulate: bool
+    k_blocks: int = 1
     wait: Wait = None
     signal: str | None = None
     engine = method = "matmul"
@@ -145,7 +147,7 @@ class Timer:
             self.bytes[op.tag] += op.row_bytes * op.n_rows
             return dma_cycles(c, op.row_bytes, op.n_rows)
         if isinstance(op, MatmulOp):
-            return matmul_cycles(c, op.m)
+            return matmul_cycles(c, op.m, op.k_blocks)
         return requant_cycles(c, op.n_rows)
 
     def run(self, ops: list[Op]) -> int:
@@ -156,7 +158,8 @@ class Timer:
             t = self.free[op.engine]
             if op.wait is not None:
                 t = max(t, self.done[op.wait[0]][op.wait[1] - 1])
-            finish = t + (matmul_latency(self.c, op.m) if isinstance(op, MatmulOp) else cycles)
+            finish = t + (matmul_latency(self.c, op.m, op.k_blocks) if isinstance(op, MatmulOp)
+                          else cycles)
             self.free[op.engine] = t + cycles
             end = max(end, finish)
             if op.signal is not None:

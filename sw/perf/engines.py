@@ -36,10 +36,10 @@ class MatrixEngine:
         self.timeline = T.MatmulTimeline(config)
 
     def start(self, cmd, t: int, error: ErrorCode) -> None:
-        times = self.timeline.take(t, cmd.body.m, error=error is not _NONE)
-        a, b = times.writes
-        if b > a:
-            self.acc_busy.add(a, b, self)
+        b = cmd.body
+        times = self.timeline.take(t, b.m, k_blocks=b.k_len + 1, error=error is not _NONE)
+        for first, end in times.writes:
+            self.acc_busy.add(first, end, self)
         self.queue.set_done(times.done, free_from=times.accept_from)
 
 

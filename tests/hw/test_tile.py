@@ -201,7 +201,8 @@ def back_to_back_commands(cfg, rng, n):
     """A random MATMUL stream for :func:`test_matmul_back_to_back`: ``(opcode, body, flags)``.
 
     Sizes around ``rows``, ``cols`` and ``max(rows, cols)`` (where the issue stage's length
-    switches from the weight load to ``m``); K chains (the same accumulator rows, accumulate);
+    switches from the weight load to ``m``); 1 to 3 K blocks per command (``k_len`` 0 to 2);
+    K chains (the same accumulator rows, accumulate);
     a command whose first row is the previous one's last row (written in the cycle it is read
     again); transposed weights on square arrays; failing and empty commands in between."""
     big = max(cfg.rows, cfg.cols)
@@ -210,9 +211,10 @@ def back_to_back_commands(cfg, rng, n):
     for _ in range(n):
         kind = rng.choice(["run"] * 6 + ["chain", "adjacent"] * 2 + ["error"] * 2 + ["empty"])
         m = int(rng.choice(sizes))
-        body = {"a_row": int(rng.integers(0, cfg.spad_rows - m)),
-                "w_row": int(rng.integers(0, cfg.spad_rows - big)),
-                "acc_row": int(rng.integers(0, cfg.acc_rows - m)), "m": m}
+        span = int(rng.choice([1, 1, 2, 3]))           # K blocks
+        body = {"a_row": int(rng.integers(0, cfg.spad_rows - span * m)),
+                "w_row": int(rng.integers(0, cfg.spad_rows - span * big)),
+                "acc_row": int(rng.integers(0, cfg.acc_rows - m)), "m": m, "k_len": span - 1}
         flags = {"accumulate": int(rng.integers(0, 2)),
                  "transpose": int(cfg.rows == cfg.cols and rng.integers(0, 4) == 0)}
         op = Opcode.MATMUL
@@ -227,6 +229,10 @@ def back_to_back_commands(cfg, rng, n):
             op, body = rng.choice([
                 (Opcode.MATMUL, body | {"a_row": cfg.spad_rows - 1, "m": 3}),
                 (Opcode.MATMUL, body | {"acc_row": cfg.acc_rows - 1, "m": 2}),
+                # K blocks past the end of the scratchpad (activations, then weights)
+                (Opcode.MATMUL, body | {"a_row": cfg.spad_rows - 7, "m": 3, "k_len": 2}),
+                (Opcode.MATMUL, body | {"a_row": 0, "w_row": cfg.spad_rows - 2 * cfg.rows,
+                                        "m": 1, "k_len": 2}),
                 (Opcode.REQUANT, body)])
             if cfg.rows != cfg.cols and rng.integers(0, 2):
                 op, flags["transpose"] = Opcode.MATMUL, 1
@@ -243,12 +249,13 @@ def expected_error(cfg, op, body, flags):
     if op != Opcode.MATMUL:
         return ErrorCode.BAD_OPCODE, 0
     m = body["m"]
+    blocks = body.get("k_len", 0) + 1
     if m == 0:
         return ErrorCode.NONE, 0
     if flags.get("transpose") and cfg.rows != cfg.cols:
         return ErrorCode.BAD_SIZE, 0
-    for start, count, depth in ((body["a_row"], m, cfg.spad_rows),
-                                (body["w_row"], cfg.rows, cfg.spad_rows),
+    for start, count, depth in ((body["a_row"], blocks * m, cfg.spad_rows),
+                                (body["w_row"], blocks * cfg.rows, cfg.spad_rows),
                                 (body["acc_row"], m, cfg.acc_rows)):
         if start + count > depth:
             return ErrorCode.BAD_LOCAL_ADDR, max(start, depth)
@@ -305,15 +312,16 @@ def test_matmul_back_to_back(cfg):
         for k, (op, body, flags) in enumerate(cmds):
             assert errors[k] == expected_error(cfg, op, body, flags), (k, cmds[k])
             failed = errors[k][0] != ErrorCode.NONE
-            t = line.take(takes[k], body["m"], error=failed)
+            t = line.take(takes[k], body["m"], k_blocks=body["k_len"] + 1, error=failed)
             assert dones[k] == t.done, (k, cmds[k])
             if k + 1 < len(cmds):
                 # taken in the first cycle both the driver offers it and the engine can
                 assert takes[k + 1] == max(t.accept_from, earliest[k + 1]), (k, cmds[k])
             if op == Opcode.MATMUL and not failed:
-                model_matmul(cfg, mem.spad, mem.acc, body["a_row"], body["w_row"],
-                             body["acc_row"], body["m"], flags["accumulate"],
-                             flags["transpose"])
+                for j in range(body["k_len"] + 1):     # block j adds to block j - 1
+                    model_matmul(cfg, mem.spad, mem.acc, body["a_row"] + j * body["m"],
+                                 body["w_row"] + j * cfg.rows, body["acc_row"], body["m"],
+                                 flags["accumulate"] or j > 0, flags["transpose"])
         assert sum(e != ErrorCode.NONE for e, _ in errors) >= 3
         await mem.check(ctx, "back-to-back MATMULs")
 

@@ -73,6 +73,9 @@ def test_matmul_busy_cycles(cfg):
         (dict(a_row=0, w_row=0, acc_row=125, m=9), {}, ErrorCode.BAD_LOCAL_ADDR),
         (dict(a_row=0, w_row=0, acc_row=0, m=5), {"transpose": 1},
          ErrorCode.NONE if cfg.rows == cfg.cols else ErrorCode.BAD_SIZE),
+        (dict(a_row=0, w_row=0, acc_row=0, m=3, k_len=3), {}, ErrorCode.NONE),
+        (dict(a_row=0, w_row=8, acc_row=0, m=cfg.cols + 3, k_len=1), {}, ErrorCode.NONE),
+        (dict(a_row=0, w_row=0, acc_row=0, m=40, k_len=3), {}, ErrorCode.BAD_LOCAL_ADDR),
     ]
 
     async def program(ctx, dut):
@@ -86,7 +89,8 @@ def test_matmul_busy_cycles(cfg):
     for (body, _, want_error), (error, busy, period) in zip(cases, results[:-1], strict=True):
         failed = want_error != ErrorCode.NONE
         assert error == want_error, body
-        assert busy == timing.matmul_busy_cycles(cfg, body["m"], error=failed), body
+        assert busy == timing.matmul_busy_cycles(cfg, body["m"], k_blocks=body.get("k_len", 0) + 1,
+                                                 error=failed), body
         # the engine takes the next command as soon as this one left its check stage
         assert period == timing.MatmulTimeline(cfg).take(0, body["m"], error=failed).accept_from
         assert period == 2 < busy + ACCEPT_CYCLES or failed or body["m"] == 0

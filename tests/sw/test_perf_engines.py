@@ -127,17 +127,20 @@ def test_matmul_done_and_accumulator_writes(cfg):
     the engine's."""
     dut = MatrixEngine(cfg)
     big = max(cfg.rows, cfg.cols)
-    ms = [1, 5, 13, 0, big, big + 1, 2, 0, 1, 1]
-    cmds = [{"a_row": 0, "w_row": 20, "acc_row": 0, "m": m} for m in ms]
+    ms = [1, 5, 13, 0, big, big + 1, 2, 0, 1, 1, 3, big]
+    k_lens = [0] * 10 + [2, 1]                  # then K blocks: 3 x 3 rows, 2 x big rows
+    cmds = [{"a_row": 0, "w_row": 20, "acc_row": 0, "m": m, "k_len": k}
+            for m, k in zip(ms, k_lens, strict=True)]
     takes, dones, writes = run_matmuls(dut, cmds, matmul_in_flight(cfg))
     busy = BusyList(lambda: 0)
     perf = PerfMatrix(cfg, busy)
     perf.queue = q = _Queue()
-    for t, m in zip(takes, ms, strict=True):
-        perf.start(_cmd(Opcode.MATMUL, {"m": m}), t, ErrorCode.NONE)
+    for t, body in zip(takes, cmds, strict=True):
+        perf.start(_cmd(Opcode.MATMUL, body), t, ErrorCode.NONE)
     assert q.done == dones
     assert q.free_from[:-1] == takes[1:]        # offered all the time: taken when it can be
     assert _cycles(_spans(busy)) == writes
+    assert len(writes) == sum(m * (k + 1) for m, k in zip(ms, k_lens, strict=True))
     assert dones[0] - takes[0] == matmul_busy_cycles(cfg, 1)
     # the array never waits for weights once m >= max(rows, cols): rows written back to back
     i = ms.index(big)
