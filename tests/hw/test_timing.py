@@ -179,3 +179,34 @@ def test_command_busy_cycles_dispatches_on_the_encoded_command():
     assert timing.command_busy_cycles(cfg, cmds[0].raw, ErrorCode.BAD_LOCAL_ADDR) == 2
     with pytest.raises(ValueError, match="does not run on an engine"):
         timing.command_busy_cycles(cfg, cmds[5].raw)
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (4, 4), (8, 8), (4, 8), (8, 4), (2, 32), (32, 2),
+                                   (16, 16), (32, 32), (3, 7)])
+def test_in_flight_limit_never_delays_back_to_back_matmuls(shape):
+    """``matmul_in_flight`` is enough: MATMULs offered back to back (each as soon as the engine
+    can take it) are taken in the same cycles as with no limit at all, for every size around
+    ``rows``, ``cols`` and their maximum and for several K blocks; one place fewer delays
+    some."""
+    rows, cols = shape
+    cfg = NPUConfig(rows=rows, cols=cols)
+    big = max(rows, cols)
+
+    limit = timing.matmul_in_flight(cfg)
+
+    def takes(places, m, k_blocks):
+        line = timing.MatmulTimeline(cfg)
+        line._limit = places            # the in-flight limit under test
+        t, out = 0, []
+        for _ in range(3 * limit + 4):
+            out.append(t)
+            t = line.take(t, m, k_blocks=k_blocks).accept_from
+        return out
+
+    sizes = sorted({1, 2, rows - 1, rows, cols - 1, cols, big, big + 1, 2 * big + 3} - {0})
+    delayed = False
+    for m in sizes:
+        for k_blocks in (1, 2, 3):
+            assert takes(limit, m, k_blocks) == takes(1 << 20, m, k_blocks), (m, k_blocks)
+            delayed |= takes(limit - 1, m, k_blocks) != takes(1 << 20, m, k_blocks)
+    assert delayed, "the limit is not tight"
