@@ -152,12 +152,21 @@ class MatmulBody(data.Struct):
     spad[w_row + n][k]``. Keys stored one per scratchpad row thus become ``K^T`` (the score
     matmul ``Q @ K^T`` of attention) with no transpose in memory. Needs ``rows == cols``
     (``BAD_SIZE`` with ``error_addr`` 0 otherwise, checked after the opcode and ``m == 0``).
+
+    K blocks: with ``k_len = B - 1 > 0`` (as AXI's ``AxLEN``: 0 is one tile) one command sums
+    ``B`` tiles along K: tile ``j`` has the weights at ``w_row + j * rows`` and the
+    activations at ``a_row + j * m`` (``A_j[i]`` = scratchpad row ``a_row + j * m + i``), and
+    ``acc[acc_row + i] (+)= sum_j A_j[i] @ W_j`` (``flags.accumulate`` as for one tile; the
+    sum wraps modulo 2**32). So the scratchpad rows read are ``a_row .. a_row + B * m - 1``
+    and ``w_row .. w_row + B * rows - 1``. One command then does the work of ``B`` (a GEMV
+    with ``m = 1`` needs one command per N block and K chunk, not per tile).
     """
     a_row: 16
     w_row: 16
     acc_row: 16
     m: 16            #: number of activation rows; 0 does nothing
-    _pad: 128
+    k_len: 16        #: weight tiles summed along K, minus one
+    _pad: 112
 
 
 class RequantBody(data.Struct):

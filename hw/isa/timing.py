@@ -40,6 +40,7 @@ are re-exported here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hw.isa.commands import CommandView, ErrorCode, Opcode, decode
@@ -52,9 +53,10 @@ if TYPE_CHECKING:
     from hw.config import NPUConfig
 
 __all__ = [
-    "ACCEPT_CYCLES", "matmul_busy_cycles", "requant_busy_cycles", "softmax_busy_cycles",
-    "softmax_row_cycles", "VECTOR_MUL_LATENCY", "REQUANT_LATENCY", "REQUANT_ROW_SCALE_LATENCY",
-    "SOFTMAX_EXP_LATENCY", "command_busy_cycles", *_dma,
+    "ACCEPT_CYCLES", "matmul_busy_cycles", "matmul_issue_cycles", "matmul_in_flight",
+    "engine_in_flight", "MatmulTimes", "MatmulTimeline", "requant_busy_cycles",
+    "softmax_busy_cycles", "softmax_row_cycles", "VECTOR_MUL_LATENCY", "REQUANT_LATENCY",
+    "REQUANT_ROW_SCALE_LATENCY", "SOFTMAX_EXP_LATENCY", "command_busy_cycles", *_dma,
 ]
 
 #: Cycles from an engine's ``done`` to the handshake of a command that is already waiting (the
@@ -69,24 +71,180 @@ _CHECK_RETIRE = 2
 
 # -- matrix engine --------------------------------------------------------------------------------
 
-def matmul_busy_cycles(config: NPUConfig, m: int, *, error: bool = False) -> int:
-    """Busy cycles of one MATMUL of ``m`` activation rows (:class:`hw.tile.MatrixEngine`).
+#: Cycles from an activation row's scratchpad read to its entry into the array: the read port's
+#: latency and the activation register (which puts the weight swap one cycle after the first
+#: weight row is written, as :class:`hw.tile.SystolicArray` needs).
+_MATMUL_TO_ARRAY = 2
 
-    FSM states (``hw/tile/matrix_engine.py``): ``CHECK`` 1; ``LOAD_WEIGHTS`` ``rows`` (one
-    weight row read per cycle); ``STREAM_ROWS`` ``m`` (one activation row per cycle);
-    ``DRAIN`` ``1 + (rows + cols - 1) + 1`` (scratchpad read latency, the array's latency from
-    the first row in to the last column out, the accumulator write of the last row);
-    ``RETIRE`` 1 (``done``). Total ``m + 2 * rows + cols + 3``; ``flags.accumulate`` and
-    ``flags.transpose`` change nothing.
+
+def _matmul_first_write(config: NPUConfig, a: int) -> int:
+    """Cycle of the first accumulator write of a MATMUL whose issue starts in cycle ``a``: its
+    first activation row enters the array ``_MATMUL_TO_ARRAY`` cycles after its read, leaves
+    it ``rows + cols - 1`` later (:attr:`hw.tile.SystolicArray.latency`), and is written in
+    the cycle after (the old row is read meanwhile)."""
+    return a + _MATMUL_TO_ARRAY + (config.rows + config.cols - 1) + 1
+
+
+def matmul_busy_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
+                       error: bool = False) -> int:
+    """Busy cycles of one MATMUL of ``m`` activation rows and ``k_blocks >= 1`` K blocks
+    (``k_len + 1``, :class:`hw.isa.MatmulBody`) on an idle matrix engine
+    (:class:`hw.tile.MatrixEngine`): from the cycle after its handshake to its ``done``.
+
+    Stages (``hw/tile/matrix_engine.py``): ``CHECK`` 1 (the command in the next-command
+    register); the issue stage from the next cycle, :func:`matmul_issue_cycles` ``P`` per K
+    block, which reads weight row ``k`` and activation row ``k`` of the block in its cycle
+    ``k``; for the last block's rows, 2 cycles to the array (scratchpad read latency, the
+    activation register), the array ``rows + cols - 1``, the accumulator write of each row
+    1; ``done`` 1 cycle after the last write. Total ``(B - 1) * P + m + rows + cols + 4``
+    for ``B`` blocks; ``flags.accumulate`` and ``flags.transpose`` change nothing.
 
     ``m == 0`` and a failing command (``error``: ``BAD_OPCODE``, ``BAD_SIZE``,
-    ``BAD_LOCAL_ADDR``) take ``CHECK`` and ``RETIRE``: 2.
+    ``BAD_LOCAL_ADDR``) take ``CHECK`` and their retire cycle: 2.
+
+    Back-to-back MATMULs overlap (:class:`MatmulTimeline`): this is the latency of one
+    command, not the cycles between two.
     """
     if error or m == 0:
         return _CHECK_RETIRE
-    rows, cols = config.rows, config.cols
-    drain = 1 + (rows + cols - 1) + 1
-    return 1 + rows + m + drain + 1
+    blocks = k_blocks
+    # CHECK, then the issue stage from t + 2: the last block's last write, then done
+    last_block = 2 + (blocks - 1) * _matmul_period(config, m)
+    return _matmul_first_write(config, last_block) + m - 1 + 1
+
+
+def _matmul_period(config: NPUConfig, m: int) -> int:
+    return max(m, config.rows, config.cols)
+
+
+def matmul_issue_cycles(config: NPUConfig, m: int, k_blocks: int = 1) -> int:
+    """Cycles one MATMUL of ``m >= 1`` rows and ``k_blocks >= 1`` K blocks holds
+    the matrix engine's issue stage: ``max(m, rows, cols)`` per block. Back-to-back MATMULs
+    (the next one taken in time, :class:`MatmulTimeline`) and the blocks of one enter the
+    array every this many cycles, so that the steady state is one activation row per cycle
+    for ``m >= max(rows, cols)``.
+
+    The bounds: ``m`` activation reads and ``rows`` weight reads per block (one per cycle
+    each, on two scratchpad read ports), and the shadow-weight rule of
+    :class:`hw.tile.SystolicArray` (shadow row ``k`` may be rewritten only once the previous
+    swap has passed all ``cols`` PEs of row ``k``; by columns, all ``rows`` PEs of the
+    column). ``m == 0`` and failing commands do not use the issue stage: 0.
+    """
+    if m == 0:
+        return 0
+    return k_blocks * _matmul_period(config, m)
+
+
+def matmul_in_flight(config: NPUConfig) -> int:
+    """Most MATMULs the matrix engine holds at once (taken, not yet retired), the depth of its
+    retire FIFO and of the command processor's in-flight records for it:
+    ``3 + (rows + cols + 2) // max(rows, cols)`` (5 on 8x8).
+
+    Enough that the limit never delays a handshake of back-to-back MATMULs: command ``i`` is
+    taken when command ``i - 1`` enters the issue stage, ``(D - 1) * P`` cycles after command
+    ``i - D`` did, which retires ``m + rows + cols + 2 <= P + rows + cols + 2`` cycles after
+    that (``P = matmul_issue_cycles >= max(m, rows, cols)``).
+    """
+    return 3 + (config.rows + config.cols + 2) // max(config.rows, config.cols)
+
+
+def engine_in_flight(config: NPUConfig, engine: str) -> int:
+    """Most commands engine ``engine`` (a name of :data:`hw.isa.ENGINE_NAMES`) holds at once:
+    :func:`matmul_in_flight` for ``matrix``, 1 for the others (they take a command only when
+    idle)."""
+    return matmul_in_flight(config) if engine == "matrix" else 1
+
+
+@dataclass(frozen=True)
+class MatmulTimes:
+    """When one MATMUL happens (absolute cycles, :meth:`MatmulTimeline.take`).
+
+    Attributes
+    ----------
+    take : int
+        Its handshake.
+    done : int
+        Its ``done`` pulse.
+    writes : tuple of (int, int)
+        Accumulator write cycles, one span ``[first, end)`` of ``m`` cycles per K block
+        (empty: none).
+    accept_from : int
+        First cycle the engine can take the next command (its ``cmd.ready`` and the in-flight
+        limit :func:`matmul_in_flight`).
+    """
+    take: int
+    done: int
+    writes: tuple[tuple[int, int], ...]
+    accept_from: int
+
+
+class MatmulTimeline:
+    """Cycle-exact schedule of the MATMULs of one matrix engine (:class:`hw.tile.MatrixEngine`),
+    command by command in the order it takes them; the one definition of its back-to-back
+    timing (the performance model, the planner and the tests use it).
+
+    Rules (cycle ``t`` the handshake of a command):
+
+    * the next-command register holds it from ``t + 1`` (``cmd.ready`` is low meanwhile) and
+      checks it in every cycle there; it leaves in cycle ``x``: a failing or empty command at
+      once (``x = t + 1``), any other once the issue stage is free or in the last cycle of
+      the previous command's issue (``x = max(t + 1, a' + P' - 1)``); the engine takes the next
+      command from ``x + 1``;
+    * a command that runs enters the issue stage at ``a = x + 1`` for
+      :func:`matmul_issue_cycles` cycles, ``P = max(m, rows, cols)`` per K block, and K block
+      ``j`` writes accumulator row ``i`` in cycle ``a + j * P + rows + cols + 2 + i``;
+    * commands retire in order, one ``done`` per cycle: ``done = max(r, done' + 1)`` with
+      ``r = x + 1`` (failing or empty) or the cycle after its last write;
+    * at most :func:`matmul_in_flight` commands are taken and not retired; a retirement in
+      cycle ``d`` frees a place from ``d + 1``.
+
+    Alone, a command takes :func:`matmul_busy_cycles`; back to back, commands enter the
+    array every ``P`` cycles.
+    """
+
+    def __init__(self, config: NPUConfig) -> None:
+        self.config = config
+        self._issue_last: int | None = None     # last issue cycle of the latest command run
+        self._ready = 0                         # cmd.ready from this cycle
+        self._done: list[int] = []              # done of the commands taken, newest last
+        self._limit = matmul_in_flight(config)
+
+    def accept_from(self) -> int:
+        """First cycle in which the engine can take the next command."""
+        slot = self._done[-self._limit] + 1 if len(self._done) >= self._limit else 0
+        return max(self._ready, slot)
+
+    def take(self, t: int, m: int, *, k_blocks: int = 1, error: bool = False) -> MatmulTimes:
+        """The command of ``m`` rows and ``k_blocks >= 1`` K blocks (``error``: it fails its
+        checks) taken in cycle ``t``.
+
+        Raises
+        ------
+        ValueError
+            If ``t`` is before :meth:`accept_from`.
+        """
+        if t < self.accept_from():
+            raise ValueError(f"MATMUL taken in cycle {t}, the engine takes one from "
+                             f"{self.accept_from()}")
+        c = self.config
+        prev_done = self._done[-1] if self._done else -1
+        x = t + 1
+        writes: tuple[tuple[int, int], ...] = ()
+        if error or m == 0:
+            ready = x + 1
+        else:
+            if self._issue_last is not None:
+                x = max(x, self._issue_last)
+            a = x + 1
+            self._issue_last = a + matmul_issue_cycles(c, m, k_blocks) - 1
+            period = _matmul_period(c, m)
+            firsts = [_matmul_first_write(c, a + j * period) for j in range(k_blocks)]
+            writes = tuple((f, f + m) for f in firsts)
+            ready = firsts[-1] + m
+        done = max(ready, prev_done + 1)
+        self._ready = x + 1
+        self._done = [*self._done[1 - self._limit:], done]
+        return MatmulTimes(take=t, done=done, writes=writes, accept_from=self.accept_from())
 
 
 # -- vector unit ----------------------------------------------------------------------------------
@@ -175,7 +333,8 @@ def command_busy_cycles(config: NPUConfig, command: bytes | CommandView,
     view = decode(command) if isinstance(command, bytes | bytearray) else command
     op, flags, failed = view.header.opcode, view.header.flags, ErrorCode(error) != ErrorCode.NONE
     if op == Opcode.MATMUL:
-        return matmul_busy_cycles(config, view.body.matmul.m, error=failed)
+        b = view.body.matmul
+        return matmul_busy_cycles(config, b.m, k_blocks=b.k_len + 1, error=failed)
     if op == Opcode.REQUANT:
         return requant_busy_cycles(config, view.body.requant.n_rows,
                                    row_scale=bool(flags.row_scale), error=failed)

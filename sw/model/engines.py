@@ -191,25 +191,32 @@ class Engines:
     # -- matrix engine --------------------------------------------------------------------------
 
     def matmul(self, body: CommandView, accumulate: bool, transpose: bool = False) -> None:
-        """MATMUL (:class:`hw.isa.MatmulBody`): int8 x int8 into int32, wrapping."""
+        """MATMUL (:class:`hw.isa.MatmulBody`): int8 x int8 into int32, wrapping; the sum of
+        ``k_len + 1`` tiles along K."""
         c = self.config
         m = body.m
         if m == 0:
             return
         if transpose and c.rows != c.cols:
             raise CommandError(ErrorCode.BAD_SIZE, 0)
-        for row, n, depth in ((body.a_row, m, c.spad_rows), (body.w_row, c.rows, c.spad_rows)):
+        blocks = body.k_len + 1
+        for row, n, depth in ((body.a_row, blocks * m, c.spad_rows),
+                              (body.w_row, blocks * c.rows, c.spad_rows)):
             if row + n > depth:
                 raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(row, depth))
         if body.acc_row + m > c.acc_rows:
             raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.acc_row, c.acc_rows))
-        a = self.spad[body.a_row:body.a_row + m, :c.rows]
-        if transpose:  # array column n <- spad row w_row + n (rows == cols)
-            w = self.spad[body.w_row:body.w_row + c.cols, :c.rows].T
-        else:
-            w = self.spad[body.w_row:body.w_row + c.rows, :c.cols]
-        # exact in int32: |sum| <= rows * 2**14 < 2**31; accumulation wraps modulo 2**32
-        out = np.matmul(a, w, dtype=np.int32)
+        # exact in int32: |sum| <= rows * 2**14 per block; the sum over the K blocks and the
+        # accumulation wrap modulo 2**32 as in the accumulator
+        out = np.zeros((m, c.cols), dtype=np.int32)
+        for j in range(blocks):
+            a0, w0 = body.a_row + j * m, body.w_row + j * c.rows
+            a = self.spad[a0:a0 + m, :c.rows]
+            if transpose:  # array column n <- spad row w_row + n (rows == cols)
+                w = self.spad[w0:w0 + c.cols, :c.rows].T
+            else:
+                w = self.spad[w0:w0 + c.rows, :c.cols]
+            out += np.matmul(a, w, dtype=np.int32)
         dst = self.acc[body.acc_row:body.acc_row + m]
         if accumulate:
             dst[:, :c.cols] += out

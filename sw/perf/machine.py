@@ -121,9 +121,9 @@ class Machine:
         if not self.failing:
             return True
         for eqn in self.engine_queues.values():
-            cur = eqn.current
-            if cur is not None and cur[0].queue == q and cur[2] is not ErrorCode.NONE:
-                return False
+            for e in eqn.in_flight:
+                if e.cmd.queue == q and e.error is not ErrorCode.NONE:
+                    return False
         return True
 
     def stage_inputs_settled(self, q: int, c: int) -> bool:
@@ -134,10 +134,9 @@ class Machine:
         if not self.failing:
             return True
         for eqn in self.engine_queues.values():
-            cur = eqn.current
-            if (cur is not None and cur[0].queue == q and cur[2] is not ErrorCode.NONE
-                    and eqn.free_from <= c):
-                return False
+            for e in eqn.in_flight:
+                if e.cmd.queue == q and e.error is not ErrorCode.NONE and e.done + 1 <= c:
+                    return False
         return True
 
     def queue_busy(self, q: int) -> bool:

@@ -25,6 +25,7 @@ from hw.isa.timing import (
     PAGE_BYTES,
     SOFTMAX_EXP_LATENCY,
     Burst,
+    MatmulTimeline,
     dma_bursts,
     dma_error_busy_cycles,
     matmul_busy_cycles,
@@ -33,7 +34,7 @@ from hw.isa.timing import (
 )
 
 __all__ = [
-    "PAGE_BYTES", "MAX_BURST_BEATS", "Burst", "dma_bursts", "QUICK_RETIRE", "matmul_done",
+    "PAGE_BYTES", "MAX_BURST_BEATS", "Burst", "dma_bursts", "QUICK_RETIRE", "MatmulTimeline",
     "requant_done", "requant_write_cycles", "SOFTMAX_START", "softmax_row_cycles",
     "softmax_p_writes", "softmax_row_end", "DMA_FIRST_REQUEST", "DMA_DONE_AFTER_LAST",
     "dma_quiet_done", "fetch_beats", "FETCH_ADDR_AFTER_IDLE", "DECODE_AFTER_LAST_BEAT",
@@ -46,13 +47,8 @@ QUICK_RETIRE = matmul_busy_cycles(NPUConfig(), 0)
 
 
 # -- matrix engine --------------------------------------------------------------------------------
-
-def matmul_done(config: NPUConfig, m: int) -> int:
-    """``done - t`` of a MATMUL of ``m > 0`` rows (:func:`hw.isa.timing.matmul_busy_cycles`).
-    It writes one accumulator row per cycle in its last ``m`` cycles before ``done`` (the
-    write-back of each row is the cycle after the array produces it; ``done`` is the cycle
-    after the last write)."""
-    return matmul_busy_cycles(config, m)
+# The matrix engine's schedule (handshakes, done pulses, accumulator writes of overlapping
+# MATMULs) is :class:`hw.isa.timing.MatmulTimeline` itself.
 
 
 # -- vector unit: requantization ---------------------------------------------------------------

@@ -35,7 +35,8 @@ def describe_command(raw: bytes) -> str:
                      f"local_stride={b.local_stride} mem={mem}")
     elif op == Opcode.MATMUL:
         b = cmd.body.matmul
-        parts.append(f"a_row={b.a_row} w_row={b.w_row} acc_row={b.acc_row} m={b.m}")
+        parts.append(f"a_row={b.a_row} w_row={b.w_row} acc_row={b.acc_row} m={b.m}"
+                     + (f" k_blocks={b.k_len + 1}" if b.k_len else ""))
     elif op == Opcode.REQUANT:
         b = cmd.body.requant
         parts.append(f"acc_row={b.acc_row} spad_row={b.spad_row} n_rows={b.n_rows} "
@@ -165,10 +166,14 @@ class CommandList:
                   local_stride, wait, signal)
 
     def matmul(self, *, a_row: int, w_row: int, acc_row: int, m: int, accumulate: bool = False,
-               transpose: bool = False, wait: Wait = None, signal: int | None = None) -> None:
+               transpose: bool = False, k_blocks: int = 1, wait: Wait = None,
+               signal: int | None = None) -> None:
         """``acc[acc_row+i] (+)= A[a_row+i] @ W[w_row:w_row+rows]`` for ``i < m`` (rows);
-        ``transpose``: ``W[k, n] = spad[w_row + n][k]`` (see :class:`hw.isa.MatmulBody`)."""
-        body = {"matmul": {"a_row": a_row, "w_row": w_row, "acc_row": acc_row, "m": m}}
+        ``transpose``: ``W[k, n] = spad[w_row + n][k]``; ``k_blocks`` (>= 1): the sum of that
+        many tiles along K, tile ``j`` at ``a_row + j * m`` and ``w_row + j * rows`` (encoded
+        as ``k_len = k_blocks - 1``, see :class:`hw.isa.MatmulBody`)."""
+        body = {"matmul": {"a_row": a_row, "w_row": w_row, "acc_row": acc_row, "m": m,
+                           "k_len": k_blocks - 1}}
         self._add(Opcode.MATMUL, body, wait, signal, accumulate=int(bool(accumulate)),
                   transpose=int(bool(transpose)))
 

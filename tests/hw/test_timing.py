@@ -1,7 +1,8 @@
 """hw.isa.timing against the compute engines in Amaranth's simulator: the busy cycles of
 MATMUL, REQUANT (with and without ``flags.row_scale``) and SOFTMAX, counted on the engine's
 ``busy`` output exactly as the ``busy.<engine>`` counter counts them, equal to the formulas
-for every size in a range, for size zero and for failing commands, on several array sizes."""
+for every size in a range, for size zero and for failing commands, on several array sizes.
+(Back-to-back MATMULs, which overlap: ``tests/hw/test_tile.py::test_matmul_back_to_back``.)"""
 
 import pytest
 from amaranth.sim import Simulator
@@ -19,26 +20,30 @@ CONFIGS = [
 IDS = [c.name for c in CONFIGS]
 
 
-async def busy_cycles(ctx, port, opcode, kind, body, **flags):
-    """Issue one command on an idle engine port; return (error, busy cycles, period): busy
+async def busy_cycles(ctx, port, opcode, kind, body, *, overlaps=False, **flags):
+    """Issue one command on an idle engine port; return (error, busy cycles, accept): busy
     cycles counted on ``busy`` from the handshake's next cycle to ``done`` inclusive, and the
-    cycles from the handshake to the first cycle the engine takes a command again."""
+    cycles from the handshake to the first cycle the engine takes a command again. Only an
+    engine that ``overlaps`` (the matrix engine) may take one while it is busy."""
     cmd = Command.const({"header": {"opcode": opcode, "flags": flags}, "body": {kind: body}})
     ctx.set(port.cmd.payload, cmd)
     ctx.set(port.cmd.valid, 1)
     _, _, ready, busy = await ctx.tick().sample(port.cmd.ready, port.busy)
     assert ready and not busy, "the engine was not idle"
     ctx.set(port.cmd.valid, 0)
-    count, period, error = 0, 1, None
+    count, period, error, accept = 0, 1, None, None
     while True:
         _, _, busy, done, err, ready = await ctx.tick().sample(port.busy, port.done,
                                                               port.error, port.cmd.ready)
-        if ready:
-            assert not busy and error is not None
-            return error, count, period
+        if ready and accept is None:
+            assert overlaps or not busy, "took a command while busy"
+            accept = period
+        if ready and not busy and error is not None:
+            return error, count, accept
         period += 1
         count += busy
         if done:
+            assert error is None, "one command, one done"
             error = ErrorCode(err)
         assert period < 100_000, "command never retired"
 
@@ -68,20 +73,27 @@ def test_matmul_busy_cycles(cfg):
         (dict(a_row=0, w_row=0, acc_row=125, m=9), {}, ErrorCode.BAD_LOCAL_ADDR),
         (dict(a_row=0, w_row=0, acc_row=0, m=5), {"transpose": 1},
          ErrorCode.NONE if cfg.rows == cfg.cols else ErrorCode.BAD_SIZE),
+        (dict(a_row=0, w_row=0, acc_row=0, m=3, k_len=3), {}, ErrorCode.NONE),
+        (dict(a_row=0, w_row=8, acc_row=0, m=cfg.cols + 3, k_len=1), {}, ErrorCode.NONE),
+        (dict(a_row=0, w_row=0, acc_row=0, m=40, k_len=3), {}, ErrorCode.BAD_LOCAL_ADDR),
     ]
 
     async def program(ctx, dut):
-        res = [await busy_cycles(ctx, dut.matrix, Opcode.MATMUL, "matmul", b, **f)
-               for b, f, _ in cases]
-        res.append(await busy_cycles(ctx, dut.matrix, Opcode.REQUANT, "matmul", cases[0][0]))
+        res = [await busy_cycles(ctx, dut.matrix, Opcode.MATMUL, "matmul", b, overlaps=True,
+                                 **f) for b, f, _ in cases]
+        res.append(await busy_cycles(ctx, dut.matrix, Opcode.REQUANT, "matmul", cases[0][0],
+                                     overlaps=True))
         return res
 
     results = run(cfg, program)
     for (body, _, want_error), (error, busy, period) in zip(cases, results[:-1], strict=True):
         failed = want_error != ErrorCode.NONE
         assert error == want_error, body
-        assert busy == timing.matmul_busy_cycles(cfg, body["m"], error=failed), body
-        assert period == busy + ACCEPT_CYCLES
+        assert busy == timing.matmul_busy_cycles(cfg, body["m"], k_blocks=body.get("k_len", 0) + 1,
+                                                 error=failed), body
+        # the engine takes the next command as soon as this one left its check stage
+        assert period == timing.MatmulTimeline(cfg).take(0, body["m"], error=failed).accept_from
+        assert period == 2 < busy + ACCEPT_CYCLES or failed or body["m"] == 0
     error, busy, _ = results[-1]
     assert error == ErrorCode.BAD_OPCODE and busy == timing.matmul_busy_cycles(cfg, 7, error=True)
 
@@ -162,8 +174,39 @@ def test_command_busy_cycles_dispatches_on_the_encoded_command():
             timing.dma_load_busy_cycles(cfg, 4096 - 16, 64, 64, 3),
             timing.dma_store_busy_cycles(cfg, 0, 0, 64, 2, mem=1)]
     assert [timing.command_busy_cycles(cfg, c.raw) for c in list(cmds)[:5]] == want
-    assert want == [17 + 16 + 8 + 3, 2 * 12 + 16, 2 + 5 * (2 * 3 + 45),
+    assert want == [17 + 8 + 8 + 4, 2 * 12 + 16, 2 + 5 * (2 * 3 + 45),
                     6 + (2 + 6 + 8 + 8) + 4, 2 * 8 + 2 * 2 + 5]
     assert timing.command_busy_cycles(cfg, cmds[0].raw, ErrorCode.BAD_LOCAL_ADDR) == 2
     with pytest.raises(ValueError, match="does not run on an engine"):
         timing.command_busy_cycles(cfg, cmds[5].raw)
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (4, 4), (8, 8), (4, 8), (8, 4), (2, 32), (32, 2),
+                                   (16, 16), (32, 32), (3, 7)])
+def test_in_flight_limit_never_delays_back_to_back_matmuls(shape):
+    """``matmul_in_flight`` is enough: MATMULs offered back to back (each as soon as the engine
+    can take it) are taken in the same cycles as with no limit at all, for every size around
+    ``rows``, ``cols`` and their maximum and for several K blocks; one place fewer delays
+    some."""
+    rows, cols = shape
+    cfg = NPUConfig(rows=rows, cols=cols)
+    big = max(rows, cols)
+
+    limit = timing.matmul_in_flight(cfg)
+
+    def takes(places, m, k_blocks):
+        line = timing.MatmulTimeline(cfg)
+        line._limit = places            # the in-flight limit under test
+        t, out = 0, []
+        for _ in range(3 * limit + 4):
+            out.append(t)
+            t = line.take(t, m, k_blocks=k_blocks).accept_from
+        return out
+
+    sizes = sorted({1, 2, rows - 1, rows, cols - 1, cols, big, big + 1, 2 * big + 3} - {0})
+    delayed = False
+    for m in sizes:
+        for k_blocks in (1, 2, 3):
+            assert takes(limit, m, k_blocks) == takes(1 << 20, m, k_blocks), (m, k_blocks)
+            delayed |= takes(limit - 1, m, k_blocks) != takes(1 << 20, m, k_blocks)
+    assert delayed, "the limit is not tight"

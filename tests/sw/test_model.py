@@ -177,6 +177,26 @@ def test_matmul_overwrite_accumulate_and_requant():
         assert np.all(h.be.spad[30:35, 3] == 0)
 
 
+def test_matmul_k_blocks_sums_tiles_along_k():
+    """A MATMUL of ``k_blocks = 3`` equals three one-tile MATMULs accumulating (tile ``j``
+    at ``a_row + j * m`` and ``w_row + j * rows``)."""
+    cfg = NPUConfig(rows=4, cols=3, spad_rows=64, acc_rows=32)
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (3, 5, 4), dtype=np.int8)          # 3 K blocks of 5 rows
+    w = rng.integers(-128, 128, (3, 4, 3), dtype=np.int8)
+    h = Host(cfg)
+    h.be.spad[0:12, :3] = w.reshape(12, 3)
+    h.be.spad[20:35, :4] = a.reshape(15, 4)
+    h.be.acc[2:7] = 99
+    c = CommandList()
+    c.matmul(a_row=20, w_row=0, acc_row=2, m=5, accumulate=True, k_blocks=3)
+    c.matmul(a_row=20, w_row=0, acc_row=10, m=5, k_blocks=1)
+    h.submit(c)
+    want = 99 + sum(matmul_int(a[j], w[j]).astype(np.int64) for j in range(3))
+    np.testing.assert_array_equal(h.be.acc[2:7, :3], want)
+    np.testing.assert_array_equal(h.be.acc[10:15, :3], matmul_int(a[0], w[0]))
+
+
 def test_fence_irq_w1c_and_semaphores():
     cfg = NPUConfig(spad_rows=64, acc_rows=16, n_sems=4)
     h = Host(cfg)
@@ -295,6 +315,12 @@ ERROR_CASES = {
                            ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.MATMUL),
     "bad_local_matmul_acc": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=10, m=7),
                              ErrorCode.BAD_LOCAL_ADDR, 16, Opcode.MATMUL),
+    "bad_local_matmul_k_blocks_a": (lambda c: c.matmul(a_row=50, w_row=0, acc_row=0, m=5,
+                                                       k_blocks=3),
+                                    ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.MATMUL),
+    "bad_local_matmul_k_blocks_w": (lambda c: c.matmul(a_row=0, w_row=40, acc_row=0, m=1,
+                                                       k_blocks=4),
+                                    ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.MATMUL),
     "bad_local_requant": (lambda c: c.requant(acc_row=0, spad_row=0, n_rows=1, param_row=14),
                           ErrorCode.BAD_LOCAL_ADDR, 16, Opcode.REQUANT),
     "fence_misaligned": (lambda c: c.fence(addr=0x102, value=1), ErrorCode.MISALIGNED, 0x102,
