@@ -40,6 +40,7 @@ are re-exported here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,7 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACCEPT_CYCLES", "matmul_busy_cycles", "matmul_issue_cycles", "matmul_in_flight",
-    "engine_in_flight", "MatmulTimes", "MatmulTimeline", "requant_busy_cycles",
+    "engine_in_flight", "MatmulTimes", "MatmulTimeline", "matmul_retire_cycles",
+    "command_retire_cycles", "retire_window_cycles", "requant_busy_cycles",
     "softmax_busy_cycles", "softmax_row_cycles", "VECTOR_MUL_LATENCY", "REQUANT_LATENCY",
     "REQUANT_ROW_SCALE_LATENCY", "SOFTMAX_EXP_LATENCY", "command_busy_cycles", *_dma,
 ]
@@ -247,6 +249,46 @@ class MatmulTimeline:
         return MatmulTimes(take=t, done=done, writes=writes, accept_from=self.accept_from())
 
 
+def matmul_retire_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
+                         error: bool = False) -> int:
+    """Least cycles one MATMUL adds to a run of the matrix engine's retirements (the input
+    of :func:`retire_window_cycles`): its back-to-back period :func:`matmul_issue_cycles`,
+    ``k_blocks * max(m, rows, cols)``; 0 for ``m == 0`` or a failing command (``error``),
+    which skips the issue stage and may retire in the cycle after the previous ``done``.
+
+    Not the cycles between two ``done`` pulses: MATMULs retire in order, one per cycle at
+    most, and after a long command a short one may retire one cycle later (8x8: ``m = 8``,
+    then ``m = 1``). What holds is the sum over a window (:class:`MatmulTimeline`'s rules):
+    a MATMUL taken in cycle ``t`` enters the issue stage at ``a >= t + 2``, after the issue
+    of the previous one, holds it ``P = matmul_issue_cycles`` cycles, and retires after its
+    last write, ``a + (k_blocks - 1) * max(m, rows, cols) + rows + cols + 2 + m > a + P``.
+    So the MATMULs taken after a cycle ``T0`` and retired by ``T1`` have issue stages one
+    after another inside ``T0 + 1 .. T1``: ``T1 - T0 >`` the sum of their periods.
+    """
+    return 0 if error else matmul_issue_cycles(config, m, k_blocks)
+
+
+def retire_window_cycles(config: NPUConfig, engine: str, retire_cycles: Iterable[int]) -> int:
+    """A lower bound of ``T1 - T0`` for any cycles ``T0 < T1`` such that commands of engine
+    ``engine`` (a name of :data:`hw.isa.ENGINE_NAMES`) whose :func:`command_retire_cycles`
+    are ``retire_cycles`` all retire (pulse ``done``) in ``T0 + 1 .. T1``: the sum of
+    ``retire_cycles`` less its :func:`engine_in_flight` largest, in cycles.
+
+    Those it leaves out stand for the commands the engine may already hold in ``T0`` (taken
+    before, so their time may lie before the window; at most ``engine_in_flight``). Each of
+    the others is taken after ``T0``: on the matrix engine its issue stage lies inside the
+    window (:func:`matmul_retire_cycles`); on an engine that runs one command at a time
+    (:func:`engine_in_flight` 1) it is taken at least :data:`ACCEPT_CYCLES` (1) after the
+    previous ``done`` and after ``T0``, and its ``busy`` ends with its ``done``, inside the
+    window. The bound holds for every DRAM timing if ``retire_cycles`` are those of the
+    ideal DRAM (:func:`command_busy_cycles`). Checked against :class:`MatmulTimeline`
+    (``tests/hw/test_timing.py``) and on the profiles of the performance model and the RTL
+    (``tests/support/profile_jobs.py``).
+    """
+    cycles = sorted(retire_cycles)
+    return sum(cycles[:max(0, len(cycles) - engine_in_flight(config, engine))])
+
+
 # -- vector unit ----------------------------------------------------------------------------------
 
 #: Cycles from a request to the vector unit's shared multiplier to its result
@@ -345,3 +387,23 @@ def command_busy_cycles(config: NPUConfig, command: bytes | CommandView,
     if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
         return dma_busy_cycles(config, op, view.body.dma, error, window=window)
     raise ValueError(f"opcode {op!r} does not run on an engine")
+
+
+def command_retire_cycles(config: NPUConfig, command: bytes | CommandView,
+                          error: ErrorCode = ErrorCode.NONE) -> int:
+    """Least cycles one encoded engine command adds to a run of its engine's retirements
+    (the input of :func:`retire_window_cycles`): :func:`matmul_retire_cycles` for a MATMUL
+    (the matrix engine holds several), ``command_busy_cycles + ACCEPT_CYCLES`` for the
+    others (their engine takes a command only when idle), given the error it retires with.
+
+    Raises
+    ------
+    ValueError
+        For an opcode that no engine runs (see :func:`command_busy_cycles`).
+    """
+    view = decode(command) if isinstance(command, bytes | bytearray) else command
+    if view.header.opcode == Opcode.MATMUL:
+        b = view.body.matmul
+        return matmul_retire_cycles(config, b.m, k_blocks=b.k_len + 1,
+                                    error=ErrorCode(error) != ErrorCode.NONE)
+    return command_busy_cycles(config, view, error) + ACCEPT_CYCLES

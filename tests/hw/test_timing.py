@@ -4,6 +4,7 @@ MATMUL, REQUANT (with and without ``flags.row_scale``) and SOFTMAX, counted on t
 for every size in a range, for size zero and for failing commands, on several array sizes.
 (Back-to-back MATMULs, which overlap: ``tests/hw/test_tile.py::test_matmul_back_to_back``.)"""
 
+import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
@@ -210,3 +211,72 @@ def test_in_flight_limit_never_delays_back_to_back_matmuls(shape):
             assert takes(limit, m, k_blocks) == takes(1 << 20, m, k_blocks), (m, k_blocks)
             delayed |= takes(limit - 1, m, k_blocks) != takes(1 << 20, m, k_blocks)
     assert delayed, "the limit is not tight"
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (4, 4), (8, 8), (4, 8), (8, 4), (2, 32), (3, 7)])
+def test_retire_window_bounds_every_run_of_matmul_retirements(shape):
+    """``retire_window_cycles`` of ``matmul_retire_cycles`` is a lower bound of the cycles of
+    every run of consecutive retirements on :class:`MatmulTimeline` (random sizes, K blocks,
+    failing and empty commands, taken back to back or after a pause); and it is the most
+    a MATMUL can count: equal MATMULs of ``m >= max(rows, cols)`` back to back retire
+    exactly ``matmul_retire_cycles`` apart, a failing one 1 cycle after a long one."""
+    rows, cols = shape
+    cfg = NPUConfig(rows=rows, cols=cols)
+    big = max(rows, cols)
+    rng = np.random.default_rng(rows * 97 + cols)
+    sizes = [0, 1, 2, rows, cols, big, big + 1, 2 * big + 3]
+    for _ in range(60):
+        line, t, retired = timing.MatmulTimeline(cfg), 0, []
+        for _ in range(24):
+            m = int(rng.choice(sizes)) if rng.random() < 0.7 else int(rng.integers(1, 3 * big))
+            k_blocks, error = int(rng.integers(1, 4)), bool(rng.random() < 0.15)
+            t = max(t, line.accept_from()) + (0 if rng.random() < 0.8 else int(rng.integers(30)))
+            times = line.take(t, m, k_blocks=k_blocks, error=error)
+            retired.append((times.done,
+                            timing.matmul_retire_cycles(cfg, m, k_blocks=k_blocks, error=error)))
+            t = times.accept_from
+        for i, (first, _) in enumerate(retired):
+            for j in range(i, len(retired)):     # the tightest window: first - 1 .. last
+                window = retired[j][0] - (first - 1)
+                bound = timing.retire_window_cycles(cfg, "matrix",
+                                                    [b for _, b in retired[i:j + 1]])
+                assert window >= bound, (i, j, retired)
+
+    m = 2 * big + 1
+    line, t, dones = timing.MatmulTimeline(cfg), 0, []
+    for _ in range(12):
+        times = line.take(t, m, k_blocks=2)
+        dones.append(times.done)
+        t = times.accept_from
+    period = timing.matmul_retire_cycles(cfg, m, k_blocks=2)
+    assert period == timing.matmul_issue_cycles(cfg, m, 2) == 2 * m
+    assert {b - a for a, b in zip(dones[4:], dones[5:], strict=False)} == {period}
+    line = timing.MatmulTimeline(cfg)
+    long = line.take(0, 3 * big, k_blocks=3)
+    failing = line.take(long.accept_from, 5, error=True)
+    assert failing.done == long.done + 1
+    assert timing.matmul_retire_cycles(cfg, 5, error=True) == 0
+    assert timing.matmul_retire_cycles(cfg, 0, k_blocks=3) == 0
+
+
+def test_command_retire_cycles_dispatches_on_the_encoded_command():
+    """The matrix engine's from ``matmul_retire_cycles`` (k_len counted), every other
+    engine's ``busy + ACCEPT_CYCLES``; the window leaves out ``engine_in_flight`` terms."""
+    from sw.runtime import CommandList
+    cfg = NPUConfig()
+    cmds = CommandList()
+    cmds.matmul(a_row=0, w_row=0, acc_row=0, m=17, k_blocks=3)
+    cmds.requant(acc_row=0, spad_row=0, n_rows=12, param_row=0, scale_row=40)
+    cmds.dma_load(mem=0, dram_addr=64, dram_stride=64, row_bytes=64, n_rows=3, local_row=0,
+                  local_stride=1)
+    mm, rq, load = (c.raw for c in cmds)
+    assert timing.command_retire_cycles(cfg, mm) == 3 * 17 == timing.matmul_issue_cycles(
+        cfg, 17, 3)
+    assert timing.command_retire_cycles(cfg, mm, ErrorCode.BAD_SIZE) == 0
+    for raw in (rq, load):
+        assert timing.command_retire_cycles(cfg, raw) == \
+            timing.command_busy_cycles(cfg, raw) + ACCEPT_CYCLES
+    assert timing.retire_window_cycles(cfg, "load", [5, 9, 7]) == 5 + 7
+    assert timing.retire_window_cycles(cfg, "matrix", range(1, 9)) == 1 + 2 + 3 == \
+        sum(range(1, 9 - timing.matmul_in_flight(cfg)))
+    assert timing.retire_window_cycles(cfg, "matrix", [4, 4]) == 0
