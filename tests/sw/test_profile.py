@@ -136,6 +136,25 @@ def test_read_trace_is_refused_while_the_profiler_drains_the_trace():
     assert device.read_trace() == []
 
 
+def test_engine_summary_counts_the_union_of_overlapping_slices():
+    """``busy_slices`` counts each cycle in which one or more slices hold a command once
+    (``start + 1 .. end``, clipped to the profile's ``begin .. end - 1``), as
+    ``busy.matrix`` counts overlapping MATMULs: random spans that overlap, nest, share one
+    cycle, touch or stand apart, against a set of cycles."""
+    from sw.runtime.counters import Counters
+    from sw.runtime.profile import Slice
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        begin, end = 100, 100 + int(rng.integers(1, 200))
+        starts = np.sort(rng.integers(begin - 30, end + 10, int(rng.integers(0, 8))))
+        slices = tuple(Slice("matrix", 0, i, int(a), int(a + rng.integers(1, 40)))
+                       for i, a in enumerate(starts))
+        held = {c for sl in slices for c in range(sl.start + 1, sl.end + 1) if begin <= c < end}
+        counters = Counters({f"{k}.{e}": 0 for k in ("busy", "retired") for e in ENGINE_NAMES})
+        profile = Profile(SMALL, begin, end, slices, (), counters)
+        assert profile.engine_summary()["matrix"]["busy_slices"] == len(held), slices
+
+
 def test_profile_round_trips_through_json(small_run):
     profile = small_run[0]
     again = Profile.from_dict(json.loads(json.dumps(profile.to_dict())))
