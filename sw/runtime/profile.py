@@ -21,13 +21,14 @@ the whole run:
   ideal DRAM, which no DRAM timing beats). The commands are assumed to succeed: a failing
   one may be faster, and stops its queue.
 * **Nothing is dropped silently.** What could not be collected anyway (host work between
-  waiting points that outlasts the horizon, a ``CONTROL`` reset) is counted: per engine,
+  waiting points that outlasts the horizon, an engine retiring faster than a drain pops
+  entries -- four CSR accesses each --, a ``CONTROL`` reset) is counted: per engine,
   ``retired.<engine>`` over the profile (counter snapshots at its start and its end) minus
   the entries collected that retired within it (:meth:`Profile.engine_summary`, ``lost``).
-* **Overlap.** The matrix engine holds several MATMULs at once (:class:`hw.isa.MatmulTimeline`),
-  so its slices overlap; ``busy.matrix`` is the union of their spans, and so is
-  ``busy_slices`` (:meth:`Profile.engine_summary`).
   The FIFO's sticky overflow flag is reported too (:attr:`Profile.overflowed`).
+* **Overlap.** The matrix engine holds several MATMULs at once
+  (:class:`hw.isa.MatmulTimeline`), so its slices overlap; ``busy.matrix`` is the union of
+  their spans, and so is ``busy_slices`` (:meth:`Profile.engine_summary`).
 * **Unwrapping.** Entries hold 32-bit cycles; each drain reads the 64-bit ``CYCLES`` after
   its last entry and unwraps against it (:func:`unwrap_cycles`).
 * **Naming.** Each entry is matched to its command in the stream's record (engines retire the
