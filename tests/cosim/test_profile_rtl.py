@@ -57,7 +57,8 @@ def test_npu_run_writes_the_trace_and_the_png(perf_for_rtl, tmp_path, capsys):
     doc = check_text(trace.read_text(encoding="utf-8"))
     summary = doc["otherData"]["engines"]
     assert doc["otherData"]["lost"] == 0
-    assert summary["matrix"]["commands"] == summary["matrix"]["retired"] > 1000
+    # 204 MATMULs (one per run of K blocks since MATMUL k_len): several FIFOs' worth
+    assert summary["matrix"]["commands"] == summary["matrix"]["retired"] > 3 * CONFIG.trace_depth
     regions = [ev["name"] for ev in doc["traceEvents"] if ev.get("cat") == "region"]
     assert regions == ["query", "key", "value"]
     assert png.read_bytes()[:4] == b"\x89PNG"
