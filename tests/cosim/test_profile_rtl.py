@@ -17,7 +17,7 @@ CONFIG = NPUConfig()
 
 
 def test_profile_on_the_rtl_is_the_counters_view():
-    """Two GEMMs in a layer region (267 matmuls, several in flight at once, and 298 loads:
+    """Two GEMMs in a layer region (267 matmuls, several in flight at once, and 297 loads:
     more than four FIFOs' worth of each) while a second queue fails and is reset; every
     engine command appears once, with the cycles the busy and retired counters saw, the
     MATMULs exactly as :class:`hw.isa.MatmulTimeline` schedules them."""
