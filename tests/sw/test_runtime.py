@@ -431,7 +431,8 @@ def test_register_fields_from_model_to_runtime():
     s1.wait_event(dev.event())                          # STATUS / Q_STATUS busy: queue 1 waits
     assert dev.last_signal(9) == (2, 3)
     trace = dev.read_trace()
-    assert [(t.engine, t.queue, t.index) for t in trace] == [("load", 2, 4)]
+    # failing engine commands are traced too (hw.isa: "failing ones included")
+    assert [(t.engine, t.queue, t.index) for t in trace] == [("load", 2, 4), ("matrix", 2, 5)]
     first = unpack_fields(REGISTER_STRUCTS["ERR_CODE"], be.csr_read(Csr.ERR_CODE))
     assert (first.code, first.queue, first.opcode) == (ErrorCode.BAD_SIZE, 2,
                                                        Opcode.MATMUL.value)
