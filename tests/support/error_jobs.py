@@ -78,6 +78,13 @@ def error_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
         "bad_local_requant": (lambda c: c.requant(acc_row=0, spad_row=0, n_rows=1,
                                                   param_row=ac - 2),
                               ErrorCode.BAD_LOCAL_ADDR, ac, Opcode.REQUANT),
+        "bad_dram_row": (lambda c: c.dma_store(mem=LocalMem.SPAD, dram_addr=d - 3 * row,
+                                               dram_stride=2 * row, row_bytes=row, n_rows=3,
+                                               local_row=0, local_stride=1),
+                         ErrorCode.BAD_DRAM_ADDR, d + row, Opcode.DMA_STORE),  # first bad row
+        "bad_local_requant_order": (lambda c: c.requant(acc_row=ac - 1, spad_row=sp - 1,
+                                                        n_rows=2, param_row=ac - 1),
+                                    ErrorCode.BAD_LOCAL_ADDR, ac, Opcode.REQUANT),  # acc first
         "fence_misaligned": (lambda c: c.fence(addr=0x102, value=1), ErrorCode.MISALIGNED,
                              0x102, Opcode.FENCE),
         "fence_bad_addr": (lambda c: c.fence(addr=d, value=1), ErrorCode.BAD_DRAM_ADDR, d,
@@ -87,6 +94,47 @@ def error_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
 
 #: errors found when the command is fetched: HEAD stays on the failing command
 FETCH_ERRORS = {"bad_opcode", "bad_wait_sem", "bad_signal_sem"}
+
+
+def ring_cases(cfg: NPUConfig, first_slot: int) -> dict[str, tuple[int, ErrorCode, int, int]]:
+    """Errors of the ring itself, found at fetch (opcode 0), for a queue whose next slot is
+    ``first_slot``: ``{name: (RING_BASE, code, ERR_ADDR, ERR_CMD)}``. A misaligned ring base
+    fails the first fetch; a ring running past the end of DRAM fails at the slot that lies
+    there (the third command). (A ``RING_SIZE`` that is not a power of two is left out: the
+    functional model reports it, the RTL masks; see :mod:`sw.model`.)"""
+    past = cfg.dram_bytes - 32 * (first_slot + 2)
+    return {"ring_misaligned": (RING + 8, ErrorCode.MISALIGNED, RING + 8, 0),
+            "ring_beyond_dram": (past, ErrorCode.BAD_DRAM_ADDR, cfg.dram_bytes, 2)}
+
+
+def _ring_errors(backend, max_cycles: int) -> dict:
+    """Run :func:`ring_cases` (three SIGNALs each), then put the ring back."""
+    cfg, rd, wr = backend.config, backend.csr_read, backend.csr_write
+    out = {}
+    for name in ("ring_misaligned", "ring_beyond_dram"):
+        head0 = rd(queue_csr(0, Csr.HEAD))
+        if head0 + 3 > RING_SLOTS:
+            raise ValueError(f"ring case {name} needs 3 slots from {head0} without a wrap")
+        base = ring_cases(cfg, head0)[name][0]
+        wr(queue_csr(0, Csr.RING_BASE), base)
+        c = CommandList()
+        for _ in range(3):
+            c.signal(0)
+        for k, cmd in enumerate(c):
+            if base + 32 * (head0 + k + 1) <= cfg.dram_bytes:
+                backend.mem_write(base + 32 * (head0 + k), cmd.raw)
+        wr(queue_csr(0, Csr.TAIL), head0 + 3)
+        irq = backend.wait_irq(max_cycles)
+        err = unpack_fields(REGISTER_STRUCTS["ERR_CODE"], rd(Csr.ERR_CODE))
+        out[name] = {"irq": irq, "code": ErrorCode(err.code).name, "queue": err.queue,
+                     "opcode": err.opcode, "index": rd(Csr.ERR_CMD), "address": rd(Csr.ERR_ADDR),
+                     "status": rd(Csr.STATUS), "sem0": rd(sem_csr(0)),
+                     "head": rd(queue_csr(0, Csr.HEAD)) - head0, "first_slot": head0}
+        wr(Csr.CONTROL, 1)
+        wr(Csr.IRQ_STATUS, IrqBit.ERROR)
+        wr(queue_csr(0, Csr.RING_BASE), RING)
+        out[name]["cleared"] = rd(Csr.STATUS) == 0 and not backend.wait_irq(10)
+    return out
 
 
 def error_table(backend, *, max_cycles: int = 20_000) -> dict:
@@ -100,7 +148,7 @@ def error_table(backend, *, max_cycles: int = 20_000) -> dict:
     ``HEAD`` moved from the case's first ring slot (``first_slot``: the ring position goes on
     from case to case, so a fetch error's address is that of slot ``first_slot + 2``),
     whether the error interrupt was raised, and whether the device was idle and silent after
-    the clear.
+    the clear. Then the :func:`ring_cases` (named ``ring_*``), reported likewise.
     """
     cfg = backend.config
     rd, wr = backend.csr_read, backend.csr_write
@@ -136,4 +184,5 @@ def error_table(backend, *, max_cycles: int = 20_000) -> dict:
         wr(Csr.IRQ_STATUS, IrqBit.ERROR)
         out[name]["cleared"] = (rd(Csr.STATUS) == 0 and rd(sem_csr(0)) == 0
                                 and rd(Csr.ERR_CODE) == 0 and not backend.wait_irq(10))
+    out.update(_ring_errors(backend, max_cycles))
     return out
