@@ -101,3 +101,28 @@ def test_minilm_attention_block_accuracy_l128():
     ref = float_block(model, x, kv)["output"]
     out = dequantize_output(bq, golden_block(bq, x, kv)["output"])
     assert sqnr_db(ref, out) >= 25.0
+
+
+def test_softmax_and_row_scale_reference_by_hand():
+    """Hand-computed vectors beside the golden model (hw.isa.SoftmaxBody, RequantBody):
+    the table entries are ``T[f] = floor(127 * 128 * 2**(-f/16) + 1/2)`` = 16256, 15567,
+    14907, 14275, 13670 for f = 0..4; ``p = (T[f] + 64) >> 7`` for ``q = 0``."""
+    from sw.golden import requantize_rows
+    # mult / 2**shift = 1: n = d (F = 4 fractional bits): p = 127, T[2] -> 116, T[4] -> 107
+    p, sums, recip = softmax_int(np.array([[5, 3, 1]]), mult=1 << 16, shift=16)
+    assert p.tolist() == [[127, 116, 107]] and sums.tolist() == [350]
+    assert recip.tolist() == [12271335]              # floor((2**32 + 175) / 350)
+    # mult / 2**shift = 1/2 (8 / 16): d = 1, 3 are exact ties 0.5, 1.5 -> n = 1, 2 (ties up)
+    p, sums, recip = softmax_int(np.array([[4, 3, 1], [4, 3, 1]]), mult=8, shift=4,
+                                 kv_len=3)
+    assert p.tolist() == [[127, 122, 116]] * 2 and sums.tolist() == [365] * 2
+    assert recip.tolist() == [11767034] * 2          # floor((2**32 + 182) / 365)
+    p, _, recip = softmax_int(np.array([[4, 3, 1]]), mult=8, shift=4, kv_len=2)
+    assert p.tolist() == [[127, 122, 0]] and recip.tolist() == [17248865]  # (2**32+124)//249
+    # row scale r / 2**16 = 1/2, 3/4, 0, then multiplier 2**30 / 2**30 (= 1) or / 2**31 (1/2):
+    # 3/2 -> 2, -3/2 -> -1, 5/2 -> 3, 7/2 -> 4 -> 4/2 = 2; 3/2 -> 2, -3/2 -> -1, 9/2 -> 5,
+    # 21/4 -> 5 -> 5/2 -> 3; a fully masked row (r = 0) gives 0
+    acc = np.array([[3, -3, 5, 7], [2, -2, 6, 7], [100, -100, 7, 9]])
+    got = requantize_rows(acc, [1 << 15, 3 << 14, 0], [0, 0, 0, 0], [1 << 30] * 4,
+                          [30, 30, 30, 31])
+    assert got.tolist() == [[2, -1, 3, 2], [2, -1, 5, 3], [0, 0, 0, 0]]

@@ -20,6 +20,7 @@ from sw.golden import matmul_int
 from sw.model import ModelBackend
 from sw.quant import requantize
 from sw.runtime import CommandList
+from tests.support.error_jobs import error_cases
 
 RING = 0x1000
 
@@ -229,43 +230,9 @@ CFG = NPUConfig(rows=8, cols=8, spad_rows=64, acc_rows=16, n_sems=4, axi_data_bi
 D = CFG.dram_bytes
 
 
-def _dma(c, **kw):
-    args = dict(mem=LocalMem.SPAD, dram_addr=0x2000, dram_stride=8, row_bytes=8, n_rows=4,
-                local_row=0, local_stride=1)
-    args.update(kw)
-    c.dma_load(**args)
-
-
-ERROR_CASES = {
-    "bad_opcode": (lambda c: c.append_raw(bytes([0x42]) + bytes(31)),
-                   ErrorCode.BAD_OPCODE, RING + 2 * 32, 0x42),
-    "bad_wait_sem": (lambda c: c.nop(wait=(4, 0)), ErrorCode.BAD_SEM, 4, Opcode.NOP),
-    "bad_signal_sem": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=0, m=1, signal=9),
-                       ErrorCode.BAD_SEM, 9, Opcode.MATMUL),
-    "bad_size": (lambda c: _dma(c, row_bytes=12), ErrorCode.BAD_SIZE, 0x2000, Opcode.DMA_LOAD),
-    "bad_size_acc": (lambda c: _dma(c, mem=LocalMem.ACC, row_bytes=16, dram_stride=32),
-                     ErrorCode.BAD_SIZE, 0x2000, Opcode.DMA_LOAD),
-    "misaligned_addr": (lambda c: _dma(c, dram_addr=0x2004), ErrorCode.MISALIGNED, 0x2004,
-                        Opcode.DMA_LOAD),
-    "misaligned_stride": (lambda c: c.dma_store(mem=LocalMem.ACC, dram_addr=0x2000,
-                                                dram_stride=36, row_bytes=32, n_rows=2,
-                                                local_row=0, local_stride=1),
-                          ErrorCode.MISALIGNED, 0x2000 + 36, Opcode.DMA_STORE),
-    "bad_dram_addr": (lambda c: _dma(c, dram_addr=D - 16, dram_stride=8),
-                      ErrorCode.BAD_DRAM_ADDR, D, Opcode.DMA_LOAD),
-    "bad_local_dma": (lambda c: _dma(c, local_row=62, local_stride=1),
-                      ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.DMA_LOAD),
-    "bad_local_matmul_w": (lambda c: c.matmul(a_row=0, w_row=60, acc_row=0, m=1),
-                           ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.MATMUL),
-    "bad_local_matmul_acc": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=10, m=7),
-                             ErrorCode.BAD_LOCAL_ADDR, 16, Opcode.MATMUL),
-    "bad_local_requant": (lambda c: c.requant(acc_row=0, spad_row=0, n_rows=1, param_row=14),
-                          ErrorCode.BAD_LOCAL_ADDR, 16, Opcode.REQUANT),
-    "fence_misaligned": (lambda c: c.fence(addr=0x102, value=1), ErrorCode.MISALIGNED, 0x102,
-                         Opcode.FENCE),
-    "fence_bad_addr": (lambda c: c.fence(addr=D, value=1), ErrorCode.BAD_DRAM_ADDR, D,
-                       Opcode.FENCE),
-}
+#: the table of error cases, derived from CFG (tests.support.error_jobs; the same table runs on
+#: the RTL in tests/cosim/test_error_table_rtl.py)
+ERROR_CASES = error_cases(CFG)
 
 
 @pytest.mark.parametrize("case", sorted(ERROR_CASES))
