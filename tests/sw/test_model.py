@@ -241,6 +241,47 @@ def test_error_codes(case):
     _error_case(CFG, build, code, addr, opcode)
 
 
+@pytest.mark.parametrize("mem", [LocalMem.SPAD, LocalMem.ACC])
+def test_window_is_half_open_for_dma_and_fence(mem):
+    """A queue's DRAM window is ``[WINDOW_BASE, WINDOW_LIMIT)``: a DMA row or fence word that
+    ends exactly at the limit, or starts exactly at the base, is inside; one beat further is a
+    ``WINDOW`` error at the first row outside (the RTL's rule, ``hw/cmdproc``)."""
+    base, limit = RING, 0x4000
+    row = CFG.acc_row_bytes if mem == LocalMem.ACC else CFG.spad_row_bytes
+
+    def run(build) -> tuple:
+        h = Host(CFG)
+        h.be.csr_write(queue_csr(0, Csr.WINDOW_BASE), base)
+        h.be.csr_write(queue_csr(0, Csr.WINDOW_LIMIT), limit)
+        h.be.mem_write(limit - 2 * row, bytes(range(1, 2 * row + 1)))
+        c = CommandList()
+        build(c)
+        h.submit(c)
+        return h, h.err()
+
+    def load(addr, n_rows):
+        return lambda c: c.dma_load(mem=mem, dram_addr=addr, dram_stride=row, row_bytes=row,
+                                    n_rows=n_rows, local_row=0, local_stride=1)
+
+    h, err = run(load(limit - 2 * row, 2))              # the last row ends at the limit
+    assert err[0] == 0 and h.head() == h.tail
+    got = h.be.acc[:2].tobytes() if mem == LocalMem.ACC else h.be.spad[:2].tobytes()
+    assert got[:2 * row] == bytes(range(1, 2 * row + 1))
+    h, err = run(lambda c: c.dma_store(mem=mem, dram_addr=limit - row, dram_stride=row,
+                                       row_bytes=row, n_rows=1, local_row=0, local_stride=1))
+    assert err[0] == 0 and h.be.mem_read(limit - row, row) == bytes(row)
+    _, err = run(load(limit - 2 * row, 3))              # its third row starts at the limit
+    assert (err[0], err[4]) == (ErrorCode.WINDOW.value, limit)
+    _, err = run(load(base - row, 1))                   # one row below the base
+    assert (err[0], err[4]) == (ErrorCode.WINDOW.value, base - row)
+    _, err = run(load(base, 1))
+    assert err[0] == 0
+    h, err = run(lambda c: c.fence(addr=limit - 4, value=7))
+    assert err[0] == 0 and h.be.mem_read(limit - 4, 4) == (7).to_bytes(4, "little")
+    _, err = run(lambda c: c.fence(addr=limit, value=7))
+    assert (err[0], err[4]) == (ErrorCode.WINDOW.value, limit)
+
+
 def test_bad_dram_row_reports_first_bad_row_and_writes_nothing():
     h = Host(CFG)
     c = CommandList()
