@@ -2,6 +2,8 @@
 reference, the softmax reference's edge cases, and the accuracy of the quantized MiniLM
 attention block against float32 (L=128, evaluation text != calibration text)."""
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -75,6 +77,51 @@ def test_attention_regions_are_checked():
     assert p.k_base == 100 and p.param_base == 10
     assert p.o_spad + p.db * p.m_tile <= 1000 and p.o_acc + p.db * p.m_tile <= 510
 
+
+
+def _plan_pieces(c: NPUConfig, p) -> tuple[list, list]:
+    """The row ranges ``[lo, hi)`` the kernel's commands touch: scratchpad (K, V, Q, P, O) and
+    accumulator (REQUANT parameters, SOFTMAX reciprocals, scores, P V), from the plan's
+    addresses and the command shapes (reciprocals: one accumulator row per ``cols`` score
+    rows, rounded up: :class:`hw.isa.SoftmaxBody`)."""
+    db, lp, mt, n = p.db, p.lp, p.m_tile, c.cols
+    spad = [(p.k_base, p.k_base + db * lp), (p.v_base, p.v_base + db * lp),
+            (p.q_base, p.q_base + db * mt), (p.p_base, p.p_base + p.kb * mt),
+            (p.o_spad, p.o_spad + db * mt)]
+    acc = [(p.param_base, p.param_base + 3 * db), (p.sc_base, p.sc_base + (mt + n - 1) // n),
+           (p.s_base, p.s_base + p.kb * mt), (p.o_acc, p.o_acc + db * mt)]
+    return spad, acc
+
+
+def _inside_and_disjoint(pieces: list, lo: int, hi: int) -> bool:
+    s = sorted(pieces)
+    return s[0][0] >= lo and s[-1][1] <= hi and all(a[1] <= b[0] for a, b in pairwise(s))
+
+
+@pytest.mark.parametrize("config", [NPUConfig(), NPUConfig(rows=4, cols=4)],
+                         ids=lambda c: c.name)
+def test_attention_plan_fits_every_region_it_accepts(config):
+    """Every plan's pieces lie inside the regions and do not overlap, for accumulator and
+    scratchpad regions of every size around the smallest that fits, with query tiles that
+    are not a multiple of the array width (the reciprocal rows round up)."""
+    c = config
+    checked = 0
+    for seq, d in ((13, 20), (37, 8), (20, 32)):
+        for rows in range(1, 260):
+            for spad_region, acc_region in (((0, c.spad_rows), (5, rows)),
+                                            ((7, rows), (0, c.acc_rows))):
+                try:
+                    p = plan_attention(c, seq, d, spad_region=spad_region,
+                                       acc_region=acc_region)
+                except ValueError:
+                    continue
+                spad, acc = _plan_pieces(c, p)
+                s0, sn = spad_region
+                a0, an = acc_region
+                assert _inside_and_disjoint(spad, s0, s0 + sn), (seq, d, spad_region, p)
+                assert _inside_and_disjoint(acc, a0, a0 + an), (seq, d, acc_region, p)
+                checked += p.m_tile % c.cols != 0
+    assert checked > 50
 
 def test_attention_needs_square_array():
     with pytest.raises(ValueError, match="square"):
