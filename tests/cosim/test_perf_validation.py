@@ -105,3 +105,10 @@ def test_errors_and_summary_by_hand():
     assert s["cycles_mean_abs_error"] == pytest.approx(0.015)
     assert s["cycles_max_abs_error"] == pytest.approx(0.02)
     assert not s["ok"] and not s["failing"]                 # over CYCLES_MEAN_TOL (1%) only
+
+
+def test_cli_rejects_a_bad_dram_timing_before_any_run(capsys):
+    from cosim.bench.validate import main
+    with pytest.raises(SystemExit) as e:
+        main(["--dram", "bogus", "--only", "gemm_64x64x64"])
+    assert e.value.code == 2 and "unknown DRAM preset" in capsys.readouterr().err

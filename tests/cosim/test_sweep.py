@@ -367,6 +367,9 @@ def test_workload_names():
     (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=0.5", "--rtl", "1"],
      "performance model only"),
     (["--workload", "gemm:8x8x8", "--tol", "0"], "--tol"),
+    (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=50"], "must lie in (0, 1]"),
+    (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=150%"], "must lie in (0, 1]"),
+    (["--workload", "gemm:8x8x8", "--seed", "-1"], "non-negative integer"),
 ])
 def test_cli_errors(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
@@ -374,6 +377,30 @@ def test_cli_errors(argv, message, capsys, tmp_path):
     assert e.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "c").exists() and not (tmp_path / "o").exists()
+
+
+def test_repeated_list_options_add_up():
+    """``--find``, ``--dram`` and ``--workload`` given twice keep both values (not the last)."""
+    from cosim.cli import build_parser
+    args = build_parser().parse_args([
+        "sweep", "--workload", "gemm:8x8x8", "--workload", "gemm:16x8x8", "--dram", "ideal",
+        "--dram", "ddr", "--find", "latency=3..9:util>=0.5", "--find", "bw=1..8:compute-bound"])
+    assert len(args.workload) == 2 and len(args.dram) == 2
+    assert [q.param for q in args.find] == ["latency", "bw"]
+
+
+def test_cli_sweep_exits_1_when_a_point_fails(tmp_path, capsys, monkeypatch):
+    """A point whose run raises is an error row, and the sweep's exit status says so."""
+    import cosim.bench.workloads as workloads
+    from sw.runtime import NPUError
+
+    def broken(backend, **kw):
+        raise NPUError("planted device error")
+    monkeypatch.setattr(workloads, "workload_job", broken)
+    argv = ["sweep", "--array", "4x4", "--workload", "gemm:8x16x8", "--no-area", "--workers",
+            "0", "--no-progress", "--cache", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
+    assert main(argv) == 1
+    assert "1 of 1 points failed" in capsys.readouterr().err
 
 
 def test_cli_sweep_in_process(tmp_path, capsys):
