@@ -148,6 +148,9 @@ def parse_question(text: str, *, tol: float = 0.02) -> Question:
         goal, thr = "compute-bound", None
     else:
         goal, thr = "util", float(g["util"]) / (100 if g["pct"] else 1)
+        if not 0 < thr <= 1:
+            raise FindError(f"--find {text!r}: utilization goal {m['goal']!r} must lie in "
+                            "(0, 1] or (0%, 100%]")
     if param != "bw" and (lo != int(lo) or hi != int(hi)):
         raise FindError(f"--find {text!r}: {param} takes integers")
     q = Question(param, lo, hi, goal, thr, text, tol)

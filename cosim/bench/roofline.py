@@ -319,6 +319,7 @@ def roofline_png(path: Path | str, points: Iterable[RooflinePoint], *, rows: int
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from hw.config import NPUConfig
 from hw.isa import COUNTER_NAMES, TIMING_COUNTERS
-from sw.dram import DramTiming
+from sw.dram import DramTiming, DramTimingError
 from sw.perf.corpus import WORKLOADS
 from sw.runtime import Device, NPUError
 
@@ -270,6 +270,13 @@ def format_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _dram_arg(text: str) -> DramTiming:
+    try:
+        return DramTiming.parse(text)
+    except DramTimingError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m cosim.bench.validate",
                                 description=__doc__.split("\n\n")[0])
@@ -277,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="only the quick subset")
     p.add_argument("--only", nargs="+", metavar="NAME", help="only these workloads")
     p.add_argument("--trace", action="store_true", help="also compare engine traces")
-    p.add_argument("--dram", default=None, metavar="TIMING",
+    p.add_argument("--dram", type=_dram_arg, default=None, metavar="TIMING",
                    help="DRAM timing of both sides: a preset (ideal, lat100, ...) or "
                    "key=value pairs (sw.dram.DramTiming.parse); default ideal")
     p.add_argument("--no-speed", action="store_true", help="skip the speed measurement")
@@ -291,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["speed"] = measure_speed(dram=ns.dram)
     print(format_table(doc))
     if ns.json:
+        ns.json.parent.mkdir(parents=True, exist_ok=True)
         ns.json.write_text(json.dumps(doc, indent=1))
     return 0 if doc["summary"]["ok"] else 1
 

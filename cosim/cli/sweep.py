@@ -71,6 +71,16 @@ def _workload(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, not {text!r}")
+    return value
+
+
 def _question(text: str):
     from cosim.bench.find import FindError, parse_question
     try:
@@ -99,13 +109,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         ("--queues", "n_queues")):
         g.add_argument(flag, type=_int_list_type(flag), nargs="+", dest=field, metavar="N",
                        help=f"values of {field}")
-    g.add_argument("--dram", type=_dram, nargs="+", metavar="TIMING",
+    g.add_argument("--dram", type=_dram, nargs="+", action="extend", metavar="TIMING",
                    help="DRAM timings: presets (ideal ddr hbm jitter lat100 bp50) or "
                    "key=value specs (latency=200,wlatency=40,bw=4,r_stall=0.3; see sw/dram.py); "
                    "default ideal. The performance model times all of them as dram.sv does")
-    g.add_argument("--workload", type=_workload, nargs="+", required=True, metavar="W",
+    g.add_argument("--workload", type=_workload, nargs="+", action="extend", required=True,
+                   metavar="W",
                    help="gemm:MxKxN, minilm-block:L")
-    g.add_argument("--seed", type=int, default=0, help="seed of the GEMM operands (default 0)")
+    g.add_argument("--seed", type=_seed, default=0, help="seed of the GEMM operands (default 0)")
     a = sw.add_argument_group("area and RTL")
     a.add_argument("--no-area", action="store_true", help="skip synthesis")
     a.add_argument("--pnr", action="store_true",
@@ -122,7 +133,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="spread the RTL points over K hardware configurations (default "
                    "ceil(N/3); each costs a Verilator build)")
     f = sw.add_argument_group("requirement questions")
-    f.add_argument("--find", type=_question, nargs="+", metavar="Q", help=FIND_HELP)
+    f.add_argument("--find", type=_question, nargs="+", action="extend", metavar="Q",
+                   help=FIND_HELP)
     f.add_argument("--tol", type=float, default=0.02,
                    help="relative tolerance of --find's bisection (default 0.02)")
     r = sw.add_argument_group("running and output")
@@ -237,10 +249,15 @@ def _report(args: argparse.Namespace, doc: dict) -> int:
     if errs:
         print(f"model error against the RTL on {len(errs)} points: mean |error| "
               f"{100 * sum(map(abs, errs)) / len(errs):.2f}%, max {100 * max(map(abs, errs)):.2f}%")
-    print("* Pareto front of cycles against LUT4 per workload and DRAM timing")
+    if "pareto" in paths:
+        print("* Pareto front of cycles against LUT4 per workload and DRAM timing")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
+    failed = [r for r in doc["rows"] if r.get("status") == "error"]
+    if failed:
+        print(f"npu sweep: {len(failed)} of {len(doc['rows'])} points failed (see the table)",
+              file=sys.stderr)
     bad = [r for r in doc["rows"] if r["bit_exact"] is False or r["rtl_bit_exact"] is False]
-    return 1 if bad else 0
+    return 1 if bad or failed else 0
 
 
 def _counts(d: dict) -> str:

@@ -157,7 +157,8 @@ module npu_axi_checker #(
     wire w_pops_awq = w_end && awq_any;
     wire w_pushes_wq = w_end && !w_has_aw;
 
-    logic [N_RULES:1] v;            // rules violated in this cycle
+    logic [N_RULES:0] v;            // rules violated in this cycle (bit 0 unused: a zero-based
+                                    // range names the vector alike in VCD and FST)
     logic [15:0] due [N_ID];        // b_due after this cycle
     logic [ID_BITS-1:0] done_id;
     logic burst_done;
@@ -319,7 +320,7 @@ module npu_axil_checker #(
     logic [1:0] p_b;
     logic [15:0] n_ar, n_r, n_aw, n_w, n_b;     // handshakes, modulo 2**16
 
-    logic [N_RULES:1] v;
+    logic [N_RULES:0] v;            // bit 0 unused, as above
     always_comb begin
         v = '0;
         if (rst) begin

@@ -169,10 +169,13 @@ class FetchUnit(wiring.Component):
                         | (f.slot_addr + COMMAND_BYTES > f.win_limit)):
                 self._fail(m, f, ErrorCode.WINDOW, f.slot_addr, index, 0)
             with m.Else():
+                # the burst's address is latched: a queue reset or ring write while ARVALID
+                # waits for ARREADY must not change it (AXI4, ARM IHI 0022, A3.2.1)
+                m.d.sync += f.ar_addr.eq(f.slot_addr)
                 m.next = "FETCH_ADDR"
         with m.State("FETCH_ADDR"):
             m.d.comb += [
-                bus.arvalid.eq(1), bus.araddr.eq(f.slot_addr), bus.arlen.eq(n_beats - 1),
+                bus.arvalid.eq(1), bus.araddr.eq(f.ar_addr), bus.arlen.eq(n_beats - 1),
                 bus.arsize.eq(beat_bytes.bit_length() - 1), bus.arburst.eq(AXI_BURST_INCR),
             ]
             m.d.sync += [f.beat.eq(0), f.resp_err.eq(0)]
@@ -289,6 +292,7 @@ class _FetchState:
         self.word = Signal(32, name="fence_word")
         self.win_limit = Signal(33, name="win_limit")
         self.slot_addr = Signal(33, name="slot_addr")
+        self.ar_addr = Signal(32, name="fetch_araddr")   # the fetch burst's AR address
         hdr = self.cmd.header
         self.signals = hdr.flags.signal | (hdr.opcode == Opcode.SIGNAL)
         self.waits = hdr.flags.wait | (hdr.opcode == Opcode.WAIT)

@@ -8,7 +8,7 @@ import pytest
 
 from cosim.fuzz import Checker, GeneratorSettings, Scenario, generate, run_scenario, shrink
 from cosim.fuzz.check import command_counts
-from cosim.fuzz.compare import compare, failure_kind
+from cosim.fuzz.compare import _head_ok, compare, failure_kind
 from cosim.fuzz.layout import ARENA_BASE
 from hw.config import NPUConfig
 from hw.isa import ErrorCode, Opcode
@@ -88,6 +88,24 @@ def test_head_rules():
     assert failure_kind([ErrorCode.AXI_ERROR.value, 0, 3, 0]) == "fetch"
     assert failure_kind([ErrorCode.AXI_ERROR.value, Opcode.FENCE.value, 3, 0]) == "fence"
     assert failure_kind([ErrorCode.BAD_SIZE.value, Opcode.DMA_LOAD.value, 3, 0]) == "engine"
+
+
+def test_head_rules_wrap_around_the_ring():
+    """Where ``HEAD`` may stop after an error, modulo the ring (``error[2]`` counts commands
+    since the queue's reset, so it runs past the ring size)."""
+    ring = 8
+    fence = [ErrorCode.MISALIGNED.value, Opcode.FENCE.value, 15, 0x102]   # slot 7
+    engine = [ErrorCode.BAD_SIZE.value, Opcode.DMA_LOAD.value, 6, 0]
+    fetch = [ErrorCode.BAD_OPCODE.value, 0x55, 7, 0]
+
+    def allowed(error, model=False):
+        return {h for h in range(2 * ring) if _head_ok(error, h, 3, ring, model)}
+
+    assert allowed(fence) == {0} and allowed(fence, model=True) == {7}
+    assert allowed(engine) == {7, 0} and allowed(engine, model=True) == {6}
+    assert allowed([*engine[:2], 7, 0]) == {0, 1}
+    assert allowed(fetch) == {7}
+    assert allowed(None) == {3}
 
 
 def test_shrink_finds_a_small_failing_stream():

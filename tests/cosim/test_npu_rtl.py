@@ -35,10 +35,17 @@ def test_linear_bit_exact_on_rtl_and_model(config):
                   name=f"linear_shapes_{config.name}")
     rtl = run.result["shapes"]
     model = rtl_jobs.linear_shapes(ModelBackend(config), shapes=SHAPES)["shapes"]
-    for r, m in zip(rtl, model, strict=True):
+    perf = rtl_jobs.linear_shapes(PerfBackend(config), shapes=SHAPES)["shapes"]
+    for r, m, p in zip(rtl, model, perf, strict=True):
         assert r["bit_exact"], f"RTL differs from the golden model for {r['shape']}"
         assert r["digest"] == m["digest"], f"RTL and functional model differ for {r['shape']}"
-        assert r["cycles"] > 0
+        # two-sided: no faster than the array's peak, no longer than the whole simulation,
+        # and exactly the cycle-exact performance model's count (ideal DRAM)
+        mm, kk, nn = r["shape"]
+        assert mm * kk * nn / config.n_pes <= r["cycles"] <= run.cycles, r
+        assert 0 < r["utilization"] <= 1, r
+        assert (r["cycles"], r["utilization"]) == (p["cycles"], p["utilization"]), (r, p)
+    assert sum(r["cycles"] for r in rtl) <= run.cycles
     assert any(r["k_passes"] >= 8 for r in rtl)          # long accumulations over K
     assert any(r["m_tiles"] >= 1 and r["shape"][0] == 384 for r in rtl)
     assert sum(r["saturated"] for r in rtl) > 0            # saturation is exercised

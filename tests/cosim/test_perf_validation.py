@@ -30,10 +30,12 @@ from cosim.bench.validate import (
     REL_TOL,
     _run_model,
     compare,
+    counter_error,
     summarize,
 )
 from cosim.tb.harness import run_job
 from hw.config import NPUConfig
+from hw.isa import COUNTER_NAMES
 
 CONFIG = NPUConfig()
 
@@ -77,3 +79,36 @@ def test_ci_subset_matches_the_rtl_under_backpressure_and_bandwidth_limits(dram)
     """Random backpressure (the DRAM model's seeded draws, the same on both sides) and token-
     bucket bandwidth limits, every counter and trace as under ideal timing."""
     check_against_rtl(CI_UNDER_DRAM, dram, f"perf_validation_{dram.split(',')[0].replace('=', '')}")
+
+
+def _record(cycles: int, **counters: int) -> dict:
+    values = dict.fromkeys(COUNTER_NAMES, 1000) | counters
+    return {"counters": {"cycles": cycles, **values}, "info": {"digest": "d"}, "trace": []}
+
+
+def test_errors_and_summary_by_hand():
+    """Hand-computed errors: relative errors are magnitudes whichever side is faster, so a
+    model 2% fast and one 1% slow average to 1.5%, not 0.5% (a signed error would let fast
+    and slow workloads cancel, and a model that is too fast never fail the maximum)."""
+    e = counter_error("cycles", 10000, 9800)
+    assert e == {"rtl": 10000, "model": 9800, "diff": -200, "rel": 0.02, "ok": True}
+    assert counter_error("cycles", 10000, 9600)["ok"] is False          # 4% > REL_TOL
+    assert counter_error("busy.load", 100, 116)["ok"] is True            # ABS_TOL cycles
+    assert counter_error("busy.load", 100, 117)["ok"] is False
+    assert counter_error("retired.load", 5, 6)["ok"] is False            # untimed: exact
+    assert counter_error("stall.load.dram_read", 0, 0)["rel"] == 0.0
+    assert counter_error("stall.load.dram_read", 0, 3)["rel"] is None
+    rows = {"fast": {"compare": compare(_record(10000), _record(9800))},
+            "slow": {"compare": compare(_record(10000), _record(10100))}}
+    assert rows["fast"]["compare"]["cycles_error"] == pytest.approx(0.02)
+    s = summarize(rows)
+    assert s["cycles_mean_abs_error"] == pytest.approx(0.015)
+    assert s["cycles_max_abs_error"] == pytest.approx(0.02)
+    assert not s["ok"] and not s["failing"]                 # over CYCLES_MEAN_TOL (1%) only
+
+
+def test_cli_rejects_a_bad_dram_timing_before_any_run(capsys):
+    from cosim.bench.validate import main
+    with pytest.raises(SystemExit) as e:
+        main(["--dram", "bogus", "--only", "gemm_64x64x64"])
+    assert e.value.code == 2 and "unknown DRAM preset" in capsys.readouterr().err

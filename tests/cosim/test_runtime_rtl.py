@@ -10,6 +10,7 @@ from cosim.waves import check_counter_snapshots, counter_delta
 from hw.config import NPUConfig
 from hw.isa import COUNTER_NAMES, TIMING_COUNTERS
 from sw.model import ModelBackend
+from sw.perf import PerfBackend
 from tests.support import runtime_jobs
 
 CONFIG = NPUConfig()
@@ -34,10 +35,15 @@ def test_event_dependency_between_concurrent_gemms(backend):
                                      f"at {r['a_end']}"
     if backend == "rtl":
         assert r["a_b_overlap"], "the two independent GEMMs did not run concurrently"
-        # events bracket GEMM A: their timestamps span its traced commands
-        assert r["event_elapsed"] >= r["a_end"] - r["a_start"] > 0
+        # events bracket GEMM A: their timestamps span its traced commands, and lie inside
+        # the job (CYCLES over the whole job bounds them from above)
+        assert 0 < r["a_end"] - r["a_start"] <= r["event_elapsed"] <= r["run_cycles"]
+        # exact: the performance model is cycle-exact on this job (ideal DRAM)
+        perf = runtime_jobs.event_dependency(PerfBackend(CONFIG))
+        assert (r["event_elapsed"], r["run_cycles"]) == (perf["event_elapsed"],
+                                                         perf["run_cycles"])
     else:
-        assert r["event_elapsed"] == 0                  # the untimed model
+        assert r["event_elapsed"] == r["run_cycles"] == 0   # the untimed model
 
 
 def test_unrecorded_event_times_out_naming_the_semaphore(backend):
@@ -72,6 +78,16 @@ def test_double_buffered_linear_overlaps_dma_with_compute(backend):
         assert dbl["overlap"] >= 0.5 * dbl["dma_busy"], r
         assert ser["overlap"] == 0, r                       # the serialized chain never overlaps
         assert dbl["cycles"] < ser["cycles"], r
+        for x in (ser, dbl):
+            # two-sided: overlap inside both busy times; the union of DMA and matrix busy
+            # time (busy + busy - overlap) inside the run, which is inside the serial sum
+            assert 0 <= x["overlap"] <= min(x["dma_busy"], x["matrix_busy"]), r
+            assert x["dma_busy"] + x["matrix_busy"] - x["overlap"] <= x["cycles"], r
+        assert dbl["cycles"] <= ser["cycles"] <= ser["dma_busy"] + ser["matrix_busy"] \
+            + 4 * ser["commands"], r      # idle: at most 4 cycles per command (fetch, handoff)
+        assert dbl["matrix_busy"] == ser["matrix_busy"], r   # the same MATMULs
+        # exact: the cycle-exact performance model (ideal DRAM) counts the same
+        assert r == runtime_jobs.overlap(PerfBackend(CONFIG)), r
 
 
 def test_counters_equal_the_waveform_exactly():

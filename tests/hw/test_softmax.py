@@ -3,13 +3,14 @@ SOFTMAX (masks, any row length, fully masked rows, out-of-range exponents), MATM
 ``flags.transpose`` and REQUANT with ``flags.row_scale``."""
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
 from hw.config import NPUConfig
-from hw.isa import ACCEPT_CYCLES, Command, ErrorCode, Opcode, timing
+from hw.isa import ACCEPT_CYCLES, ROW_SCALE_SHIFT, Command, ErrorCode, Opcode, timing
 from hw.tile import ComputeTile
 from tests.hw.test_tile import (
     model_requant,
@@ -159,6 +160,17 @@ def test_softmax_matches_naive_model(cfg):
                  shift=int(rng.integers(14, 20)))
     bodies[4]["acc_row"] = 3   # covers rows 5 and 6
     bodies[4]["shift"] = 0     # n huge: every non-max exponent out of range -> 0
+    # small scores and mult / 2**shift = 1/2, 3/2: exponents in range (p mostly non-zero) and
+    # an exact tie x.5 in the exponent's rounding for every odd difference d = m_i - s
+    tie_rows = 2 * (c + 2)
+    for r in range(30, 30 + tie_rows):
+        acc[r] = [int(v) for v in rng.integers(-60, 61, cfg.acc_row_elems)]
+    for mult, shift in ((8, 4), (3, 1)):
+        bodies.append(dict(n_rows=c + 2, n_blocks=2, stride=c + 2, kv_len=2 * c, causal=0,
+                           q_offset=0, acc_row=30, spad_row=60,
+                           scale_row=100, mult=mult, shift=shift))
+
+    acc_init_copy = [list(r) for r in acc]
 
     async def program(ctx, dut):
         res = []
@@ -184,6 +196,14 @@ def test_softmax_matches_naive_model(cfg):
         naive_softmax(cfg, acc, spad, b)
         assert got_spad == spad, f"P differs for {b}"
         assert got_acc == acc, f"reciprocals differ for {b}"
+    ties = 0
+    for b in bodies[5:]:
+        rows = [acc_init_copy[r][:c] for r in range(30, 30 + tie_rows)]
+        for i in range(b["n_rows"]):
+            row = rows[i] + rows[b["stride"] + i]
+            ties += sum((max(row) - v) * b["mult"] % (1 << b["shift"]) == 1 << (b["shift"] - 1)
+                        for v in row)
+    assert ties >= 4 * c, "the test data must contain exact ties of the exponent's rounding"
     masked = bodies[3]
     zero_rows = [spad[masked["spad_row"] + blk * 2 + i] for blk in range(2) for i in range(2)]
     assert all(v == 0 for row in zero_rows for v in row)
@@ -211,6 +231,38 @@ def test_softmax_errors(cfg):
     assert out["acc"] == acc and out["spad"] == spad   # nothing written
 
 
+def naive_row_scaled_requant(x_acc: int, bias: int, recip: int, mult: int, shift: int) -> int:
+    """REQUANT with ``flags.row_scale`` for one element, transcribed from
+    :class:`hw.isa.RequantBody` in exact rationals: both stages round to nearest with ties
+    toward +infinity, ``floor(v + 1/2)``, and saturate (the row scale to 33 bits, the output
+    to int8)."""
+    x = math.floor(Fraction((x_acc + bias) * recip, 1 << ROW_SCALE_SHIFT) + Fraction(1, 2))
+    x = max(-2**32, min(2**32 - 1, x))
+    y = math.floor(Fraction(x * mult, 1 << shift) + Fraction(1, 2)) if shift else x * mult
+    return max(-128, min(127, y))
+
+
+def tie_row_scale_operands(cfg, rng, n_rows: int):
+    """Accumulators, bias, reciprocals and per-channel multipliers for which the row-scale
+    rounding shows: small values (most outputs unsaturated) and reciprocals 1/2, 1/4, 3/4 of
+    ``2**ROW_SCALE_SHIFT`` (exact ties ``x.5`` for odd, resp. ``x = 2 mod 4``, products) besides
+    random ones; channels 0, 1 pass the scaled value through unchanged (``2**30 / 2**30``),
+    the others halve it (``2**30 / 2**31``: ties of the second stage too) or scale by a random
+    multiplier in [1/2, 1)."""
+    c, e = cfg.cols, cfg.acc_row_elems
+    half = 1 << (ROW_SCALE_SHIFT - 1)
+    fixed = [half, half >> 1, 3 * (half >> 1)]
+    recips = [fixed[i % 3] if i % 4 else int(rng.integers(half >> 2, 2 * half))
+              for i in range(n_rows)]
+    acc = [[int(v) for v in rng.integers(-170, 171, e)] for _ in range(n_rows)]
+    bias = [int(v) for v in rng.integers(-9, 10, e)]
+    mult = [1 << 30] * e
+    shift = [30 if j < 2 else 31 for j in range(e)]
+    for j in range(2, c, 3):
+        mult[j] = int(rng.integers(1 << 30, 1 << 31))
+    return acc, bias, recips, mult, shift
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_transposed_matmul_and_row_scaled_requant(cfg):
     c = cfg.cols
@@ -223,6 +275,15 @@ def test_transposed_matmul_and_row_scaled_requant(cfg):
     acc[51] = [int(v) for v in rng.integers(1 << 30, 1 << 31, cfg.acc_row_elems)]   # mult
     acc[52] = [int(v) for v in rng.integers(40, 48, cfg.acc_row_elems)]             # shift
     n_rows = c + 3
+    # a second REQUANT over data that leaves the rounding visible: rows 100.., scale rows
+    # 70.., parameters 90..92, output to scratchpad rows 100..
+    n_ties = 3 * c + 3
+    t_acc, t_bias, t_recips, t_mult, t_shift = tie_row_scale_operands(cfg, rng, n_ties)
+    acc[100:100 + n_ties] = t_acc
+    for g in range(-(-n_ties // c)):
+        chunk = t_recips[g * c:(g + 1) * c]
+        acc[70 + g] = chunk + [0] * (cfg.acc_row_elems - len(chunk))
+    acc[90:93] = [t_bias, t_mult, t_shift]
 
     async def program(ctx, dut):
         r1 = await issue(ctx, dut.matrix, Opcode.MATMUL, "matmul",
@@ -230,22 +291,36 @@ def test_transposed_matmul_and_row_scaled_requant(cfg):
         r2 = await issue(ctx, dut.vector, Opcode.REQUANT, "requant",
                          dict(acc_row=0, spad_row=80, n_rows=n_rows, param_row=50,
                               scale_row=40), row_scale=1)
-        return [r1, r2]
+        r3 = await issue(ctx, dut.vector, Opcode.REQUANT, "requant",
+                         dict(acc_row=100, spad_row=100, n_rows=n_ties, param_row=90,
+                              scale_row=70), row_scale=1)
+        return [r1, r2, r3]
 
     out = run_tile(cfg, acc, spad, program)
-    (e1, _, _), (e2, _, cyc2) = out["results"]
-    assert e1 == e2 == ErrorCode.NONE
+    (e1, _, _), (e2, _, cyc2), (e3, _, cyc3) = out["results"]
+    assert e1 == e2 == e3 == ErrorCode.NONE
     assert cyc2 == timing.requant_busy_cycles(cfg, n_rows, row_scale=True) + ACCEPT_CYCLES
+    assert cyc3 == timing.requant_busy_cycles(cfg, n_ties, row_scale=True) + ACCEPT_CYCLES
     for i in range(5):            # W[k, n] = spad[20 + n][k]
         want = [sum(spad[i][k] * spad[20 + n][k] for k in range(cfg.rows)) for n in range(c)]
         assert out["acc"][60 + i][:c] == want
-    for i in range(n_rows):
+    for i in range(n_rows):       # large values: mostly saturated
         for j in range(c):
-            x = acc[i][j] + acc[50][j]
-            x = max(-2**32, min(2**32 - 1, (x * recips[i] + 2**15) >> 16))
-            s = acc[52][j]
-            y = max(-128, min(127, (x * acc[51][j] + (1 << (s - 1))) >> s))
+            y = naive_row_scaled_requant(acc[i][j], acc[50][j], recips[i], acc[51][j],
+                                         acc[52][j])
             assert out["spad"][80 + i][j] == y, (i, j)
+    unsaturated = ties = 0
+    for i in range(n_ties):       # small values: the rounding of both stages is visible
+        for j in range(c):
+            y = naive_row_scaled_requant(t_acc[i][j], t_bias[j], t_recips[i], t_mult[j],
+                                         t_shift[j])
+            assert out["spad"][100 + i][j] == y, (i, j, t_acc[i][j], t_recips[i])
+            unsaturated += -128 < y < 127
+            tie = ((t_acc[i][j] + t_bias[j]) * t_recips[i]) % (1 << ROW_SCALE_SHIFT) \
+                == 1 << (ROW_SCALE_SHIFT - 1)
+            ties += tie and j < 2 and -128 < y < 127     # a tie seen unchanged at the output
+    assert unsaturated >= 0.8 * n_ties * c, "the test data must leave most outputs unsaturated"
+    assert ties >= 8, "the test data must contain exact ties of the row scale"
 
 
 def test_transpose_needs_square_array():

@@ -634,6 +634,20 @@ def test_default_config():
         body = {"a_row": a_row, "w_row": w_row, "acc_row": acc_row, "m": 9}
         error, addr, _ = await command(ctx, dut.matrix, Opcode.MATMUL, body)
         assert (error, addr) == (ErrorCode.BAD_LOCAL_ADDR, cfg.spad_rows)
+        # the accumulator (1024 rows) is shallower than the scratchpad (4096): each engine
+        # checks every row range against its own memory's depth
+        assert cfg.acc_rows < cfg.spad_rows
+        for port, opcode, body, want in (
+                (dut.matrix, Opcode.MATMUL,
+                 {"a_row": 0, "w_row": w_row, "acc_row": acc_row, "m": 9}, cfg.acc_rows),
+                (dut.vector, Opcode.REQUANT, {"acc_row": cfg.acc_rows - 2, "spad_row": 0,
+                                              "n_rows": 5, "param_row": 0}, cfg.acc_rows),
+                (dut.vector, Opcode.REQUANT, {"acc_row": 0, "spad_row": cfg.spad_rows - 2,
+                                              "n_rows": 5, "param_row": 0}, cfg.spad_rows),
+                (dut.vector, Opcode.REQUANT, {"acc_row": 0, "spad_row": 0, "n_rows": 1,
+                                              "param_row": cfg.acc_rows - 2}, cfg.acc_rows)):
+            error, addr, _ = await command(ctx, port, opcode, body)
+            assert (error, addr) == (ErrorCode.BAD_LOCAL_ADDR, want), body
         assert await read_rows(ctx, dut.acc_r, 32, 8, acc_row, 8) == mem.acc[acc_row:]
         assert await read_rows(ctx, dut.spad_r, 8, 8, 0, m) == mem.spad[:m]
         assert await read_rows(ctx, dut.spad_r, 8, 8, w_row, 13) == mem.spad[w_row:]

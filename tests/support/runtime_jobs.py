@@ -19,13 +19,20 @@ def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
+def _cycles(device: Device) -> int:
+    """``CYCLES`` now, or 0 on an untimed backend."""
+    counters = device.counters()
+    return counters["cycles"] if counters.timed else 0
+
+
 def event_dependency(backend) -> dict:
     """Two streams run GEMMs concurrently; stream 1 then waits on an event recorded after
     stream 0's GEMM and runs a GEMM that consumes its output straight from device memory.
 
     Returns correctness, and from the hardware trace: whether every command of the dependent
     GEMM started after the last command of the GEMM it depends on ended, and whether the two
-    independent GEMMs overlapped in time.
+    independent GEMMs overlapped in time; the events' elapsed cycles, the ``CYCLES`` counter
+    over the whole job (``run_cycles``) and the span of the trace (first start to last end).
     """
     device = Device(backend)
     cfg = device.config
@@ -40,6 +47,7 @@ def event_dependency(backend) -> dict:
     _, _, c_bias, c_mult, c_shift = random_linear_operands(rng, m, n, cfg.cols)
 
     device.read_trace()                                  # start from an empty trace
+    cycles_before = _cycles(device)
     start_a = s0.record()
     r0 = s0.next_index
     job_a = linear_launch(s0, a, w, bias, mult, shift, spad_region=(0, half_s),
@@ -57,6 +65,7 @@ def event_dependency(backend) -> dict:
     r1_end = s1.next_index
     s1.synchronize()
     s0.synchronize()
+    run_cycles = _cycles(device) - cycles_before
     trace = device.read_trace()
 
     want_a = linear_int(a, w, bias, mult, shift)
@@ -85,6 +94,8 @@ def event_dependency(backend) -> dict:
         "a_end": a_end, "c_start": min(s for s, _ in c_cmds),
         "a_b_overlap": any(_overlaps(x, y) for x in a_cmds for y in b_cmds),
         "a_start": min(s for s, _ in a_cmds), "event_elapsed": elapsed,
+        "run_cycles": run_cycles,
+        "trace_span": max(t.end for t in trace) - min(t.start for t in trace),
     }
 
 

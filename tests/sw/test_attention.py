@@ -2,6 +2,8 @@
 reference, the softmax reference's edge cases, and the accuracy of the quantized MiniLM
 attention block against float32 (L=128, evaluation text != calibration text)."""
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -76,6 +78,51 @@ def test_attention_regions_are_checked():
     assert p.o_spad + p.db * p.m_tile <= 1000 and p.o_acc + p.db * p.m_tile <= 510
 
 
+
+def _plan_pieces(c: NPUConfig, p) -> tuple[list, list]:
+    """The row ranges ``[lo, hi)`` the kernel's commands touch: scratchpad (K, V, Q, P, O) and
+    accumulator (REQUANT parameters, SOFTMAX reciprocals, scores, P V), from the plan's
+    addresses and the command shapes (reciprocals: one accumulator row per ``cols`` score
+    rows, rounded up: :class:`hw.isa.SoftmaxBody`)."""
+    db, lp, mt, n = p.db, p.lp, p.m_tile, c.cols
+    spad = [(p.k_base, p.k_base + db * lp), (p.v_base, p.v_base + db * lp),
+            (p.q_base, p.q_base + db * mt), (p.p_base, p.p_base + p.kb * mt),
+            (p.o_spad, p.o_spad + db * mt)]
+    acc = [(p.param_base, p.param_base + 3 * db), (p.sc_base, p.sc_base + (mt + n - 1) // n),
+           (p.s_base, p.s_base + p.kb * mt), (p.o_acc, p.o_acc + db * mt)]
+    return spad, acc
+
+
+def _inside_and_disjoint(pieces: list, lo: int, hi: int) -> bool:
+    s = sorted(pieces)
+    return s[0][0] >= lo and s[-1][1] <= hi and all(a[1] <= b[0] for a, b in pairwise(s))
+
+
+@pytest.mark.parametrize("config", [NPUConfig(), NPUConfig(rows=4, cols=4)],
+                         ids=lambda c: c.name)
+def test_attention_plan_fits_every_region_it_accepts(config):
+    """Every plan's pieces lie inside the regions and do not overlap, for accumulator and
+    scratchpad regions of every size around the smallest that fits, with query tiles that
+    are not a multiple of the array width (the reciprocal rows round up)."""
+    c = config
+    checked = 0
+    for seq, d in ((13, 20), (37, 8), (20, 32)):
+        for rows in range(1, 260):
+            for spad_region, acc_region in (((0, c.spad_rows), (5, rows)),
+                                            ((7, rows), (0, c.acc_rows))):
+                try:
+                    p = plan_attention(c, seq, d, spad_region=spad_region,
+                                       acc_region=acc_region)
+                except ValueError:
+                    continue
+                spad, acc = _plan_pieces(c, p)
+                s0, sn = spad_region
+                a0, an = acc_region
+                assert _inside_and_disjoint(spad, s0, s0 + sn), (seq, d, spad_region, p)
+                assert _inside_and_disjoint(acc, a0, a0 + an), (seq, d, acc_region, p)
+                checked += p.m_tile % c.cols != 0
+    assert checked > 50
+
 def test_attention_needs_square_array():
     with pytest.raises(ValueError, match="square"):
         plan_attention(NPUConfig(rows=4, cols=8), 8, 32)
@@ -101,3 +148,28 @@ def test_minilm_attention_block_accuracy_l128():
     ref = float_block(model, x, kv)["output"]
     out = dequantize_output(bq, golden_block(bq, x, kv)["output"])
     assert sqnr_db(ref, out) >= 25.0
+
+
+def test_softmax_and_row_scale_reference_by_hand():
+    """Hand-computed vectors beside the golden model (hw.isa.SoftmaxBody, RequantBody):
+    the table entries are ``T[f] = floor(127 * 128 * 2**(-f/16) + 1/2)`` = 16256, 15567,
+    14907, 14275, 13670 for f = 0..4; ``p = (T[f] + 64) >> 7`` for ``q = 0``."""
+    from sw.golden import requantize_rows
+    # mult / 2**shift = 1: n = d (F = 4 fractional bits): p = 127, T[2] -> 116, T[4] -> 107
+    p, sums, recip = softmax_int(np.array([[5, 3, 1]]), mult=1 << 16, shift=16)
+    assert p.tolist() == [[127, 116, 107]] and sums.tolist() == [350]
+    assert recip.tolist() == [12271335]              # floor((2**32 + 175) / 350)
+    # mult / 2**shift = 1/2 (8 / 16): d = 1, 3 are exact ties 0.5, 1.5 -> n = 1, 2 (ties up)
+    p, sums, recip = softmax_int(np.array([[4, 3, 1], [4, 3, 1]]), mult=8, shift=4,
+                                 kv_len=3)
+    assert p.tolist() == [[127, 122, 116]] * 2 and sums.tolist() == [365] * 2
+    assert recip.tolist() == [11767034] * 2          # floor((2**32 + 182) / 365)
+    p, _, recip = softmax_int(np.array([[4, 3, 1]]), mult=8, shift=4, kv_len=2)
+    assert p.tolist() == [[127, 122, 0]] and recip.tolist() == [17248865]  # (2**32+124)//249
+    # row scale r / 2**16 = 1/2, 3/4, 0, then multiplier 2**30 / 2**30 (= 1) or / 2**31 (1/2):
+    # 3/2 -> 2, -3/2 -> -1, 5/2 -> 3, 7/2 -> 4 -> 4/2 = 2; 3/2 -> 2, -3/2 -> -1, 9/2 -> 5,
+    # 21/4 -> 5 -> 5/2 -> 3; a fully masked row (r = 0) gives 0
+    acc = np.array([[3, -3, 5, 7], [2, -2, 6, 7], [100, -100, 7, 9]])
+    got = requantize_rows(acc, [1 << 15, 3 << 14, 0], [0, 0, 0, 0], [1 << 30] * 4,
+                          [30, 30, 30, 31])
+    assert got.tolist() == [[2, -1, 3, 2], [2, -1, 5, 3], [0, 0, 0, 0]]

@@ -81,6 +81,21 @@ def test_plusargs_of_every_key():
         "+npu_dram_seed=3"]
 
 
+@pytest.mark.parametrize("p, fixed", [
+    (0.1, 429496730),       # 0.1 * 2**32 = 429496729.6: rounded up, not truncated
+    (0.3, 1288490189),      # 1288490188.8
+    (0.6, 2576980378),      # 2576980377.6
+    (0.2, 858993459),       # 858993459.2: rounded down
+])
+def test_stall_threshold_is_the_probability_rounded_to_nearest(p, fixed):
+    """The stall probability in the model's fixed point (``p * 2**32``, hand-computed) rounds
+    to nearest: fractions that are not a whole number of 2**-32 (the exact ones above hide
+    the rounding rule)."""
+    t = DramTiming(w_stall=p, seed=2)
+    assert t.stall_fixed("w") == fixed
+    assert f"+npu_dram_w_stall={fixed}" in t.to_plusargs()
+
+
 @pytest.mark.parametrize("text, words", [
     ("latency=2", ["read_latency", "3..65535"]),
     ("latency=70000", ["read_latency", "3..65535"]),

@@ -20,6 +20,7 @@ from sw.golden import matmul_int
 from sw.model import ModelBackend
 from sw.quant import requantize
 from sw.runtime import CommandList
+from tests.support.error_jobs import error_cases
 
 RING = 0x1000
 
@@ -289,51 +290,56 @@ CFG = NPUConfig(rows=8, cols=8, spad_rows=64, acc_rows=16, n_sems=4, axi_data_bi
 D = CFG.dram_bytes
 
 
-def _dma(c, **kw):
-    args = dict(mem=LocalMem.SPAD, dram_addr=0x2000, dram_stride=8, row_bytes=8, n_rows=4,
-                local_row=0, local_stride=1)
-    args.update(kw)
-    c.dma_load(**args)
-
-
-ERROR_CASES = {
-    "bad_opcode": (lambda c: c.append_raw(bytes([0x42]) + bytes(31)),
-                   ErrorCode.BAD_OPCODE, RING + 2 * 32, 0x42),
-    "bad_wait_sem": (lambda c: c.nop(wait=(4, 0)), ErrorCode.BAD_SEM, 4, Opcode.NOP),
-    "bad_signal_sem": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=0, m=1, signal=9),
-                       ErrorCode.BAD_SEM, 9, Opcode.MATMUL),
-    "bad_dram_addr_odd": (lambda c: _dma(c, dram_addr=D - 7, row_bytes=8, n_rows=1),
-                          ErrorCode.BAD_DRAM_ADDR, D - 7, Opcode.DMA_LOAD),
-    "bad_local_partial_row": (lambda c: _dma(c, dram_addr=0x2003, row_bytes=9, n_rows=1,
-                                             local_row=63),
-                              ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.DMA_LOAD),
-    "bad_dram_addr": (lambda c: _dma(c, dram_addr=D - 16, dram_stride=8),
-                      ErrorCode.BAD_DRAM_ADDR, D, Opcode.DMA_LOAD),
-    "bad_local_dma": (lambda c: _dma(c, local_row=62, local_stride=1),
-                      ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.DMA_LOAD),
-    "bad_local_matmul_w": (lambda c: c.matmul(a_row=0, w_row=60, acc_row=0, m=1),
-                           ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.MATMUL),
-    "bad_local_matmul_acc": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=10, m=7),
-                             ErrorCode.BAD_LOCAL_ADDR, 16, Opcode.MATMUL),
-    "bad_local_matmul_k_blocks_a": (lambda c: c.matmul(a_row=50, w_row=0, acc_row=0, m=5,
-                                                       k_blocks=3),
-                                    ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.MATMUL),
-    "bad_local_matmul_k_blocks_w": (lambda c: c.matmul(a_row=0, w_row=40, acc_row=0, m=1,
-                                                       k_blocks=4),
-                                    ErrorCode.BAD_LOCAL_ADDR, 64, Opcode.MATMUL),
-    "bad_local_requant": (lambda c: c.requant(acc_row=0, spad_row=0, n_rows=1, param_row=14),
-                          ErrorCode.BAD_LOCAL_ADDR, 16, Opcode.REQUANT),
-    "fence_misaligned": (lambda c: c.fence(addr=0x102, value=1), ErrorCode.MISALIGNED, 0x102,
-                         Opcode.FENCE),
-    "fence_bad_addr": (lambda c: c.fence(addr=D, value=1), ErrorCode.BAD_DRAM_ADDR, D,
-                       Opcode.FENCE),
-}
+#: the table of error cases, derived from CFG (tests.support.error_jobs; the same table runs on
+#: the RTL in tests/cosim/test_error_table_rtl.py)
+ERROR_CASES = error_cases(CFG)
 
 
 @pytest.mark.parametrize("case", sorted(ERROR_CASES))
 def test_error_codes(case):
     build, code, addr, opcode = ERROR_CASES[case]
     _error_case(CFG, build, code, addr, opcode)
+
+
+@pytest.mark.parametrize("mem", [LocalMem.SPAD, LocalMem.ACC])
+def test_window_is_half_open_for_dma_and_fence(mem):
+    """A queue's DRAM window is ``[WINDOW_BASE, WINDOW_LIMIT)``: a DMA row or fence word that
+    ends exactly at the limit, or starts exactly at the base, is inside; one beat further is a
+    ``WINDOW`` error at the first row outside (the RTL's rule, ``hw/cmdproc``)."""
+    base, limit = RING, 0x4000
+    row = CFG.acc_row_bytes if mem == LocalMem.ACC else CFG.spad_row_bytes
+
+    def run(build) -> tuple:
+        h = Host(CFG)
+        h.be.csr_write(queue_csr(0, Csr.WINDOW_BASE), base)
+        h.be.csr_write(queue_csr(0, Csr.WINDOW_LIMIT), limit)
+        h.be.mem_write(limit - 2 * row, bytes(range(1, 2 * row + 1)))
+        c = CommandList()
+        build(c)
+        h.submit(c)
+        return h, h.err()
+
+    def load(addr, n_rows):
+        return lambda c: c.dma_load(mem=mem, dram_addr=addr, dram_stride=row, row_bytes=row,
+                                    n_rows=n_rows, local_row=0, local_stride=1)
+
+    h, err = run(load(limit - 2 * row, 2))              # the last row ends at the limit
+    assert err[0] == 0 and h.head() == h.tail
+    got = h.be.acc[:2].tobytes() if mem == LocalMem.ACC else h.be.spad[:2].tobytes()
+    assert got[:2 * row] == bytes(range(1, 2 * row + 1))
+    h, err = run(lambda c: c.dma_store(mem=mem, dram_addr=limit - row, dram_stride=row,
+                                       row_bytes=row, n_rows=1, local_row=0, local_stride=1))
+    assert err[0] == 0 and h.be.mem_read(limit - row, row) == bytes(row)
+    _, err = run(load(limit - 2 * row, 3))              # its third row starts at the limit
+    assert (err[0], err[4]) == (ErrorCode.WINDOW.value, limit)
+    _, err = run(load(base - row, 1))                   # one row below the base
+    assert (err[0], err[4]) == (ErrorCode.WINDOW.value, base - row)
+    _, err = run(load(base, 1))
+    assert err[0] == 0
+    h, err = run(lambda c: c.fence(addr=limit - 4, value=7))
+    assert err[0] == 0 and h.be.mem_read(limit - 4, 4) == (7).to_bytes(4, "little")
+    _, err = run(lambda c: c.fence(addr=limit, value=7))
+    assert (err[0], err[4]) == (ErrorCode.WINDOW.value, limit)
 
 
 def test_bad_dram_row_reports_first_bad_row_and_writes_nothing():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hw.config import NPUConfig
-from hw.isa import COUNTER_NAMES, Csr, ErrorCode, LocalMem, queue_csr
+from hw.isa import COMMAND_BYTES, COUNTER_NAMES, Csr, ErrorCode, LocalMem, queue_csr
 from sw.backend import Backend
 from sw.dram import DramTiming
 from sw.golden import linear_int
@@ -89,7 +89,11 @@ def test_same_results_as_the_functional_model(name):
         # the hardware (and so the performance model) fetches ahead: commands behind a
         # failing one are read from the ring and then dropped; sw.model counts only those
         # it executes
-        assert untimed["bytes_read"] > model_counters["bytes_read"]
+        # two-sided: whole commands, at most a command FIFO (plus the one in decode) ahead
+        # for each of the workload's three errors
+        extra = untimed["bytes_read"] - model_counters["bytes_read"]
+        assert 0 < extra <= 3 * (CONFIG.cmd_fifo_depth + 1) * COMMAND_BYTES, extra
+        assert extra % COMMAND_BYTES == 0, extra
         untimed.pop("bytes_read")
         model_counters.pop("bytes_read")
     assert untimed == dict(model_counters)          # retired and bytes, as the model counts
@@ -182,3 +186,16 @@ def test_bad_dma_fails_its_queue_only():
     with pytest.raises(DeviceError) as e:
         d.run(cmds)
     assert e.value.code == ErrorCode.BAD_DRAM_ADDR and e.value.address == top
+
+
+def test_event_elapsed_cycles_lie_between_the_work_they_bracket_and_the_whole_run():
+    """``Event.elapsed_cycles`` of two events around GEMM A (the event-dependency job): at
+    least the span of A's traced commands, at most the ``CYCLES`` of the whole job; a wrong
+    sign would wrap to about 2**32."""
+    from tests.support import runtime_jobs
+    r = runtime_jobs.event_dependency(PerfBackend(CONFIG))
+    assert all(r["correct"].values()) and r["dependency_honoured"]
+    assert 0 < r["a_end"] - r["a_start"] <= r["event_elapsed"] <= r["run_cycles"]
+    assert r["run_cycles"] >= r["trace_span"] > 0
+    # the fences around A add a few cycles of fetch and write, never a whole GEMM
+    assert r["event_elapsed"] - (r["a_end"] - r["a_start"]) < r["a_end"] - r["a_start"]

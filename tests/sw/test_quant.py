@@ -232,3 +232,82 @@ def test_golden_rejects_an_accumulation_that_could_wrap():
         matmul_int(a1, w1)
     with pytest.raises(AccumulatorOverflowError):
         linear_int(a1, w1, np.zeros(1, np.int32), np.full(1, 1 << 30), np.full(1, 40))
+
+
+# -- the renormalisation branch of the multiplier derivations, dense and by hand -----------------
+
+#: Scales at and around every power of two the multipliers cover (2**-33 .. 2**30): the power
+#: itself, the largest doubles below it (the mantissa rounds to 2**31: the renormalisation
+#: branch), the last ones that do not round up, and the tie between them.
+def _boundary_scales(lo: int = -33, hi: int = 31) -> list[float]:
+    out = []
+    for e in range(lo, hi):
+        p = 2.0**e
+        for rel in (0.0, 2.0**-53, 2.0**-45, 2.0**-40, 2.0**-33, 2.0**-32, 3 * 2.0**-33,
+                    2.0**-31, 2.0**-30):
+            out.append(p * (1 - rel) if p * (1 - rel) >= 2.0**-33 else p)
+        out.append(p * (1 + 2.0**-52))
+    return out
+
+
+def test_quantize_multipliers_by_hand_at_the_boundary():
+    """Hand-computed (multiplier, shift) through the vector form: ``r = f * 2**e`` with
+    ``f`` in [0.5, 1), ``M = floor(f * 2**31 + 1/2)``, ``shift = 31 - e``; when ``M`` reaches
+    2**31 the pair is ``(2**30, shift - 1)``."""
+    from sw.quant import quantize_multipliers
+    cases = [
+        (1 - 2.0**-40, 1 << 30, 30),        # f*2**31 = 2**31 - 2**-9 -> 2**31: renormalised
+        (0.5 - 2.0**-45, 1 << 30, 31),      # e = -1: 2**31 - 2**-13 -> 2**31: renormalised
+        (1 - 2.0**-32, 1 << 30, 30),        # the tie 2**31 - 1/2 rounds up: renormalised
+        (1 - 3 * 2.0**-33, (1 << 31) - 1, 31),  # 2**31 - 3/4 -> 2**31 - 1: not renormalised
+        (2.0**-33 * (1 + 2.0**-52), 1 << 30, 63),   # the smallest representable
+        (0.75, 3 << 29, 31),                 # f = 3/4, e = 0
+        (6.0, 3 << 29, 28),                  # f = 3/4, e = 3
+        (2.0**30 * (1 - 2.0**-45), 1 << 30, 0),     # renormalised to shift 0 (top of range)
+    ]
+    mult, shift = quantize_multipliers([c[0] for c in cases])
+    assert list(zip(mult.tolist(), shift.tolist(), strict=True)) == [c[1:] for c in cases]
+
+
+def test_quantize_multipliers_within_rounding_on_a_dense_set():
+    """For every scale of a dense set (boundaries of every power of two, a log-uniform sweep):
+    ``M`` in [2**30, 2**31), ``shift`` in 0..63 and ``|M / 2**shift - r| <= 2**-(shift + 1)``
+    (rounding to the nearest integer multiple of ``2**-shift``), checked in exact rationals."""
+    from fractions import Fraction
+
+    from sw.quant import quantize_multipliers
+    rng = np.random.default_rng(19)
+    reals = _boundary_scales() + list(2.0 ** rng.uniform(-33, 31, 3000))
+    reals = [r for r in reals if r < 2.0**31 - 1]
+    mult, shift = quantize_multipliers(reals)
+    for r, m, s in zip(reals, mult.tolist(), shift.tolist(), strict=True):
+        assert (1 << 30) <= m < (1 << 31) and 0 <= s <= 63, (r, m, s)
+        assert abs(Fraction(m, 1 << s) - Fraction(r)) <= Fraction(1, 1 << (s + 1)), (r, m, s)
+
+
+def test_score_multiplier_renormalises_like_quantize_multiplier():
+    """The SOFTMAX score multiplier (16-bit mantissa) has the same branch: a real multiplier
+    just below a power of two rounds to 2**16 and must become ``(2**15, shift - 1)``."""
+    import math
+    from fractions import Fraction
+
+    from hw.isa import SOFTMAX_EXP_FRAC_BITS
+    from sw.models.attention_block import score_multiplier
+    unit = math.log2(math.e) * (1 << SOFTMAX_EXP_FRAC_BITS) / math.sqrt(64)  # real per s_q*s_k
+    # real = 1 - 2**-20: f * 2**16 = 2**16 - 2**-4 -> 2**16: (2**15, 15), the value 1.0
+    assert score_multiplier((1 - 2.0**-20) / unit, 1.0, 64) == (1 << 15, 15)
+    # real = 2**-4 * (1 - 2**-20): (2**15, 19)
+    assert score_multiplier(2.0**-4 * (1 - 2.0**-20) / unit, 1.0, 64) == (1 << 15, 19)
+    # real = 3/32: f = 3/4, e = -3: (3 * 2**14, 19)
+    assert score_multiplier(3 / 32 / unit, 1.0, 64) == (3 << 14, 19)
+    # real = 1 - 2**-16 (below the tie 2**16 - 1/2): the largest mantissa, not renormalised
+    assert score_multiplier((1 - 2.0**-16) / unit, 1.0, 64) == ((1 << 16) - 1, 16)
+    rng = np.random.default_rng(20)
+    reals = _boundary_scales(-40, 16) + list(2.0 ** rng.uniform(-40, 16, 500))
+    for real in reals:
+        s_q = real / unit
+        m, s = score_multiplier(s_q, 1.0, 64)
+        # the real multiplier exactly as score_multiplier forms it (same float operations)
+        r = Fraction(s_q * 1.0 * math.log2(math.e) * (1 << SOFTMAX_EXP_FRAC_BITS) / math.sqrt(64))
+        assert (1 << 15) <= m < (1 << 16) and 0 <= s <= 63, (real, m, s)
+        assert abs(Fraction(m, 1 << s) - r) <= Fraction(1, 1 << (s + 1)), (real, m, s)

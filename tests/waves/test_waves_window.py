@@ -67,6 +67,7 @@ def test_window_kernel_that_never_ran_is_a_clear_error():
 
 @pytest.mark.parametrize("window, message", [
     ({"from": 10, "to": 5}, "0 <= from < to"),
+    ({"from": 5, "to": 5}, "0 <= from < to"),       # empty
     ({"from": -1}, "0 <= from < to"),
     ({"kernel": "x", "from": 3}, "not both"),
     ({"kernel": "x", "occurrence": 0}, "bad kernel window"),

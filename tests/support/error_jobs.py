@@ -1,0 +1,188 @@
+"""The table of error cases (one bad command per case, the error code, the reported address
+and opcode), derived from an :class:`~hw.config.NPUConfig`, and a job that runs the whole
+table in one simulation through CSRs only (no runtime), on any backend: the functional model,
+the performance model or the RTL.
+
+``error_cases(NPUConfig(rows=8, cols=8, spad_rows=64, acc_rows=16, n_sems=4,
+axi_data_bits=64))`` is the table ``tests/sw/test_model.py`` has always checked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hw.config import NPUConfig
+from hw.isa import (
+    REGISTER_STRUCTS,
+    Csr,
+    ErrorCode,
+    IrqBit,
+    LocalMem,
+    Opcode,
+    queue_csr,
+    sem_csr,
+    unpack_fields,
+)
+from sw.runtime import CommandList
+
+RING = 0x1000
+RING_SLOTS = 64
+DMA_ADDR = 0x2000
+
+#: name -> (build(CommandList), error code, reported address, reported opcode)
+ErrorCase = tuple[Callable[[CommandList], None], ErrorCode, int, "Opcode | int"]
+
+
+def _dma(c: CommandList, cfg: NPUConfig, **kw) -> None:
+    args = dict(mem=LocalMem.SPAD, dram_addr=DMA_ADDR, dram_stride=cfg.spad_row_bytes,
+                row_bytes=cfg.spad_row_bytes, n_rows=4, local_row=0, local_stride=1)
+    args.update(kw)
+    c.dma_load(**args)
+
+
+def error_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
+    """Every error a single command can raise, with its expected report (``ERR_CODE``,
+    ``ERR_ADDR``, opcode), for the memories, semaphores and DRAM of ``cfg``; the bad command
+    is the third of its queue (index 2). The DMA takes any byte address and length, so no DMA
+    case is ``MISALIGNED`` or ``BAD_SIZE``; ``spad_rows >= 3 * rows + 15``."""
+    d, sp, ac = cfg.dram_bytes, cfg.spad_rows, cfg.acc_rows
+    row = cfg.spad_row_bytes
+    return {
+        "bad_opcode": (lambda c: c.append_raw(bytes([0x42]) + bytes(31)),
+                       ErrorCode.BAD_OPCODE, RING + 2 * 32, 0x42),
+        "bad_wait_sem": (lambda c: c.nop(wait=(cfg.n_sems, 0)), ErrorCode.BAD_SEM, cfg.n_sems,
+                         Opcode.NOP),
+        "bad_signal_sem": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=0, m=1,
+                                              signal=cfg.n_sems + 5),
+                           ErrorCode.BAD_SEM, cfg.n_sems + 5, Opcode.MATMUL),
+        "bad_dram_addr_odd": (lambda c: _dma(c, cfg, dram_addr=d - row + 1, n_rows=1),
+                              ErrorCode.BAD_DRAM_ADDR, d - row + 1, Opcode.DMA_LOAD),
+        "bad_local_partial_row": (lambda c: _dma(c, cfg, dram_addr=DMA_ADDR + 3,
+                                                 row_bytes=row + 1, n_rows=1,
+                                                 local_row=sp - 1),
+                                  ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.DMA_LOAD),
+        "bad_dram_addr": (lambda c: _dma(c, cfg, dram_addr=d - 2 * row),
+                          ErrorCode.BAD_DRAM_ADDR, d, Opcode.DMA_LOAD),
+        "bad_local_dma": (lambda c: _dma(c, cfg, local_row=sp - 2, local_stride=1),
+                          ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.DMA_LOAD),
+        "bad_local_matmul_w": (lambda c: c.matmul(a_row=0, w_row=sp - cfg.rows // 2, acc_row=0,
+                                                  m=1),
+                               ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.MATMUL),
+        "bad_local_matmul_acc": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=ac - 6, m=7),
+                                 ErrorCode.BAD_LOCAL_ADDR, ac, Opcode.MATMUL),
+        "bad_local_matmul_k_blocks_a": (lambda c: c.matmul(a_row=sp - 14, w_row=0, acc_row=0,
+                                                           m=5, k_blocks=3),
+                                        ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.MATMUL),
+        "bad_local_matmul_k_blocks_w": (lambda c: c.matmul(a_row=0, w_row=sp - 3 * cfg.rows,
+                                                           acc_row=0, m=1, k_blocks=4),
+                                        ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.MATMUL),
+        "bad_local_requant": (lambda c: c.requant(acc_row=0, spad_row=0, n_rows=1,
+                                                  param_row=ac - 2),
+                              ErrorCode.BAD_LOCAL_ADDR, ac, Opcode.REQUANT),
+        "bad_dram_row": (lambda c: c.dma_store(mem=LocalMem.SPAD, dram_addr=d - 3 * row,
+                                               dram_stride=2 * row, row_bytes=row, n_rows=3,
+                                               local_row=0, local_stride=1),
+                         ErrorCode.BAD_DRAM_ADDR, d + row, Opcode.DMA_STORE),  # first bad row
+        "bad_local_requant_order": (lambda c: c.requant(acc_row=ac - 1, spad_row=sp - 1,
+                                                        n_rows=2, param_row=ac - 1),
+                                    ErrorCode.BAD_LOCAL_ADDR, ac, Opcode.REQUANT),  # acc first
+        "fence_misaligned": (lambda c: c.fence(addr=0x102, value=1), ErrorCode.MISALIGNED,
+                             0x102, Opcode.FENCE),
+        "fence_bad_addr": (lambda c: c.fence(addr=d, value=1), ErrorCode.BAD_DRAM_ADDR, d,
+                           Opcode.FENCE),
+    }
+
+
+#: errors found when the command is fetched: HEAD stays on the failing command
+FETCH_ERRORS = {"bad_opcode", "bad_wait_sem", "bad_signal_sem"}
+
+
+def ring_cases(cfg: NPUConfig, first_slot: int) -> dict[str, tuple[int, ErrorCode, int, int]]:
+    """Errors of the ring itself, found at fetch (opcode 0), for a queue whose next slot is
+    ``first_slot``: ``{name: (RING_BASE, code, ERR_ADDR, ERR_CMD)}``. A misaligned ring base
+    fails the first fetch; a ring running past the end of DRAM fails at the slot that lies
+    there (the third command). (A ``RING_SIZE`` that is not a power of two is left out: the
+    functional model reports it, the RTL masks; see :mod:`sw.model`.)"""
+    past = cfg.dram_bytes - 32 * (first_slot + 2)
+    return {"ring_misaligned": (RING + 8, ErrorCode.MISALIGNED, RING + 8, 0),
+            "ring_beyond_dram": (past, ErrorCode.BAD_DRAM_ADDR, cfg.dram_bytes, 2)}
+
+
+def _ring_errors(backend, max_cycles: int) -> dict:
+    """Run :func:`ring_cases` (three SIGNALs each), then put the ring back."""
+    cfg, rd, wr = backend.config, backend.csr_read, backend.csr_write
+    out = {}
+    for name in ("ring_misaligned", "ring_beyond_dram"):
+        head0 = rd(queue_csr(0, Csr.HEAD))
+        if head0 + 3 > RING_SLOTS:
+            raise ValueError(f"ring case {name} needs 3 slots from {head0} without a wrap")
+        base = ring_cases(cfg, head0)[name][0]
+        wr(queue_csr(0, Csr.RING_BASE), base)
+        c = CommandList()
+        for _ in range(3):
+            c.signal(0)
+        for k, cmd in enumerate(c):
+            if base + 32 * (head0 + k + 1) <= cfg.dram_bytes:
+                backend.mem_write(base + 32 * (head0 + k), cmd.raw)
+        wr(queue_csr(0, Csr.TAIL), head0 + 3)
+        irq = backend.wait_irq(max_cycles)
+        err = unpack_fields(REGISTER_STRUCTS["ERR_CODE"], rd(Csr.ERR_CODE))
+        out[name] = {"irq": irq, "code": ErrorCode(err.code).name, "queue": err.queue,
+                     "opcode": err.opcode, "index": rd(Csr.ERR_CMD), "address": rd(Csr.ERR_ADDR),
+                     "status": rd(Csr.STATUS), "sem0": rd(sem_csr(0)),
+                     "head": rd(queue_csr(0, Csr.HEAD)) - head0, "first_slot": head0}
+        wr(Csr.CONTROL, 1)
+        wr(Csr.IRQ_STATUS, IrqBit.ERROR)
+        wr(queue_csr(0, Csr.RING_BASE), RING)
+        out[name]["cleared"] = rd(Csr.STATUS) == 0 and not backend.wait_irq(10)
+    return out
+
+
+def error_table(backend, *, max_cycles: int = 20_000) -> dict:
+    """Run every case of :func:`error_cases` for the backend's configuration, one after the
+    other on queue 0, each as ``SIGNAL 0, SIGNAL 0, <bad>, BARRIER, SIGNAL 1`` (so that the
+    report is exact on every implementation, see :mod:`hw.isa`), and clear the error with
+    ``CONTROL`` before the next case.
+
+    Returns ``{name: report}`` with the latched ``ERR_CODE`` fields, ``ERR_CMD``,
+    ``ERR_ADDR``, the queue's own ``Q_ERR_*`` report, ``STATUS``, the two semaphores, how far
+    ``HEAD`` moved from the case's first ring slot (``first_slot``: the ring position goes on
+    from case to case, so a fetch error's address is that of slot ``first_slot + 2``),
+    whether the error interrupt was raised, and whether the device was idle and silent after
+    the clear. Then the :func:`ring_cases` (named ``ring_*``), reported likewise.
+    """
+    cfg = backend.config
+    rd, wr = backend.csr_read, backend.csr_write
+    wr(queue_csr(0, Csr.RING_BASE), RING)
+    wr(queue_csr(0, Csr.RING_SIZE), RING_SLOTS)
+    wr(Csr.IRQ_ENABLE, IrqBit.ERROR)
+    out = {}
+    for name, (build, _, _, _) in sorted(error_cases(cfg).items()):
+        c = CommandList()
+        c.signal(0)
+        c.signal(0)
+        build(c)
+        c.barrier()
+        c.signal(1)             # must not run: the queue stopped
+        head0 = rd(queue_csr(0, Csr.HEAD))
+        for k, cmd in enumerate(c):
+            backend.mem_write(RING + 32 * ((head0 + k) % RING_SLOTS), cmd.raw)
+        wr(queue_csr(0, Csr.TAIL), (head0 + len(c)) % RING_SLOTS)
+        irq = backend.wait_irq(max_cycles)
+        err = unpack_fields(REGISTER_STRUCTS["ERR_CODE"], rd(Csr.ERR_CODE))
+        q_err = unpack_fields(REGISTER_STRUCTS["Q_ERR_CODE"], rd(queue_csr(0, Csr.Q_ERR_CODE)))
+        out[name] = {
+            "irq": irq, "irq_status": rd(Csr.IRQ_STATUS) & IrqBit.ERROR,
+            "code": ErrorCode(err.code).name, "queue": err.queue, "opcode": err.opcode,
+            "index": rd(Csr.ERR_CMD), "address": rd(Csr.ERR_ADDR),
+            "q_code": ErrorCode(q_err.code).name, "q_opcode": q_err.opcode,
+            "q_index": rd(queue_csr(0, Csr.Q_ERR_CMD)),
+            "q_address": rd(queue_csr(0, Csr.Q_ERR_ADDR)),
+            "status": rd(Csr.STATUS), "sem0": rd(sem_csr(0)), "sem1": rd(sem_csr(1)),
+            "head": (rd(queue_csr(0, Csr.HEAD)) - head0) % RING_SLOTS, "first_slot": head0,
+        }
+        wr(Csr.CONTROL, 1)
+        wr(Csr.IRQ_STATUS, IrqBit.ERROR)
+        out[name]["cleared"] = (rd(Csr.STATUS) == 0 and rd(sem_csr(0)) == 0
+                                and rd(Csr.ERR_CODE) == 0 and not backend.wait_irq(10))
+    out.update(_ring_errors(backend, max_cycles))
+    return out
