@@ -507,7 +507,9 @@ def test_shared_write_ports():
 
     async def softmax(ctx):
         await wait_upload(ctx)
-        for _ in range(20):
+        # 40 cycles: its first reciprocal write lands 13 cycles into the fifth MATMUL's 40
+        # row writes (with 20 it fell into the gap between two MATMULs and never waited)
+        for _ in range(40):
             await ctx.tick()
         results["softmax"] = await issue(ctx, dut.vector, Opcode.SOFTMAX, "softmax", sm)
 
