@@ -23,7 +23,8 @@ __all__ = [
     "COMMAND_BYTES", "Opcode", "OPCODE_ENGINE", "ENGINE_NAMES", "LocalMem", "ErrorCode",
     "Flags", "Header",
     "DmaBody", "MatmulBody", "RequantBody", "SoftmaxBody", "FenceBody", "Body", "Command",
-    "encode", "decode", "CommandView", "pack_fields", "unpack_fields", "field_max",
+    "OPCODE_BODY", "encode", "decode", "CommandView", "body_fields", "pack_fields",
+    "unpack_fields", "field_max",
 ]
 
 COMMAND_BYTES = 32
@@ -267,6 +268,17 @@ class Command(data.Struct):
     body: Body
 
 
+#: The :class:`Body` member each opcode reads; NOP, WAIT, SIGNAL and BARRIER have no body.
+OPCODE_BODY = {
+    Opcode.DMA_LOAD: "dma",
+    Opcode.DMA_STORE: "dma",
+    Opcode.MATMUL: "matmul",
+    Opcode.REQUANT: "requant",
+    Opcode.SOFTMAX: "softmax",
+    Opcode.FENCE: "fence",
+}
+
+
 @functools.cache
 def _fields(layout: data.Layout) -> dict:
     """``{name: (offset, width, sub)}`` of a layout; ``sub`` is a nested Layout, an enum class,
@@ -336,6 +348,19 @@ class CommandView:
 
     def as_bits(self) -> int:
         return self._bits
+
+
+def body_fields(view: CommandView) -> dict:
+    """The body fields of a decoded command (:func:`decode`) by name, in layout order, as
+    :class:`CommandView` returns them (enum members, ``int``); reserved fields (a leading
+    ``_``) are left out. ``{}`` for an opcode without a body (:data:`OPCODE_BODY`) or an
+    unknown one."""
+    member = OPCODE_BODY.get(view.header.opcode)
+    if member is None:
+        return {}
+    body = getattr(view.body, member)
+    return {name: getattr(body, name) for name in _fields(body._layout)
+            if not name.startswith("_")}
 
 
 def encode(fields: dict) -> bytes:
