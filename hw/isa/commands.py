@@ -23,7 +23,7 @@ __all__ = [
     "COMMAND_BYTES", "Opcode", "OPCODE_ENGINE", "ENGINE_NAMES", "LocalMem", "ErrorCode",
     "Flags", "Header",
     "DmaBody", "MatmulBody", "RequantBody", "SoftmaxBody", "FenceBody", "Body", "Command",
-    "OPCODE_BODY", "encode", "decode", "CommandView", "body_fields", "pack_fields",
+    "OPCODE_BODY", "error_stage", "encode", "decode", "CommandView", "body_fields", "pack_fields",
     "unpack_fields", "field_max",
 ]
 
@@ -93,6 +93,21 @@ class ErrorCode(enum.Enum, shape=8):
     BAD_SEM = 6         #: semaphore id >= n_sems
     AXI_ERROR = 7       #: SLVERR/DECERR response on the memory bus
     WINDOW = 8          #: a DRAM access (ring fetch, fence, DMA) outside the queue's window
+
+
+def error_stage(code: int, opcode: int) -> str:
+    """Where a queue's error was found, from its report (``Q_ERR_CODE``'s ``code`` and
+    ``opcode``): ``"fetch"`` when the command was never dispatched (``BAD_OPCODE``,
+    ``BAD_SEM``, and the ring checks and bus faults of the fetch, reported with opcode 0),
+    ``"fence"`` for a FENCE's write, ``"engine"`` when an engine ran the command and retired
+    it with the error. It decides where ``HEAD`` stops (:mod:`hw.isa`, *Errors*): on the
+    failing command ``i``, at ``i + 1``, at ``i + 1`` or ``i + 2``."""
+    if code in (ErrorCode.BAD_OPCODE.value, ErrorCode.BAD_SEM.value):
+        return "fetch"
+    if opcode == Opcode.FENCE.value:
+        return "fence"
+    engine = {op.value: e for op, e in OPCODE_ENGINE.items()}.get(opcode, "processor")
+    return "fetch" if engine == "processor" else "engine"
 
 
 class Flags(data.Struct):
