@@ -1,25 +1,28 @@
-"""``npu``: the command-line front end of the co-design kit.
+"""npu: the command-line front end of the co-design kit.
 
-``npu run``      runs the main job: the whole layer-0 self-attention block of all-MiniLM-L6-v2
+npu run          runs the main job: the whole layer-0 self-attention block of all-MiniLM-L6-v2
                  (Q/K/V projections, Q.K^T, integer softmax, P.V, output projection) on real
-                 text, on the co-simulated RTL (or the functional model), and prints cycles and
-                 MAC utilization per stage, SQNR/cosine against float32 and bit-exactness.
-``npu verilog``  writes the NPU's Verilog, a file list and a JSON description per configuration
+                 text, on the co-simulated RTL, the performance model (``--backend perf``,
+                 seconds instead of minutes, same cycles) or the functional model, under a
+                 DRAM timing (``--dram``), and prints cycles and MAC utilization per stage,
+                 SQNR/cosine against float32 and bit-exactness.
+npu verilog      writes the NPU's Verilog, a file list and a JSON description per configuration
                  (``--lint``: Verilator lint and Icarus compile).
-``npu area``     FPGA cost per configuration: LUT4/FF/DSP/BRAM, Fmax, critical block.
-``npu board``    the NPU on a ULX3S 85F, through to a bitstream.
-``npu bench``    GEMM roofline sweep, attention utilization, co-simulation speed, build time;
+npu area         FPGA cost per configuration: LUT4/FF/DSP/BRAM, Fmax, critical block.
+npu board        the NPU on a ULX3S 85F, through to a bitstream.
+npu bench        GEMM roofline sweep, attention utilization, co-simulation speed, build time;
                  ``--validate``: the performance model against the RTL, counter by counter.
-``npu sweep``    designs x DRAM timings x workloads on the performance model: cycles, area,
+npu sweep        designs x DRAM timings x workloads on the performance model: cycles, area,
                  SQNR, RTL checks, Pareto front; ``--find`` answers requirement questions.
-``npu fuzz``     differential fuzzer: seeded streams on the functional model, the performance
+npu fuzz         differential fuzzer: seeded streams on the functional model, the performance
                  model and the RTL, compared; failures shrunk to reproducer files.
-``npu waves``    summarize, cut, group and export VCD waveforms of runs.
+npu waves        summarize, cut, group and export VCD waveforms of runs.
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from functools import partial
@@ -459,6 +462,14 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     be.set_defaults(func=_cmd_bench, check_args=partial(_check_bench_args, be))
 
 
+def help_text(doc: str) -> str:
+    """A module docstring as ``--help`` text: reStructuredText markup (````literal````,
+    ``:role:`target``` and a ``::`` block marker) left out, the words kept."""
+    doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc).replace("``", "")
+    doc = re.sub(r"^[ \t]*::\n\n?", "", doc, flags=re.MULTILINE)
+    return re.sub(r"::$", ":", doc, flags=re.MULTILINE)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``sweep``,
     ``fuzz`` and ``waves``."""
@@ -467,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     from cosim.cli.waves import add_parser as add_waves_parser
 
     parser = argparse.ArgumentParser(
-        prog="npu", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="npu", description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_verilog, _add_area, _add_board, _add_bench):
         add(sub)

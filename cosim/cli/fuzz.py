@@ -78,11 +78,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction, *, parse_config, parse_dram, dram_help) -> None:
     """Register ``npu fuzz`` (the config and DRAM argument types come from :mod:`cosim.cli`)."""
+    from cosim.cli import help_text
     from hw.config import NPUConfig
     from sw.dram import DramTiming
 
     p = sub.add_parser("fuzz", help="differential fuzzer: model, perf model and RTL",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=help_text(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--streams", type=_positive, default=100, metavar="N",
                    help="number of seeded streams (default 100)")
     p.add_argument("--dram", type=parse_dram, default=DramTiming(), metavar="PRESET|k=v,...",

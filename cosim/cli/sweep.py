@@ -167,6 +167,10 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--workers 0 runs without Ray; --address needs Ray")
     if args.no_route and not args.pnr:
         parser.error("--no-route applies to --pnr")
+    if args.pnr and args.no_area:
+        parser.error("--pnr places and routes the synthesized netlist: not with --no-area")
+    if args.rtl_configs is not None and not args.rtl:
+        parser.error("--rtl-configs spreads the --rtl points: give --rtl N as well")
     if args.find and (args.rtl or args.pnr):
         parser.error("--find runs the performance model only: --rtl and --pnr do not apply")
     if not 0 < args.tol < 1:
@@ -174,6 +178,8 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.backend == "rtl" and args.rtl:
         parser.error("--backend rtl runs every point on the RTL: --rtl does not apply")
     drams = tuple(args.dram or [DramTiming.parse("ideal")])
+    if len(set(drams)) < len(drams):
+        parser.error("--dram: the same timing given twice")
     axes = {k: v for k, v in (("array", args.array), ("spad_rows", args.spad_rows),
                               ("acc_rows", args.acc_rows), ("axi_data_bits", args.axi_data_bits),
                               ("dma_outstanding", args.dma_outstanding),
@@ -238,9 +244,10 @@ def _report(args: argparse.Namespace, doc: dict) -> int:
     paths = write_outputs(doc, args.out, roofline=args.roofline)
     print(format_table(doc["rows"]))
     run, cached = doc["tasks"]["run"], doc["tasks"]["cached"]
-    print(f"\n{len(doc['rows'])} points; run now: {_counts(run)}; from the cache: "
+    n, workers = len(doc["rows"]), doc["workers"]
+    print(f"\n{n} point{'s' * (n != 1)}; run now: {_counts(run)}; from the cache: "
           f"{_counts(cached)}; {doc['wall_seconds']:.0f} s wall"
-          + (f" on {doc['workers']} workers" if doc["workers"] else ""))
+          + (f" on {workers} worker{'s' * (workers != 1)}" if workers else ""))
     cpu = doc["cpu_seconds"]
     if cpu:
         print(f"CPU time of these results (run now or cached): {sum(cpu.values()):.0f} s ("
@@ -260,8 +267,15 @@ def _report(args: argparse.Namespace, doc: dict) -> int:
     return 1 if bad or failed else 0
 
 
+#: how the report names each kind of sweep task: (one, several)
+_TASK_NAMES = {"point": ("model point", "model points"), "rtl": ("RTL run", "RTL runs"),
+               "build": ("Verilator build", "Verilator builds"),
+               "area": ("synthesis", "syntheses")}
+
+
 def _counts(d: dict) -> str:
-    return ", ".join(f"{v} {k}" for k, v in d.items() if v) or "nothing"
+    return ", ".join(f"{v} {_TASK_NAMES.get(k, (k, k))[v != 1]}" for k, v in d.items() if v) \
+        or "nothing"
 
 
 def _find(args: argparse.Namespace, options, executor) -> int:

@@ -113,8 +113,10 @@ def _guard(func):
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``waves`` command (with its subcommands) to the ``npu`` parser."""
+    from cosim.cli import help_text
     w = sub.add_parser("waves", help="summarize, cut, group and export VCD waveforms of runs",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=help_text(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ws = w.add_subparsers(dest="waves_command", required=True)
 
     s = ws.add_parser("summarize", help="engine utilization and AXI traffic of a run",

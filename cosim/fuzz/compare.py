@@ -18,7 +18,7 @@ import numpy as np
 from cosim.fuzz.execute import Outcome
 from cosim.fuzz.layout import ARENA_BASE
 from cosim.fuzz.scenario import Scenario
-from hw.isa import COMMAND_BYTES, ENGINE_NAMES, OPCODE_ENGINE, ErrorCode, Opcode
+from hw.isa import COMMAND_BYTES, ENGINE_NAMES, OPCODE_ENGINE, error_stage
 
 __all__ = ["compare", "compare_timed", "expected_traces", "failure_kind"]
 
@@ -27,25 +27,21 @@ _ENGINE_OF = {op.value: engine for op, engine in OPCODE_ENGINE.items()}
 
 
 def failure_kind(error: list) -> str:
-    """``"fetch"`` (never decoded or dispatched), ``"fence"`` or ``"engine"`` for a queue
-    error ``[code, opcode, index, addr]``."""
-    code, opcode = error[0], error[1]
-    if code in (ErrorCode.BAD_OPCODE.value, ErrorCode.BAD_SEM.value) or \
-            (code == ErrorCode.AXI_ERROR.value and opcode == 0):
-        return "fetch"
-    return "fence" if opcode == Opcode.FENCE.value else "engine"
+    """:func:`hw.isa.error_stage` of a queue error ``[code, opcode, index, addr]``:
+    ``"fetch"``, ``"fence"`` or ``"engine"``."""
+    return error_stage(error[0], error[1])
 
 
 def _head_ok(error: list | None, head: int, tail: int, ring: int, model: bool) -> bool:
     """``HEAD`` after the stream: at ``TAIL`` for a queue without an error; for a stopped
-    queue, on the failing command (fetch error, and always on the model, which does not
-    fetch ahead), after it (fence), or one or two after it (an engine error: the hardware
-    may have fetched the following BARRIER before the stop)."""
+    queue, on the failing command (fetch error), after it (fence), or one or two after it (an
+    engine error: the hardware may have fetched the following BARRIER before the stop; the
+    model, which does not fetch ahead, one after it)."""
     if error is None:
         return head == tail
     i = error[2] % ring
     kind = failure_kind(error)
-    allowed = {i} if model or kind == "fetch" else {(i + 1) % ring} if kind == "fence" \
+    allowed = {i} if kind == "fetch" else {(i + 1) % ring} if kind == "fence" or model \
         else {(i + 1) % ring, (i + 2) % ring}
     return head in allowed
 

@@ -23,7 +23,8 @@ __all__ = [
     "COMMAND_BYTES", "Opcode", "OPCODE_ENGINE", "ENGINE_NAMES", "LocalMem", "ErrorCode",
     "Flags", "Header",
     "DmaBody", "MatmulBody", "RequantBody", "SoftmaxBody", "FenceBody", "Body", "Command",
-    "encode", "decode", "CommandView", "pack_fields", "unpack_fields", "field_max",
+    "OPCODE_BODY", "error_stage", "encode", "decode", "CommandView", "body_fields", "pack_fields",
+    "unpack_fields", "field_max",
 ]
 
 COMMAND_BYTES = 32
@@ -95,6 +96,21 @@ class ErrorCode(enum.Enum, shape=8):
     BAD_SEM = 6         #: semaphore id >= n_sems
     AXI_ERROR = 7       #: SLVERR/DECERR response on the memory bus
     WINDOW = 8          #: a DRAM access (ring fetch, fence, DMA) outside the queue's window
+
+
+def error_stage(code: int, opcode: int) -> str:
+    """Where a queue's error was found, from its report (``Q_ERR_CODE``'s ``code`` and
+    ``opcode``): ``"fetch"`` when the command was never dispatched (``BAD_OPCODE``,
+    ``BAD_SEM``, and the ring checks and bus faults of the fetch, reported with opcode 0),
+    ``"fence"`` for a FENCE's write, ``"engine"`` when an engine ran the command and retired
+    it with the error. It decides where ``HEAD`` stops (:mod:`hw.isa`, *Errors*): on the
+    failing command ``i``, at ``i + 1``, at ``i + 1`` or ``i + 2``."""
+    if code in (ErrorCode.BAD_OPCODE.value, ErrorCode.BAD_SEM.value):
+        return "fetch"
+    if opcode == Opcode.FENCE.value:
+        return "fence"
+    engine = {op.value: e for op, e in OPCODE_ENGINE.items()}.get(opcode, "processor")
+    return "fetch" if engine == "processor" else "engine"
 
 
 class Flags(data.Struct):
@@ -280,6 +296,17 @@ class Command(data.Struct):
     body: Body
 
 
+#: The :class:`Body` member each opcode reads; NOP, WAIT, SIGNAL and BARRIER have no body.
+OPCODE_BODY = {
+    Opcode.DMA_LOAD: "dma",
+    Opcode.DMA_STORE: "dma",
+    Opcode.MATMUL: "matmul",
+    Opcode.REQUANT: "requant",
+    Opcode.SOFTMAX: "softmax",
+    Opcode.FENCE: "fence",
+}
+
+
 @functools.cache
 def _fields(layout: data.Layout) -> dict:
     """``{name: (offset, width, sub)}`` of a layout; ``sub`` is a nested Layout, an enum class,
@@ -349,6 +376,19 @@ class CommandView:
 
     def as_bits(self) -> int:
         return self._bits
+
+
+def body_fields(view: CommandView) -> dict:
+    """The body fields of a decoded command (:func:`decode`) by name, in layout order, as
+    :class:`CommandView` returns them (enum members, ``int``); reserved fields (a leading
+    ``_``) are left out. ``{}`` for an opcode without a body (:data:`OPCODE_BODY`) or an
+    unknown one."""
+    member = OPCODE_BODY.get(view.header.opcode)
+    if member is None:
+        return {}
+    body = getattr(view.body, member)
+    return {name: getattr(body, name) for name in _fields(body._layout)
+            if not name.startswith("_")}
 
 
 def encode(fields: dict) -> bytes:

@@ -54,7 +54,9 @@ room; the RTL must agree with these for the differential tests):
 * **Command index.** ``ERR_CMD`` is the number of commands the queue consumed since its last
   reset, ``CONTROL`` bit 0 (``HEAD := TAIL``, index := 0; as :mod:`hw.cmdproc`). Writing
   ``RING_BASE``/``RING_SIZE`` does not move ``HEAD``/``TAIL``. On an error ``HEAD`` stays on the
-  failing command.
+  failing command if the error was found at fetch, and is one past it after a FENCE's or an
+  engine's error (:func:`hw.isa.error_stage`; the hardware may be two past an engine's error,
+  having fetched ahead).
 * **Error checks** happen before anything is written (no partial transfers; a bus fault is
   the exception, below); order and
   ``ERR_ADDR`` as the RTL engines (:mod:`hw.cmdproc`, :mod:`hw.dma`, :mod:`hw.tile`,

@@ -36,6 +36,7 @@ from hw.isa import (
     TraceInfo,
     counter_csr,
     decode,
+    error_stage,
     pack_fields,
     sem_reached,
 )
@@ -440,6 +441,8 @@ class ModelBackend:
             except CommandError as e:
                 self.counters["bytes_read"] += COMMAND_BYTES     # it was fetched
                 self._raise_error(q, opcode, e.code, e.addr)
+                if error_stage(e.code.value, opcode) != "fetch":   # it was dispatched
+                    queue.head = (queue.head + 1) % queue.ring_size
                 break
             if not done:  # blocked on a semaphore
                 break

@@ -14,16 +14,13 @@ from amaranth.lib import data
 
 from hw.isa import (
     COMMAND_BYTES,
+    OPCODE_BODY,
     OPCODE_ENGINE,
+    Body,
     Command,
-    DmaBody,
-    FenceBody,
     Flags,
     Header,
-    MatmulBody,
     Opcode,
-    RequantBody,
-    SoftmaxBody,
 )
 
 __all__ = ["Decoded", "decode_command", "OPCODE_VALUES"]
@@ -64,14 +61,8 @@ _SIGNAL_SEM_OFF = _HDR["signal_sem"].offset
 _WAIT_VALUE_OFF = _HDR["wait_value"].offset
 _FLAG = {n: off for n, off, _ in _table(Flags)}
 _FlagsView = _view_class("Flags", Flags)
-_BODIES = {
-    Opcode.DMA_LOAD.value: _view_class("DmaBody", DmaBody),
-    Opcode.DMA_STORE.value: _view_class("DmaBody", DmaBody),
-    Opcode.MATMUL.value: _view_class("MatmulBody", MatmulBody),
-    Opcode.REQUANT.value: _view_class("RequantBody", RequantBody),
-    Opcode.SOFTMAX.value: _view_class("SoftmaxBody", SoftmaxBody),
-    Opcode.FENCE.value: _view_class("FenceBody", FenceBody),
-}
+_BODIES = {op.value: _view_class(member, data.Layout.cast(Body)[member].shape)
+           for op, member in OPCODE_BODY.items()}
 _ENGINE = {op.value: (None if e == "processor" else e) for op, e in OPCODE_ENGINE.items()}
 _WAIT_OP, _SIGNAL_OP = Opcode.WAIT.value, Opcode.SIGNAL.value
 _W_BIT, _S_BIT = _FLAG["wait"], _FLAG["signal"]

@@ -3,11 +3,12 @@ one-line description of an encoded command used in error messages and deadlock r
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from hw.isa import COMMAND_BYTES, LocalMem, Opcode, decode, encode
+from hw.isa import COMMAND_BYTES, LocalMem, Opcode, body_fields, decode, encode
 from sw.runtime.errors import CommandFieldError
 
 __all__ = ["Command", "CommandList", "Wait", "describe_command"]
@@ -27,23 +28,12 @@ def describe_command(raw: bytes) -> str:
     if not isinstance(op, Opcode):
         return f"opcode {op:#04x} (unknown), raw {raw.hex()}"
     parts = [op.name]
-    if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
-        b = cmd.body.dma
-        mem = b.mem.name if isinstance(b.mem, LocalMem) else f"?{b.mem}"
-        parts.append(f"dram_addr={b.dram_addr:#x} dram_stride={b.dram_stride} "
-                     f"row_bytes={b.row_bytes} n_rows={b.n_rows} local_row={b.local_row} "
-                     f"local_stride={b.local_stride} mem={mem}")
-    elif op == Opcode.MATMUL:
-        b = cmd.body.matmul
-        parts.append(f"a_row={b.a_row} w_row={b.w_row} acc_row={b.acc_row} m={b.m}"
-                     + (f" k_blocks={b.k_len + 1}" if b.k_len else ""))
-    elif op == Opcode.REQUANT:
-        b = cmd.body.requant
-        parts.append(f"acc_row={b.acc_row} spad_row={b.spad_row} n_rows={b.n_rows} "
-                     f"param_row={b.param_row}")
-    elif op == Opcode.FENCE:
-        b = cmd.body.fence
-        parts.append(f"addr={b.addr:#x} " + ("timestamp" if b.timestamp else f"value={b.value}"))
+    for name, value in body_fields(cmd).items():
+        if isinstance(value, enum.Enum):
+            value = value.name
+        elif name.endswith("addr"):
+            value = f"{value:#x}"
+        parts.append(f"{name}={value}")
     notes = []
     if h.flags.wait or op == Opcode.WAIT:
         notes.append(f"wait sem{h.wait_sem}>={h.wait_value}")

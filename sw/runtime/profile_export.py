@@ -34,16 +34,7 @@ import functools
 import json
 from pathlib import Path
 
-from hw.isa import (
-    ENGINE_NAMES,
-    DmaBody,
-    LocalMem,
-    MatmulBody,
-    Opcode,
-    RequantBody,
-    SoftmaxBody,
-    decode,
-)
+from hw.isa import ENGINE_NAMES, OPCODE_ENGINE, LocalMem, Opcode, body_fields, decode
 from sw.runtime.commands import describe_command
 from sw.runtime.profile import Profile, Slice
 
@@ -55,10 +46,6 @@ TIME_UNIT = "1 us of the trace = 1 NPU clock cycle"
 
 _PID = 1
 _TID_REGIONS = 1
-#: the command body (union member, struct) of each engine opcode
-_BODY = {Opcode.DMA_LOAD: ("dma", DmaBody), Opcode.DMA_STORE: ("dma", DmaBody),
-         Opcode.MATMUL: ("matmul", MatmulBody), Opcode.REQUANT: ("requant", RequantBody),
-         Opcode.SOFTMAX: ("softmax", SoftmaxBody)}
 
 
 def _tid(engine: str) -> int:
@@ -110,13 +97,9 @@ def command_args(raw: bytes) -> dict:
     view = decode(raw)
     h = view.header
     args: dict = {"command": describe_command(raw)}
-    if h.opcode in _BODY:
-        member, struct = _BODY[h.opcode]
-        fields = getattr(view.body, member)
-        for name, _ in struct.as_shape():
-            if not name.startswith("_"):
-                value = getattr(fields, name)
-                args[name] = value.name if isinstance(value, LocalMem) else value
+    if OPCODE_ENGINE.get(h.opcode, "processor") != "processor":
+        for name, value in body_fields(view).items():
+            args[name] = value.name if isinstance(value, LocalMem) else value
     if h.flags.wait:
         args["wait"] = f"sem{h.wait_sem}>={h.wait_value}"
     if h.flags.signal:
@@ -214,7 +197,8 @@ def timeline_png(profile: Profile, path: Path | str, *, title: str | None = None
             if r.exit - r.enter > span / 40:
                 ax.text((r.enter + r.exit) / 2, d, r.name, ha="center", va="center",
                         fontsize=7, clip_on=True)
-    colors = {op: f"C{i}" for i, op in enumerate(_BODY)}
+    colors = {op: f"C{i}" for i, op in enumerate(op for op, e in OPCODE_ENGINE.items()
+                                                 if e != "processor")}
     for row, placed in enumerate(_engine_lanes(profile).values(), start=depths):
         height = 0.7 / (1 + max((k for _, k in placed), default=0))
         by_bar: dict[tuple[str, int], list[tuple[int, int]]] = {}

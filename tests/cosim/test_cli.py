@@ -73,3 +73,26 @@ def test_verilog_lint_without_icarus_skips_it(tmp_path, monkeypatch, capsys):
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "verilator: clean" in out and "icarus: skipped, iverilog not found" in out
+
+
+def test_help_texts_carry_no_rst_markup():
+    """Every ``--help`` (``npu`` and each subcommand, nested ones too) is plain text: no
+    ````literal````, ``:role:`` or ``::`` block marker from the docstrings it is made of."""
+    import argparse
+    import re
+
+    from cosim.cli import build_parser
+
+    def parsers(p):
+        yield p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    yield from parsers(child)
+    seen = 0
+    for p in parsers(build_parser()):
+        text = p.format_help()
+        assert "``" not in text and not re.search(r":\w+:`|::$", text, re.MULTILINE), \
+            (p.prog, text)
+        seen += 1
+    assert seen >= 12    # npu, its 8 subcommands, the waves subcommands

@@ -370,6 +370,9 @@ def test_workload_names():
     (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=50"], "must lie in (0, 1]"),
     (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=150%"], "must lie in (0, 1]"),
     (["--workload", "gemm:8x8x8", "--seed", "-1"], "non-negative integer"),
+    (["--workload", "gemm:8x8x8", "--pnr", "--no-area"], "not with --no-area"),
+    (["--workload", "gemm:8x8x8", "--rtl-configs", "2"], "give --rtl N as well"),
+    (["--workload", "gemm:8x8x8", "--dram", "ideal", "ddr", "ideal"], "the same timing"),
 ])
 def test_cli_errors(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
@@ -409,7 +412,7 @@ def test_cli_sweep_in_process(tmp_path, capsys):
             "--workers", "0", "--no-progress", "--cache", str(tmp_path / "c"), "--out", str(out)]
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "2 points; run now: 2 point" in text
+    assert "2 points; run now: 2 model points;" in text
     assert (out / "sweep.csv").exists() and (out / "table.txt").read_text() in text
     assert main(argv) == 0
-    assert "run now: nothing; from the cache: 2 point" in capsys.readouterr().out
+    assert "run now: nothing; from the cache: 2 model points;" in capsys.readouterr().out

@@ -232,6 +232,35 @@ def test_command_list_matches_hand_written_bytes(method, args, hex_bytes):
     assert c[0].raw.hex() == want.hex()
 
 
+@pytest.mark.parametrize("method,args,hex_bytes", HAND_VECTORS,
+                         ids=[f"{v[0]}{i}" for i, v in enumerate(HAND_VECTORS)])
+def test_description_shows_every_argument(method, args, hex_bytes):
+    """``describe_command`` names every body field with its value (addresses in hex, the
+    local memory by name), the wait, the signal and each set flag."""
+    from sw.runtime import describe_command
+    text = describe_command(bytes.fromhex(hex_bytes.replace(" ", "")))
+    assert text.split()[0] == method.upper()
+    args = dict(args)
+    if method in ("wait", "signal"):
+        sem = args.pop("sem")
+        args["wait" if method == "wait" else "signal"] = (sem, args.pop("value", 0))
+    if "wait" in args:
+        assert f"wait sem{args['wait'][0]}>={args['wait'][1]}" in text
+    if "signal" in args:
+        sem = args["signal"][0] if method == "signal" else args["signal"]
+        assert f"signal sem{sem}" in text
+    for name, value in args.items():
+        if name in ("wait", "signal"):
+            continue
+        if name in ("irq", "accumulate", "relu", "transpose"):
+            assert name in text.split("[")[1], (name, text)
+        elif name == "mem":
+            assert f"mem={LocalMem(value).name}" in text.split(), text
+        else:
+            shown = f"{value:#x}" if name.endswith("addr") else str(int(value))
+            assert f"{name}={shown}" in text.split(), (name, text)
+
+
 def test_every_command_list_method_round_trips_every_argument():
     """Each CommandList method with every argument at distinct values (including each field's
     maximum) and every flag on and off: the decoded command gives each one back."""

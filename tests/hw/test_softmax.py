@@ -231,7 +231,8 @@ def test_softmax_errors(cfg):
     assert out["acc"] == acc and out["spad"] == spad   # nothing written
 
 
-def naive_row_scaled_requant(x_acc: int, bias: int, recip: int, mult: int, shift: int) -> int:
+def naive_row_scaled_requant_element(x_acc: int, bias: int, recip: int, mult: int,
+                                     shift: int) -> int:
     """REQUANT with ``flags.row_scale`` for one element, transcribed from
     :class:`hw.isa.RequantBody` in exact rationals: both stages round to nearest with ties
     toward +infinity, ``floor(v + 1/2)``, and saturate (the row scale to 33 bits, the output
@@ -306,13 +307,13 @@ def test_transposed_matmul_and_row_scaled_requant(cfg):
         assert out["acc"][60 + i][:c] == want
     for i in range(n_rows):       # large values: mostly saturated
         for j in range(c):
-            y = naive_row_scaled_requant(acc[i][j], acc[50][j], recips[i], acc[51][j],
+            y = naive_row_scaled_requant_element(acc[i][j], acc[50][j], recips[i], acc[51][j],
                                          acc[52][j])
             assert out["spad"][80 + i][j] == y, (i, j)
     unsaturated = ties = 0
     for i in range(n_ties):       # small values: the rounding of both stages is visible
         for j in range(c):
-            y = naive_row_scaled_requant(t_acc[i][j], t_bias[j], t_recips[i], t_mult[j],
+            y = naive_row_scaled_requant_element(t_acc[i][j], t_bias[j], t_recips[i], t_mult[j],
                                          t_shift[j])
             assert out["spad"][100 + i][j] == y, (i, j, t_acc[i][j], t_recips[i])
             unsaturated += -128 < y < 127

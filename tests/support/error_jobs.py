@@ -92,8 +92,30 @@ def error_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
     }
 
 
-#: errors found when the command is fetched: HEAD stays on the failing command
-FETCH_ERRORS = {"bad_opcode", "bad_wait_sem", "bad_signal_sem"}
+#: the DRAM window ``[base, limit)`` of queue 0 while a :func:`window_cases` case runs (it holds
+#: the ring and ``DMA_ADDR``)
+WINDOW = (RING, 0x4000)
+
+
+def window_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
+    """Accesses just outside queue 0's :data:`WINDOW` (half-open: the limit is outside, the
+    base inside), as :func:`error_cases`: a DMA row starting at the limit, a row ending one row
+    below the base, a store's second row at the limit, a fence word at the limit. Each is a
+    ``WINDOW`` error at the first address outside (the row's start)."""
+    base, limit = WINDOW
+    row = cfg.spad_row_bytes
+    return {
+        "window_load_at_limit": (lambda c: _dma(c, cfg, dram_addr=limit - 2 * row, n_rows=3),
+                                 ErrorCode.WINDOW, limit, Opcode.DMA_LOAD),
+        "window_load_below_base": (lambda c: _dma(c, cfg, dram_addr=base - row, n_rows=1),
+                                   ErrorCode.WINDOW, base - row, Opcode.DMA_LOAD),
+        "window_store_at_limit": (lambda c: c.dma_store(mem=LocalMem.SPAD, dram_addr=limit - row,
+                                                        dram_stride=row, row_bytes=row,
+                                                        n_rows=2, local_row=0, local_stride=1),
+                                  ErrorCode.WINDOW, limit, Opcode.DMA_STORE),
+        "window_fence_at_limit": (lambda c: c.fence(addr=limit, value=1), ErrorCode.WINDOW,
+                                  limit, Opcode.FENCE),
+    }
 
 
 def ring_cases(cfg: NPUConfig, first_slot: int) -> dict[str, tuple[int, ErrorCode, int, int]]:
@@ -138,8 +160,9 @@ def _ring_errors(backend, max_cycles: int) -> dict:
 
 
 def error_table(backend, *, max_cycles: int = 20_000) -> dict:
-    """Run every case of :func:`error_cases` for the backend's configuration, one after the
-    other on queue 0, each as ``SIGNAL 0, SIGNAL 0, <bad>, BARRIER, SIGNAL 1`` (so that the
+    """Run every case of :func:`error_cases` and :func:`window_cases` (with queue 0's window
+    set to :data:`WINDOW` for those) for the backend's configuration, one after the other on
+    queue 0, each as ``SIGNAL 0, SIGNAL 0, <bad>, BARRIER, SIGNAL 1`` (so that the
     report is exact on every implementation, see :mod:`hw.isa`), and clear the error with
     ``CONTROL`` before the next case.
 
@@ -156,7 +179,11 @@ def error_table(backend, *, max_cycles: int = 20_000) -> dict:
     wr(queue_csr(0, Csr.RING_SIZE), RING_SLOTS)
     wr(Csr.IRQ_ENABLE, IrqBit.ERROR)
     out = {}
-    for name, (build, _, _, _) in sorted(error_cases(cfg).items()):
+    windowed = window_cases(cfg)
+    for name, (build, _, _, _) in sorted((error_cases(cfg) | windowed).items()):
+        if name in windowed:
+            wr(queue_csr(0, Csr.WINDOW_BASE), WINDOW[0])
+            wr(queue_csr(0, Csr.WINDOW_LIMIT), WINDOW[1])
         c = CommandList()
         c.signal(0)
         c.signal(0)
@@ -184,5 +211,7 @@ def error_table(backend, *, max_cycles: int = 20_000) -> dict:
         wr(Csr.IRQ_STATUS, IrqBit.ERROR)
         out[name]["cleared"] = (rd(Csr.STATUS) == 0 and rd(sem_csr(0)) == 0
                                 and rd(Csr.ERR_CODE) == 0 and not backend.wait_irq(10))
+        wr(queue_csr(0, Csr.WINDOW_BASE), 0)
+        wr(queue_csr(0, Csr.WINDOW_LIMIT), 0)
     out.update(_ring_errors(backend, max_cycles))
     return out
