@@ -139,4 +139,6 @@ class LoadMover(Elaboratable):
         local row, whose bytes beyond the DRAM row are zero-filled."""
         tail = self.control.body.row_bytes[:local.log2_row]     # bytes of a partial last row
         partial = walker.last_chunk & (tail != 0)
-        return Cat(*[(~(partial & (tail <= j))).replicate(8) for j in range(local.row_bytes)])
+        # tail <= row_bytes - 1 always holds: left out (a constant compare to lint)
+        keep = [~(partial & (tail <= j)) for j in range(local.row_bytes - 1)] + [~partial]
+        return Cat(*[k.replicate(8) for k in keep])

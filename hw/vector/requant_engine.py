@@ -160,7 +160,7 @@ class RequantEngine(wiring.Component):
                 m.d.comb += [req.lane[j].a.eq(scaled[j]), req.lane[j].b.eq(mult[j]),
                              req.lane[j].shift.eq(shift[j])]
         with m.Else():
-            m.d.comb += [self.o_mul.valid.eq(ret_row), req.tag[_TAG_SCALED].eq(row_scale)]
+            m.d.comb += [self.o_mul.valid.eq(ret_row), req.tag.eq(row_scale << _TAG_SCALED)]
             for j in range(cols):
                 m.d.comb += req.lane[j].a.eq(acc[j] + bias[j])
                 with m.If(row_scale):
