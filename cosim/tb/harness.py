@@ -31,6 +31,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import contextvars
+import fcntl
+import itertools
 import json
 import os
 import re
@@ -234,7 +236,8 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         JSON-serialisable keyword arguments of the job.
     name : str
         Names the run directory and the waveform (``<waves dir>/<name>.vcd``, see
-        :func:`waves_dir`).
+        :func:`waves_dir`). While another process runs a job of that name in this checkout,
+        the run takes ``<name>.2`` (``.3``, ...) for both (``RunResult.run_dir`` says which).
     waves : bool
         Trace the design into ``<waves dir>/<name>.vcd`` (a separate, traced build).
     design : str
@@ -303,8 +306,34 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     if waves_scope:
         _check_scope(waves_scope, sim.verilog)
 
-    run_dir = tag_dir / "runs" / name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with _claim_run_dir(tag_dir / "runs" / name) as run_dir:
+        return _run_in(run_dir, config, job, args, timing, sim, waves, waves_format,
+                       waves_window, waves_scope, record, internal_clock, design, bus_fault)
+
+
+@contextlib.contextmanager
+def _claim_run_dir(base: Path) -> Iterator[Path]:
+    """The run directory ``base``, held for the run with an exclusive lock
+    (``fcntl.flock`` on ``.lock`` inside); if another process holds it (a second ``npu run``
+    of the same job in this checkout), ``base.2``, ``base.3``, ... instead, so that concurrent
+    runs never share a DRAM image or a result file."""
+    for k in itertools.count(1):
+        run_dir = base if k == 1 else base.with_name(f"{base.name}.{k}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir / ".lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            yield run_dir
+            return
+
+
+def _run_in(run_dir: Path, config: NPUConfig, job: str, args: dict, timing: DramTiming, sim,
+            waves: bool, waves_format: str, waves_window, waves_scope, record, internal_clock,
+            design: str, bus_fault) -> RunResult:
+    """The body of :func:`run_job` in its claimed run directory (named as the run)."""
+    name = run_dir.name
     spec_path, result_path = run_dir / "spec.json", run_dir / "result.json"
     log_path = run_dir / "sim.log"
     result_path.unlink(missing_ok=True)

@@ -105,3 +105,16 @@ def test_waves_go_to_waves_dir(monkeypatch):
     head = r.waves.read_text(errors="replace")[:200_000]
     assert "csr__awvalid" in head and "u_dram" in head
     assert not (r.run_dir / "dump.vcd").exists()
+
+
+def test_concurrent_runs_of_one_name_get_their_own_directories(tmp_path):
+    """Two runs of one job name at once (two ``npu run`` in one checkout) must not share the
+    run directory: its DRAM image and result file would mix (both once came out not
+    bit-exact). The second takes ``<name>.2``; the name is free again after the first."""
+    from cosim.tb.harness import _claim_run_dir
+    with _claim_run_dir(tmp_path / "npu_run") as a, _claim_run_dir(tmp_path / "npu_run") as b:
+        assert (a.name, b.name) == ("npu_run", "npu_run.2")
+        with _claim_run_dir(tmp_path / "npu_run") as c:
+            assert c.name == "npu_run.3"
+    with _claim_run_dir(tmp_path / "npu_run") as d:
+        assert d.name == "npu_run"
