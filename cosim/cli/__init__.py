@@ -213,6 +213,17 @@ def _cmd_area(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gemm_shape(text: str) -> list[int]:
+    """``M,K,N`` (positive integers) for ``npu bench --shapes``."""
+    try:
+        shape = [int(x) for x in text.split(",")]
+    except ValueError:
+        shape = []
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected M,K,N (positive integers), not {text!r}")
+    return shape
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from cosim.bench import FULL_SIZES, QUICK_SIZES, format_bench, run_bench
 
@@ -222,7 +233,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                else [NPUConfig(), NPUConfig(rows=16, cols=16)])
     sizes = args.sizes or list(QUICK_SIZES if args.quick else FULL_SIZES)
     attn = args.attention_len if args.attention_len is not None else (32 if args.quick else 128)
-    res = run_bench(configs, sizes, attention_len=attn, backend=args.backend,
+    res = run_bench(configs, sizes, shapes=args.shapes or (), attention_len=attn,
+                    backend=args.backend,
                     build_timing=not args.no_build_timing, native=not args.no_native,
                     progress=lambda m: print(m, file=sys.stderr, flush=True),
                     json_path=Path(args.json) if args.json else None, dram=args.dram,
@@ -418,6 +430,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                     help="sizes 64 128 on 8x8, attention at L=32 (unless given)")
     be.add_argument("--sizes", type=int, nargs="+", metavar="N",
                     help="GEMM sizes M=K=N (default 64 128 256 512)")
+    be.add_argument("--shapes", type=_gemm_shape, nargs="+", metavar="M,K,N",
+                    help="further GEMMs after the square sizes, e.g. 1,384,1536 (a GEMV)")
     be.add_argument("--configs", type=parse_config, nargs="+", metavar="CFG",
                     help="configurations (default 8x8 16x16); attention runs on the first")
     be.add_argument("--attention-len", type=int, metavar="L",

@@ -92,6 +92,10 @@ class CommandMaker:
         if lspan > lhi - llo:
             n_rows, lspan = 1, k
         local_row = self._rows(llo, lhi, lspan)
+        if self._chance(0.25):
+            # any byte address and length (hw.dma): primes, flush words, a partial last row
+            row_bytes -= self._int(0, L - 1)
+            g = 1
         stride = [row_bytes, row_bytes + g * self._int(1, 8), g * self._int(0, row_bytes // g),
                   0][self._int(0, 3)]
         if n_rows == 1:
@@ -267,7 +271,7 @@ class CommandMaker:
 
     def bad(self, q: int) -> None:
         """Draw one invalid command for queue ``q`` among the kinds possible here."""
-        kinds = ["opcode", "sem", "dma_size", "dma_align", "dma_dram", "dma_local",
+        kinds = ["opcode", "sem", "dma_dram", "dma_local",
                  "matmul_local", "requant_local", "softmax_overlap", "softmax_local",
                  "fence_align", "fence_dram"]
         if self.cfg.rows != self.cfg.cols:
@@ -318,21 +322,6 @@ class CommandMaker:
         change(body, g)
         op = Opcode.DMA_LOAD if load else Opcode.DMA_STORE
         self.g.add_bad(q, {"header": self._hdr(op), "body": {"dma": body}}, code)
-
-    def _bad_dma_size(self, q: int) -> None:
-        def change(b, g):
-            L = self.cfg.acc_row_bytes if b["mem"] == LocalMem.ACC else self.cfg.spad_row_bytes
-            b["row_bytes"] += self._int(1, L - 1)
-        self._bad_dma(q, E.BAD_SIZE, change)
-
-    def _bad_dma_align(self, q: int) -> None:
-        def change(b, g):
-            if g > 1 and (self._chance(0.5) or b["n_rows"] == 1):
-                b["dram_addr"] += self._int(1, g - 1)
-            else:
-                b["n_rows"] = max(2, b["n_rows"])
-                b["dram_stride"] += self._int(1, g - 1)
-        self._bad_dma(q, E.MISALIGNED, change)
 
     def _bad_dma_dram(self, q: int) -> None:
         def change(b, g):

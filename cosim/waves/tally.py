@@ -5,15 +5,17 @@ numpy. Every figure is counted as the performance counter of the same name count
 
 * a cycle with ``busy`` 1 is busy, with ``busy`` x unknown; a busy interval opens at its
   first busy cycle and closes at the first cycle counted that is not busy;
-* ``take`` counts a command and opens it; ``done`` retires it, with the ``index``,
-  ``opcode`` and ``queue`` probes of that cycle; a command taken before the window starts at
-  the window's first cycle;
+* ``take`` counts a command and opens it; ``done`` retires the oldest open one (the matrix
+  engine holds several, retired in order), with the ``index``, ``opcode`` and ``queue``
+  probes of that cycle; a command taken before the window starts at the window's first
+  cycle;
 * ``sem_stall`` counts a ``sem`` stall; a resource stall source counts while busy;
 * an AXI channel moves a beat when ``valid`` and ``ready`` are both 1.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,7 +103,9 @@ class _EngineTally:
         self.record_slots = [slot[p.id] for p in (probes.index, probes.opcode, probes.queue)]
         self.resource = list(stalls.items())    # (reason, slot)
         self.open_since: int | None = None
-        self.taken_at: int | None = None
+        #: take cycles of the commands in the engine, oldest first (the matrix engine holds
+        #: several; they retire in order)
+        self.taken_at: deque[int] = deque()
 
     def feed(self, cyc: np.ndarray, s: np.ndarray, first: int) -> None:
         st = self.stats
@@ -123,15 +127,14 @@ class _EngineTally:
         take, done = s[:, self.take] == 1, s[:, self.done] == 1
         st.commands += _count(take)
         for r in np.flatnonzero(take | done).tolist():
-            if take[r]:
-                self.taken_at = int(cyc[r])
-            if done[r]:
+            if done[r]:                 # the oldest command; a take this cycle is newer
                 self.retire(int(cyc[r]), s[r], first)
+            if take[r]:
+                self.taken_at.append(int(cyc[r]))
 
     def retire(self, cycle: int, row: np.ndarray, first: int) -> None:
         index, opcode, queue = (_value(row[k]) for k in self.record_slots)
-        start = first if self.taken_at is None else self.taken_at
-        self.taken_at = None
+        start = self.taken_at.popleft() if self.taken_at else first
         self.stats.retired += 1
         self.stats.records.append({"engine": self.name, "index": index, "opcode": opcode,
                                    "start_cycle": start, "end_cycle": cycle + 1,

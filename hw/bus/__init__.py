@@ -96,17 +96,22 @@ class EngineSignature(wiring.Signature):
     -------
     cmd : ``Out(stream.Signature(Command))``
         The processor offers one :class:`~hw.isa.Command`; the engine takes it (``ready``)
-        only when it is idle. Stream rules of :mod:`amaranth.lib.stream` apply.
+        when it can: the DMA channels and the vector unit only when idle, the matrix engine
+        also while earlier commands run (at most :func:`hw.isa.engine_in_flight` taken and not
+        retired; the processor offers no more). Stream rules of :mod:`amaranth.lib.stream`
+        apply.
     done : ``In(1)``
-        One-cycle pulse when the taken command retires (successfully or not). Its effects
-        (memory writes, DRAM writes acknowledged by B responses) are complete by then.
+        One-cycle pulse when a taken command retires (successfully or not), in the order they
+        were taken. Its effects (memory writes, DRAM writes acknowledged by B responses) are
+        complete by then.
     error : ``In(ErrorCode)``
         Valid in the ``done`` cycle; ``ErrorCode.NONE`` on success. A failing command must
         not write anything outside the memory it is allowed to touch.
     error_addr : ``In(32)``
         Valid in the ``done`` cycle when ``error`` is set: the offending address.
     busy : ``In(1)``
-        High from taking a command until its ``done`` pulse (inclusive).
+        High while the engine holds a command: from the cycle after taking one until the
+        ``done`` pulse (inclusive) of the last one it holds.
     queue : ``Out(8)``
         The command queue the offered command comes from (valid with ``cmd.valid``).
     window_base, window_limit : ``Out(32)``

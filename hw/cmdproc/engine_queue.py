@@ -1,6 +1,6 @@
 """Per-queue command FIFOs in front of one engine (:class:`EngineQueue`)."""
 
-from amaranth import Cat, Module, ResetInserter, Signal
+from amaranth import Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,30 +19,49 @@ from hw.isa import ErrorCode, TraceEntry
 __all__ = ["EngineQueue"]
 
 
-class _InEngine:
-    """Registers of the command in the engine, set at the handshake (names as in the VCD)."""
+class _Record(data.Struct):
+    """What the queue keeps of a command in the engine, from its handshake to its ``done``."""
+    queue: 8
+    index: 32
+    opcode: 8
+    signal: 1
+    sem: 8
+    killed: 1           #: its queue was reset while it ran
+    start: 32
 
-    def __init__(self):
-        self.valid = Signal(name="in_engine")
-        self.queue = Signal(8, name="cur_queue")
-        self.index = Signal(32, name="cur_index")
-        self.opcode = Signal(8, name="cur_opcode")
-        self.signal = Signal(name="cur_signal")
-        self.sem = Signal(8, name="cur_sem")
-        self.killed = Signal(name="cur_killed")     # its queue was reset while it ran
-        self.start = Signal(32, name="cur_start")
+
+class _InEngine:
+    """The records of the commands in the engine (taken, not retired), a ring of ``depth``
+    (names as in the VCD): taken at ``tail``, retired at ``head`` (the oldest), in order."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+        self.valid = Signal(depth, name="in_engine")
+        self.recs = [Signal(_Record, name=f"cur{i}") for i in range(depth)]
+        self.head = Signal(range(max(depth, 2)), name="cur_head")     # 0 when depth is 1
+        self.tail = Signal(range(max(depth, 2)), name="cur_tail")
+        self.oldest = Signal(_Record, name="cur")     # recs[head]
+
+    def next(self, ptr: Signal):
+        return Mux(ptr == self.depth - 1, 0, ptr + 1) if self.depth > 1 else ptr
 
 
 class EngineQueue(wiring.Component):
     """Per-queue in-order command FIFOs in front of one engine, with semaphore wait, signal,
     round-robin arbitration among the queues, and the engine's command trace.
 
+    The engine holds up to ``in_flight`` commands at once (:func:`hw.isa.engine_in_flight`:
+    the matrix engine takes the next MATMUL while earlier ones run; the others one at a
+    time): the queue offers a command while fewer are in the engine (taken and not retired;
+    a retirement in cycle ``d`` frees a place from ``d + 1``), and keeps a record of each,
+    which the engine retires in order with one ``done`` each.
+
     The head command of queue ``q`` is *ready* once its semaphore wait is satisfied (if its
     ``flags.wait`` is set: ``(sem[wait_sem] - wait_value) mod 2**32 < 2**31``, see
     :func:`hw.isa.sem_reached`) and while ``stop[q]`` is low; the engine gets the next ready
-    head after the queue served last (round-robin), one command at a time. When the engine
-    retires it: an error is reported on ``err_*``, otherwise ``inc`` increments the command's
-    ``signal_sem`` if ``flags.signal`` was set. Each retirement pushes a :class:`TraceEntry`;
+    head after the queue served last (round-robin). When the engine retires one: an error is
+    reported on ``err_*``, otherwise ``inc`` increments the command's ``signal_sem`` if
+    ``flags.signal`` was set. Each retirement pushes a :class:`TraceEntry`;
     when the trace FIFO is full the entry is dropped and ``trace_overflow`` set (until
     ``clear_all``).
 
@@ -71,15 +90,19 @@ class EngineQueue(wiring.Component):
         an unsatisfied semaphore; at least one such queue exists. (The ``sem`` stall reason of
         :data:`hw.isa.STALL_REASONS`.)
     running : ``Out(RunningCommand)``
-        Queue, index and opcode of the command in the engine (registered at the handshake;
-        valid while the engine is busy and in its ``done`` cycle).
+        Queue, index and opcode of the oldest command in the engine, the one that retires next
+        (registered at the handshake; valid while the engine is busy and in its ``done``
+        cycle).
     trace : ``Out(TraceEntry)``, trace_valid : ``Out(1)``, trace_pop : ``In(1)``,
     trace_overflow : ``Out(1)``
         Read side of the trace FIFO (first-word fall-through).
     """
 
-    def __init__(self, config: NPUConfig):
+    def __init__(self, config: NPUConfig, in_flight: int = 1):
+        if not isinstance(in_flight, int) or in_flight < 1:
+            raise ValueError(f"in_flight must be a positive integer, not {in_flight!r}")
         self.config = config
+        self.in_flight = in_flight
         n = config.n_queues
         super().__init__({
             "i": In(stream.Signature(QueueEntry)).array(n),
@@ -131,11 +154,11 @@ class EngineQueue(wiring.Component):
         return fifos, heads, ready, blocked
 
     def _arbitrate(self, m: Module, fifos, heads, ready, blocked) -> _InEngine:
-        """Round-robin among the ready heads, one command in the engine at a time; returns
-        the registers of the command in the engine."""
+        """Round-robin among the ready heads while the engine has room; returns the records
+        of the commands in the engine."""
         n = self.config.n_queues
         eng = self.engine
-        cur = _InEngine()
+        cur = _InEngine(self.in_flight)
         last = Signal(range(max(n, 2)))
         any_ready, sel = round_robin(m, last, ready, n)
         m.d.comb += self.sem_stall.eq(~eng.busy & ~any_ready & Cat(*blocked).any())
@@ -152,58 +175,70 @@ class EngineQueue(wiring.Component):
         m.d.comb += [
             eng.cmd.payload.eq(sel_head.cmd),
             eng.queue.eq(sel),
-            eng.cmd.valid.eq(any_ready & ~cur.valid),
+            eng.cmd.valid.eq(any_ready & ~cur.valid.bit_select(cur.tail, 1)),
         ]
         take = eng.cmd.valid & eng.cmd.ready
         for q in range(n):
             m.d.comb += fifos[q].r_en.eq(take & (sel == q))
-            m.d.comb += self.idle[q].eq((fifos[q].level == 0)
-                                        & ~(cur.valid & (cur.queue == q)))
+            here = Cat(cur.valid[i] & (r.queue == q) for i, r in enumerate(cur.recs)).any()
+            m.d.comb += self.idle[q].eq((fifos[q].level == 0) & ~here)
         hdr = sel_head.cmd.header
         with m.If(take):
-            m.d.sync += [
-                cur.valid.eq(1), cur.queue.eq(sel), cur.index.eq(sel_head.index),
-                cur.opcode.eq(hdr.opcode), cur.signal.eq(hdr.flags.signal),
-                cur.sem.eq(hdr.signal_sem), cur.killed.eq(0),
-                cur.start.eq(self.cycles), last.eq(sel),
-            ]
-        with m.If(cur.valid & self.flush.bit_select(cur.queue, 1)):
-            m.d.sync += cur.killed.eq(1)
-        m.d.comb += [self.running.queue.eq(cur.queue), self.running.index.eq(cur.index),
-                     self.running.opcode.eq(cur.opcode)]
+            m.d.sync += [cur.valid.bit_select(cur.tail, 1).eq(1), cur.tail.eq(cur.next(cur.tail)),
+                         last.eq(sel)]
+            with m.Switch(cur.tail):
+                for i, r in enumerate(cur.recs):
+                    with m.Case(i):
+                        m.d.sync += [
+                            r.queue.eq(sel), r.index.eq(sel_head.index), r.opcode.eq(hdr.opcode),
+                            r.signal.eq(hdr.flags.signal), r.sem.eq(hdr.signal_sem),
+                            r.killed.eq(0), r.start.eq(self.cycles),
+                        ]
+        for i, r in enumerate(cur.recs):
+            with m.If(cur.valid[i] & self.flush.bit_select(r.queue, 1)):
+                m.d.sync += r.killed.eq(1)
+        with m.Switch(cur.head):
+            for i, r in enumerate(cur.recs):
+                with m.Case(i):
+                    m.d.comb += cur.oldest.eq(r)
+        m.d.comb += [self.running.queue.eq(cur.oldest.queue),
+                     self.running.index.eq(cur.oldest.index),
+                     self.running.opcode.eq(cur.oldest.opcode)]
         return cur
 
     def _retire(self, m: Module, cur: _InEngine) -> None:
-        """At the engine's ``done``: report its error, or signal its semaphore."""
+        """At the engine's ``done``: report the oldest command's error, or signal its
+        semaphore."""
         eng = self.engine
-        killed = cur.killed | self.flush.bit_select(cur.queue, 1)
-        m.d.comb += [self.inc.queue.eq(cur.queue), self.inc.index.eq(cur.index),
-                     self.err_queue.eq(cur.queue)]
-        with m.If(cur.valid & eng.done):
-            m.d.sync += cur.valid.eq(0)
+        old = cur.oldest
+        killed = old.killed | self.flush.bit_select(old.queue, 1)
+        m.d.comb += [self.inc.queue.eq(old.queue), self.inc.index.eq(old.index),
+                     self.err_queue.eq(old.queue)]
+        with m.If(cur.valid.any() & eng.done):
+            m.d.sync += [cur.valid.bit_select(cur.head, 1).eq(0), cur.head.eq(cur.next(cur.head))]
             with m.If(~killed):
                 with m.If(eng.error != ErrorCode.NONE):
                     m.d.comb += [
                         self.err_set.eq(1), self.err_info.code.eq(eng.error),
-                        self.err_info.opcode.eq(cur.opcode),
-                        self.err_info.cmd.eq(cur.index),
+                        self.err_info.opcode.eq(old.opcode),
+                        self.err_info.cmd.eq(old.index),
                         self.err_info.addr.eq(eng.error_addr),
                     ]
-                with m.Elif(cur.signal):
-                    m.d.comb += [self.inc.en.eq(1), self.inc.sem.eq(cur.sem)]
+                with m.Elif(old.signal):
+                    m.d.comb += [self.inc.en.eq(1), self.inc.sem.eq(old.sem)]
 
     def _trace(self, m: Module, cur: _InEngine) -> None:
         """One :class:`TraceEntry` per retired command, dropped (and ``trace_overflow`` set)
         when the FIFO is full."""
         eng = self.engine
-        retire = cur.valid & eng.done
+        retire = cur.valid.any() & eng.done
         size = TraceEntry.as_shape().size
         m.submodules.trace = trace = ResetInserter(self.clear_all)(
             fifo.SyncFIFOBuffered(width=size, depth=self.config.trace_depth))
         entry = TraceEntry(Signal(size))
         m.d.comb += [
-            entry.index.eq(cur.index), entry.queue.eq(cur.queue),
-            entry.start.eq(cur.start), entry.end.eq(self.cycles),
+            entry.index.eq(cur.oldest.index), entry.queue.eq(cur.oldest.queue),
+            entry.start.eq(cur.oldest.start), entry.end.eq(self.cycles),
             trace.w_data.eq(entry),
             trace.w_en.eq(retire),
             self.trace.eq(trace.r_data), self.trace_valid.eq(trace.r_rdy),

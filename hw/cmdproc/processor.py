@@ -12,7 +12,7 @@ from hw.cmdproc.fetch import FetchUnit
 from hw.cmdproc.semaphores import SemaphoreFile
 from hw.cmdproc.stage import Stage
 from hw.config import NPUConfig
-from hw.isa import COMMAND_BYTES, SemLast, TraceEntry
+from hw.isa import COMMAND_BYTES, SemLast, TraceEntry, engine_in_flight
 
 __all__ = ["CommandProcessor"]
 
@@ -106,7 +106,8 @@ class CommandProcessor(wiring.Component):
         m.submodules.stage = stage = Stage(cfg)
         queues = {}
         for name in ENGINES:
-            m.submodules[f"{name}_queue"] = queues[name] = EngineQueue(cfg)
+            m.submodules[f"{name}_queue"] = queues[name] = EngineQueue(
+                cfg, in_flight=engine_in_flight(cfg, name))
         n_sources = len(ENGINES) + cfg.n_queues + 1     # engines, stages, fence
         m.submodules.semaphores = sems = SemaphoreFile(cfg, n_sources)
 

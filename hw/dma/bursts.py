@@ -4,7 +4,7 @@ in transfer order (:class:`Walker`)."""
 from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal
 
 from hw.config import NPUConfig
-from hw.dma.common import MAX_BURST_BEATS, PAGE_BYTES, LocalGeometry, by_mem, log2
+from hw.dma.common import PAGE_BYTES, LocalGeometry, by_mem, log2
 from hw.isa import LocalMem
 
 __all__ = ["BurstGen", "Walker"]
@@ -16,12 +16,14 @@ class BurstGen(Elaboratable):
     Output ``valid``/``addr``/``len`` follow AXI address-channel rules: once ``valid`` is high,
     it and the burst stay until ``ready``. ``room`` (from the consumer) must not fall while
     ``valid`` waits, which holds for a FIFO that only this generator fills.
-    Burst = min(256, beats to the next 4 KiB boundary, beats left in the row).
+    Burst = min(``max_burst``, beats to the next 4 KiB boundary, beats left in the row); a
+    row's first beat is its start address aligned down to the beat (any byte address).
     """
 
-    def __init__(self, body, *, beat_bytes: int, addr_width: int):
+    def __init__(self, body, *, beat_bytes: int, addr_width: int, max_burst: int):
         self.body = body
         self.beat_bytes = beat_bytes
+        self.max_burst = max_burst
         self.start = Signal()
         self.room = Signal()
         self.valid = Signal()
@@ -36,6 +38,7 @@ class BurstGen(Elaboratable):
         beat = self.beat_bytes
         lb = log2(beat)
         page_beats = PAGE_BYTES // beat
+        max_burst = self.max_burst
 
         rows_left = Signal(16)
         row_addr = Signal(32)
@@ -49,11 +52,11 @@ class BurstGen(Elaboratable):
             return (addr[:lb] + body.row_bytes + (beat - 1)) >> lb
 
         to_page = Signal(range(page_beats + 1))
-        limit = Signal(range(MAX_BURST_BEATS + 1))     # min(256, beats to the 4 KiB boundary)
-        n = Signal(range(MAX_BURST_BEATS + 1))         # beats in this burst
+        limit = Signal(range(max_burst + 1))     # min(max_burst, beats to the 4 KiB boundary)
+        n = Signal(range(max_burst + 1))         # beats in this burst
         m.d.comb += [
             to_page.eq(page_beats - beat_addr[lb:12]),
-            limit.eq(Mux(to_page < MAX_BURST_BEATS, to_page, MAX_BURST_BEATS)),
+            limit.eq(Mux(to_page < max_burst, to_page, max_burst)),
             n.eq(Mux(beats_left < limit, beats_left, limit)),
         ]
 
@@ -92,17 +95,31 @@ class BurstGen(Elaboratable):
 class Walker(Elaboratable):
     """Walks the ``G``-byte chunks of a checked transfer in transfer order, one per ``step``.
 
-    For the current chunk it gives: ``off``, its byte offset in its bus beat; ``lrow``, its
-    local row; ``sub``, which ``G``-byte part of the local row it is (non-zero only when
-    ``L > beat``); ``beat_end``, it is the last chunk used from its beat; ``local_end``, it is
-    the last chunk of its local row; ``burst_last``, its beat is the last of an AXI burst (same
-    splitting rule as :class:`BurstGen`).
+    Row layout (as :class:`hw.isa.timing.DmaRow`): DRAM row ``r`` starts at byte lane ``a``
+    of its first beat; the data path works on *words*, the row shifted down by ``s = a % G``
+    bytes (:mod:`hw.dma.align`), in which the row starts at lane ``a - s`` (a multiple of
+    ``G``); the row has ``ceil(row_bytes / G)`` chunks, the last one partial when ``G`` does
+    not divide ``row_bytes``.
+
+    For the current chunk it gives: ``off``, its byte offset in its word; ``lrow``, its local
+    row; ``sub``, which ``G``-byte part of the local row it is (non-zero only when
+    ``L > beat``); ``beat_end``, it is the last chunk of its word; ``local_end``, it completes
+    its local row (the last ``G``-byte part, or the row's last chunk); ``last_chunk``, the
+    last chunk of the DRAM row; ``last_word``, it is in the row's last word; ``first_word``,
+    it is in the row's first word. Per row: ``shift`` (``s``), ``load_flush`` (the row has as
+    many words as beats, ``s > 0``: the load's last word comes from the held beat alone),
+    ``store_flush`` (one beat more than words: the store's last beat is a flush), and
+    ``row_lo`` (the row address modulo 4 KiB).
+
+    With ``store_slots`` the walk has one more step after the last chunk of a row with
+    ``store_flush``: ``slot`` is high in it (no chunk; the store's flush beat).
     """
 
-    def __init__(self, body, is_acc, *, cfg: NPUConfig):
+    def __init__(self, body, is_acc, *, cfg: NPUConfig, store_slots: bool = False):
         self.body = body
         self.is_acc = is_acc
         self.beat_bytes = cfg.axi_data_bytes
+        self.store_slots = store_slots
         self.spad = LocalGeometry(cfg, LocalMem.SPAD)
         self.acc = LocalGeometry(cfg, LocalMem.ACC)
         lb = log2(self.beat_bytes)
@@ -114,7 +131,14 @@ class Walker(Elaboratable):
         self.sub = Signal(range(max(2, self.spad.chunks_per_row, self.acc.chunks_per_row)))
         self.beat_end = Signal()
         self.local_end = Signal()
-        self.burst_last = Signal()
+        self.last_chunk = Signal()
+        self.first_word = Signal()
+        self.last_word = Signal()
+        self.slot = Signal()
+        self.shift = Signal(lb)
+        self.load_flush = Signal()
+        self.store_flush = Signal()
+        self.row_lo = Signal(12)
 
     def elaborate(self, platform):
         m = Module()
@@ -122,26 +146,44 @@ class Walker(Elaboratable):
         spad, acc = self.spad, self.acc
         beat = self.beat_bytes
         lb = log2(beat)
-        page_beats = PAGE_BYTES // beat
 
         rows_left = Signal(16)
         chunks_left = Signal(16)            # in the current DRAM row, this one included
-        row_lo = Signal(12)                 # DRAM row address within its 4 KiB page
+        row_lo = self.row_lo                # DRAM row address within its 4 KiB page
         lbase = Signal(16)                  # first local row of the current DRAM row
-        beat_idx = Signal(12 - lb)          # beat within its 4 KiB page
-        burst_beats = Signal(8)             # beats of the current burst before this one
+        slot = self.slot
 
         chunk = by_mem(is_acc, spad.chunk_bytes, acc.chunk_bytes)
-        row_chunks = by_mem(is_acc, body.row_bytes >> spad.log2_chunk,
-                             body.row_bytes >> acc.log2_chunk)
+        row_chunks = by_mem(is_acc,
+                            (body.row_bytes + spad.chunk_bytes - 1) >> spad.log2_chunk,
+                            (body.row_bytes + acc.chunk_bytes - 1) >> acc.log2_chunk)
+
+        def shift_of(lo):       # s = a % G
+            return by_mem(is_acc, lo[:spad.log2_chunk], lo[:acc.log2_chunk])
+
+        def base_of(lo):        # lane of the row's first byte in its first word: a - s
+            return by_mem(is_acc, Cat(Const(0, spad.log2_chunk), lo[spad.log2_chunk:lb]),
+                          Cat(Const(0, acc.log2_chunk), lo[acc.log2_chunk:lb]))
+
+        # -- the current row's layout ----------------------------------------------------------
+        end_lane = Signal(lb)               # lane of the row's last byte in its last beat
+        m.d.comb += [
+            self.shift.eq(shift_of(row_lo)),
+            end_lane.eq(row_lo[:lb] + body.row_bytes - 1),
+            self.store_flush.eq((self.shift != 0) & (end_lane < self.shift)),
+            self.load_flush.eq((self.shift != 0) & (end_lane >= self.shift)),
+        ]
         last_chunk = chunks_left == 1
+        chunks_to_word_end = Signal(lb + 1)
+        m.d.comb += chunks_to_word_end.eq(by_mem(is_acc, (beat - self.off) >> spad.log2_chunk,
+                                                  (beat - self.off) >> acc.log2_chunk))
         m.d.comb += [
             self.valid.eq(rows_left != 0),
+            self.last_chunk.eq(last_chunk & ~slot),
             self.beat_end.eq((self.off + chunk == beat) | last_chunk),
-            self.local_end.eq(self.sub == by_mem(is_acc, spad.chunks_per_row - 1,
-                                                  acc.chunks_per_row - 1)),
-            self.burst_last.eq(last_chunk | (beat_idx == page_beats - 1)
-                               | (burst_beats == MAX_BURST_BEATS - 1)),
+            self.local_end.eq((self.sub == by_mem(is_acc, spad.chunks_per_row - 1,
+                                                   acc.chunks_per_row - 1)) | last_chunk),
+            self.last_word.eq(chunks_left <= chunks_to_word_end),
         ]
 
         next_row_lo = Signal(12)
@@ -150,41 +192,39 @@ class Walker(Elaboratable):
             next_row_lo.eq(row_lo + body.dram_stride[:12]),
             next_lbase.eq(lbase + body.local_stride),
         ]
-        with m.If(self.start):
-            m.d.sync += [
-                rows_left.eq(body.n_rows),
+
+        def begin_row(lo, local):
+            return [
                 chunks_left.eq(row_chunks),
-                row_lo.eq(body.dram_addr[:12]),
-                self.off.eq(body.dram_addr[:lb]),
-                beat_idx.eq(body.dram_addr[lb:12]),
-                burst_beats.eq(0),
-                lbase.eq(body.local_row),
-                self.lrow.eq(body.local_row),
+                row_lo.eq(lo),
+                self.off.eq(base_of(lo)),
+                self.first_word.eq(1),
+                lbase.eq(local),
+                self.lrow.eq(local),
                 self.sub.eq(0),
+                slot.eq(0),
             ]
+
+        row_done = Signal()
+        if self.store_slots:
+            m.d.comb += row_done.eq(slot | (last_chunk & ~self.store_flush))
+        else:
+            m.d.comb += row_done.eq(last_chunk)
+        with m.If(self.start):
+            m.d.sync += [rows_left.eq(body.n_rows),
+                         *begin_row(body.dram_addr[:12], body.local_row)]
         with m.Elif(self.step):
-            with m.If(last_chunk):
-                m.d.sync += [
-                    rows_left.eq(rows_left - 1),
-                    chunks_left.eq(row_chunks),
-                    row_lo.eq(next_row_lo),
-                    self.off.eq(next_row_lo[:lb]),
-                    beat_idx.eq(next_row_lo[lb:12]),
-                    burst_beats.eq(0),
-                    lbase.eq(next_lbase),
-                    self.lrow.eq(next_lbase),
-                    self.sub.eq(0),
-                ]
+            with m.If(row_done):
+                m.d.sync += [rows_left.eq(rows_left - 1), *begin_row(next_row_lo, next_lbase)]
+            with m.Elif(last_chunk):
+                m.d.sync += slot.eq(1)                  # the store's flush slot comes next
             with m.Else():
                 m.d.sync += [
                     chunks_left.eq(chunks_left - 1),
                     self.off.eq(self.off + chunk),
                 ]
                 with m.If(self.beat_end):
-                    m.d.sync += [
-                        beat_idx.eq(beat_idx + 1),
-                        burst_beats.eq(Mux(self.burst_last, 0, burst_beats + 1)),
-                    ]
+                    m.d.sync += self.first_word.eq(0)
                 with m.If(self.local_end):
                     m.d.sync += [self.sub.eq(0), self.lrow.eq(self.lrow + 1)]
                 with m.Else():

@@ -41,17 +41,12 @@ class Control(Elaboratable):
         m.d.comb += [port.error.eq(error), port.error_addr.eq(error_addr)]
 
         # Command-derived quantities (the body register is stable after the handshake).
-        local_rows = Signal(16)     # local rows per DRAM row
-        m.d.comb += local_rows.eq(by_mem(is_acc, body.row_bytes >> spad.log2_row,
-                                          body.row_bytes >> acc.log2_row))
+        local_rows = Signal(17)     # local rows per DRAM row: ceil(row_bytes / L)
+        m.d.comb += local_rows.eq(by_mem(is_acc, (body.row_bytes + spad.row_bytes - 1)
+                                          >> spad.log2_row,
+                                          (body.row_bytes + acc.row_bytes - 1) >> acc.log2_row))
         depth = by_mem(is_acc, spad.depth, acc.depth)
         zero = (body.n_rows == 0) | (body.row_bytes == 0)
-        bad_size = by_mem(is_acc, body.row_bytes[:spad.log2_row] != 0,
-                           body.row_bytes[:acc.log2_row] != 0)
-        addr_misaligned = by_mem(is_acc, body.dram_addr[:spad.log2_chunk] != 0,
-                                  body.dram_addr[:acc.log2_chunk] != 0)
-        stride_misaligned = by_mem(is_acc, body.dram_stride[:spad.log2_chunk] != 0,
-                                    body.dram_stride[:acc.log2_chunk] != 0)
 
         last_row = Signal(16)
         m.d.comb += last_row.eq(body.n_rows - 1)
@@ -80,16 +75,6 @@ class Control(Elaboratable):
                 ]
                 with m.If(zero):
                     m.d.sync += [error.eq(ErrorCode.NONE), error_addr.eq(0)]
-                    m.next = "Done"
-                with m.Elif(bad_size):
-                    m.d.sync += [error.eq(ErrorCode.BAD_SIZE), error_addr.eq(body.dram_addr)]
-                    m.next = "Done"
-                with m.Elif(addr_misaligned | stride_misaligned):
-                    m.d.sync += [
-                        error.eq(ErrorCode.MISALIGNED),
-                        error_addr.eq(Mux(addr_misaligned, body.dram_addr,
-                                          body.dram_addr + body.dram_stride)),
-                    ]
                     m.next = "Done"
                 with m.Else():
                     m.next = "Check-range"

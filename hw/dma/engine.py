@@ -46,16 +46,18 @@ class DMA(wiring.Component):
         Why a channel is not moving data in this cycle, one bit per reason, for performance
         counters (count the cycles each bit is high):
 
-        * ``load_spad`` / ``load_acc``: the load channel has an R beat (RVALID high, no bus
-          error seen in the command) whose chunk completes a local row of the scratchpad /
-          accumulator, and that memory's ``ready`` is low (a writer of higher priority has the
-          write port), so the beat is held (RREADY low). A beat with an error response is held
-          like any other (its row is not written, but the hold is decided before RRESP is
-          looked at).
+        * ``load_spad`` / ``load_acc``: the load channel has a word (an R beat with RVALID
+          high, or a row's last word shifted out of the beat taken before, see
+          :mod:`hw.dma.align`; no bus error seen in the command) whose chunk completes a local
+          row of the scratchpad / accumulator, and that memory's ``ready`` is low (a writer of
+          higher priority has the write port), so the word is held (RREADY low). A beat with
+          an error response is held like any other (its row is not written, but the hold is
+          decided before RRESP is looked at).
         * ``load_dram``: the load channel is waiting on DRAM: ARVALID high and ARREADY low, or
           read bursts in flight and RVALID low; and neither ``load_spad`` nor ``load_acc`` is
           high. (Cycles where a beat is present but not yet consumed because it feeds several
-          local rows, one per cycle, are not stalls.)
+          local rows, one per cycle, are not stalls; a cycle in which a shifted row's last
+          word moves without a beat while RVALID is low is.)
         * ``store_dram``: the store channel is waiting on DRAM: AWVALID high and AWREADY low,
           or WVALID high and WREADY low, or every W beat of the command has been sent (no local
           row left to read, beat buffer empty) and B responses are still outstanding.
@@ -74,19 +76,19 @@ class DMA(wiring.Component):
 
     1. ``n_rows == 0`` or ``row_bytes == 0``: nothing to move, retires with ``NONE`` (the other
        fields are not checked);
-    2. ``row_bytes % L != 0``: ``BAD_SIZE`` (``error_addr`` = ``dram_addr``);
-    3. ``dram_addr`` or ``dram_stride`` not a multiple of ``G = min(L, axi_data_bytes)``:
-       ``MISALIGNED`` (``error_addr`` = the first misaligned row address, ``dram_addr`` or
-       ``dram_addr + dram_stride``);
-    4. a byte of a row outside ``[0, dram_bytes)``: ``BAD_DRAM_ADDR``, ``error_addr`` = the
+    2. a byte of a row outside ``[0, dram_bytes)``: ``BAD_DRAM_ADDR``, ``error_addr`` = the
        address of the first offending row (low 32 bits);
-    5. a byte of a row outside the issuing queue's window ``[window_base, window_limit)``
+    3. a byte of a row outside the issuing queue's window ``[window_base, window_limit)``
        (latched with the command; ``window_limit == 0`` means no limit): ``WINDOW``,
        ``error_addr`` = the address of the first offending row;
-    6. a local row outside the memory: ``BAD_LOCAL_ADDR``, ``error_addr`` = the first local row
-       index, in transfer order, that is outside the memory (``>= depth``).
+    4. a local row (``ceil(row_bytes / L)`` per DRAM row) outside the memory:
+       ``BAD_LOCAL_ADDR``, ``error_addr`` = the first local row index, in transfer order,
+       that is outside the memory (``>= depth``).
 
-    Checks 4 and 5 use one multiplier each (extent of the last row, no wrap); when they fail, a
+    Any byte address, stride and length is accepted: the DMA never reports ``MISALIGNED`` or
+    ``BAD_SIZE``.
+
+    Checks 2 and 3 use one multiplier each (extent of the last row, no wrap); when they fail, a
     search of one cycle per row finds the first offending row (error path only).
 
     An AXI SLVERR/DECERR response makes the command retire with ``AXI_ERROR`` and
@@ -97,14 +99,21 @@ class DMA(wiring.Component):
     Bus
     ---
     Each DRAM row is split into as few INCR bursts as the rules allow: at most
-    :data:`MAX_BURST_BEATS` beats, never across a :data:`PAGE_BYTES` boundary (both from the
-    AMBA AXI spec, ARM IHI 0022). A row may start or end mid-beat (addresses aligned to ``G``):
-    the first beat address is aligned down; a load ignores the bytes outside the row, a store
-    writes partial beats with partial WSTRB and never writes a byte outside the row. Rows are
-    never merged into one burst. Loads keep up to ``dma_outstanding`` read bursts in flight (R
-    data returns in order for one ID); stores keep up to ``dma_outstanding`` write bursts
-    waiting for B and retire only after the last B response. W data never waits for AW
-    (ARM IHI 0022 A3.3.1).
+    ``dma_max_burst_beats`` (<= :data:`MAX_BURST_BEATS`) beats, never across a
+    :data:`PAGE_BYTES` boundary (both from the AMBA AXI spec, ARM IHI 0022). A row may start
+    and end at any byte: the first beat address is aligned down; a load ignores the bytes
+    outside the row, a store writes the partial first and last beats with partial WSTRB and
+    never writes a byte outside the row. Rows are never merged into one burst. Loads keep up
+    to ``dma_outstanding`` read bursts in flight (R data returns in order for one ID); stores
+    keep up to ``dma_outstanding`` write bursts waiting for B and retire only after the last B
+    response. W data never waits for AW (ARM IHI 0022 A3.3.1).
+
+    Byte alignment (:mod:`hw.dma.align`): the data paths move ``G = min(L, axi_data_bytes)``
+    bytes per cycle within *words*, the row shifted by ``s = dram_addr % G`` (per row). With
+    ``s == 0`` words are beats and nothing is added. Otherwise a load takes the row's first
+    beat alone (one cycle) and, when the row's last word needs no further beat, shifts it out
+    of the last one (one cycle per chunk, with RREADY low); a store whose row ends with a beat
+    that holds only bytes of its last word sends that beat in a cycle of its own.
 
     Local write stalls
     ------------------
@@ -126,8 +135,8 @@ class DMA(wiring.Component):
     ``L > beat``, ``L / beat`` beats make one local row write. On an otherwise ideal bus,
     every cycle in which a load's local write is denied (``stall.load_spad``/``load_acc``)
     adds one cycle to the load. ARVALID/AWVALID rise 3 cycles after the command handshake;
-    ``done`` comes 2 cycles after the last R beat (load) or the last B response (store). A
-    zero-length command or a ``BAD_SIZE``/``MISALIGNED`` error retires 2 cycles after the
+    ``done`` comes 2 cycles after the last R beat or the last word shifted out after it
+    (load) or the last B response (store). A zero-length command retires 2 cycles after the
     handshake, a range error after 3 + (rows searched) cycles. The exact busy cycles of every
     command under the co-simulation's ideal DRAM: :mod:`hw.isa.timing`.
     """

@@ -1,12 +1,13 @@
-"""Store data path of the DMA: local rows into W beats, AW bursts, B responses
-(:class:`StoreMover`)."""
+"""Store data path of the DMA: local rows into words, realigned into W beats, AW bursts, B
+responses (:class:`StoreMover`)."""
 
-from amaranth import Elaboratable, Module, Signal
+from amaranth import Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib import data
 from amaranth.lib.fifo import SyncFIFO
 
 from hw.bus import AXI_BURST_INCR
 from hw.config import NPUConfig
+from hw.dma.align import Packer
 from hw.dma.bursts import BurstGen, Walker
 from hw.dma.common import W_BUFFER_DEPTH, LocalGeometry, log2
 from hw.dma.control import Control
@@ -16,10 +17,12 @@ __all__ = ["StoreMover"]
 
 
 class StoreMover(Elaboratable):
-    """Store data path: local rows read into W beats (with WSTRB), AW bursts, B responses.
+    """Store data path: local rows read into words, realigned into W beats with WSTRB
+    (:class:`~hw.dma.align.Packer`), AW bursts, B responses.
 
-    Local reads are issued only when the W beat buffer is sure to have room one cycle later,
-    so the read data never has to wait. ``stall_dram`` is :attr:`DMA.stall` ``.store_dram``.
+    Local reads (and the flush slots of :class:`Walker`) are issued only when the W beat
+    buffer is sure to have room one cycle later, so the read data never has to wait. Only the
+    bytes of the DRAM rows are strobed. ``stall_dram`` is :attr:`DMA.stall` ``.store_dram``.
     """
 
     def __init__(self, cfg: NPUConfig, control: Control, bus, read_ports: dict):
@@ -35,8 +38,11 @@ class StoreMover(Elaboratable):
         beat = cfg.axi_data_bytes
 
         m.submodules.bursts = bursts = BurstGen(ctl.body, beat_bytes=beat,
-                                                 addr_width=cfg.axi_addr_bits)
-        m.submodules.walker = walker = Walker(ctl.body, ctl.is_acc, cfg=cfg)
+                                                 addr_width=cfg.axi_addr_bits,
+                                                 max_burst=cfg.dma_max_burst_beats)
+        m.submodules.walker = walker = Walker(ctl.body, ctl.is_acc, cfg=cfg, store_slots=True)
+        m.submodules.packer = packer = Packer(beat_bytes=beat,
+                                              max_burst=cfg.dma_max_burst_beats)
         # Start address of every write burst waiting for its B response.
         m.submodules.in_flight = in_flight = SyncFIFO(width=cfg.axi_addr_bits,
                                                       depth=cfg.dma_outstanding)
@@ -58,7 +64,7 @@ class StoreMover(Elaboratable):
             in_flight.w_data.eq(bursts.addr),
         ]
 
-        # -- Read local rows: one chunk per cycle while the beat buffer has room -------------
+        # -- Read local rows: one chunk (or flush slot) per cycle while the buffer has room ----
         read = Signal()
         m.d.comb += [
             read.eq(walker.valid & (w_beats.level <= W_BUFFER_DEPTH - 2)),
@@ -66,57 +72,67 @@ class StoreMover(Elaboratable):
         ]
         for mem, port in self.read_ports.items():
             selected = ctl.is_acc if mem == LocalMem.ACC else ~ctl.is_acc
-            m.d.comb += [port.addr.eq(walker.lrow), port.en.eq(read & selected)]
+            m.d.comb += [port.addr.eq(walker.lrow),
+                         port.en.eq(read & selected & ~walker.slot)]
 
-        # -- Place the chunk (read data of the previous cycle) into the W beat ---------------
+        # -- Place the chunk (read data of the previous cycle) into its word -----------------
+        s2 = {name: Signal.like(getattr(walker, name), name=f"s2_{name}")
+              for name in ("off", "sub", "beat_end", "last_chunk", "slot", "shift",
+                           "first_word", "store_flush")}
         s2_valid = Signal()
-        s2_off = Signal.like(walker.off)
-        s2_sub = Signal.like(walker.sub)
-        s2_beat_end = Signal()
-        s2_burst_last = Signal()
-        m.d.sync += [
-            s2_valid.eq(read),
-            s2_off.eq(walker.off),
-            s2_sub.eq(walker.sub),
-            s2_beat_end.eq(walker.beat_end),
-            s2_burst_last.eq(walker.burst_last),
-        ]
+        s2_page_beat0 = Signal(12 - log2(beat))
+        m.d.sync += [s2_valid.eq(read), s2_page_beat0.eq(walker.row_lo[log2(beat):]),
+                     *[s2[name].eq(getattr(walker, name)) for name in s2]]
         asm_data = Signal(beat * 8)
         asm_strb = Signal(beat)
-        beat_data = Signal(beat * 8)
-        beat_strb = Signal(beat)
-        m.d.comb += [beat_data.eq(asm_data), beat_strb.eq(asm_strb)]
+        word = Signal(beat * 8)
+        word_strb = Signal(beat)
+        m.d.comb += [word.eq(asm_data), word_strb.eq(asm_strb)]
         for mem, port in self.read_ports.items():
             local = LocalGeometry(cfg, mem)
             selected = ctl.is_acc if mem == LocalMem.ACC else ~ctl.is_acc
+            chunk_strb = self._chunk_strobes(local, s2["last_chunk"])
             with m.If(selected):
                 if local.row_bytes == beat:
-                    m.d.comb += [beat_data.eq(port.data), beat_strb.eq((1 << beat) - 1)]
+                    m.d.comb += [word.eq(port.data), word_strb.eq(chunk_strb)]
                 elif local.row_bytes < beat:
-                    index = s2_off[local.log2_row:]
-                    all_bytes = (1 << local.row_bytes) - 1
+                    index = s2["off"][local.log2_row:]
                     m.d.comb += [
-                        beat_data.word_select(index, local.row_bytes * 8).eq(port.data),
-                        beat_strb.word_select(index, local.row_bytes).eq(all_bytes),
+                        word.word_select(index, local.row_bytes * 8).eq(port.data),
+                        word_strb.word_select(index, local.row_bytes).eq(chunk_strb),
                     ]
                 else:
                     m.d.comb += [
-                        beat_data.eq(port.data.word_select(s2_sub, beat * 8)),
-                        beat_strb.eq((1 << beat) - 1),
+                        word.eq(port.data.word_select(s2["sub"], beat * 8)),
+                        word_strb.eq(chunk_strb),
                     ]
+        word_end = s2_valid & s2["beat_end"] & ~s2["slot"]
         with m.If(ctl.start):
             m.d.sync += asm_strb.eq(0)
-        with m.Elif(s2_valid):
-            with m.If(s2_beat_end):
+        with m.Elif(s2_valid & ~s2["slot"]):
+            with m.If(s2["beat_end"]):
                 m.d.sync += asm_strb.eq(0)
             with m.Else():
-                m.d.sync += [asm_data.eq(beat_data), asm_strb.eq(beat_strb)]
+                m.d.sync += [asm_data.eq(word), asm_strb.eq(word_strb)]
+
+        # -- Realign the word into a W beat ----------------------------------------------------
+        m.d.comb += [
+            packer.start.eq(ctl.start),
+            packer.emit.eq(word_end | (s2_valid & s2["slot"])),
+            packer.slot.eq(s2["slot"]),
+            packer.word.eq(word),
+            packer.strb.eq(word_strb),
+            packer.shift.eq(s2["shift"]),
+            packer.first_word.eq(s2["first_word"]),
+            packer.row_last.eq(s2["slot"] | (s2["last_chunk"] & ~s2["store_flush"])),
+            packer.page_beat0.eq(s2_page_beat0),
+        ]
         w_in = data.View(w_beat, w_beats.w_data)
         m.d.comb += [
-            w_beats.w_en.eq(s2_valid & s2_beat_end),
-            w_in.data.eq(beat_data),
-            w_in.strb.eq(beat_strb),
-            w_in.last.eq(s2_burst_last),
+            w_beats.w_en.eq(packer.emit),
+            w_in.data.eq(packer.beat),
+            w_in.strb.eq(packer.beat_strb),
+            w_in.last.eq(packer.last),
         ]
 
         # -- W (never waits for AW) ----------------------------------------------------------
@@ -148,3 +164,11 @@ class StoreMover(Elaboratable):
             ctl.bus_error_addr.eq(error_addr),
         ]
         return m
+
+    def _chunk_strobes(self, local: LocalGeometry, last_chunk):
+        """Byte enables of a chunk: all ``G`` bytes, but only the bytes of the DRAM row in its
+        last chunk."""
+        tail = self.control.body.row_bytes[:local.log2_chunk]   # bytes of a partial last chunk
+        partial = last_chunk & (tail != 0)
+        return Mux(partial, (Const(1, local.chunk_bytes + 1) << tail) - 1,
+                   (1 << local.chunk_bytes) - 1)

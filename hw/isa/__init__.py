@@ -6,7 +6,7 @@
 * :mod:`hw.isa.counters`: performance counter names, definitions and registers;
 * :mod:`hw.isa.numerics`: numerics constants of the vector unit;
 * :mod:`hw.isa.timing`: engine timing, in cycles, as functions of a command and the
-  :class:`~hw.config.NPUConfig`.
+  :class:`~hw.config.NPUConfig` (the DMA's in :mod:`hw.isa.dma_timing`).
 
 Everything is re-exported here: ``from hw.isa import Opcode, Csr, COUNTER_NAMES``.
 

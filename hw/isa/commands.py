@@ -79,8 +79,11 @@ class ErrorCode(enum.Enum, shape=8):
     * DMA_LOAD / DMA_STORE: the transfer runs to its end (same timing), then fails;
       ``ERR_ADDR`` = the address of the first failing burst (``AxADDR``). A load writes no
       local row whose last byte arrives with or after that burst (rows completed before it
-      are written); a store writes every burst that did not fail (a failing write burst
-      writes nothing);
+      are written); of a DRAM row at an address that is not a multiple of ``G``
+      (:class:`hw.isa.timing.DmaRow`) a local row arrives with the R beat after the first
+      one holding its last chunk (the realigned word spans both), or with the row's last
+      beat if that chunk is in the flush word. A store writes every burst that did not
+      fail (a failing write burst writes nothing);
     * FENCE: nothing written, no interrupt, no semaphore increment; ``ERR_ADDR`` = the fence
       address.
     """
@@ -88,8 +91,8 @@ class ErrorCode(enum.Enum, shape=8):
     BAD_OPCODE = 1      #: unknown opcode
     BAD_DRAM_ADDR = 2   #: a DRAM access outside [0, dram_bytes)
     BAD_LOCAL_ADDR = 3  #: a scratchpad/accumulator row outside the memory
-    MISALIGNED = 4      #: address or size not aligned as the command requires
-    BAD_SIZE = 5        #: a size the engine cannot do (e.g. row_bytes not a multiple of the row)
+    MISALIGNED = 4      #: a ring base or fence address not aligned as required (not the DMA)
+    BAD_SIZE = 5        #: a size that cannot be done (transposed MATMUL on a non-square array)
     BAD_SEM = 6         #: semaphore id >= n_sems
     AXI_ERROR = 7       #: SLVERR/DECERR response on the memory bus
     WINDOW = 8          #: a DRAM access (ring fetch, fence, DMA) outside the queue's window
@@ -134,12 +137,13 @@ class Header(data.Struct):
 class DmaBody(data.Struct):
     """DMA_LOAD / DMA_STORE: a 2-D strided transfer of ``n_rows`` DRAM rows.
 
-    DRAM row ``r`` is ``row_bytes`` bytes at ``dram_addr + r * dram_stride``. It maps onto
-    ``row_bytes // local_row_bytes`` consecutive local rows starting at
-    ``local_row + r * local_stride`` of memory ``mem``. ``row_bytes`` must be a multiple of the
-    local row size; ``dram_addr`` and ``dram_stride`` must be multiples of
-    ``min(local_row_bytes, axi_data_bytes)``. ``n_rows == 0`` or ``row_bytes == 0`` moves
-    nothing and still completes.
+    DRAM row ``r`` is ``row_bytes`` bytes at ``dram_addr + r * dram_stride`` (any byte
+    address, stride and length). It maps onto ``ceil(row_bytes / local_row_bytes)``
+    consecutive local rows starting at ``local_row + r * local_stride`` of memory ``mem``, a
+    little-endian byte copy; when ``local_row_bytes`` does not divide ``row_bytes`` the last
+    local row is partial: DMA_LOAD writes its remaining bytes as 0, DMA_STORE writes only the
+    row's bytes to DRAM. ``n_rows == 0`` or ``row_bytes == 0`` moves nothing and still
+    completes.
     """
     dram_addr: 32    #: bytes
     dram_stride: 32  #: bytes
@@ -164,12 +168,21 @@ class MatmulBody(data.Struct):
     spad[w_row + n][k]``. Keys stored one per scratchpad row thus become ``K^T`` (the score
     matmul ``Q @ K^T`` of attention) with no transpose in memory. Needs ``rows == cols``
     (``BAD_SIZE`` with ``error_addr`` 0 otherwise, checked after the opcode and ``m == 0``).
+
+    K blocks: with ``k_len = B - 1 > 0`` (as AXI's ``AxLEN``: 0 is one tile) one command sums
+    ``B`` tiles along K: tile ``j`` has the weights at ``w_row + j * rows`` and the
+    activations at ``a_row + j * m`` (``A_j[i]`` = scratchpad row ``a_row + j * m + i``), and
+    ``acc[acc_row + i] (+)= sum_j A_j[i] @ W_j`` (``flags.accumulate`` as for one tile; the
+    sum wraps modulo 2**32). So the scratchpad rows read are ``a_row .. a_row + B * m - 1``
+    and ``w_row .. w_row + B * rows - 1``. One command then does the work of ``B`` (a GEMV
+    with ``m = 1`` needs one command per N block and K chunk, not per tile).
     """
     a_row: 16
     w_row: 16
     acc_row: 16
     m: 16            #: number of activation rows; 0 does nothing
-    _pad: 128
+    k_len: 16        #: weight tiles summed along K, minus one
+    _pad: 112
 
 
 class RequantBody(data.Struct):

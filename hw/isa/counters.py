@@ -46,8 +46,12 @@ def _counter_names() -> tuple[str, ...]:
 #:   (DMA stores and fence writes);
 #: * ``dma_busy`` (cycles): the load or the store channel is busy;
 #: * ``overlap`` (cycles): a DMA channel and the matrix engine are both busy;
-#: * ``busy.<engine>`` (cycles): the engine's ``busy`` is high (from the cycle after it took
-#:   a command to its ``done`` pulse, inclusive);
+#: * ``busy.<engine>`` (cycles): the engine's ``busy`` is high: it holds at least one command
+#:   (from the cycle after it took one to the ``done`` pulse of the last one it holds,
+#:   inclusive). The matrix engine holds several MATMULs at once (it takes the next one while
+#:   earlier ones stream and drain, :class:`hw.isa.timing.MatmulTimeline`); a cycle counts
+#:   once however many overlap, so ``busy.matrix`` is the union of the commands' spans, not
+#:   the sum of their :func:`hw.isa.matmul_busy_cycles`;
 #: * ``retired.<engine>`` (commands): ``done`` pulses of the engine: every command it
 #:   finished, with or without an error (also one whose queue was reset meanwhile);
 #: * ``stall.<engine>.<reason>`` (cycles): see :data:`STALL_REASONS`; only the pairs of

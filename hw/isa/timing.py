@@ -26,7 +26,7 @@ finishes is accepted :data:`ACCEPT_CYCLES` cycle later, and back-to-back command
 * a failing command (``error`` given): it retires without moving data.
 
 DMA timing is given under the *ideal* DRAM of the co-simulation (``cosim/tb/dram.sv``): read
-bursts queued (up to 16, never fewer than ``dma_outstanding``) and answered in order, the first
+bursts queued (16, or more when ``dma_outstanding`` needs them) and answered in order, the first
 beat 3 cycles after the AR handshake, then one beat per cycle, one idle cycle between bursts
 unless the last beat of a burst is held; writes one burst at a time (AW accepted in the idle
 state, then the W beats, then B for one cycle). On the NPU the DMA reaches that DRAM through
@@ -34,39 +34,37 @@ state, then the W beats, then B for one cycle). On the NPU the DMA reaches that 
 overlaps the DRAM's response state); but it shares the port with the command fetch, and an
 interleaved fetch burst delays the DMA, which these functions do not model; neither do they
 model a local write denied by a higher-priority writer (``stall.load_spad`` /
-``stall.load_acc``, one cycle each).
+``stall.load_acc``, one cycle each). The DMA's formulas live in :mod:`hw.isa.dma_timing` and
+are re-exported here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hw.isa.commands import CommandView, ErrorCode, LocalMem, Opcode, decode
+from hw.isa.commands import CommandView, ErrorCode, Opcode, decode
+from hw.isa.dma_timing import *  # noqa: F403
+from hw.isa.dma_timing import __all__ as _dma
+from hw.isa.dma_timing import dma_busy_cycles
 from hw.isa.numerics import SOFTMAX_RECIP_BITS
 
 if TYPE_CHECKING:
     from hw.config import NPUConfig
 
 __all__ = [
-    "ACCEPT_CYCLES", "PAGE_BYTES", "MAX_BURST_BEATS", "DRAM_READ_LATENCY",
-    "matmul_busy_cycles", "requant_busy_cycles", "softmax_busy_cycles", "softmax_row_cycles",
-    "Burst", "dma_bursts", "dma_load_busy_cycles", "dma_store_busy_cycles", "dma_busy_cycles",
-    "dma_error_busy_cycles", "command_busy_cycles", "dma_estimate_cycles",
+    "ACCEPT_CYCLES", "matmul_busy_cycles", "matmul_issue_cycles", "matmul_in_flight",
+    "engine_in_flight", "MatmulTimes", "MatmulTimeline", "matmul_retire_cycles",
+    "command_retire_cycles", "retire_window_cycles", "requant_busy_cycles",
+    "softmax_busy_cycles", "softmax_row_cycles", "VECTOR_MUL_LATENCY", "REQUANT_LATENCY",
+    "REQUANT_ROW_SCALE_LATENCY", "SOFTMAX_EXP_LATENCY", "command_busy_cycles", *_dma,
 ]
 
 #: Cycles from an engine's ``done`` to the handshake of a command that is already waiting (the
 #: idle state, in which ``cmd.ready`` is high): back-to-back commands start every
 #: ``busy + ACCEPT_CYCLES`` cycles.
 ACCEPT_CYCLES = 1
-#: An AXI4 burst must not cross a 4 KiB address boundary (ARM IHI 0022, A3.4.1).
-PAGE_BYTES = 4096
-#: Longest AXI4 INCR burst (AxLEN is 8 bits; ARM IHI 0022, A3.4.1).
-MAX_BURST_BEATS = 256
-#: ``cosim/tb/dram.sv``: cycles from a read burst's AR handshake to its first R beat when the
-#: DRAM is idle (the AR is queued at the handshake edge, moved to the beat generator at the
-#: next edge, whose ``RVALID`` register is loaded at the one after).
-DRAM_READ_LATENCY = 3
 
 #: Busy cycles of a compute command that retires without running: the check state, then the
 #: retire state (``done``), in every engine (matrix, requant, softmax).
@@ -75,31 +73,237 @@ _CHECK_RETIRE = 2
 
 # -- matrix engine --------------------------------------------------------------------------------
 
-def matmul_busy_cycles(config: NPUConfig, m: int, *, error: bool = False) -> int:
-    """Busy cycles of one MATMUL of ``m`` activation rows (:class:`hw.tile.MatrixEngine`).
+#: Cycles from an activation row's scratchpad read to its entry into the array: the read port's
+#: latency and the activation register (which puts the weight swap one cycle after the first
+#: weight row is written, as :class:`hw.tile.SystolicArray` needs).
+_MATMUL_TO_ARRAY = 2
 
-    FSM states (``hw/tile/matrix_engine.py``): ``CHECK`` 1; ``LOAD_WEIGHTS`` ``rows`` (one
-    weight row read per cycle); ``STREAM_ROWS`` ``m`` (one activation row per cycle);
-    ``DRAIN`` ``1 + (rows + cols - 1) + 1`` (scratchpad read latency, the array's latency from
-    the first row in to the last column out, the accumulator write of the last row);
-    ``RETIRE`` 1 (``done``). Total ``m + 2 * rows + cols + 3``; ``flags.accumulate`` and
-    ``flags.transpose`` change nothing.
+
+def _matmul_first_write(config: NPUConfig, a: int) -> int:
+    """Cycle of the first accumulator write of a MATMUL whose issue starts in cycle ``a``: its
+    first activation row enters the array ``_MATMUL_TO_ARRAY`` cycles after its read, leaves
+    it ``rows + cols - 1`` later (:attr:`hw.tile.SystolicArray.latency`), and is written in
+    the cycle after (the old row is read meanwhile)."""
+    return a + _MATMUL_TO_ARRAY + (config.rows + config.cols - 1) + 1
+
+
+def matmul_busy_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
+                       error: bool = False) -> int:
+    """Busy cycles of one MATMUL of ``m`` activation rows and ``k_blocks >= 1`` K blocks
+    (``k_len + 1``, :class:`hw.isa.MatmulBody`) on an idle matrix engine
+    (:class:`hw.tile.MatrixEngine`): from the cycle after its handshake to its ``done``.
+
+    Stages (``hw/tile/matrix_engine.py``): ``CHECK`` 1 (the command in the next-command
+    register); the issue stage from the next cycle, :func:`matmul_issue_cycles` ``P`` per K
+    block, which reads weight row ``k`` and activation row ``k`` of the block in its cycle
+    ``k``; for the last block's rows, 2 cycles to the array (scratchpad read latency, the
+    activation register), the array ``rows + cols - 1``, the accumulator write of each row
+    1; ``done`` 1 cycle after the last write. Total ``(B - 1) * P + m + rows + cols + 4``
+    for ``B`` blocks; ``flags.accumulate`` and ``flags.transpose`` change nothing.
 
     ``m == 0`` and a failing command (``error``: ``BAD_OPCODE``, ``BAD_SIZE``,
-    ``BAD_LOCAL_ADDR``) take ``CHECK`` and ``RETIRE``: 2.
+    ``BAD_LOCAL_ADDR``) take ``CHECK`` and their retire cycle: 2.
+
+    Back-to-back MATMULs overlap (:class:`MatmulTimeline`): this is the latency of one
+    command, not the cycles between two.
     """
     if error or m == 0:
         return _CHECK_RETIRE
-    rows, cols = config.rows, config.cols
-    drain = 1 + (rows + cols - 1) + 1
-    return 1 + rows + m + drain + 1
+    blocks = k_blocks
+    # CHECK, then the issue stage from t + 2: the last block's last write, then done
+    last_block = 2 + (blocks - 1) * _matmul_period(config, m)
+    return _matmul_first_write(config, last_block) + m - 1 + 1
+
+
+def _matmul_period(config: NPUConfig, m: int) -> int:
+    return max(m, config.rows, config.cols)
+
+
+def matmul_issue_cycles(config: NPUConfig, m: int, k_blocks: int = 1) -> int:
+    """Cycles one MATMUL of ``m >= 1`` rows and ``k_blocks >= 1`` K blocks holds
+    the matrix engine's issue stage: ``max(m, rows, cols)`` per block. Back-to-back MATMULs
+    (the next one taken in time, :class:`MatmulTimeline`) and the blocks of one enter the
+    array every this many cycles, so that the steady state is one activation row per cycle
+    for ``m >= max(rows, cols)``.
+
+    The bounds: ``m`` activation reads and ``rows`` weight reads per block (one per cycle
+    each, on two scratchpad read ports), and the shadow-weight rule of
+    :class:`hw.tile.SystolicArray` (shadow row ``k`` may be rewritten only once the previous
+    swap has passed all ``cols`` PEs of row ``k``; by columns, all ``rows`` PEs of the
+    column). ``m == 0`` and failing commands do not use the issue stage: 0.
+    """
+    if m == 0:
+        return 0
+    return k_blocks * _matmul_period(config, m)
+
+
+def matmul_in_flight(config: NPUConfig) -> int:
+    """Most MATMULs the matrix engine holds at once (taken, not yet retired), the depth of its
+    retire FIFO and of the command processor's in-flight records for it:
+    ``3 + (rows + cols + 2) // max(rows, cols)`` (5 on 8x8).
+
+    Enough that the limit never delays a handshake of back-to-back MATMULs: command ``i`` is
+    taken when command ``i - 1`` enters the issue stage, ``(D - 1) * P`` cycles after command
+    ``i - D`` did, which retires ``m + rows + cols + 2 <= P + rows + cols + 2`` cycles after
+    that (``P = matmul_issue_cycles >= max(m, rows, cols)``).
+    """
+    return 3 + (config.rows + config.cols + 2) // max(config.rows, config.cols)
+
+
+def engine_in_flight(config: NPUConfig, engine: str) -> int:
+    """Most commands engine ``engine`` (a name of :data:`hw.isa.ENGINE_NAMES`) holds at once:
+    :func:`matmul_in_flight` for ``matrix``, 1 for the others (they take a command only when
+    idle)."""
+    return matmul_in_flight(config) if engine == "matrix" else 1
+
+
+@dataclass(frozen=True)
+class MatmulTimes:
+    """When one MATMUL happens (absolute cycles, :meth:`MatmulTimeline.take`).
+
+    Attributes
+    ----------
+    take : int
+        Its handshake.
+    done : int
+        Its ``done`` pulse.
+    writes : tuple of (int, int)
+        Accumulator write cycles, one span ``[first, end)`` of ``m`` cycles per K block
+        (empty: none).
+    accept_from : int
+        First cycle the engine can take the next command (its ``cmd.ready`` and the in-flight
+        limit :func:`matmul_in_flight`).
+    """
+    take: int
+    done: int
+    writes: tuple[tuple[int, int], ...]
+    accept_from: int
+
+
+class MatmulTimeline:
+    """Cycle-exact schedule of the MATMULs of one matrix engine (:class:`hw.tile.MatrixEngine`),
+    command by command in the order it takes them; the one definition of its back-to-back
+    timing (the performance model, the planner and the tests use it).
+
+    Rules (cycle ``t`` the handshake of a command):
+
+    * the next-command register holds it from ``t + 1`` (``cmd.ready`` is low meanwhile) and
+      checks it in every cycle there; it leaves in cycle ``x``: a failing or empty command at
+      once (``x = t + 1``), any other once the issue stage is free or in the last cycle of
+      the previous command's issue (``x = max(t + 1, a' + P' - 1)``); the engine takes the next
+      command from ``x + 1``;
+    * a command that runs enters the issue stage at ``a = x + 1`` for
+      :func:`matmul_issue_cycles` cycles, ``P = max(m, rows, cols)`` per K block, and K block
+      ``j`` writes accumulator row ``i`` in cycle ``a + j * P + rows + cols + 2 + i``;
+    * commands retire in order, one ``done`` per cycle: ``done = max(r, done' + 1)`` with
+      ``r = x + 1`` (failing or empty) or the cycle after its last write;
+    * at most :func:`matmul_in_flight` commands are taken and not retired; a retirement in
+      cycle ``d`` frees a place from ``d + 1``.
+
+    Alone, a command takes :func:`matmul_busy_cycles`; back to back, commands enter the
+    array every ``P`` cycles.
+    """
+
+    def __init__(self, config: NPUConfig) -> None:
+        self.config = config
+        self._issue_last: int | None = None     # last issue cycle of the latest command run
+        self._ready = 0                         # cmd.ready from this cycle
+        self._done: list[int] = []              # done of the commands taken, newest last
+        self._limit = matmul_in_flight(config)
+
+    def accept_from(self) -> int:
+        """First cycle in which the engine can take the next command."""
+        slot = self._done[-self._limit] + 1 if len(self._done) >= self._limit else 0
+        return max(self._ready, slot)
+
+    def take(self, t: int, m: int, *, k_blocks: int = 1, error: bool = False) -> MatmulTimes:
+        """The command of ``m`` rows and ``k_blocks >= 1`` K blocks (``error``: it fails its
+        checks) taken in cycle ``t``.
+
+        Raises
+        ------
+        ValueError
+            If ``t`` is before :meth:`accept_from`.
+        """
+        if t < self.accept_from():
+            raise ValueError(f"MATMUL taken in cycle {t}, the engine takes one from "
+                             f"{self.accept_from()}")
+        c = self.config
+        prev_done = self._done[-1] if self._done else -1
+        x = t + 1
+        writes: tuple[tuple[int, int], ...] = ()
+        if error or m == 0:
+            ready = x + 1
+        else:
+            if self._issue_last is not None:
+                x = max(x, self._issue_last)
+            a = x + 1
+            self._issue_last = a + matmul_issue_cycles(c, m, k_blocks) - 1
+            period = _matmul_period(c, m)
+            firsts = [_matmul_first_write(c, a + j * period) for j in range(k_blocks)]
+            writes = tuple((f, f + m) for f in firsts)
+            ready = firsts[-1] + m
+        done = max(ready, prev_done + 1)
+        self._ready = x + 1
+        self._done = [*self._done[1 - self._limit:], done]
+        return MatmulTimes(take=t, done=done, writes=writes, accept_from=self.accept_from())
+
+
+def matmul_retire_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
+                         error: bool = False) -> int:
+    """Least cycles one MATMUL adds to a run of the matrix engine's retirements (the input
+    of :func:`retire_window_cycles`): its back-to-back period :func:`matmul_issue_cycles`,
+    ``k_blocks * max(m, rows, cols)``; 0 for ``m == 0`` or a failing command (``error``),
+    which skips the issue stage and may retire in the cycle after the previous ``done``.
+
+    Not the cycles between two ``done`` pulses: MATMULs retire in order, one per cycle at
+    most, and after a long command a short one may retire one cycle later (8x8: ``m = 8``,
+    then ``m = 1``). What holds is the sum over a window (:class:`MatmulTimeline`'s rules):
+    a MATMUL taken in cycle ``t`` enters the issue stage at ``a >= t + 2``, after the issue
+    of the previous one, holds it ``P = matmul_issue_cycles`` cycles, and retires after its
+    last write, ``a + (k_blocks - 1) * max(m, rows, cols) + rows + cols + 2 + m > a + P``.
+    So the MATMULs taken after a cycle ``T0`` and retired by ``T1`` have issue stages one
+    after another inside ``T0 + 1 .. T1``: ``T1 - T0 >`` the sum of their periods.
+    """
+    return 0 if error else matmul_issue_cycles(config, m, k_blocks)
+
+
+def retire_window_cycles(config: NPUConfig, engine: str, retire_cycles: Iterable[int]) -> int:
+    """A lower bound of ``T1 - T0`` for any cycles ``T0 < T1`` such that commands of engine
+    ``engine`` (a name of :data:`hw.isa.ENGINE_NAMES`) whose :func:`command_retire_cycles`
+    are ``retire_cycles`` all retire (pulse ``done``) in ``T0 + 1 .. T1``: the sum of
+    ``retire_cycles`` less its :func:`engine_in_flight` largest, in cycles.
+
+    Those it leaves out stand for the commands the engine may already hold in ``T0`` (taken
+    before, so their time may lie before the window; at most ``engine_in_flight``). Each of
+    the others is taken after ``T0``: on the matrix engine its issue stage lies inside the
+    window (:func:`matmul_retire_cycles`); on an engine that runs one command at a time
+    (:func:`engine_in_flight` 1) it is taken at least :data:`ACCEPT_CYCLES` (1) after the
+    previous ``done`` and after ``T0``, and its ``busy`` ends with its ``done``, inside the
+    window. The bound holds for every DRAM timing if ``retire_cycles`` are those of the
+    ideal DRAM (:func:`command_busy_cycles`). Checked against :class:`MatmulTimeline`
+    (``tests/hw/test_timing.py``) and on the profiles of the performance model and the RTL
+    (``tests/support/profile_jobs.py``).
+    """
+    cycles = sorted(retire_cycles)
+    return sum(cycles[:max(0, len(cycles) - engine_in_flight(config, engine))])
 
 
 # -- vector unit ----------------------------------------------------------------------------------
 
-#: REQUANT pipeline after the last accumulator read: read latency, bias add, row scale,
-#: multiply, round/shift/clamp (one register each); the last scratchpad write is in the last.
-_REQUANT_DRAIN = 5
+#: Cycles from a request to the vector unit's shared multiplier to its result
+#: (:class:`hw.vector.RoundingMultiplier`: operand registers, partial products, their sum, the
+#: rounding shift; one register each).
+VECTOR_MUL_LATENCY = 4
+#: REQUANT: cycles from a data row's accumulator read to its scratchpad write: read latency 1,
+#: the multiplier (the bias add goes into its operand registers), clamp and ReLU 1.
+REQUANT_LATENCY = 1 + VECTOR_MUL_LATENCY + 1
+#: REQUANT with ``flags.row_scale``: read latency 1, the row-scale pass through the multiplier
+#: and its 33-bit clamp, the second pass and the int8 clamp and ReLU.
+REQUANT_ROW_SCALE_LATENCY = 1 + 2 * (VECTOR_MUL_LATENCY + 1)
+#: SOFTMAX: cycles from a score block's read in the exponent pass to its P write: read latency 1,
+#: the multiplier (its operand registers take ``max - s``), table/shift and mask 1.
+SOFTMAX_EXP_LATENCY = 1 + VECTOR_MUL_LATENCY + 1
 
 
 def requant_busy_cycles(config: NPUConfig, n_rows: int, *, row_scale: bool = False,
@@ -107,38 +311,43 @@ def requant_busy_cycles(config: NPUConfig, n_rows: int, *, row_scale: bool = Fal
     """Busy cycles of one REQUANT of ``n_rows`` rows (:class:`hw.vector.RequantEngine`).
 
     FSM states (``hw/vector/requant_engine.py``): ``CHECK`` 1; ``READ_PARAMS`` 3 (bias,
-    multiplier, shift rows); ``READ_ROWS`` ``n_rows``, plus ``ceil(n_rows / cols)`` scale-row
-    reads with ``flags.row_scale`` (one before each group of ``cols`` rows); ``DRAIN``
-    :data:`_REQUANT_DRAIN` = 5; ``RETIRE`` 1. Total ``n_rows + 10`` (``+ ceil(n_rows / cols)``).
+    multiplier, shift rows); ``READ_ROWS`` ``n_rows`` (one row read per cycle), with
+    ``flags.row_scale`` ``2 * n_rows`` (each row passes through the shared multiplier twice,
+    so a row is read every other cycle; the scale-row read before each group of ``cols`` rows
+    takes one of the cycles in between); ``DRAIN`` :data:`REQUANT_LATENCY` = 6
+    (:data:`REQUANT_ROW_SCALE_LATENCY` = 11 with ``flags.row_scale``); ``RETIRE`` 1. Total
+    ``n_rows + 11``, with ``flags.row_scale`` ``2 * n_rows + 16``.
 
     ``n_rows == 0`` and a failing command (``error``) take ``CHECK`` and ``RETIRE``: 2.
     """
     if error or n_rows == 0:
         return _CHECK_RETIRE
-    scale_reads = -(-n_rows // config.cols) if row_scale else 0
-    return 1 + 3 + n_rows + scale_reads + _REQUANT_DRAIN + 1
+    if row_scale:
+        return 1 + 3 + 2 * n_rows + REQUANT_ROW_SCALE_LATENCY + 1
+    return 1 + 3 + n_rows + REQUANT_LATENCY + 1
 
 
 def softmax_row_cycles(config: NPUConfig, n_blocks: int) -> int:
     """Cycles of one score row of a SOFTMAX of ``n_blocks`` blocks when its reciprocal write
-    does not wait: ``2 * n_blocks + 43``.
+    does not wait: ``2 * n_blocks + 45``.
 
     FSM states (``hw/vector/softmax_engine.py``): ``ROW_START`` 1; ``MAX_READ``
     ``n_blocks + 2`` (a read per cycle, the last block's data, then the max register);
-    ``EXP_READ`` ``n_blocks + 4`` (a read per cycle and the 4-stage exponent pipeline:
-    read latency, difference, multiply/shift, table/shift, the last P write in the last);
-    ``DIV_START`` 1; ``DIVIDE`` ``SOFTMAX_RECIP_BITS + 2`` (one quotient bit per cycle of the
-    ``SOFTMAX_RECIP_BITS + 1``-bit restoring divider, then the reciprocal latch); ``ROW_END``
-    1 (plus one per cycle its reciprocal-row write waits for the accumulator port).
+    ``EXP_READ`` ``n_blocks + 6`` (a read per cycle and the exponent pipeline,
+    :data:`SOFTMAX_EXP_LATENCY` = 6 cycles from the last read to the last P write, which is in
+    the state's last cycle); ``DIV_START`` 1; ``DIVIDE`` ``SOFTMAX_RECIP_BITS + 2`` (one
+    quotient bit per cycle of the ``SOFTMAX_RECIP_BITS + 1``-bit restoring divider, then the
+    reciprocal latch); ``ROW_END`` 1 (plus one per cycle its reciprocal-row write waits for
+    the accumulator port).
     """
-    return 1 + (n_blocks + 2) + (n_blocks + 4) + 1 + (SOFTMAX_RECIP_BITS + 2) + 1
+    return 1 + (n_blocks + 2) + (n_blocks + SOFTMAX_EXP_LATENCY) + 1 + (SOFTMAX_RECIP_BITS + 2) + 1
 
 
 def softmax_busy_cycles(config: NPUConfig, n_rows: int, n_blocks: int, *, error: bool = False,
                         acc_write_waits: int = 0) -> int:
     """Busy cycles of one SOFTMAX of ``n_rows`` score rows of ``n_blocks`` blocks
     (:class:`hw.vector.SoftmaxEngine`): ``CHECK`` 1, :func:`softmax_row_cycles` per row,
-    ``RETIRE`` 1, so ``2 + n_rows * (2 * n_blocks + 43)``.
+    ``RETIRE`` 1, so ``2 + n_rows * (2 * n_blocks + 45)``.
 
     ``acc_write_waits`` is the number of cycles the reciprocal-row writes (one after every
     ``cols`` rows and after the last) wait in ``ROW_END`` because the matrix engine writes the
@@ -148,302 +357,6 @@ def softmax_busy_cycles(config: NPUConfig, n_rows: int, n_blocks: int, *, error:
     if error or n_rows == 0 or n_blocks == 0:
         return _CHECK_RETIRE
     return 1 + n_rows * softmax_row_cycles(config, n_blocks) + acc_write_waits + 1
-
-
-# -- DMA: bursts ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Burst:
-    """One AXI4 INCR burst of a DMA transfer (:func:`dma_bursts`).
-
-    The DMA moves data in chunks of ``G = min(local_row_bytes, axi_data_bytes)`` bytes, one
-    per cycle; a beat carries ``axi_data_bytes / G`` chunks of its row, fewer in a partial
-    first or last beat of the row.
-
-    Attributes
-    ----------
-    addr : int
-        Address of its first beat (bytes, aligned to the beat: ``AxADDR``).
-    beats : int
-        Beats (``AxLEN + 1``), 1..256.
-    row : int
-        DRAM row of the transfer it belongs to.
-    first_chunks, last_chunks : int
-        Chunks of the row in its first and last beat (the same beat when ``beats == 1``).
-    beat_chunks : int
-        Chunks of a full beat (``axi_data_bytes / G``; 1 when the local row is at least a
-        beat wide); every beat between the first and the last is full.
-    """
-    addr: int
-    beats: int
-    row: int
-    first_chunks: int
-    last_chunks: int
-    beat_chunks: int
-
-    @property
-    def chunks(self) -> int:
-        """Chunks of the row in the burst: cycles the DMA spends on its data."""
-        if self.beats == 1:
-            return self.first_chunks
-        return self.first_chunks + (self.beats - 2) * self.beat_chunks + self.last_chunks
-
-    def chunks_per_beat(self) -> list[int]:
-        """Chunks of each beat, in order."""
-        if self.beats == 1:
-            return [self.first_chunks]
-        return [self.first_chunks, *[self.beat_chunks] * (self.beats - 2), self.last_chunks]
-
-
-def _local_row_bytes(config: NPUConfig, mem) -> int:
-    return config.acc_row_bytes if LocalMem(mem) == LocalMem.ACC else config.spad_row_bytes
-
-
-def dma_bursts(config: NPUConfig, dram_addr: int, dram_stride: int, row_bytes: int,
-               n_rows: int, mem: LocalMem = LocalMem.SPAD) -> list[Burst]:
-    """The AXI4 bursts of a checked DMA transfer, in bus order (:class:`hw.dma.DMA`, "Bus";
-    ``_BurstGen`` in ``hw/dma``).
-
-    DRAM row ``r`` is ``row_bytes`` bytes at ``dram_addr + r * dram_stride``; rows are never
-    merged. Each row is cut into as few INCR bursts as the rules allow: at most
-    :data:`MAX_BURST_BEATS` beats, never across a :data:`PAGE_BYTES` boundary (ARM IHI 0022,
-    A3.4.1); burst = min(256, beats to the next 4 KiB boundary, beats left in the row). A row
-    may start or end mid-beat (``dram_addr`` and ``dram_stride`` are multiples of
-    ``G = min(local_row_bytes, axi_data_bytes)``): its first beat address is aligned down, and
-    the partial first and last beats count in ``beats`` but carry fewer ``chunks``.
-
-    Parameters
-    ----------
-    dram_addr, dram_stride, row_bytes : int
-        Bytes, as in :class:`hw.isa.DmaBody` (the transfer passed the DMA's checks).
-    n_rows : int
-    mem : LocalMem
-        Local memory, for the chunk size ``G``.
-
-    Returns
-    -------
-    list of Burst
-        Empty when ``n_rows == 0`` or ``row_bytes == 0``.
-    """
-    beat = config.axi_data_bytes
-    g = min(_local_row_bytes(config, mem), beat)
-    out = []
-    for r in range(n_rows if row_bytes else 0):
-        start = dram_addr + r * dram_stride
-        end = start + row_bytes
-        a = start - start % beat
-        while a < end:
-            to_page = (PAGE_BYTES - a % PAGE_BYTES) // beat
-            n = min(MAX_BURST_BEATS, to_page, -(-(end - a) // beat))
-            last = a + (n - 1) * beat          # address of its last beat
-            first_chunks = (min(a + beat, end) - max(a, start)) // g
-            last_chunks = (min(last + beat, end) - max(last, start)) // g
-            out.append(Burst(addr=a, beats=n, row=r, first_chunks=first_chunks,
-                             last_chunks=last_chunks, beat_chunks=beat // g))
-            a += n * beat
-    return out
-
-
-# -- DMA: cycles ----------------------------------------------------------------------------------
-
-#: DMA control states before the transfer starts: ``Check-shape``, ``Check-range`` (the
-#: movers start at its edge; ``ARVALID``/``AWVALID`` are high in the next cycle).
-_DMA_CHECKS = 2
-#: ``done`` comes 2 cycles after the last R beat / B response: the in-flight FIFO empties at
-#: that edge, ``finished`` is seen in the ``Transfer`` state one cycle later, then ``Done``.
-_DMA_TAIL = 2
-
-
-def dma_load_busy_cycles(config: NPUConfig, dram_addr: int, dram_stride: int, row_bytes: int,
-                         n_rows: int, mem: LocalMem = LocalMem.SPAD) -> int:
-    """Busy cycles of a successful DMA_LOAD under the ideal DRAM (``cosim/tb/dram.sv``), with
-    every local write granted (no ``stall.load_spad``/``load_acc``).
-
-    Derivation, cycle 0 being the first ``Transfer`` cycle (handshake + 3), over the bursts of
-    :func:`dma_bursts`, ``D = dma_outstanding``:
-
-    * AR of burst ``b`` (``_BurstGen``: one per cycle while the in-flight FIFO of depth ``D``
-      has room; a slot frees the cycle after the last beat of burst ``b - D`` was taken):
-      ``ar[b] = max(ar[b-1] + 1, c[b-D] + 1)``, ``ar[0] = 0``;
-    * the DRAM moves burst ``b`` from its queue to the beat generator in cycle
-      ``ld[b] = max(v_last[b-1], ar[b] + 1)`` (the generator is free from the cycle in which
-      the previous burst's last beat is shown);
-    * its first beat is shown in ``v[b] = max(c[b-1], ld[b] + 1) + 1`` (the ``RVALID``
-      register reloads when its beat is taken or none is shown), so one idle cycle separates
-      bursts unless the previous last beat was held;
-    * the DMA takes one chunk per cycle and a beat with its last chunk (``RREADY``), so the
-      burst's last beat is shown in ``v_last[b] = v[b] + chunks - last_chunks`` and taken in
-      ``c[b] = v[b] + chunks - 1``.
-
-    Busy = ``3 + c[last] + 2`` (checks, then :data:`_DMA_TAIL`). For local rows at least a
-    beat wide and bursts of ``n`` beats this is one beat per cycle plus one cycle per burst.
-    A size-zero transfer takes 2 (:func:`dma_error_busy_cycles`).
-    """
-    bursts = dma_bursts(config, dram_addr, dram_stride, row_bytes, n_rows, mem)
-    if not bursts:
-        return _DMA_CHECKS
-    d = config.dma_outstanding
-    ar: list[int] = []
-    c: list[int] = []
-    c_prev = v_last_prev = None
-    for b, burst in enumerate(bursts):
-        a = 0 if b == 0 else ar[-1] + 1
-        if b >= d:
-            a = max(a, c[b - d] + 1)
-        ar.append(a)
-        if c_prev is None:
-            v = a + DRAM_READ_LATENCY
-        else:
-            ld = max(v_last_prev, a + 1)
-            v = max(c_prev, ld + 1) + 1
-        v_last_prev = v + burst.chunks - burst.last_chunks
-        c_prev = v + burst.chunks - 1
-        c.append(c_prev)
-    return _DMA_CHECKS + 1 + c_prev + _DMA_TAIL
-
-
-#: Depth of the store channel's W beat FIFO and the level up to which it reads a local chunk
-#: (``_W_BUFFER_DEPTH`` in ``hw/dma``: a read is issued only if the FIFO is sure to have room).
-_W_BUFFER_DEPTH = 4
-_W_READ_LEVEL = _W_BUFFER_DEPTH - 2
-
-
-def dma_store_busy_cycles(config: NPUConfig, dram_addr: int, dram_stride: int, row_bytes: int,
-                          n_rows: int, mem: LocalMem = LocalMem.SPAD) -> int:
-    """Busy cycles of a successful DMA_STORE under the ideal DRAM (``cosim/tb/dram.sv``).
-
-    Derivation, cycle 0 being the first ``Transfer`` cycle (handshake + 3):
-
-    * the DRAM takes one write burst at a time: AW in its idle state, the burst's beats in
-      its data state (``WREADY``), B in its response state (one cycle: the DMA's ``BREADY`` is
-      always high), idle again; so the AW of burst ``b + 1`` is accepted 2 cycles after the
-      last W beat of burst ``b`` (the DMA's ``AWVALID`` is already high: at most one burst
-      waits for B, fewer than ``dma_outstanding``), and the AW of burst 0 in cycle 0;
-    * the DMA reads one local chunk per cycle from cycle 0 while its W FIFO holds at most
-      :data:`_W_READ_LEVEL` beats; a beat whose last chunk is read in cycle ``x`` is in the
-      FIFO (``WVALID``) from ``x + 2``;
-    * W beat ``j`` goes in ``max(its FIFO cycle, previous W + 1, AW of its burst + 1)``.
-
-    Busy = ``3 + (last W + 1) + 2`` (B one cycle after the last W, then
-    :data:`_DMA_TAIL`). When the local row is at least a beat wide (one chunk per beat) the
-    data never waits after the first beat, and this is ``beats + 2 * bursts + 5``: one beat
-    per cycle plus 2 cycles per burst (B and AW), computed in closed form. Otherwise the
-    chunks are walked one by one (``O(beats)``). A size-zero transfer takes 2.
-    """
-    bursts = dma_bursts(config, dram_addr, dram_stride, row_bytes, n_rows, mem)
-    if not bursts:
-        return _DMA_CHECKS
-    if all(b.beat_chunks == 1 for b in bursts):
-        beats = sum(b.beats for b in bursts)
-        # last W = 1 + beats + 2 * (bursts - 1): the first beat is in the FIFO in cycle 2
-        last_w = 1 + beats + 2 * (len(bursts) - 1)
-    else:
-        last_w = _store_last_w(bursts)
-    return _DMA_CHECKS + 1 + last_w + 1 + _DMA_TAIL
-
-
-def _store_last_w(bursts: list[Burst]) -> int:
-    """Cycle of the last W beat of a store (cycle 0: first ``Transfer`` cycle), chunk by chunk
-    (see :func:`dma_store_busy_cycles`)."""
-    landed: list[int] = []     # cycle each beat enters the FIFO's level
-    w: list[int] = []          # cycle each beat is taken on W
-    x = 0                      # next cycle a chunk may be read
-    aw = 0                     # AW cycle of the current burst
-    w_prev = -1
-    consumed = 0               # beats taken on W before cycle x (monotone pointer)
-    for burst in bursts:
-        for j, k in enumerate(burst.chunks_per_beat()):
-            for _ in range(k):
-                while True:
-                    while consumed < len(w) and w[consumed] < x:
-                        consumed += 1
-                    level = sum(1 for t in landed[consumed:] if t <= x)
-                    if level <= _W_READ_LEVEL:
-                        break
-                    x += 1
-                x += 1
-            landed.append(x + 1)                 # last chunk read in x - 1
-            start = aw + 1 if j == 0 else w_prev + 1
-            w_prev = max(landed[-1], start)
-            w.append(w_prev)
-        aw = w_prev + 2
-    return w_prev
-
-
-def dma_error_busy_cycles(config: NPUConfig, error: ErrorCode, dram_addr: int,
-                          dram_stride: int, row_bytes: int, n_rows: int, local_row: int = 0,
-                          local_stride: int = 0, mem: LocalMem = LocalMem.SPAD, *,
-                          window: tuple[int, int] = (0, 0)) -> int:
-    """Busy cycles of a DMA command (load or store) that moves nothing: size zero
-    (``error`` ``NONE`` with ``n_rows == 0`` or ``row_bytes == 0``) or failing with ``error``.
-
-    Control FSM (``_Control`` in ``hw/dma``): size zero, ``BAD_SIZE`` and ``MISALIGNED``
-    are decided in ``Check-shape`` and retire through ``Done``: 2. ``BAD_DRAM_ADDR``,
-    ``WINDOW`` and ``BAD_LOCAL_ADDR`` are decided in ``Check-range`` from the extent of the
-    whole transfer; ``Find-bad-row`` then visits rows ``0 .. j`` (one per cycle), ``j`` being
-    the first row that fails that check, and retires through ``Done``: ``4 + j``.
-    ``AXI_ERROR`` transfers run to the end: use :func:`dma_load_busy_cycles` /
-    :func:`dma_store_busy_cycles`.
-
-    Parameters
-    ----------
-    window : (int, int)
-        The issuing queue's DRAM window ``(base, limit)`` (``limit == 0``: no limit), for
-        ``WINDOW``.
-
-    Raises
-    ------
-    ValueError
-        If ``error`` is ``NONE`` for a transfer that moves data, ``AXI_ERROR``, or a range
-        error that no row of the transfer has.
-    """
-    error = ErrorCode(error)
-    if error == ErrorCode.NONE:
-        if n_rows and row_bytes:
-            raise ValueError("the transfer moves data: use dma_load/store_busy_cycles")
-        return _DMA_CHECKS
-    if error in (ErrorCode.BAD_SIZE, ErrorCode.MISALIGNED):
-        return _DMA_CHECKS
-    base, limit = window
-    limit = limit or 1 << 32
-    rows_per = row_bytes // _local_row_bytes(config, mem)
-    depth = config.acc_rows if LocalMem(mem) == LocalMem.ACC else config.spad_rows
-    bad = {
-        ErrorCode.BAD_DRAM_ADDR: lambda a, _: a + row_bytes > config.dram_bytes,
-        ErrorCode.WINDOW: lambda a, _: a < base or a + row_bytes > limit,
-        ErrorCode.BAD_LOCAL_ADDR: lambda _, lrow: lrow + rows_per > depth,
-    }.get(error)
-    if bad is None:
-        raise ValueError(f"{error.name} does not retire early: the transfer runs to its end")
-    for j in range(n_rows):
-        if bad(dram_addr + j * dram_stride, local_row + j * local_stride):
-            return _DMA_CHECKS + (j + 1) + 1
-    raise ValueError(f"no row of the transfer fails the {error.name} check")
-
-
-def dma_busy_cycles(config: NPUConfig, opcode: Opcode, body, error: ErrorCode = ErrorCode.NONE,
-                    *, window: tuple[int, int] = (0, 0)) -> int:
-    """Busy cycles of a DMA_LOAD or DMA_STORE whose body ``body`` has the
-    :class:`hw.isa.DmaBody` field names as attributes (a :class:`hw.isa.CommandView`, a
-    dataclass, a namespace); ``error`` is the error it retires with (``NONE``: success or
-    size zero). Dispatches to :func:`dma_load_busy_cycles`, :func:`dma_store_busy_cycles` or
-    :func:`dma_error_busy_cycles`.
-
-    Raises
-    ------
-    ValueError
-        For an opcode other than DMA_LOAD / DMA_STORE, or as :func:`dma_error_busy_cycles`.
-    """
-    args = (body.dram_addr, body.dram_stride, body.row_bytes, body.n_rows)
-    error = ErrorCode(error)
-    if error not in (ErrorCode.NONE, ErrorCode.AXI_ERROR) or not (body.n_rows and body.row_bytes):
-        return dma_error_busy_cycles(config, error, *args, body.local_row, body.local_stride,
-                                     body.mem, window=window)
-    if Opcode(opcode) == Opcode.DMA_LOAD:
-        return dma_load_busy_cycles(config, *args, body.mem)
-    if Opcode(opcode) == Opcode.DMA_STORE:
-        return dma_store_busy_cycles(config, *args, body.mem)
-    raise ValueError(f"{opcode!r} is not a DMA opcode")
 
 
 def command_busy_cycles(config: NPUConfig, command: bytes | CommandView,
@@ -462,7 +375,8 @@ def command_busy_cycles(config: NPUConfig, command: bytes | CommandView,
     view = decode(command) if isinstance(command, bytes | bytearray) else command
     op, flags, failed = view.header.opcode, view.header.flags, ErrorCode(error) != ErrorCode.NONE
     if op == Opcode.MATMUL:
-        return matmul_busy_cycles(config, view.body.matmul.m, error=failed)
+        b = view.body.matmul
+        return matmul_busy_cycles(config, b.m, k_blocks=b.k_len + 1, error=failed)
     if op == Opcode.REQUANT:
         return requant_busy_cycles(config, view.body.requant.n_rows,
                                    row_scale=bool(flags.row_scale), error=failed)
@@ -475,24 +389,21 @@ def command_busy_cycles(config: NPUConfig, command: bytes | CommandView,
     raise ValueError(f"opcode {op!r} does not run on an engine")
 
 
-# -- the planner's address-free estimate ----------------------------------------------------------
+def command_retire_cycles(config: NPUConfig, command: bytes | CommandView,
+                          error: ErrorCode = ErrorCode.NONE) -> int:
+    """Least cycles one encoded engine command adds to a run of its engine's retirements
+    (the input of :func:`retire_window_cycles`): :func:`matmul_retire_cycles` for a MATMUL
+    (the matrix engine holds several), ``command_busy_cycles + ACCEPT_CYCLES`` for the
+    others (their engine takes a command only when idle), given the error it retires with.
 
-#: Cycles the planner adds to the beats of each DMA command (:func:`dma_estimate_cycles`):
-#: its checks and tail (5), the AR latency (3) and about as many cycles again until the next
-#: command of the engine arrives (its fetch shares the read channel with the previous
-#: transfer's bursts), as measured on the co-simulation.
-_DMA_ESTIMATE_OVERHEAD = 12
-
-
-def dma_estimate_cycles(config: NPUConfig, row_bytes: int, n_rows: int) -> int:
-    """The linear planner's estimate of one DMA command of ``n_rows`` rows of ``row_bytes``,
-    load or store, without addresses: ``12 + n_rows * (beats + bursts)`` with the beats and
-    bursts of a page-aligned row (:func:`dma_bursts` at address 0): one beat per cycle, one
-    idle cycle per burst (the ideal DRAM's gap between read bursts), a fixed overhead.
-
-    It ranks tilings; it is *not* the timing of a command (loads of rows at least a beat wide
-    take ``dma_load_busy_cycles + 6`` of it, other commands differ by their address, their
-    local row size and the store handshakes).
+    Raises
+    ------
+    ValueError
+        For an opcode that no engine runs (see :func:`command_busy_cycles`).
     """
-    bursts = dma_bursts(config, 0, 0, row_bytes, 1)
-    return _DMA_ESTIMATE_OVERHEAD + n_rows * sum(b.beats + 1 for b in bursts)
+    view = decode(command) if isinstance(command, bytes | bytearray) else command
+    if view.header.opcode == Opcode.MATMUL:
+        b = view.body.matmul
+        return matmul_retire_cycles(config, b.m, k_blocks=b.k_len + 1,
+                                    error=ErrorCode(error) != ErrorCode.NONE)
+    return command_busy_cycles(config, view, error) + ACCEPT_CYCLES

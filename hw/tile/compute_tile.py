@@ -48,11 +48,14 @@ class ComputeTile(wiring.Component):
     * scratchpad: ``spad_rows`` rows of ``spad_row_bytes`` int8; element ``j`` of a row is bits
       ``[8j+7:8j]``. Write port shared by, in priority order, the vector engine (REQUANT
       outputs, SOFTMAX P blocks) and the DMA load channel. Read ports: DMA store, matrix
-      engine.
+      engine activations, matrix engine weights (so the next command's weights load while the
+      current one's activations stream: one more copy of the scratchpad in block RAM).
     * accumulator: ``acc_rows`` rows of ``acc_row_elems`` int32; element ``j`` is bits
       ``[32j+31:32j]``. Write port shared by, in priority order, the matrix engine (result
       rows), the vector engine (SOFTMAX reciprocal rows) and the DMA load channel. Read ports:
-      DMA store, matrix engine (accumulate), vector engine (requantize, softmax).
+      DMA store, matrix engine (accumulate; transparent for the write port, so a row written
+      in the cycle it is read reads new, which back-to-back MATMULs need when one's last row
+      is the next one's first), vector engine (requantize, softmax).
 
     Write arbitration (:func:`write_arbiter`, combinational, fixed priority, decided every
     cycle): the matrix engine's and the vector engine's pipelined writes never wait. The
@@ -109,15 +112,17 @@ class ComputeTile(wiring.Component):
         m.submodules.vector = vector = VectorUnit(cfg)
 
         # -- one write port per memory, fixed priority -----------------------------------------
+        acc_wp = acc.write_port()
         write_arbiter(m, spad.write_port(), [vector.spad_wr, self.spad_w])
-        write_arbiter(m, acc.write_port(), [matrix.acc_wr, vector.acc_wr, self.acc_w])
+        write_arbiter(m, acc_wp, [matrix.acc_wr, vector.acc_wr, self.acc_w])
         m.d.comb += self.stall.vector_acc.eq(vector.acc_wr.en & ~vector.acc_wr.ready)
 
-        # -- read ports: DMA, matrix engine, vector engine ----------------------------------------
+        # -- read ports: DMA, matrix engine (activations, weights), vector engine ---------------
         wiring.connect(m, wiring.flipped(self.spad_r), spad.read_port())
         wiring.connect(m, wiring.flipped(self.acc_r), acc.read_port())
         wiring.connect(m, matrix.spad_rd, spad.read_port())
-        wiring.connect(m, matrix.acc_rd, acc.read_port())
+        wiring.connect(m, matrix.spad_w_rd, spad.read_port())
+        wiring.connect(m, matrix.acc_rd, acc.read_port(transparent_for=(acc_wp,)))
         wiring.connect(m, vector.acc_rd, acc.read_port())
 
         # -- command ports ------------------------------------------------------------------------

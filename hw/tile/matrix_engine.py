@@ -1,17 +1,44 @@
-"""Matrix engine: the systolic array and its MATMUL sequencer."""
+"""Matrix engine: the systolic array and its pipelined MATMUL sequencer."""
 
-from amaranth.hdl import Module, Signal, signed
-from amaranth.lib import data, wiring
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, fifo, wiring
 from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In
 
 from hw.bus import EngineSignature
 from hw.config import NPUConfig
-from hw.isa import Command, ErrorCode, Opcode
+from hw.isa import Command, ErrorCode, Opcode, matmul_in_flight
 from hw.local_mem import acc_shape, check_config, check_rows, spad_shape
 from hw.tile.systolic_array import SystolicArray
 
 __all__ = ["MatrixEngine"]
+
+
+class _Retire(data.Struct):
+    """One entry of the retire FIFO: a command that left the next-command register, in order."""
+    skip: 1             #: failed its checks or ``m == 0``: retires as soon as it is the oldest
+    error: ErrorCode
+    error_addr: 32
+
+
+class _Tag(data.Struct):
+    """What travels with an activation row through the array: where its result goes."""
+    acc_row: 16
+    accumulate: 1
+    last: 1             #: the command's last row
+
+
+class _Reads:
+    """The issue stage's scratchpad reads, registered: each field is valid in the cycle the
+    read data is on its port."""
+
+    def __init__(self, config: NPUConfig):
+        self.w_valid = Signal(name="w_ret")          # a weight row is on spad_w_rd.data
+        self.w_k = Signal(range(max(config.rows, config.cols)), name="w_ret_k")
+        self.w_col = Signal(name="w_ret_col")        # ... for the column-write mode
+        self.a_valid = Signal(name="a_ret")          # an activation row is on spad_rd.data
+        self.a_first = Signal(name="a_ret_first")    # ... the first of its command (swap)
+        self.tag = Signal(_Tag, name="a_ret_tag")
 
 
 class MatrixEngine(wiring.Component):
@@ -26,40 +53,62 @@ class MatrixEngine(wiring.Component):
 
     With ``flags.transpose`` (square arrays only, else ``BAD_SIZE``) scratchpad row
     ``w_row + n`` is written into array *column* ``n`` (see :class:`hw.isa.MatmulBody`): the
-    same ``rows`` reads, the array's column-write mode, no extra cycles.
+    same ``rows`` reads, the array's column-write mode, no extra cycles. With ``k_len = B - 1
+    > 0`` the command runs ``B`` tiles one after the other as back-to-back MATMULs would
+    (weights ``w_row + j * rows``, activations ``a_row + j * m``), every one after the first
+    accumulating onto the rows the one before wrote.
 
-    Schedule of one command: load the weight tile into the array's shadow weights (one row per
-    cycle), then stream the ``m`` activation rows back to back (one row per cycle; the first
-    row carries the weight swap), then drain. Weight loading does *not* overlap the previous
-    command's streaming: the engine takes a command only when idle and a command retires only
-    after its last write, so there is no next command to preload from. (The array supports the
-    overlap; a look-ahead command port would be needed to use it.)
+    Pipeline (back-to-back commands overlap; timing in :class:`hw.isa.timing.MatmulTimeline`)
+    ----------------------------------------------------------------------------------------
+    * **Next command**: the engine takes a command whenever this register is empty (also while
+      earlier commands run) and checks it there. A failing or empty command goes straight to
+      the retire FIFO; any other moves on to the issue stage once that is free, or in the last
+      cycle of the command it holds.
+    * **Issue**: :func:`hw.isa.matmul_issue_cycles` cycles, ``max(m, rows, cols)`` per K
+      block; in its cycle ``k`` of block ``j`` it reads weight row ``w_row + j * rows + k``
+      (``k < rows``, on ``spad_w_rd``) and activation row ``a_row + j * m + k`` (``k < m``,
+      on ``spad_rd``). The weights go to the array's
+      *shadow* registers one row per cycle while the previous command's rows still stream; the
+      activation register delays each activation row one cycle more, so the first row's weight
+      swap follows its first weight row by one cycle and shadow row ``k`` is always written
+      in time for the swap wavefront (:class:`SystolicArray`'s rules; the ``max`` keeps the
+      previous wavefront safe). So consecutive commands enter the array every
+      ``max(m, rows, cols)`` cycles: one row per cycle when ``m >= max(rows, cols)``, the
+      weight load's pace (one weight row per cycle: a scratchpad row per cycle, as fast as the
+      DMA fills it) when ``m`` is smaller.
+    * **Write-back**: each result row carries its accumulator row and flags through the array
+      (:class:`_Tag`); the old row is read in the cycle the array produces it and written
+      (sum or overwrite) in the next. The accumulator read port is transparent for the write
+      port (:class:`ComputeTile`), so a row written in the cycle it is read again (the last row
+      of one command, the first of the next) is read new.
+    * **Retire**: in order, one ``done`` per cycle: the oldest entry of the retire FIFO
+      (:func:`hw.isa.matmul_in_flight` deep) retires once it is failing or empty, or once its
+      last row is written (``done`` the cycle after the write).
 
-    Each result row is written one cycle after the array produces it: the old accumulator row
-    is read in the cycle the array output is valid, and written back (sum or overwrite) in the
-    next. Each accumulator row is read and written once per command, so there is no
-    read-after-write hazard for any ``m``.
+    The command processor keeps at most :func:`hw.isa.matmul_in_flight` commands in the engine
+    (taken, not retired); the engine relies on it (the retire FIFO never overflows; a full one
+    holds the next-command register). ``busy`` is high while any command is in the engine.
 
-    Latency: :func:`hw.isa.timing.matmul_busy_cycles` (the one definition, state by state:
-    check, weight reads ``rows``, activation reads ``m``, read latency, array
-    ``rows + cols - 1``, write-back, retire; ``done`` comes in the cycle after the last write;
-    failing commands and ``m == 0`` check and retire). Steady state: one activation row per
-    cycle.
+    Latency of a command on an idle engine: :func:`hw.isa.timing.matmul_busy_cycles`
+    (``m + rows + cols + 4``; failing commands and ``m == 0``: 2).
 
     Errors (checked in this order, nothing is written): opcode other than MATMUL ->
-    ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``a_row .. a_row + m - 1`` or
-    ``w_row .. w_row + rows - 1`` outside the scratchpad, or ``acc_row .. acc_row + m - 1``
+    ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``a_row .. a_row + B * m - 1`` or
+    ``w_row .. w_row + B * rows - 1`` outside the scratchpad, or ``acc_row .. acc_row + m - 1``
     outside the accumulator -> ``BAD_LOCAL_ADDR`` with ``error_addr`` the first out-of-range
-    row. ``m == 0`` does nothing, checks nothing and retires without error.
+    row (one multiplier, ``B * m``, in the check). ``m == 0`` does nothing, checks nothing and
+    retires without error.
 
     Members
     -------
     engine : ``In(EngineSignature())``
         Command port (see :class:`hw.bus.EngineSignature`).
-    spad_rd : ``In(ReadPort.Signature(addr_width=log2(spad_rows), shape=spad_row_bytes * 8))``
+    spad_rd, spad_w_rd : ``In(ReadPort.Signature(addr_width=log2(spad_rows),
+    shape=spad_row_bytes * 8))``
+        Scratchpad read ports for activations and for weights.
     acc_rd : ``In(ReadPort.Signature(addr_width=log2(acc_rows), shape=acc_row_bytes * 8))``
     acc_wr : ``In(WritePort.Signature(addr_width=log2(acc_rows), shape=acc_row_bytes * 8))``
-        Drive ports of the scratchpad and the accumulator.
+        Drive ports of the accumulator (``acc_rd`` transparent for the write port).
     """
 
     def __init__(self, config: NPUConfig):
@@ -68,6 +117,7 @@ class MatrixEngine(wiring.Component):
         super().__init__({
             "engine": In(EngineSignature()),
             "spad_rd": In(ReadPort.Signature(**spad_shape(config))),
+            "spad_w_rd": In(ReadPort.Signature(**spad_shape(config))),
             "acc_rd": In(ReadPort.Signature(**acc_shape(config))),
             "acc_wr": In(WritePort.Signature(**acc_shape(config))),
         })
@@ -75,112 +125,168 @@ class MatrixEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        rows, cols = cfg.rows, cfg.cols
-        m.submodules.array = array = SystolicArray(rows, cols)
+        m.submodules.array = array = SystolicArray(cfg.rows, cfg.cols)
+        m.submodules.retire_fifo = retire = fifo.SyncFIFO(
+            width=_Retire.as_shape().size, depth=matmul_in_flight(cfg))
 
-        cmd = Signal(Command)
-        body = cmd.body.matmul
-        error = Signal(ErrorCode)
-        error_addr = Signal(32)
-        count = Signal(17)      # reads issued in the current phase
-        results = Signal(17)    # array output rows seen
-        written = Signal(17)    # accumulator rows written
-
-        # -- scratchpad read data into the array ------------------------------------------------
-        spad = data.ArrayLayout(signed(8), cfg.spad_row_bytes)(self.spad_rd.data)
-        w_ret = Signal()                    # a weight row returns this cycle
-        w_ret_k = Signal(range(max(rows, cols)))
-        a_ret = Signal()                    # an activation row returns this cycle
-        a_ret_first = Signal()
-        m.d.sync += [w_ret.eq(0), a_ret.eq(0)]
+        # -- next command: take, check, move on ------------------------------------------------
+        nxt, nxt_valid = Signal(Command), Signal()
+        check = self._check(m, nxt)
+        issue_free = Signal()
+        go = Signal()           # the next command leaves its register this cycle
         m.d.comb += [
-            array.w_en.eq(w_ret), array.w_addr.eq(w_ret_k),
-            array.w_col.eq(cmd.header.flags.transpose),
-            array.i_valid.eq(a_ret), array.i_swap.eq(a_ret & a_ret_first),
+            self.engine.cmd.ready.eq(~nxt_valid),
+            go.eq(nxt_valid & retire.w_rdy & (check.skip | issue_free)),
+            retire.w_en.eq(go), retire.w_data.eq(check),
         ]
-        m.d.comb += [array.w_data[n].eq(spad[n]) for n in range(cols)]
-        m.d.comb += [array.i_a[k].eq(spad[k]) for k in range(rows)]
+        with m.If(self.engine.cmd.valid & ~nxt_valid):
+            m.d.sync += [nxt.eq(self.engine.cmd.payload), nxt_valid.eq(1)]
+        with m.If(go):
+            m.d.sync += nxt_valid.eq(0)
 
-        # -- array output: read the old accumulator row, then write back ------------------------
-        c = Signal(data.ArrayLayout(signed(32), cols))
-        c_valid = Signal()
-        c_addr = Signal.like(self.acc_wr.addr)
-        m.d.comb += [self.acc_rd.en.eq(array.o_valid),
-                     self.acc_rd.addr.eq(body.acc_row + results)]
-        m.d.sync += [c.eq(array.o_c), c_valid.eq(array.o_valid),
-                     c_addr.eq(body.acc_row + results)]
-        with m.If(array.o_valid):
-            m.d.sync += results.eq(results + 1)
+        # -- issue: weight and activation reads ------------------------------------------------
+        reads = self._issue(m, nxt, go & ~check.skip, issue_free)
+
+        # -- into the array: shadow weights, activation register -------------------------------
+        self._feed(m, array, reads)
+
+        # -- write-back: the result rows with their tags ---------------------------------------
+        last_written = self._write_back(m, array, reads.tag)
+
+        # -- retire, in order ------------------------------------------------------------------
+        self._retire(m, retire, last_written)
+        m.d.comb += self.engine.busy.eq(nxt_valid | retire.r_rdy)
+        return m
+
+    def _check(self, m: Module, cmd) -> data.View:
+        """The checks of the command in the next-command register (combinational)."""
+        cfg = self.config
+        body = cmd.body.matmul
+        out = Signal(_Retire)
+        blocks = body.k_len + 1
+        a_rows = Signal(33)             # activation rows of all K blocks: blocks * m
+        m.d.comb += a_rows.eq(blocks * body.m)
+        bad_a, bad_a_row = check_rows(body.a_row, a_rows, cfg.spad_rows)
+        bad_w, bad_w_row = check_rows(body.w_row, blocks * cfg.rows, cfg.spad_rows)
+        bad_acc, bad_acc_row = check_rows(body.acc_row, body.m, cfg.acc_rows)
+        m.d.comb += out.skip.eq(1)
+        with m.If(cmd.header.opcode != Opcode.MATMUL):
+            m.d.comb += out.error.eq(ErrorCode.BAD_OPCODE)
+        with m.Elif(body.m == 0):
+            pass
+        with m.Elif(cmd.header.flags.transpose & int(cfg.rows != cfg.cols)):
+            m.d.comb += out.error.eq(ErrorCode.BAD_SIZE)
+        with m.Elif(bad_a):
+            m.d.comb += [out.error.eq(ErrorCode.BAD_LOCAL_ADDR), out.error_addr.eq(bad_a_row)]
+        with m.Elif(bad_w):
+            m.d.comb += [out.error.eq(ErrorCode.BAD_LOCAL_ADDR), out.error_addr.eq(bad_w_row)]
+        with m.Elif(bad_acc):
+            m.d.comb += [out.error.eq(ErrorCode.BAD_LOCAL_ADDR),
+                         out.error_addr.eq(bad_acc_row)]
+        with m.Else():
+            m.d.comb += out.skip.eq(0)
+        return out
+
+    def _issue(self, m: Module, nxt, start, issue_free) -> "_Reads":
+        """The issue stage: loaded from the next-command register on ``start``; in cycle ``k``
+        of each K block it reads weight row ``k`` and activation row ``k`` of the block.
+        Returns the reads, registered (valid in the cycle their data is on the read ports)."""
+        cfg = self.config
+        body = nxt.body.matmul
+        active = Signal()
+        count = Signal(17)              # cycle in the block
+        last = Signal(17)               # max(m, rows, cols) - 1
+        blocks_left = Signal(16)        # K blocks after this one
+        a_base, w_base = Signal(17), Signal(17)     # the block's first rows
+        acc_row = Signal(16)
+        n_rows = Signal(17)
+        accumulate, transpose = Signal(), Signal()
+        end = count == last
+        m.d.comb += issue_free.eq(~active | (end & (blocks_left == 0)))
+        floor = max(cfg.rows, cfg.cols)
+        with m.If(start):
+            m.d.sync += [
+                active.eq(1), count.eq(0),
+                last.eq(Mux(body.m > floor, body.m, floor) - 1),
+                blocks_left.eq(body.k_len),
+                a_base.eq(body.a_row), w_base.eq(body.w_row), acc_row.eq(body.acc_row),
+                n_rows.eq(body.m), accumulate.eq(nxt.header.flags.accumulate),
+                transpose.eq(nxt.header.flags.transpose),
+            ]
+        with m.Elif(active):
+            m.d.sync += count.eq(count + 1)
+            with m.If(end):
+                m.d.sync += [count.eq(0), blocks_left.eq(blocks_left - 1),
+                             a_base.eq(a_base + n_rows), w_base.eq(w_base + cfg.rows),
+                             accumulate.eq(1)]      # later blocks add to the earlier ones
+                with m.If(blocks_left == 0):
+                    m.d.sync += active.eq(0)
+
+        r = _Reads(cfg)
+        m.d.sync += [r.w_valid.eq(0), r.a_valid.eq(0)]
+        with m.If(active & (count < cfg.rows)):
+            m.d.comb += [self.spad_w_rd.en.eq(1), self.spad_w_rd.addr.eq(w_base + count)]
+            m.d.sync += [r.w_valid.eq(1), r.w_k.eq(count), r.w_col.eq(transpose)]
+        with m.If(active & (count < n_rows)):
+            m.d.comb += [self.spad_rd.en.eq(1), self.spad_rd.addr.eq(a_base + count)]
+            m.d.sync += [r.a_valid.eq(1), r.a_first.eq(count == 0),
+                         r.tag.acc_row.eq(acc_row + count), r.tag.accumulate.eq(accumulate),
+                         r.tag.last.eq((count + 1 == n_rows) & (blocks_left == 0))]
+        return r
+
+    def _feed(self, m: Module, array, r: "_Reads") -> None:
+        """Weight rows into the shadow registers as they return; activation rows through one
+        register into the array, the first one of a command with the swap."""
+        cfg = self.config
+        w = data.ArrayLayout(signed(8), cfg.spad_row_bytes)(self.spad_w_rd.data)
+        a = data.ArrayLayout(signed(8), cfg.spad_row_bytes)(self.spad_rd.data)
+        m.d.comb += [array.w_en.eq(r.w_valid), array.w_addr.eq(r.w_k), array.w_col.eq(r.w_col)]
+        m.d.comb += [array.w_data[n].eq(w[n]) for n in range(cfg.cols)]
+        a_reg = Signal(data.ArrayLayout(signed(8), cfg.rows))
+        valid, swap = Signal(), Signal()
+        m.d.sync += [a_reg[k].eq(a[k]) for k in range(cfg.rows)]
+        m.d.sync += [valid.eq(r.a_valid), swap.eq(r.a_valid & r.a_first)]
+        m.d.comb += [array.i_a.eq(a_reg), array.i_valid.eq(valid), array.i_swap.eq(swap)]
+
+    def _write_back(self, m: Module, array, tag) -> Signal:
+        """Read the old accumulator row when the array produces a row, write it back in the
+        next cycle. Returns a strobe: the last row of a command is written this cycle."""
+        cfg = self.config
+        # the tag follows its row: one cycle in the activation register, then the array
+        for i in range(1 + array.latency):
+            reg = Signal(_Tag, name=f"tag_d{i + 1}")
+            m.d.sync += reg.eq(tag)
+            tag = reg
+        m.d.comb += [self.acc_rd.en.eq(array.o_valid), self.acc_rd.addr.eq(tag.acc_row)]
+        c = Signal(data.ArrayLayout(signed(32), cfg.cols))
+        c_valid, c_tag = Signal(), Signal(_Tag)
+        m.d.sync += [c.eq(array.o_c), c_valid.eq(array.o_valid), c_tag.eq(tag)]
 
         old = data.ArrayLayout(signed(32), cfg.acc_row_elems)(self.acc_rd.data)
         new = Signal(data.ArrayLayout(signed(32), cfg.acc_row_elems))
-        for n in range(cols):
-            with m.If(cmd.header.flags.accumulate):
+        for n in range(cfg.cols):
+            with m.If(c_tag.accumulate):
                 m.d.comb += new[n].eq(old[n] + c[n])    # wraps modulo 2**32
             with m.Else():
                 m.d.comb += new[n].eq(c[n])
-        m.d.comb += [self.acc_wr.en.eq(c_valid), self.acc_wr.addr.eq(c_addr),
+        m.d.comb += [self.acc_wr.en.eq(c_valid), self.acc_wr.addr.eq(c_tag.acc_row),
                      self.acc_wr.data.eq(new)]
-        with m.If(c_valid):
-            m.d.sync += written.eq(written + 1)
+        last_written = Signal()
+        m.d.comb += last_written.eq(c_valid & c_tag.last)
+        return last_written
 
-        # -- sequencer --------------------------------------------------------------------------
-        m.d.comb += [self.engine.error.eq(error), self.engine.error_addr.eq(error_addr),
-                     self.spad_rd.en.eq(0)]
-        bad_a, bad_a_row = check_rows(body.a_row, body.m, cfg.spad_rows)
-        bad_w, bad_w_row = check_rows(body.w_row, rows, cfg.spad_rows)
-        bad_acc, bad_acc_row = check_rows(body.acc_row, body.m, cfg.acc_rows)
-
-        with m.FSM(name="matmul") as fsm:
-            with m.State("IDLE"):
-                m.d.comb += self.engine.cmd.ready.eq(1)
-                with m.If(self.engine.cmd.valid):
-                    m.d.sync += [cmd.eq(self.engine.cmd.payload), error.eq(ErrorCode.NONE),
-                                 error_addr.eq(0), count.eq(0), results.eq(0), written.eq(0)]
-                    m.next = "CHECK"
-
-            with m.State("CHECK"):
-                with m.If(cmd.header.opcode != Opcode.MATMUL):
-                    m.d.sync += error.eq(ErrorCode.BAD_OPCODE)
-                    m.next = "RETIRE"
-                with m.Elif(body.m == 0):
-                    m.next = "RETIRE"
-                with m.Elif(cmd.header.flags.transpose & int(rows != cols)):
-                    m.d.sync += error.eq(ErrorCode.BAD_SIZE)
-                    m.next = "RETIRE"
-                with m.Elif(bad_a):
-                    m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR), error_addr.eq(bad_a_row)]
-                    m.next = "RETIRE"
-                with m.Elif(bad_w):
-                    m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR), error_addr.eq(bad_w_row)]
-                    m.next = "RETIRE"
-                with m.Elif(bad_acc):
-                    m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR),
-                                 error_addr.eq(bad_acc_row)]
-                    m.next = "RETIRE"
-                with m.Else():
-                    m.next = "LOAD_WEIGHTS"
-
-            with m.State("LOAD_WEIGHTS"):
-                m.d.comb += [self.spad_rd.en.eq(1), self.spad_rd.addr.eq(body.w_row + count)]
-                m.d.sync += [w_ret.eq(1), w_ret_k.eq(count), count.eq(count + 1)]
-                with m.If(count == rows - 1):
-                    m.d.sync += count.eq(0)
-                    m.next = "STREAM_ROWS"
-
-            with m.State("STREAM_ROWS"):
-                m.d.comb += [self.spad_rd.en.eq(1), self.spad_rd.addr.eq(body.a_row + count)]
-                m.d.sync += [a_ret.eq(1), a_ret_first.eq(count == 0), count.eq(count + 1)]
-                with m.If(count + 1 == body.m):
-                    m.next = "DRAIN"
-
-            with m.State("DRAIN"):
-                with m.If(c_valid & (written + 1 == body.m)):
-                    m.next = "RETIRE"
-
-            with m.State("RETIRE"):
-                m.d.comb += self.engine.done.eq(1)
-                m.next = "IDLE"
-
-        m.d.comb += self.engine.busy.eq(~fsm.ongoing("IDLE"))
-        return m
+    def _retire(self, m: Module, retire, last_written) -> None:
+        """``done`` for the oldest command: at once if it is failing or empty, else once its
+        last row was written (``finished`` counts commands whose last row is written and that
+        have not retired)."""
+        head = _Retire(retire.r_data)
+        finished = Signal(range(matmul_in_flight(self.config) + 1))
+        done = Signal()
+        m.d.comb += [
+            done.eq(retire.r_rdy & (head.skip | (finished != 0))),
+            retire.r_en.eq(done),
+            self.engine.done.eq(done),
+            self.engine.error.eq(head.error),
+            self.engine.error_addr.eq(head.error_addr),
+        ]
+        m.d.sync += finished.eq(finished + last_written - (done & ~head.skip))

@@ -1,7 +1,9 @@
-"""The vector unit: requantization and the integer softmax (see :mod:`hw.vector.vector_unit`)."""
+"""The vector unit: requantization and the integer softmax on a shared multiplier (see
+:mod:`hw.vector.vector_unit`)."""
 
 from hw.vector.requant_engine import RequantEngine
+from hw.vector.rounding_multiplier import RoundingMultiplier
 from hw.vector.softmax_engine import SoftmaxEngine, exp2_lane
 from hw.vector.vector_unit import VectorUnit
 
-__all__ = ["RequantEngine", "SoftmaxEngine", "VectorUnit", "exp2_lane"]
+__all__ = ["RequantEngine", "RoundingMultiplier", "SoftmaxEngine", "VectorUnit", "exp2_lane"]

@@ -1,22 +1,34 @@
 """Vector engine: requantization of int32 accumulator rows to int8 scratchpad rows."""
 
-from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, wiring
+from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import ReadPort, WritePort
-from amaranth.lib.wiring import In
+from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.bus import EngineSignature
 from hw.config import NPUConfig
 from hw.isa import ROW_SCALE_SHIFT, Command, ErrorCode, Opcode
 from hw.local_mem import check_config, check_rows
+from hw.vector.rounding_multiplier import MUL_LATENCY, mul_request_layout, mul_result_layout
 
 __all__ = ["RequantEngine"]
+
+#: Tag bit of a multiplier request: the first (row-scale) pass of a row, whose result goes
+#: back into the multiplier; without it the result is the row's output.
+_TAG_SCALED = 0
+
+# With ``flags.row_scale`` a row's second pass enters the multiplier MUL_LATENCY + 1 cycles
+# after its first (the clamp register in between). Rows are read every other cycle, so the
+# first passes take every other cycle and the second passes the cycles in between only if that
+# distance is odd.
+assert (MUL_LATENCY + 1) % 2 == 1, "row-scale passes would collide in the multiplier"
 
 
 class RequantEngine(wiring.Component):
     """REQUANT engine: ``spad[spad_row + i] = requant(acc[acc_row + i])`` (see
-    :class:`hw.isa.RequantBody`), one row per cycle in steady state.
+    :class:`hw.isa.RequantBody`), one row per cycle in steady state, one row per two cycles
+    with ``flags.row_scale``.
 
     Per output channel ``j < cols`` the parameters come from three accumulator rows:
     ``bias = acc[param_row][j]`` (int32), ``multiplier = acc[param_row + 1][j]`` (its low 31
@@ -41,11 +53,21 @@ class RequantEngine(wiring.Component):
     SOFTMAX: ``x = clamp((x * r_i + 2**15) >> 16, -2**32, 2**32 - 1)``. One scale row (the
     reciprocals of ``cols`` consecutive rows) is read before each group of ``cols`` rows.
 
-    Pipeline per row: accumulator read (1 cycle), bias add, row scale, multiply,
-    round/shift/clamp (one register each), scratchpad write. Latency:
-    :func:`hw.isa.timing.requant_busy_cycles` (check, parameter reads, one row read per cycle
-    plus a scale-row read per ``cols`` rows with ``flags.row_scale``, pipeline drain, retire;
-    ``done`` comes after the last write).
+    The products go through the vector unit's shared :class:`~hw.vector.RoundingMultiplier`
+    (``o_mul`` / ``i_mul``, one multiplier and one rounding shifter per lane). A row takes
+    one pass (``x * multiplier``); with ``flags.row_scale`` two: the row-scale pass
+    ``x * r_i`` first, its result clamped to 33 bits and fed back as the second pass. Rows are
+    then read every other cycle (the scale-row reads take cycles in between), so that the
+    first passes and the second passes, :data:`~hw.vector.rounding_multiplier.MUL_LATENCY` + 1
+    cycles (odd) later, take alternate cycles of the multiplier.
+
+    Pipeline per row: accumulator read (1 cycle), bias add into the multiplier's operand
+    registers, the multiplier (:data:`~hw.vector.rounding_multiplier.MUL_LATENCY` registers:
+    operands, partial products, product, rounding shift), clamp and ReLU (one register; for a
+    row-scale pass, the 33-bit clamp and the second pass), scratchpad write. No cycle holds
+    more than one of multiply, round and saturate. Latency:
+    :func:`hw.isa.timing.requant_busy_cycles` (check, parameter reads, the row reads, pipeline
+    drain, retire; ``done`` comes after the last write).
 
     Errors (checked in this order, nothing is read or written): opcode other than REQUANT ->
     ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``acc_row .. acc_row + n_rows - 1``,
@@ -62,17 +84,24 @@ class RequantEngine(wiring.Component):
         Drives a read port of the accumulator.
     spad_wr : ``In(WritePort.Signature(addr_width=log2(spad_rows), shape=spad_row_bytes * 8))``
         Drives a write port of the scratchpad.
+    o_mul : ``Out(stream.Signature(mul_request_layout(cols, cols), always_ready=True))``
+        Requests to the shared multiplier (tag bit 0: a row-scale pass).
+    i_mul : ``In(stream.Signature(mul_result_layout(cols, cols), always_ready=True))``
+        Its results, :data:`~hw.vector.rounding_multiplier.MUL_LATENCY` cycles later.
     """
 
     def __init__(self, config: NPUConfig):
         check_config(self, config)
         self.config = config
+        cols = config.cols
         super().__init__({
             "engine": In(EngineSignature()),
             "acc_rd": In(ReadPort.Signature(addr_width=exact_log2(config.acc_rows),
                                             shape=config.acc_row_bytes * 8)),
             "spad_wr": In(WritePort.Signature(addr_width=exact_log2(config.spad_rows),
                                               shape=config.spad_row_bytes * 8)),
+            "o_mul": Out(stream.Signature(mul_request_layout(cols, cols), always_ready=True)),
+            "i_mul": In(stream.Signature(mul_result_layout(cols, cols), always_ready=True)),
         })
 
     def elaborate(self, platform):
@@ -82,83 +111,77 @@ class RequantEngine(wiring.Component):
 
         cmd = Signal(Command)
         body = cmd.body.requant
+        row_scale = cmd.header.flags.row_scale
         error = Signal(ErrorCode)
         error_addr = Signal(32)
-        count = Signal(17)      # reads issued in the current phase
+        count = Signal(17)      # data rows read
         written = Signal(17)    # rows written
         group = Signal(16)      # scale rows read
         group_pos = Signal(range(cols))
         need_scale = Signal()
+        odd = Signal()          # row_scale: a data-row read cycle (else a scale-row/idle one)
 
         # -- parameters, latched per command -----------------------------------------------------
         bias = Signal(data.ArrayLayout(signed(32), cols))
         mult = Signal(data.ArrayLayout(unsigned(31), cols))
         shift = Signal(data.ArrayLayout(unsigned(6), cols))
-        rnd = Signal(data.ArrayLayout(unsigned(63), cols))
+        recip = Signal(data.ArrayLayout(unsigned(31), cols))
 
-        # -- stage 1: accumulator read data returns; latch a parameter or add the bias ---------
+        # -- accumulator read data returns: latch a parameter or scale row, or a data row ------
         ret_param = Signal(3)   # one-hot: bias, multiplier, shift row returns this cycle
         ret_row = Signal()      # a data row returns this cycle
         ret_scale = Signal()    # a scale row (row reciprocals) returns this cycle
+        ret_pos = Signal(range(cols))       # row index modulo cols of the returning row
         acc = data.ArrayLayout(signed(32), cfg.acc_row_elems)(self.acc_rd.data)
-        x0 = Signal(data.ArrayLayout(signed(33), cols))
-        x0_valid = Signal()
-        x0_pos = Signal(range(cols))        # row index modulo cols
-        ret_pos = Signal(range(cols))
-        recip = Signal(data.ArrayLayout(unsigned(31), cols))
-        m.d.sync += [ret_param.eq(0), ret_row.eq(0), ret_scale.eq(0), x0_valid.eq(ret_row),
-                     x0_pos.eq(ret_pos)]
+        m.d.sync += [ret_param.eq(0), ret_row.eq(0), ret_scale.eq(0)]
         with m.If(ret_row):
             m.d.sync += ret_pos.eq(Mux(ret_pos == cols - 1, 0, ret_pos + 1))
         with m.If(ret_scale):
             m.d.sync += [recip[j].eq(acc[j][:31]) for j in range(cols)]
-        for j in range(cols):
-            m.d.sync += x0[j].eq(acc[j] + bias[j])
-
-        # -- stage 1b: row scale (deferred softmax normalization) -------------------------------
-        x = Signal(data.ArrayLayout(signed(33), cols))
-        x_valid = Signal()
-        m.d.sync += x_valid.eq(x0_valid)
-        # Shared subexpressions go through named signals: Amaranth's lowering copies an
-        # expression at each of its uses (``scaled`` three times: three multipliers per lane).
-        r_sel = Signal(unsigned(31), name="r_sel")
-        m.d.comb += r_sel.eq(recip[x0_pos])
-        lo, hi = -(1 << 32), (1 << 32) - 1
-        for j in range(cols):
-            scaled_value = (x0[j] * r_sel + (1 << (ROW_SCALE_SHIFT - 1))) >> ROW_SCALE_SHIFT
-            scaled = Signal.like(scaled_value, name=f"scaled{j}")
-            m.d.comb += scaled.eq(scaled_value)
-            sat = Mux(scaled > hi, hi, Mux(scaled < lo, lo, scaled))
-            m.d.sync += x[j].eq(Mux(cmd.header.flags.row_scale, sat, x0[j]))
         for j in range(cols):
             with m.If(ret_param[0]):
                 m.d.sync += bias[j].eq(acc[j])
             with m.If(ret_param[1]):
                 m.d.sync += mult[j].eq(acc[j][:31])
             with m.If(ret_param[2]):
-                s = acc[j][:6]
-                # round = 1 << (s - 1), or 0 when s == 0: bits 63..1 of 1 << s
-                m.d.sync += [shift[j].eq(s), rnd[j].eq((Const(1, 64) << s)[1:])]
+                m.d.sync += shift[j].eq(acc[j][:6])
 
-        # -- stage 2: multiply ------------------------------------------------------------------
-        p = Signal(data.ArrayLayout(signed(64), cols))
-        p_valid = Signal()
-        m.d.sync += p_valid.eq(x_valid)
-        for j in range(cols):
-            m.d.sync += p[j].eq(x[j] * mult[j])
+        # -- multiplier requests: the first pass of a returning row, or a second pass ----------
+        scaled = Signal(data.ArrayLayout(signed(33), cols))     # row-scale pass, clamped
+        scaled_valid = Signal()
+        # One named signal for the row's reciprocal: Amaranth's lowering copies an expression
+        # at each of its uses.
+        r_sel = Signal(unsigned(31), name="r_sel")
+        m.d.comb += r_sel.eq(recip[ret_pos])
+        req = self.o_mul.payload
+        with m.If(scaled_valid):
+            m.d.comb += self.o_mul.valid.eq(1)
+            for j in range(cols):
+                m.d.comb += [req.lane[j].a.eq(scaled[j]), req.lane[j].b.eq(mult[j]),
+                             req.lane[j].shift.eq(shift[j])]
+        with m.Else():
+            m.d.comb += [self.o_mul.valid.eq(ret_row), req.tag.eq(row_scale << _TAG_SCALED)]
+            for j in range(cols):
+                m.d.comb += req.lane[j].a.eq(acc[j] + bias[j])
+                with m.If(row_scale):
+                    m.d.comb += [req.lane[j].b.eq(r_sel), req.lane[j].shift.eq(ROW_SCALE_SHIFT)]
+                with m.Else():
+                    m.d.comb += [req.lane[j].b.eq(mult[j]), req.lane[j].shift.eq(shift[j])]
 
-        # -- stage 3: round, shift, saturate, ReLU ----------------------------------------------
+        # -- multiplier results: clamp (row scale, back to the multiplier) or clamp and ReLU ---
+        res = self.i_mul.payload
+        res_scaled = self.i_mul.valid & res.tag[_TAG_SCALED]
         y = Signal(data.ArrayLayout(signed(8), cfg.spad_row_bytes))
         y_valid = Signal()
-        m.d.sync += y_valid.eq(p_valid)
+        m.d.sync += [scaled_valid.eq(res_scaled), y_valid.eq(self.i_mul.valid & ~res_scaled)]
+        lo, hi = -(1 << 32), (1 << 32) - 1
         for j in range(cols):
-            shifted_value = (p[j] + rnd[j]) >> shift[j]
-            shifted = Signal.like(shifted_value, name=f"shifted{j}")
-            m.d.comb += shifted.eq(shifted_value)
-            clamped = Mux(shifted > 127, 127, Mux(shifted < -128, -128, shifted))
-            m.d.sync += y[j].eq(Mux(cmd.header.flags.relu & (shifted < 0), 0, clamped))
+            v = res.y[j]
+            m.d.sync += scaled[j].eq(Mux(v > hi, hi, Mux(v < lo, lo, v)))
+            clamped = Mux(v > 127, 127, Mux(v < -128, -128, v))
+            m.d.sync += y[j].eq(Mux(cmd.header.flags.relu & (v < 0), 0, clamped))
 
-        # -- stage 4: scratchpad write ----------------------------------------------------------
+        # -- scratchpad write -------------------------------------------------------------------
         m.d.comb += [
             self.spad_wr.en.eq(y_valid),
             self.spad_wr.addr.eq(body.spad_row + written),
@@ -182,7 +205,7 @@ class RequantEngine(wiring.Component):
                 with m.If(self.engine.cmd.valid):
                     m.d.sync += [cmd.eq(self.engine.cmd.payload), error.eq(ErrorCode.NONE),
                                  error_addr.eq(0), count.eq(0), written.eq(0), group.eq(0),
-                                 group_pos.eq(0), need_scale.eq(1), ret_pos.eq(0)]
+                                 group_pos.eq(0), need_scale.eq(1), ret_pos.eq(0), odd.eq(0)]
                     m.next = "CHECK"
 
             with m.State("CHECK"):
@@ -202,7 +225,7 @@ class RequantEngine(wiring.Component):
                     m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR),
                                  error_addr.eq(bad_param_row)]
                     m.next = "RETIRE"
-                with m.Elif(cmd.header.flags.row_scale & bad_scale):
+                with m.Elif(row_scale & bad_scale):
                     m.d.sync += [error.eq(ErrorCode.BAD_LOCAL_ADDR),
                                  error_addr.eq(bad_scale_row)]
                     m.next = "RETIRE"
@@ -217,12 +240,16 @@ class RequantEngine(wiring.Component):
                     m.next = "READ_ROWS"
 
             with m.State("READ_ROWS"):
-                m.d.comb += self.acc_rd.en.eq(1)
-                with m.If(cmd.header.flags.row_scale & need_scale):
-                    m.d.comb += self.acc_rd.addr.eq(body.scale_row + group)
-                    m.d.sync += [ret_scale.eq(1), need_scale.eq(0), group.eq(group + 1)]
+                m.d.sync += odd.eq(~odd)
+                # row_scale: even cycles read a scale row before each group of cols rows (or
+                # idle), odd cycles a data row; without it every cycle reads a data row
+                with m.If(row_scale & ~odd):
+                    with m.If(need_scale):
+                        m.d.comb += [self.acc_rd.en.eq(1),
+                                     self.acc_rd.addr.eq(body.scale_row + group)]
+                        m.d.sync += [ret_scale.eq(1), need_scale.eq(0), group.eq(group + 1)]
                 with m.Else():
-                    m.d.comb += self.acc_rd.addr.eq(body.acc_row + count)
+                    m.d.comb += [self.acc_rd.en.eq(1), self.acc_rd.addr.eq(body.acc_row + count)]
                     m.d.sync += [ret_row.eq(1), count.eq(count + 1),
                                  group_pos.eq(Mux(group_pos == cols - 1, 0, group_pos + 1)),
                                  need_scale.eq(group_pos == cols - 1)]

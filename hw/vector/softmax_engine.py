@@ -8,10 +8,10 @@ division by the row sum is applied later by REQUANT ``flags.row_scale`` on ``P @
 FlashAttention-style deferred normalization; TOOLCHAIN.md measured 25-27 dB this way).
 """
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, wiring
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import ReadPort, WritePort
-from amaranth.lib.wiring import In
+from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.bus import ArbitratedWriteSignature, EngineSignature
@@ -27,8 +27,13 @@ from hw.isa import (
     softmax_exp_table,
 )
 from hw.local_mem import check_config, check_rows
+from hw.vector.rounding_multiplier import mul_request_layout, mul_result_layout
 
 __all__ = ["exp2_lane", "SoftmaxEngine"]
+
+#: Bits of the base-2 exponent ``n`` kept from the multiplier's result: ``d * mult < 2**48``
+#: for a valid key, so ``n < 2**49`` for every shift.
+_EXP_BITS = 49
 
 
 def exp2_lane(n, frac_bits: int = SOFTMAX_EXP_FRAC_BITS, guard_bits: int = SOFTMAX_EXP_GUARD_BITS,
@@ -57,7 +62,8 @@ class SoftmaxEngine(wiring.Component):
        lane (key ``k = b * cols + j`` is valid if ``k < kv_len`` and, if causal,
        ``k <= q_offset + i``) and keep the running max of the valid scores;
     2. ``EXP``: read them again; per lane (``cols`` parallel lanes): ``d = max - s`` (33 bits),
-       ``n = (d * mult + rnd) >> shift`` (one 33x16 multiplier per lane), ``p = exp2(n)``
+       ``n = (d * mult + rnd) >> shift`` (on the vector unit's shared
+       :class:`~hw.vector.RoundingMultiplier`: ``o_mul`` / ``i_mul``), ``p = exp2(n)``
        (:func:`exp2_lane`); write the block's ``p`` to the scratchpad and add the lanes into the
        exact row sum;
     3. ``DIVIDE``: ``r = floor((2**32 + sum // 2) / sum)`` by a restoring divider, one quotient
@@ -75,9 +81,12 @@ class SoftmaxEngine(wiring.Component):
     exponent pass, the divider and the row end, :func:`hw.isa.timing.softmax_row_cycles`; per
     command check and retire), plus one cycle for every cycle a reciprocal row write waits for
     ``acc_wr.ready`` (none when no MATMUL writes the accumulator at the same time). The
-    exponent pipeline is 4 registers deep (difference, multiply/shift, table/shift,
-    write/sum). The P writes to the scratchpad never wait (the vector unit has the
-    scratchpad's write port first).
+    exponent pipeline from a block's read to its P write is
+    :data:`hw.isa.timing.SOFTMAX_EXP_LATENCY` cycles: the read, the multiplier
+    (:data:`~hw.vector.rounding_multiplier.MUL_LATENCY`, its operand registers take the
+    difference), table/shift and mask (one register), then the write and the sum. The P
+    writes to the scratchpad never wait (the vector unit has the scratchpad's write port
+    first).
 
     Errors (in this order, nothing written): opcode other than SOFTMAX -> ``BAD_OPCODE``;
     ``n_rows == 0`` or ``n_blocks == 0`` does nothing; overlapping P blocks (``n_blocks >= 2``
@@ -101,6 +110,10 @@ class SoftmaxEngine(wiring.Component):
         Writes the reciprocal rows; waits while ``ready`` is low.
     spad_wr : ``In(WritePort.Signature(...))``
         Writes P blocks.
+    o_mul : ``Out(stream.Signature(mul_request_layout(cols, cols), always_ready=True))``
+        Requests to the shared multiplier; the tag holds the lane mask (bit ``j``: key valid).
+    i_mul : ``In(stream.Signature(mul_result_layout(cols, cols), always_ready=True))``
+        Its results.
     """
 
     def __init__(self, config: NPUConfig, exp_frac_bits: int = SOFTMAX_EXP_FRAC_BITS):
@@ -117,6 +130,10 @@ class SoftmaxEngine(wiring.Component):
             "acc_rd": In(ReadPort.Signature(**acc)),
             "acc_wr": In(ArbitratedWriteSignature(**acc)),
             "spad_wr": In(WritePort.Signature(**spad)),
+            "o_mul": Out(stream.Signature(mul_request_layout(config.cols, config.cols),
+                                          always_ready=True)),
+            "i_mul": In(stream.Signature(mul_result_layout(config.cols, config.cols),
+                                         always_ready=True)),
         })
 
     def elaborate(self, platform):
@@ -177,35 +194,33 @@ class SoftmaxEngine(wiring.Component):
         lane_max = level[0]
 
         # -- pass 2: exponent pipeline -------------------------------------------------------------
-        # e1: difference and mask
-        e1 = Signal()
-        d = Signal(data.ArrayLayout(unsigned(33), cols))
-        v1 = Signal(cols)
-        # e2: exponent units
-        e2 = Signal()
-        n = Signal(data.ArrayLayout(unsigned(49), cols))
-        v2 = Signal(cols)
-        # e3: table and shift
-        e3 = Signal()
-        p = Signal(data.ArrayLayout(unsigned(7), cols))
-        m.d.sync += [e1.eq(0), e2.eq(e1), e3.eq(e2)]
-        rnd_value = Mux(body.shift == 0, 0, Const(1, 64) << (body.shift - 1).as_unsigned()[:6])
-        rnd = Signal.like(rnd_value, name="exp_rnd")     # one for all lanes
-        m.d.comb += rnd.eq(rnd_value)
+        # The returning block goes straight into the shared multiplier: d = max - s (33 bits,
+        # >= 0 for a valid key) times mult, rounding shift; the lane mask rides in the tag.
+        exp_phase = Signal()             # returning blocks are for the exponent pass
+        req = self.o_mul.payload
+        m.d.comb += [self.o_mul.valid.eq(ret & exp_phase),
+                     req.tag.eq(Cat(*valid))]
         for j in range(cols):
-            m.d.sync += [d[j].eq(mx - acc[j]), v1[j].eq(valid[j])]
-            prod = d[j] * body.mult + rnd
-            m.d.sync += [n[j].eq(prod >> body.shift), v2[j].eq(v1[j])]
-            m.d.sync += p[j].eq(Mux(v2[j], exp2_lane(n[j], frac), 0))
+            m.d.comb += [req.lane[j].a.eq(mx - acc[j]), req.lane[j].b.eq(body.mult),
+                         req.lane[j].shift.eq(body.shift)]
+        # table and shift of the exponent, masked (one register), then the write and the sum
+        res = self.i_mul.payload
+        e_valid = Signal()
+        p = Signal(data.ArrayLayout(unsigned(7), cols))
+        m.d.sync += e_valid.eq(self.i_mul.valid)
+        for j in range(cols):
+            n = Signal(unsigned(_EXP_BITS), name=f"exp_n{j}")
+            m.d.comb += n.eq(res.y[j][:_EXP_BITS])
+            m.d.sync += p[j].eq(Mux(res.tag[j], exp2_lane(n, frac), 0))
         row_sum = Signal(32)
         block_sum = 0
         for j in range(cols):
             block_sum = block_sum + p[j]
         out = Signal(data.ArrayLayout(unsigned(8), cfg.spad_row_bytes))
         m.d.comb += [out[j].eq(p[j]) for j in range(cols)]
-        m.d.comb += [self.spad_wr.en.eq(e3), self.spad_wr.addr.eq(wr_addr),
+        m.d.comb += [self.spad_wr.en.eq(e_valid), self.spad_wr.addr.eq(wr_addr),
                      self.spad_wr.data.eq(out)]
-        with m.If(e3):
+        with m.If(e_valid):
             m.d.sync += [row_sum.eq(row_sum + block_sum), wr_addr.eq(wr_addr + body.stride),
                          written.eq(written + 1)]
 
@@ -277,7 +292,8 @@ class SoftmaxEngine(wiring.Component):
                     m.d.sync += mx.eq(lane_max)
                 with m.If((issued == body.n_blocks) & ~ret):
                     m.d.sync += [issued.eq(0), rd_addr.eq(body.acc_row + row), iss_key.eq(0),
-                                 wr_addr.eq(body.spad_row + row), written.eq(0), row_sum.eq(0)]
+                                 wr_addr.eq(body.spad_row + row), written.eq(0), row_sum.eq(0),
+                                 exp_phase.eq(1)]
                     m.next = "EXP_READ"
 
             with m.State("EXP_READ"):
@@ -285,9 +301,8 @@ class SoftmaxEngine(wiring.Component):
                     m.d.comb += self.acc_rd.en.eq(1)
                     m.d.sync += [issued.eq(issued + 1), rd_addr.eq(rd_addr + body.stride),
                                  ret.eq(1), iss_key.eq(iss_key + cols)]
-                with m.If(ret):
-                    m.d.sync += e1.eq(1)
-                with m.If(e3 & (written + 1 == body.n_blocks)):
+                with m.If(e_valid & (written + 1 == body.n_blocks)):
+                    m.d.sync += exp_phase.eq(0)
                     m.next = "DIV_START"
 
             with m.State("DIV_START"):

@@ -1,4 +1,5 @@
-"""The vector unit: REQUANT and SOFTMAX behind one engine port."""
+"""The vector unit: REQUANT and SOFTMAX behind one engine port, sharing one multiplier and
+one rounding shifter per lane."""
 
 from amaranth.hdl import Module, Mux
 from amaranth.lib import wiring
@@ -11,6 +12,7 @@ from hw.config import NPUConfig
 from hw.isa import SOFTMAX_EXP_FRAC_BITS, Opcode
 from hw.local_mem import check_config
 from hw.vector.requant_engine import RequantEngine
+from hw.vector.rounding_multiplier import RoundingMultiplier
 from hw.vector.softmax_engine import SoftmaxEngine
 
 __all__ = ["VectorUnit"]
@@ -22,8 +24,11 @@ class VectorUnit(wiring.Component):
 
     A command goes to the softmax engine if its opcode is SOFTMAX, else to the requant engine
     (which reports ``BAD_OPCODE`` for anything but REQUANT). The command processor gives an
-    engine one command at a time, so at most one of them is busy; the memory ports are
-    multiplexed by which one is busy (no extra latency).
+    engine one command at a time, so at most one of them is busy; the memory ports and the
+    shared :class:`~hw.vector.RoundingMultiplier` (one 33x31 multiplier, four 18x18 DSPs, and
+    one rounding shifter per lane: REQUANT's multiplier and row scale, SOFTMAX's exponent) are
+    multiplexed by which one is busy (no extra latency). An engine is busy until its last
+    result has left the multiplier, so every result goes to the engine that asked for it.
 
     Members
     -------
@@ -50,6 +55,7 @@ class VectorUnit(wiring.Component):
         m = Module()
         m.submodules.requant = rq = RequantEngine(self.config)
         m.submodules.softmax = sm = SoftmaxEngine(self.config, self.exp_frac_bits)
+        m.submodules.mul = mul = RoundingMultiplier(self.config.cols, self.config.cols)
 
         # -- command routing -----------------------------------------------------------------------
         to_sm = self.engine.cmd.payload.header.opcode == Opcode.SOFTMAX
@@ -78,6 +84,15 @@ class VectorUnit(wiring.Component):
                          self.spad_wr.en.eq(rq.spad_wr.en),
                          self.spad_wr.addr.eq(rq.spad_wr.addr),
                          self.spad_wr.data.eq(rq.spad_wr.data)]
+        # -- shared multiplier -------------------------------------------------------------------
+        with m.If(sm.engine.busy):
+            m.d.comb += [mul.i.valid.eq(sm.o_mul.valid), mul.i.payload.eq(sm.o_mul.payload)]
+        with m.Else():
+            m.d.comb += [mul.i.valid.eq(rq.o_mul.valid), mul.i.payload.eq(rq.o_mul.payload)]
+        m.d.comb += [rq.i_mul.payload.eq(mul.o.payload), sm.i_mul.payload.eq(mul.o.payload),
+                     rq.i_mul.valid.eq(mul.o.valid & ~sm.engine.busy),
+                     sm.i_mul.valid.eq(mul.o.valid & sm.engine.busy)]
+
         m.d.comb += [self.acc_wr.en.eq(sm.acc_wr.en), self.acc_wr.addr.eq(sm.acc_wr.addr),
                      self.acc_wr.data.eq(sm.acc_wr.data), sm.acc_wr.ready.eq(self.acc_wr.ready)]
         return m

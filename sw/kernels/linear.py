@@ -22,9 +22,10 @@ is a multiple of the row and the DMA alignment rule holds for any configuration)
 
 Double-buffered tiling (the default; :func:`plan_linear` with ``double_buffer=True``,
 :func:`build_linear_commands_double_buffered`). A MATMUL streams ``Mt`` activation rows through
-one ``rows x cols`` weight tile and costs ``Mt`` plus a fixed overhead (weight load, array fill
-and drain: :func:`matmul_cycles`, 28 cycles on 8x8), so the plan makes ``Mt`` as large as the
-accumulator allows and chunks K to fit the scratchpad:
+one ``rows x cols`` weight tile; back to back, MATMULs cost ``max(Mt, rows, cols)`` cycles each
+(:func:`matmul_cycles`: the next weight tile loads while the current one streams; a MATMUL's
+own latency, :func:`matmul_latency`, overlaps the next ones), so the plan makes ``Mt`` at least
+``max(rows, cols)`` where it can and chunks K to fit the scratchpad:
 
 * a *step* is one M tile of ``Mt`` rows and one group of ``n_group`` (G) N blocks, each with its
   own accumulator tile of ``Mt`` rows; the tiles of consecutive steps sit at opposite ends of
@@ -76,7 +77,13 @@ import numpy.typing as npt
 
 from hw.config import NPUConfig
 from hw.isa import LocalMem
-from sw.kernels.linear_ops import command_fields, dma_cycles, matmul_cycles, requant_cycles
+from sw.kernels.linear_ops import (
+    command_fields,
+    dma_cycles,
+    matmul_cycles,
+    matmul_latency,
+    requant_cycles,
+)
 from sw.kernels.linear_plan import (
     LinearPlan,
     double_buffered_plan,
@@ -90,8 +97,7 @@ from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 __all__ = ["LinearPlan", "LinearStats", "LinearJob", "plan_linear", "linear", "linear_with_stats",
            "linear_launch", "pack_activations", "build_linear_commands",
            "build_linear_commands_double_buffered", "double_buffered_plan", "linear_dram_bytes",
-           "matmul_cycles",
-           "requant_cycles", "dma_cycles"]
+           "matmul_cycles", "matmul_latency", "requant_cycles", "dma_cycles"]
 
 _SEM = 0           #: the semaphore used as the kernel's sequence counter
 

@@ -20,30 +20,37 @@ from hw.isa import (
     LocalMem,
     dma_estimate_cycles,
     matmul_busy_cycles,
+    matmul_issue_cycles,
     requant_busy_cycles,
 )
 
 __all__ = ["DmaOp", "MatmulOp", "RequantOp", "Op", "Wait", "command_fields", "Timer",
-           "matmul_cycles", "requant_cycles", "dma_cycles"]
+           "matmul_cycles", "matmul_latency", "requant_cycles", "dma_cycles"]
 
 Wait = tuple[str, int] | None   #: ``(semaphore name, count)``
 
 
 # -- the planner's cost of each command ---------------------------------------------------------
 
-def matmul_cycles(config: NPUConfig, m: int) -> int:
-    """Cycles between the handshakes of back-to-back MATMULs of ``m`` rows on the matrix
-    engine: ``hw.isa.matmul_busy_cycles + ACCEPT_CYCLES``, exact for ``m >= 1`` (weight load
-    ``rows``, ``m`` streamed rows, array fill/drain ``rows + cols - 1``, 5 of sequencing).
-    Linear in ``m``: ``matmul_cycles(config, 0)`` is the fixed per-command overhead (28 on
-    8x8), not the cycles of an empty MATMUL."""
-    return m + matmul_busy_cycles(config, 1) + ACCEPT_CYCLES - 1
+def matmul_cycles(config: NPUConfig, m: int, k_blocks: int = 1) -> int:
+    """Cycles between the handshakes of back-to-back MATMULs of ``m >= 1`` rows and
+    ``k_blocks`` K blocks on the matrix engine: :func:`hw.isa.matmul_issue_cycles`,
+    ``max(m, rows, cols)`` per block, exact in the steady state of
+    :class:`hw.isa.timing.MatmulTimeline` (the next MATMUL is taken while this one runs; its
+    weights load meanwhile)."""
+    return matmul_issue_cycles(config, m, k_blocks)
+
+
+def matmul_latency(config: NPUConfig, m: int, k_blocks: int = 1) -> int:
+    """Cycles from a MATMUL's handshake to the first cycle its semaphore increment is seen:
+    ``hw.isa.matmul_busy_cycles + ACCEPT_CYCLES`` (``m + rows + cols + 5`` for one block)."""
+    return matmul_busy_cycles(config, m, k_blocks=k_blocks) + ACCEPT_CYCLES
 
 
 def requant_cycles(config: NPUConfig, n_rows: int) -> int:
     """Cycles between the handshakes of back-to-back REQUANTs of ``n_rows`` rows (no row
     scale): ``hw.isa.requant_busy_cycles + ACCEPT_CYCLES``, exact for ``n_rows >= 1``
-    (``n_rows + 11``)."""
+    (``n_rows + 12``)."""
     return n_rows + requant_busy_cycles(config, 1) + ACCEPT_CYCLES - 1
 
 
@@ -89,6 +96,7 @@ class MatmulOp:
     acc_row: int
     m: int
     accumulate: bool
+    k_blocks: int = 1
     wait: Wait = None
     signal: str | None = None
     engine = method = "matmul"
@@ -123,8 +131,9 @@ def command_fields(op: Op) -> dict:
 class Timer:
     """Replays a program on a timing model of the engines: each engine runs its commands in
     order, a command starts when its engine is free and its semaphore count is reached, and
-    lasts :func:`dma_cycles` / :func:`matmul_cycles` / :func:`requant_cycles`. Command fetch
-    and dispatch are not modelled. ``bytes`` counts the DRAM bytes per DMA tag."""
+    lasts :func:`dma_cycles` / :func:`requant_cycles`; a MATMUL frees the matrix engine after
+    :func:`matmul_cycles` and signals after :func:`matmul_latency` (MATMULs overlap). Command
+    fetch and dispatch are not modelled. ``bytes`` counts the DRAM bytes per DMA tag."""
 
     def __init__(self, config: NPUConfig) -> None:
         self.c = config
@@ -138,18 +147,21 @@ class Timer:
             self.bytes[op.tag] += op.row_bytes * op.n_rows
             return dma_cycles(c, op.row_bytes, op.n_rows)
         if isinstance(op, MatmulOp):
-            return matmul_cycles(c, op.m)
+            return matmul_cycles(c, op.m, op.k_blocks)
         return requant_cycles(c, op.n_rows)
 
     def run(self, ops: list[Op]) -> int:
         """Cycles until the last engine finishes."""
+        end = 0
         for op in ops:
             cycles = self.cycles(op)
             t = self.free[op.engine]
             if op.wait is not None:
                 t = max(t, self.done[op.wait[0]][op.wait[1] - 1])
-            t += cycles
-            self.free[op.engine] = t
+            finish = t + (matmul_latency(self.c, op.m, op.k_blocks) if isinstance(op, MatmulOp)
+                          else cycles)
+            self.free[op.engine] = t + cycles
+            end = max(end, finish)
             if op.signal is not None:
-                self.done[op.signal].append(t)
-        return max(self.free.values())
+                self.done[op.signal].append(finish)
+        return max(end, *self.free.values())

@@ -131,14 +131,11 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
     scratchpad; for each, the whole K resident (activations loaded once per M tile, one or
     two buffers) or the largest K chunk with two activation and two weight buffers; one or
     two output tiles. Each candidate's program is replayed on the timing model
-    (:class:`~sw.kernels.linear_ops.Timer`, the matrix engine's per-command overhead
-    ``matmul_cycles(config, 0)``
-    included), most promising first (lower bound: its matmul cycles), and the fastest wins;
-    ties go to less DRAM traffic.
+    (:class:`~sw.kernels.linear_ops.Timer`), most promising first (lower bound: its matmul
+    cycles, :func:`_matmul_bound`), and the fastest wins; ties go to less DRAM traffic.
     """
     kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
     kbc_lim = _MAX_ROW_BYTES // (c.rows * c.spad_row_bytes)     # weight chunk row_bytes
-    overhead = matmul_cycles(c, 0)
     cands: set[tuple] = set()
     for g in range(1, min(nb, c.cmd_fifo_depth) + 1):
         avail = a_rows - 6 * g            # rows for the tiles of two consecutive steps
@@ -173,12 +170,11 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
                 if kbc > chunk_best:
                     cands.add((g, mt, kbc, o_bufs, 2, 2))
                     chunk_best = kbc
-    order = sorted(cands, key=lambda x: (nb * kb * (m + _ceil_div(m, x[1]) * overhead),
-                                          -x[1], x))
+    order = sorted(cands, key=lambda x: (_matmul_bound(c, m, x[1], nb, kb), -x[1], x))
     best: tuple | None = None
     replayed = 0
     for g, mt, kbc, o_bufs, a_bufs, w_bufs in order:
-        bound = nb * kb * (m + _ceil_div(m, mt) * overhead)
+        bound = _matmul_bound(c, m, mt, nb, kb)
         if best is not None and (bound > best[0][0] or replayed >= _REPLAY_BUDGET):
             break
         replayed += _ceil_div(m, mt) * nb * kb      # matmuls of this candidate
@@ -196,6 +192,14 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
     if best is None:
         return None
     return dataclasses.replace(best[1], est_cycles=best[0][0])
+
+
+def _matmul_bound(c: NPUConfig, m: int, mt: int, nb: int, kb: int) -> int:
+    """Cycles the matrix engine needs for a plan with M tiles of ``mt`` rows (the last one
+    smaller): ``nb * kb`` back-to-back MATMULs per tile, each :func:`matmul_cycles`."""
+    full, rest = divmod(m, mt)
+    per_block = full * matmul_cycles(c, mt) + (matmul_cycles(c, rest) if rest else 0)
+    return nb * kb * per_block
 
 
 def _make_plan(c: NPUConfig, m: int, k: int, n: int, s0: int, a0: int, a_rows: int, mt: int,

@@ -55,12 +55,13 @@ def _balanced(total: int, most: int) -> list[int]:
 def _w_row_blocks(config: NPUConfig, m_tile: int, n_blocks: int) -> int:
     """K blocks per DRAM row of a weight load of ``n_blocks`` blocks in a step of ``m_tile``
     rows: the largest divisor of ``n_blocks`` whose row is at most half a matmul's cycles of
-    bus beats (at least one block). The co-simulation DRAM answers reads in order, so a
-    command fetch waits for the burst in progress; with short matmuls and long weight
-    bursts the matrix engine would run out of commands."""
+    bus beats (at least one block; the matmul of ``n_blocks`` K blocks, as
+    :meth:`_Program.emit_matmuls` emits them). The co-simulation DRAM answers reads in
+    order, so a command fetch waits for the burst in progress; with short matmuls and long
+    weight bursts the matrix engine would run out of commands."""
     c = config
     block_beats = -(-c.rows * c.spad_row_bytes // c.axi_data_bytes)
-    most = max(1, matmul_cycles(c, m_tile) // 2 // block_beats)
+    most = max(1, matmul_cycles(c, m_tile, n_blocks) // 2 // block_beats)
     return max(d for d in range(1, min(most, n_blocks) + 1) if n_blocks % d == 0)
 
 
@@ -282,27 +283,42 @@ class _Program(_Layout):
     def emit_matmuls(self, ph: int, block_waits: dict[int, int],
                      before: dict[int, Callable[[int], None]],
                      after: dict[int, Callable[[], None]]) -> None:
-        """The matmuls of phase ``ph``: for each K block, every N block of the group. The first
-        matmul of K block ``i`` waits ``L >= block_waits[i]`` (if given); ``before[i](i)``
-        runs before K block ``i``, ``after[i]()`` after its first matmul. The first K block of
-        a step overwrites the accumulator; its rows that the previous step may still
-        requantize (``overlap``) go last and wait for those requantizations. The last matmul
-        signals ``M``."""
+        """The matmuls of phase ``ph``: for each run of K blocks, every N block of the group,
+        one MATMUL per run (``k_blocks``: the run's K blocks are consecutive in both buffers).
+        A run starts at every K block ``i`` with a hook: the first matmul of K block ``i``
+        waits ``L >= block_waits[i]`` (if given); ``before[i](i)`` runs before K block ``i``,
+        ``after[i]()`` after its first matmul. The first K block of a step overwrites the
+        accumulator; its rows that the previous step may still requantize (``overlap``) go
+        last (a run of one block) and wait for those requantizations. The last matmul signals
+        ``M``."""
         s, ci = self.phases[ph]
         nk = self.chunks[ci][1]
+        starts = {0, *block_waits, *before, *after}
+        if ph == self.first[s] and self._splits_first_block(s):
+            starts.add(1)
+        starts = sorted(i for i in starts if i < nk)
         emitted: list[MatmulOp] = []
-        for i in range(nk):
+        for i, end in zip(starts, [*starts[1:], nk], strict=True):
             if i in before:
                 before[i](i)
             wait = ("L", block_waits[i]) if i in block_waits else None
-            emitted += self._k_block(ph, i, wait, after)
+            emitted += self._k_run(ph, i, end - i, wait, after)
         emitted[-1].signal = "M"
         self.count["M"] += 1
         self.step_matmuls.setdefault(s, []).extend(emitted)
 
-    def _k_block(self, ph: int, i: int, wait: Wait,
-                 after: dict[int, Callable[[], None]]) -> list[MatmulOp]:
-        """The matmuls of K block ``i`` of phase ``ph`` (see :meth:`emit_matmuls`)."""
+    def _splits_first_block(self, s: int) -> bool:
+        """Whether step ``s``'s first K block is cut around the rows of ``overlap(s)``."""
+        ov = self.overlap(s)
+        _, mt, _, g = self.tile(s)
+        acc0 = self.acc_rows_of(s)[0]
+        return ov is not None and any(ov[0] < acc0 + (gg + 1) * mt and acc0 + gg * mt < ov[1]
+                                      for gg in range(g))
+
+    def _k_run(self, ph: int, i: int, n: int, wait: Wait,
+               after: dict[int, Callable[[], None]]) -> list[MatmulOp]:
+        """The matmuls of K blocks ``i .. i + n - 1`` of phase ``ph``, one per N block (see
+        :meth:`emit_matmuls`; a cut first block comes as a run of one)."""
         s, _ = self.phases[ph]
         _, mt, _, g = self.tile(s)
         nk = self.chunks[self.phases[ph][1]][1]
@@ -323,7 +339,7 @@ class _Program(_Layout):
             for sl, sh in segs:
                 op = MatmulOp(a_row=a_base + i * mt + sl - lo,
                               w_row=w_base + (gg * nk + i) * self.rows, acc_row=sl, m=sh - sl,
-                              accumulate=not overwrite, wait=wait)
+                              accumulate=not overwrite, k_blocks=n, wait=wait)
                 self.ops.append(op)       # a wait on L is kept even for a count of 0
                 emitted.append(op)
                 wait = None
@@ -397,19 +413,35 @@ class _Program(_Layout):
 
     def wait_for_out_tile(self, s: int) -> None:
         """Out tile reuse: a matmul of step ``s`` that waits for nothing else waits until the
-        step that used the same output tile before was stored (with two output tiles and no
-        such matmul, the step's parameter load waits)."""
+        step that used the same output tile before was stored; if there is none, the step's
+        last matmul gives up its last K block to a matmul of its own that waits; failing
+        that, with two output tiles, the step's parameter load waits."""
         prev = s - len(self.p.o_bases)
         if prev < 0:
             return
         wait = ("S", self.s_after[prev])
         free_mm = [o for o in self.step_matmuls[s] if o.wait is None]
+        if not free_mm and self.step_matmuls[s][-1].k_blocks > 1:
+            free_mm = [self._split_last_block(s)]
         if free_mm:
             free_mm[-1].wait = wait
         elif len(self.p.o_bases) == 2 and s in self.p_op:
             self.p_op[s].wait = wait
         else:
             raise Infeasible("no matmul can wait for the output tile")
+
+    def _split_last_block(self, s: int) -> MatmulOp:
+        """Split the last K block off step ``s``'s last matmul and return it as a new matmul
+        (with the signal), placed last in the stream so far (after the stores that step
+        ``s - 1``'s first matmul brought along, which it may wait for)."""
+        last = self.step_matmuls[s][-1]
+        k = last.k_blocks - 1
+        op = MatmulOp(a_row=last.a_row + k * last.m, w_row=last.w_row + k * self.rows,
+                      acc_row=last.acc_row, m=last.m, accumulate=True, signal=last.signal)
+        last.k_blocks, last.signal = k, None
+        self.ops.append(op)
+        self.step_matmuls[s].append(op)
+        return op
 
     def _end_pieces(self, s: int) -> tuple[list, list]:
         """Requantization pieces ``(N block, first row, end row)`` of step ``s``: those whose

@@ -61,8 +61,8 @@ room; the RTL must agree with these for the differential tests):
   the exception, below); order and
   ``ERR_ADDR`` as the RTL engines (:mod:`hw.cmdproc`, :mod:`hw.dma`, :mod:`hw.tile`,
   :mod:`hw.vector`): ``BAD_OPCODE`` (the command's DRAM address), ``BAD_SEM`` (the semaphore
-  id; wait checked before signal), then per opcode. DMA: ``BAD_SIZE`` (``dram_addr``),
-  ``MISALIGNED`` (``dram_addr``, or ``dram_addr + dram_stride`` for a bad stride),
+  id; wait checked before signal), then per opcode. DMA (any byte address, stride and
+  length; ``ceil(row_bytes / L)`` local rows per DRAM row):
   ``BAD_DRAM_ADDR`` (start of the first DRAM row that does not fit), ``BAD_LOCAL_ADDR`` (the
   first local row, in transfer order, outside the memory: ``max(row, depth)``). MATMUL:
   ``flags.transpose`` on a non-square array (``BAD_SIZE``, 0), A rows, W rows, then accumulator

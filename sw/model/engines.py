@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from hw.config import NPUConfig
-from hw.isa import CommandView, ErrorCode, LocalMem, Opcode, dma_bursts
+from hw.isa import CommandView, DmaRow, ErrorCode, LocalMem, Opcode, dma_bursts
 from sw.golden import requantize_rows, softmax_int
 from sw.model.faults import BusFault
 from sw.quant import requantize
@@ -95,34 +95,30 @@ class Engines:
         return c.acc_row_bytes, c.acc_rows
 
     def _check_dma(self, body: CommandView, mem: LocalMem, window: Window) -> None:
-        """The DMA checks in the RTL's order: ``BAD_SIZE``, ``MISALIGNED`` (address, then
-        stride), ``BAD_DRAM_ADDR``, ``WINDOW``, then ``BAD_LOCAL_ADDR``."""
+        """The DMA checks in the RTL's order: ``BAD_DRAM_ADDR``, ``WINDOW``, then
+        ``BAD_LOCAL_ADDR`` (any byte address, stride and length is accepted)."""
         c = self.config
         local_row_bytes, depth = self._local(mem)
         n_rows, row_bytes = body.n_rows, body.row_bytes
-        addr, stride = body.dram_addr, body.dram_stride
-        if row_bytes % local_row_bytes:
-            raise CommandError(ErrorCode.BAD_SIZE, addr)
-        align = min(local_row_bytes, c.axi_data_bytes)
-        if addr % align:
-            raise CommandError(ErrorCode.MISALIGNED, addr)
-        if stride % align:  # the first misaligned row address is that of row 1
-            raise CommandError(ErrorCode.MISALIGNED, addr + stride)
-        rows = _row_starts(addr, stride, n_rows)   # in increasing order: the first bad one
-        for row_addr in rows:
+        rows = _row_starts(body.dram_addr, body.dram_stride, n_rows)   # increasing: the first
+        for row_addr in rows:                                          # bad one is reported
             if row_addr + row_bytes > c.dram_bytes:
                 raise CommandError(ErrorCode.BAD_DRAM_ADDR, row_addr)
         win_base, win_limit = window
         for row_addr in rows:   # then the issuing queue's window
             if row_addr < win_base or row_addr + row_bytes > win_limit:
                 raise CommandError(ErrorCode.WINDOW, row_addr)
-        lrows = row_bytes // local_row_bytes
+        lrows = -(-row_bytes // local_row_bytes)
         for first in _row_starts(body.local_row, body.local_stride, n_rows):
             if first + lrows > depth:
                 raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(first, depth))
 
     def dma(self, body: CommandView, mem: LocalMem, load: bool, window: Window) -> None:
         """DMA_LOAD (``load``) or DMA_STORE of a :class:`hw.isa.DmaBody` on memory ``mem``.
+
+        DRAM row ``r`` (``row_bytes`` bytes at any byte address) is a byte copy of
+        ``ceil(row_bytes / L)`` local rows; a load writes the bytes of a partial last local row
+        beyond the DRAM row as 0, a store writes only the DRAM row's bytes.
 
         Counts ``bytes_read`` per load row in whole bus beats (the row start aligned down to
         its end aligned up) and ``bytes_written`` per store row in bytes.
@@ -137,7 +133,7 @@ class Engines:
             return
         self._check_dma(body, mem, window)
         local_row_bytes, _ = self._local(mem)
-        lrows = row_bytes // local_row_bytes
+        lrows = -(-row_bytes // local_row_bytes)
         addr, stride = body.dram_addr, body.dram_stride
         beat = self.config.axi_data_bytes
         if load:
@@ -153,16 +149,17 @@ class Engines:
         for r in range(n_rows):
             row_addr = addr + r * stride
             first = body.local_row + r * body.local_stride
-            local = local_mem[first:first + lrows].reshape(-1)
             if load:
-                stop = _load_cut(failed, r, row_addr, row_bytes, local_row_bytes)
-                local[:stop * local_row_bytes // local.itemsize] = \
-                    dram[row_addr:row_addr + stop * local_row_bytes].view(dtype)
+                raw = np.zeros(lrows * local_row_bytes, dtype=np.uint8)
+                raw[:row_bytes] = dram[row_addr:row_addr + row_bytes]
+                stop = _load_cut(failed, r, row_addr, row_bytes, beat, local_row_bytes)
+                local_mem[first:first + stop] = raw.view(dtype).reshape(lrows, -1)[:stop]
                 if stop < lrows:
                     break
             else:
                 keep = dram[row_addr:row_addr + row_bytes].copy()
-                dram[row_addr:row_addr + row_bytes] = local.astype(dtype).view(np.uint8)
+                raw = local_mem[first:first + lrows].astype(dtype).view(np.uint8).reshape(-1)
+                dram[row_addr:row_addr + row_bytes] = raw[:row_bytes]
                 for b in failed:
                     if b.row == r:    # a failing write burst writes nothing
                         lo = max(b.addr, row_addr) - row_addr
@@ -194,25 +191,32 @@ class Engines:
     # -- matrix engine --------------------------------------------------------------------------
 
     def matmul(self, body: CommandView, accumulate: bool, transpose: bool = False) -> None:
-        """MATMUL (:class:`hw.isa.MatmulBody`): int8 x int8 into int32, wrapping."""
+        """MATMUL (:class:`hw.isa.MatmulBody`): int8 x int8 into int32, wrapping; the sum of
+        ``k_len + 1`` tiles along K."""
         c = self.config
         m = body.m
         if m == 0:
             return
         if transpose and c.rows != c.cols:
             raise CommandError(ErrorCode.BAD_SIZE, 0)
-        for row, n, depth in ((body.a_row, m, c.spad_rows), (body.w_row, c.rows, c.spad_rows)):
+        blocks = body.k_len + 1
+        for row, n, depth in ((body.a_row, blocks * m, c.spad_rows),
+                              (body.w_row, blocks * c.rows, c.spad_rows)):
             if row + n > depth:
                 raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(row, depth))
         if body.acc_row + m > c.acc_rows:
             raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.acc_row, c.acc_rows))
-        a = self.spad[body.a_row:body.a_row + m, :c.rows]
-        if transpose:  # array column n <- spad row w_row + n (rows == cols)
-            w = self.spad[body.w_row:body.w_row + c.cols, :c.rows].T
-        else:
-            w = self.spad[body.w_row:body.w_row + c.rows, :c.cols]
-        # exact in int32: |sum| <= rows * 2**14 < 2**31; accumulation wraps modulo 2**32
-        out = np.matmul(a, w, dtype=np.int32)
+        # exact in int32: |sum| <= rows * 2**14 per block; the sum over the K blocks and the
+        # accumulation wrap modulo 2**32 as in the accumulator
+        out = np.zeros((m, c.cols), dtype=np.int32)
+        for j in range(blocks):
+            a0, w0 = body.a_row + j * m, body.w_row + j * c.rows
+            a = self.spad[a0:a0 + m, :c.rows]
+            if transpose:  # array column n <- spad row w_row + n (rows == cols)
+                w = self.spad[w0:w0 + c.cols, :c.rows].T
+            else:
+                w = self.spad[w0:w0 + c.rows, :c.cols]
+            out += np.matmul(a, w, dtype=np.int32)
         dst = self.acc[body.acc_row:body.acc_row + m]
         if accumulate:
             dst[:, :c.cols] += out
@@ -314,16 +318,34 @@ class Engines:
         self.dram[addr:addr + 4] = value.to_bytes(4, "little")
 
 
-def _load_cut(failed: list, row: int, row_addr: int, row_bytes: int, local_row_bytes: int) -> int:
+def _load_cut(failed: list, row: int, row_addr: int, row_bytes: int, beat: int,
+              local_row_bytes: int) -> int:
     """How many local rows of DRAM row ``row`` a load writes before the first failing burst
     (``failed[0]``): all of a row before it, none after it, and in its row those whose last
-    byte lies before the burst's first beat."""
-    n = row_bytes // local_row_bytes
+    chunk the DMA moves with an R beat before the burst's first beat.
+
+    A chunk of word ``w`` (:class:`hw.isa.timing.DmaRow`) moves with beat ``w``, or beat
+    ``w + 1`` when the row is shifted (``s > 0``), and the flush word with the row's last beat
+    (``hw.dma.align.Unpacker``: a word that uses a failing beat writes nothing, and nothing
+    after it is written)."""
+    row_layout = DmaRow(row_addr, row_bytes, beat, local_row_bytes)
+    n = row_layout.chunks_before(row_layout.words)
+    lrows = -(-row_bytes // local_row_bytes)
     if not failed or row < failed[0].row:
-        return n
+        return lrows
     if row > failed[0].row:
         return 0
-    return max(0, min(n, (failed[0].addr - row_addr) // local_row_bytes))
+    first_beat = row_addr - row_addr % beat
+    period = row_layout.period
+    for j in range(lrows):
+        chunk = min((j + 1) * period, n) - 1          # the chunk that completes local row j
+        w = 0
+        while row_layout.chunks_before(w + 1) <= chunk:
+            w += 1
+        d = min(w + (row_layout.s > 0), row_layout.beats - 1)
+        if first_beat + d * beat >= failed[0].addr:
+            return j
+    return lrows
 
 
 def _row_starts(first: int, stride: int, n_rows: int) -> list[int]:

@@ -21,7 +21,9 @@ cycle ``c`` changes registers from ``c + 1`` on.
 
 from __future__ import annotations
 
-from hw.isa import COMMAND_BYTES, ENGINE_NAMES, ErrorCode, Opcode, sem_reached
+from collections import deque
+
+from hw.isa import COMMAND_BYTES, ENGINE_NAMES, ErrorCode, Opcode, engine_in_flight, sem_reached
 from sw.perf import timing as T
 from sw.perf.decode import OPCODE_VALUES, Decoded, decode_command
 from sw.perf.events import DECIDE, UPDATE
@@ -467,12 +469,25 @@ class FetchUnit:
         self.wake(now)
 
 
+class _InEngine:
+    """A command in the engine (taken, not retired), as the RTL queue's record keeps it."""
+
+    __slots__ = ("cmd", "t", "error", "addr", "span", "done", "version")
+
+    def __init__(self, cmd: Decoded, t: int, error: ErrorCode, addr: int, span: list) -> None:
+        self.cmd, self.t, self.error, self.addr, self.span = cmd, t, error, addr, span
+        self.done = _BIG
+        self.version = 0
+
+
 class EngineQueue:
     """The per-queue FIFOs in front of one engine, its round-robin arbitration, the sem-stall
     counter, retirement (signal, error, trace) and the engine itself.
 
     ``engine.start(cmd, t, error)`` is called when the engine takes a command in cycle ``t``
-    (after the functional model executed it); the engine answers with :meth:`set_done`.
+    (after the functional model executed it); the engine answers with :meth:`set_done`. Up to
+    :func:`hw.isa.engine_in_flight` commands are in the engine at once (:attr:`in_flight`,
+    oldest first); they retire in order.
     """
 
     def __init__(self, m, index: int, engine) -> None:
@@ -488,13 +503,20 @@ class EngineQueue:
             stage = m.stages[q]
             self.fifos.append(CommandFifo(depth, self._head,
                                           lambda c, st=stage, i=q: st.space(self.fifos[i], c)))
-        self.free_from = 0
+        self.limit = engine_in_flight(m.config, self.name)
+        self.in_flight: deque[_InEngine] = deque()
+        self.engine_free = 0                   # the engine's own cmd.ready from this cycle
         self.last = 0
-        self.current: tuple | None = None      # (cmd, take cycle, error, addr, busy span)
-        self.version = 0
         self.stall = None                      # open stall.<engine>.sem interval
         self.retired_name = f"retired.{self.name}"
         self._engine_retired = getattr(engine, "retired", None)
+
+    @property
+    def free_from(self) -> int:
+        """First cycle a command can be taken: the engine is ready and has room."""
+        if len(self.in_flight) >= self.limit:
+            return max(self.engine_free, self.in_flight[0].done + 1)
+        return self.engine_free
 
     def _head(self, c: int) -> None:
         """A head is readable from ``c``; a busy engine looks when it is free again."""
@@ -525,6 +547,9 @@ class EngineQueue:
                 return
             blocked = True
             sems.watch(cmd.wait_sem, self.wake)
+        # stall.<engine>.sem counts only while the engine holds no command (busy low); a
+        # retirement wakes the queue again
+        blocked = blocked and not self.in_flight
         if blocked or self.stall is not None:
             self._set_stall(c, blocked)
 
@@ -539,29 +564,35 @@ class EngineQueue:
         m = self.m
         cmd = self.fifos[q].take(c).cmd
         self.last = q
-        self.free_from = _BIG
+        self.engine_free = _BIG
         error, addr = execute_engine(m.model, cmd)
         if error is not _NONE:
             m.failing += 1
         span = m.ledger.busy_start(self.name, c + 1)
-        self.current = (cmd, c, error, addr, span)
+        self.in_flight.append(_InEngine(cmd, c, error, addr, span))
         self.engine.start(cmd, c, error)
 
-    def set_done(self, done: int) -> None:
-        """The engine's ``done`` pulse is in cycle ``done`` (replaces an earlier answer)."""
-        self.version += 1
-        self.free_from = done + 1
-        self.m.eq.at(done + 1, UPDATE, self._retire, self.version, done)
+    def set_done(self, done: int, free_from: int | None = None) -> None:
+        """The ``done`` pulse of the command taken last is in cycle ``done`` (replaces an
+        earlier answer); the engine takes the next command from ``free_from`` (default
+        ``done + 1``: an engine that takes a command only when idle)."""
+        e = self.in_flight[-1]
+        e.version += 1
+        e.done = done
+        self.engine_free = done + 1 if free_from is None else free_from
+        self.m.eq.at(done + 1, UPDATE, self._retire, e, e.version, done)
+        if free_from is not None:
+            self.wake(max(self.free_from, self.m.eq.now))
 
-    def _retire(self, version: int, done: int) -> None:
-        if version != self.version or self.current is None:
+    def _retire(self, e: _InEngine, version: int, done: int) -> None:
+        if version != e.version or not self.in_flight or self.in_flight[0] is not e:
             return
         m = self.m
-        cmd, t, error, addr, span = self.current
-        self.current = None
+        self.in_flight.popleft()
+        cmd, t, error, addr = e.cmd, e.t, e.error, e.addr
         if error is not _NONE:
             m.failing -= 1
-        m.ledger.busy_end(span, done + 1)
+        m.ledger.busy_end(e.span, done + 1)
         m.ledger.counts[self.retired_name] += 1
         m.trace_push(self.index, cmd.queue, cmd.index, t, done)
         q = cmd.queue

@@ -300,6 +300,46 @@ def _random_stream(device: Device, seed: int = 0, n_commands: int = 60) -> dict:
     return {"digest": _digest(np.frombuffer(out.read(), np.uint8)), "commands": len(cmds)}
 
 
+def _matmul_back_to_back(device: Device, seed: int = 1, n_commands: int = 48) -> dict:
+    """MATMULs with no wait between them, so the matrix engine takes each while earlier ones
+    run: random sizes around ``max(rows, cols)``, 1 to 4 K blocks, accumulate, transposed
+    weights (square arrays), K chains onto the same rows and commands whose first row is the
+    previous one's last; then every accumulator row the stream wrote is stored. Digest of
+    the stored rows."""
+    cfg = device.config
+    rng = np.random.default_rng(seed)
+    srb, arb = cfg.spad_row_bytes, cfg.acc_row_bytes
+    rows, acc_rows = 256, 48
+    big = max(cfg.rows, cfg.cols)
+    src = device.upload(rng.integers(0, 256, rows * srb, dtype=np.uint8))
+    out = device.alloc(acc_rows * arb)
+    cmds = CommandList()
+    sem = device.semaphore(0)
+    cmds.dma_load(mem=LocalMem.SPAD, dram_addr=src.addr, dram_stride=srb, row_bytes=srb,
+                  n_rows=rows, local_row=0, local_stride=1, signal=0)
+    prev = None
+    for i in range(n_commands):
+        m = int(rng.choice([1, 2, big - 1, big, big + 1, 2 * big + 3]))
+        blocks = int(rng.integers(1, 5))
+        acc_row = int(rng.integers(0, acc_rows - m))
+        kind = int(rng.integers(0, 4))
+        if kind == 1 and prev is not None:                   # K chain: the same rows
+            acc_row, m = prev
+        elif kind == 2 and prev is not None and prev[1] >= big:
+            acc_row = min(prev[0] + prev[1] - 1, acc_rows - m)   # first row = last row
+        cmds.matmul(a_row=int(rng.integers(0, rows - blocks * m)),
+                    w_row=int(rng.integers(0, rows - blocks * big)), acc_row=acc_row, m=m,
+                    accumulate=i > 0 and kind != 3, k_blocks=blocks,
+                    transpose=cfg.rows == cfg.cols and bool(rng.integers(0, 3) == 0),
+                    wait=(0, sem + 1) if i == 0 else None,
+                    signal=0 if i == n_commands - 1 else None)
+        prev = (acc_row, m)
+    cmds.dma_store(mem=LocalMem.ACC, dram_addr=out.addr, dram_stride=arb, row_bytes=arb,
+                   n_rows=acc_rows, local_row=0, local_stride=1, wait=(0, sem + 2))
+    device.run(cmds)
+    return {"digest": _digest(np.frombuffer(out.read(), np.uint8)), "commands": len(cmds)}
+
+
 def _dma_edges(device: Device) -> dict:
     """Rows across 4 KiB boundaries, bursts longer than 256 beats, zero-length transfers,
     one-beat strided rows and accumulator rows, loads and stores (serialized)."""
@@ -484,6 +524,7 @@ def _build() -> dict[str, Workload]:
            Workload("processor_commands", "sync", _processor_commands),
            Workload("ring_wrap_16", "sync", _ring_wrap),
            Workload("random_stream", "commands", _random_stream),
+           Workload("matmul_back_to_back", "commands", _matmul_back_to_back),
            Workload("dma_edges", "commands", _dma_edges),
            Workload("softmax_rows", "commands", _softmax_rows),
            Workload("errors_recovery", "errors", _errors),
@@ -513,6 +554,7 @@ def _other_configs() -> list[Workload]:
                         _attention(16, "causal", d=16), cfg),
                Workload(f"{tag}_two_streams_events", "streams", _two_streams, cfg),
                Workload(f"{tag}_random_stream", "commands", _random_stream, cfg),
+               Workload(f"{tag}_matmul_back_to_back", "commands", _matmul_back_to_back, cfg),
                Workload(f"{tag}_dma_edges", "commands", _dma_edges, cfg)]
     return ws
 

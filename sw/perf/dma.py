@@ -2,14 +2,18 @@
 
 Load: after the checks, read bursts are requested from ``t + 3``, one AR per cycle while fewer
 than ``dma_outstanding`` are in flight; the DRAM answers in order (:class:`ReadChannel`); the
-channel cuts the R beats into local rows, one ``G``-byte chunk per cycle, and a chunk that
-completes a local row waits while a higher-priority writer has the memory's write port
-(:func:`sw.perf.ports.walk`, a closed form per burst). ``done`` is 2 cycles after the last beat.
+channel realigns the R beats into words and cuts them into local rows, one step per cycle (a
+``G``-byte chunk, or the prime of a row at an address that is not a multiple of ``G``; the
+steps of every burst are :class:`hw.isa.timing.Burst`'s), and a chunk that completes a local
+row waits while a higher-priority writer has the memory's write port
+(:func:`sw.perf.ports.walk`, a closed form per burst). ``done`` is 2 cycles after the last
+step: the last beat, or the flush word after it.
 
-Store: local rows are read one chunk per cycle while the 4-entry W buffer holds at most 2 beats
-(reads are never denied); a beat is in the buffer 2 cycles after the read of its last chunk; W
-beats go while the write channels are granted (:class:`WriteChannel`); ``done`` is 2 cycles
-after the last B response. The store is timed beat by beat (stores are short next to loads).
+Store: one step per cycle (a local chunk read, or the flush slot of a row whose last beat
+holds only bytes of the word before) while the 4-entry W buffer holds at most 2 beats (reads
+are never denied); a beat is in the buffer 2 cycles after its last step; W beats go while the
+write channels are granted (:class:`WriteChannel`); ``done`` is 2 cycles after the last B
+response. The store is timed beat by beat (stores are short next to loads).
 
 Each command is a ledger :class:`~sw.perf.ledger.Item` that counts its stall cycles by the
 definitions of ``DMA.stall`` and its bytes at the handshakes.
@@ -33,8 +37,9 @@ _BIG = 1 << 62
 
 
 class _Geometry:
-    """Where each burst of a transfer starts within the local rows (``G = min(L, beat)``-byte
-    chunks; the chunk counts of a burst are in :class:`hw.isa.timing.Burst`)."""
+    """Which load steps of a burst complete a local row (``G = min(L, beat)``-byte chunks;
+    the steps of a burst are in :class:`hw.isa.timing.Burst`, the row layout in
+    :class:`hw.isa.timing.DmaRow`)."""
 
     def __init__(self, config: NPUConfig, body, mem: LocalMem) -> None:
         beat = config.axi_data_bytes
@@ -42,20 +47,45 @@ class _Geometry:
         self.g = min(local, beat)
         self.beat = beat
         self.body = body
-        #: L >= beat: one chunk per beat and every ``period``-th completes a local row;
-        #: L < beat: every chunk completes one
-        self.period = local // beat if local >= beat else 1
+        #: chunks per local row: every ``period``-th completes one (L >= beat: one chunk per
+        #: beat; L < beat: every chunk)
+        self.period = local // self.g
 
-    def phase(self, burst: Burst) -> int:
-        """Chunks of its local row before the burst's first chunk (modulo ``period``)."""
-        if self.period == 1:
-            return 0
-        row = self.body.dram_addr + burst.row * self.body.dram_stride   # beat aligned here
-        return (burst.addr - row) // self.beat % self.period
+    def pattern(self, burst: Burst) -> dict:
+        """``walk`` arguments for the burst's steps: ``phase`` (chunks of its local row before
+        its first chunk, modulo ``period``), ``skip`` (its prime) and ``force`` (the step of
+        the row's last chunk when it completes a partial local row)."""
+        row = burst.layout
+        skip = int(burst.prime)
+        force = None
+        if burst.row_last and row.chunks % self.period:
+            force = row.chunks - 1 - burst.first_chunk + skip
+        return {"phase": burst.first_chunk % self.period, "skip": skip, "force": force}
+
+    def pattern_from(self, pattern: dict, before: int) -> dict:
+        """``pattern`` (of a burst's steps) for the steps from step ``before`` on (a beat's,
+        timed beat by beat, or the flush word's)."""
+        phase, skip, force = pattern["phase"], pattern["skip"], pattern["force"]
+        if before >= skip:
+            phase, skip = (phase + before - skip) % self.period, 0
+        else:
+            skip -= before
+        force = force - before if force is not None and force >= before else None
+        return {"phase": phase, "skip": skip, "force": force}
+
+    def needs_port(self, pattern: dict, i: int) -> bool:
+        """Whether step ``i`` of ``pattern`` completes a local row (the rule of
+        :func:`sw.perf.ports.walk`)."""
+        skip, force = pattern["skip"], pattern["force"]
+        return i == force or (i >= skip and (pattern["phase"] + i - skip) % self.period
+                              == self.period - 1)
 
 
-def _last_chunks(burst: Burst) -> int:
-    return burst.first_chunks if burst.beats == 1 else burst.last_chunks
+def _targets(burst: Burst) -> tuple[int, ...]:
+    """Step indices of the burst's first R handshake, its last, and its last step (the tail)."""
+    total, last = burst.steps, burst.last_steps
+    out = (total - 1,) if burst.beats == 1 else (total - last - 1, total - 1)
+    return out + ((total + burst.tail - 1,) if burst.tail else ())
 
 
 class _LoadJob(Item):
@@ -73,9 +103,11 @@ class _LoadJob(Item):
         self.granted: list[ServedBurst] = []
         self.requested: list[int] = []  # ARVALID from (per burst)
         self.holds: dict[int, list[tuple[int, int]]] = {}   # burst index -> hold spans
+        self.x0: dict[int, int] = {}          # burst index -> cycle of its first step
+        self.last_step: dict[int, int] = {}   # burst index -> cycle of its last step
         #: beat by beat: burst index -> per beat, the index of its first hold in ``holds``
         self.hold_from: dict[int, list[int]] = {}
-        self._phases: dict[int, int] = {}
+        self._shapes: dict[int, tuple[dict, list[int], list[int]]] = {}
         self._busy_stamp: tuple | None = None
         self._busy: list[tuple[int, int]] = []
         self.completed = 0
@@ -94,7 +126,7 @@ class _LoadJob(Item):
             denied.append((self.requested[-1], hi))
         holds = merge(holds)
         waiting = subtract(union(inflight), union(rvalid))
-        stall = union(waiting, subtract(merge(denied), holds))
+        stall = subtract(union(waiting, merge(denied)), holds)
         out["stall.load.dram_read"] += measure(stall, lo, hi)
         out[self.reason] += measure(holds, lo, hi)
 
@@ -107,12 +139,18 @@ class _LoadJob(Item):
             out["bytes_read"] += sum(1 for c in self.beat_cycles(b, k) if lo <= c < hi) \
                 * self.beat
 
-    def phase(self, k: int) -> int:
-        """:meth:`_Geometry.phase` of burst ``k`` (cached)."""
-        p = self._phases.get(k)
-        if p is None:
-            p = self._phases[k] = self.geo.phase(self.bursts[k])
-        return p
+    def shape(self, k: int) -> tuple[dict, list[int], list[int]]:
+        """Burst ``k``'s :meth:`_Geometry.pattern`, load steps per beat and steps before each
+        beat (cached)."""
+        s = self._shapes.get(k)
+        if s is None:
+            burst = self.bursts[k]
+            per_beat = burst.steps_per_beat()
+            before = [0]
+            for n in per_beat[:-1]:
+                before.append(before[-1] + n)
+            s = self._shapes[k] = (self.geo.pattern(burst), per_beat, before)
+        return s
 
     def busy(self, now: int) -> list[tuple[int, int]]:
         """The merged busy spans of the write ports above the DMA that end after ``now``
@@ -124,15 +162,15 @@ class _LoadJob(Item):
         return self._busy
 
     def beat_cycles(self, b: ServedBurst, k: int) -> list[int]:
-        """Cycle of each R handshake of burst ``k`` (its beats' last chunks), replayed against
+        """Cycle of each R handshake of burst ``k`` (its beats' last steps), replayed against
         its own holds (the only busy cycles that moved it)."""
         burst = self.bursts[k]
         ends, total = [], 0
-        for n in burst.chunks_per_beat():
+        for n in burst.steps_per_beat():
             total += n
             ends.append(total - 1)
-        times, _ = walk(b.v0, total, self.geo.period, self.geo.phase(burst),
-                        self.holds.get(k, []), tuple(ends))
+        times, _ = walk(self.x0[k], total + burst.tail, self.geo.period, busy=self.holds.get(k, []),
+                        targets=tuple(ends), **self.geo.pattern(burst))
         return times
 
 
@@ -191,23 +229,29 @@ class LoadChannel:
         job, k = served.tag
         burst = job.bursts[k]
         geo = job.geo
-        total, last = burst.chunks, _last_chunks(burst)
-        targets = (total - 1,) if burst.beats == 1 else (total - last - 1, total - 1)
-        busy = merged(job.lists, served.v0)
+        # the data path takes its first step once the beat is shown and the previous burst's
+        # steps (a flush word after its last beat, see DmaRow) are over
+        x = served.v0 if k == 0 else max(served.v0, job.last_step[k - 1] + 1)
+        busy = merged(job.lists, x)
         if k in job.holds:
             # re-timed while in progress: the holds so far are final even where the port's
             # spans that caused them have been dropped since
             now = self.eq.now
             busy = merge(busy + [h for h in job.holds[k] if h[0] < now])
-        times, holds = walk(served.v0, total, geo.period, geo.phase(burst), busy, targets)
+        times, holds = walk(x, burst.steps + burst.tail, geo.period, busy=busy,
+                            targets=_targets(burst), **geo.pattern(burst))
         job.holds[k] = holds
+        job.x0[k] = x
+        job.last_step[k] = times[-1]
         if burst.beats == 1:
             return served.v0, times[0]
         return times[0] + 1, times[1]
 
     def r_take(self, served: ServedBurst, i: int, visible: int) -> int:
-        """Beat ``i`` visible from ``visible``: its chunks go one per cycle from then, the one
-        that completes a local row held while the port is busy; taken with its last chunk."""
+        """Beat ``i`` visible from ``visible``: its steps go one per cycle from then (beat 0
+        of a burst after the previous burst's flush word), a chunk that completes a local row
+        held while the port is busy; taken with its last step. The last beat's steps go on
+        with the row's flush word (:attr:`Burst.tail`), which sets the burst's last step."""
         job, k = served.tag
         burst = job.bursts[k]
         holds = job.holds.get(k)
@@ -225,22 +269,26 @@ class LoadChannel:
                 busy = merge(busy + past)
         starts.append(len(holds))
         geo = job.geo
-        if i == 0:
-            n, before = burst.first_chunks, 0
+        pattern, per_beat, before = job.shape(k)
+        pat = geo.pattern_from(pattern, before[i])
+        n = per_beat[i]
+        tail = burst.tail if i == burst.beats - 1 else 0
+        x = visible if i or not k else max(visible, job.last_step[k - 1] + 1)
+        if n == 1 and not tail:           # one step: held only if it completes a local row
+            take = x
+            if geo.needs_port(pat, 0):
+                take = first_free(busy, x)
+                if take > x:
+                    holds.append((x, take))
+            last = take
         else:
-            n = burst.last_chunks if i == burst.beats - 1 else burst.beat_chunks
-            before = burst.first_chunks + (i - 1) * burst.beat_chunks
-        phase = (job.phase(k) + before) % geo.period
-        if n == 1:                        # one chunk: held only if it completes a local row
-            if phase != geo.period - 1:
-                return visible
-            take = first_free(busy, visible)
-            if take > visible:
-                holds.append((visible, take))
-            return take
-        times, new = walk(visible, n, geo.period, phase, busy, (n - 1,))
-        holds.extend(new)
-        return times[0]
+            targets = (n - 1, n + tail - 1) if tail else (n - 1,)
+            times, new = walk(x, n + tail, geo.period, busy=busy, targets=targets, **pat)
+            holds.extend(new)
+            take, last = times[0], times[-1]
+        if i == burst.beats - 1:
+            job.last_step[k] = last
+        return take
 
     def burst_done(self, served: ServedBurst) -> None:
         job, k = served.tag
@@ -250,21 +298,46 @@ class LoadChannel:
             if len(job.requested) == len(job.granted):     # it waited for room
                 self._request(job, c)
         elif job.completed == len(job.bursts):
-            job.done = c + 1
-            job.end = job.done + 1
-            self.job = None
-            self.queue.set_done(job.done)
+            self._finish(job)
+
+    def _finish(self, job: _LoadJob) -> None:
+        """``done`` 2 cycles after the last step (the last R handshake or the flush word)."""
+        job.done = job.last_step[len(job.bursts) - 1] + T.DMA_DONE_AFTER_LAST
+        job.end = job.done + 1
+        self.queue.set_done(job.done)
 
     def _port_write(self, a: int, port: BusyList) -> None:
         """A higher-priority write of ``port`` was planned from cycle ``a``: re-time the
         bursts it may hold (if the transfer writes that memory)."""
         job = self.job
-        if job is None or port not in job.lists:
+        if job is None or port not in job.lists or (job.done is not None and job.done < a):
             return
+        for k, served in enumerate(job.granted):
+            if job.bursts[k].tail and served.c_last < a <= job.last_step.get(k, -1):
+                # its beats are taken, its flush word still to move: re-time that
+                self._retime_tail(job, k)
         for served in job.granted:
             if not served.done and served.c_last >= a:
                 self.reads.reschedule(served, a)
                 return
+
+    def _retime_tail(self, job: _LoadJob, k: int) -> None:
+        """Re-time the flush word of burst ``k``, after its last R handshake (final: the
+        port write that moves it comes later)."""
+        burst, geo = job.bursts[k], job.geo
+        c_last = job.granted[k].c_last
+        now = self.eq.now
+        holds = job.holds[k]
+        keep = [h for h in holds if h[0] <= c_last]
+        past = [h for h in holds if c_last < h[0] < now]
+        busy = merge(merged(job.lists, c_last + 1) + past)
+        pattern, _, _ = job.shape(k)
+        times, new = walk(c_last + 1, burst.tail, geo.period, busy=busy,
+                          targets=(burst.tail - 1,), **geo.pattern_from(pattern, burst.steps))
+        job.holds[k] = keep + new
+        job.last_step[k] = times[-1]
+        if k == len(job.bursts) - 1 and job.completed == len(job.bursts):
+            self._finish(job)
 
 
 class _StoreJob(Item):
@@ -275,12 +348,13 @@ class _StoreJob(Item):
         self.bursts = bursts
         self.geo = geo
         self.beat_bytes = beat_bytes
-        # beats in transfer order: (chunks, strobed bytes)
+        # beats in transfer order: (steps: local reads or the flush slot, strobed bytes)
         self.beats: list[tuple[int, int]] = []
         self.first_beat: list[int] = []      # per burst: index of its first beat
         for burst in bursts:
             self.first_beat.append(len(self.beats))
-            self.beats.extend((n, n * geo.g) for n in burst.chunks_per_beat())
+            self.beats.extend(zip(burst.store_steps_per_beat(), burst.strobes_per_beat(),
+                                  strict=True))
         self.V: list[int] = []                # beat in the W buffer (WVALID) from
         self.W: list[int] = []                # W handshake
         self.read0 = t + T.DMA_FIRST_REQUEST - 1
@@ -296,7 +370,7 @@ class _StoreJob(Item):
         self.done = None
 
     def produce(self, k: int) -> None:
-        """Local reads up to the last chunk of beat ``k``: one per cycle, each only while the
+        """Store steps up to the last one of beat ``k``: one per cycle, each only while the
         W buffer holds at most 2 beats (``V <= x`` in, ``W < x`` out)."""
         while len(self.V) <= k:
             chunks, _ = self.beats[len(self.V)]

@@ -22,8 +22,10 @@ _NONE = ErrorCode.NONE
 
 
 class MatrixEngine:
-    """MATMUL: fixed latency; writes one accumulator row per cycle for its last ``m`` cycles
-    (``acc_busy``, the highest priority on the accumulator's write port)."""
+    """MATMUL: the pipelined schedule of :class:`hw.isa.timing.MatmulTimeline` (the next
+    command taken while earlier ones run, in-order retirement); each command writes one
+    accumulator row per cycle (``acc_busy``, the highest priority on the accumulator's write
+    port)."""
 
     name = "matrix"
 
@@ -31,15 +33,14 @@ class MatrixEngine:
         self.config = config
         self.acc_busy = acc_busy
         self.queue = None
+        self.timeline = T.MatmulTimeline(config)
 
     def start(self, cmd, t: int, error: ErrorCode) -> None:
-        m = cmd.body.m
-        if error is not _NONE or m == 0:
-            self.queue.set_done(t + T.QUICK_RETIRE)
-            return
-        done = t + T.matmul_done(self.config, m)
-        self.acc_busy.add(done - m, done, self)
-        self.queue.set_done(done)
+        b = cmd.body
+        times = self.timeline.take(t, b.m, k_blocks=b.k_len + 1, error=error is not _NONE)
+        for first, end in times.writes:
+            self.acc_busy.add(first, end, self)
+        self.queue.set_done(times.done, free_from=times.accept_from)
 
 
 class _Softmax(Item):
@@ -62,7 +63,8 @@ class _Softmax(Item):
 
 
 class VectorEngine:
-    """REQUANT (fixed latency, one scratchpad row per cycle) and SOFTMAX (row by row; the
+    """REQUANT (fixed latency, one scratchpad row per cycle, every other cycle with
+    ``flags.row_scale``) and SOFTMAX (row by row; the
     reciprocal row written every ``cols`` rows waits while the matrix engine writes the
     accumulator). Its scratchpad writes (``spad_busy``) and reciprocal writes (``acc_busy``)
     come before the DMA's on the ports."""

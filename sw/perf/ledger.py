@@ -215,7 +215,9 @@ class Ledger:
                 a = max(a, lo)
                 if b > a:
                     clipped.append((a, b))
-            spans[e] = clipped
+            # busy is high while the engine holds a command: the union of the commands'
+            # spans (the matrix engine's overlap)
+            spans[e] = clipped = merge(clipped)
             self.totals[f"busy.{e}"] += measure(clipped)
             self.busy[e] = [x for x in lst if x[1] is None or x[1] > hi]
         dma = union(spans["load"], spans["store"])

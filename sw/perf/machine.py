@@ -19,7 +19,7 @@ from sw.perf.dma import LoadChannel, StoreChannel
 from sw.perf.engines import MatrixEngine, VectorEngine
 from sw.perf.events import DECIDE, UPDATE, EventQueue
 from sw.perf.ledger import Ledger
-from sw.perf.memory import BeatScheduler, ReadChannel, WriteChannel
+from sw.perf.memory import BeatScheduler, ReadChannel, WriteChannel, dram_read_queue
 from sw.perf.ports import BusyList
 
 __all__ = ["Machine", "TraceEntry", "LatchedError"]
@@ -71,8 +71,9 @@ class Machine:
         self.stages = [Stage(self, q) for q in range(n)]
         #: beat-by-beat timing of R and W (used under backpressure or a bandwidth limit)
         self.beats = BeatScheduler(eq, timing, cfg.axi_data_bytes)
-        self.reads = ReadChannel(eq, timing, self.beats)
-        self.writes = WriteChannel(eq, timing, self.beats)
+        queue = dram_read_queue(cfg)
+        self.reads = ReadChannel(eq, timing, self.beats, queue)
+        self.writes = WriteChannel(eq, timing, self.beats, queue)
         self.fetch = FetchUnit(self)
 
         now = self._now
@@ -120,9 +121,9 @@ class Machine:
         if not self.failing:
             return True
         for eqn in self.engine_queues.values():
-            cur = eqn.current
-            if cur is not None and cur[0].queue == q and cur[2] is not ErrorCode.NONE:
-                return False
+            for e in eqn.in_flight:
+                if e.cmd.queue == q and e.error is not ErrorCode.NONE:
+                    return False
         return True
 
     def stage_inputs_settled(self, q: int, c: int) -> bool:
@@ -133,10 +134,9 @@ class Machine:
         if not self.failing:
             return True
         for eqn in self.engine_queues.values():
-            cur = eqn.current
-            if (cur is not None and cur[0].queue == q and cur[2] is not ErrorCode.NONE
-                    and eqn.free_from <= c):
-                return False
+            for e in eqn.in_flight:
+                if e.cmd.queue == q and e.error is not ErrorCode.NONE and e.done + 1 <= c:
+                    return False
         return True
 
     def queue_busy(self, q: int) -> bool:

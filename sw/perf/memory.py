@@ -44,19 +44,29 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hw.config import NPUConfig, next_pow2
 from sw.dram import MIN_READ_LATENCY, MIN_WRITE_LATENCY, DramTiming
 from sw.perf.beats import BeatScheduler
 from sw.perf.draws import StallDraws
 from sw.perf.events import ARBITRATE, DECIDE, UPDATE, EventQueue
 
-__all__ = ["DRAM_READ_QUEUE", "DRAM_WRITE_QUEUE", "DMA", "CP", "ReadChannel", "ServedBurst",
-           "Reader", "WriteChannel", "WriteGrant", "Writer", "BeatScheduler", "check_timing",
-           "beat_timed"]
+__all__ = ["DRAM_READ_QUEUE", "DRAM_WRITE_QUEUE", "dram_read_queue", "DMA", "CP", "ReadChannel",
+           "ServedBurst", "Reader", "WriteChannel", "WriteGrant", "Writer", "BeatScheduler",
+           "check_timing", "beat_timed"]
 
-#: Read bursts the DRAM model queues (``cosim.build.DRAM_OUTSTANDING``; ARREADY falls when full).
+#: Read bursts the DRAM model queues at least (ARREADY falls when full; :func:`dram_read_queue`).
 DRAM_READ_QUEUE = 16
-#: Write bursts awaiting their B response the DRAM model holds (AWREADY falls when full).
-DRAM_WRITE_QUEUE = 16
+#: Write bursts awaiting their B response the DRAM model holds at least (AWREADY falls when
+#: full; the same ``OUTSTANDING`` as the read queue, :func:`dram_read_queue`).
+DRAM_WRITE_QUEUE = DRAM_READ_QUEUE
+
+
+def dram_read_queue(config: NPUConfig) -> int:
+    """Read bursts (and write bursts awaiting B) that the co-simulation's DRAM model queues for
+    ``config`` (``dram.sv``'s ``OUTSTANDING``, set by ``cosim.build``): :data:`DRAM_READ_QUEUE`,
+    or the next power of two above ``dma_outstanding`` plus the command fetch when that is
+    more, so that the queue never holds the DMA below its own limit."""
+    return max(DRAM_READ_QUEUE, next_pow2(config.dma_outstanding + 1))
 #: AXI manager indices (IDs) on the NPU's memory port: the DMA and the command processor.
 DMA, CP = 0, 1
 
@@ -149,7 +159,7 @@ class _ReadRequest:
 
 
 class ReadChannel:
-    """AR arbitration, the DRAM's read queue and its R channel.
+    """AR arbitration, the DRAM's read queue (``queue`` bursts) and its R channel.
 
     Parameters
     ----------
@@ -158,11 +168,14 @@ class ReadChannel:
     beats : BeatScheduler, optional
         Shared with the :class:`WriteChannel` when the beats are timed one by one (needed for
         a bandwidth limit); made here if not given.
+    queue : int
+        Read bursts the DRAM queues (:func:`dram_read_queue`).
     """
 
     def __init__(self, eq: EventQueue, timing: DramTiming,
-                 beats: BeatScheduler | None = None) -> None:
+                 beats: BeatScheduler | None = None, queue: int = DRAM_READ_QUEUE) -> None:
         self.eq = eq
+        self.queue = queue
         self.timing = check_timing(timing)
         #: edges from the AR handshake to the first at which the burst may be fetched, less 1
         self.fetch_after = timing.read_latency - MIN_READ_LATENCY + 2
@@ -216,7 +229,7 @@ class ReadChannel:
             else:
                 pick = (self.ar_last + 1) % 2
             req = pending[pick]
-        if len(self.bursts) >= DRAM_READ_QUEUE and self._queue_full(c):
+        if len(self.bursts) >= self.queue and self._queue_full(c):
             self.locked = pick
             self._arbitrate_at(c + 1)
             return
@@ -252,7 +265,7 @@ class ReadChannel:
 
     def _queue_full(self, c: int) -> bool:
         queued = sum(1 for b in self.bursts if b.accept < c and b.load > c)
-        return queued >= DRAM_READ_QUEUE
+        return queued >= self.queue
 
     # -- R --------------------------------------------------------------------------------
 
@@ -353,11 +366,14 @@ class WriteChannel:
     timing : DramTiming
     beats : BeatScheduler, optional
         Shared with the :class:`ReadChannel` (needed for a bandwidth limit).
+    queue : int
+        Write bursts awaiting B the DRAM holds (:func:`dram_read_queue`).
     """
 
     def __init__(self, eq: EventQueue, timing: DramTiming,
-                 beats: BeatScheduler | None = None) -> None:
+                 beats: BeatScheduler | None = None, queue: int = DRAM_WRITE_QUEUE) -> None:
         self.eq = eq
+        self.queue = queue
         check_timing(timing)
         self.b_after = timing.write_latency      #: last W beat to B (cycles)
         self.aw_draws = StallDraws(timing, "aw")
@@ -369,7 +385,7 @@ class WriteChannel:
         self.idle_from = 0         # first cycle the DRAM is in W_IDLE
         self.current: WriteGrant | None = None    # the newest grant
         #: B handshakes of the grants before the newest (the B queue's occupancy)
-        self._b_hist: deque[int] = deque(maxlen=DRAM_WRITE_QUEUE)
+        self._b_hist: deque[int] = deque(maxlen=queue)
         self._arb_at: set[int] = set()
         self.beats = None
         if timing.bytes_per_cycle is not None:
@@ -399,7 +415,7 @@ class WriteChannel:
         if self.current is not None:
             self._b_hist.append(self.current.b)
         aw = max(c + 1, self.idle_from)
-        if len(self._b_hist) == DRAM_WRITE_QUEUE:      # B queue full until one leaves
+        if len(self._b_hist) == self.queue:      # B queue full until one leaves
             aw = max(aw, self._b_hist[0] + 1)
         grant = WriteGrant(pick, tag, aw=self.aw_draws.next_free(aw), beats=beats,
                            writer=writer)

@@ -7,10 +7,10 @@ pipelined and known in advance (an engine's write cycles follow from the cycle i
 command), so each is a :class:`BusyList` of cycles; a lower-priority writer consults the union
 of the lists above it.
 
-:func:`walk` is the closed form of the DMA load channel against a port: a run of chunks, one per
+:func:`walk` is the closed form of the DMA load channel against a port: a run of steps, one per
 cycle, where every ``period``-th chunk completes a local row and must find the port free; a
-chunk that finds it busy is held (the R beat with it, ``stall.load.spad`` / ``acc``) until the
-port is free again, and everything behind it waits.
+chunk that finds it busy is held (its word and R beat with it, ``stall.load.spad`` / ``acc``)
+until the port is free again, and everything behind it waits.
 """
 
 from __future__ import annotations
@@ -82,13 +82,16 @@ def first_free(busy: list[tuple[int, int]], x: int) -> int:
 
 
 def walk(x: int, n: int, period: int, phase: int, busy: list[tuple[int, int]],
-         targets: tuple[int, ...]) -> tuple[list[int], list[tuple[int, int]]]:
-    """Time ``n`` chunks that start at cycle ``x``, one per cycle, against a port.
+         targets: tuple[int, ...], skip: int = 0,
+         force: int | None = None) -> tuple[list[int], list[tuple[int, int]]]:
+    """Time ``n`` steps that start at cycle ``x``, one per cycle, against a port.
 
-    Chunk ``i`` needs the port iff ``(phase + i) % period == period - 1``; it is held while
-    the port is busy (``busy``: merged spans, sorted). Returns the cycles at which the chunks
-    ``targets`` (indices, ascending) go, and the hold intervals ``[a, b)`` (cycles a chunk
-    waited, one chunk at a time).
+    Step ``i`` needs the port iff ``i >= skip`` and ``(phase + i - skip) % period == period -
+    1``, or ``i == force`` (the first ``skip`` steps move no chunk: the DMA's prime; ``force``:
+    a chunk that completes a partial last local row); it is held while the port is busy
+    (``busy``: merged spans, sorted). Returns the cycles at which the steps ``targets``
+    (indices, ascending) go, and the hold intervals ``[a, b)`` (cycles a step waited, one step
+    at a time).
     """
     out: list[int] = []
     holds: list[tuple[int, int]] = []
@@ -110,8 +113,11 @@ def walk(x: int, n: int, period: int, phase: int, busy: list[tuple[int, int]],
                 out.append(x + targets[ti] - i)
                 ti += 1
             break
-        j = i + (a - x)                          # the chunk at cycle a
-        p = j + (period - 1 - (phase + j)) % period   # first chunk from j that needs the port
+        j = i + (a - x)                          # the step at cycle a
+        jj = max(j, skip)
+        p = jj + (period - 1 - (phase + jj - skip)) % period   # first step from j needing it
+        if force is not None and j <= force < p:
+            p = force
         tp = a + (p - j)
         if p < n and tp < b:                     # held from tp to b
             while ti < len(targets) and targets[ti] < p:

@@ -23,7 +23,9 @@ from hw.isa import COMMAND_BYTES, ErrorCode, LocalMem
 from hw.isa.timing import (
     MAX_BURST_BEATS,
     PAGE_BYTES,
+    SOFTMAX_EXP_LATENCY,
     Burst,
+    MatmulTimeline,
     dma_bursts,
     dma_error_busy_cycles,
     matmul_busy_cycles,
@@ -32,7 +34,7 @@ from hw.isa.timing import (
 )
 
 __all__ = [
-    "PAGE_BYTES", "MAX_BURST_BEATS", "Burst", "dma_bursts", "QUICK_RETIRE", "matmul_done",
+    "PAGE_BYTES", "MAX_BURST_BEATS", "Burst", "dma_bursts", "QUICK_RETIRE", "MatmulTimeline",
     "requant_done", "requant_write_cycles", "SOFTMAX_START", "softmax_row_cycles",
     "softmax_p_writes", "softmax_row_end", "DMA_FIRST_REQUEST", "DMA_DONE_AFTER_LAST",
     "dma_quiet_done", "fetch_beats", "FETCH_ADDR_AFTER_IDLE", "DECODE_AFTER_LAST_BEAT",
@@ -45,13 +47,8 @@ QUICK_RETIRE = matmul_busy_cycles(NPUConfig(), 0)
 
 
 # -- matrix engine --------------------------------------------------------------------------------
-
-def matmul_done(config: NPUConfig, m: int) -> int:
-    """``done - t`` of a MATMUL of ``m > 0`` rows (:func:`hw.isa.timing.matmul_busy_cycles`).
-    It writes one accumulator row per cycle in its last ``m`` cycles before ``done`` (the
-    write-back of each row is the cycle after the array produces it; ``done`` is the cycle
-    after the last write)."""
-    return matmul_busy_cycles(config, m)
+# The matrix engine's schedule (handshakes, done pulses, accumulator writes of overlapping
+# MATMULs) is :class:`hw.isa.timing.MatmulTimeline` itself.
 
 
 # -- vector unit: requantization ---------------------------------------------------------------
@@ -64,18 +61,16 @@ def requant_done(config: NPUConfig, n_rows: int, row_scale: bool) -> int:
 
 def requant_write_cycles(config: NPUConfig, n_rows: int, row_scale: bool) -> list[tuple[int, int]]:
     """Scratchpad write cycles of a REQUANT as ``[start, end)`` offsets from ``t``: row ``i`` is
-    written 5 pipeline cycles after its accumulator read; reads run one per cycle from the
-    cycle after the 3 parameter reads, a scale-row read before every ``cols`` rows with
-    ``flags.row_scale``; the last write is the cycle before ``done``."""
+    written :data:`hw.isa.timing.REQUANT_LATENCY` cycles after its accumulator read, and the
+    reads run one per cycle, so the writes are the last ``n_rows`` cycles before ``done``. With
+    ``flags.row_scale`` a row is read every other cycle (its two passes through the shared
+    multiplier; the scale-row reads take cycles in between) and written
+    :data:`hw.isa.timing.REQUANT_ROW_SCALE_LATENCY` cycles later: every other cycle, the last
+    in the cycle before ``done``."""
     done = requant_done(config, n_rows, row_scale)
     if not row_scale:
         return [(done - n_rows, done)]
-    out, write = [], done
-    groups = [min(config.cols, n_rows - g0) for g0 in range(0, n_rows, config.cols)]
-    for n in reversed(groups):                 # from the last write back to the first
-        out.append((write - n, write))
-        write -= n + 1                         # the group's scale-row read
-    return out[::-1]
+    return [(w, w + 1) for w in range(done - 2 * n_rows + 1, done, 2)]
 
 
 # -- vector unit: softmax ---------------------------------------------------------------------
@@ -86,9 +81,11 @@ SOFTMAX_START = 2
 
 def softmax_p_writes(n_blocks: int) -> tuple[int, int]:
     """Scratchpad (P block) write cycles of one row as ``[start, end)`` offsets from the row's
-    ROW_START cycle: ROW_START 1 and MAX_READ ``n_blocks + 2``, then EXP_READ writes block
-    ``b`` 4 pipeline cycles after its read."""
-    return n_blocks + 7, 2 * n_blocks + 7
+    ROW_START cycle: ROW_START 1 and MAX_READ ``n_blocks + 2``, then EXP_READ reads a block per
+    cycle and writes block ``b`` :data:`hw.isa.timing.SOFTMAX_EXP_LATENCY` cycles after its
+    read."""
+    first_read = 1 + n_blocks + 2
+    return first_read + SOFTMAX_EXP_LATENCY, first_read + n_blocks + SOFTMAX_EXP_LATENCY
 
 
 def softmax_row_end(config: NPUConfig, n_blocks: int) -> int:

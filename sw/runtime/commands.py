@@ -156,10 +156,14 @@ class CommandList:
                   local_stride, wait, signal)
 
     def matmul(self, *, a_row: int, w_row: int, acc_row: int, m: int, accumulate: bool = False,
-               transpose: bool = False, wait: Wait = None, signal: int | None = None) -> None:
+               transpose: bool = False, k_blocks: int = 1, wait: Wait = None,
+               signal: int | None = None) -> None:
         """``acc[acc_row+i] (+)= A[a_row+i] @ W[w_row:w_row+rows]`` for ``i < m`` (rows);
-        ``transpose``: ``W[k, n] = spad[w_row + n][k]`` (see :class:`hw.isa.MatmulBody`)."""
-        body = {"matmul": {"a_row": a_row, "w_row": w_row, "acc_row": acc_row, "m": m}}
+        ``transpose``: ``W[k, n] = spad[w_row + n][k]``; ``k_blocks`` (>= 1): the sum of that
+        many tiles along K, tile ``j`` at ``a_row + j * m`` and ``w_row + j * rows`` (encoded
+        as ``k_len = k_blocks - 1``, see :class:`hw.isa.MatmulBody`)."""
+        body = {"matmul": {"a_row": a_row, "w_row": w_row, "acc_row": acc_row, "m": m,
+                           "k_len": k_blocks - 1}}
         self._add(Opcode.MATMUL, body, wait, signal, accumulate=int(bool(accumulate)),
                   transpose=int(bool(transpose)))
 

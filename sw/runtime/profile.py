@@ -13,14 +13,22 @@ the whole run:
   drains the FIFOs at the runtime's waiting points (every wake-up of ``Device._wait_until``,
   whose wait it caps at a horizon), before every ring write and at region boundaries. The
   horizon is half the least time in which ``trace_depth + 1`` of the uncollected commands of
-  one engine could retire: the sum of the ``trace_depth`` smallest ``busy + ACCEPT_CYCLES``
-  (:func:`hw.isa.command_busy_cycles` under the ideal DRAM, which no DRAM timing beats; a
-  command that fails may be faster, and stops its queue).
+  one engine could retire: :func:`hw.isa.retire_window_cycles` of the ``trace_depth + 1``
+  smallest :func:`hw.isa.command_retire_cycles` (their sum less the
+  :func:`hw.isa.engine_in_flight` largest; for the matrix engine, which holds several
+  MATMULs and retires them as fast as their back-to-back period, the period
+  :func:`hw.isa.matmul_issue_cycles`; for the others ``busy + ACCEPT_CYCLES`` under the
+  ideal DRAM, which no DRAM timing beats). The commands are assumed to succeed: a failing
+  one may be faster, and stops its queue.
 * **Nothing is dropped silently.** What could not be collected anyway (host work between
-  waiting points that outlasts the horizon, a ``CONTROL`` reset) is counted: per engine,
+  waiting points that outlasts the horizon, an engine retiring faster than a drain pops
+  entries -- four CSR accesses each --, a ``CONTROL`` reset) is counted: per engine,
   ``retired.<engine>`` over the profile (counter snapshots at its start and its end) minus
   the entries collected that retired within it (:meth:`Profile.engine_summary`, ``lost``).
   The FIFO's sticky overflow flag is reported too (:attr:`Profile.overflowed`).
+* **Overlap.** The matrix engine holds several MATMULs at once
+  (:class:`hw.isa.MatmulTimeline`), so its slices overlap; ``busy.matrix`` is the union of
+  their spans, and so is ``busy_slices`` (:meth:`Profile.engine_summary`).
 * **Unwrapping.** Entries hold 32-bit cycles; each drain reads the 64-bit ``CYCLES`` after
   its last entry and unwraps against it (:func:`unwrap_cycles`).
 * **Naming.** Each entry is matched to its command in the stream's record (engines retire the
@@ -45,14 +53,14 @@ from typing import TYPE_CHECKING
 
 from hw.config import NPUConfig
 from hw.isa import (
-    ACCEPT_CYCLES,
     ENGINE_NAMES,
     OPCODE_ENGINE,
     Opcode,
     TraceInfo,
-    command_busy_cycles,
+    command_retire_cycles,
     decode,
     field_max,
+    retire_window_cycles,
 )
 from sw.runtime.counters import Counters, TraceRecord, drain_trace
 from sw.runtime.errors import UntimedCounterError
@@ -91,8 +99,9 @@ class Slice:
         trace's low 24 bits if ``command`` is None).
     start, end : int
         64-bit cycles: the engine took the command in ``start`` and pulsed ``done`` in
-        ``end``; its ``busy`` is high in ``start + 1 .. end``, so :attr:`cycles` is what it
-        adds to ``busy.<engine>``.
+        ``end``; it holds the command in ``start + 1 .. end`` (its span), so the engine's
+        ``busy`` is high then. Slices of the matrix engine overlap (it holds several
+        MATMULs); those of the other engines do not.
     command : bytes or None
         The encoded command (:data:`hw.isa.COMMAND_BYTES` bytes), None if unknown.
     """
@@ -105,7 +114,8 @@ class Slice:
 
     @property
     def cycles(self) -> int:
-        """Busy cycles of the command (``end - start``)."""
+        """Cycles the engine held the command (``end - start``); what it adds to
+        ``busy.<engine>`` when no other command of the engine overlaps it."""
         return self.end - self.start
 
     @property
@@ -160,14 +170,16 @@ class Profile:
         """Per engine: ``commands`` (slices), ``retired`` (``retired.<engine>`` over the
         profile), ``lost`` (``retired`` minus the slices that retired in ``begin <= end <
         self.end``: entries the FIFO dropped or a reset cleared), ``busy`` (``busy.<engine>``)
-        and ``busy_slices`` (the slices' busy cycles inside the profile). ``busy_slices ==
-        busy`` when nothing was lost and no command was still running at the end."""
+        and ``busy_slices`` (the cycles inside the profile in which a slice's span holds
+        one or more commands: the union, as ``busy.<engine>`` counts overlapping MATMULs).
+        ``busy_slices == busy`` when nothing was lost and no command was still running at
+        the end."""
         out = {}
         for e in ENGINE_NAMES:
             mine = [s for s in self.slices if s.engine == e]
             inside = sum(1 for s in mine if self.begin <= s.end < self.end)
-            busy = sum(max(0, min(s.end, self.end - 1) - max(s.start + 1, self.begin) + 1)
-                       for s in mine)
+            busy = _union_cycles((max(s.start + 1, self.begin), min(s.end, self.end - 1))
+                                 for s in mine)
             retired = self.counters[f"retired.{e}"]
             out[e] = {"commands": len(mine), "retired": retired, "lost": retired - inside,
                       "busy": self.counters[f"busy.{e}"], "busy_slices": busy}
@@ -222,6 +234,21 @@ class Profile:
                    tuple(d["overflowed"]))
 
 
+def _union_cycles(spans: Iterable[tuple[int, int]]) -> int:
+    """Cycles in the union of the inclusive spans ``first .. last`` (empty if ``last <
+    first``)."""
+    total, reach = 0, None          # reach: last cycle counted so far
+    for first, last in sorted(spans):
+        if last < first:
+            continue
+        if reach is not None and first <= reach:
+            first = reach + 1
+        if last >= first:
+            total += last - first + 1
+            reach = last
+    return total
+
+
 @functools.lru_cache(maxsize=4096)
 def _opcode_name(raw: bytes) -> str:
     op = decode(raw).header.opcode
@@ -230,14 +257,15 @@ def _opcode_name(raw: bytes) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _engine_and_bound(config: NPUConfig, raw: bytes) -> tuple[str | None, int]:
-    """The engine of an encoded command (None for the command processor's own) and a lower
-    bound of the cycles between its retirement and the previous one of that engine."""
+    """The engine of an encoded command (None for the command processor's own) and the
+    least cycles it adds to a run of its engine's retirements
+    (:func:`hw.isa.command_retire_cycles`, assuming it succeeds)."""
     view = decode(raw)
     op = view.header.opcode
     engine = OPCODE_ENGINE.get(op) if isinstance(op, Opcode) else None
     if engine not in ENGINE_NAMES:
         return None, 0
-    return engine, command_busy_cycles(config, view) + ACCEPT_CYCLES
+    return engine, command_retire_cycles(config, view)
 
 
 class Profiler:
@@ -310,14 +338,16 @@ class Profiler:
 
     def _horizon(self) -> int | None:
         """Half the least time in which ``depth + 1`` uncollected commands of one engine
-        can retire, less twice the last drain's duration (an engine's FIFO may have been
-        read at its start, and the next drain may read it at its end)."""
+        can retire (:func:`hw.isa.retire_window_cycles` of the ``depth + 1`` smallest
+        bounds), less twice the last drain's duration (an engine's FIFO may have been read
+        at its start, and the next drain may read it at its end)."""
         horizon = None
         for e in ENGINE_NAMES:
             if self._uncollected[e] <= self.depth:
                 continue
             bounds = (b for (_, en), dq in self._pending.items() if en == e for _, b, _ in dq)
-            least = sum(heapq.nsmallest(self.depth, bounds))
+            least = retire_window_cycles(self.device.config, e,
+                                         heapq.nsmallest(self.depth + 1, bounds))
             horizon = least if horizon is None else min(horizon, least)
         if horizon is None:
             return None

@@ -79,6 +79,21 @@ def test_dma_crossing_4k_and_zero_length(config):
     assert result == rtl_jobs.dma_edge_cases(ModelBackend(config)) | {"cycles": result["cycles"]}
 
 
+@pytest.mark.parametrize("dram", ["ideal", "jitter"])
+def test_dma_odd_addresses_and_lengths(config, dram):
+    """Any byte address, stride and length on the NPU (loads, exact stores, whole-row stores
+    that show the zero fill), both memories, under ideal and jittered DRAM: every byte of the
+    region as the naive expectation and as the functional model."""
+    result = run_job(config, "tests.support.rtl_jobs:dma_odd_bytes",
+                     name=f"dma_odd_{config.name}_{dram}", dram=dram).result
+    assert result["exact"]
+    assert result["semaphore"] == result["commands"] == 30
+    model = rtl_jobs.dma_odd_bytes(ModelBackend(config))
+    assert result == model | {"cycles": result["cycles"]}
+    if dram == "ideal":     # the performance model times the prime, flush words and slots
+        assert rtl_jobs.dma_odd_bytes(PerfBackend(config))["cycles"] == result["cycles"]
+
+
 def test_unknown_opcode_raises_typed_error_and_device_recovers():
     result = run_job(NPUConfig(), "tests.support.rtl_jobs:unknown_opcode",
                      name="unknown_opcode").result

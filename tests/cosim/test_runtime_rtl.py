@@ -85,7 +85,9 @@ def test_double_buffered_linear_overlaps_dma_with_compute(backend):
             assert x["dma_busy"] + x["matrix_busy"] - x["overlap"] <= x["cycles"], r
         assert dbl["cycles"] <= ser["cycles"] <= ser["dma_busy"] + ser["matrix_busy"] \
             + 4 * ser["commands"], r      # idle: at most 4 cycles per command (fetch, handoff)
-        assert dbl["matrix_busy"] == ser["matrix_busy"], r   # the same MATMULs
+        # the pipelined matrix engine overlaps back-to-back MATMULs, which only the
+        # double-buffered stream queues: its busy time is at most the serialized one's
+        assert dbl["matrix_busy"] <= ser["matrix_busy"], r
         # exact: the cycle-exact performance model (ideal DRAM) counts the same
         assert r == runtime_jobs.overlap(PerfBackend(CONFIG)), r
 

@@ -28,6 +28,7 @@ from hw.isa import (
     counter_csr,
     decode,
     encode,
+    matmul_in_flight,
     pack_fields,
     queue_csr,
     sem_csr,
@@ -100,12 +101,39 @@ def engine_cmd(opcode, tag, **kw):
     return cmd(opcode, body={"raw": tag}, **kw)
 
 
-def run(cfg, program, *, latency=None, fail=None, stall=0.0, ring_size=8, background=()):
+async def pipelined_engine(ctx, port, name, latency, fail, log):
+    """A fake engine that takes a command in every cycle the queue offers one (it holds as
+    many as the queue lets it) and retires each ``latency`` cycles after its handshake, in
+    order, one ``done`` per cycle; ``busy`` while it holds one."""
+    held = []           # [tag, take cycle]
+    cycle = last_done = 0
+    while True:
+        due = bool(held) and cycle >= max(held[0][1] + latency, last_done + 1)
+        ctx.set(port.cmd.ready, 1)
+        ctx.set(port.busy, bool(held))
+        ctx.set(port.done, due)
+        failing = due and fail and fail[0] == name and fail[1] == held[0][0]
+        ctx.set(port.error, fail[2] if failing else ErrorCode.NONE)
+        ctx.set(port.error_addr, fail[3] if failing else 0)
+        _, _, valid, payload = await ctx.tick().sample(port.cmd.valid, port.cmd.payload)
+        if due:
+            tag, start = held.pop(0)
+            log.append((name, tag, start, cycle))
+            last_done = cycle
+        if valid:
+            held.append([payload.body.raw, cycle])
+        cycle += 1
+
+
+def run(cfg, program, *, latency=None, fail=None, stall=0.0, ring_size=8, background=(),
+        pipelined=()):
     """Run ``program(ctx, h, mem, log)`` with fake engines; returns the engine log.
 
     ``latency[engine]`` cycles per command; ``fail`` = (engine, tag, code, addr) makes that
     command retire with an error; ``background`` holds functions ``f(h)`` returning more
-    background testbenches (monitors, drivers).
+    background testbenches (monitors, drivers); the engines named in ``pipelined`` take the
+    next command while earlier ones run (:func:`pipelined_engine`; log entries are then
+    ``(name, tag, take cycle, done cycle)``).
     """
     latency = latency or {}
     h = Harness(cfg)
@@ -120,6 +148,11 @@ def run(cfg, program, *, latency=None, fail=None, stall=0.0, ring_size=8, backgr
 
     for name in ENGINES:
         port = getattr(h.cp, name)
+        if name in pipelined:
+            async def engine(ctx, port=port, name=name):
+                await pipelined_engine(ctx, port, name, latency.get(name, 3), fail, log)
+            sim.add_testbench(engine, background=True)
+            continue
 
         async def engine(ctx, port=port, name=name):
             cycle = 0
@@ -513,6 +546,59 @@ def test_trace_and_busy_counters():
     assert out["busy"][ENGINE_NAMES.index("matrix")] == 2 * 30   # the fake engine's busy
     assert out["dma"] == 30 and 0 < out["overlap"] <= 30
     assert out["retired"] == [1, 0, 2, 0]
+
+
+def test_engine_queue_keeps_several_commands_in_flight():
+    """The matrix engine's queue offers the next MATMUL while earlier ones run, at most
+    ``matmul_in_flight`` taken and not retired; each retirement signals, traces (its own take
+    and done cycles) and reports its error for the right command, in order; a queue reset
+    while commands are in the engine kills exactly those of the reset queue."""
+    cfg = NPUConfig()
+    limit, latency = matmul_in_flight(cfg), 150
+    n0, n1 = 12, 4
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, t, signal=0) for t in range(n0)],
+                     ring_size=16, queue=0)
+        out["idle"] = await wait_idle(ctx, h)
+        out["sem0"] = await axil_read(ctx, bus, sem_csr(0))
+        e = ENGINE_NAMES.index("matrix")
+        entries = []
+        while (info := await axil_read(ctx, bus, trace_csr(e, Csr.TRACE_INFO))) >> 31:
+            entries.append((info & 0xFFFFFF,
+                            await axil_read(ctx, bus, trace_csr(e, Csr.TRACE_START)),
+                            await axil_read(ctx, bus, trace_csr(e, Csr.TRACE_END))))
+            await axil_write(ctx, bus, trace_csr(e, Csr.TRACE_POP), 1)
+        out["trace"] = entries
+        # queue 1's MATMULs are in the engine (behind queue 2's) when queue 1 is reset
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 100 + t, signal=2)
+                                   for t in range(n1)], ring_size=16, queue=2)
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 200 + t, signal=1)
+                                   for t in range(n1)], ring_size=16, queue=1)
+        for _ in range(120):
+            await ctx.tick()
+        await axil_write(ctx, bus, Csr.QUEUE_RESET, 0b10)
+        out["idle2"] = await wait_idle(ctx, h)
+        out["sems"] = [await axil_read(ctx, bus, sem_csr(s)) for s in (1, 2)]
+
+    log, out = run(cfg, program, latency={"matrix": latency}, pipelined=("matrix",),
+                   ring_size=16)
+    assert out["idle"] and out["idle2"]
+    first = [x for x in log if x[1] < n0]
+    assert [tag for _, tag, _, _ in first] == list(range(n0))
+    takes = [s for _, _, s, _ in first]
+    dones = [d for _, _, _, d in first]
+    # several in the engine at once, never more than the limit
+    held = max(sum(s <= c <= d for s, d in zip(takes, dones, strict=True))
+               for c in range(takes[0], dones[-1]))
+    assert held == limit
+    assert out["sem0"] == n0
+    assert [(i, end - start) for i, start, end in out["trace"]] == \
+        [(i, d - s) for i, (s, d) in enumerate(zip(takes, dones, strict=True))]
+    killed = [x for x in log if x[1] >= 200]
+    assert killed, "queue 1's MATMULs reached the engine before the reset"
+    assert out["sems"] == [0, n1]         # the reset queue's retirements do not signal
 
 
 # -- performance counters ------------------------------------------------------------------------

@@ -21,7 +21,8 @@ LEGAL = {
     "dram_bytes": [1 << b for b in range(12, 32)],
     "n_queues": list(range(1, 17)),
     "n_sems": list(range(1, 257)),
-    "dma_outstanding": list(range(2, 17)),
+    "dma_outstanding": list(range(2, 65)),
+    "dma_max_burst_beats": list(range(1, 257)),
     "cmd_fifo_depth": list(range(1, 65)),
     "trace_depth": list(range(2, 1025)),
 }

@@ -4,10 +4,13 @@
 The DMA runs against a deliberately naive AXI4 subordinate (a ``bytearray``, optional seeded
 random stalls on every channel) and naive local memories (Python lists) behind its four memory
 ports (the write ports optionally denied at random, as the tile's arbiter does); results are
-compared with a naive Python model of the transfer. The model also checks the bus rules on
-every beat: bursts of at most 256 beats that never cross 4 KiB, INCR, full beat size, ID 0,
-valid held with stable payload until ready, WLAST where the burst ends; and the ``stall``
-status bits against what it sees on the bus and the memory ports.
+compared with a naive Python model of the transfer, byte for byte: a DRAM row of any byte
+address and length is a straight copy of ``ceil(row_bytes / L)`` local rows (a load zero-fills
+the rest of a partial last local row; a store strobes exactly the row's bytes). The model also
+checks the bus rules on every beat: bursts of at most ``dma_max_burst_beats`` beats that never
+cross 4 KiB, INCR, full beat size, ID 0, valid held with stable payload until ready, WLAST
+where the burst ends; and the ``stall`` status bits against what it sees on the bus and the
+memory ports.
 """
 
 import random
@@ -19,7 +22,7 @@ from amaranth.sim import Simulator
 
 from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY, AXI_RESP_SLVERR
 from hw.config import NPUConfig
-from hw.dma import DMA, MAX_BURST_BEATS, PAGE_BYTES
+from hw.dma import DMA, PAGE_BYTES
 from hw.isa import Command, ErrorCode, LocalMem, Opcode
 
 CONFIGS = {
@@ -29,6 +32,7 @@ CONFIGS = {
     "bus128": NPUConfig(rows=2, cols=2, axi_data_bits=128, dram_bytes=1 << 20,
                         dma_outstanding=4),                     # spad 2 B, acc 8 B
     "bus256": NPUConfig(axi_data_bits=256, dram_bytes=1 << 20),  # spad 8 B, acc 32 B (= beat)
+    "burst16": NPUConfig(dma_max_burst_beats=16, dma_outstanding=3),  # AXI3-sized bursts
 }
 
 
@@ -59,52 +63,56 @@ def local_depth(cfg: NPUConfig, mem: LocalMem) -> int:
     return cfg.spad_rows if mem == LocalMem.SPAD else cfg.acc_rows
 
 
+def local_rows(cfg: NPUConfig, t: Transfer) -> int:
+    """Local rows per DRAM row: ceil(row_bytes / L)."""
+    return -(-t.row_bytes // local_row_bytes(cfg, t.mem))
+
+
 def expected_error(cfg: NPUConfig, t: Transfer) -> tuple[ErrorCode, int]:
     """The error code and error_addr the DMA must report (NONE, 0 for a good transfer)."""
-    L = local_row_bytes(cfg, t.mem)
-    G = min(L, cfg.axi_data_bytes)
     if t.n_rows == 0 or t.row_bytes == 0:
         return ErrorCode.NONE, 0
-    if t.row_bytes % L:
-        return ErrorCode.BAD_SIZE, t.dram_addr
-    if t.dram_addr % G:
-        return ErrorCode.MISALIGNED, t.dram_addr
-    if t.dram_stride % G:
-        return ErrorCode.MISALIGNED, (t.dram_addr + t.dram_stride) & 0xFFFF_FFFF
     for r in range(t.n_rows):
         addr = t.dram_addr + r * t.dram_stride
         if any(not 0 <= a < cfg.dram_bytes for a in (addr, addr + t.row_bytes - 1)):
             return ErrorCode.BAD_DRAM_ADDR, addr & 0xFFFF_FFFF
     for r in range(t.n_rows):
         first = t.local_row + r * t.local_stride
-        for row in range(first, first + t.row_bytes // L):
+        for row in range(first, first + local_rows(cfg, t)):
             if row >= local_depth(cfg, t.mem):
                 return ErrorCode.BAD_LOCAL_ADDR, row
     return ErrorCode.NONE, 0
 
 
 def rows_of(cfg: NPUConfig, t: Transfer):
-    """(DRAM byte address, local row) of every local row of the transfer, in order."""
+    """(DRAM byte address, bytes, local row) of every local row of the transfer, in order; the
+    last local row of a DRAM row holds fewer than L bytes when L does not divide row_bytes."""
     L = local_row_bytes(cfg, t.mem)
     for r in range(t.n_rows):
-        for j in range(t.row_bytes // L):
-            yield t.dram_addr + r * t.dram_stride + j * L, t.local_row + r * t.local_stride + j
+        for j in range(local_rows(cfg, t)):
+            yield (t.dram_addr + r * t.dram_stride + j * L, min(L, t.row_bytes - j * L),
+                   t.local_row + r * t.local_stride + j)
 
 
 def reference_load(cfg, t, dram, local):
-    L = local_row_bytes(cfg, t.mem)
-    for addr, row in rows_of(cfg, t):
-        local[t.mem][row] = int.from_bytes(dram[addr:addr + L], "little")
+    for addr, n, row in rows_of(cfg, t):
+        local[t.mem][row] = int.from_bytes(dram[addr:addr + n], "little")   # the rest is 0
 
 
 def reference_store(cfg, t, dram, local):
     L = local_row_bytes(cfg, t.mem)
-    for addr, row in rows_of(cfg, t):
-        dram[addr:addr + L] = local[t.mem][row].to_bytes(L, "little")
+    for addr, n, row in rows_of(cfg, t):
+        dram[addr:addr + n] = local[t.mem][row].to_bytes(L, "little")[:n]
+
+
+def row_byte_addresses(t: Transfer) -> list[int]:
+    """Every DRAM byte address of the transfer, row by row (a store strobes exactly these)."""
+    return [t.dram_addr + r * t.dram_stride + i for r in range(t.n_rows)
+            for i in range(t.row_bytes)]
 
 
 def reference_bursts(cfg, t):
-    """Fewest bursts: split each row at 4 KiB boundaries and every 256 beats."""
+    """Fewest bursts: split each row at 4 KiB boundaries and every dma_max_burst_beats."""
     A = cfg.axi_data_bytes
     bursts = []
     for r in range(t.n_rows):
@@ -112,7 +120,8 @@ def reference_bursts(cfg, t):
         beat = start - start % A
         end = start + t.row_bytes
         while beat < end:
-            n = min(MAX_BURST_BEATS, (PAGE_BYTES - beat % PAGE_BYTES) // A, -(-(end - beat) // A))
+            n = min(cfg.dma_max_burst_beats, (PAGE_BYTES - beat % PAGE_BYTES) // A,
+                    -(-(end - beat) // A))
             bursts.append((beat, n - 1))
             beat += n * A
     return bursts
@@ -149,6 +158,7 @@ class Environment:
                   for _ in range(local_depth(cfg, mem))]
             for mem in LocalMem}
         self.ars, self.aws = [], []
+        self.strobed: list[int] = []    # DRAM byte address of every strobed byte, in order
         self.max_reads_in_flight = 0
         self.cycles = 0
 
@@ -163,7 +173,7 @@ class Environment:
         assert id_ == 0, f"{kind} id {id_}"
         assert burst == AXI_BURST_INCR and 1 << size == A, f"{kind} burst {burst} size {size}"
         assert addr % A == 0, f"{kind} address {addr:#x} not beat-aligned"
-        assert length + 1 <= MAX_BURST_BEATS
+        assert length + 1 <= self.cfg.dma_max_burst_beats, f"{kind} of {length + 1} beats"
         assert addr // PAGE_BYTES == (addr + (length + 1) * A - 1) // PAGE_BYTES, \
             f"{kind} {addr:#x}+{length + 1} beats crosses 4 KiB"
         assert addr + (length + 1) * A <= self.cfg.dram_bytes, f"{kind} {addr:#x} outside DRAM"
@@ -257,9 +267,11 @@ class Environment:
                 assert bit, f"{mem.name} write denied but stall.load_{name} low"
                 assert not s["rready"], "R beat taken while its local write was denied"
             if bit:
-                assert rvalid and not s["rready"] and not self.w_ready[mem], \
-                    f"stall.load_{name} without a held beat and a denied port"
-                if self.r_out[1] == AXI_RESP_OKAY:
+                # the held word is an R beat's, or a row's last word shifted out of the beat
+                # held before (no R beat: then it writes, there is no RRESP to fail)
+                assert not s["rready"] and not self.w_ready[mem], \
+                    f"stall.load_{name} without a held word and a denied port"
+                if not rvalid or self.r_out[1] == AXI_RESP_OKAY:
                     assert w_en, f"stall.load_{name} without a write"
         load_local = s["stall_load_spad"] or s["stall_load_acc"]
         waiting = (s["arvalid"] and not self.ready["AR"]) or (self.reads_open and not rvalid)
@@ -326,6 +338,7 @@ class Environment:
                 for b in range(A):
                     if strb >> b & 1:
                         self.dram[addr + i * A + b] = raw[b]
+                        self.strobed.append(addr + i * A + b)
             self.b_pending.append(AXI_RESP_OKAY)
         if self.b_out is not None and s["bready"]:
             self.b_out = None
@@ -380,7 +393,7 @@ def run_and_check(cfg, env, jobs, *, expect_traffic=True):
     async def tb(ctx, dut):
         for opcode, t in jobs:
             dram, local = bytearray(env.dram), {m: list(v) for m, v in env.local.items()}
-            n_ar, n_aw = len(env.ars), len(env.aws)
+            n_ar, n_aw, n_strobed = len(env.ars), len(env.aws), len(env.strobed)
             port = dut.load if opcode == Opcode.DMA_LOAD else dut.store
             error, error_addr, cycles = await run_command(ctx, port, t.command(opcode))
             want = expected_error(cfg, t)
@@ -392,6 +405,9 @@ def run_and_check(cfg, env, jobs, *, expect_traffic=True):
                     cfg, t, dram, local)
                 new = env.ars[n_ar:] if opcode == Opcode.DMA_LOAD else env.aws[n_aw:]
                 assert new == reference_bursts(cfg, t), f"bursts of {t}"
+                if opcode == Opcode.DMA_STORE and not env.bad[1]:
+                    # every byte of every row strobed once, in order, and no other byte
+                    assert env.strobed[n_strobed:] == row_byte_addresses(t), f"WSTRB of {t}"
             else:
                 assert (len(env.ars), len(env.aws)) == (n_ar, n_aw), f"bus traffic for {t}"
             assert env.dram == dram, f"DRAM differs after {opcode.name} {t}"
@@ -402,20 +418,26 @@ def run_and_check(cfg, env, jobs, *, expect_traffic=True):
     return results
 
 
-def random_transfer(cfg, rng, mem, *, max_rows=4, max_local_rows=6):
+def random_transfer(cfg, rng, mem, *, max_rows=4, max_local_rows=6, odd=False):
+    """A random 2-D transfer that passes the checks. ``odd``: any byte address, stride and
+    length; otherwise G-aligned addresses and whole local rows (the transfers the DMA took
+    before it took any byte address)."""
     A = cfg.axi_data_bytes
     L = local_row_bytes(cfg, mem)
     G = min(L, A)
-    row_bytes = L * rng.randint(1, max_local_rows)
+    unit = 1 if odd else G
+    row_bytes = rng.randint(1, L * max_local_rows) if odd else L * rng.randint(1, max_local_rows)
     n_rows = rng.randint(1, max_rows)
-    stride = G * rng.randint(row_bytes // G, row_bytes // G + 3)
-    # near a 4 KiB boundary now and then, anywhere (G-aligned) otherwise
+    stride = unit * rng.randint(-(-row_bytes // unit), -(-row_bytes // unit) + 3)
+    # near a 4 KiB boundary now and then, anywhere otherwise
     if rng.random() < 0.3:
-        addr = PAGE_BYTES * rng.randint(1, 8) - G * rng.randint(1, 8)
+        addr = PAGE_BYTES * rng.randint(1, 8) - (rng.randint(1, 8 * G) if odd
+                                                 else G * rng.randint(1, 8))
     else:
-        addr = G * rng.randrange(cfg.dram_bytes // 4 // G)
-    local_stride = rng.randint(row_bytes // L, row_bytes // L + 2)
-    local_row = rng.randrange(local_depth(cfg, mem) - n_rows * local_stride - row_bytes // L)
+        addr = unit * rng.randrange(cfg.dram_bytes // 4 // unit)
+    lrows = -(-row_bytes // L)
+    local_stride = rng.randint(lrows, lrows + 2)
+    local_row = rng.randrange(local_depth(cfg, mem) - n_rows * local_stride - lrows)
     return Transfer(addr, stride, row_bytes, n_rows, local_row, local_stride, mem)
 
 
@@ -451,7 +473,7 @@ def test_long_rows_split_at_4k_and_256_beats(name):
             (Opcode.DMA_LOAD, long), (Opcode.DMA_STORE, replace(long, dram_addr=PAGE_BYTES * 9))]
     run_and_check(cfg, env, jobs)
     lengths = [length for _, length in env.ars + env.aws]
-    assert max(lengths) + 1 == min(MAX_BURST_BEATS, PAGE_BYTES // A)
+    assert max(lengths) + 1 == min(cfg.dma_max_burst_beats, PAGE_BYTES // A)
     assert len(env.ars) > 2 and len(env.aws) > 2
 
 
@@ -464,7 +486,7 @@ def test_reads_in_flight_and_throughput(name):
     G = min(L, A)
     # many one-beat rows, with read latency: needs bursts in flight to keep up
     rows = Transfer(0x1000, A, L, 64, 0, 1, LocalMem.SPAD)
-    env = Environment(cfg, seed=1, r_latency=4)
+    env = Environment(cfg, seed=1, r_latency=2 * cfg.dma_outstanding)
     run_and_check(cfg, env, [(Opcode.DMA_LOAD, rows)])
     assert env.max_reads_in_flight == cfg.dma_outstanding
     env = Environment(cfg, seed=1)
@@ -506,9 +528,8 @@ def error_transfers(cfg):
         G = min(L, A)
         depth = local_depth(cfg, mem)
         out += [
-            (ErrorCode.BAD_SIZE, Transfer(0, 64, L + L // 2, 2, 0, 2, mem)),
-            (ErrorCode.MISALIGNED, Transfer(G // 2, 4 * L, L, 2, 0, 1, mem)),
-            (ErrorCode.MISALIGNED, Transfer(4 * L, 4 * L + G // 2, L, 2, 0, 1, mem)),
+            (ErrorCode.BAD_DRAM_ADDR, Transfer(top - L + 1, L, L, 1, 0, 2, mem)),
+            (ErrorCode.BAD_DRAM_ADDR, Transfer(top - 3 * L - 1, L + 1, L + 1, 3, 0, 2, mem)),
             (ErrorCode.BAD_DRAM_ADDR, Transfer(top, 0, L, 1, 0, 1, mem)),
             (ErrorCode.BAD_DRAM_ADDR, Transfer(top - L, L, 2 * L, 1, 0, 2, mem)),
             (ErrorCode.BAD_DRAM_ADDR, Transfer(top - 10 * L, 3 * L, L, 5, 0, 1, mem)),
@@ -519,6 +540,8 @@ def error_transfers(cfg):
             (ErrorCode.BAD_LOCAL_ADDR, Transfer(0, 4 * L, 4 * L, 1, depth - 2, 4, mem)),
             (ErrorCode.BAD_LOCAL_ADDR, Transfer(0, L, L, 9, depth - 20, 4, mem)),
             (ErrorCode.BAD_LOCAL_ADDR, Transfer(0, 0, L, 0xFFFF, 0xFFFF, 0xFFFF, mem)),
+            # a partial last local row counts: ceil(row_bytes / L) local rows
+            (ErrorCode.BAD_LOCAL_ADDR, Transfer(G // 2, 3, 2 * L + 1, 1, depth - 2, 1, mem)),
         ]
     return out
 
@@ -674,3 +697,89 @@ def test_denied_write_costs_one_cycle(name, mem):
     bit = "load_acc" if mem == LocalMem.ACC else "load_spad"
     assert env.stall_counts[bit] == env.denied_writes > 0
     assert denied == free + env.stall_counts[bit]
+
+
+# -- any byte address and length -----------------------------------------------------------------
+
+def odd_transfers(cfg, mem):
+    """Rows at every byte lane of a beat, lengths around the chunk, the beat and the local row
+    (1 byte, partial last local rows), odd strides, rows crossing 4 KiB at odd addresses."""
+    A = cfg.axi_data_bytes
+    L = local_row_bytes(cfg, mem)
+    G = min(L, A)
+    lengths = sorted({1, G - 1, G + 1, L - 1, L + 1, A + 1, 2 * L + 3, 3 * A + 5, 5 * L - 1})
+    out = []
+    for i, n in enumerate(x for x in lengths if x > 0):
+        lane = (3 * i + 1) % A                         # every lane comes up, 0 included
+        lrows = -(-n // L)
+        out.append(Transfer(0x1000 + 64 * A * i + lane, n + (2 * i + 1) % 7, n, 3, 8 * i,
+                            lrows + i % 2, mem))
+    out += [
+        Transfer(PAGE_BYTES * 3 - 3, 0, 7, 1, 2, 1, mem),                     # 3 | 4 bytes
+        Transfer(PAGE_BYTES * 5 - 5 * A - 1, 0, 10 * A + 3, 1, 40, 1, mem),   # odd, crosses
+        Transfer(PAGE_BYTES * 7 - 1, PAGE_BYTES + 1, 2, 3, 60, 1, mem),      # 1 | 1 byte
+    ]
+    return out
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_odd_addresses_and_lengths(name):
+    """Any byte address, stride and length, loads and stores, both memories, held to the byte:
+    DRAM and both local memories equal the naive model everywhere (a load zero-fills a partial
+    last local row and writes no other row; a store strobes every byte of its rows exactly once
+    and nothing else), and the bursts are the fewest that the 4 KiB and burst-length rules
+    allow."""
+    cfg = CONFIGS[name]
+    jobs = []
+    for mem in LocalMem:
+        for t in odd_transfers(cfg, mem):
+            jobs += [(Opcode.DMA_LOAD, t), (Opcode.DMA_STORE, replace(t, local_row=t.local_row
+                                                                      + 1))]
+    env = Environment(cfg, seed=9)
+    results = run_and_check(cfg, env, jobs)
+    assert all(err == ErrorCode.NONE for err, _ in results)
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.4], ids=["nostall", "stall"])
+@pytest.mark.parametrize("name", ["default", "4x4", "bus32", "bus128"])
+def test_random_odd_transfers(name, stall):
+    """Random transfers of any byte address, stride and length, with and without bus stalls
+    and denied local writes."""
+    cfg = CONFIGS[name]
+    rng = random.Random(f"odd{name}{stall}")
+    jobs = []
+    for i in range(14):
+        mem = LocalMem.SPAD if i % 2 else LocalMem.ACC
+        opcode = Opcode.DMA_LOAD if i % 4 < 2 else Opcode.DMA_STORE
+        jobs.append((opcode, random_transfer(cfg, rng, mem, odd=True)))
+    env = Environment(cfg, seed=len(jobs) + 1, stall=stall, r_latency=2 if stall else 0,
+                      deny=0.3 if stall else 0.0)
+    run_and_check(cfg, env, jobs)
+
+
+@pytest.mark.parametrize("max_burst", [16, 256])
+def test_burst_length_limit(max_burst):
+    """``dma_max_burst_beats``: long rows (aligned and odd) are cut into bursts of exactly that
+    many beats where no 4 KiB boundary comes first, on both channels."""
+    cfg = NPUConfig(dma_max_burst_beats=max_burst, dram_bytes=1 << 20)
+    A = cfg.axi_data_bytes
+    page_beats = PAGE_BYTES // A
+    rows = [Transfer(PAGE_BYTES * 2, 0, PAGE_BYTES, 1, 0, 0, LocalMem.SPAD),
+            Transfer(PAGE_BYTES * 4 + 3, 0, 2 * PAGE_BYTES - 7, 1, 0, 0, LocalMem.ACC)]
+    env = Environment(cfg, seed=10, stall=0.1)
+    jobs = [(op, t) for t in rows for op in (Opcode.DMA_LOAD, Opcode.DMA_STORE)]
+    run_and_check(cfg, env, jobs)
+    for log in (env.ars, env.aws):
+        lengths = [n + 1 for _, n in log]
+        assert max(lengths) == min(max_burst, page_beats)
+        # the page-aligned row: nothing but full bursts
+        first = lengths[:page_beats // min(max_burst, page_beats)]
+        assert first == [min(max_burst, page_beats)] * len(first)
+        assert sum(lengths) == page_beats + (2 * PAGE_BYTES - 7 + 3 + A - 1) // A
+
+
+def test_rejects_bad_burst_limit():
+    with pytest.raises(ValueError, match="dma_max_burst_beats"):
+        NPUConfig(dma_max_burst_beats=257)
+    with pytest.raises(ValueError, match="dma_max_burst_beats"):
+        NPUConfig(dma_max_burst_beats=0)

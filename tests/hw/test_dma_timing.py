@@ -24,6 +24,7 @@ CONFIGS = {
     "bus128-out4": NPUConfig(rows=2, cols=2, axi_data_bits=128, dram_bytes=1 << 20,
                              dma_outstanding=4),                 # beat 16 B: spad 2 B, acc 8 B
     "bus256-out3": NPUConfig(axi_data_bits=256, dram_bytes=1 << 20, dma_outstanding=3),
+    "8x8-out2-burst16": NPUConfig(dma_outstanding=2, dma_max_burst_beats=16),
 }
 
 
@@ -123,6 +124,15 @@ def directed(cfg):
             dense(cfg, 64, 0, (300 * beat // lb + 1) * lb, 1, mem),     # > 256 beats
             dense(cfg, 12288 - 5 * beat, lb, lb, 9, mem),               # many short bursts
             body(g, lb + g, lb, 7, mem, 0, 1),                          # mid-beat starts
+            # any byte address and length: the prime, the load's flush word, the store's
+            # flush beat, partial last chunks and local rows
+            body(1, lb + 3, lb, 5, mem, 0, 1),
+            body(3, 2 * beat + 1, 2 * beat - 1, 4, mem, 0, 2 * beat // lb + 1),
+            body(beat - 1, 0, 2, 1, mem, 0, 1),                         # 1 | 1 byte
+            body(4096 - 3, 0, 600 * beat // 256 + 5, 1, mem, 0,         # odd, crosses 4 KiB
+                 (600 * beat // 256 + 5) // lb + 1),
+            body(5, 7, 1, 9, mem, 0, 1),                                # 1-byte rows
+            body(beat + 2, 3 * beat, 3 * beat - 2, 3, mem, 0, 3 * beat // lb + 1),
             # one-beat rows, each its own burst: with narrow local rows the DMA holds every
             # beat for several chunks, and the outstanding-read limit paces the ARs
             dense(cfg, 0, 2 * max(beat, lb), max(beat, lb), 8, mem),
@@ -136,6 +146,23 @@ def directed(cfg):
 def test_directed_transfers(name):
     cfg = CONFIGS[name]
     check(cfg, directed(cfg))
+
+
+def random_odd_jobs(cfg, rng, n):
+    """Any byte address, stride and length."""
+    jobs = []
+    for _ in range(n):
+        mem = rng.choice([SPAD, ACC])
+        lb = local_bytes(cfg, mem)
+        row_bytes = rng.choice([1, rng.randint(1, 3 * lb), rng.randint(1, 700)])
+        n_rows = rng.randint(1, 5)
+        stride = rng.randint(row_bytes, row_bytes + 40)
+        addr = (4096 * rng.randint(1, 8) - rng.randint(1, 300) if rng.random() < 0.5
+                else rng.randrange(cfg.dram_bytes // 8))
+        lrows = -(-row_bytes // lb)
+        jobs.append((rng.choice([LOAD, STORE]),
+                     body(addr, stride, row_bytes, n_rows, mem, 0, lrows)))
+    return jobs
 
 
 def random_jobs(cfg, rng, n):
@@ -159,6 +186,12 @@ def test_random_transfers(name):
     check(cfg, random_jobs(cfg, random.Random(name), 24))
 
 
+@pytest.mark.parametrize("name", CONFIGS)
+def test_random_odd_transfers(name):
+    cfg = CONFIGS[name]
+    check(cfg, random_odd_jobs(cfg, random.Random(f"odd{name}"), 24))
+
+
 def test_narrow_store_waits_for_its_beat_buffer():
     """Stores of local rows narrower than a beat whose beat buffer fills between bursts: the
     store channel stops reading local rows at 3 buffered beats, which shows one cycle later
@@ -170,15 +203,15 @@ def test_narrow_store_waits_for_its_beat_buffer():
 
 
 def test_size_zero_and_failing_commands():
-    """Size zero and check errors retire after 2 cycles; range errors after 4 + the index of
-    the first offending row (the DMA searches the rows one per cycle)."""
+    """Size zero retires after 2 cycles; range errors after 4 + the index of the first
+    offending row (the DMA searches the rows one per cycle)."""
     cfg = NPUConfig(dram_bytes=1 << 16, spad_rows=64, acc_rows=32)
     jobs = [
         (body(0, 8, 0, 5), ErrorCode.NONE, 0),
         (body(0, 8, 8, 0), ErrorCode.NONE, 0),
-        (body(0, 8, 12, 2), ErrorCode.BAD_SIZE, 0),
-        (body(4, 8, 8, 2), ErrorCode.MISALIGNED, 0),
-        (body(0, 4, 8, 2), ErrorCode.MISALIGNED, 0),
+        (body((1 << 16) - 11, 11, 11, 1), ErrorCode.NONE, None),         # fits to the byte
+        (body((1 << 16) - 12, 11, 13, 1), ErrorCode.BAD_DRAM_ADDR, 0),
+        (body(0, 0, 9, 2, SPAD, 62, 1), ErrorCode.BAD_LOCAL_ADDR, 1),   # 2 local rows each
         (body((1 << 16) - 8, 8, 8, 3), ErrorCode.BAD_DRAM_ADDR, 1),
         (body(0, 1 << 13, 8, 12), ErrorCode.BAD_DRAM_ADDR, 8),
         (body(0, 0, 8, 9, SPAD, 60, 1), ErrorCode.BAD_LOCAL_ADDR, 4),
@@ -188,17 +221,20 @@ def test_size_zero_and_failing_commands():
     for op in (LOAD, STORE):
         results = run(cfg, [(op, b) for b, _, _ in jobs])
         for (b, want_error, j), (error, busy, period, bursts) in zip(jobs, results, strict=True):
+            if j is None:                                               # a transfer that moves
+                assert error == want_error and bursts, (op.name, b)
+                continue
             assert error == want_error and not bursts, (op.name, b)
             args = (b["dram_addr"], b["dram_stride"], b["row_bytes"], b["n_rows"],
                     b["local_row"], b["local_stride"], b["mem"])
             want = timing.dma_error_busy_cycles(cfg, error, *args)
             assert (busy, period) == (want, want + ACCEPT_CYCLES), (op.name, b)
-            assert want == (2 if error in (ErrorCode.NONE, ErrorCode.BAD_SIZE,
-                                           ErrorCode.MISALIGNED) else 4 + j)
+            assert want == (2 if error == ErrorCode.NONE else 4 + j)
     with pytest.raises(ValueError, match="no row"):
         timing.dma_error_busy_cycles(cfg, ErrorCode.BAD_DRAM_ADDR, 0, 8, 8, 2)
-    with pytest.raises(ValueError, match="runs to its end"):
-        timing.dma_error_busy_cycles(cfg, ErrorCode.AXI_ERROR, 0, 8, 8, 2)
+    for code in (ErrorCode.AXI_ERROR, ErrorCode.MISALIGNED, ErrorCode.BAD_SIZE):
+        with pytest.raises(ValueError, match="does not retire early"):
+            timing.dma_error_busy_cycles(cfg, code, 0, 8, 8, 2)
 
 
 def test_window_error_search():
@@ -211,8 +247,10 @@ def test_window_error_search():
 
 
 def test_burst_decomposition_rules():
-    """Bursts of a row: at most 256 beats, never across 4 KiB, first beat aligned down,
-    chunks of partial beats; matches a naive split of every row."""
+    """Bursts of a row: at most dma_max_burst_beats beats, never across 4 KiB, first beat
+    aligned down, chunks of partial beats; matches a naive split of every row (G-aligned rows
+    of whole local rows: one step per chunk). Any byte address and length: the same split,
+    and every chunk of a row is one load step, plus the prime of a shifted row."""
     rng = random.Random(3)
     for cfg in CONFIGS.values():
         beat = cfg.axi_data_bytes
@@ -234,14 +272,30 @@ def test_burst_decomposition_rules():
                 a = start - start % beat
                 while a < end:
                     n = 1               # grow the burst beat by beat while the rules allow
-                    while n < 256 and a + n * beat < end and (a + n * beat) % 4096:
+                    while (n < cfg.dma_max_burst_beats and a + n * beat < end
+                           and (a + n * beat) % 4096):
                         n += 1
                     last = a + (n - 1) * beat
                     naive.append((a, n, r, row_part(a, a + beat) // g,
                                   row_part(last, last + beat) // g,
                                   row_part(a, a + n * beat) // g))
                     a += n * beat
-            got = [(b.addr, b.beats, b.row, b.first_chunks, b.last_chunks, b.chunks)
+            got = [(b.addr, b.beats, b.row, b.first_steps, b.last_steps, b.steps)
                    for b in bursts]
             assert got == naive
+            # any byte address and length
+            row_bytes, addr = rng.randint(1, 3000), rng.randrange(20000)
+            stride = rng.randrange(5000)
+            bursts = timing.dma_bursts(cfg, addr, stride, row_bytes, n_rows, mem)
+            for r in range(n_rows):
+                mine = [b for b in bursts if b.row == r]
+                start = addr + r * stride
+                assert mine[0].addr == start - start % beat
+                assert sum(b.beats for b in mine) == -(-(start % beat + row_bytes) // beat)
+                assert all(b.beats <= cfg.dma_max_burst_beats
+                           and b.addr // 4096 == (b.addr + b.beats * beat - 1) // 4096
+                           for b in mine)
+                shifted = start % beat % g != 0
+                assert sum(b.steps + b.tail for b in mine) == -(-row_bytes // g) + shifted
+                assert sum(sum(b.strobes_per_beat()) for b in mine) == row_bytes
     assert timing.dma_bursts(NPUConfig(), 0, 8, 0, 4) == []

@@ -12,7 +12,14 @@ from amaranth.sim import Simulator
 from hw.config import NPUConfig
 from hw.isa import ACCEPT_CYCLES, ROW_SCALE_SHIFT, Command, ErrorCode, Opcode, timing
 from hw.tile import ComputeTile
-from tests.hw.test_tile import pack, read_rows, unpack, write_rows
+from tests.hw.test_tile import (
+    model_requant,
+    pack,
+    read_rows,
+    requant_params,
+    unpack,
+    write_rows,
+)
 
 CONFIGS = [NPUConfig(rows=4, cols=4, spad_rows=128, acc_rows=128),
            NPUConfig(rows=8, cols=8, spad_rows=128, acc_rows=128)]
@@ -61,6 +68,27 @@ def naive_softmax(cfg, acc, spad, b):
         for j, r in enumerate(recips[g:g + c]):
             row[j] = r - 2**32 if r >= 2**31 else r
         acc[b["scale_row"] + g // c] = row
+
+
+def naive_row_scaled_requant(cfg, acc, spad, b, relu):
+    """Scalar transcription of hw.isa.RequantBody with ``flags.row_scale``; updates ``spad``.
+    Returns how often the 33-bit row-scale clamp and an exact tie of the final rounding hit."""
+    bias, mult, shift = acc[b["param_row"]:b["param_row"] + 3]
+    clamps = ties = 0
+    for i in range(b["n_rows"]):
+        r = acc[b["scale_row"] + i // cfg.cols][i % cfg.cols] % 2**31
+        out = [0] * cfg.spad_row_bytes
+        for j in range(cfg.cols):
+            x = acc[b["acc_row"] + i][j] + bias[j]
+            scaled = (x * r + 2**15) >> 16
+            x = max(-2**32, min(2**32 - 1, scaled))
+            clamps += x != scaled
+            mj, sj = mult[j] % 2**31, shift[j] % 64
+            ties += sj > 0 and (x * mj) % 2**sj == 2**(sj - 1)
+            y = max(-128, min(127, (x * mj + ((1 << sj) >> 1)) >> sj))
+            out[j] = max(y, 0) if relu else y
+        spad[b["spad_row"] + i] = out
+    return clamps, ties
 
 
 # -- harness ------------------------------------------------------------------------------------
@@ -203,7 +231,8 @@ def test_softmax_errors(cfg):
     assert out["acc"] == acc and out["spad"] == spad   # nothing written
 
 
-def naive_row_scaled_requant(x_acc: int, bias: int, recip: int, mult: int, shift: int) -> int:
+def naive_row_scaled_requant_element(x_acc: int, bias: int, recip: int, mult: int,
+                                     shift: int) -> int:
     """REQUANT with ``flags.row_scale`` for one element, transcribed from
     :class:`hw.isa.RequantBody` in exact rationals: both stages round to nearest with ties
     toward +infinity, ``floor(v + 1/2)``, and saturate (the row scale to 33 bits, the output
@@ -278,13 +307,13 @@ def test_transposed_matmul_and_row_scaled_requant(cfg):
         assert out["acc"][60 + i][:c] == want
     for i in range(n_rows):       # large values: mostly saturated
         for j in range(c):
-            y = naive_row_scaled_requant(acc[i][j], acc[50][j], recips[i], acc[51][j],
+            y = naive_row_scaled_requant_element(acc[i][j], acc[50][j], recips[i], acc[51][j],
                                          acc[52][j])
             assert out["spad"][80 + i][j] == y, (i, j)
     unsaturated = ties = 0
     for i in range(n_ties):       # small values: the rounding of both stages is visible
         for j in range(c):
-            y = naive_row_scaled_requant(t_acc[i][j], t_bias[j], t_recips[i], t_mult[j],
+            y = naive_row_scaled_requant_element(t_acc[i][j], t_bias[j], t_recips[i], t_mult[j],
                                          t_shift[j])
             assert out["spad"][100 + i][j] == y, (i, j, t_acc[i][j], t_recips[i])
             unsaturated += -128 < y < 127
@@ -314,3 +343,69 @@ def test_exp_table_edges():
     assert list(exp2_int(n)) == [naive_exp(int(v)) for v in n]
     assert exp2_int([0])[0] == 127 and exp2_int([16 * 8])[0] == 0
     assert unpack(pack([1, -1], 8), 8, 2) == [1, -1]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
+def test_requant_and_softmax_share_the_multiplier(cfg):
+    """SOFTMAX, row-scaled REQUANTs (their two passes through the shared multiplier) and a plain
+    REQUANT back to back, each right after the other, against the naive models: the row-scale
+    clamp, int8 saturation, ReLU and ties all occur; every command takes its timing."""
+    c, elems = cfg.cols, cfg.acc_row_elems
+    rng = np.random.default_rng(11 + c)
+    acc, spad = random_memories(cfg, rng, 1 << 31)
+    for i in range(0, 24, 2):      # small rows (with a reciprocal near 2**16): ties, no clamp
+        acc[i] = [int(v) for v in rng.integers(-300, 300, elems)]
+    acc[1] = [-(2**31)] * elems
+    acc[3] = [2**31 - 1] * elems
+    acc[60:63] = requant_params(rng, c, elems)
+    acc[63:66] = [[0] * elems, [1] * elems, [1] * elems]           # x / 2: ties for odd x
+    recips = [int(v) for v in rng.integers(1 << 15, 1 << 17, 3 * c)]
+    recips[1], recips[3], recips[5] = 2**31 - 1, 0, 2**31 - 1
+    for g in range(3):
+        acc[70 + g] = recips[g * c:(g + 1) * c] + [2**31] * (elems - c)   # bit 31 ignored
+    sm = dict(acc_row=80, spad_row=90, n_rows=3, n_blocks=2, stride=3, scale_row=75,
+              kv_len=2 * c, causal=0, q_offset=0, mult=40000, shift=12)
+    rs = dict(acc_row=0, spad_row=10, n_rows=2 * c + 3, param_row=60, scale_row=70)
+    rs_half = rs | dict(param_row=63, spad_row=40)
+    plain = dict(acc_row=0, spad_row=50, n_rows=c + 1, param_row=60)
+    steps = [("softmax", sm, {}), ("requant", rs, {"row_scale": 1}),
+             ("requant", rs_half, {"row_scale": 1, "relu": 1}), ("requant", plain, {}),
+             ("softmax", sm | dict(causal=1), {}), ("requant", rs, {"row_scale": 1})]
+
+    async def program(ctx, dut):
+        res = []
+        for kind, body, flags in steps:
+            op = Opcode.SOFTMAX if kind == "softmax" else Opcode.REQUANT
+            res.append(await issue(ctx, dut.vector, op, kind, body, **flags))
+            ctx.set(dut.acc_r.en, 1)
+            ctx.set(dut.spad_r.en, 1)
+            res.append((await read_rows(ctx, dut.acc_r, 32, elems, 0, cfg.acc_rows),
+                        await read_rows(ctx, dut.spad_r, 8, cfg.spad_row_bytes, 0,
+                                        cfg.spad_rows)))
+            ctx.set(dut.acc_r.en, 0)
+            ctx.set(dut.spad_r.en, 0)
+        return res
+
+    out = run_tile(cfg, acc, spad, program)["results"]
+    clamps = ties = 0
+    for k, (kind, body, flags) in enumerate(steps):
+        error, _, cycles = out[2 * k]
+        got_acc, got_spad = out[2 * k + 1]
+        assert error == ErrorCode.NONE
+        if kind == "softmax":
+            naive_softmax(cfg, acc, spad, body)
+            want = timing.softmax_busy_cycles(cfg, body["n_rows"], body["n_blocks"])
+        elif flags.get("row_scale"):
+            cl, ti = naive_row_scaled_requant(cfg, acc, spad, body, flags.get("relu", 0))
+            clamps, ties = clamps + cl, ties + ti
+            want = timing.requant_busy_cycles(cfg, body["n_rows"], row_scale=True)
+        else:
+            model_requant(cfg, spad, acc, body["acc_row"], body["spad_row"], body["n_rows"],
+                          body["param_row"], False)
+            want = timing.requant_busy_cycles(cfg, body["n_rows"])
+        assert cycles == want + ACCEPT_CYCLES, (kind, body)
+        assert got_spad == spad, f"scratchpad differs after {kind} {body} {flags}"
+        assert got_acc == acc, f"accumulator differs after {kind} {body} {flags}"
+    assert clamps > 10 and ties > 10, (clamps, ties)
+    outputs = [v for i in range(rs["n_rows"]) for v in spad[rs["spad_row"] + i][:c]]
+    assert -128 in outputs and 127 in outputs and len(set(outputs)) > 8

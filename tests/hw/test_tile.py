@@ -31,14 +31,16 @@ def wrap32(v: int) -> int:
     return (v + 2**31) % 2**32 - 2**31
 
 
-def model_matmul(cfg, spad, acc, a_row, w_row, acc_row, m, accumulate):
-    """acc[acc_row + i][n] (+)= sum_k A[i][k] * W[k][n], int32 wrap; elements >= cols -> 0."""
+def model_matmul(cfg, spad, acc, a_row, w_row, acc_row, m, accumulate, transpose=False):
+    """acc[acc_row + i][n] (+)= sum_k A[i][k] * W[k][n], int32 wrap; elements >= cols -> 0.
+    ``transpose``: W[k][n] = spad[w_row + n][k]."""
     for i in range(m):
         out = [0] * cfg.acc_row_elems
         for n in range(cfg.cols):
             s = 0
             for k in range(cfg.rows):
-                s += spad[a_row + i][k] * spad[w_row + k][n]
+                w = spad[w_row + n][k] if transpose else spad[w_row + k][n]
+                s += spad[a_row + i][k] * w
             out[n] = wrap32((acc[acc_row + i][n] if accumulate else 0) + s)
         acc[acc_row + i] = out
 
@@ -101,7 +103,8 @@ async def command(ctx, port, opcode, body, **flags):
     ctx.set(port.cmd.valid, 0)
     cycles = 1
     while True:
-        assert ctx.get(port.busy) and not ctx.get(port.cmd.ready)
+        # (the matrix engine may take the next command meanwhile: tests/hw/test_timing.py)
+        assert ctx.get(port.busy)
         cycles += 1
         if ctx.get(port.done):
             break
@@ -190,6 +193,137 @@ def test_matmul(cfg):
             assert cycles == matmul_period(cfg, m)
             model_matmul(cfg, mem.spad, mem.acc, a_row, w_row, acc_row, m, accumulate)
             await mem.check(ctx, f"MATMUL {body} accumulate={accumulate}")
+
+    simulate(cfg, tb)
+
+
+def back_to_back_commands(cfg, rng, n):
+    """A random MATMUL stream for :func:`test_matmul_back_to_back`: ``(opcode, body, flags)``.
+
+    Sizes around ``rows``, ``cols`` and ``max(rows, cols)`` (where the issue stage's length
+    switches from the weight load to ``m``); 1 to 3 K blocks per command (``k_len`` 0 to 2);
+    K chains (the same accumulator rows, accumulate);
+    a command whose first row is the previous one's last row (written in the cycle it is read
+    again); transposed weights on square arrays; failing and empty commands in between."""
+    big = max(cfg.rows, cfg.cols)
+    sizes = [1, 2, cfg.rows - 1, cfg.rows, cfg.cols + 1, big, big + 1, 2 * big + 3]
+    out, prev = [], None
+    for _ in range(n):
+        kind = rng.choice(["run"] * 6 + ["chain", "adjacent"] * 2 + ["error"] * 2 + ["empty"])
+        m = int(rng.choice(sizes))
+        span = int(rng.choice([1, 1, 2, 3]))           # K blocks
+        body = {"a_row": int(rng.integers(0, cfg.spad_rows - span * m)),
+                "w_row": int(rng.integers(0, cfg.spad_rows - span * big)),
+                "acc_row": int(rng.integers(0, cfg.acc_rows - m)), "m": m, "k_len": span - 1}
+        flags = {"accumulate": int(rng.integers(0, 2)),
+                 "transpose": int(cfg.rows == cfg.cols and rng.integers(0, 4) == 0)}
+        op = Opcode.MATMUL
+        if kind == "chain" and prev is not None:
+            body.update(acc_row=prev["acc_row"], m=prev["m"])
+            flags["accumulate"] = 1
+        elif kind == "adjacent" and prev is not None and prev["m"] >= big:
+            body["acc_row"] = prev["acc_row"] + prev["m"] - 1
+            body["m"] = min(body["m"], cfg.acc_rows - body["acc_row"])
+            flags["accumulate"] = 1
+        elif kind == "error":
+            op, body = rng.choice([
+                (Opcode.MATMUL, body | {"a_row": cfg.spad_rows - 1, "m": 3}),
+                (Opcode.MATMUL, body | {"acc_row": cfg.acc_rows - 1, "m": 2}),
+                # K blocks past the end of the scratchpad (activations, then weights)
+                (Opcode.MATMUL, body | {"a_row": cfg.spad_rows - 7, "m": 3, "k_len": 2}),
+                (Opcode.MATMUL, body | {"a_row": 0, "w_row": cfg.spad_rows - 2 * cfg.rows,
+                                        "m": 1, "k_len": 2}),
+                (Opcode.REQUANT, body)])
+            if cfg.rows != cfg.cols and rng.integers(0, 2):
+                op, flags["transpose"] = Opcode.MATMUL, 1
+        elif kind == "empty":
+            body["m"] = 0
+        out.append((op, body, flags))
+        if op == Opcode.MATMUL and body["m"]:
+            prev = body
+    return out
+
+
+def expected_error(cfg, op, body, flags):
+    """(error, error_addr) of a MATMUL-port command, in the engine's order of checks."""
+    if op != Opcode.MATMUL:
+        return ErrorCode.BAD_OPCODE, 0
+    m = body["m"]
+    blocks = body.get("k_len", 0) + 1
+    if m == 0:
+        return ErrorCode.NONE, 0
+    if flags.get("transpose") and cfg.rows != cfg.cols:
+        return ErrorCode.BAD_SIZE, 0
+    for start, count, depth in ((body["a_row"], blocks * m, cfg.spad_rows),
+                                (body["w_row"], blocks * cfg.rows, cfg.spad_rows),
+                                (body["acc_row"], m, cfg.acc_rows)):
+        if start + count > depth:
+            return ErrorCode.BAD_LOCAL_ADDR, max(start, depth)
+    return ErrorCode.NONE, 0
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
+def test_matmul_back_to_back(cfg):
+    """A stream of MATMULs offered as the command processor does (as soon as the engine takes
+    one, at most ``matmul_in_flight`` taken and not retired; sometimes after a pause): every
+    handshake and every ``done`` in the cycle :class:`hw.isa.timing.MatmulTimeline` gives, the
+    errors in order, and both memories equal to the naive model run command by command."""
+    rng = np.random.default_rng(77 + cfg.rows * 10 + cfg.cols)
+    cmds = back_to_back_commands(cfg, rng, 60)
+    limit = timing.matmul_in_flight(cfg)
+
+    async def tb(ctx, dut, mem):
+        width = cfg.spad_row_bytes
+        mem.spad[:] = random_int8_rows(rng, cfg.spad_rows, width, width)
+        mem.acc[:] = rng.integers(-2**31, 2**31, size=(cfg.acc_rows, cfg.acc_row_elems)).tolist()
+        await mem.upload(ctx)
+        port = dut.matrix
+        takes, dones, errors = [], [], []
+        earliest = [0]          # first cycle the driver offers each command
+        in_flight, i, cycle, pause = 0, 0, 0, 0
+        while len(dones) < len(cmds):
+            offer = i < len(cmds) and in_flight < limit and pause == 0
+            if offer:
+                op, body, flags = cmds[i]
+                ctx.set(port.cmd.payload, Command.const(
+                    {"header": {"opcode": op, "flags": flags}, "body": {"matmul": body}}))
+            ctx.set(port.cmd.valid, offer)
+            _, _, ready, done, err, addr = await ctx.tick().sample(
+                port.cmd.ready, port.done, port.error, port.error_addr)
+            if offer and ready:
+                takes.append(cycle)
+                in_flight += 1
+                i += 1
+                pause = int(rng.integers(1, 6)) if rng.integers(0, 6) == 0 else 0
+                earliest.append(cycle + 1 + pause)
+            elif pause:
+                pause -= 1
+            if done:
+                dones.append(cycle)
+                errors.append((ErrorCode(err), addr if err else 0))
+                in_flight -= 1
+            cycle += 1
+            assert cycle < 20_000, "the stream never finished"
+        ctx.set(port.cmd.valid, 0)
+        await ctx.tick()
+        assert not ctx.get(port.busy)
+
+        line = timing.MatmulTimeline(cfg)
+        for k, (op, body, flags) in enumerate(cmds):
+            assert errors[k] == expected_error(cfg, op, body, flags), (k, cmds[k])
+            failed = errors[k][0] != ErrorCode.NONE
+            t = line.take(takes[k], body["m"], k_blocks=body["k_len"] + 1, error=failed)
+            assert dones[k] == t.done, (k, cmds[k])
+            if k + 1 < len(cmds):
+                # taken in the first cycle both the driver offers it and the engine can
+                assert takes[k + 1] == max(t.accept_from, earliest[k + 1]), (k, cmds[k])
+            if op == Opcode.MATMUL and not failed:
+                for j in range(body["k_len"] + 1):     # block j adds to block j - 1
+                    model_matmul(cfg, mem.spad, mem.acc, body["a_row"] + j * body["m"],
+                                 body["w_row"] + j * cfg.rows, body["acc_row"], body["m"],
+                                 flags["accumulate"] or j > 0, flags["transpose"])
+        assert sum(e != ErrorCode.NONE for e, _ in errors) >= 3
+        await mem.check(ctx, "back-to-back MATMULs")
 
     simulate(cfg, tb)
 
@@ -373,7 +507,9 @@ def test_shared_write_ports():
 
     async def softmax(ctx):
         await wait_upload(ctx)
-        for _ in range(20):
+        # 40 cycles: its first reciprocal write lands 13 cycles into the fifth MATMUL's 40
+        # row writes (with 20 it fell into the gap between two MATMULs and never waited)
+        for _ in range(40):
             await ctx.tick()
         results["softmax"] = await issue(ctx, dut.vector, Opcode.SOFTMAX, "softmax", sm)
 

@@ -42,11 +42,10 @@ def _dma(c: CommandList, cfg: NPUConfig, **kw) -> None:
 def error_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
     """Every error a single command can raise, with its expected report (``ERR_CODE``,
     ``ERR_ADDR``, opcode), for the memories, semaphores and DRAM of ``cfg``; the bad command
-    is the third of its queue (index 2). Needs ``spad_row_bytes >= 4`` and 64-bit AXI or
-    wider (the alignment of a DMA address is ``min(local row, beat)`` bytes)."""
+    is the third of its queue (index 2). The DMA takes any byte address and length, so no DMA
+    case is ``MISALIGNED`` or ``BAD_SIZE``; ``spad_rows >= 3 * rows + 15``."""
     d, sp, ac = cfg.dram_bytes, cfg.spad_rows, cfg.acc_rows
-    row, acc_row = cfg.spad_row_bytes, cfg.acc_row_bytes
-    align = min(row, cfg.axi_data_bytes)
+    row = cfg.spad_row_bytes
     return {
         "bad_opcode": (lambda c: c.append_raw(bytes([0x42]) + bytes(31)),
                        ErrorCode.BAD_OPCODE, RING + 2 * 32, 0x42),
@@ -55,17 +54,12 @@ def error_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
         "bad_signal_sem": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=0, m=1,
                                               signal=cfg.n_sems + 5),
                            ErrorCode.BAD_SEM, cfg.n_sems + 5, Opcode.MATMUL),
-        "bad_size": (lambda c: _dma(c, cfg, row_bytes=row + row // 2), ErrorCode.BAD_SIZE,
-                     DMA_ADDR, Opcode.DMA_LOAD),
-        "bad_size_acc": (lambda c: _dma(c, cfg, mem=LocalMem.ACC, row_bytes=acc_row // 2,
-                                        dram_stride=acc_row),
-                         ErrorCode.BAD_SIZE, DMA_ADDR, Opcode.DMA_LOAD),
-        "misaligned_addr": (lambda c: _dma(c, cfg, dram_addr=DMA_ADDR + align // 2),
-                            ErrorCode.MISALIGNED, DMA_ADDR + align // 2, Opcode.DMA_LOAD),
-        "misaligned_stride": (lambda c: c.dma_store(mem=LocalMem.ACC, dram_addr=DMA_ADDR,
-                                                    dram_stride=acc_row + 4, row_bytes=acc_row,
-                                                    n_rows=2, local_row=0, local_stride=1),
-                              ErrorCode.MISALIGNED, DMA_ADDR + acc_row + 4, Opcode.DMA_STORE),
+        "bad_dram_addr_odd": (lambda c: _dma(c, cfg, dram_addr=d - row + 1, n_rows=1),
+                              ErrorCode.BAD_DRAM_ADDR, d - row + 1, Opcode.DMA_LOAD),
+        "bad_local_partial_row": (lambda c: _dma(c, cfg, dram_addr=DMA_ADDR + 3,
+                                                 row_bytes=row + 1, n_rows=1,
+                                                 local_row=sp - 1),
+                                  ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.DMA_LOAD),
         "bad_dram_addr": (lambda c: _dma(c, cfg, dram_addr=d - 2 * row),
                           ErrorCode.BAD_DRAM_ADDR, d, Opcode.DMA_LOAD),
         "bad_local_dma": (lambda c: _dma(c, cfg, local_row=sp - 2, local_stride=1),
@@ -75,6 +69,12 @@ def error_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
                                ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.MATMUL),
         "bad_local_matmul_acc": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=ac - 6, m=7),
                                  ErrorCode.BAD_LOCAL_ADDR, ac, Opcode.MATMUL),
+        "bad_local_matmul_k_blocks_a": (lambda c: c.matmul(a_row=sp - 14, w_row=0, acc_row=0,
+                                                           m=5, k_blocks=3),
+                                        ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.MATMUL),
+        "bad_local_matmul_k_blocks_w": (lambda c: c.matmul(a_row=0, w_row=sp - 3 * cfg.rows,
+                                                           acc_row=0, m=1, k_blocks=4),
+                                        ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.MATMUL),
         "bad_local_requant": (lambda c: c.requant(acc_row=0, spad_row=0, n_rows=1,
                                                   param_row=ac - 2),
                               ErrorCode.BAD_LOCAL_ADDR, ac, Opcode.REQUANT),

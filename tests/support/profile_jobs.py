@@ -16,9 +16,13 @@ from hw.isa import (
     OPCODE_ENGINE,
     ErrorCode,
     LocalMem,
+    MatmulTimeline,
     Opcode,
     command_busy_cycles,
+    command_retire_cycles,
     decode,
+    engine_in_flight,
+    retire_window_cycles,
 )
 from sw.golden import linear_int
 from sw.kernels.linear import linear_with_stats
@@ -106,12 +110,16 @@ def check_profile(profile: Profile, records: dict[int, list[bytes]], *,
       first ``ran[q]`` of queue ``q`` if given, the others never ran; ``errors``: the
       commands that retired with an error, by (queue, index)) appears exactly once,
       with its queue, index and bytes, and nothing else does;
-    * per engine the slices' count equals ``retired.<engine>`` and their busy cycles
-      (``end - start``) add up to ``busy.<engine>`` over the profile; nothing lost, no FIFO
+    * per engine the slices' count equals ``retired.<engine>`` and the union of their spans
+      (``start + 1 .. end``) is ``busy.<engine>`` over the profile; nothing lost, no FIFO
       overflow;
-    * slices of one engine never overlap and lie inside the profile; MATMUL and REQUANT
-      take exactly :func:`hw.isa.command_busy_cycles` (compute engines are exact); DMA at
-      least that (the ideal DRAM is the fastest).
+    * slices lie inside the profile; those of an engine that runs one command at a time
+      never overlap; the matrix engine's are exactly the schedule of
+      :class:`hw.isa.MatmulTimeline` for their take cycles (several in flight); REQUANT takes
+      exactly :func:`hw.isa.command_busy_cycles`, DMA at least that (the ideal DRAM is the
+      fastest);
+    * every run of up to ``trace_depth + 1`` consecutive retirements of an engine lasts at
+      least :func:`hw.isa.retire_window_cycles` (what the profiler sizes its drains by).
     """
     expected = sorted((q, i, raw) for q, recs in records.items()
                       for i, raw in enumerate(recs[:None if ran is None else ran.get(q)])
@@ -120,24 +128,54 @@ def check_profile(profile: Profile, records: dict[int, list[bytes]], *,
     assert got == expected, (len(got), len(expected))
     summary = profile.engine_summary()
     assert profile.overflowed == ()
+    def error(s) -> ErrorCode:
+        return (errors or {}).get((s.queue, s.index), ErrorCode.NONE)
     for e in ENGINE_NAMES:
         mine = sorted((s for s in profile.slices if s.engine == e), key=lambda s: s.start)
         assert len(mine) == profile.counters[f"retired.{e}"] == summary[e]["commands"], e
-        assert sum(s.end - s.start for s in mine) == profile.counters[f"busy.{e}"], e
+        held = set().union(*(range(s.start + 1, s.end + 1) for s in mine))
+        assert len(held) == profile.counters[f"busy.{e}"], e
         assert summary[e]["lost"] == 0 and summary[e]["busy_slices"] == summary[e]["busy"], e
         for s in mine:
             assert _engine(s.command) == e
             assert profile.begin <= s.start < s.end < profile.end
-        for a, b in zip(mine, mine[1:], strict=False):
-            assert b.start > a.end, (a, b)      # one command at a time, taken after done
+        if engine_in_flight(profile.config, e) == 1:
+            for a, b in zip(mine, mine[1:], strict=False):
+                assert b.start > a.end, (a, b)      # one command at a time, taken after done
+        _check_retire_windows(profile, e, [(s.end, command_retire_cycles(
+            profile.config, s.command, error(s))) for s in mine])
+    _check_matmul_schedule(profile, [s for s in profile.slices if s.engine == "matrix"],
+                           error)
     for s in profile.slices:
         op = decode(s.command).header.opcode
-        error = (errors or {}).get((s.queue, s.index), ErrorCode.NONE)
-        bound = command_busy_cycles(profile.config, s.command, error)
-        if op in (Opcode.MATMUL, Opcode.REQUANT):
+        bound = command_busy_cycles(profile.config, s.command, error(s))
+        if op == Opcode.REQUANT:
             assert s.cycles == bound, (s, bound)
-        else:
+        elif op != Opcode.MATMUL:
             assert s.cycles >= bound, (s, bound)
+
+
+def _check_matmul_schedule(profile: Profile, slices, error) -> None:
+    """The matrix engine's slices, replayed on :class:`hw.isa.MatmulTimeline` at their take
+    cycles (it must be able to take each then), retire in exactly their ``end`` cycles."""
+    line = MatmulTimeline(profile.config)
+    for s in sorted(slices, key=lambda s: s.start):
+        b = decode(s.command).body.matmul
+        times = line.take(s.start, b.m, k_blocks=b.k_len + 1,
+                          error=error(s) != ErrorCode.NONE)
+        assert times.done == s.end, (s, times)
+
+
+def _check_retire_windows(profile: Profile, engine: str, retired: list[tuple[int, int]]) -> None:
+    """Every run of up to ``trace_depth + 1`` consecutive retirements ``(end, retire
+    cycles)`` of ``engine`` spans at least :func:`hw.isa.retire_window_cycles` (the window
+    from the cycle before the first ``done`` to the last)."""
+    retired = sorted(retired)
+    for i, (first, _) in enumerate(retired):
+        for j in range(i, min(len(retired), i + profile.config.trace_depth + 1)):
+            bound = retire_window_cycles(profile.config, engine,
+                                         [b for _, b in retired[i:j + 1]])
+            assert retired[j][0] - (first - 1) >= bound, (engine, retired[i:j + 1])
 
 
 def check_regions(profile: Profile, records: dict[int, list[bytes]]) -> None:

@@ -58,8 +58,9 @@ def assert_ordered(config, commands) -> None:
             (writes if op == Opcode.DMA_LOAD else reads).extend(local)
         elif op == Opcode.MATMUL:
             b = v.body.matmul
-            reads += [(LocalMem.SPAD, b.a_row + r) for r in range(b.m)]
-            reads += [(LocalMem.SPAD, b.w_row + r) for r in range(config.rows)]
+            blocks = b.k_len + 1
+            reads += [(LocalMem.SPAD, b.a_row + r) for r in range(blocks * b.m)]
+            reads += [(LocalMem.SPAD, b.w_row + r) for r in range(blocks * config.rows)]
             acc = [(LocalMem.ACC, b.acc_row + r) for r in range(b.m)]
             writes += acc
             if v.header.flags.accumulate:

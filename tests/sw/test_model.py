@@ -105,6 +105,46 @@ def test_dma_2d_spad_and_acc_round_trip():
     np.testing.assert_array_equal(got, acc_src[:, :16])
 
 
+@pytest.mark.parametrize("mem", [LocalMem.SPAD, LocalMem.ACC])
+def test_dma_any_byte_address_and_length(mem):
+    """Odd addresses, strides and lengths against a naive byte model, held to the byte: a
+    load fills ceil(row_bytes / L) local rows and zero-fills the rest of a partial last one
+    (no other local row changes); a store writes exactly the rows' bytes (DRAM elsewhere is
+    unchanged)."""
+    cfg = NPUConfig(rows=8, cols=8, spad_rows=64, acc_rows=32)
+    L = cfg.spad_row_bytes if mem == LocalMem.SPAD else cfg.acc_row_bytes
+    rng = np.random.default_rng(3)
+    for addr, stride, row_bytes, n_rows in [(0x8001, 13, 11, 3), (0x8FFD, 5, 5, 2),
+                                            (0x8003, 0, 1, 1), (0x9007, 4 * L + 1, 2 * L + 3, 2)]:
+        h = Host(cfg)
+        image = rng.integers(0, 256, 0x4000, dtype=np.uint8)
+        h.be.mem_write(0x8000, image.tobytes())
+        local = h.be.spad if mem == LocalMem.SPAD else h.be.acc
+        local[:] = rng.integers(-100, 100, local.shape)
+        before = local.copy().view(np.uint8).reshape(len(local), -1).copy()
+        lrows = -(-row_bytes // L)
+        c = CommandList()
+        c.dma_load(mem=mem, dram_addr=addr, dram_stride=stride, row_bytes=row_bytes,
+                   n_rows=n_rows, local_row=1, local_stride=lrows + 1)
+        c.dma_store(mem=mem, dram_addr=addr + 0x2000, dram_stride=stride, row_bytes=row_bytes,
+                    n_rows=n_rows, local_row=1, local_stride=lrows + 1)
+        h.submit(c)
+        assert h.be.csr_read(Csr.STATUS) == 0 and h.head() == 2
+        want_local = before.copy()
+        want_dram = bytearray(image.tobytes())
+        for r in range(n_rows):
+            row = image[addr - 0x8000 + r * stride:][:row_bytes]
+            first = 1 + r * (lrows + 1)
+            padded = np.zeros(lrows * L, np.uint8)
+            padded[:row_bytes] = row
+            want_local[first:first + lrows] = padded.reshape(lrows, L)
+            o = addr + 0x2000 - 0x8000 + r * stride
+            want_dram[o:o + row_bytes] = row.tobytes()
+        got_local = local.view(np.uint8).reshape(len(local), -1)
+        np.testing.assert_array_equal(got_local, want_local)
+        assert h.be.mem_read(0x8000, 0x4000) == bytes(want_dram)
+
+
 def test_matmul_overwrite_accumulate_and_requant():
     cfg = NPUConfig(rows=4, cols=3, spad_rows=64, acc_rows=32)  # acc row 4 elems, 1 unused
     h = Host(cfg)
@@ -138,6 +178,26 @@ def test_matmul_overwrite_accumulate_and_requant():
                           relu=relu)
         np.testing.assert_array_equal(h.be.spad[30:35, :3], want)
         assert np.all(h.be.spad[30:35, 3] == 0)
+
+
+def test_matmul_k_blocks_sums_tiles_along_k():
+    """A MATMUL of ``k_blocks = 3`` equals three one-tile MATMULs accumulating (tile ``j``
+    at ``a_row + j * m`` and ``w_row + j * rows``)."""
+    cfg = NPUConfig(rows=4, cols=3, spad_rows=64, acc_rows=32)
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (3, 5, 4), dtype=np.int8)          # 3 K blocks of 5 rows
+    w = rng.integers(-128, 128, (3, 4, 3), dtype=np.int8)
+    h = Host(cfg)
+    h.be.spad[0:12, :3] = w.reshape(12, 3)
+    h.be.spad[20:35, :4] = a.reshape(15, 4)
+    h.be.acc[2:7] = 99
+    c = CommandList()
+    c.matmul(a_row=20, w_row=0, acc_row=2, m=5, accumulate=True, k_blocks=3)
+    c.matmul(a_row=20, w_row=0, acc_row=10, m=5, k_blocks=1)
+    h.submit(c)
+    want = 99 + sum(matmul_int(a[j], w[j]).astype(np.int64) for j in range(3))
+    np.testing.assert_array_equal(h.be.acc[2:7, :3], want)
+    np.testing.assert_array_equal(h.be.acc[10:15, :3], matmul_int(a[0], w[0]))
 
 
 def test_fence_irq_w1c_and_semaphores():

@@ -302,6 +302,10 @@ def naive_store(t, beats_chunks, bursts):
     (NPUConfig(), LocalMem.ACC, 0, 64, 32, 3),
     (NPUConfig(rows=4, cols=4), LocalMem.SPAD, 4, 12, 8, 5),
     (NPUConfig(rows=4, cols=4, axi_data_bits=128), LocalMem.SPAD, 4, 0, 52, 2),
+    # any byte address and length: flush slots, partial strobes
+    (NPUConfig(), LocalMem.SPAD, 5, 11, 11, 4),
+    (NPUConfig(rows=4, cols=4), LocalMem.SPAD, 7, 13, 6, 5),
+    (NPUConfig(rows=4, cols=4, axi_data_bits=128), LocalMem.ACC, 4096 - 19, 0, 45, 1),
 ])
 def test_store_beats_match_a_per_cycle_store(cfg, mem, addr, stride, row_bytes, n_rows):
     from types import SimpleNamespace
@@ -319,6 +323,7 @@ def test_store_beats_match_a_per_cycle_store(cfg, mem, addr, stride, row_bytes, 
     st.start(cmd, t, ErrorCode.NONE)
     eq.run_through(10_000, ARBITRATE)
     job = jobs[0]
+    assert sum(n for _, n in job.beats) == n_rows * row_bytes     # strobed bytes
     want_v, want_w, want_done = naive_store(t, [n for n, _ in job.beats],
                                             [b.beats for b in job.bursts])
     assert want_v == job.V            # the W buffer's fill (the read side's throttling)
@@ -328,34 +333,41 @@ def test_store_beats_match_a_per_cycle_store(cfg, mem, addr, stride, row_bytes, 
 
 # -- the DMA load channel: bursts, chunks and holds vs a per-cycle model ------------------------
 
-def naive_load(t, bursts, period_phase, busy, outstanding):
-    """Per-cycle DMA load (``hw.dma._LoadMover``) alone on the ideal DRAM (dram.sv): ARs from
+def naive_load(t, bursts, tails, needs, busy, outstanding):
+    """Per-cycle DMA load (``hw.dma.LoadMover``) alone on the ideal DRAM (dram.sv): ARs from
     ``t + 3``, one per cycle while fewer than ``outstanding`` bursts are in flight; beats as
-    dram.sv gives them; one chunk per cycle, a chunk that completes a local row held while the
-    port is ``busy``; the beat is taken with its last chunk. ``bursts``: per burst its chunks
-    per beat; ``period_phase``: per burst ``(period, phase)``. Returns per burst
-    ``(accept, v0, c_last)`` and ``done``."""
+    dram.sv gives them; one step per cycle, a step that completes a local row held while the
+    port is ``busy``; the beat is taken with its last step; after a burst's last beat its
+    ``tails`` steps (a flush word) run with no beat, before the next burst's first step.
+    ``bursts``: per burst its steps per beat; ``needs``: per burst the set of its step
+    indices that need the port. Returns per burst ``(accept, v0, c_last)`` and ``done``."""
     n = len(bursts)
     accept, v0, c_last = [None] * n, [None] * n, [None] * n
     nxt, inflight, queue = 0, 0, []
     r_busy, rvalid, beat, cur, cur_vis = False, False, 0, None, None
-    chunk = 0                       # chunks taken of the visible beat
-    idx = [0] * n                   # chunk index within the burst
+    chunk = 0                       # steps taken of the visible beat
+    idx = [0] * n                   # step index within the burst
+    tail_left, tail_b, last_step = 0, None, None
     c = t
-    while c_last[-1] is None:
+    while c_last[-1] is None or tail_left:
         ar = c >= t + 3 and nxt < n and inflight < outstanding
         take = False
-        if rvalid:
+        if tail_left:
+            if not (idx[tail_b] in needs[tail_b] and c in busy):
+                idx[tail_b] += 1
+                tail_left -= 1
+                last_step = c
+        elif rvalid:
             b, j = cur_vis
-            per, ph = period_phase[b]
-            needs = (ph + idx[b]) % per == per - 1
-            if not (needs and c in busy):
+            if not (idx[b] in needs[b] and c in busy):
                 idx[b] += 1
                 chunk += 1
+                last_step = c
                 if chunk == bursts[b][j]:
                     take, chunk = True, 0
                     if j == len(bursts[b]) - 1:
                         c_last[b] = c
+                        tail_left, tail_b = tails[b], b
         # edge
         if ar:
             accept[nxt] = c
@@ -382,7 +394,19 @@ def naive_load(t, bursts, period_phase, busy, outstanding):
             n_busy, beat = True, 0
         rvalid, cur_vis, r_busy = n_rvalid, n_vis, n_busy
         c += 1
-    return list(zip(accept, v0, c_last, strict=True)), c_last[-1] + T.DMA_DONE_AFTER_LAST
+    return list(zip(accept, v0, c_last, strict=True)), last_step + T.DMA_DONE_AFTER_LAST
+
+
+def step_needs(burst, period):
+    """Step indices of a burst whose chunk completes a local row: every ``period``-th chunk of
+    the row and its last; the prime (a shifted row's first step) moves no chunk."""
+    row = burst.layout
+    out = set()
+    for i in range(burst.steps + burst.tail):
+        c = burst.first_chunk + i - int(burst.prime)
+        if c >= burst.first_chunk and ((c + 1) % period == 0 or c == row.chunks - 1):
+            out.add(i)
+    return out
 
 
 @pytest.mark.parametrize("cfg, mem, addr, stride, row_bytes, n_rows", [
@@ -396,6 +420,12 @@ def naive_load(t, bursts, period_phase, busy, outstanding):
     (NPUConfig(rows=4, cols=4, axi_data_bits=128), LocalMem.SPAD, 12, 20, 24, 4),
     (NPUConfig(axi_data_bits=128), LocalMem.SPAD, 8, 40, 24, 6),
     (NPUConfig(axi_data_bits=128, dma_outstanding=4), LocalMem.ACC, 0, 96, 64, 5),
+    # any byte address and length: primes, flush words, partial last chunks and local rows
+    (NPUConfig(), LocalMem.SPAD, 3, 13, 11, 6),
+    (NPUConfig(), LocalMem.ACC, 4096 - 37, 77, 70, 4),
+    (NPUConfig(rows=4, cols=4), LocalMem.SPAD, 5, 9, 7, 8),
+    (NPUConfig(rows=4, cols=4), LocalMem.ACC, 1, 0, 1, 3),
+    (NPUConfig(axi_data_bits=128, dma_max_burst_beats=4), LocalMem.ACC, 9, 200, 150, 3),
 ])
 @pytest.mark.parametrize("busy_port", [False, True])
 def test_load_bursts_match_a_per_cycle_load(cfg, mem, addr, stride, row_bytes, n_rows,
@@ -422,14 +452,10 @@ def test_load_bursts_match_a_per_cycle_load(cfg, mem, addr, stride, row_bytes, n
     served = job.granted
     assert bool(sum(len(h) for h in job.holds.values())) == busy_port
     local = cfg.acc_row_bytes if mem == LocalMem.ACC else cfg.spad_row_bytes
-    beat = cfg.axi_data_bytes
-    period = local // beat if local >= beat else 1          # beats per local row
-
-    def phase(b):                # beats of the burst's local row before it
-        row = addr + b.row * stride
-        return (b.addr - (row - row % beat)) // beat % period
-    want, want_done = naive_load(t, [b.chunks_per_beat() for b in job.bursts],
-                                 [(period, phase(b)) for b in job.bursts],
+    period = local // min(local, cfg.axi_data_bytes)        # chunks per local row
+    want, want_done = naive_load(t, [b.steps_per_beat() for b in job.bursts],
+                                 [b.tail for b in job.bursts],
+                                 [step_needs(b, period) for b in job.bursts],
                                  {c for a, b in spans for c in range(a, b)},
                                  cfg.dma_outstanding)
     assert [(s.accept, s.v0, s.c_last) for s in served] == want
@@ -501,6 +527,7 @@ def naive_store_stalls(t, beats_chunks, bursts, b_after, outstanding):
     (NPUConfig(dma_outstanding=4), 0, 24, 16, 7),
     (NPUConfig(), 0, 0, 300 * 8, 1),
     (NPUConfig(rows=4, cols=4, axi_data_bits=128), 4, 0, 52, 3),
+    (NPUConfig(rows=4, cols=4), 3, 10, 9, 4),                  # flush slots
 ])
 @pytest.mark.parametrize("b_after", [1, 5, 23])
 def test_store_stall_counter_matches_a_per_cycle_store(cfg, addr, stride, row_bytes, n_rows,

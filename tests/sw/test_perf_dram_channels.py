@@ -108,18 +108,20 @@ class FixedWriter:
 
 class NaiveLoad:
     """The DMA load (``hw.dma.LoadMover``) as a read manager, cycle by cycle: ARs from ``t +
-    3``, one per cycle while fewer than ``outstanding`` bursts are in flight; one chunk per
-    cycle while RVALID, a chunk that completes a local row held while the port is ``busy``;
-    a beat is taken with its last chunk. Counts ``stall.load.dram_read`` and the local-port
-    stall by their definitions (``LoadMover``). ``bursts``: per burst its chunks per beat;
-    ``period_phase``: per burst ``(period, phase)``."""
+    3``, one per cycle while fewer than ``outstanding`` bursts are in flight; one step per
+    cycle while RVALID (a chunk, or the prime of a shifted row), a step that completes a local
+    row held while the port is ``busy``; a beat is taken with its last step; after a burst's
+    last beat its flush steps (``tail``) go one per cycle without an R beat. Counts
+    ``stall.load.dram_read`` and the local-port stall by their definitions (``LoadMover``).
+    ``bursts``: per burst ``(steps per beat, tail steps, steps that complete a local row)``."""
 
-    def __init__(self, t, bursts, period_phase, busy, outstanding):
-        self.t, self.bursts, self.pp, self.busy = t, bursts, period_phase, set(busy)
+    def __init__(self, t, bursts, busy, outstanding):
+        self.t, self.bursts, self.busy = t, bursts, set(busy)
         self.outstanding = outstanding
         self.nxt = self.inflight = 0
-        self.b = self.j = self.chunk = 0        # visible beat: burst, beat, chunks taken
-        self.idx = [0] * len(bursts)            # chunks taken per burst
+        self.b = self.j = self.step = 0         # visible beat: burst, beat, steps taken
+        self.idx = [0] * len(bursts)            # steps taken per burst
+        self.tail = 0                           # flush steps left before the next burst
         self.dram_stall = self.local_stall = 0
         self.finish = None
 
@@ -129,35 +131,61 @@ class NaiveLoad:
     def on_ar(self, c):
         self.nxt += 1
         self.inflight += 1
-        return len(self.bursts[self.nxt - 1])
+        return len(self.bursts[self.nxt - 1][0])
 
     def _held(self, c):
-        per, ph = self.pp[self.b]
-        return (ph + self.idx[self.b]) % per == per - 1 and c in self.busy
+        return self.idx[self.b] in self.bursts[self.b][2] and c in self.busy
 
     def rready(self, c, visible):
-        return not self._held(c) and self.chunk + 1 == self.bursts[self.b][self.j]
+        return (not self.tail and not self._held(c)
+                and self.step + 1 == self.bursts[self.b][0][self.j])
 
     def edge(self, c, rvalid, arready):
-        hold = rvalid and self._held(c)
+        valid = rvalid or self.tail > 0
+        hold = valid and self._held(c)
         self.local_stall += hold
         self.dram_stall += ((self.arvalid(c) and not arready)
                             or (self.inflight > 0 and not rvalid)) and not hold
-        if rvalid and not hold:
+        if self.tail and not hold:
             self.idx[self.b] += 1
-            self.chunk += 1
+            self.tail -= 1
+            if not self.tail:
+                self._next_burst(c)
+        elif rvalid and not hold:
+            self.idx[self.b] += 1
+            self.step += 1
 
     def on_r(self, c, last):
-        self.chunk = 0
+        self.step = 0
         self.j += 1
         if last:
-            self.b, self.j = self.b + 1, 0
             self.inflight -= 1
-            if self.b == len(self.bursts):
-                self.finish = c + T.DMA_DONE_AFTER_LAST
+            self.tail = self.bursts[self.b][1]
+            if not self.tail:
+                self._next_burst(c)
+
+    def _next_burst(self, c):
+        self.b, self.j = self.b + 1, 0
+        if self.b == len(self.bursts):
+            self.finish = c + T.DMA_DONE_AFTER_LAST
 
     def done(self):
         return self.finish is not None
+
+
+def load_steps(burst):
+    """``NaiveLoad``'s description of a :class:`hw.isa.timing.Burst`: its steps per beat, its
+    flush steps and the steps whose chunk completes a local row (every ``L / G``-th chunk of
+    the DRAM row and its last), from the row's chunks directly."""
+    row = burst.layout
+    per_beat = burst.steps_per_beat()
+    skip = int(burst.prime)
+    need = set()
+    for i in range(skip, sum(per_beat) + burst.tail):
+        chunk = burst.first_chunk + i - skip
+        if (chunk + 1) % row.period == 0 or chunk == row.chunks - 1:
+            need.add(i)
+    return per_beat, burst.tail, need
 
 
 class NaiveStore:
@@ -576,6 +604,11 @@ LOADS = [
     (NPUConfig(dma_outstanding=4), LocalMem.ACC, 4096 - 40, 0, 5 * 32, 1),
     (NPUConfig(rows=4, cols=4), LocalMem.SPAD, 4, 16, 12, 7),       # 2 chunks per beat
     (NPUConfig(rows=4, cols=4, axi_data_bits=128), LocalMem.SPAD, 0, 0, 64, 3),   # 4 per beat
+    # any byte address and length: primes, flush words, partial last local rows
+    (NPUConfig(), LocalMem.SPAD, 3, 13, 21, 5),                     # flush word every row
+    (NPUConfig(), LocalMem.ACC, 4096 - 37, 70, 45, 3),              # across a 4 KiB page
+    (NPUConfig(rows=4, cols=4), LocalMem.SPAD, 5, 11, 10, 6),       # shifted chunks per beat
+    (NPUConfig(dma_outstanding=4), LocalMem.SPAD, 6, 9, 7, 4),      # one partial local row
 ]
 DMA_TIMINGS = ["bp50", "bw=4,seed=5", "bw=6,latency=20,wlatency=10,stall=0.25,seed=1",
                "bw=2.5,w_stall=0.5,b_stall=0.4,seed=8"]
@@ -615,15 +648,8 @@ def test_dma_load_matches_a_per_cycle_load(spec, cfg, mem, addr, stride, row_byt
     mod.writer(CP, cp_writes)
     mod.run()
 
-    local = cfg.acc_row_bytes if mem == LocalMem.ACC else cfg.spad_row_bytes
     beat = cfg.axi_data_bytes
-    period = local // beat if local >= beat else 1
-
-    def phase(b):
-        row = addr + b.row * stride
-        return (b.addr - (row - row % beat)) // beat % period
-    load = NaiveLoad(t, [b.chunks_per_beat() for b in job.bursts],
-                     [(period, phase(b)) for b in job.bursts],
+    load = NaiveLoad(t, [load_steps(b) for b in job.bursts],
                      {c for a, b in spans for c in range(a, b)}, cfg.dma_outstanding)
     want = naive_memory(timing, {DMA: (load, None),
                                  CP: (FixedReader(cp_reads), FixedWriter(cp_writes))},

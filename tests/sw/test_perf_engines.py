@@ -10,7 +10,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.config import NPUConfig
-from hw.isa import Command, ErrorCode, Opcode
+from hw.isa import Command, ErrorCode, Opcode, matmul_busy_cycles, matmul_in_flight
 from hw.tile import MatrixEngine
 from hw.vector import VectorUnit
 from sw.perf import timing as T
@@ -67,9 +67,11 @@ def run_engine(dut, commands, watch, *, port_busy=frozenset(), cycles=2000):
 class _Queue:
     def __init__(self):
         self.done = []
+        self.free_from = []
 
-    def set_done(self, done):
+    def set_done(self, done, free_from=None):
         self.done.append(done)
+        self.free_from.append(done + 1 if free_from is None else free_from)
 
 
 def _cmd(op, body, flags=None):
@@ -85,20 +87,65 @@ def _cycles(spans):
     return [c for a, b in spans for c in range(a, b)]
 
 
+def run_matmuls(dut, commands, limit, cycles=3000):
+    """Offer ``commands`` (MATMUL bodies) back to back, as the command processor does: each
+    in the first cycle the engine is ready with fewer than ``limit`` commands taken and not
+    retired. Returns the take cycles, the done cycles and the accumulator write cycles."""
+    takes, dones, writes = [], [], []
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+
+    async def tb(ctx):
+        i = 0
+        for c in range(cycles):
+            offer = i < len(commands) and len(takes) - len(dones) < limit
+            if offer:
+                ctx.set(dut.engine.cmd.payload, Command.const(
+                    {"header": {"opcode": Opcode.MATMUL}, "body": {"matmul": commands[i]}}))
+            ctx.set(dut.engine.cmd.valid, offer)
+            _, _, ready, done, wr = await ctx.tick().sample(
+                dut.engine.cmd.ready, dut.engine.done, dut.acc_wr.en)
+            if offer and ready:
+                takes.append(c)
+                i += 1
+            if done:
+                dones.append(c)
+            if wr:
+                writes.append(c)
+            if len(dones) == len(commands):
+                return
+        raise AssertionError("commands did not retire")
+    sim.add_testbench(tb)
+    sim.run()
+    return takes, dones, writes
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c.name for c in CONFIGS])
 def test_matmul_done_and_accumulator_writes(cfg):
+    """Back-to-back MATMULs of sizes below, at and above ``max(rows, cols)`` and an empty
+    one: the model's done cycles, its next-take cycles and its accumulator write cycles are
+    the engine's."""
     dut = MatrixEngine(cfg)
-    ms = [1, 5, 13, 0]
-    cmds = [(Opcode.MATMUL, {"a_row": 0, "w_row": 20, "acc_row": 0, "m": m}, {}) for m in ms]
-    done, writes = run_engine(dut, cmds, {"acc": dut.acc_wr.en})
+    big = max(cfg.rows, cfg.cols)
+    ms = [1, 5, 13, 0, big, big + 1, 2, 0, 1, 1, 3, big]
+    k_lens = [0] * 10 + [2, 1]                  # then K blocks: 3 x 3 rows, 2 x big rows
+    cmds = [{"a_row": 0, "w_row": 20, "acc_row": 0, "m": m, "k_len": k}
+            for m, k in zip(ms, k_lens, strict=True)]
+    takes, dones, writes = run_matmuls(dut, cmds, matmul_in_flight(cfg))
     busy = BusyList(lambda: 0)
     perf = PerfMatrix(cfg, busy)
     perf.queue = q = _Queue()
-    for (t, _), m in zip(done, ms, strict=True):
-        perf.start(_cmd(Opcode.MATMUL, {"m": m}), t, ErrorCode.NONE)
-    assert q.done == [d for _, d in done]
-    assert [d - t for t, d in done] == [T.matmul_done(cfg, m) for m in ms[:-1]] + [2]
-    assert _cycles(_spans(busy)) == writes["acc"]
+    for t, body in zip(takes, cmds, strict=True):
+        perf.start(_cmd(Opcode.MATMUL, body), t, ErrorCode.NONE)
+    assert q.done == dones
+    assert q.free_from[:-1] == takes[1:]        # offered all the time: taken when it can be
+    assert _cycles(_spans(busy)) == writes
+    assert len(writes) == sum(m * (k + 1) for m, k in zip(ms, k_lens, strict=True))
+    assert dones[0] - takes[0] == matmul_busy_cycles(cfg, 1)
+    # the array never waits for weights once m >= max(rows, cols): rows written back to back
+    i = ms.index(big)
+    first = sum(ms[:i])
+    assert writes[first + big] == writes[first + big - 1] + 1
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c.name for c in CONFIGS])

@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from hw.config import NPUConfig
-from hw.isa import ENGINE_NAMES, ErrorCode, LocalMem, command_busy_cycles
+from hw.isa import (
+    ACCEPT_CYCLES,
+    ENGINE_NAMES,
+    ErrorCode,
+    LocalMem,
+    command_busy_cycles,
+    matmul_busy_cycles,
+    matmul_issue_cycles,
+)
 from sw.model import ModelBackend
 from sw.perf import PerfBackend
 from sw.runtime import CommandList, Device, NPUError, UntimedCounterError
@@ -18,7 +26,7 @@ from tests.support import profile_jobs
 from tests.support.trace_schema import check_document, check_text
 
 SMALL = NPUConfig.parse("4x4,trace_depth=8")
-M, K, N = 16, 32, 24        # 38 loads, 84 matmuls on 4x4: several FIFOs' worth of each
+M, K, N = 16, 32, 48        # 45 loads, 58 matmuls on 4x4: several FIFOs' worth of each
 
 
 def run(config: NPUConfig = SMALL, **kw) -> tuple[Profile, dict, dict]:
@@ -63,7 +71,7 @@ def test_unwrap_cycles_on_random_entries():
     (SMALL, {}),
     (SMALL, {"skip_cycles": 2**32 - 3000}),       # CYCLES[31:0] wraps in the middle of the run
     (SMALL, {"failing_stream": True}),            # a queue fails and is reset meanwhile
-    (NPUConfig(), {"m": 24, "k": 128, "n": 96}),  # the default 64-deep FIFO: 336 matmuls
+    (NPUConfig(), {"m": 8, "k": 64, "n": 512}),   # the default 64-deep FIFO: 267 matmuls
 ], ids=["depth8", "wrap", "queue-reset", "8x8-depth64"])
 def test_every_engine_command_appears_once_as_the_counters_saw_it(config, kw):
     profile, records, r = run(config, **kw)
@@ -128,6 +136,25 @@ def test_read_trace_is_refused_while_the_profiler_drains_the_trace():
     assert device.read_trace() == []
 
 
+def test_engine_summary_counts_the_union_of_overlapping_slices():
+    """``busy_slices`` counts each cycle in which one or more slices hold a command once
+    (``start + 1 .. end``, clipped to the profile's ``begin .. end - 1``), as
+    ``busy.matrix`` counts overlapping MATMULs: random spans that overlap, nest, share one
+    cycle, touch or stand apart, against a set of cycles."""
+    from sw.runtime.counters import Counters
+    from sw.runtime.profile import Slice
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        begin, end = 100, 100 + int(rng.integers(1, 200))
+        starts = np.sort(rng.integers(begin - 30, end + 10, int(rng.integers(0, 8))))
+        slices = tuple(Slice("matrix", 0, i, int(a), int(a + rng.integers(1, 40)))
+                       for i, a in enumerate(starts))
+        held = {c for sl in slices for c in range(sl.start + 1, sl.end + 1) if begin <= c < end}
+        counters = Counters({f"{k}.{e}": 0 for k in ("busy", "retired") for e in ENGINE_NAMES})
+        profile = Profile(SMALL, begin, end, slices, (), counters)
+        assert profile.engine_summary()["matrix"]["busy_slices"] == len(held), slices
+
+
 def test_profile_round_trips_through_json(small_run):
     profile = small_run[0]
     again = Profile.from_dict(json.loads(json.dumps(profile.to_dict())))
@@ -145,25 +172,35 @@ def test_perfetto_trace_is_valid_and_holds_every_command(small_run, tmp_path):
     events = doc["traceEvents"]
     tracks = {(ev["pid"], ev["tid"]): ev["args"]["name"] for ev in events
               if ev["ph"] == "M" and ev["name"] == "thread_name"}
-    by_track: dict[str, list] = {name: [] for name in tracks.values()}
+    # an engine's track and its lanes ("matrix", "matrix #2", ...: MATMULs overlap)
+    by_track: dict[str, list] = {name.split(" #")[0]: [] for name in tracks.values()}
     for ev in events:
         if ev["ph"] == "X":
-            by_track[tracks[(ev["pid"], ev["tid"])]].append(ev)
+            by_track[tracks[(ev["pid"], ev["tid"])].split(" #")[0]].append(ev)
             assert type(ev["ts"]) is int and type(ev["dur"]) is int      # exact cycles
     assert set(by_track) == {"regions", *ENGINE_NAMES}
     for e in ENGINE_NAMES:
         mine = sorted((s for s in profile.slices if s.engine == e), key=lambda s: s.start)
-        assert [(ev["name"], ev["ts"], ev["dur"]) for ev in by_track[e]] == \
-            [(s.name, s.start, s.cycles) for s in mine]
+        assert sorted((ev["ts"], ev["name"], ev["dur"]) for ev in by_track[e]) == \
+            [(s.start, s.name, s.cycles) for s in mine]
         assert len(by_track[e]) == profile.counters[f"retired.{e}"]
-        assert sum(ev["dur"] for ev in by_track[e]) == profile.counters[f"busy.{e}"]
+        held = set().union(*(range(ev["ts"] + 1, ev["ts"] + ev["dur"] + 1)
+                             for ev in by_track[e]))
+        assert len(held) == profile.counters[f"busy.{e}"]       # the union: MATMULs overlap
         assert all(ev["args"]["command"].startswith(ev["name"].split()[0])
                    for ev in by_track[e])
+    lanes = sorted(n for n in tracks.values() if n.startswith("matrix"))
+    assert len(lanes) > 1 and lanes == ["matrix", *(f"matrix #{k}" for k in
+                                                    range(2, len(lanes) + 1))]
     assert [(ev["name"], ev["ts"], ev["ts"] + ev["dur"]) for ev in by_track["regions"]] == \
         [(r.name, r.enter, r.exit) for r in profile.regions]
     sort = {ev["tid"]: ev["args"]["sort_index"] for ev in events
             if ev["name"] == "thread_sort_index"}
     assert min(sort, key=sort.get) == next(t for (_, t), n in tracks.items() if n == "regions")
+    names = {t: n for (_, t), n in tracks.items()}
+    shown = [names[t] for t in sorted(sort, key=sort.get)]          # lanes under their engine
+    assert [n.split(" #")[0] for n in shown] == ["regions", "load", "store",
+                                                 *["matrix"] * len(lanes), "vector"]
 
 
 def test_slice_args_carry_the_command_fields(small_run):
@@ -210,6 +247,34 @@ def test_timeline_png(small_run, tmp_path):
     image = matplotlib.image.imread(path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert image.shape[0] > 200 and image.shape[1] > 1000
+
+
+def test_back_to_back_matmuls_are_all_collected_at_their_period(tmp_path):
+    """MATMULs with no waits retire every ``matmul_issue_cycles`` (16 on 8x8 for ``m = 16``),
+    faster than ``matmul_busy_cycles + ACCEPT_CYCLES`` (37) apart: the profiler must drain
+    the 64-deep FIFO at that pace (sized from its latency, it lost 5 of 384). The slices
+    overlap, sit on separate Perfetto lanes that never overlap, and their union is
+    ``busy.matrix``."""
+    cfg = NPUConfig()
+    device = Device(PerfBackend(cfg), cfg, profile=True)
+    m, count = 2 * cfg.rows, 6 * cfg.trace_depth
+    c = CommandList()
+    for _ in range(count):
+        c.matmul(a_row=0, w_row=4 * m, acc_row=0, m=m)
+    device.run(c)
+    profile = device.profiler.finish()
+    records = {q: list(s._record) for q, s in device.streams.items()}
+    profile_jobs.check_profile(profile, records)            # nothing lost, exact schedule
+    ends = sorted(s.end for s in profile.slices)
+    period = matmul_issue_cycles(cfg, m)
+    assert min(b - a for a, b in zip(ends, ends[1:], strict=False)) == period
+    assert period < matmul_busy_cycles(cfg, m) + ACCEPT_CYCLES
+    assert len(profile.slices) == profile.counters["retired.matrix"] == count
+    assert sum(s.cycles for s in profile.slices) > profile.counters["busy.matrix"]
+    doc = check_text(write_perfetto(profile, tmp_path / "b2b.json").read_text("utf-8"))
+    lanes = {ev["tid"] for ev in doc["traceEvents"] if ev["ph"] == "X"}
+    assert len(lanes) > 1
+    assert timeline_png(profile, tmp_path / "b2b.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_command_a_queue_reset_catches_inside_its_engine_is_kept():

@@ -197,6 +197,7 @@ def test_device_error_names_a_bad_matmul():
     c.matmul(a_row=0, w_row=0, acc_row=15, m=2, wait=(0, 0), signal=0)
     dev.launch(c)
     with pytest.raises(DeviceError, match=r"command #0 \(MATMUL a_row=0 w_row=0 acc_row=15 m=2 "
+                                          r"k_len=0 "
                                           r"\[wait sem0>=0, signal sem0\]\) failed: "
                                           r"BAD_LOCAL_ADDR at 0x10"):
         dev.synchronize()
