@@ -88,6 +88,11 @@ def test_head_rules():
     assert failure_kind([ErrorCode.AXI_ERROR.value, 0, 3, 0]) == "fetch"
     assert failure_kind([ErrorCode.AXI_ERROR.value, Opcode.FENCE.value, 3, 0]) == "fence"
     assert failure_kind([ErrorCode.BAD_SIZE.value, Opcode.DMA_LOAD.value, 3, 0]) == "engine"
+    # a bus fault of a DMA is the engine's; a ring check (opcode 0) is found at fetch
+    assert failure_kind([ErrorCode.AXI_ERROR.value, Opcode.DMA_STORE.value, 3, 0]) == "engine"
+    assert failure_kind([ErrorCode.WINDOW.value, 0, 3, 0]) == "fetch"
+    assert failure_kind([ErrorCode.MISALIGNED.value, 0, 3, 0]) == "fetch"
+    assert failure_kind([ErrorCode.BAD_SEM.value, Opcode.FENCE.value, 3, 0]) == "fetch"
 
 
 def test_head_rules_wrap_around_the_ring():
