@@ -443,17 +443,20 @@ def random_transfer(cfg, rng, mem, *, max_rows=4, max_local_rows=6, odd=False):
 
 # -- tests --------------------------------------------------------------------------------------
 
+def random_jobs(cfg, rng: random.Random, n: int, *, odd: bool = False) -> list:
+    """``n`` random transfers (:func:`random_transfer`): loads and stores in pairs,
+    alternating the accumulator and the scratchpad."""
+    return [(Opcode.DMA_LOAD if i % 4 < 2 else Opcode.DMA_STORE,
+             random_transfer(cfg, rng, LocalMem.SPAD if i % 2 else LocalMem.ACC, odd=odd))
+            for i in range(n)]
+
+
 @pytest.mark.parametrize("stall", [0.0, 0.4], ids=["nostall", "stall"])
 @pytest.mark.parametrize("name", CONFIGS)
 def test_random_transfers(name, stall):
     """Loads and stores, SPAD and ACC, 2-D strides, mid-beat rows, near 4 KiB boundaries."""
     cfg = CONFIGS[name]
-    rng = random.Random(f"{name}{stall}")
-    jobs = []
-    for i in range(12):
-        mem = LocalMem.SPAD if i % 2 else LocalMem.ACC
-        opcode = Opcode.DMA_LOAD if i % 4 < 2 else Opcode.DMA_STORE
-        jobs.append((opcode, random_transfer(cfg, rng, mem)))
+    jobs = random_jobs(cfg, random.Random(f"{name}{stall}"), 12)
     env = Environment(cfg, seed=len(jobs), stall=stall, r_latency=2 if stall else 0)
     run_and_check(cfg, env, jobs)
 
@@ -746,12 +749,7 @@ def test_random_odd_transfers(name, stall):
     """Random transfers of any byte address, stride and length, with and without bus stalls
     and denied local writes."""
     cfg = CONFIGS[name]
-    rng = random.Random(f"odd{name}{stall}")
-    jobs = []
-    for i in range(14):
-        mem = LocalMem.SPAD if i % 2 else LocalMem.ACC
-        opcode = Opcode.DMA_LOAD if i % 4 < 2 else Opcode.DMA_STORE
-        jobs.append((opcode, random_transfer(cfg, rng, mem, odd=True)))
+    jobs = random_jobs(cfg, random.Random(f"odd{name}{stall}"), 14, odd=True)
     env = Environment(cfg, seed=len(jobs) + 1, stall=stall, r_latency=2 if stall else 0,
                       deny=0.3 if stall else 0.0)
     run_and_check(cfg, env, jobs)
