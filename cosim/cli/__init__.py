@@ -56,6 +56,9 @@ def parse_config(text: str) -> NPUConfig:
 
 def _dram(text: str) -> DramTiming:
     """``--dram``: a preset and/or key=value pairs (:meth:`sw.dram.DramTiming.parse`)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty DRAM timing: give a preset (e.g. ideal) or "
+                                         "key=value pairs")
     try:
         return DramTiming.parse(text)
     except DramTimingError as e:
@@ -87,6 +90,25 @@ def _seq_len(text: str) -> int:
     if not 1 <= value <= 512:
         raise argparse.ArgumentTypeError(f"must be in 1..512 (MiniLM's positions), got {value}")
     return value
+
+
+def int_at_least(lo: int):
+    """An argparse ``type``: an integer ``>= lo`` (one home for every count, size and seed
+    argument of the CLI)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {value}")
+        return value
+    return parse
+
+
+def _attention_len(text: str) -> int:
+    """``--attention-len``: 0 (skip) or a sequence length of :func:`_seq_len`."""
+    return 0 if text.strip() == "0" else _seq_len(text)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -314,7 +336,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                      help=DRAM_HELP)
     run.add_argument("--waves", action="store_true",
                      help="write a VCD of the whole run to waves/npu_run.vcd (rtl only). Large and "
-                          "slow: about 2.4 GB and 8x the run time even at --seq-len 8 (the "
+                          "slow: about 1.3 GB and 8x the run time even at --seq-len 8 (the "
                           "projections dominate); prefer a window (--waves-kernel, "
                           "--waves-from/--waves-to)")
     run.add_argument("--waves-kernel", metavar="NAME[:N]",
@@ -428,13 +450,13 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                     "not bit-exact or the replay does not match.")
     be.add_argument("--quick", action="store_true",
                     help="sizes 64 128 on 8x8, attention at L=32 (unless given)")
-    be.add_argument("--sizes", type=int, nargs="+", metavar="N",
+    be.add_argument("--sizes", type=int_at_least(1), nargs="+", metavar="N",
                     help="GEMM sizes M=K=N (default 64 128 256 512)")
     be.add_argument("--shapes", type=_gemm_shape, nargs="+", metavar="M,K,N",
                     help="further GEMMs after the square sizes, e.g. 1,384,1536 (a GEMV)")
     be.add_argument("--configs", type=parse_config, nargs="+", metavar="CFG",
                     help="configurations (default 8x8 16x16); attention runs on the first")
-    be.add_argument("--attention-len", type=int, metavar="L",
+    be.add_argument("--attention-len", type=_attention_len, metavar="L",
                     help="attention block sequence length (default 128, --quick 32; 0 skips)")
     be.add_argument("--backend", choices=("rtl", "perf", "model"), default="rtl",
                     help="rtl: co-simulation (default); perf: the performance model (no "
@@ -550,6 +572,10 @@ def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     if args.workloads:
         parser.error("--workloads applies to --validate")
     _check_dram_arg(parser, args)
+    first = (args.configs or [None])[0]
+    if args.attention_len != 0 and first is not None and first.rows != first.cols:
+        parser.error(f"the attention block runs on the first --configs, which must be square "
+                     f"(not {first.name}); --attention-len 0 skips it")
     if args.roofline and args.backend == "model":
         parser.error("--roofline needs a timed backend (rtl or perf)")
 

@@ -22,16 +22,6 @@ from pathlib import Path
 __all__ = ["add_parser"]
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def _format(total: dict) -> str:
     lines = [f"npu fuzz: {total['streams']} streams on {total['config']} under DRAM "
              f"{total['dram']['name'] or total['dram']['spec']} ({total['backend']}"
@@ -78,32 +68,39 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction, *, parse_config, parse_dram, dram_help) -> None:
     """Register ``npu fuzz`` (the config and DRAM argument types come from :mod:`cosim.cli`)."""
-    from cosim.cli import help_text
+    from cosim.cli import help_text, int_at_least
     from hw.config import NPUConfig
     from sw.dram import DramTiming
 
     p = sub.add_parser("fuzz", help="differential fuzzer: model, perf model and RTL",
                        description=help_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--streams", type=_positive, default=100, metavar="N",
+    p.add_argument("--streams", type=int_at_least(1), default=100, metavar="N",
                    help="number of seeded streams (default 100)")
     p.add_argument("--dram", type=parse_dram, default=DramTiming(), metavar="PRESET|k=v,...",
                    help=dram_help)
     p.add_argument("--config", type=parse_config, default=NPUConfig(), metavar="CFG",
                    help="configuration, e.g. 4x4 or 8x8,n_queues=2 (default 8x8)")
-    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="first seed (default 0)")
     p.add_argument("--json", metavar="PATH", help="write the totals as JSON")
     p.add_argument("--backend", choices=("rtl", "model"), default="rtl",
                    help="model: the functional against the performance model only")
-    p.add_argument("--batch", type=_positive, default=200,
+    p.add_argument("--batch", type=int_at_least(1), default=200,
                    help="streams per simulation (default 200)")
-    p.add_argument("--jobs", type=_positive, default=1,
+    p.add_argument("--jobs", type=int_at_least(1), default=1,
                    help="simulations at once (default 1)")
     p.add_argument("--repro-dir", default="build/fuzz",
                    help="where reproducers of failures go (default build/fuzz)")
-    p.add_argument("--max-commands", type=_positive, default=48,
+    p.add_argument("--max-commands", type=int_at_least(1), default=48,
                    help="commands per queue at most (default 48)")
     p.add_argument("--timed-exact", action="store_true",
                    help="also compare the RTL and the performance model exactly: HEAD, "
                    "Q_FETCHED, ERR_*, counters, busy cycles of every trace entry")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, check_args=lambda args: _check(p, args))
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.timed_exact and args.backend == "model":
+        parser.error("--timed-exact compares the RTL with the performance model: not with "
+                     "--backend model")
+

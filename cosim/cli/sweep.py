@@ -71,16 +71,6 @@ def _workload(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, not {text!r}")
-    return value
-
-
 def _question(text: str):
     from cosim.bench.find import FindError, parse_question
     try:
@@ -92,7 +82,7 @@ def _question(text: str):
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``npu sweep`` to the subcommands ``sub``."""
     from cosim.bench.find import FIND_HELP
-    from cosim.cli import _dram, parse_config
+    from cosim.cli import _dram, int_at_least, parse_config
     from hw.config import NPUConfig
 
     sw = sub.add_parser("sweep", help="sweep designs x workloads: cycles, area, SQNR, "
@@ -116,7 +106,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--workload", type=_workload, nargs="+", action="extend", required=True,
                    metavar="W",
                    help="gemm:MxKxN, minilm-block:L")
-    g.add_argument("--seed", type=_seed, default=0, help="seed of the GEMM operands (default 0)")
+    g.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="seed of the GEMM operands (default 0)")
     a = sw.add_argument_group("area and RTL")
     a.add_argument("--no-area", action="store_true", help="skip synthesis")
     a.add_argument("--pnr", action="store_true",
@@ -263,6 +254,10 @@ def _report(args: argparse.Namespace, doc: dict) -> int:
     if failed:
         print(f"npu sweep: {len(failed)} of {len(doc['rows'])} points failed (see the table)",
               file=sys.stderr)
+    unsupported = [r for r in doc["rows"] if r.get("status") == "unsupported"]
+    if unsupported and len(unsupported) == len(doc["rows"]):
+        print(f"npu sweep: no point can run: {unsupported[0]['error']}", file=sys.stderr)
+        return 1
     bad = [r for r in doc["rows"] if r["bit_exact"] is False or r["rtl_bit_exact"] is False]
     return 1 if bad or failed else 0
 

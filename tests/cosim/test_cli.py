@@ -44,6 +44,13 @@ def test_run_reports_runtime_errors_in_one_line(capsys):
     (["area", "--freq", "-1"], "--freq must be positive"),
     (["area", "--device", "xyz"], "invalid choice: 'xyz'"),
     (["bench", "--json", "/"], "is a folder"),
+    (["bench", "--sizes", "0"], "must be >= 1, got 0"),
+    (["bench", "--sizes", "-64"], "must be >= 1, got -64"),
+    (["bench", "--attention-len", "9999"], "must be in 1..512"),
+    (["bench", "--configs", "8x4"], "must be square"),
+    (["fuzz", "--backend", "model", "--timed-exact"], "not with --backend model"),
+    (["fuzz", "--seed", "-1"], "must be >= 0, got -1"),
+    (["run", "--dram", ""], "empty DRAM timing"),
 ])
 def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -369,7 +369,7 @@ def test_workload_names():
     (["--workload", "gemm:8x8x8", "--tol", "0"], "--tol"),
     (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=50"], "must lie in (0, 1]"),
     (["--workload", "gemm:8x8x8", "--find", "latency=3..9:util>=150%"], "must lie in (0, 1]"),
-    (["--workload", "gemm:8x8x8", "--seed", "-1"], "non-negative integer"),
+    (["--workload", "gemm:8x8x8", "--seed", "-1"], "must be >= 0, got -1"),
     (["--workload", "gemm:8x8x8", "--pnr", "--no-area"], "not with --no-area"),
     (["--workload", "gemm:8x8x8", "--rtl-configs", "2"], "give --rtl N as well"),
     (["--workload", "gemm:8x8x8", "--dram", "ideal", "ddr", "ideal"], "the same timing"),
@@ -404,6 +404,13 @@ def test_cli_sweep_exits_1_when_a_point_fails(tmp_path, capsys, monkeypatch):
             "0", "--no-progress", "--cache", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
     assert main(argv) == 1
     assert "1 of 1 points failed" in capsys.readouterr().err
+
+
+def test_cli_sweep_with_no_supported_point_fails(tmp_path, capsys):
+    argv = ["sweep", "--array", "8x4", "--workload", "minilm-block:8", "--no-area", "--workers",
+            "0", "--no-progress", "--cache", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
+    assert main(argv) == 1
+    assert "no point can run" in capsys.readouterr().err
 
 
 def test_cli_sweep_in_process(tmp_path, capsys):
