@@ -112,7 +112,7 @@ def accuracy(frac_bits: int, seq_lens=(32, 128)) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cosim.cli import parse_config
+    from cosim.cli.args import parse_config
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -21,54 +21,28 @@ npu waves        summarize, cut, group and export VCD waveforms of runs.
 
 import argparse
 import json
-import os
-import re
 import sys
 import time
 from functools import partial
 from pathlib import Path
 
+from cosim.cli.args import (
+    DRAM_HELP,
+    check_dram_arg,
+    check_json_arg,
+    help_text,
+    parse_config,
+    parse_dram,
+    seq_len,
+)
 from cosim.fpga.pnr import ECP5_DEVICE, ECP5_DEVICES
 from cosim.tb.harness import CosimError, CosimJobError
-from hw.config import ConfigParseError, NPUConfig
+from hw.config import NPUConfig
 from sw.backend import BackendError
-from sw.dram import PRESETS, DramTiming, DramTimingError
+from sw.dram import DramTiming
 from sw.runtime import NPUError
 
 __all__ = ["main", "build_parser", "parse_config"]
-
-
-def parse_config(text: str) -> NPUConfig:
-    """The ``--config`` type: :meth:`hw.config.NPUConfig.parse` of ``ROWSxCOLS[,key=value...]``,
-    e.g. ``8x8`` or ``4x4,spad_rows=1024``.
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        On a malformed string or a value :class:`NPUConfig` rejects (the message of
-        :class:`hw.config.ConfigParseError`, which says which).
-    """
-    try:
-        return NPUConfig.parse(text)
-    except ConfigParseError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-
-
-def _dram(text: str) -> DramTiming:
-    """``--dram``: a preset and/or key=value pairs (:meth:`sw.dram.DramTiming.parse`)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("empty DRAM timing: give a preset (e.g. ideal) or "
-                                         "key=value pairs")
-    try:
-        return DramTiming.parse(text)
-    except DramTimingError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-DRAM_HELP = (f"DRAM timing (rtl and perf): a preset ({' '.join(PRESETS)}) "
-             "and/or key=value pairs: latency, wlatency (cycles), bw (bytes/cycle), stall, "
-             "ar_stall, r_stall, aw_stall, w_stall, b_stall (probability), seed; e.g. "
-             "latency=100,bw=4,stall=0.3,seed=1 (see sw/dram.py; default ideal)")
 
 
 def _blocks(text: str) -> list[str]:
@@ -79,36 +53,6 @@ def _blocks(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected block names such as "
                                          "dma,cmdproc")
     return names
-
-
-def _seq_len(text: str) -> int:
-    """``--seq-len``: 1..512 tokens (MiniLM has 512 position embeddings)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= value <= 512:
-        raise argparse.ArgumentTypeError(f"must be in 1..512 (MiniLM's positions), got {value}")
-    return value
-
-
-def int_at_least(lo: int):
-    """An argparse ``type``: an integer ``>= lo`` (one home for every count, size and seed
-    argument of the CLI)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {value}")
-        return value
-    return parse
-
-
-def _attention_len(text: str) -> int:
-    """``--attention-len``: 0 (skip) or a sequence length of :func:`_seq_len`."""
-    return 0 if text.strip() == "0" else _seq_len(text)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -235,59 +179,6 @@ def _cmd_area(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gemm_shape(text: str) -> list[int]:
-    """``M,K,N`` (positive integers) for ``npu bench --shapes``."""
-    try:
-        shape = [int(x) for x in text.split(",")]
-    except ValueError:
-        shape = []
-    if len(shape) != 3 or min(shape) < 1:
-        raise argparse.ArgumentTypeError(f"expected M,K,N (positive integers), not {text!r}")
-    return shape
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from cosim.bench import FULL_SIZES, QUICK_SIZES, format_bench, run_bench
-
-    if args.validate:
-        return _cmd_validate(args)
-    configs = args.configs or ([NPUConfig()] if args.quick
-                               else [NPUConfig(), NPUConfig(rows=16, cols=16)])
-    sizes = args.sizes or list(QUICK_SIZES if args.quick else FULL_SIZES)
-    attn = args.attention_len if args.attention_len is not None else (32 if args.quick else 128)
-    res = run_bench(configs, sizes, shapes=args.shapes or (), attention_len=attn,
-                    backend=args.backend,
-                    build_timing=not args.no_build_timing, native=not args.no_native,
-                    progress=lambda m: print(m, file=sys.stderr, flush=True),
-                    json_path=Path(args.json) if args.json else None, dram=args.dram,
-                    roofline_path=Path(args.roofline) if args.roofline else None)
-    print(f"DRAM timing: {args.dram.describe()}")
-    print(format_bench(res))
-    for path in (args.json, args.roofline):
-        if path:
-            print(f"wrote {path}")
-    exact = all(r["bit_exact"] for g in res["gemm"].values() for r in g["rows"])
-    native = res["cosim_speed"]["verilator_cpp_harness"]
-    replay_ok = not isinstance(native, dict) or native["replay_matches"]
-    return 0 if (exact and replay_ok and (res["attention"] is None
-                                           or res["attention"]["bit_exact"])) else 1
-
-
-def _cmd_validate(args: argparse.Namespace) -> int:
-    """``npu bench --validate``: :func:`cosim.bench.validate.main` with these options."""
-    from cosim.bench import validate
-
-    argv = ["--dram", args.dram.spec()]
-    if args.quick:
-        argv.append("--quick")
-    if args.workloads:
-        argv += ["--only", *args.workloads]
-    if args.json:
-        argv += ["--json", args.json]
-    print(f"DRAM timing: {args.dram.describe()}", flush=True)
-    return validate.main(argv)
-
-
 def _cmd_board(args: argparse.Namespace) -> int:
     from cosim.fpga.board import build_board
 
@@ -322,7 +213,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--text", default=None,
                      help="evaluation sentence (default: a built-in sentence that is not "
                           "part of the calibration text)")
-    run.add_argument("--seq-len", type=_seq_len, default=None, metavar="L",
+    run.add_argument("--seq-len", type=seq_len, default=None, metavar="L",
                      help="sequence length in tokens, 1..512: the tokenized text is truncated, "
                           "or repeated (see --fill) to L tokens (default 32)")
     run.add_argument("--fill", choices=("repeat", "pad"), default=None,
@@ -332,7 +223,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--qkv-only", action="store_true",
                      help="run only the Q/K/V projections (the earlier main job)")
     run.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
-    run.add_argument("--dram", type=_dram, default=DramTiming(), metavar="PRESET|k=v,...",
+    run.add_argument("--dram", type=parse_dram, default=DramTiming(), metavar="PRESET|k=v,...",
                      help=DRAM_HELP)
     run.add_argument("--waves", action="store_true",
                      help="write a VCD of the whole run to waves/npu_run.vcd (rtl only). Large and "
@@ -439,62 +330,10 @@ def _add_board(sub: argparse._SubParsersAction) -> None:
     bd.set_defaults(func=_cmd_board)
 
 
-def _add_bench(sub: argparse._SubParsersAction) -> None:
-    be = sub.add_parser(
-        "bench", help="GEMM roofline sweep, attention utilization, co-sim speed, build time",
-        description="Square int8 GEMMs (double-buffered linear kernel) per size and "
-                    "configuration with utilization, roofline bound and engine busy counters; "
-                    "the MiniLM attention block; simulated cycles per second under cocotb and "
-                    "its ratio to a pure Verilator C++ replay of the same run; clean and "
-                    "cached Verilator build time (see cosim/bench). Exit 1 if a result is "
-                    "not bit-exact or the replay does not match.")
-    be.add_argument("--quick", action="store_true",
-                    help="sizes 64 128 on 8x8, attention at L=32 (unless given)")
-    be.add_argument("--sizes", type=int_at_least(1), nargs="+", metavar="N",
-                    help="GEMM sizes M=K=N (default 64 128 256 512)")
-    be.add_argument("--shapes", type=_gemm_shape, nargs="+", metavar="M,K,N",
-                    help="further GEMMs after the square sizes, e.g. 1,384,1536 (a GEMV)")
-    be.add_argument("--configs", type=parse_config, nargs="+", metavar="CFG",
-                    help="configurations (default 8x8 16x16); attention runs on the first")
-    be.add_argument("--attention-len", type=_attention_len, metavar="L",
-                    help="attention block sequence length (default 128, --quick 32; 0 skips)")
-    be.add_argument("--backend", choices=("rtl", "perf", "model"), default="rtl",
-                    help="rtl: co-simulation (default); perf: the performance model (no "
-                         "co-simulation speed or build timing); model: the untimed functional "
-                         "model (for testing the bench itself)")
-    be.add_argument("--roofline", metavar="PNG",
-                    help="also draw the measured GEMMs against the compute and memory roofs "
-                         "of their configuration and DRAM timing (rtl and perf)")
-    be.add_argument("--validate", action="store_true",
-                    help="instead: validate the performance model against the RTL, counter "
-                         "by counter, on the corpus of sw/perf/corpus.py (python -m "
-                         "cosim.bench.validate; with --quick its quick subset, --workloads to "
-                         "choose, --dram for both sides, --json for the document); exit 1 if "
-                         "a counter is out of tolerance")
-    be.add_argument("--workloads", nargs="+", metavar="NAME",
-                    help="with --validate: only these corpus workloads")
-    be.add_argument("--no-build-timing", action="store_true",
-                    help="skip the clean/cached Verilator build timing")
-    be.add_argument("--no-native", action="store_true",
-                    help="skip the replay of the GEMM run in the pure Verilator C++ harness")
-    be.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH "
-                                                   "(rewritten after every step)")
-    be.add_argument("--dram", type=_dram, default=DramTiming(), metavar="PRESET|k=v,...",
-                    help=DRAM_HELP)
-    be.set_defaults(func=_cmd_bench, check_args=partial(_check_bench_args, be))
-
-
-def help_text(doc: str) -> str:
-    """A module docstring as ``--help`` text: reStructuredText markup (````literal````,
-    ``:role:`target``` and a ``::`` block marker) left out, the words kept."""
-    doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc).replace("``", "")
-    doc = re.sub(r"^[ \t]*::\n\n?", "", doc, flags=re.MULTILINE)
-    return re.sub(r"::$", ":", doc, flags=re.MULTILINE)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``sweep``,
     ``fuzz`` and ``waves``."""
+    from cosim.cli.bench import add_parser as add_bench_parser
     from cosim.cli.fuzz import add_parser as add_fuzz_parser
     from cosim.cli.sweep import add_parser as add_sweep_parser
     from cosim.cli.waves import add_parser as add_waves_parser
@@ -503,10 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="npu", description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_verilog, _add_area, _add_board, _add_bench):
+    for add in (_add_run, _add_verilog, _add_area, _add_board, add_bench_parser):
         add(sub)
     add_sweep_parser(sub)
-    add_fuzz_parser(sub, parse_config=parse_config, parse_dram=_dram, dram_help=DRAM_HELP)
+    add_fuzz_parser(sub)
     add_waves_parser(sub)
     return parser
 
@@ -543,46 +382,9 @@ PROJECTION_KERNELS = ("query", "key", "value")
 ATTENTION_KERNELS = (*PROJECTION_KERNELS, "scores", "softmax", "context", "output")
 
 
-def _check_dram_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--dram`` other than ideal needs a timed backend (the functional model is untimed)."""
-    if args.backend == "model" and not args.dram.is_ideal:
-        parser.error("--dram needs --backend rtl or perf (the functional model is untimed)")
-
-
-def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject bad ``npu bench`` arguments before any build."""
-    _check_json_arg(parser, args)
-    if args.validate:
-        given = [flag for flag, v in (("--sizes", args.sizes), ("--configs", args.configs),
-                                      ("--attention-len", args.attention_len),
-                                      ("--roofline", args.roofline),
-                                      ("--backend", args.backend != "rtl" or None))
-                 if v is not None]
-        if given:
-            parser.error(f"--validate runs its own corpus on rtl and perf: {', '.join(given)} "
-                         "do not apply")
-        from cosim.bench.validate import WORKLOADS
-        unknown = [n for n in args.workloads or [] if n not in WORKLOADS]
-        if unknown:
-            parser.error(f"--workloads: unknown {', '.join(unknown)}; known: "
-                         f"{', '.join(WORKLOADS)}")
-        args.backend = "perf"       # both sides run; the model must time the DRAM
-        _check_dram_arg(parser, args)
-        return
-    if args.workloads:
-        parser.error("--workloads applies to --validate")
-    _check_dram_arg(parser, args)
-    first = (args.configs or [None])[0]
-    if args.attention_len != 0 and first is not None and first.rows != first.cols:
-        parser.error(f"the attention block runs on the first --configs, which must be square "
-                     f"(not {first.name}); --attention-len 0 skips it")
-    if args.roofline and args.backend == "model":
-        parser.error("--roofline needs a timed backend (rtl or perf)")
-
-
 def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject bad ``npu run`` arguments before minutes of build and simulation."""
-    _check_dram_arg(parser, args)
+    check_dram_arg(parser, args)
     args.waves_window = _waves_window(parser, args)
     if args.waves_window is not None or args.waves_scope:
         args.waves = True
@@ -608,7 +410,7 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          "non-square array")
         args.seq_len = args.seq_len or 32
         args.fill = args.fill or "repeat"
-    _check_json_arg(parser, args)
+    check_json_arg(parser, args)
 
 
 def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict | None:
@@ -637,27 +439,9 @@ def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject bad ``npu area`` arguments before synthesis starts."""
-    _check_json_arg(parser, args)
+    check_json_arg(parser, args)
     if args.freq <= 0:
         parser.error(f"--freq must be positive, got {args.freq:g}")
-
-
-def _check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject a ``--json`` (``--trace``, ``--trace-png``) path that cannot be written before
-    the work starts."""
-    for flag in ("json", "trace", "trace_png"):
-        path = getattr(args, flag, None)
-        if not path:
-            continue
-        name = "--" + flag.replace("_", "-")
-        target = Path(path)
-        if target.is_dir():
-            parser.error(f"{name} {path}: is a folder, give a file name")
-        parent = target.parent
-        while not parent.exists():
-            parent = parent.parent
-        if not os.access(parent, os.W_OK):
-            parser.error(f"{name} {path}: {parent} is not writable")
 
 
 if __name__ == "__main__":

@@ -66,9 +66,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if clean else 1
 
 
-def add_parser(sub: argparse._SubParsersAction, *, parse_config, parse_dram, dram_help) -> None:
-    """Register ``npu fuzz`` (the config and DRAM argument types come from :mod:`cosim.cli`)."""
-    from cosim.cli import help_text, int_at_least
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``npu fuzz``."""
+    from cosim.cli.args import DRAM_HELP, help_text, int_at_least, parse_config, parse_dram
     from hw.config import NPUConfig
     from sw.dram import DramTiming
 
@@ -78,7 +78,7 @@ def add_parser(sub: argparse._SubParsersAction, *, parse_config, parse_dram, dra
     p.add_argument("--streams", type=int_at_least(1), default=100, metavar="N",
                    help="number of seeded streams (default 100)")
     p.add_argument("--dram", type=parse_dram, default=DramTiming(), metavar="PRESET|k=v,...",
-                   help=dram_help)
+                   help=DRAM_HELP)
     p.add_argument("--config", type=parse_config, default=NPUConfig(), metavar="CFG",
                    help="configuration, e.g. 4x4 or 8x8,n_queues=2 (default 8x8)")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="first seed (default 0)")

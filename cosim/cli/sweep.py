@@ -82,7 +82,7 @@ def _question(text: str):
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``npu sweep`` to the subcommands ``sub``."""
     from cosim.bench.find import FIND_HELP
-    from cosim.cli import _dram, int_at_least, parse_config
+    from cosim.cli.args import int_at_least, parse_config, parse_dram
     from hw.config import NPUConfig
 
     sw = sub.add_parser("sweep", help="sweep designs x workloads: cycles, area, SQNR, "
@@ -99,7 +99,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         ("--queues", "n_queues")):
         g.add_argument(flag, type=_int_list_type(flag), nargs="+", dest=field, metavar="N",
                        help=f"values of {field}")
-    g.add_argument("--dram", type=_dram, nargs="+", action="extend", metavar="TIMING",
+    g.add_argument("--dram", type=parse_dram, nargs="+", action="extend", metavar="TIMING",
                    help="DRAM timings: presets (ideal ddr hbm jitter lat100 bp50) or "
                    "key=value specs (latency=200,wlatency=40,bw=4,r_stall=0.3; see sw/dram.py); "
                    "default ideal. The performance model times all of them as dram.sv does")

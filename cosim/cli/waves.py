@@ -113,7 +113,7 @@ def _guard(func):
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``waves`` command (with its subcommands) to the ``npu`` parser."""
-    from cosim.cli import help_text
+    from cosim.cli.args import help_text
     w = sub.add_parser("waves", help="summarize, cut, group and export VCD waveforms of runs",
                        description=help_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)

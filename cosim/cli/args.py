@@ -1,0 +1,120 @@
+"""Argument types and checks shared by the ``npu`` subcommands (:mod:`cosim.cli`): the
+configuration, DRAM timing, counts and sizes, sequence lengths, ``--json`` paths, and help
+text made from module docstrings."""
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+from hw.config import ConfigParseError, NPUConfig
+from sw.dram import PRESETS, DramTiming, DramTimingError
+
+__all__ = ["parse_config", "parse_dram", "DRAM_HELP", "int_at_least", "seq_len",
+           "attention_len", "gemm_shape", "help_text", "check_dram_arg", "check_json_arg"]
+
+
+def parse_config(text: str) -> NPUConfig:
+    """The ``--config`` type: :meth:`hw.config.NPUConfig.parse` of ``ROWSxCOLS[,key=value...]``,
+    e.g. ``8x8`` or ``4x4,spad_rows=1024``.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        On a malformed string or a value :class:`NPUConfig` rejects (the message of
+        :class:`hw.config.ConfigParseError`, which says which).
+    """
+    try:
+        return NPUConfig.parse(text)
+    except ConfigParseError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def parse_dram(text: str) -> DramTiming:
+    """``--dram``: a preset and/or key=value pairs (:meth:`sw.dram.DramTiming.parse`)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty DRAM timing: give a preset (e.g. ideal) or "
+                                         "key=value pairs")
+    try:
+        return DramTiming.parse(text)
+    except DramTimingError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+DRAM_HELP = (f"DRAM timing (rtl and perf): a preset ({' '.join(PRESETS)}) "
+             "and/or key=value pairs: latency, wlatency (cycles), bw (bytes/cycle), stall, "
+             "ar_stall, r_stall, aw_stall, w_stall, b_stall (probability), seed; e.g. "
+             "latency=100,bw=4,stall=0.3,seed=1 (see sw/dram.py; default ideal)")
+
+
+def seq_len(text: str) -> int:
+    """``--seq-len``: 1..512 tokens (MiniLM has 512 position embeddings)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value <= 512:
+        raise argparse.ArgumentTypeError(f"must be in 1..512 (MiniLM's positions), got {value}")
+    return value
+
+
+def int_at_least(lo: int):
+    """An argparse ``type``: an integer ``>= lo`` (one home for every count, size and seed
+    argument of the CLI)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {value}")
+        return value
+    return parse
+
+
+def attention_len(text: str) -> int:
+    """``--attention-len``: 0 (skip) or a sequence length of :func:`seq_len`."""
+    return 0 if text.strip() == "0" else seq_len(text)
+
+
+def gemm_shape(text: str) -> list[int]:
+    """``M,K,N`` (positive integers) for ``npu bench --shapes``."""
+    try:
+        shape = [int(x) for x in text.split(",")]
+    except ValueError:
+        shape = []
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected M,K,N (positive integers), not {text!r}")
+    return shape
+
+
+def help_text(doc: str) -> str:
+    """A module docstring as ``--help`` text: reStructuredText markup (````literal````,
+    ``:role:`target``` and a ``::`` block marker) left out, the words kept."""
+    doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc).replace("``", "")
+    doc = re.sub(r"^[ \t]*::\n\n?", "", doc, flags=re.MULTILINE)
+    return re.sub(r"::$", ":", doc, flags=re.MULTILINE)
+
+
+def check_dram_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--dram`` other than ideal needs a timed backend (the functional model is untimed)."""
+    if args.backend == "model" and not args.dram.is_ideal:
+        parser.error("--dram needs --backend rtl or perf (the functional model is untimed)")
+
+
+def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject a ``--json`` (``--trace``, ``--trace-png``) path that cannot be written before
+    the work starts."""
+    for flag in ("json", "trace", "trace_png"):
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        name = "--" + flag.replace("_", "-")
+        target = Path(path)
+        if target.is_dir():
+            parser.error(f"{name} {path}: is a folder, give a file name")
+        parent = target.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not os.access(parent, os.W_OK):
+            parser.error(f"{name} {path}: {parent} is not writable")
