@@ -79,7 +79,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         from cosim.tb.harness import run_job
         print(f"co-simulating the {args.config.name} NPU on Verilator "
-              f"(first run builds it, about a minute)...", file=sys.stderr)
+              f"(first run builds it, one to two minutes)...", file=sys.stderr)
         run = run_job(args.config, f"sw.jobs.minilm_block:{job}", job_args,
                       waves=args.waves, name="npu_run", waves_window=args.waves_window,
                       dram=args.dram, waves_format=args.waves_format,
