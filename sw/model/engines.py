@@ -206,17 +206,16 @@ class Engines:
                 raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(row, depth))
         if body.acc_row + m > c.acc_rows:
             raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.acc_row, c.acc_rows))
-        # exact in int32: |sum| <= rows * 2**14 per block; the sum over the K blocks and the
-        # accumulation wrap modulo 2**32 as in the accumulator
-        out = np.zeros((m, c.cols), dtype=np.int32)
-        for j in range(blocks):
-            a0, w0 = body.a_row + j * m, body.w_row + j * c.rows
-            a = self.spad[a0:a0 + m, :c.rows]
-            if transpose:  # array column n <- spad row w_row + n (rows == cols)
-                w = self.spad[w0:w0 + c.cols, :c.rows].T
-            else:
-                w = self.spad[w0:w0 + c.rows, :c.cols]
-            out += np.matmul(a, w, dtype=np.int32)
+        # The K blocks side by side make one product: A (m, blocks*rows) x W (blocks*rows,
+        # cols). In float64 (BLAS) it is exact: |sum| <= blocks * rows * 2**14 < 2**53; the
+        # accumulation wraps modulo 2**32 as in the accumulator.
+        a = self.spad[body.a_row:body.a_row + blocks * m, :c.rows]
+        a = a.reshape(blocks, m, c.rows).transpose(1, 0, 2).reshape(m, blocks * c.rows)
+        w = self.spad[body.w_row:body.w_row + blocks * c.rows, :c.rows if transpose else c.cols]
+        if transpose:  # array column n <- spad row w_row + n (rows == cols), per block
+            w = w.reshape(blocks, c.cols, c.rows).transpose(0, 2, 1).reshape(blocks * c.rows,
+                                                                               c.cols)
+        out = (a.astype(np.float64) @ w.astype(np.float64)).astype(np.int64).astype(np.int32)
         dst = self.acc[body.acc_row:body.acc_row + m]
         if accumulate:
             dst[:, :c.cols] += out

@@ -34,13 +34,15 @@ class BusyList:
         self.spans: list[tuple[int, int, object]] = []
         self.listeners: list[Callable[[int], None]] = []
         self.version = 0        #: changes with every add or remove (for caches of the spans)
+        self._prune_at = 16     # prune ended spans when there are more than this many
 
     def add(self, a: int, b: int, owner: object = None) -> None:
         if b <= a:
             return
-        t = self.now()
-        if len(self.spans) > 16:
+        if len(self.spans) > self._prune_at:
+            t = self.now()
             self.spans = [s for s in self.spans if s[1] > t]
+            self._prune_at = max(16, 2 * len(self.spans))
         self.spans.append((a, b, owner))
         self.version += 1
         for f in self.listeners:
