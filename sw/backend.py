@@ -23,6 +23,8 @@ class Backend(Protocol):
     #: Whether the device counts cycles. An untimed backend (the functional model) reads 0
     #: from ``CYCLES`` and the timing counters; ``Device.counters()`` leaves those out.
     timed: bool
+    #: A timed backend also has ``dram_timing`` (a :class:`sw.dram.DramTiming`): the timing its
+    #: DRAM runs under, which :class:`sw.runtime.Device` keeps and the kernels plan for.
 
     def csr_read(self, offset: int) -> int:
         """Read the 32-bit CSR at byte ``offset`` (see :class:`hw.isa.Csr`)."""

@@ -209,6 +209,28 @@ class DramTiming:
         """True if the model behaves as the ideal one (no plusargs; the seed is then unused)."""
         return not self.to_plusargs()
 
+    def read_burst_terms(self, beats: float, outstanding: int,
+                         gap: int = 1) -> tuple[float, float]:
+        """The two bounds on the mean cycles per read burst of ``beats`` beats in a long run of
+        them: ``(channel, latency)``.
+
+        ``channel = (beats + gap) / (1 - r_stall)``: the R channel carries a beat per cycle
+        and the model idles ``gap`` cycles between bursts (``cosim/tb/dram.sv``), stretched by
+        random R backpressure in expectation. ``latency = (read_latency + beats - 1) /
+        outstanding``: each burst holds one of ``outstanding`` read slots from its AR
+        handshake to its last beat, so by Little's law (Little, "A proof for the queuing
+        formula L = lambda W", Operations Research 9(3), 1961) at most ``outstanding`` bursts
+        complete per ``read_latency + beats - 1`` cycles. The mean is the larger; the DRAM's
+        bandwidth limit is separate (:attr:`bytes_per_cycle`)."""
+        return ((beats + gap) / (1 - self.r_stall),
+                (self.read_latency + beats - 1) / outstanding)
+
+    def write_burst_cycles(self, beats: float, gap: int = 1) -> float:
+        """Mean cycles per write burst of ``beats`` beats in a long run of them: a beat per
+        cycle and ``gap`` idle cycles between the last W beat and the next AW, stretched by
+        random W backpressure in expectation (``(beats + gap) / (1 - w_stall)``)."""
+        return (beats + gap) / (1 - self.w_stall)
+
     def stall(self, channel: str) -> float:
         """Backpressure probability of ``channel`` (one of :data:`CHANNELS`)."""
         if channel not in CHANNELS:

@@ -116,10 +116,10 @@ def memory_roof(config: NPUConfig, read_bytes: float, write_bytes: float,
     w = _mean(bursts, "mean_write_beats", config)
     lat = dram.read_latency
     in_flight = config.dma_outstanding * b * bus
-    latency_bw = in_flight / (lat + b - 1)
-    channel_bw = bus * b / ((b + gap) / (1 - dram.r_stall))
+    channel_bw, latency_bw = (bus * b / t
+                              for t in dram.read_burst_terms(b, config.dma_outstanding, gap))
     read_bw = min(channel_bw, latency_bw)
-    write_bw = bus * w * (1 - dram.w_stall) / (w + gap)
+    write_bw = bus * w / dram.write_burst_cycles(w, gap)
     terms = {"bandwidth": (read_bytes + write_bytes) / peak, "read": read_bytes / read_bw,
              "write": write_bytes / write_bw}
     limit = max(terms, key=lambda k: terms[k])

@@ -386,7 +386,7 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     n = w_arr.shape[1]
     if plan is None:
         plan = plan_linear(c, mm, k, n, double_buffer=double_buffer, spad_region=spad_region,
-                           acc_region=acc_region)
+                           acc_region=acc_region, dram=device.dram_timing)
     elif (plan.m, plan.k, plan.n) != (mm, k, n):
         raise ValueError(f"the plan is for {plan.m}x{plan.k}x{plan.n}, not {mm}x{k}x{n}")
     a_dram, w_dram, p_dram = _pack(c, plan, a_arr, w_arr, b_arr, m_arr, s_arr)

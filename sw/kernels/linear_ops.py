@@ -12,20 +12,24 @@ command derives from :mod:`hw.isa.timing`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from hw.config import NPUConfig
 from hw.isa import (
     ACCEPT_CYCLES,
+    COMMAND_BYTES,
     LocalMem,
+    dma_bursts,
     dma_estimate_cycles,
     matmul_busy_cycles,
     matmul_issue_cycles,
     requant_busy_cycles,
 )
+from sw.dram import MIN_READ_LATENCY, MIN_WRITE_LATENCY, DramTiming
 
 __all__ = ["DmaOp", "MatmulOp", "RequantOp", "Op", "Wait", "command_fields", "Timer",
-           "matmul_cycles", "matmul_latency", "requant_cycles", "dma_cycles"]
+           "matmul_cycles", "matmul_latency", "requant_cycles", "dma_cycles", "fetch_cycles"]
 
 Wait = tuple[str, int] | None   #: ``(semaphore name, count)``
 
@@ -54,11 +58,48 @@ def requant_cycles(config: NPUConfig, n_rows: int) -> int:
     return n_rows + requant_busy_cycles(config, 1) + ACCEPT_CYCLES - 1
 
 
-def dma_cycles(config: NPUConfig, row_bytes: int, n_rows: int) -> int:
-    """The planner's address-free estimate of a DMA command (:func:`hw.isa.dma_estimate_cycles`:
-    a beat per cycle, an idle cycle per burst, a fixed overhead that includes the next
-    command's fetch)."""
-    return dma_estimate_cycles(config, row_bytes, n_rows)
+def dma_cycles(config: NPUConfig, row_bytes: int, n_rows: int, *, store: bool = False,
+               dram: DramTiming | None = None) -> int:
+    """The planner's address-free estimate of a DMA command, cycles.
+
+    Under ideal memory (``dram`` None or ideal) :func:`hw.isa.dma_estimate_cycles`: a beat
+    per cycle, an idle cycle per burst, a fixed overhead that includes the next command's
+    fetch. Under a DRAM timing each burst of ``b`` beats (the bursts of a page-aligned row,
+    :func:`hw.isa.dma_bursts`) costs the largest of its R channel and Little's-law terms
+    (:meth:`sw.dram.DramTiming.read_burst_terms` at ``config.dma_outstanding``) or its W
+    channel term (:meth:`~sw.dram.DramTiming.write_burst_cycles`) and, with a bandwidth
+    limit, ``b * axi_data_bytes / bytes_per_cycle``; a load adds the read latency beyond the
+    ideal model's (:data:`sw.dram.MIN_READ_LATENCY`) once, for its first beat, and a store
+    the write latency beyond the ideal's for its last response. Both reduce to the ideal
+    estimate under ideal memory.
+    """
+    if dram is None or dram.is_ideal:
+        return dma_estimate_cycles(config, row_bytes, n_rows)
+    bus = config.axi_data_bytes
+    per_row = 0.0
+    for burst in dma_bursts(config, 0, 0, row_bytes, 1):
+        b = burst.beats
+        cost = (dram.write_burst_cycles(b) if store
+                else max(dram.read_burst_terms(b, config.dma_outstanding)))
+        if dram.bytes_per_cycle is not None:
+            cost = max(cost, b * bus / dram.bytes_per_cycle)
+        per_row += cost
+    tail = (dram.write_latency - MIN_WRITE_LATENCY if store
+            else dram.read_latency - MIN_READ_LATENCY)
+    return dma_estimate_cycles(config, row_bytes, 0) + tail + math.ceil(n_rows * per_row)
+
+
+def fetch_cycles(config: NPUConfig, dram: DramTiming | None) -> int:
+    """Cycles the command fetch of one command takes beyond what the ideal memory's fetch
+    costs (which :func:`dma_cycles`'s overhead already holds): the command processor fetches
+    one command of :data:`hw.isa.COMMAND_BYTES` at a time through the DMA's read channel, so
+    each pays the read latency beyond :data:`sw.dram.MIN_READ_LATENCY` and its beats'
+    backpressure; 0 under ideal memory."""
+    if dram is None or dram.is_ideal:
+        return 0
+    beats = COMMAND_BYTES // config.axi_data_bytes or 1
+    channel, _ = dram.read_burst_terms(beats, 1, gap=0)
+    return dram.read_latency - MIN_READ_LATENCY + math.ceil(channel - beats)
 
 
 # -- operations ---------------------------------------------------------------------------------
@@ -132,12 +173,24 @@ class Timer:
     """Replays a program on a timing model of the engines: each engine runs its commands in
     order, a command starts when its engine is free and its semaphore count is reached, and
     lasts :func:`dma_cycles` / :func:`requant_cycles`; a MATMUL frees the matrix engine after
-    :func:`matmul_cycles` and signals after :func:`matmul_latency` (MATMULs overlap). Command
-    fetch and dispatch are not modelled. ``bytes`` counts the DRAM bytes per DMA tag."""
+    :func:`matmul_cycles` and signals after :func:`matmul_latency` (MATMULs overlap). ``bytes``
+    counts the DRAM bytes per DMA tag.
 
-    def __init__(self, config: NPUConfig) -> None:
+    Under a DRAM timing ``dram`` (not ideal) the DMA costs follow it and the command fetch is
+    a lane of its own: commands are fetched one after the other in stream order, each
+    :func:`fetch_cycles`, a command cannot start before it is fetched, and a command is not
+    fetched before its engine's FIFO (``cmd_fifo_depth`` commands) has room, i.e. before the
+    command ``cmd_fifo_depth`` earlier on the same engine started (the fetch stalls at the
+    head of the ring). Under ideal memory the fetch is not modelled (its cost is in the DMA
+    overhead).
+    """
+
+    def __init__(self, config: NPUConfig, dram: DramTiming | None = None) -> None:
         self.c = config
+        self.dram = None if dram is None or dram.is_ideal else dram
+        self.fetch = fetch_cycles(config, self.dram)
         self.free = {"load": 0, "store": 0, "matmul": 0, "requant": 0}
+        self.starts: dict[str, list[int]] = {e: [] for e in self.free}
         self.done: dict[str, list[int]] = {x: [] for x in "LMRS"}
         self.bytes = {"a": 0, "w": 0, "p": 0, "out": 0}
 
@@ -145,7 +198,7 @@ class Timer:
         c = self.c
         if isinstance(op, DmaOp):
             self.bytes[op.tag] += op.row_bytes * op.n_rows
-            return dma_cycles(c, op.row_bytes, op.n_rows)
+            return dma_cycles(c, op.row_bytes, op.n_rows, store=op.store, dram=self.dram)
         if isinstance(op, MatmulOp):
             return matmul_cycles(c, op.m, op.k_blocks)
         return requant_cycles(c, op.n_rows)
@@ -153,11 +206,19 @@ class Timer:
     def run(self, ops: list[Op]) -> int:
         """Cycles until the last engine finishes."""
         end = 0
+        fetched = 0
+        depth = self.c.cmd_fifo_depth
         for op in ops:
             cycles = self.cycles(op)
             t = self.free[op.engine]
             if op.wait is not None:
                 t = max(t, self.done[op.wait[0]][op.wait[1] - 1])
+            if self.fetch:
+                starts = self.starts[op.engine]
+                room = starts[-depth] if len(starts) >= depth else 0
+                fetched = max(fetched, room) + self.fetch
+                t = max(t, fetched)
+                starts.append(t)
             finish = t + (matmul_latency(self.c, op.m, op.k_blocks) if isinstance(op, MatmulOp)
                           else cycles)
             self.free[op.engine] = t + cycles

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from hw.config import NPUConfig
 from hw.isa import DmaBody, MatmulBody, field_max
+from sw.dram import DramTiming
 from sw.kernels.linear_ops import Timer, matmul_cycles
 from sw.kernels.linear_schedule import Infeasible, build_program
 
@@ -74,7 +75,8 @@ def _region(region: tuple[int, int] | None, depth: int, what: str) -> tuple[int,
 
 def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: bool = False,
                 spad_region: tuple[int, int] | None = None,
-                acc_region: tuple[int, int] | None = None) -> LinearPlan:
+                acc_region: tuple[int, int] | None = None,
+                dram: DramTiming | None = None) -> LinearPlan:
     """Choose the tiling for an ``(m, k) @ (k, n)`` layer (see the module docstring).
 
     Parameters
@@ -85,6 +87,9 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
     spad_region, acc_region : tuple of (int, int), optional
         ``(first row, rows)`` of the scratchpad / accumulator the kernel may use (default:
         all), so that kernels on different streams can run concurrently.
+    dram : DramTiming, optional
+        The DRAM timing the layer will run under: the double-buffered candidates are ranked
+        on the timing model under it (:class:`~sw.kernels.linear_ops.Timer`); None: ideal.
 
     Raises
     ------
@@ -101,7 +106,7 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
     # Mt limits besides the scratchpad: accumulator rows and the 16-bit DMA row_bytes field.
     m_lim = min(m, _MAX_ROW_BYTES // c.spad_row_bytes, _MAX_M)
     if double_buffer:
-        plan = _plan_double_buffered(c, m, k, n, s0, s_rows, a0, a_rows, m_lim)
+        plan = _plan_double_buffered(c, m, k, n, s0, s_rows, a0, a_rows, m_lim, dram)
         if plan is not None:
             return plan
     m_cap = min(m_lim, a_rows - _ACC_ROW)
@@ -120,7 +125,8 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
 
 
 def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows: int,
-                          a0: int, a_rows: int, m_lim: int) -> LinearPlan | None:
+                          a0: int, a_rows: int, m_lim: int,
+                          dram: DramTiming | None = None) -> LinearPlan | None:
     """The double-buffered tiling with the fewest estimated cycles, or None if none fits.
 
     Candidates: ``n_group`` G from 1 to ``cmd_fifo_depth`` (so that the requantizations and
@@ -131,8 +137,9 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
     scratchpad; for each, the whole K resident (activations loaded once per M tile, one or
     two buffers) or the largest K chunk with two activation and two weight buffers; one or
     two output tiles. Each candidate's program is replayed on the timing model
-    (:class:`~sw.kernels.linear_ops.Timer`), most promising first (lower bound: its matmul
-    cycles, :func:`_matmul_bound`), and the fastest wins; ties go to less DRAM traffic.
+    (:class:`~sw.kernels.linear_ops.Timer`, under ``dram``), most promising first (lower
+    bound: its matmul cycles, :func:`_matmul_bound`), and the fastest wins; ties go to less
+    DRAM traffic.
     """
     kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
     kbc_lim = _MAX_ROW_BYTES // (c.rows * c.spad_row_bytes)     # weight chunk row_bytes
@@ -180,7 +187,7 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
         replayed += _ceil_div(m, mt) * nb * kb      # matmuls of this candidate
         plan = _make_plan(c, m, k, n, s0, a0, a_rows, mt, kbc, g, o_bufs, a_bufs, w_bufs,
                           kbc < kb)
-        timer = Timer(c)
+        timer = Timer(c, dram)
         try:
             ops = build_program(c, plan, 0, 0, 0, 0, False)
         except Infeasible:

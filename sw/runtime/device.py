@@ -91,6 +91,9 @@ class Device:
     ----------
     config : NPUConfig
         The configuration discovered from the CSRs.
+    dram_timing : sw.dram.DramTiming or None
+        The timing the backend's DRAM runs under (``backend.dram_timing``; None for an
+        untimed backend): the kernels plan their tilings for it.
     allocator : Allocator
         The DRAM allocator.
     default_stream : Stream
@@ -109,6 +112,7 @@ class Device:
                  queue: int = 0, ring_commands: int | None = None,
                  profile: bool = False) -> None:
         self.backend = backend
+        self.dram_timing = getattr(backend, "dram_timing", None)
         self.config = self._discover(expected_config)
         if ring_commands is None:
             fit = self.config.dram_bytes // 16 // COMMAND_BYTES
