@@ -181,7 +181,10 @@ def _pack(c: NPUConfig, plan: AttentionPlan, q: np.ndarray, k: np.ndarray, v: np
     p_dram = np.zeros((heads, db, 3, c.acc_row_elems), "<i4")
     p_dram[:, :, 1, :n] = om.reshape(heads, db, n)
     p_dram[:, :, 2, :n] = osh.reshape(heads, db, n)
-    return [_blocked(split(q), seq, n, srb, db), _blocked(split(k), plan.lp, n, srb, db),
+    # K key block by key block: [h, b, e] is the (d block e, key block b) weight tile
+    k_dram = _blocked(split(k), plan.lp, n, srb, db).reshape(heads, db, plan.kb, n, srb)
+    return [_blocked(split(q), seq, n, srb, db),
+            np.ascontiguousarray(k_dram.transpose(0, 2, 1, 3, 4)),
             _blocked(split(v), plan.lp, n, srb, db), p_dram]
 
 
@@ -199,33 +202,32 @@ class _Tile:
     def first(self) -> bool:
         return self.i0 == 0
 
-    def scores(self, cmds: CommandList, kw: Callable[[], dict]) -> None:
+    def scores(self, cmds: CommandList, kw: Callable[[str], dict]) -> None:
         """``S = Q K^T`` (K loaded with the head's first tile)."""
         c, p, mt, srb = self.c, self.plan, self.mt, self.c.spad_row_bytes
         db, lp, seq = p.db, p.lp, p.seq
+        tile_rows = db * c.cols          # the d blocks of one key block, one after the other
         if self.first:
             cmds.dma_load(mem=LocalMem.SPAD, dram_addr=self.bufs["k"].addr + self.h * db * lp * srb,
-                          dram_stride=lp * srb, row_bytes=lp * srb, n_rows=db,
-                          local_row=p.k_base, local_stride=lp, **kw())
+                          dram_stride=tile_rows * srb, row_bytes=tile_rows * srb, n_rows=p.kb,
+                          local_row=p.k_base, local_stride=tile_rows, **kw("load"))
         cmds.dma_load(mem=LocalMem.SPAD,
                       dram_addr=self.bufs["q"].addr + (self.h * db * seq + self.i0) * srb,
                       dram_stride=seq * srb, row_bytes=mt * srb, n_rows=db,
-                      local_row=p.q_base, local_stride=mt, **kw())
-        for b in range(p.kb):
-            for e in range(db):
-                cmds.matmul(a_row=p.q_base + e * mt, w_row=p.k_base + e * lp + b * c.cols,
-                            acc_row=p.s_base + b * mt, m=mt, accumulate=e > 0, transpose=True,
-                            **kw())
+                      local_row=p.q_base, local_stride=mt, **kw("load"))
+        for b in range(p.kb):   # the d blocks summed in one MATMUL (Q tiles Mt rows apart)
+            cmds.matmul(a_row=p.q_base, w_row=p.k_base + b * tile_rows, acc_row=p.s_base + b * mt,
+                        m=mt, transpose=True, k_blocks=db, **kw("matrix"))
 
-    def softmax(self, cmds: CommandList, kw: Callable[[], dict], *, kv_len: int, mult: int,
+    def softmax(self, cmds: CommandList, kw: Callable[[str], dict], *, kv_len: int, mult: int,
                 shift: int, causal: bool) -> None:
         """P (unnormalized) and the row reciprocals of the tile's score rows."""
         p = self.plan
         cmds.softmax(acc_row=p.s_base, spad_row=p.p_base, n_rows=self.mt, n_blocks=p.kb,
                      stride=self.mt, scale_row=p.sc_base, kv_len=kv_len, mult=mult,
-                     shift=shift, causal=causal, q_offset=self.i0, **kw())
+                     shift=shift, causal=causal, q_offset=self.i0, **kw("vector"))
 
-    def context(self, cmds: CommandList, kw: Callable[[], dict]) -> None:
+    def context(self, cmds: CommandList, kw: Callable[[str], dict]) -> None:
         """``O = P V``, the row-scaled requantization and the store (V and the parameters
         loaded with the head's first tile)."""
         c, p, mt, srb = self.c, self.plan, self.mt, self.c.spad_row_bytes
@@ -233,33 +235,41 @@ class _Tile:
         if self.first:
             cmds.dma_load(mem=LocalMem.SPAD, dram_addr=self.bufs["v"].addr + self.h * db * lp * srb,
                           dram_stride=lp * srb, row_bytes=lp * srb, n_rows=db,
-                          local_row=p.v_base, local_stride=lp, **kw())
+                          local_row=p.v_base, local_stride=lp, **kw("load"))
             cmds.dma_load(mem=LocalMem.ACC, dram_addr=self.bufs["p"].addr + self.h * db * 3 * arb,
                           dram_stride=arb, row_bytes=arb, n_rows=3 * db,
-                          local_row=p.param_base, local_stride=1, **kw())
-        for e in range(db):
-            for b in range(p.kb):
-                cmds.matmul(a_row=p.p_base + b * mt, w_row=p.v_base + e * lp + b * c.cols,
-                            acc_row=p.o_acc + e * mt, m=mt, accumulate=b > 0, **kw())
+                          local_row=p.param_base, local_stride=1, **kw("load"))
+        for e in range(db):     # the key blocks summed in one MATMUL (P tiles Mt rows apart)
+            cmds.matmul(a_row=p.p_base, w_row=p.v_base + e * lp, acc_row=p.o_acc + e * mt, m=mt,
+                        k_blocks=p.kb, **kw("matrix"))
         for e in range(db):
             cmds.requant(acc_row=p.o_acc + e * mt, spad_row=p.o_spad + e * mt, n_rows=mt,
-                         param_row=p.param_base + 3 * e, scale_row=p.sc_base, **kw())
+                         param_row=p.param_base + 3 * e, scale_row=p.sc_base, **kw("vector"))
         cmds.dma_store(mem=LocalMem.SPAD,
                        dram_addr=self.bufs["o"].addr + (self.h * db * p.seq + self.i0) * srb,
                        dram_stride=p.seq * srb, row_bytes=mt * srb, n_rows=db,
-                       local_row=p.o_spad, local_stride=mt, **kw())
+                       local_row=p.o_spad, local_stride=mt, **kw("store"))
 
 
 def _run_stage(stream: Stream, sem: Semaphore, stats: AttentionStats, stage: str,
-               build: Callable[[CommandList, Callable[[], dict]], None], macs: int,
+               build: Callable[[CommandList, Callable[[str], dict]], None], macs: int,
                sync_kw: dict) -> None:
-    """One launch: command ``i`` waits until ``sem`` reached ``target + i`` and signals it;
-    the stage's cycles are those of :meth:`Stream.synchronize` after it."""
+    """One launch: every command signals ``sem``; command ``i`` waits until ``sem`` reached
+    ``target + i`` (every earlier command of the launch retired) if it is the first or runs
+    on another engine than command ``i - 1`` (``build`` passes the engine to its ``kw``);
+    commands on the engine of the one before follow it in the engine's order without a
+    wait, so loads overlap and MATMULs run back to back. The stage's cycles are those of
+    :meth:`Stream.synchronize` after it."""
     stream.synchronize(**sync_kw)
     cmds = CommandList()
+    last: list[str | None] = [None]
 
-    def seq_kw() -> dict:
-        return {"wait": (sem.id, sem.target(len(cmds))), "signal": sem.id}
+    def seq_kw(engine: str) -> dict:
+        kw: dict = {"signal": sem.id}
+        if engine != last[0]:
+            kw["wait"] = (sem.id, sem.target(len(cmds)))
+        last[0] = engine
+        return kw
 
     build(cmds, seq_kw)
     sem.issued += len(cmds)
