@@ -229,6 +229,14 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _where(workers: int | str | None) -> str:
+    """Where the tasks ran: ``"inline"`` (``--workers 0``), on Ray workers, or nothing to say
+    (every result came from the cache)."""
+    if workers == "inline":
+        return " in the process (--workers 0)"
+    return f" on {workers} Ray worker{'s' * (workers != 1)}" if workers else ""
+
+
 def _report(args: argparse.Namespace, doc: dict) -> int:
     from cosim.bench.sweep_report import format_table, write_outputs
 
@@ -238,7 +246,7 @@ def _report(args: argparse.Namespace, doc: dict) -> int:
     n, workers = len(doc["rows"]), doc["workers"]
     print(f"\n{n} point{'s' * (n != 1)}; run now: {_counts(run)}; from the cache: "
           f"{_counts(cached)}; {doc['wall_seconds']:.0f} s wall"
-          + (f" on {workers} worker{'s' * (workers != 1)}" if workers else ""))
+          + _where(workers))
     cpu = doc["cpu_seconds"]
     if cpu:
         print(f"CPU time of these results (run now or cached): {sum(cpu.values()):.0f} s ("

@@ -113,7 +113,7 @@ def _guard(func):
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``waves`` command (with its subcommands) to the ``npu`` parser."""
-    from cosim.cli.args import help_text
+    from cosim.cli.args import help_text, int_at_least
     w = sub.add_parser("waves", help="summarize, cut, group and export VCD waveforms of runs",
                        description=help_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -137,7 +137,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "Device.counters(), checked over its own window (CYCLES before.cycles "
                         "to after.cycles)")
     s.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
-    s.add_argument("--width", type=int, default=60, help="timeline width in characters")
+    s.add_argument("--width", type=int_at_least(10), default=60,
+                   help="timeline width in characters (at least 10)")
     s.set_defaults(func=_guard(_summarize))
 
     g = ws.add_parser("gtkw", help="write a GTKWave save file grouping the NPU's signals",

@@ -350,8 +350,9 @@ def _run_in(run_dir: Path, config: NPUConfig, job: str, args: dict, timing: Dram
     if waves:
         waves_dir().mkdir(parents=True, exist_ok=True)
         vcd = waves_dir() / f"{name}.{waves_format}"
-        vcd.unlink(missing_ok=True)
-        test_args = ["--trace-file", str(vcd)]
+        partial = vcd.with_name(f"{name}.partial.{waves_format}")   # vcd once the run ends
+        partial.unlink(missing_ok=True)
+        test_args = ["--trace-file", str(partial)]
         for spec in trace_vars(waves_scope):
             test_args += ["--trace-vars", spec]
 
@@ -378,19 +379,20 @@ def _run_in(run_dir: Path, config: NPUConfig, job: str, args: dict, timing: Dram
     dram_file.unlink(missing_ok=True)  # scratch data can be large
     Path(f"{dram_file}.out").unlink(missing_ok=True)
 
-    if not result_path.is_file():
+    outcome = json.loads(result_path.read_text()) if result_path.is_file() else None
+    missed = _missed_kernel(waves_window, outcome)
+    if vcd is not None:
+        # the waveform of a finished or failed job replaces the previous one; a window whose
+        # kernel never ran traced nothing, and the previous file stays
+        if missed is None and partial.exists():
+            partial.replace(vcd)
+        partial.unlink(missing_ok=True)
+    if outcome is None:
         raise CosimError(f"simulation of {name} ended without a result", log_path)
-    outcome = json.loads(result_path.read_text())
     if not outcome["ok"]:
         raise CosimJobError(job, outcome["error"], outcome["traceback"], log_path)
-    if waves_window and "kernel" in waves_window:
-        ran = outcome.get("regions", {}).get(waves_window["kernel"], 0)
-        if ran < waves_window["occurrence"]:
-            known = ", ".join(f"{k} x{v}" for k, v in outcome.get("regions", {}).items())
-            raise CosimError(f"waveform window: kernel {waves_window['kernel']!r} ran {ran} "
-                             f"times, occurrence {waves_window['occurrence']} was asked for "
-                             f"(kernels of this run: {known or 'none'}); {vcd} is empty",
-                             log_path)
+    if missed is not None:
+        raise CosimError(f"{missed}; nothing was traced, {vcd} is left as it was", log_path)
     info = _waves_sidecar(vcd, waves_format, waves_window, waves_scope, outcome) \
         if vcd is not None else None
     recording = outcome.get("recording")
@@ -398,6 +400,20 @@ def _run_in(run_dir: Path, config: NPUConfig, job: str, args: dict, timing: Dram
         recording = dict(recording, path=str(Path(record).resolve()))
     return RunResult(outcome["result"], outcome["cycles"], outcome["seconds"], sim.seconds,
                      run_dir, vcd, recording, outcome.get("cpu_seconds"), timing, info)
+
+
+def _missed_kernel(window: dict | None, outcome: dict | None) -> str | None:
+    """Why a waveform window on a kernel occurrence traced nothing (the job ran fewer
+    occurrences of it), or None."""
+    if not window or "kernel" not in window or not outcome or not outcome["ok"]:
+        return None
+    regions = outcome.get("regions", {})
+    ran = regions.get(window["kernel"], 0)
+    if ran >= window["occurrence"]:
+        return None
+    known = ", ".join(f"{k} x{v}" for k, v in regions.items())
+    return (f"waveform window: kernel {window['kernel']!r} ran {ran} times, occurrence "
+            f"{window['occurrence']} was asked for (kernels of this run: {known or 'none'})")
 
 
 def _check_scope(scopes: list[str], verilog: Path) -> None:

@@ -38,7 +38,9 @@ class CounterCheck:
 
     @property
     def ok(self) -> bool:
-        return not self.mismatched
+        """No counter differs and at least one was compared (a check of only names the VCD
+        cannot measure, e.g. misspelt ones, checked nothing)."""
+        return not self.mismatched and bool(self.matched)
 
     def format(self) -> str:
         lines = [f"counters: {len(self.matched)} equal, {len(self.mismatched)} different, "
@@ -47,6 +49,9 @@ class CounterCheck:
                   for k, (a, b) in sorted(self.mismatched.items())]
         if self.unchecked:
             lines.append("  unchecked: " + ", ".join(self.unchecked))
+        if not self.matched and not self.mismatched:
+            lines.append("  nothing compared: none of these names is a figure of the VCD "
+                         "summary")
         return "\n".join(lines)
 
 

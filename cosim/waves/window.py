@@ -107,6 +107,9 @@ class _Cutter:
                 self.out.write(a)
             elif kind == "time":
                 if a > self.t1:
+                    if self.before is None and not self.emitting:
+                        raise ValueError(f"the window {self.t0}..{self.t1} (time units) ends "
+                                         f"before the file's first time #{a}")
                     break
                 self.time(a)
             elif kind == "change":
@@ -115,6 +118,12 @@ class _Cutter:
                     self.out.write(format_change(a, b))
             elif self.emitting:
                 self.out.write(a)
+        else:
+            if not self.emitting:
+                last = ("has no timestamps" if self.before is None
+                        else f"ends at #{self.before}")
+                raise ValueError(f"the window {self.t0}..{self.t1} (time units) starts after "
+                                 f"the file's end (it {last})")
         if not self.emitting:
             self.dump_state(self.t0 if self.before is None else self.before)
 
@@ -183,7 +192,8 @@ def cut(src: Path | str, dst: Path | str, start: int, end: int, *, unit: str = "
     Raises
     ------
     ValueError
-        If ``end < start`` or ``unit`` is unknown.
+        If ``end < start``, ``unit`` is unknown, or the window lies outside the file's times
+        (``dst`` is then left as it was).
     VcdFormatError, VcdSignalError
     """
     src, dst = Path(src), Path(dst)
@@ -194,7 +204,12 @@ def cut(src: Path | str, dst: Path | str, start: int, end: int, *, unit: str = "
                        "(trace the window with npu run --waves-from/--waves-to instead)")
     t0, t1 = _window_times(src, header, start, end, unit, clock)
     comment = f"$comment window {t0}..{t1} ({start}..{end} {unit}s) of {src.name} $end\n"
-    with VcdBody(src, header) as body, \
-            open(dst, "w", encoding="utf-8", errors="surrogateescape") as out:
-        _Cutter(header, out, t0, t1, comment).run(body)
+    part = dst.with_name(dst.name + ".part")    # dst is replaced only by a whole cut
+    try:
+        with VcdBody(src, header) as body, \
+                open(part, "w", encoding="utf-8", errors="surrogateescape") as out:
+            _Cutter(header, out, t0, t1, comment).run(body)
+        part.replace(dst)
+    finally:
+        part.unlink(missing_ok=True)
     return CutResult(dst, t0, t1, body.chars, dst.stat().st_size)

@@ -90,6 +90,9 @@ def test_counters_check(run):
     assert "MISMATCH cycles" in bad.format()
     with pytest.raises(TypeError, match="must be an integer"):
         check_counters(s, {"cycles": "12"})
+    # only names the VCD has no figure for (a typo) compared nothing: not a pass
+    typo = check_counters(s, {"cycels": exp["cycles"]})
+    assert not typo.ok and typo.unchecked == ["cycels"] and "nothing compared" in typo.format()
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +164,20 @@ def test_cut_keeps_window_exactly(run, tmp_path):
     assert summarize(z.out).figures() == expected_figures(rows, 0, 9)
     with pytest.raises(ValueError, match="before its start"):
         cut(vcd, tmp_path / "x.vcd", 10, 5)
+    # a window outside the file's times is an error, and the destination is left as it was
+    keep = tmp_path / "keep.vcd"
+    keep.write_text("previous\n")
+    end = max(int(ln[1:]) for ln in vcd.read_text().splitlines() if ln.startswith("#"))
+    with pytest.raises(ValueError, match=f"starts after the file's end \\(it ends at #{end}\\)"):
+        cut(vcd, keep, end + 1, end + 50, unit="time")
+    assert keep.read_text() == "previous\n" and not list(tmp_path.glob("*.part"))
+    assert cut(vcd, tmp_path / "last.vcd", end, end + 50, unit="time").end_time == end + 50
+    late = tmp_path / "late.vcd"      # a file that starts at #100
+    late.write_text("$timescale 1ns $end\n$var wire 1 ! a $end\n$enddefinitions $end\n"
+                    "#100\n1!\n#200\n0!\n")
+    with pytest.raises(ValueError, match="ends before the file's first time #100"):
+        cut(late, keep, 10, 50, unit="time")
+    assert keep.read_text() == "previous\n"
 
 
 def test_cut_skips_malformed_lines(tmp_path):

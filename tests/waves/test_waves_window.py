@@ -61,8 +61,16 @@ def test_window_by_cycles():
 
 
 def test_window_kernel_that_never_ran_is_a_clear_error():
-    with pytest.raises(CosimError, match=r"'fourth' ran 0 times.*first x1, second x2, third x1"):
+    """...and loses nothing: the waveform of the previous run of the same name stays."""
+    first = run("test_window_missing", {"kernel": "second", "occurrence": 1})
+    before = first.waves.read_bytes()
+    with pytest.raises(CosimError, match=r"'fourth' ran 0 times.*first x1, second x2, third x1"
+                                         r".*left as it was"):
         run("test_window_missing", {"kernel": "fourth"})
+    with pytest.raises(CosimError, match=r"'second' ran 2 times, occurrence 3"):
+        run("test_window_missing", {"kernel": "second", "occurrence": 3})
+    assert first.waves.read_bytes() == before
+    assert not list(first.waves.parent.glob("test_window_missing.partial.*"))
 
 
 @pytest.mark.parametrize("window, message", [
