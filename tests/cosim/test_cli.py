@@ -1,8 +1,11 @@
 """The CLI rejects bad arguments up front, with one-line messages (no build, no traceback)."""
 
+import argparse
+
 import pytest
 
 from cosim.cli import main
+from cosim.cli.args import attention_len, gemm_shape, int_at_least, seq_len
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -103,3 +106,18 @@ def test_help_texts_carry_no_rst_markup():
             (p.prog, text)
         seen += 1
     assert seen >= 12    # npu, its 8 subcommands, the waves subcommands
+
+
+def test_argument_types_take_both_ends_of_their_ranges():
+    """Every range check is two-sided: each argument type takes the first and the last value
+    of its range, and rejects one past each end."""
+    ok = [(seq_len, "1", 1), (seq_len, "512", 512), (attention_len, "0", 0),
+          (attention_len, "1", 1), (attention_len, "512", 512), (int_at_least(1), "1", 1),
+          (int_at_least(0), "0", 0), (gemm_shape, "1,1,1", [1, 1, 1])]
+    for parse, text, value in ok:
+        assert parse(text) == value, (parse, text)
+    bad = [(seq_len, "0"), (seq_len, "513"), (attention_len, "513"), (attention_len, "-1"),
+           (int_at_least(1), "0"), (int_at_least(0), "-1"), (gemm_shape, "0,1,1")]
+    for parse, text in bad:
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(text)

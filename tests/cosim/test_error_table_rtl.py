@@ -13,9 +13,7 @@ from sw.perf import PerfBackend
 from tests.support import error_jobs
 
 CONFIGS = {"8x8": NPUConfig(), "4x4": NPUConfig(rows=4, cols=4)}
-#: the fields every implementation reports the same (:mod:`hw.isa`, "Errors")
-EXACT = ("irq", "irq_status", "code", "queue", "opcode", "index", "address", "q_code",
-         "q_opcode", "q_index", "q_address", "status", "sem0", "sem1", "cleared")
+EXACT = error_jobs.EXACT_FIELDS   #: the fields every implementation reports the same
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

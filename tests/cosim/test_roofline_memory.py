@@ -4,13 +4,14 @@ bound holding on timed runs."""
 
 import pytest
 
-from cosim.bench.bursts import BurstProfile
+from cosim.bench.bursts import BurstProfile, BurstTap
 from cosim.bench.roofline import max_burst_beats, memory_roof, roofline
 from cosim.bench.sweep_tasks import model_point
 from cosim.bench.workloads import workload_job
 from hw.config import NPUConfig
-from hw.isa import COMMAND_BYTES
+from hw.isa import COMMAND_BYTES, Csr, LocalMem, queue_csr
 from sw.model import ModelBackend
+from sw.runtime import CommandList
 
 CFG = NPUConfig()                       # 8x8, 8-byte AXI beats, 2 outstanding reads
 
@@ -56,6 +57,32 @@ def test_bandwidth_limit_and_backpressure():
     r = roofline(CFG, 16, 16, 16, dram="bw=0.5")
     assert r["bytes_per_cycle"] == pytest.approx(0.5)
     assert r["bound"] == pytest.approx(0.5 * (16 ** 3 / (3 * 16 * 16)) / 64)
+
+
+def test_burst_tap_forgets_the_slots_of_a_ring_set_up_again():
+    """Setting up a queue's ring again (``RING_BASE``, ``RING_SIZE``) starts a new ring: a
+    command written into the old ring and never published is not counted, even when a
+    doorbell of the new ring covers its slot without the host having written it there."""
+    cfg = NPUConfig()
+    tap = BurstTap(ModelBackend(cfg), cfg)
+    load, nop = CommandList(), CommandList()
+    load.dma_load(mem=LocalMem.SPAD, dram_addr=0x8000, dram_stride=cfg.spad_row_bytes,
+                  row_bytes=cfg.spad_row_bytes, n_rows=2, local_row=0, local_stride=1)
+    nop.nop()
+    ring_a, ring_b = 0x1000, 0x2000
+    for base in (ring_a, ring_b):
+        tap.csr_write(queue_csr(0, Csr.RING_BASE), base)
+        tap.csr_write(queue_csr(0, Csr.RING_SIZE), 8)
+        tap.csr_write(queue_csr(0, Csr.TAIL), 0)
+        if base == ring_a:      # slot 2 of the first ring, never published
+            tap.mem_write(ring_a + 2 * COMMAND_BYTES, load[0].raw)
+    tap.mem_write(ring_b, nop[0].raw + nop[0].raw)
+    tap.csr_write(queue_csr(0, Csr.TAIL), 3)       # slots 0..2 of the new ring
+    assert tap.profile.loads == 0 and tap.profile.read_bursts == 0
+    # a load published through the new ring is counted, with its bursts
+    tap.mem_write(ring_b + 3 * COMMAND_BYTES, load[0].raw)
+    tap.csr_write(queue_csr(0, Csr.TAIL), 4)
+    assert tap.profile.loads == 1 and tap.profile.read_bursts >= 1
 
 
 def test_burst_tap_counts_every_published_dma_command():

@@ -28,6 +28,11 @@ RING = 0x1000
 RING_SLOTS = 64
 DMA_ADDR = 0x2000
 
+#: The fields of an :func:`error_table` report every implementation gives the same
+#: (:mod:`hw.isa`, "Errors"); ``head`` may differ (the RTL fetches ahead, the model does not).
+EXACT_FIELDS = ("irq", "irq_status", "code", "queue", "opcode", "index", "address", "q_code",
+                "q_opcode", "q_index", "q_address", "status", "sem0", "sem1", "cleared")
+
 #: name -> (build(CommandList), error code, reported address, reported opcode)
 ErrorCase = tuple[Callable[[CommandList], None], ErrorCode, int, "Opcode | int"]
 
@@ -54,6 +59,9 @@ def error_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
         "bad_signal_sem": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=0, m=1,
                                               signal=cfg.n_sems + 5),
                            ErrorCode.BAD_SEM, cfg.n_sems + 5, Opcode.MATMUL),
+        "bad_signal_sem_first": (lambda c: c.matmul(a_row=0, w_row=0, acc_row=0, m=1,
+                                                    signal=cfg.n_sems),
+                                 ErrorCode.BAD_SEM, cfg.n_sems, Opcode.MATMUL),
         "bad_dram_addr_odd": (lambda c: _dma(c, cfg, dram_addr=d - row + 1, n_rows=1),
                               ErrorCode.BAD_DRAM_ADDR, d - row + 1, Opcode.DMA_LOAD),
         "bad_local_partial_row": (lambda c: _dma(c, cfg, dram_addr=DMA_ADDR + 3,

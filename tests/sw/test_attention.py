@@ -166,6 +166,17 @@ def test_softmax_and_row_scale_reference_by_hand():
     assert recip.tolist() == [11767034] * 2          # floor((2**32 + 182) / 365)
     p, _, recip = softmax_int(np.array([[4, 3, 1]]), mult=8, shift=4, kv_len=2)
     assert p.tolist() == [[127, 122, 0]] and recip.tolist() == [17248865]  # (2**32+124)//249
+    # causal: row i keeps key k while k <= q_offset + i (the diagonal included); equal scores
+    # give 127 for every kept key
+    p, sums, _ = softmax_int(np.zeros((3, 4), np.int64), mult=1 << 16, shift=16, causal=True)
+    assert p.tolist() == [[127, 0, 0, 0], [127, 127, 0, 0], [127, 127, 127, 0]]
+    assert sums.tolist() == [127, 254, 381]
+    # with q_offset 1 and kv_len 3 (key 3 masked in every row): rows keep keys 0..1, 0..2,
+    # 0..2; scores 0, 1, 2 against the row's max give d = 1 -> T[1] -> 122, d = 2 -> 116
+    p, sums, _ = softmax_int(np.array([[0, 1, 2, 3]] * 3), mult=1 << 16, shift=16,
+                             causal=True, q_offset=1, kv_len=3)
+    assert p.tolist() == [[122, 127, 0, 0], [116, 122, 127, 0], [116, 122, 127, 0]]
+    assert sums.tolist() == [249, 365, 365]
     # row scale r / 2**16 = 1/2, 3/4, 0, then multiplier 2**30 / 2**30 (= 1) or / 2**31 (1/2):
     # 3/2 -> 2, -3/2 -> -1, 5/2 -> 3, 7/2 -> 4 -> 4/2 = 2; 3/2 -> 2, -3/2 -> -1, 9/2 -> 5,
     # 21/4 -> 5 -> 5/2 -> 3; a fully masked row (r = 0) gives 0

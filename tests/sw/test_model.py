@@ -200,6 +200,39 @@ def test_matmul_k_blocks_sums_tiles_along_k():
     np.testing.assert_array_equal(h.be.acc[10:15, :3], matmul_int(a[0], w[0]))
 
 
+def test_softmax_causal_groups_against_naive_model():
+    """SOFTMAX of more rows than ``cols`` (three groups of scale rows), two key blocks, a
+    causal mask with ``q_offset`` and ``kv_len``: P and every reciprocal as the scalar
+    transcription of hw.isa.SoftmaxBody (:func:`tests.hw.test_softmax.naive_softmax`), where
+    the causal limit of row ``i`` is ``q_offset + i`` over all rows, not per group."""
+    from tests.hw.test_softmax import naive_softmax
+    cfg = NPUConfig(rows=4, cols=4, spad_rows=64, acc_rows=64)
+    c = cfg.cols
+    rng = np.random.default_rng(11)
+    n_rows, stride = 2 * c + 2, 2 * c + 2
+    b = dict(acc_row=4, spad_row=8, n_rows=n_rows, n_blocks=2, stride=stride, scale_row=50,
+             kv_len=2 * c - 1, mult=40000, shift=14, causal=1, q_offset=1)
+    h = Host(cfg)
+    h.be.acc[4:4 + 2 * stride, :c] = rng.integers(-20, 20, (2 * stride, c))
+    acc = [list(map(int, r)) for r in h.be.acc]
+    spad = [list(map(int, r)) for r in h.be.spad]
+    naive_softmax(cfg, acc, spad, b)
+    cmds = CommandList()
+    cmds.softmax(**b)
+    h.submit(cmds)
+    assert h.err()[0] == ErrorCode.NONE.value
+    rows = slice(b["spad_row"], b["spad_row"] + 2 * stride)
+    np.testing.assert_array_equal(h.be.spad[rows], np.array(spad[rows], np.int64))
+    scale = slice(b["scale_row"], b["scale_row"] + 3)
+    np.testing.assert_array_equal(h.be.acc[scale], np.array(acc[scale], np.int64))
+    # the mask shows: row i keeps keys 0 .. min(q_offset + i, kv_len - 1) and no more
+    p = h.be.spad[b["spad_row"]:b["spad_row"] + n_rows, :c]
+    p = np.concatenate([p, h.be.spad[b["spad_row"] + stride:b["spad_row"] + stride + n_rows,
+                                     :c]], axis=1)
+    kept = (p > 0).sum(axis=1)
+    assert kept.tolist() == [min(b["q_offset"] + i, b["kv_len"] - 1) + 1 for i in range(n_rows)]
+
+
 def test_fence_irq_w1c_and_semaphores():
     cfg = NPUConfig(spad_rows=64, acc_rows=16, n_sems=4)
     h = Host(cfg)

@@ -15,6 +15,7 @@ from sw.model import ModelBackend
 from sw.perf import PerfBackend
 from sw.perf.corpus import WORKLOADS, linear_operands
 from sw.runtime import CommandList, Device, DeviceError
+from tests.support import error_jobs
 
 CONFIG = NPUConfig()
 
@@ -124,6 +125,27 @@ def test_errors_are_reported_as_the_rtl_reports_them():
     codes = [e for e in info["errors"] if isinstance(e, list)]
     assert [c[0] for c in codes] == ["BAD_OPCODE", "BAD_DRAM_ADDR", "BAD_LOCAL_ADDR"]
     assert codes[1][2] == CONFIG.dram_bytes and codes[2][2] == CONFIG.spad_rows
+
+
+@pytest.mark.parametrize("config", [CONFIG, NPUConfig(rows=4, cols=4, n_sems=4)],
+                         ids=["8x8", "4x4_sems4"])
+def test_error_table_as_on_the_functional_model(config):
+    """Every case of the error table (:mod:`tests.support.error_jobs`, also those at the
+    first out-of-range semaphore, row and address) on the performance model: code, opcode,
+    command index, address, STATUS, semaphores and the interrupt as the functional model
+    reports them (the RTL's are compared in ``tests/cosim/test_error_table_rtl.py``)."""
+    perf = error_jobs.error_table(PerfBackend(config))
+    model = error_jobs.error_table(ModelBackend(config))
+    cases = error_jobs.error_cases(config) | error_jobs.window_cases(config)
+    assert set(perf) == set(model) == set(cases) | {"ring_misaligned", "ring_beyond_dram"}
+    for case in sorted(perf):
+        if case.startswith("ring_"):        # errors at fetch: the whole report, HEAD too
+            assert perf[case] == model[case], case
+            continue
+        got = {k: perf[case][k] for k in error_jobs.EXACT_FIELDS}
+        assert got == {k: model[case][k] for k in error_jobs.EXACT_FIELDS}, case
+        if case != "bad_opcode":            # bad_opcode reports the address of its ring slot
+            assert (got["code"], got["address"]) == (cases[case][1].name, cases[case][2]), case
 
 
 def test_trace_has_the_engines_real_cycles():
