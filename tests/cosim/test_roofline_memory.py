@@ -89,7 +89,7 @@ def test_burst_tap_counts_every_published_dma_command():
     """On a stream longer than the ring (it wraps), the tap sees every DMA command the device
     retires, and its read beats are at most the DRAM reads that are not command fetches."""
     cfg = NPUConfig()
-    res = workload_job(ModelBackend(cfg), workload="minilm-block:128")   # 6,824 commands
+    res = workload_job(ModelBackend(cfg), workload="minilm-block:256")   # 8,956 commands
     c, b = res["counters"], res["bursts"]
     commands = sum(v for k, v in c.items() if k.startswith("retired."))
     assert commands > 4096                                   # the largest ring

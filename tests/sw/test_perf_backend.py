@@ -21,8 +21,8 @@ CONFIG = NPUConfig()
 
 #: Counter deltas of corpus workloads on the RTL of the default 8x8 (ideal DRAM; re-measured for
 #: the pipelined matrix engine, the shared vector multiplier and the any-byte DMA of issue
-#: 13, 9077bf0), measured with
-#: ``python -m cosim.bench.validate --only NAME`` (``cosim.tb.harness.run_job``, Verilator);
+#: 13, 9077bf0; attention_L8_causal for this round's attention kernel at 16b996b), measured
+#: with ``python -m cosim.bench.validate --only NAME`` (``cosim.tb.harness.run_job``, Verilator);
 #: every counter not listed is 0.
 RTL_COUNTERS = {
     "gemm_5x20x11": {"cycles": 436, "bytes_read": 1272, "bytes_written": 88, "dma_busy": 188,
@@ -48,11 +48,11 @@ RTL_COUNTERS = {
         "busy.load": 334, "retired.load": 1, "stall.load.dram_read": 77, "busy.store": 194,
         "retired.store": 1, "stall.store.sem": 1383, "stall.store.dram_write": 187,
         "busy.vector": 1073, "retired.vector": 1, "stall.vector.sem": 324},
-    "attention_L8_causal": {"cycles": 2642, "bytes_read": 3840, "bytes_written": 560,
-        "dma_busy": 526, "busy.load": 436, "retired.load": 8, "stall.load.dram_read": 108,
+    "attention_L8_causal": {"cycles": 2374, "bytes_read": 3648, "bytes_written": 560,
+        "dma_busy": 510, "busy.load": 420, "retired.load": 8, "stall.load.dram_read": 92,
         "busy.store": 90, "retired.store": 2, "stall.store.sem": 170, "stall.store.dram_write": 62,
-        "busy.matrix": 448, "retired.matrix": 16, "stall.matrix.sem": 308, "busy.vector": 1012,
-        "retired.vector": 10, "stall.vector.sem": 146},
+        "busy.matrix": 208, "retired.matrix": 10, "stall.matrix.sem": 262, "busy.vector": 1012,
+        "retired.vector": 10, "stall.vector.sem": 56},
     "processor_commands": {"cycles": 856, "bytes_read": 1984, "bytes_written": 56},
 }
 
