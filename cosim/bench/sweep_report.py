@@ -178,16 +178,19 @@ def _json_default(v):
 def pareto_png(path: Path, rows: list[dict]) -> Path:
     """Cycles against LUT4, one panel per workload, one colour per DRAM timing; the Pareto
     front of each (workload, DRAM timing) drawn as a step line through its points, which are
-    ringed and labelled with their configuration."""
+    ringed and numbered, the numbers' configurations listed under the panel (labels beside
+    the points overlap where fronts are dense)."""
     from cosim.bench.roofline import _pyplot
     plt = _pyplot()
     pts = [r for r in rows if r["pareto"] is not None]
     workloads = list(dict.fromkeys(r["workload"] for r in pts))
     drams = list(dict.fromkeys(r["dram"] for r in pts))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4.8),
+    from matplotlib.ticker import FuncFormatter
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 6.4),
                              squeeze=False)
     for ax, wl in zip(axes[0], workloads, strict=True):
+        keys: list[str] = []
         for di, dram in enumerate(drams):
             group = [r for r in pts if r["workload"] == wl and r["dram"] == dram]
             if not group:
@@ -201,16 +204,23 @@ def pareto_png(path: Path, rows: list[dict]) -> Path:
             ax.scatter([r["lut4"] for r in front], [r["cycles"] for r in front], s=60,
                        facecolors="none", edgecolors="k", lw=1.0)
             for r in front:
-                ax.annotate(r["config"], (r["lut4"], r["cycles"]), fontsize=6,
-                            xytext=(3, 3), textcoords="offset points")
+                keys.append(f"{len(keys) + 1}: {r['config']}"
+                            + (f" ({dram})" if len(drams) > 1 else ""))
+                ax.annotate(str(len(keys)), (r["lut4"], r["cycles"]), fontsize=7,
+                            xytext=(4, 4), textcoords="offset points")
+        ax.text(0, -0.16, "\n".join(keys), transform=ax.transAxes, fontsize=7, va="top",
+                family="monospace")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1000:g}k"))
         ax.set_yscale("log")
         ax.set_title(wl)
         ax.set_xlabel("ECP5 LUT4")
         ax.set_ylabel("cycles (performance model)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("npu sweep: cycles against LUT4 (ringed: Pareto front per DRAM timing)")
+    fig.suptitle("npu sweep: cycles against LUT4 (ringed and numbered: Pareto front per DRAM "
+                 "timing)")
     fig.tight_layout()
+    fig.subplots_adjust(bottom=0.33)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)
