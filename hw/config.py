@@ -68,11 +68,11 @@ class NPUConfig:
         busy (13 for 8-beat bursts at the ``lat100`` preset of :mod:`sw.dram`: 100 cycles x 8
         bytes per cycle = 800 bytes in flight). The default stays 2: the command processor
         fetches one command at a time through the same in-order read channel, so a fetch waits
-        behind every DMA burst queued ahead of it, and with today's command fetch more bursts
-        in flight cost more than they gain (measured on 8x8 with :class:`sw.perf.PerfBackend`,
-        which matches the RTL cycle for cycle: GEMM 256^3 89.4% -> 83.5% of peak under
-        ``ideal`` and 86.8% -> 78.3% under ``lat100`` at 16; the attention block 50.0% ->
-        47.7% and 25.3% -> 25.2%).
+        behind every DMA burst queued ahead of it. Measured with :class:`sw.perf.PerfBackend`
+        (which matches the RTL cycle for cycle) in the README's sweep under ``ddr``: 4 reads in
+        flight take 0.7-2.1% fewer cycles on GEMMs and 1.5-5.2% fewer on the MiniLM block on
+        2x2..8x8, but 2.5-5.1% more on the GEMV 1x384x1536 on 4x4 and 8x8 and 2.3% more on the
+        16x16's MiniLM block.
     dma_max_burst_beats : int
         Longest AXI burst the DMA issues, in beats, 1..256 (AXI4 allows 256 for INCR, AXI3
         and some interconnects 16). Bursts are also split at 4 KiB boundaries.
