@@ -6,14 +6,14 @@ Per head ``h`` (``d`` = head size) and query tile ``i0 .. i0 + Mt - 1``, bit-exa
 
 1. **scores**: ``S = Q K^T`` -- MATMUL with ``flags.transpose``: K rows stored one key per
    scratchpad row become the ``K^T`` weight tile, so K needs no transpose anywhere. One
-   MATMUL per (key block, d block), accumulated over the d blocks into ``acc[s_base + kb * Mt +
-   i]``.
+   MATMUL per key block sums its d blocks (``k_blocks = DB``: the Q tile's d blocks ``Mt``
+   rows apart, the key block's K tiles ``c`` rows apart) into ``acc[s_base + kb * Mt + i]``.
 2. **softmax**: one SOFTMAX command over the tile's ``KB`` key blocks (key-padding and causal
    masks, ``1/sqrt(d)`` and the dequant scales folded into its ``mult``/``shift``); P (0..127)
    lands in the blocked activation layout ``spad[p_base + kb * Mt + i]``; the row reciprocals
    in ``acc[sc_base ..]``.
-3. **context**: ``O = P V`` -- one MATMUL per (value column block, key block), accumulated over
-   key blocks; REQUANT with ``flags.row_scale`` applies ``1 / rowsum`` and the per-channel
+3. **context**: ``O = P V`` -- one MATMUL per value column block sums the key blocks
+   (``k_blocks = KB``); REQUANT with ``flags.row_scale`` applies ``1 / rowsum`` and the per-channel
    ``s_v / s_out`` in one pass; one DMA stores the tile.
 
 Needs a square array (``rows == cols``; the transposed weight load); raises ``ValueError``
@@ -21,16 +21,19 @@ otherwise. Any ``L >= 1`` (zero-padded to whole key blocks; padded keys are mask
 ``kv_len``), any head size.
 
 DRAM layouts (int8, rows of ``spad_row_bytes``; ``c = cols``, ``DB = ceil(d / c)``,
-``KB = ceil(L / c)``, ``Lp = KB * c``): Q ``(H, DB, L, srb)``, K ``(H, DB, Lp, srb)``,
-V ``(H, DB, Lp, srb)`` (``[h, b, j, :c] = X_h[j, b*c:(b+1)*c]``), parameters ``(H, DB, 3,
-acc_row_elems)`` int32 (bias 0, multiplier, shift per channel), output ``(H, DB, L, srb)``.
+``KB = ceil(L / c)``, ``Lp = KB * c``): Q ``(H, DB, L, srb)`` and V ``(H, DB, Lp, srb)``
+(``[h, b, j, :c] = X_h[j, b*c:(b+1)*c]``), K ``(H, KB, DB, c, srb)`` (``[h, kb, b, j, :c] =
+K_h[kb*c + j, b*c:(b+1)*c]``: key block by key block, so that one MATMUL's K tiles are ``c``
+rows apart), parameters ``(H, DB, 3, acc_row_elems)`` int32 (bias 0, multiplier, shift per
+channel), output ``(H, DB, L, srb)``.
 
 Each stage of each (head, tile) is one launch on the kernel's :class:`~sw.runtime.Stream`
 (default: the device's default stream), so the device's cycle counter measures it
-(``AttentionStats.stages``). Commands are serialized with one semaphore from the device's pool
-(:meth:`~sw.runtime.Device.alloc_semaphore`, freed at the end), as in :mod:`sw.kernels.linear`:
-command ``i`` of a launch waits until the semaphore reached ``target + i`` (wrap-safe,
-:func:`hw.isa.sem_reached`) and signals it. The kernel touches nothing but its stream, its
+(``AttentionStats.stages``). Commands are ordered with one semaphore from the device's pool
+(:meth:`~sw.runtime.Device.alloc_semaphore`, freed at the end): every command signals it, and
+command ``i`` of a launch waits until it reached ``target + i`` (wrap-safe,
+:func:`hw.isa.sem_reached`) where it runs on another engine than command ``i - 1``; commands on
+one engine run in its order (see :func:`_run_stage`). The kernel touches nothing but its stream, its
 semaphore, its buffers and its regions of the scratchpad and accumulator (``spad_region``,
 ``acc_region``), so work on other streams in other regions runs beside it undisturbed.
 """
