@@ -127,8 +127,10 @@ def test_matmul_done_and_accumulator_writes(cfg):
     the engine's."""
     dut = MatrixEngine(cfg)
     big = max(cfg.rows, cfg.cols)
-    ms = [1, 5, 13, 0, big, big + 1, 2, 0, 1, 1, 3, big]
-    k_lens = [0] * 10 + [2, 1]                  # then K blocks: 3 x 3 rows, 2 x big rows
+    ms = [1, 5, 13, 0, big, big + 1, 2, 0, 1, 1, 3, big, big - 1]
+    # then K blocks: 3 x 3 rows, 2 x big rows (written back to back: one span), 2 x big - 1
+    # rows (one idle cycle between the blocks' writes: two spans)
+    k_lens = [0] * 10 + [2, 1, 1]
     cmds = [{"a_row": 0, "w_row": 20, "acc_row": 0, "m": m, "k_len": k}
             for m, k in zip(ms, k_lens, strict=True)]
     takes, dones, writes = run_matmuls(dut, cmds, matmul_in_flight(cfg))
