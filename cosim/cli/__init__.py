@@ -33,6 +33,7 @@ from cosim.cli.args import (
     help_text,
     parse_config,
     parse_dram,
+    positive_float,
     seq_len,
 )
 from cosim.fpga.pnr import ECP5_DEVICE, ECP5_DEVICES
@@ -287,14 +288,14 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
                          "flip-flops, no DSP or block RAM, synthesis only")
     ar.add_argument("--device", default=ECP5_DEVICE, choices=ECP5_DEVICES,
                     help="nextpnr-ecp5 device (default %(default)s, the ULX3S 85F's part)")
-    ar.add_argument("--freq", type=float, default=25.0,
+    ar.add_argument("--freq", type=positive_float, default=25.0,
                     help="P&R target clock in MHz (default %(default)s, the ULX3S clock)")
     ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
     ar.add_argument("--no-route", action="store_true",
                     help="place but do not route: Fmax is nextpnr's post-placement estimate "
                          "(marked ~), no critical path; for configurations whose routing takes "
                          "hours")
-    ar.add_argument("--timeout", type=float, metavar="MIN",
+    ar.add_argument("--timeout", type=positive_float, metavar="MIN",
                     help="stop any one tool run (synthesis, place and route) after MIN minutes; "
                          "a stopped place and route is reported in the table and the sweep goes "
                          "on (default: no limit)")
@@ -440,8 +441,9 @@ def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject bad ``npu area`` arguments before synthesis starts."""
     check_json_arg(parser, args)
-    if args.freq <= 0:
-        parser.error(f"--freq must be positive, got {args.freq:g}")
+    if args.no_pnr and args.no_route:
+        parser.error("--no-route places without routing, --no-pnr skips place and route: "
+                     "give one of them")
 
 
 if __name__ == "__main__":

@@ -72,6 +72,17 @@ def int_at_least(lo: int):
     return parse
 
 
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number ``> 0`` (durations, frequencies)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def attention_len(text: str) -> int:
     """``--attention-len``: 0 (skip) or a sequence length of :func:`seq_len`."""
     return 0 if text.strip() == "0" else seq_len(text)

@@ -281,6 +281,25 @@ def _counts(d: dict) -> str:
         or "nothing"
 
 
+def _find_clash(questions, grid) -> str | None:
+    """Why a ``--find`` question would silently override the grid: it bisects a DRAM field a
+    ``--dram`` timing sets, or a hardware field the grid's configurations vary."""
+    from cosim.bench.find import DRAM_PARAMS
+    from sw.dram import DramTiming
+
+    for q in questions:
+        if q.is_dram:
+            fld = DRAM_PARAMS[q.param][0]
+            for d in grid.drams:
+                if getattr(d, fld) != getattr(DramTiming(), fld):
+                    return (f"--find {q.text!r} bisects {q.param}, which --dram {d.name} sets "
+                            f"too; leave it out of --dram")
+        elif len({getattr(c, q.param) for c in grid.configs()}) > 1:
+            return (f"--find {q.text!r} bisects {q.param}, which the grid varies; give one "
+                    f"value (or none) for it")
+    return None
+
+
 def _find(args: argparse.Namespace, options, executor) -> int:
     import dataclasses
 
@@ -296,6 +315,10 @@ def _find(args: argparse.Namespace, options, executor) -> int:
         pts = [Point(c, d, w) for c, d, w in batch]
         return evaluate_points(pts, seed=grid.seed, cache=cache, executor=executor,
                                progress=options.progress, backend=options.backend)
+    clash = _find_clash(args.find, grid)
+    if clash:
+        print(f"npu sweep: error: {clash}", file=sys.stderr)
+        return 2
     questions = [dataclasses.replace(q, tol=args.tol) for q in args.find]
     answers = run_find(questions, grid.configs(), list(grid.drams), list(grid.workloads),
                        evaluate)

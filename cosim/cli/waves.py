@@ -105,7 +105,10 @@ def _guard(func):
         from cosim.waves.vcd import VcdError
         try:
             return func(args)
-        except (VcdError, FileNotFoundError, ValueError, TypeError) as e:
+        except FileNotFoundError as e:
+            print(f"npu waves {args.waves_command}: no such file: {e.filename}", file=sys.stderr)
+            return 2
+        except (VcdError, ValueError, TypeError) as e:
             print(f"npu waves {args.waves_command}: {e}", file=sys.stderr)
             return 2
     return run
@@ -117,7 +120,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("waves", help="summarize, cut, group and export VCD waveforms of runs",
                        description=help_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ws = w.add_subparsers(dest="waves_command", required=True)
+    ws = w.add_subparsers(dest="waves_command", required=True, metavar="COMMAND")
 
     s = ws.add_parser("summarize", help="engine utilization and AXI traffic of a run",
                       description="Stream a VCD of an NPU run: per-engine busy cycles, "

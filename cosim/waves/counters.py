@@ -141,7 +141,10 @@ def load_counters(path: Path | str) -> dict:
     """Read a counters JSON file: an object of integers, possibly nested, or a snapshot pair
     ``{"before": {...}, "after": {...}}`` of ``Device.counters()`` (see
     :func:`check_counter_snapshots`)."""
-    data = json.loads(Path(path).read_text())
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: counters must be a JSON object")
     return data

@@ -44,7 +44,11 @@ def test_run_reports_runtime_errors_in_one_line(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["area", "--json", "/"], "is a folder"),
-    (["area", "--freq", "-1"], "--freq must be positive"),
+    (["area", "--freq", "-1"], "argument --freq: must be > 0, got -1"),
+    (["area", "--timeout", "-1"], "argument --timeout: must be > 0, got -1"),
+    (["area", "--no-pnr", "--no-route"], "give one of them"),
+    (["waves", "summarize", "x.vcd", "--width", "-5"], "must be >= 10, got -5"),
+    (["waves"], "the following arguments are required: COMMAND"),
     (["area", "--device", "xyz"], "invalid choice: 'xyz'"),
     (["bench", "--json", "/"], "is a folder"),
     (["bench", "--sizes", "0"], "must be >= 1, got 0"),
@@ -121,3 +125,25 @@ def test_argument_types_take_both_ends_of_their_ranges():
     for parse, text in bad:
         with pytest.raises(argparse.ArgumentTypeError):
             parse(text)
+
+
+def test_waves_and_sweep_say_what_is_wrong_in_one_line(tmp_path, capsys):
+    """A missing file names it (not a bare Errno); a counters file that is not JSON names the
+    file; --find on a parameter the grid also sets is refused before any point runs."""
+    assert main(["waves", "summarize", str(tmp_path / "none.vcd")]) == 2
+    assert f"no such file: {tmp_path / 'none.vcd'}" in capsys.readouterr().err
+    bad = tmp_path / "c.json"
+    bad.write_text("{not json")
+    from cosim.waves import load_counters
+    with pytest.raises(ValueError, match=f"{bad}: not JSON"):
+        load_counters(bad)
+    for argv, message in [
+        (["--dram", "latency=50", "--find", "latency=3..400:slowdown<=5%"],
+         "bisects latency, which --dram latency=50 sets too"),
+        (["--outstanding", "2", "4", "--find", "dma_outstanding=2..8:slowdown<=5%"],
+         "bisects dma_outstanding, which the grid varies"),
+    ]:
+        assert main(["sweep", "--base", "8x8", "--workload", "gemm:8x8x8", "--workers", "0",
+                     "--out", str(tmp_path / "s"), *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
