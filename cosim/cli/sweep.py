@@ -162,8 +162,9 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--pnr places and routes the synthesized netlist: not with --no-area")
     if args.rtl_configs is not None and not args.rtl:
         parser.error("--rtl-configs spreads the --rtl points: give --rtl N as well")
-    if args.find and (args.rtl or args.pnr):
-        parser.error("--find runs the performance model only: --rtl and --pnr do not apply")
+    if args.find and (args.rtl or args.pnr or args.backend == "rtl"):
+        parser.error("--find runs the performance model only: --rtl, --pnr and --backend rtl "
+                     "do not apply")
     if not 0 < args.tol < 1:
         parser.error("--tol must be in (0, 1)")
     if args.backend == "rtl" and args.rtl:

@@ -194,6 +194,8 @@ class Summary:
 def _check_window(unit: str, start: int | None, end: int | None) -> None:
     if unit not in ("cycle", "counter"):
         raise ValueError(f"unit must be 'cycle' or 'counter', not {unit!r}")
+    if any(x is not None and x < 0 for x in (start, end)):
+        raise ValueError(f"the window [{start}, {end}) has a negative cycle")
     if unit == "counter" and (start is None or end is None):
         raise ValueError("a window in counter cycles needs both start and end")
     if unit == "counter" and start < 1:

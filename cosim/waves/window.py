@@ -70,6 +70,8 @@ def _clock_timing(path: Path, header: VcdHeader, clock: VcdVar) -> tuple[int, in
 def _check_window(start: int, end: int, unit: str) -> None:
     if unit not in ("cycle", "time"):
         raise ValueError(f"unit must be 'cycle' or 'time', not {unit!r}")
+    if start < 0:
+        raise ValueError(f"window start {start} is negative (cycles and VCD times start at 0)")
     if end < start:
         raise ValueError(f"window end {end} is before its start {start}")
 
@@ -192,12 +194,14 @@ def cut(src: Path | str, dst: Path | str, start: int, end: int, *, unit: str = "
     Raises
     ------
     ValueError
-        If ``end < start``, ``unit`` is unknown, or the window lies outside the file's times
-        (``dst`` is then left as it was).
+        If ``start < 0``, ``end < start``, ``unit`` is unknown, ``dst`` is ``src``, or the
+        window lies outside the file's times (``dst`` is then left as it was).
     VcdFormatError, VcdSignalError
     """
     src, dst = Path(src), Path(dst)
     _check_window(start, end, unit)
+    if dst.exists() and dst.resolve() == src.resolve():
+        raise ValueError(f"{dst} is the file being cut: give another output")
     header = read_header(src)
     if header.format != "vcd":
         raise VcdError(f"{src}: cut copies VCD text; this is an {header.format.upper()} file "

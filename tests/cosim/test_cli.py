@@ -49,6 +49,8 @@ def test_run_reports_runtime_errors_in_one_line(capsys):
     (["area", "--no-pnr", "--no-route"], "give one of them"),
     (["waves", "summarize", "x.vcd", "--width", "-5"], "must be >= 10, got -5"),
     (["waves"], "the following arguments are required: COMMAND"),
+    (["sweep", "--workload", "gemm:8x8x8", "--backend", "rtl", "--find",
+      "latency=3..400:slowdown<=5%"], "--backend rtl do not apply"),
     (["area", "--device", "xyz"], "invalid choice: 'xyz'"),
     (["bench", "--json", "/"], "is a folder"),
     (["bench", "--sizes", "0"], "must be >= 1, got 0"),

@@ -164,6 +164,14 @@ def test_cut_keeps_window_exactly(run, tmp_path):
     assert summarize(z.out).figures() == expected_figures(rows, 0, 9)
     with pytest.raises(ValueError, match="before its start"):
         cut(vcd, tmp_path / "x.vcd", 10, 5)
+    with pytest.raises(ValueError, match="window start -100 is negative"):
+        cut(vcd, tmp_path / "x.vcd", -100, 50)
+    with pytest.raises(ValueError, match="negative cycle"):
+        summarize(vcd, start=-5)
+    size = vcd.stat().st_size
+    with pytest.raises(ValueError, match="is the file being cut"):
+        cut(vcd, vcd, 500, 800)
+    assert vcd.stat().st_size == size
     # a window outside the file's times is an error, and the destination is left as it was
     keep = tmp_path / "keep.vcd"
     keep.write_text("previous\n")
