@@ -355,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``npu`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
 
     Bad arguments exit with status 2 and a one-line message before any work (argparse's
-    ``SystemExit``); typed errors of the run itself print one line and return 2.
+    ``SystemExit``); typed errors of the run itself print one line and return 2; ^C prints
+    one line and returns 130.
     """
     args = build_parser().parse_args(argv)
     if hasattr(args, "check_args"):
@@ -375,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         # the simulation could not run or ended without a result: one line, log path in it
         print(f"npu {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"npu {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 #: Kernel names of ``npu run`` for ``--waves-kernel`` (``Device.region`` names in

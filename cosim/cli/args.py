@@ -115,7 +115,8 @@ def check_dram_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject a ``--json`` (``--trace``, ``--trace-png``) path that cannot be written before
-    the work starts."""
+    the work starts: a folder, or a file whose folder cannot be made or written (missing
+    folders are made here)."""
     for flag in ("json", "trace", "trace_png"):
         path = getattr(args, flag, None)
         if not path:
@@ -124,8 +125,11 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         target = Path(path)
         if target.is_dir():
             parser.error(f"{name} {path}: is a folder, give a file name")
-        parent = target.parent
-        while not parent.exists():
-            parent = parent.parent
-        if not os.access(parent, os.W_OK):
-            parser.error(f"{name} {path}: {parent} is not writable")
+        # its folder is made now (as the file would be written later), so that a path that
+        # cannot be written fails here and not after the run
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            parser.error(f"{name} {path}: cannot make its folder ({e.strerror})")
+        if not os.access(target.parent, os.W_OK):
+            parser.error(f"{name} {path}: {target.parent} is not writable")

@@ -27,6 +27,8 @@ from cosim.cli.args import attention_len, gemm_shape, int_at_least, seq_len
     (["--qkv-only", "--waves-kernel", "softmax"], "kernels: query, key, value"),
     (["--waves-from", "10", "--waves-to", "5"], "need 0 <= from < to"),
     (["--json", "/"], "is a folder"),
+    (["--json", "/dev/null/r.json"], "cannot make its folder"),
+    (["--backend", "perf", "--trace", "/dev/null/t.json"], "cannot make its folder"),
 ])
 def test_run_rejects_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -149,3 +151,14 @@ def test_waves_and_sweep_say_what_is_wrong_in_one_line(tmp_path, capsys):
                      "--out", str(tmp_path / "s"), *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_interrupt_is_one_line(monkeypatch, capsys):
+    import cosim.waves
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cosim.waves, "summarize", interrupted)
+    assert main(["waves", "summarize", "x.vcd"]) == 130
+    err = capsys.readouterr().err
+    assert "npu waves: interrupted" in err and "Traceback" not in err
