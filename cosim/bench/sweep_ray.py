@@ -101,7 +101,7 @@ def call_task(kind: str, kwargs: dict, *_deps) -> dict:
 class InlineExecutor:
     """Runs every task in the driver, one after the other, dependencies first."""
 
-    workers = "inline"   #: what the sweep report says (no Ray, in the process)
+    workers = 0   #: no Ray worker: in the process, as ``--workers 0`` says
 
     def run(self, tasks: list[Task], on_done: Callable[[Task, dict], None]) -> None:
         done: set[str] = set()

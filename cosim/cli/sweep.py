@@ -183,6 +183,9 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.grid.configs()
     except ValueError as e:
         parser.error(str(e))
+    clash = _find_clash(args.find or (), args.grid)
+    if clash:
+        parser.error(clash)
 
 
 def _options(args: argparse.Namespace):
@@ -230,12 +233,13 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _where(workers: int | str | None) -> str:
-    """Where the tasks ran: ``"inline"`` (``--workers 0``), on Ray workers, or nothing to say
-    (every result came from the cache)."""
-    if workers == "inline":
-        return " in the process (--workers 0)"
-    return f" on {workers} Ray worker{'s' * (workers != 1)}" if workers else ""
+def _where(workers: int | None) -> str:
+    """Where the tasks ran: in the process (0, ``--workers 0``), on Ray workers, or nothing
+    to say (None: every result came from the cache)."""
+    if workers is None:
+        return ""
+    return f" on {workers} Ray worker{'s' * (workers != 1)}" if workers else \
+        " in the process (--workers 0)"
 
 
 def _report(args: argparse.Namespace, doc: dict) -> int:
@@ -316,10 +320,6 @@ def _find(args: argparse.Namespace, options, executor) -> int:
         pts = [Point(c, d, w) for c, d, w in batch]
         return evaluate_points(pts, seed=grid.seed, cache=cache, executor=executor,
                                progress=options.progress, backend=options.backend)
-    clash = _find_clash(args.find, grid)
-    if clash:
-        print(f"npu sweep: error: {clash}", file=sys.stderr)
-        return 2
     questions = [dataclasses.replace(q, tol=args.tol) for q in args.find]
     answers = run_find(questions, grid.configs(), list(grid.drams), list(grid.workloads),
                        evaluate)

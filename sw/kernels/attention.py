@@ -265,13 +265,14 @@ def _run_stage(stream: Stream, sem: Semaphore, stats: AttentionStats, stage: str
     :meth:`Stream.synchronize` after it."""
     stream.synchronize(**sync_kw)
     cmds = CommandList()
-    last: list[str | None] = [None]
+    last: str | None = None
 
     def seq_kw(engine: str) -> dict:
+        nonlocal last
         kw: dict = {"signal": sem.id}
-        if engine != last[0]:
+        if engine != last:
             kw["wait"] = (sem.id, sem.target(len(cmds)))
-        last[0] = engine
+        last = engine
         return kw
 
     build(cmds, seq_kw)

@@ -193,12 +193,17 @@ class Timer:
         self.starts: dict[str, list[int]] = {e: [] for e in self.free}
         self.done: dict[str, list[int]] = {x: [] for x in "LMRS"}
         self.bytes = {"a": 0, "w": 0, "p": 0, "out": 0}
+        self._dma: dict[tuple[int, int, bool], int] = {}   # dma_cycles by command shape
 
     def cycles(self, op: Op) -> int:
         c = self.c
         if isinstance(op, DmaOp):
             self.bytes[op.tag] += op.row_bytes * op.n_rows
-            return dma_cycles(c, op.row_bytes, op.n_rows, store=op.store, dram=self.dram)
+            key = (op.row_bytes, op.n_rows, op.store)   # a program repeats a few shapes
+            if key not in self._dma:
+                self._dma[key] = dma_cycles(c, op.row_bytes, op.n_rows, store=op.store,
+                                            dram=self.dram)
+            return self._dma[key]
         if isinstance(op, MatmulOp):
             return matmul_cycles(c, op.m, op.k_blocks)
         return requant_cycles(c, op.n_rows)

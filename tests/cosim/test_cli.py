@@ -147,8 +147,10 @@ def test_waves_and_sweep_say_what_is_wrong_in_one_line(tmp_path, capsys):
         (["--outstanding", "2", "4", "--find", "dma_outstanding=2..8:slowdown<=5%"],
          "bisects dma_outstanding, which the grid varies"),
     ]:
-        assert main(["sweep", "--base", "8x8", "--workload", "gemm:8x8x8", "--workers", "0",
-                     "--out", str(tmp_path / "s"), *argv]) == 2
+        with pytest.raises(SystemExit) as exc:     # refused with the other argument checks
+            main(["sweep", "--base", "8x8", "--workload", "gemm:8x8x8", "--workers", "0",
+                  "--out", str(tmp_path / "s"), *argv])
+        assert exc.value.code == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
 
