@@ -80,6 +80,11 @@ class NPUConfig:
         Depth of each queue's command FIFO in front of each engine (``n_queues x 4`` FIFOs).
     trace_depth : int
         Entries of each engine's command trace FIFO (see ``Csr.TRACE_*`` in :mod:`hw.isa`).
+    tlb_entries : int
+        Entries of each DMA channel's TLB (device virtual memory, :mod:`hw.isa.vm`), 0..64;
+        0 leaves the translation hardware out (every queue then uses physical addresses).
+        Each channel also gets a page walker, an AXI manager of its own on the memory port,
+        so ``axi_id_bits`` must be at least 2.
 
     Raises
     ------
@@ -101,6 +106,7 @@ class NPUConfig:
     dma_max_burst_beats: int = 256
     cmd_fifo_depth: int = 2
     trace_depth: int = 64
+    tlb_entries: int = 16
 
     # Fixed number formats of this generation of the tile.
     input_bits = 8
@@ -134,6 +140,11 @@ class NPUConfig:
               "must be in 1..256 (AxLEN is 8 bits)")
         check("cmd_fifo_depth", 1 <= self.cmd_fifo_depth <= 64, "must be in 1..64")
         check("trace_depth", 2 <= self.trace_depth <= 1024, "must be in 2..1024")
+        check("tlb_entries", isinstance(self.tlb_entries, int) and 0 <= self.tlb_entries <= 64,
+              "must be an integer in 0..64")
+        check("axi_id_bits", self.tlb_entries == 0 or self.axi_id_bits >= 2,
+              "must be at least 2 with tlb_entries > 0 (four AXI managers: DMA, command "
+              "processor and the two page walkers)")
 
     # -- derived quantities -------------------------------------------------------------------
 

@@ -6,7 +6,8 @@
 * :mod:`hw.isa.counters`: performance counter names, definitions and registers;
 * :mod:`hw.isa.numerics`: numerics constants of the vector unit;
 * :mod:`hw.isa.timing`: engine timing, in cycles, as functions of a command and the
-  :class:`~hw.config.NPUConfig` (the DMA's in :mod:`hw.isa.dma_timing`).
+  :class:`~hw.config.NPUConfig` (the DMA's in :mod:`hw.isa.dma_timing`);
+* :mod:`hw.isa.vm`: device virtual memory: page-table format, TLBs, walks, page faults.
 
 Everything is re-exported here: ``from hw.isa import Opcode, Csr, COUNTER_NAMES``.
 
@@ -70,5 +71,7 @@ from hw.isa.registers import *  # noqa: F403
 from hw.isa.registers import __all__ as _registers
 from hw.isa.timing import *  # noqa: F403
 from hw.isa.timing import __all__ as _timing
+from hw.isa.vm import *  # noqa: F403
+from hw.isa.vm import __all__ as _vm
 
-__all__ = [*_commands, *_registers, *_counters, *_numerics, *_timing]
+__all__ = [*_commands, *_registers, *_counters, *_numerics, *_timing, *_vm]

@@ -22,7 +22,8 @@ from amaranth.lib import data, enum
 __all__ = [
     "COMMAND_BYTES", "Opcode", "OPCODE_ENGINE", "ENGINE_NAMES", "LocalMem", "ErrorCode",
     "Flags", "Header",
-    "DmaBody", "MatmulBody", "RequantBody", "SoftmaxBody", "FenceBody", "Body", "Command",
+    "DmaBody", "MatmulBody", "RequantBody", "SoftmaxBody", "FenceBody", "TlbInvalidateBody",
+    "Body", "Command",
     "OPCODE_BODY", "error_stage", "encode", "decode", "CommandView", "body_fields", "pack_fields",
     "unpack_fields", "field_max",
 ]
@@ -42,6 +43,7 @@ class Opcode(enum.Enum, shape=8):
     SIGNAL = 7      #: [processor] sem[signal_sem] += 1
     BARRIER = 0x10  #: [processor] block the queue until all its earlier commands retired
     SOFTMAX = 8     #: [vector]    spad[P rows] = exp2 rows of acc[S rows]; acc[scale] = 1/sum
+    TLB_INVALIDATE = 0x11  #: [processor] after all earlier work retired: drop TLB entries
 
 
 #: Which engine runs each opcode: "load", "store", "matrix", "vector" (the engine ports of
@@ -58,6 +60,7 @@ OPCODE_ENGINE = {
     Opcode.SIGNAL: "processor",
     Opcode.BARRIER: "processor",
     Opcode.SOFTMAX: "vector",
+    Opcode.TLB_INVALIDATE: "processor",
 }
 ENGINE_NAMES = ("load", "store", "matrix", "vector")
 
@@ -96,6 +99,8 @@ class ErrorCode(enum.Enum, shape=8):
     BAD_SEM = 6         #: semaphore id >= n_sems
     AXI_ERROR = 7       #: SLVERR/DECERR response on the memory bus
     WINDOW = 8          #: a DRAM access (ring fetch, fence, DMA) outside the queue's window
+    PAGE_NOT_MAPPED = 9  #: a DMA burst's virtual page is not mapped (:mod:`hw.isa.vm`)
+    PAGE_PERMISSION = 10  #: a DMA burst's page lacks the permission (read / write)
 
 
 def error_stage(code: int, opcode: int) -> str:
@@ -281,6 +286,15 @@ class FenceBody(data.Struct):
     _pad: 127
 
 
+class TlbInvalidateBody(data.Struct):
+    """TLB_INVALIDATE: once every earlier command of the queue retired (as a ``BARRIER``),
+    drop every TLB entry (``all``) or those of address space ``asid`` (:mod:`hw.isa.vm`)."""
+    all: 1
+    _pad0: 7
+    asid: 8
+    _pad1: 176
+
+
 class Body(data.Union):
     raw: 192
     dma: DmaBody
@@ -288,6 +302,7 @@ class Body(data.Union):
     requant: RequantBody
     softmax: SoftmaxBody
     fence: FenceBody
+    tlb: TlbInvalidateBody
 
 
 class Command(data.Struct):
@@ -304,6 +319,7 @@ OPCODE_BODY = {
     Opcode.REQUANT: "requant",
     Opcode.SOFTMAX: "softmax",
     Opcode.FENCE: "fence",
+    Opcode.TLB_INVALIDATE: "tlb",
 }
 
 

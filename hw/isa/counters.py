@@ -2,9 +2,10 @@
 
 from hw.isa.commands import ENGINE_NAMES
 from hw.isa.registers import Csr
+from hw.isa.vm import TLB_CLIENTS
 
-__all__ = ["STALL_REASONS", "ENGINE_STALLS", "COUNTER_NAMES", "TIMING_COUNTERS", "COUNTER_BITS",
-           "counter_csr", "engine_counter_csr"]
+__all__ = ["STALL_REASONS", "ENGINE_STALLS", "TLB_COUNTERS", "COUNTER_NAMES",
+           "TIMING_COUNTERS", "COUNTER_BITS", "counter_csr", "engine_counter_csr"]
 
 
 #: Stall reasons, in register order (``Csr.CNT_STALL + 4 * index``):
@@ -34,7 +35,13 @@ def _counter_names() -> tuple[str, ...]:
     names = ["bytes_read", "bytes_written", "dma_busy", "overlap"]
     for e in ENGINE_NAMES:
         names += [f"busy.{e}", f"retired.{e}"] + [f"stall.{e}.{r}" for r in ENGINE_STALLS[e]]
+    for t in TLB_CLIENTS:
+        names += [f"tlb.{t}.{k}" for k in TLB_COUNTERS]
     return tuple(names)
+
+
+#: The counters of each TLB client (:data:`hw.isa.vm.TLB_CLIENTS`), in register order.
+TLB_COUNTERS = ("hits", "misses", "walk_cycles", "faults")
 
 
 #: Every 32-bit event counter of the counter block, by its stable dotted name (``cycles``, the
@@ -55,12 +62,20 @@ def _counter_names() -> tuple[str, ...]:
 #: * ``retired.<engine>`` (commands): ``done`` pulses of the engine: every command it
 #:   finished, with or without an error (also one whose queue was reset meanwhile);
 #: * ``stall.<engine>.<reason>`` (cycles): see :data:`STALL_REASONS`; only the pairs of
-#:   :data:`ENGINE_STALLS`.
+#:   :data:`ENGINE_STALLS`;
+#: * ``tlb.<client>.hits`` / ``.misses`` (bursts): per DMA channel (``load``, ``store``), the
+#:   bursts of translated commands whose first TLB lookup found / did not find their page;
+#:   a miss starts a walk (:mod:`hw.isa.vm`), so misses count walks; a lookup that faults on
+#:   a permission counts as a hit;
+#: * ``tlb.<client>.walk_cycles`` (cycles): the channel's walker is walking (from the cycle
+#:   after the miss to the cycle its last entry arrives, inclusive);
+#: * ``tlb.<client>.faults`` (commands): commands of the channel that ended with a page fault.
 COUNTER_NAMES = _counter_names()
 
 #: The counters that measure time (cycles); the untimed functional model has none of them.
 TIMING_COUNTERS = ("cycles", "dma_busy", "overlap",
-                   *(n for n in COUNTER_NAMES if n.startswith(("busy.", "stall."))))
+                   *(n for n in COUNTER_NAMES if n.startswith(("busy.", "stall."))),
+                   *(f"tlb.{t}.walk_cycles" for t in TLB_CLIENTS))
 
 #: Width of each counter in bits: they wrap modulo ``2 ** COUNTER_BITS[name]``.
 COUNTER_BITS = {"cycles": 64, **dict.fromkeys(COUNTER_NAMES, 32)}
@@ -97,9 +112,13 @@ def _counter_csrs() -> dict[str, int]:
         for reason in ENGINE_STALLS[name]:
             out[f"stall.{name}.{reason}"] = engine_counter_csr(
                 e, Csr.CNT_STALL + 4 * STALL_REASONS.index(reason))
+    for t, client in enumerate(TLB_CLIENTS):
+        for k, what in enumerate(TLB_COUNTERS):
+            out[f"tlb.{client}.{what}"] = Csr.CNT_TLB_BASE + Csr.CNT_TLB_STRIDE * t + 4 * k
     assert list(out) == list(COUNTER_NAMES)
     assert max(out.values()) < Csr.CNT_END
-    assert engine_counter_csr(len(ENGINE_NAMES), 0) == Csr.CNT_END
+    assert engine_counter_csr(len(ENGINE_NAMES), 0) == Csr.CNT_TLB_BASE
+    assert Csr.CNT_TLB_BASE + Csr.CNT_TLB_STRIDE * len(TLB_CLIENTS) == Csr.CNT_END
     assert Csr.CNT_STALL + 4 * len(STALL_REASONS) <= Csr.CNT_ENGINE_STRIDE
     return out
 

@@ -11,7 +11,8 @@ from hw.isa.commands import ErrorCode
 __all__ = ["Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "sem_csr",
            "sem_reached", "sem_last_csr", "trace_csr", "MAX_QUEUES",
            "VersionWord", "CfgArray", "CfgBus", "StatusWord", "ErrorWord", "QueueErrorWord",
-           "TraceInfo", "SemLast", "TraceEntry", "REGISTER_STRUCTS"]
+           "TraceInfo", "SemLast", "TraceEntry", "VmWord", "ResumeWord", "CfgVm",
+           "REGISTER_STRUCTS"]
 
 CSR_ID_VALUE = 0x4E505530       # "NPU0"
 #: 2.0 (:class:`VersionWord`): the PERF_* registers moved into the counter block
@@ -49,7 +50,8 @@ class Csr:
     * ``QUEUE_ERRORS`` / ``QUEUE_BUSY`` (read-only): bit ``q`` = queue ``q`` has an error
       latched / holds unretired commands.
 
-    ``0x050..0x07F`` are free (the 1.x ``PERF_*`` registers moved into the counter block).
+    ``CFG_VM`` (``0x050``, :class:`CfgVm`, read-only): the TLB size (0: no virtual memory).
+    ``0x054..0x07F`` are free (the 1.x ``PERF_*`` registers moved into the counter block).
 
     Command trace (``0x080..0x0BF``): one FIFO of ``trace_depth`` entries per engine, filled
     when the engine retires a command; engine ``e`` at ``TRACE_BASE + TRACE_STRIDE * e``:
@@ -70,8 +72,12 @@ class Csr:
     ``WINDOW`` error and nothing is written. ``Q_STATUS`` (:class:`StatusWord`): busy, error
     latched. ``Q_ERR_CODE`` (:class:`QueueErrorWord`), ``Q_ERR_CMD``, ``Q_ERR_ADDR``: the
     queue's latched error. ``Q_FETCHED``: commands fetched since the queue's last reset.
+    ``Q_VM`` (:class:`VmWord`): the queue's context (address space) for its DMA commands, see
+    :mod:`hw.isa.vm` (0, the reset state and after ``CONTROL``: physical addresses; not
+    changed by ``QUEUE_RESET``). ``Q_RESUME`` (:class:`ResumeWord`, write-only): resume or
+    skip the queue's command that took a page fault (:mod:`hw.isa.vm`, *Page faults*).
 
-    Performance counters (``CNT_BASE`` = ``0x500`` .. ``0x59F``, just above the registers of
+    Performance counters (``CNT_BASE`` = ``0x500`` .. ``0x5BF``, just above the registers of
     :data:`MAX_QUEUES` queues): see :data:`COUNTER_NAMES` for the definitions. Every counter
     is free-running from reset (never cleared by ``CONTROL``), 32 bits wide and wraps modulo
     2**32, except the 64-bit cycle count; the difference of two snapshots taken less than
@@ -93,6 +99,10 @@ class Csr:
       stall counters at ``CNT_STALL + 4 * r`` for ``r`` the index in :data:`STALL_REASONS`.
       All read the last snapshot (0 before the first). A stall register of a pair that is not
       in :data:`ENGINE_STALLS` (e.g. ``matrix``/``dram_read``) always reads 0.
+
+    Per TLB client ``t`` (index in :data:`hw.isa.vm.TLB_CLIENTS`: load, store) at ``CNT_TLB_BASE
+    + CNT_TLB_STRIDE * t``: ``+0x0`` hits, ``+0x4`` misses, ``+0x8`` walk cycles, ``+0xC``
+    faults (the ``tlb.<client>.*`` counters).
 
     Layout: ``0x500`` SNAPSHOT, ``0x504``/``0x508`` CYCLES_LO/HI, ``0x50C`` reserved,
     ``0x510`` BYTES_READ, ``0x514`` BYTES_WRITTEN, ``0x518`` DMA_BUSY, ``0x51C`` OVERLAP; engine
@@ -130,6 +140,7 @@ class Csr:
     QUEUE_RESET = 0x044
     QUEUE_ERRORS = 0x048
     QUEUE_BUSY = 0x04C
+    CFG_VM = 0x050
 
     TRACE_BASE = 0x080
     TRACE_STRIDE = 0x10
@@ -151,6 +162,8 @@ class Csr:
     Q_ERR_CMD = 0x20
     Q_ERR_ADDR = 0x24
     Q_FETCHED = 0x28
+    Q_VM = 0x2C
+    Q_RESUME = 0x30
 
     CNT_BASE = 0x500
     CNT_SNAPSHOT = 0x500        #: write: snapshot every counter (reads 0)
@@ -165,7 +178,13 @@ class Csr:
     CNT_BUSY = 0x00
     CNT_RETIRED = 0x04
     CNT_STALL = 0x08            #: + 4 * index in STALL_REASONS
-    CNT_END = 0x5A0             #: first offset after the counter block
+    CNT_TLB_BASE = 0x5A0        #: per client of TLB_CLIENTS (hw.isa.vm), CNT_TLB_STRIDE apart
+    CNT_TLB_STRIDE = 0x10
+    CNT_TLB_HITS = 0x0
+    CNT_TLB_MISSES = 0x4
+    CNT_TLB_WALK_CYCLES = 0x8
+    CNT_TLB_FAULTS = 0xC
+    CNT_END = 0x5C0             #: first offset after the counter block
 
     SEM_BASE = 0x800
     SEM_LAST_BASE = 0xC00
@@ -283,10 +302,31 @@ class TraceEntry(data.Struct):
     end: 32       #: cycle of the engine's ``done`` pulse
 
 
+class VmWord(data.Struct):
+    """``Q_VM``: the queue's context. ``enable`` clear: physical addresses (reset state)."""
+    enable: 1
+    _pad: 3
+    asid: 8      #: address-space id: the TLB's tag
+    root: 20     #: physical page number of the root (level-1) table
+
+
+class ResumeWord(data.Struct):
+    """``Q_RESUME`` (write-only): what to do with the queue's faulted command."""
+    resume: 1    #: run it again from its start
+    skip: 1      #: retire it without moving data (as a DMA of zero rows)
+    _pad: 30
+
+
+class CfgVm(data.Struct):
+    """``CFG_VM`` (read-only): the translation hardware."""
+    tlb_entries: 8   #: entries of each DMA channel's TLB (0: no virtual memory)
+    _pad: 24
+
+
 #: Every packed 32-bit register, by the :class:`Csr` name(s) it is read at.
 REGISTER_STRUCTS = {
     "VERSION": VersionWord, "CFG_ARRAY": CfgArray, "CFG_BUS": CfgBus, "STATUS": StatusWord,
     "Q_STATUS": StatusWord,
     "ERR_CODE": ErrorWord, "Q_ERR_CODE": QueueErrorWord, "TRACE_INFO": TraceInfo,
-    "SEM_LAST": SemLast,
+    "SEM_LAST": SemLast, "Q_VM": VmWord, "Q_RESUME": ResumeWord, "CFG_VM": CfgVm,
 }

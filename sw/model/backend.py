@@ -21,9 +21,11 @@ from hw.isa import (
     CSR_VERSION_VALUE,
     ENGINE_NAMES,
     OPCODE_ENGINE,
+    PAGE_FAULTS,
     TIMING_COUNTERS,
     CfgArray,
     CfgBus,
+    CfgVm,
     CommandView,
     Csr,
     ErrorCode,
@@ -31,6 +33,7 @@ from hw.isa import (
     IrqBit,
     Opcode,
     QueueErrorWord,
+    ResumeWord,
     SemLast,
     StatusWord,
     TraceInfo,
@@ -39,6 +42,7 @@ from hw.isa import (
     error_stage,
     pack_fields,
     sem_reached,
+    unpack_fields,
 )
 from sw.backend import BackendError
 from sw.model.engines import CommandError, Engines
@@ -74,7 +78,12 @@ class _Queue:
     consumed: int = 0      #: commands consumed since the last reset (ERR_CMD)
     window_base: int = 0   #: DRAM window [window_base, window_limit); limit 0 = no limit
     window_limit: int = 0
+    vm: int = 0            #: Q_VM: the queue's context (hw.isa.vm); 0 = physical addresses
     error: _Error | None = None   #: the latched error (Q_ERR_*); it stops the queue
+    #: the command that took a page fault, run again (or skipped) on ``Q_RESUME``:
+    #: (decoded command, slot address)
+    replay: tuple | None = None
+    skip: bool = False     #: ``Q_RESUME.skip``: retire ``replay`` without moving data
 
     def window(self) -> tuple[int, int]:
         return self.window_base, self.window_limit or _WORD
@@ -285,6 +294,7 @@ class ModelBackend:
             Csr.CONTROL: 0,
             Csr.QUEUE_ERRORS: sum(1 << q for q, x in enumerate(self.queues) if x.error),
             Csr.QUEUE_BUSY: sum(1 << q for q, x in enumerate(self.queues) if x.busy),
+            Csr.CFG_VM: pack_fields(CfgVm, {"tlb_entries": c.tlb_entries}),
         }
 
     @staticmethod
@@ -299,6 +309,7 @@ class ModelBackend:
             Csr.Q_ERR_CMD: 0 if err is None else err.index,
             Csr.Q_ERR_ADDR: 0 if err is None else err.addr,
             Csr.Q_FETCHED: queue.consumed,
+            Csr.Q_VM: queue.vm,
             Csr.RING_BASE: queue.ring_base, Csr.RING_SIZE: queue.ring_size,
             Csr.HEAD: queue.head, Csr.TAIL: queue.tail,
         }
@@ -323,6 +334,17 @@ class ModelBackend:
             queue.window_base = value
         elif reg == Csr.WINDOW_LIMIT:
             queue.window_limit = value
+        elif reg == Csr.Q_VM:
+            queue.vm = value if self.config.tlb_entries else 0
+        elif reg == Csr.Q_RESUME:
+            word = unpack_fields(ResumeWord, value)
+            if (queue.error is not None and queue.error.code in PAGE_FAULTS
+                    and queue.replay is not None and (word.resume or word.skip)):
+                queue.error = None
+                queue.skip = bool(word.skip)
+                if self.first_error is not None and self.first_error.queue == q:
+                    self.first_error = None
+                self._pump()
         elif reg == Csr.RING_SIZE:
             queue.ring_size = value
         elif reg == Csr.TAIL:
@@ -374,6 +396,7 @@ class ModelBackend:
         queue.head = queue.tail
         queue.consumed = 0
         queue.error = None
+        queue.replay = None
         if self.first_error is not None and self.first_error.queue == q:
             self.first_error = None
 
@@ -423,6 +446,10 @@ class ModelBackend:
         """Execute queue ``q`` from HEAD towards TAIL; returns whether a command retired."""
         queue = self.queues[q]
         retired = False
+        if queue.error is None and queue.replay is not None:
+            if not self._replay(q):
+                return False
+            retired = True
         while queue.error is None and queue.busy:
             fetched = self._fetch(q)
             if fetched is None:
@@ -443,6 +470,8 @@ class ModelBackend:
                 self._raise_error(q, opcode, e.code, e.addr)
                 if error_stage(e.code.value, opcode) != "fetch":   # it was dispatched
                     queue.head = (queue.head + 1) % queue.ring_size
+                if e.code in PAGE_FAULTS:
+                    queue.replay = (cmd, slot_addr)
                 break
             if not done:  # blocked on a semaphore
                 break
@@ -453,6 +482,25 @@ class ModelBackend:
             self.commands_executed += 1
             retired = True
         return retired
+
+    def _replay(self, q: int) -> bool:
+        """Run (or skip) queue ``q``'s faulted command after ``Q_RESUME``; whether it retired
+        (False: it faulted again)."""
+        queue = self.queues[q]
+        cmd, slot_addr = queue.replay
+        op = cmd.header.opcode
+        self._cur = (q, queue.consumed)
+        try:
+            self._execute(cmd, slot_addr, skip=queue.skip)
+        except CommandError as e:
+            self._raise_error(q, op.value, e.code, e.addr)
+            return False
+        queue.replay = None
+        queue.skip = False
+        self._trace(q, op)
+        queue.consumed += 1
+        self.commands_executed += 1
+        return True
 
     def _trace(self, q: int, op: Opcode) -> None:
         """The engine trace of a retired command, in logical time."""
@@ -466,8 +514,9 @@ class ModelBackend:
             self.trace_overflow[e] = True
         self.clock += 1
 
-    def _execute(self, cmd: CommandView, slot_addr: int) -> bool:
-        """Execute one command; returns False if it must wait. Raises CommandError."""
+    def _execute(self, cmd: CommandView, slot_addr: int, skip: bool = False) -> bool:
+        """Execute one command; returns False if it must wait. Raises CommandError. With
+        ``skip`` (a faulted DMA skipped by ``Q_RESUME``) the engine moves nothing."""
         header = cmd.header
         op = header.opcode
         if not isinstance(op, Opcode):
@@ -486,8 +535,10 @@ class ModelBackend:
             self.counters[f"retired.{engine}"] += 1
         # NOP, WAIT, SIGNAL, BARRIER (all earlier commands retired: execution is in order):
         # nothing beyond the header's wait/signal.
+        queue = self.queues[self._cur[0]]
         try:
-            self.engines.execute(op, cmd, self.queues[self._cur[0]].window())
+            if not skip:
+                self.engines.execute(op, cmd, queue.window(), queue.vm)
         except CommandError:
             if engine != "processor":   # a failed engine command is traced as the RTL does
                 self._trace(self._cur[0], op)

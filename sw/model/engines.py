@@ -12,7 +12,23 @@ from __future__ import annotations
 import numpy as np
 
 from hw.config import NPUConfig
-from hw.isa import CommandView, DmaRow, ErrorCode, LocalMem, Opcode, dma_bursts
+from hw.isa import (
+    TLB_CLIENTS,
+    VM_PAGE_BYTES,
+    VM_PAGE_SHIFT,
+    CommandView,
+    DmaRow,
+    ErrorCode,
+    Fault,
+    LocalMem,
+    Opcode,
+    TlbModel,
+    VmWord,
+    dma_bursts,
+    fault_addr,
+    unpack_fields,
+    walk,
+)
 from sw.golden import requantize_rows, softmax_int
 from sw.model.faults import BusFault
 from sw.quant import requantize
@@ -60,21 +76,29 @@ class Engines:
         self.dram = bytearray(config.dram_bytes)
         self.spad = np.zeros((config.spad_rows, config.spad_row_bytes), dtype=np.int8)
         self.acc = np.zeros((config.acc_rows, config.acc_row_elems), dtype=np.int32)
+        #: the TLB of each DMA channel (:mod:`hw.isa.vm`), filled in command order
+        self.tlbs = ({c: TlbModel(config.tlb_entries) for c in TLB_CLIENTS}
+                     if config.tlb_entries else {})
 
-    def execute(self, op: Opcode, cmd: CommandView, window: Window) -> None:
-        """Run the engine part of command ``cmd`` (opcode ``op``); the processor-only opcodes
-        (NOP, WAIT, SIGNAL, BARRIER) do nothing here.
+    def execute(self, op: Opcode, cmd: CommandView, window: Window, vm: int = 0) -> None:
+        """Run the engine part of command ``cmd`` (opcode ``op``) of a queue whose ``Q_VM`` is
+        ``vm``; the processor-only opcodes (NOP, WAIT, SIGNAL, BARRIER) do nothing here,
+        TLB_INVALIDATE invalidates the TLBs.
 
         Raises
         ------
         CommandError
-            If the command fails its checks; nothing was written.
+            If the command fails its checks (nothing was written) or takes a page fault
+            (what it wrote before: :mod:`hw.isa.vm`).
         """
         flags, body = cmd.header.flags, cmd.body
         if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
             # the undefined encodings of ``mem`` (2, 3) address the scratchpad, as in the RTL
             mem = LocalMem.ACC if body.dma.mem is LocalMem.ACC else LocalMem.SPAD
-            self.dma(body.dma, mem, load=op == Opcode.DMA_LOAD, window=window)
+            self.dma(body.dma, mem, load=op == Opcode.DMA_LOAD, window=window, vm=vm)
+        elif op == Opcode.TLB_INVALIDATE:
+            for tlb in self.tlbs.values():
+                tlb.invalidate(bool(body.tlb.all), body.tlb.asid)
         elif op == Opcode.MATMUL:
             self.matmul(body.matmul, accumulate=bool(flags.accumulate),
                         transpose=bool(flags.transpose))
@@ -113,7 +137,8 @@ class Engines:
             if first + lrows > depth:
                 raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(first, depth))
 
-    def dma(self, body: CommandView, mem: LocalMem, load: bool, window: Window) -> None:
+    def dma(self, body: CommandView, mem: LocalMem, load: bool, window: Window,
+            vm: int = 0) -> None:
         """DMA_LOAD (``load``) or DMA_STORE of a :class:`hw.isa.DmaBody` on memory ``mem``.
 
         DRAM row ``r`` (``row_bytes`` bytes at any byte address) is a byte copy of
@@ -130,6 +155,9 @@ class Engines:
         """
         n_rows, row_bytes = body.n_rows, body.row_bytes
         if n_rows == 0 or row_bytes == 0:
+            return
+        if self.tlbs and unpack_fields(VmWord, vm).enable:
+            self._dma_virtual(body, mem, load, vm)
             return
         self._check_dma(body, mem, window)
         local_row_bytes, _ = self._local(mem)
@@ -167,6 +195,95 @@ class Engines:
                         dram[row_addr + lo:row_addr + hi] = keep[lo:hi]
         if failed:
             raise CommandError(ErrorCode.AXI_ERROR, failed[0].addr)
+
+    # -- DMA with translation (hw.isa.vm) --------------------------------------------------------
+
+    def _dma_virtual(self, body: CommandView, mem: LocalMem, load: bool, vm: int) -> None:
+        """A DMA of a queue with translation on (:mod:`hw.isa.vm`): virtual addresses checked
+        only for wrapping past ``2**32`` (no window), every burst translated by the channel's
+        TLB or a walk (whose entry reads count in ``bytes_read``), the transfer cut at the
+        first burst that faults (a load keeps the rows completed before it, a store writes the
+        bursts before it) and the fault raised with its virtual address."""
+        c = self.config
+        if self.fault is not None:
+            raise NotImplementedError("bus faults are not modelled on translated DMA")
+        local_row_bytes, depth = self._local(mem)
+        n_rows, row_bytes = body.n_rows, body.row_bytes
+        addr, stride = body.dram_addr, body.dram_stride
+        for row_addr in _row_starts(addr, stride, n_rows):
+            if row_addr + row_bytes > 1 << 32:
+                raise CommandError(ErrorCode.BAD_DRAM_ADDR, row_addr)
+        lrows = -(-row_bytes // local_row_bytes)
+        for first in _row_starts(body.local_row, body.local_stride, n_rows):
+            if first + lrows > depth:
+                raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(first, depth))
+        client = "load" if load else "store"
+        tlb, asid = self.tlbs[client], unpack_fields(VmWord, vm).asid
+        beat = c.axi_data_bytes
+        bursts = dma_bursts(c, addr, stride, row_bytes, n_rows, mem)
+        pages: dict[int, int] = {}        # virtual page -> physical page address
+        fault = None                      # (burst index, code)
+        for k, b in enumerate(bursts):
+            vpn = b.addr >> VM_PAGE_SHIFT
+            t = tlb.lookup(asid, vpn)
+            if t is None:
+                self.counters[f"tlb.{client}.misses"] += 1
+                t, reads = walk(self._read_word, vm, b.addr, c.dram_bytes)
+                self.counters["bytes_read"] += beat * len(reads)
+                if isinstance(t, Fault):
+                    fault = (k, t.code)
+                    break
+                tlb.fill(t)
+            else:
+                self.counters[f"tlb.{client}.hits"] += 1
+            if not t.allows(write=not load):
+                fault = (k, ErrorCode.PAGE_PERMISSION)
+                break
+            pages[vpn] = t.physical(vpn << VM_PAGE_SHIFT)
+        cut = bursts[fault[0]] if fault else None
+        dram = np.frombuffer(self.dram, dtype=np.uint8)
+
+        def pieces(va: int, n: int):
+            """(physical address, offset in the row, length) of each page piece."""
+            off = 0
+            while off < n:
+                take = min(n - off, VM_PAGE_BYTES - (va + off) % VM_PAGE_BYTES)
+                pa = pages[(va + off) >> VM_PAGE_SHIFT] + (va + off) % VM_PAGE_BYTES
+                yield pa, off, take
+                off += take
+
+        local_mem, dtype = (self.spad, np.int8) if mem == LocalMem.SPAD else (self.acc, "<i4")
+        if load:
+            issued = bursts if cut is None else bursts[:fault[0]]
+            self.counters["bytes_read"] += beat * sum(b.beats for b in issued)
+        for r in range(n_rows):
+            row_addr = addr + r * stride
+            if cut is not None and r > cut.row:
+                break
+            first = body.local_row + r * body.local_stride
+            if load:
+                stop = _load_cut([cut] if cut else [], r, row_addr, row_bytes, beat,
+                                 local_row_bytes)
+                if stop:
+                    raw = np.zeros(lrows * local_row_bytes, dtype=np.uint8)
+                    avail = row_bytes if cut is None or r < cut.row else min(
+                        row_bytes, stop * local_row_bytes)
+                    for pa, off, n in pieces(row_addr, avail):
+                        raw[off:off + n] = dram[pa:pa + n]
+                    local_mem[first:first + stop] = raw.view(dtype).reshape(lrows, -1)[:stop]
+            else:
+                n = row_bytes if cut is None or r < cut.row else \
+                    fault_addr(row_addr, cut.addr) - row_addr
+                raw = local_mem[first:first + lrows].astype(dtype).view(np.uint8).reshape(-1)
+                for pa, off, k in pieces(row_addr, n):
+                    dram[pa:pa + k] = raw[off:off + k]
+                self.counters["bytes_written"] += n
+        if fault is not None:
+            self.counters[f"tlb.{client}.faults"] += 1
+            raise CommandError(fault[1], fault_addr(addr + cut.row * stride, cut.addr))
+
+    def _read_word(self, pa: int) -> int:
+        return int.from_bytes(self.dram[pa:pa + 4], "little")
 
     def _failing_bursts(self, body: CommandView, mem: LocalMem, write: bool) -> list:
         """The bursts of a checked transfer that the DRAM answers with an error, in bus

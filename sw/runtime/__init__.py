@@ -41,6 +41,19 @@ Conventions
 * Semaphores are 32-bit and wrap; "reached" is always :func:`hw.isa.sem_reached` (serial-number
   arithmetic), so nothing needs a reset when a semaphore passes 2**31 or 2**32.
 
+Virtual memory (:mod:`~sw.runtime.vm`, format and faults in :mod:`hw.isa.vm`)::
+
+    ctx = dev.create_context()            # an address space: page tables in device DRAM
+    s = dev.create_stream(context=ctx)    # its DMA addresses are ctx's virtual addresses
+    a = s.upload(x)                       # virtual buffer, physical pages from anywhere
+    other = dev.create_context()
+    a_ro = ctx.share(a, other)            # the same pages, read-only, in another context
+    try:
+        s.synchronize()
+    except PageFaultError as fault:       # queue, command index, virtual address, kind
+        ctx.map(page_va, [page_pa])       # map it (or fault.stream.skip())
+        fault.stream.resume()             # the faulted command runs again
+
 Modules: :mod:`~sw.runtime.errors` (typed errors), :mod:`~sw.runtime.memory` (allocator,
 buffers), :mod:`~sw.runtime.commands` (command lists), :mod:`~sw.runtime.counters` (counters,
 trace), :mod:`~sw.runtime.sync` (semaphores, events, deadlock reports),
@@ -62,16 +75,19 @@ from sw.runtime.errors import (
     NPUError,
     OutOfMemoryError,
     OutOfSemaphoresError,
+    PageFaultError,
     UntimedCounterError,
 )
 from sw.runtime.memory import Allocator, AllocatorStats, Buffer
 from sw.runtime.streams import RING_POLL_CYCLES, RING_POLL_MAX_CYCLES, Stream
 from sw.runtime.sync import BlockedCommand, Event, Semaphore
+from sw.runtime.vm import Context, VirtualBuffer
 
 __all__ = [
     "NPUError", "DeviceError", "OutOfMemoryError", "ConfigMismatchError", "DeviceTimeoutError",
     "AllocatorStats", "Allocator", "Buffer", "Command", "CommandList", "Device",
     "describe_command", "DEFAULT_TIMEOUT_CYCLES", "Stream", "Event", "Semaphore",
     "OutOfSemaphoresError", "TraceRecord", "Counters", "UntimedCounterError", "BlockedCommand",
-    "CommandFieldError", "RING_POLL_CYCLES", "RING_POLL_MAX_CYCLES",
+    "CommandFieldError", "RING_POLL_CYCLES", "RING_POLL_MAX_CYCLES", "Context",
+    "VirtualBuffer", "PageFaultError",
 ]

@@ -213,6 +213,13 @@ class CommandList:
         """Do nothing (still honours wait/signal)."""
         self._add(Opcode.NOP, None, wait, signal)
 
+    def tlb_invalidate(self, *, asid: int | None = None, wait: Wait = None,
+                       signal: int | None = None) -> None:
+        """Once every earlier command of the queue retired, drop the TLB entries of address
+        space ``asid``, or every entry if None (:mod:`hw.isa.vm`)."""
+        body = {"tlb": {"all": 1} if asid is None else {"asid": asid}}
+        self._add(Opcode.TLB_INVALIDATE, body, wait, signal)
+
 
 def _field_error(opcode: Opcode, error: ValueError) -> CommandFieldError:
     """:func:`hw.isa.encode`'s ``ValueError`` as the runtime's typed error, naming the command,

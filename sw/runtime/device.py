@@ -16,8 +16,10 @@ from hw.isa import (
     COMMAND_BYTES,
     CSR_ID_VALUE,
     CSR_VERSION_VALUE,
+    PAGE_FAULTS,
     CfgArray,
     CfgBus,
+    CfgVm,
     Csr,
     ErrorCode,
     IrqBit,
@@ -42,16 +44,18 @@ from sw.runtime.errors import (
     DeviceTimeoutError,
     NPUError,
     OutOfSemaphoresError,
+    PageFaultError,
 )
 from sw.runtime.memory import Allocator, AllocatorStats, Buffer
 from sw.runtime.profile import Profiler
 from sw.runtime.streams import Stream
 from sw.runtime.sync import SEM_MODULUS, BlockedCommand, Event, Semaphore
+from sw.runtime.vm import Context
 
 __all__ = ["Device"]
 
 _REPORTED_FIELDS = ("rows", "cols", "n_queues", "n_sems", "spad_rows", "acc_rows",
-                    "axi_data_bits", "dma_outstanding", "dram_bytes")
+                    "axi_data_bits", "dma_outstanding", "dram_bytes", "tlb_entries")
 
 
 class Device:
@@ -76,6 +80,10 @@ class Device:
         :class:`sw.runtime.profile.Profiler`: the engines' command trace, drained before it
         can overflow, and the regions); ``device.profiler.finish()`` returns it. Needs a
         timed backend.
+    virtual_memory : bool
+        Put the default stream in a new :class:`~sw.runtime.vm.Context`
+        (:attr:`default_context`): the kernels' buffers (``stream.alloc``/``upload``) are then
+        virtual and every DMA is translated (:mod:`hw.isa.vm`). Needs ``tlb_entries > 0``.
 
     Raises
     ------
@@ -98,6 +106,10 @@ class Device:
         The DRAM allocator.
     default_stream : Stream
         The stream of :meth:`launch` / :meth:`synchronize`.
+    default_context : Context or None
+        The default stream's context (``virtual_memory=True``), else None.
+    contexts : dict of int to Context
+        The live contexts by address-space id.
     profiler : Profiler or None
         The profiler (``profile=True``) until its ``finish()``.
 
@@ -110,7 +122,7 @@ class Device:
 
     def __init__(self, backend: Backend, expected_config: NPUConfig | None = None, *,
                  queue: int = 0, ring_commands: int | None = None,
-                 profile: bool = False) -> None:
+                 profile: bool = False, virtual_memory: bool = False) -> None:
         self.backend = backend
         self.dram_timing = getattr(backend, "dram_timing", None)
         self.config = self._discover(expected_config)
@@ -127,11 +139,13 @@ class Device:
         self._sems_live: dict[int, Semaphore] = {}
         self._barrier_sem: Semaphore | None = None
         self.streams: dict[int, Stream] = {}
+        self.contexts: dict[int, Context] = {}
         backend.csr_write(Csr.CONTROL, 1)
         backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
         backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
         self.profiler: Profiler | None = None
-        self.default_stream = self.create_stream(queue)
+        self.default_context = self.create_context() if virtual_memory else None
+        self.default_stream = self.create_stream(queue, context=self.default_context)
         if profile:
             self.profiler = Profiler(self)
 
@@ -156,6 +170,7 @@ class Device:
             "spad_rows": rd(Csr.CFG_SPAD), "acc_rows": rd(Csr.CFG_ACC),
             "axi_data_bits": 8 * bus.axi_data_bytes, "dma_outstanding": bus.dma_outstanding,
             "dram_bytes": rd(Csr.CFG_DRAM),
+            "tlb_entries": unpack_fields(CfgVm, rd(Csr.CFG_VM)).tlb_entries,
         }
         base = expected if expected is not None else NPUConfig()
         rest = {f.name: getattr(base, f.name) for f in fields(NPUConfig)
@@ -179,16 +194,22 @@ class Device:
     # -- streams, semaphores, events ---------------------------------------------------------
 
     def create_stream(self, queue: int | None = None, *, window_bytes: int | None = None,
-                      ring_commands: int | None = None) -> Stream:
-        """Create a :class:`Stream` on hardware queue ``queue`` (the lowest free one if None).
+                      ring_commands: int | None = None, context: Context | None = None
+                      ) -> Stream:
+        """Create a :class:`Stream` on hardware queue ``queue`` (the lowest free one if None),
+        in ``context`` if given (its DMA addresses are then the context's virtual addresses;
+        :meth:`Stream.alloc` allocates in the context).
 
         Raises
         ------
         ValueError
-            If the queue does not exist or already has a stream, or none is free.
+            If the queue does not exist or already has a stream, or none is free, or both a
+            window and a context are given.
         OutOfMemoryError
             If the ring (or the window) does not fit in DRAM.
         """
+        if context is not None and window_bytes is not None:
+            raise ValueError("a stream in a context has no window (its pages protect it)")
         if queue is None:
             free = [q for q in range(self.config.n_queues) if q not in self.streams]
             if not free:
@@ -198,9 +219,53 @@ class Device:
             raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
         if queue in self.streams:
             raise ValueError(f"queue {queue} already has a stream")
-        stream = Stream(self, queue, ring_commands or self.ring_commands, window_bytes)
+        stream = Stream(self, queue, ring_commands or self.ring_commands, window_bytes,
+                        context=context)
         self.streams[queue] = stream
         return stream
+
+    # -- virtual memory ----------------------------------------------------------------------
+
+    def create_context(self) -> Context:
+        """A new address space (:class:`~sw.runtime.vm.Context`) with the lowest free
+        address-space id.
+
+        Raises
+        ------
+        NPUError
+            If the device has no translation hardware (``tlb_entries == 0``) or all 256
+            address-space ids are in use.
+        OutOfMemoryError
+            If its root table does not fit in DRAM.
+        """
+        if not self.config.tlb_entries:
+            raise NPUError("this NPU has no virtual memory (tlb_entries=0)")
+        free = [a for a in range(256) if a not in self.contexts]
+        if not free:
+            raise NPUError("all 256 address-space ids are in use")
+        ctx = Context(self, free[0])
+        self.contexts[ctx.asid] = ctx
+        return ctx
+
+    def _release_context(self, ctx: Context) -> None:
+        self.contexts.pop(ctx.asid, None)
+
+    def invalidate_tlb(self, context: Context | None = None, *,
+                       stream: Stream | None = None) -> None:
+        """Drop the TLB entries of ``context`` (every entry if None) and wait until it is
+        done: a ``TLB_INVALIDATE`` on ``stream`` (default: the default stream), which waits
+        for that stream's earlier work, then a synchronize of that stream.
+
+        Raises
+        ------
+        DeviceError
+            If the stream's queue reports an error meanwhile.
+        """
+        stream = self.default_stream if stream is None else stream
+        cmds = CommandList()
+        cmds.tlb_invalidate(asid=None if context is None else context.asid)
+        stream.launch(cmds, ordered=False)
+        stream.synchronize()
 
     def alloc_semaphore(self) -> Semaphore:
         """Take a semaphore from the pool (ids ``n_sems - 1`` down to 1).
@@ -438,6 +503,9 @@ class Device:
                 desc = describe_command(stream._record[index])
             else:
                 desc = f"opcode {opcode:#04x}, not in this runtime's record"
+            if code in PAGE_FAULTS:      # left stopped: the caller resumes, skips or resets
+                self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE)
+                raise PageFaultError(code, q, index, opcode, addr, desc, stream)
             stream.reset()
             raise DeviceError(code, q, index, opcode, addr, desc)
         # an error on a queue nobody waits for here: stop it from waking wait_irq

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NPUError", "DeviceError", "OutOfMemoryError", "UntimedCounterError",
            "ConfigMismatchError", "DeviceTimeoutError", "OutOfSemaphoresError",
-           "CommandFieldError", "DEFAULT_TIMEOUT_CYCLES"]
+           "CommandFieldError", "PageFaultError", "DEFAULT_TIMEOUT_CYCLES"]
 
 DEFAULT_TIMEOUT_CYCLES = 50_000_000  #: default budget of :meth:`Device.synchronize` (cycles)
 
@@ -54,6 +54,33 @@ class DeviceError(NPUError):
         super().__init__(
             f"queue {queue}: command #{command_index} ({command_description}) failed: "
             f"{name} at {address:#x}")
+
+
+class PageFaultError(DeviceError):
+    """A DMA command of a stream in a :class:`~sw.runtime.vm.Context` touched a virtual page
+    that is not mapped, or lacks the permission (:mod:`hw.isa.vm`).
+
+    Unlike other device errors the stream is *not* reset: its queue stays stopped on the
+    faulted command until :meth:`Stream.resume` (after mapping the page: the command runs
+    again from its start), :meth:`Stream.skip` (it retires without moving data) or
+    :meth:`Stream.reset`. The other streams keep running.
+
+    Attributes
+    ----------
+    kind : str
+        ``"not_mapped"`` or ``"permission"``.
+    virtual_address : int
+        The first virtual byte the faulting burst would have moved (``Q_ERR_ADDR``).
+    stream : Stream
+        The faulted stream.
+    """
+
+    def __init__(self, code: ErrorCode, queue: int, command_index: int, opcode: int,
+                 address: int, command_description: str, stream) -> None:
+        super().__init__(code, queue, command_index, opcode, address, command_description)
+        self.kind = "not_mapped" if code == ErrorCode.PAGE_NOT_MAPPED else "permission"
+        self.virtual_address = address
+        self.stream = stream
 
 
 class OutOfMemoryError(NPUError):

@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from hw.isa import COMMAND_BYTES, Csr, IrqBit, StatusWord, queue_csr, unpack_fields
+from hw.isa import (
+    COMMAND_BYTES,
+    Csr,
+    IrqBit,
+    ResumeWord,
+    StatusWord,
+    pack_fields,
+    queue_csr,
+    unpack_fields,
+)
 from sw.runtime.commands import Command, CommandList
 from sw.runtime.errors import DEFAULT_TIMEOUT_CYCLES
 from sw.runtime.memory import Allocator, ArenaBuffer, Buffer
@@ -17,6 +26,7 @@ from sw.runtime.sync import Event
 
 if TYPE_CHECKING:
     from sw.runtime.device import Device
+    from sw.runtime.vm import Context
 
 __all__ = ["Stream", "RING_POLL_CYCLES", "RING_POLL_MAX_CYCLES"]
 
@@ -48,12 +58,17 @@ class Stream:
         ring, its fence word and an arena of ``window_bytes`` bytes (:meth:`alloc`), and the
         hardware refuses (``WINDOW`` error) every ring fetch, fence or DMA of this queue
         outside it. Otherwise the window is the whole DRAM.
+    context : Context, optional
+        The address space of the stream's DMA commands (``Q_VM``, :mod:`hw.isa.vm`):
+        :meth:`alloc` and :meth:`upload` allocate in it. The ring and the fence word stay
+        physical. None: physical addresses.
     """
 
     def __init__(self, device: Device, queue: int, ring_commands: int,
-                 window_bytes: int | None = None) -> None:
+                 window_bytes: int | None = None, *, context: Context | None = None) -> None:
         self.device = device
         self.queue = queue
+        self.context = context
         self.ring_size = ring_commands
         ring_bytes = ring_commands * COMMAND_BYTES
         self._arena: Allocator | None = None
@@ -85,6 +100,7 @@ class Stream:
         base, limit = self.window
         wr(queue_csr(q, Csr.WINDOW_BASE), base)
         wr(queue_csr(q, Csr.WINDOW_LIMIT), 0 if self._region is None else limit)
+        wr(queue_csr(q, Csr.Q_VM), 0 if self.context is None else self.context.vm_word)
         wr(queue_csr(q, Csr.RING_BASE), self.ring.addr)
         wr(queue_csr(q, Csr.RING_SIZE), self.ring_size)
         self._head = self.device.backend.csr_read(queue_csr(q, Csr.HEAD))
@@ -106,6 +122,8 @@ class Stream:
         OutOfMemoryError
             If the arena (or DRAM) has no block large enough.
         """
+        if self.context is not None:
+            return self.context.alloc(nbytes, align)
         if self._arena is None:
             return self.device.alloc(nbytes, align)
         return ArenaBuffer(self.device, self._arena, self._arena.alloc(nbytes, align),
@@ -275,6 +293,23 @@ class Stream:
         dev.backend.csr_write(Csr.QUEUE_RESET, 1 << self.queue)
         self._head = self._tail = dev.backend.csr_read(queue_csr(self.queue, Csr.HEAD))
         self._forget()
+        dev._rearm_error_irq()
+
+    def resume(self) -> None:
+        """After a :class:`~sw.runtime.PageFaultError` (once the page is mapped): run the
+        faulted command again from its start, then the rest of the stream
+        (``Q_RESUME.resume``)."""
+        self._resume({"resume": 1})
+
+    def skip(self) -> None:
+        """After a :class:`~sw.runtime.PageFaultError`: retire the faulted command without
+        moving data (it still signals its semaphore) and go on (``Q_RESUME.skip``)."""
+        self._resume({"skip": 1})
+
+    def _resume(self, fields: dict) -> None:
+        dev = self.device
+        dev.backend.csr_write(queue_csr(self.queue, Csr.Q_RESUME), pack_fields(ResumeWord,
+                                                                              fields))
         dev._rearm_error_irq()
 
     def _check_error(self) -> None:

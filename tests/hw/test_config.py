@@ -25,6 +25,7 @@ LEGAL = {
     "dma_max_burst_beats": list(range(1, 257)),
     "cmd_fifo_depth": list(range(1, 65)),
     "trace_depth": list(range(2, 1025)),
+    "tlb_entries": list(range(0, 65)),
 }
 
 
@@ -38,6 +39,8 @@ def _random_configs(n: int, seed: int = 11) -> list[NPUConfig]:
         addr = params.get("axi_addr_bits", NPUConfig.axi_addr_bits)
         if params.get("dram_bytes", NPUConfig.dram_bytes) > 1 << addr:
             params["dram_bytes"] = 1 << rng.randrange(12, addr + 1)
+        if params.get("axi_id_bits") == 1:     # the page walkers need a second ID bit
+            params["tlb_entries"] = 0
         out.append(NPUConfig(**params))
     return out
 
@@ -49,7 +52,11 @@ def _single_changes() -> list[NPUConfig]:
         for v in values:
             try:
                 out.append(NPUConfig(**{key: v}))
-            except ValueError:      # the default 16 MiB DRAM needs a 24-bit address or more
+            except ValueError:      # the default 16 MiB DRAM needs a 24-bit address or more,
+                if key == "axi_id_bits":     # the page walkers a second ID bit
+                    assert v == 1
+                    out.append(NPUConfig(axi_id_bits=v, tlb_entries=0))
+                    continue
                 assert key == "axi_addr_bits" and v < 24
                 out.append(NPUConfig(axi_addr_bits=v, dram_bytes=1 << v))
     return out

@@ -455,7 +455,9 @@ def test_untimed_counters_count_commands_and_dram_bytes():
     dev = Device(ModelBackend(cfg))
     before = dev.counters()
     assert set(before) == {"bytes_read", "bytes_written", "retired.load", "retired.store",
-                           "retired.matrix", "retired.vector"} and not before.timed
+                           "retired.matrix", "retired.vector",
+                           *(f"tlb.{t}.{k}" for t in ("load", "store")
+                             for k in ("hits", "misses", "faults"))} and not before.timed
     with pytest.raises(UntimedCounterError, match="untimed"):
         before["busy.matrix"]
     with pytest.raises(KeyError):
