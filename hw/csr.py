@@ -20,12 +20,15 @@ from hw.isa import (
     COUNTER_NAMES,
     CSR_ID_VALUE,
     CSR_VERSION_VALUE,
+    PAGE_FAULTS,
     CfgArray,
     CfgBus,
+    CfgVm,
     Csr,
     ErrorWord,
     IrqBit,
     QueueErrorWord,
+    ResumeWord,
     SemLast,
     StatusWord,
     TraceEntry,
@@ -51,8 +54,12 @@ class CsrBlock(wiring.Component):
         Host MMIO port.
     irq : ``Out(1)``
         ``IRQ_STATUS & IRQ_ENABLE != 0``.
-    ring_base, ring_size, tail, window_base, window_limit : ``Out(ArrayLayout(32, n_queues))``
-        Per-queue registers written by the host.
+    ring_base, ring_size, tail, window_base, window_limit, vm : ``Out(ArrayLayout(32, n_queues))``
+        Per-queue registers written by the host (``vm``: ``Q_VM``).
+    resume, skip : ``Out(n_queues)``
+        ``Q_RESUME`` of a queue whose latched error is a page fault: a one-cycle pulse in the
+        cycle the write takes effect, and the queue's error is cleared at its end (unless the
+        queue reports another error in that cycle: then nothing happens).
     head, fetched : ``In(ArrayLayout(32, n_queues))``
         Next ring slot the command processor fetches; commands fetched since reset.
     busy : ``In(n_queues)``
@@ -95,7 +102,8 @@ class CsrBlock(wiring.Component):
             "bus": In(AXI4LiteSignature(addr_width=CSR_ADDR_BITS)),
             "irq": Out(1),
             "ring_base": Out(q32), "ring_size": Out(q32), "tail": Out(q32),
-            "window_base": Out(q32), "window_limit": Out(q32),
+            "window_base": Out(q32), "window_limit": Out(q32), "vm": Out(q32),
+            "resume": Out(n), "skip": Out(n),
             "head": In(q32), "fetched": In(q32), "busy": In(n),
             "err_set": In(n), "err_info": In(data.ArrayLayout(ErrorReport, n)),
             "stop": Out(n),
@@ -146,6 +154,8 @@ class CsrBlock(wiring.Component):
         for q in range(n):
             with m.If(self.qclear[q]):
                 m.d.sync += st.q_err[q].eq(0)
+            with m.Elif(self.resume[q] | self.skip[q]):
+                m.d.sync += st.q_err[q].eq(0)
             with m.Elif(self.err_set[q] & (st.q_err[q].code == 0)):
                 m.d.sync += st.q_err[q].eq(self.err_info[q])
         with m.If(st.first.code == 0):
@@ -166,6 +176,7 @@ class CsrBlock(wiring.Component):
                                        "dma_outstanding": cfg.dma_outstanding,
                                        "spad_row_bytes": cfg.spad_row_bytes,
                                        "acc_row_elems": cfg.acc_row_elems}),
+            Csr.CFG_VM: CfgVm.const({"tlb_entries": cfg.tlb_entries}),
         }
         status = Signal(StatusWord, name="status")
         err_code = Signal(ErrorWord, name="err_code")
@@ -224,6 +235,7 @@ class CsrBlock(wiring.Component):
                 queue_csr(q, Csr.Q_ERR_CMD): st.q_err[q].cmd,
                 queue_csr(q, Csr.Q_ERR_ADDR): st.q_err[q].addr,
                 queue_csr(q, Csr.Q_FETCHED): self.fetched[q],
+                queue_csr(q, Csr.Q_VM): self.vm[q],
             })
         for s in range(cfg.n_sems):
             regs[sem_csr(s)] = self.sems[s]
@@ -287,6 +299,15 @@ class CsrBlock(wiring.Component):
                                 (Csr.WINDOW_LIMIT, self.window_limit)):
                 with m.Case(queue_csr(q, reg) >> 2):
                     m.d.sync += target[q].eq(w_data)
+            if self.config.tlb_entries:
+                with m.Case(queue_csr(q, Csr.Q_VM) >> 2):
+                    m.d.sync += self.vm[q].eq(w_data)
+                with m.Case(queue_csr(q, Csr.Q_RESUME) >> 2):
+                    word = ResumeWord(w_data)
+                    faulted = st.q_err[q].code.matches(*(c.value for c in PAGE_FAULTS))
+                    go = faulted & ~self.err_set[q]
+                    m.d.comb += [self.resume[q].eq(go & word.resume & ~word.skip),
+                                 self.skip[q].eq(go & word.skip)]
         for e in range(len(ENGINES)):
             with m.Case(trace_csr(e, Csr.TRACE_POP) >> 2):
                 m.d.comb += self.trace_pop[e].eq(self.trace_valid[e])

@@ -5,7 +5,8 @@ One clock domain (``sync``). External ports:
 * ``csr``: AXI4-Lite subordinate, 32-bit, 12-bit byte address (host MMIO, map in
   :class:`hw.isa.Csr`);
 * ``mem``: AXI4 manager to device DRAM. IDs: 0 = DMA, 1 = command processor (ring fetch and
-  fence writes). Reads with the same ID must return in order;
+  fence writes), 2 and 3 = the page walkers of the DMA's load and store channels (with
+  ``tlb_entries > 0``; reads only). Reads with the same ID must return in order;
 * ``irq``: level interrupt (fence completion, error).
 
 Performance counters (:mod:`hw.counters`, CSRs ``Csr.CNT_*``): :func:`connect_counters` wires
@@ -23,7 +24,7 @@ from hw.config import NPUConfig
 from hw.counters import PerfCounters
 from hw.csr import CSR_ADDR_BITS, CsrBlock
 from hw.dma import DMA
-from hw.isa import COUNTER_NAMES, ENGINE_NAMES
+from hw.isa import COUNTER_NAMES, ENGINE_NAMES, TLB_CLIENTS, TLB_COUNTERS
 from hw.tile import ComputeTile
 
 __all__ = ["NPU", "connect_csr", "connect_counters", "counter_events", "RESOURCE_STALLS",
@@ -100,6 +101,7 @@ def connect_csr(m: Module, csr: CsrBlock, cp: CommandProcessor) -> None:
     m.d.comb += [
         cp.ring_base.eq(csr.ring_base), cp.ring_size.eq(csr.ring_size), cp.tail.eq(csr.tail),
         cp.window_base.eq(csr.window_base), cp.window_limit.eq(csr.window_limit),
+        cp.vm.eq(csr.vm), cp.resume.eq(csr.resume), cp.skip.eq(csr.skip),
         csr.head.eq(cp.head), csr.fetched.eq(cp.fetched), csr.busy.eq(cp.busy),
         cp.stop.eq(csr.stop), cp.qclear.eq(csr.qclear), cp.sem_clear.eq(csr.sem_clear),
         cp.sem_set.eq(csr.sem_set), cp.sem_set_value.eq(csr.sem_set_value),
@@ -117,7 +119,7 @@ def stall_source_name(engine: str, reason: str) -> str:
     return f"stall_{engine}_{reason}"
 
 
-def counter_events(m: Module, cp: CommandProcessor, mem, dma_stall, tile_stall
+def counter_events(m: Module, cp: CommandProcessor, mem, dma_stall, tile_stall, dma_tlb
                    ) -> dict[str, Value]:
     """The per-cycle increment of every counter of :data:`hw.isa.COUNTER_NAMES`.
 
@@ -131,6 +133,8 @@ def counter_events(m: Module, cp: CommandProcessor, mem, dma_stall, tile_stall
         The NPU's DRAM port (R and W handshakes, ``wstrb``).
     dma_stall, tile_stall
         ``DMA.stall`` and ``ComputeTile.stall``.
+    dma_tlb
+        ``DMA.tlb``: the translators' events (0 without translation hardware).
 
     Resource stalls count only while their engine is busy (a stall is part of busy time).
     """
@@ -154,6 +158,9 @@ def counter_events(m: Module, cp: CommandProcessor, mem, dma_stall, tile_stall
         source = Signal(name=stall_source_name(name, reason))
         m.d.comb += source.eq(getattr(ports[module], fld))
         events[f"stall.{name}.{reason}"] = busy[name] & source
+    for client in TLB_CLIENTS:
+        for what in TLB_COUNTERS:
+            events[f"tlb.{client}.{what}"] = getattr(dma_tlb, f"{client}_{what}")
     if set(events) != set(COUNTER_NAMES):
         raise AssertionError(f"counter definitions {sorted(events)} do not match "
                              f"COUNTER_NAMES {sorted(COUNTER_NAMES)}")
@@ -161,10 +168,10 @@ def counter_events(m: Module, cp: CommandProcessor, mem, dma_stall, tile_stall
 
 
 def connect_counters(m: Module, counters: PerfCounters, csr: CsrBlock, cp: CommandProcessor,
-                     mem, dma_stall, tile_stall) -> None:
+                     mem, dma_stall, tile_stall, dma_tlb) -> None:
     """Wire the counter block: increments from :func:`counter_events`, cycle count and
     snapshot pulse from the CSR block, snapshot values back to it."""
-    events = counter_events(m, cp, mem, dma_stall, tile_stall)
+    events = counter_events(m, cp, mem, dma_stall, tile_stall, dma_tlb)
     for i, name in enumerate(COUNTER_NAMES):
         m.d.comb += counters.inc[i].eq(events[name])
     m.d.comb += [
@@ -212,7 +219,8 @@ class NPU(wiring.Component):
         m.submodules.cmdproc = cp = CommandProcessor(cfg)
         m.submodules.dma = dma = DMA(cfg)
         m.submodules.tile = tile = ComputeTile(cfg)
-        m.submodules.arbiter = arbiter = AXI4Arbiter(self.mem_signature, 2)
+        m.submodules.arbiter = arbiter = AXI4Arbiter(self.mem_signature,
+                                                     4 if cfg.tlb_entries else 2)
         m.submodules.counters = counters = PerfCounters(cfg)
 
         # -- host interface -------------------------------------------------------------------
@@ -228,12 +236,17 @@ class NPU(wiring.Component):
         for port in ("spad_w", "acc_w", "spad_r", "acc_r"):
             wiring.connect(m, getattr(dma, port), getattr(tile, port))
 
-        # -- memory bus: DMA is manager 0, command processor manager 1 ------------------------
+        # -- memory bus: DMA is manager 0, command processor 1, page walkers 2 and 3 ----------
         wiring.connect(m, dma.bus, arbiter.m0)
         wiring.connect(m, cp.bus, arbiter.m1)
+        if cfg.tlb_entries:
+            wiring.connect(m, dma.walk_load, arbiter.m2)
+            wiring.connect(m, dma.walk_store, arbiter.m3)
+        m.d.comb += [dma.tlb_inv.eq(cp.tlb_inv), dma.tlb_inv_all.eq(cp.tlb_inv_all),
+                     dma.tlb_inv_asid.eq(cp.tlb_inv_asid)]
         wiring.connect(m, arbiter.bus, wiring.flipped(self.mem))
 
         # -- performance counters and named probes --------------------------------------------
-        connect_counters(m, counters, csr, cp, self.mem, dma.stall, tile.stall)
+        connect_counters(m, counters, csr, cp, self.mem, dma.stall, tile.stall, dma.tlb)
         connect_probes(m, self.probes, cp)
         return m

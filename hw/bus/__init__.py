@@ -118,6 +118,9 @@ class EngineSignature(wiring.Signature):
         That queue's DRAM window ``[window_base, window_limit)`` in bytes, valid with
         ``cmd.valid``; ``window_limit == 0`` means no limit below ``dram_bytes``. Engines that
         touch DRAM (the DMA) latch it with the command and check every access against it.
+    vm : ``Out(32)``
+        That queue's ``Q_VM`` (:class:`hw.isa.VmWord`), valid with ``cmd.valid``: the DMA
+        latches it with the command and translates with it (:mod:`hw.isa.vm`).
     """
 
     def __init__(self):
@@ -130,6 +133,7 @@ class EngineSignature(wiring.Signature):
             "queue": Out(8),
             "window_base": Out(32),
             "window_limit": Out(32),
+            "vm": Out(32),
         })
 
 

@@ -14,7 +14,7 @@ from hw.cmdproc.common import (
     sem_reached,
 )
 from hw.config import NPUConfig
-from hw.isa import ErrorCode, TraceEntry
+from hw.isa import PAGE_FAULTS, ErrorCode, TraceEntry
 
 __all__ = ["EngineQueue"]
 
@@ -71,8 +71,11 @@ class EngineQueue(wiring.Component):
         Commands from each queue's stage.
     engine : ``Out(EngineSignature())``
     sems : ``In(ArrayLayout(32, n_sems))``
-    windows_base, windows_limit : ``In(ArrayLayout(32, n_queues))``
-        Per-queue DRAM windows, passed to the engine with the command.
+    windows_base, windows_limit, vms : ``In(ArrayLayout(32, n_queues))``
+        Per-queue DRAM windows and contexts (``Q_VM``), passed to the engine with the
+        command.
+    resume, skip : ``In(n_queues)`` (with ``replay``)
+        ``Q_RESUME`` pulses of each queue (see *Replay*).
     stop, flush : ``In(n_queues)``
         Per queue: stop issuing (error latched); drop every queued command.
     clear_all : ``In(1)``
@@ -96,13 +99,26 @@ class EngineQueue(wiring.Component):
     trace : ``Out(TraceEntry)``, trace_valid : ``Out(1)``, trace_pop : ``In(1)``,
     trace_overflow : ``Out(1)``
         Read side of the trace FIFO (first-word fall-through).
+
+    Replay
+    ------
+    With ``replay`` (the DMA channels' queues, :mod:`hw.isa.vm`): the command in the engine is
+    kept with its record; when it retires with a page fault (and its queue is not being
+    reset) it goes into its queue's *replay slot*, which comes before the queue's FIFO. A
+    ``resume`` pulse leaves it there: once the queue's error is cleared (the CSR block clears
+    it with the pulse) the engine takes it again as the queue's head. A ``skip`` pulse sets
+    its ``n_rows`` to 0 first, so the engine retires it without moving data. A reset
+    (``flush``) empties the slot.
     """
 
-    def __init__(self, config: NPUConfig, in_flight: int = 1):
+    def __init__(self, config: NPUConfig, in_flight: int = 1, replay: bool = False):
         if not isinstance(in_flight, int) or in_flight < 1:
             raise ValueError(f"in_flight must be a positive integer, not {in_flight!r}")
+        if replay and in_flight != 1:
+            raise ValueError("a replaying engine runs one command at a time")
         self.config = config
         self.in_flight = in_flight
+        self.replay = replay
         n = config.n_queues
         super().__init__({
             "i": In(stream.Signature(QueueEntry)).array(n),
@@ -110,6 +126,8 @@ class EngineQueue(wiring.Component):
             "sems": In(data.ArrayLayout(32, config.n_sems)),
             "windows_base": In(data.ArrayLayout(32, n)),
             "windows_limit": In(data.ArrayLayout(32, n)),
+            "vms": In(data.ArrayLayout(32, n)),
+            "resume": In(n), "skip": In(n),
             "stop": In(n), "flush": In(n), "clear_all": In(1),
             "cycles": In(32),
             "inc": Out(SemIncrement),
@@ -121,6 +139,11 @@ class EngineQueue(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        n = self.config.n_queues
+        #: per queue: the replay slot and whether it holds the faulted command
+        self._slot = [Signal(QueueEntry, name=f"replay{q}") for q in range(n)]
+        self._slot_valid = Signal(n, name="replay_valid")
+        self._running = Signal(QueueEntry, name="replay_running")   # the command in the engine
         fifos, heads, ready, blocked = self._fifos(m)
         cur = self._arbitrate(m, fifos, heads, ready, blocked)
         self._retire(m, cur)
@@ -138,15 +161,22 @@ class EngineQueue(wiring.Component):
             m.submodules[f"fifo{q}"] = f
             m.d.comb += [f.w_data.eq(self.i[q].payload), f.w_en.eq(self.i[q].valid),
                          self.i[q].ready.eq(f.w_rdy)]
-            head = QueueEntry(f.r_data)
+            has = Signal(name=f"has{q}")          # a head command: replay slot or FIFO
+            head = QueueEntry(Signal(QueueEntry.as_shape().size, name=f"head{q}"))
+            if self.replay:
+                slot_valid = self._slot_valid[q]
+                m.d.comb += [has.eq(slot_valid | f.r_rdy),
+                             head.eq(Mux(slot_valid, self._slot[q], f.r_data))]
+            else:
+                m.d.comb += [has.eq(f.r_rdy), head.eq(f.r_data)]
             hdr = head.cmd.header
             wait_ok = Signal(name=f"wait_ok{q}")    # no wait, or its semaphore reached
             m.d.comb += wait_ok.eq(~hdr.flags.wait
                                    | sem_reached(self.sems[hdr.wait_sem], hdr.wait_value))
             r = Signal(name=f"ready{q}")
-            m.d.comb += r.eq(f.r_rdy & wait_ok & ~self.stop[q] & ~self.flush[q])
+            m.d.comb += r.eq(has & wait_ok & ~self.stop[q] & ~self.flush[q])
             b = Signal(name=f"sem_blocked{q}")      # has a head that waits on a semaphore
-            m.d.comb += b.eq(f.r_rdy & ~wait_ok & ~self.stop[q] & ~self.flush[q])
+            m.d.comb += b.eq(has & ~wait_ok & ~self.stop[q] & ~self.flush[q])
             fifos.append(f)
             heads.append(head)
             ready.append(r)
@@ -171,6 +201,7 @@ class EngineQueue(wiring.Component):
                         sel_head.eq(heads[q]),
                         eng.window_base.eq(self.windows_base[q]),
                         eng.window_limit.eq(self.windows_limit[q]),
+                        eng.vm.eq(self.vms[q]),
                     ]
         m.d.comb += [
             eng.cmd.payload.eq(sel_head.cmd),
@@ -179,9 +210,16 @@ class EngineQueue(wiring.Component):
         ]
         take = eng.cmd.valid & eng.cmd.ready
         for q in range(n):
-            m.d.comb += fifos[q].r_en.eq(take & (sel == q))
             here = Cat(cur.valid[i] & (r.queue == q) for i, r in enumerate(cur.recs)).any()
-            m.d.comb += self.idle[q].eq((fifos[q].level == 0) & ~here)
+            if self.replay:
+                from_slot = self._slot_valid[q]
+                m.d.comb += [fifos[q].r_en.eq(take & (sel == q) & ~from_slot),
+                             self.idle[q].eq((fifos[q].level == 0) & ~here & ~from_slot)]
+            else:
+                m.d.comb += [fifos[q].r_en.eq(take & (sel == q)),
+                             self.idle[q].eq((fifos[q].level == 0) & ~here)]
+        if self.replay:
+            self._replay_slots(m, take, sel, sel_head, cur)
         hdr = sel_head.cmd.header
         with m.If(take):
             m.d.sync += [cur.valid.bit_select(cur.tail, 1).eq(1), cur.tail.eq(cur.next(cur.tail)),
@@ -205,6 +243,29 @@ class EngineQueue(wiring.Component):
                      self.running.index.eq(cur.oldest.index),
                      self.running.opcode.eq(cur.oldest.opcode)]
         return cur
+
+    def _replay_slots(self, m: Module, take, sel, sel_head, cur: _InEngine) -> None:
+        """The command in the engine is kept; a page fault moves it into its queue's slot
+        (see *Replay*); the slot empties when the engine takes it again, or on a reset."""
+        n = self.config.n_queues
+        with m.If(take):
+            m.d.sync += self._running.eq(sel_head)
+        eng = self.engine
+        faulted = Signal()
+        old = cur.oldest
+        m.d.comb += faulted.eq(cur.valid.any() & eng.done
+                               & eng.error.as_value().matches(*(c.value for c in PAGE_FAULTS))
+                               & ~self.flush.bit_select(old.queue, 1) & ~old.killed)
+        for q in range(n):
+            slot = self._slot[q]
+            with m.If(self.flush[q]):
+                m.d.sync += self._slot_valid[q].eq(0)
+            with m.Elif(faulted & (old.queue == q)):
+                m.d.sync += [self._slot_valid[q].eq(1), slot.eq(self._running)]
+            with m.Elif(take & (sel == q)):
+                m.d.sync += self._slot_valid[q].eq(0)
+            with m.If(self.skip[q] & self._slot_valid[q]):
+                m.d.sync += slot.cmd.body.dma.n_rows.eq(0)
 
     def _retire(self, m: Module, cur: _InEngine) -> None:
         """At the engine's ``done``: report the oldest command's error, or signal its

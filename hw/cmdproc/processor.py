@@ -79,7 +79,9 @@ class CommandProcessor(wiring.Component):
                                      data_width=config.axi_data_bits,
                                      id_width=config.axi_id_bits)),
             "ring_base": In(q32), "ring_size": In(q32), "tail": In(q32),
-            "window_base": In(q32), "window_limit": In(q32),
+            "window_base": In(q32), "window_limit": In(q32), "vm": In(q32),
+            "resume": In(n), "skip": In(n),
+            "tlb_inv": Out(1), "tlb_inv_all": Out(1), "tlb_inv_asid": Out(8),
             "head": Out(q32), "fetched": Out(q32),
             "stop": In(n), "qclear": In(n), "sem_clear": In(1),
             "sem_set": In(config.n_sems), "sem_set_value": In(32),
@@ -107,7 +109,8 @@ class CommandProcessor(wiring.Component):
         queues = {}
         for name in ENGINES:
             m.submodules[f"{name}_queue"] = queues[name] = EngineQueue(
-                cfg, in_flight=engine_in_flight(cfg, name))
+                cfg, in_flight=engine_in_flight(cfg, name),
+                replay=bool(cfg.tlb_entries) and name in ("load", "store"))
         n_sources = len(ENGINES) + cfg.n_queues + 1     # engines, stages, fence
         m.submodules.semaphores = sems = SemaphoreFile(cfg, n_sources)
 
@@ -160,6 +163,15 @@ class CommandProcessor(wiring.Component):
     def _connect_stage(self, m: Module, stage: Stage, queues: dict, idle: list) -> None:
         m.d.comb += [stage.stop.eq(self.stop), stage.qclear.eq(self.qclear),
                      stage.sems.eq(self.sems), stage.idle.eq(Cat(idle))]
+        # TLB_INVALIDATE: several queues in one cycle drop every entry
+        n = self.config.n_queues
+        several = Cat(stage.tlb_inv[q] & (stage.tlb_inv[:q] != 0) for q in range(1, n)).any() \
+            if n > 1 else 0
+        m.d.comb += [self.tlb_inv.eq(stage.tlb_inv.any()),
+                     self.tlb_inv_all.eq((stage.tlb_inv & stage.tlb_inv_all).any() | several)]
+        for q in reversed(range(n)):
+            with m.If(stage.tlb_inv[q]):
+                m.d.comb += self.tlb_inv_asid.eq(stage.tlb_inv_asid[q])
         for name, eq in queues.items():
             for q in range(self.config.n_queues):
                 wiring.connect(m, getattr(stage, name)[q], eq.i[q])
@@ -170,6 +182,7 @@ class CommandProcessor(wiring.Component):
             eq.sems.eq(self.sems), eq.stop.eq(self.stop), eq.flush.eq(self.qclear),
             eq.clear_all.eq(self.sem_clear), eq.cycles.eq(self.cycles),
             eq.windows_base.eq(self.window_base), eq.windows_limit.eq(self.window_limit),
+            eq.vms.eq(self.vm), eq.resume.eq(self.resume), eq.skip.eq(self.skip),
             self.trace[e].eq(eq.trace), self.trace_valid[e].eq(eq.trace_valid),
             self.trace_overflow[e].eq(eq.trace_overflow), eq.trace_pop.eq(self.trace_pop[e]),
             self.sem_stall[e].eq(eq.sem_stall), self.running[e].eq(eq.running),

@@ -13,7 +13,8 @@ __all__ = ["Stage"]
 
 class Stage(wiring.Component):
     """One command per queue between fetch and its engine: dispatches engine commands and
-    executes the processor commands ``NOP``, ``WAIT``, ``SIGNAL`` and ``BARRIER``; a ``FENCE``
+    executes the processor commands ``NOP``, ``WAIT``, ``SIGNAL``, ``BARRIER`` and
+    ``TLB_INVALIDATE``; a ``FENCE``
     is announced on ``fence_ready`` and executed by the fetch unit, which empties the stage
     with ``fence_done``.
 
@@ -22,7 +23,9 @@ class Stage(wiring.Component):
     command first waits for its semaphore (``flags.wait``, or a ``WAIT``: ``(sem[wait_sem] -
     wait_value) mod 2**32 < 2**31``, :func:`hw.isa.sem_reached`); then ``NOP``/``WAIT``/
     ``SIGNAL`` complete in that cycle, ``BARRIER`` once ``idle[q]`` (every earlier command of
-    the queue retired), and ``FENCE`` raises ``fence_ready[q]`` once ``idle[q]``. A completing
+    the queue retired), ``TLB_INVALIDATE`` as ``BARRIER``, pulsing ``tlb_inv[q]`` (with
+    ``tlb_inv_all[q]`` and ``tlb_inv_asid[q]``) in the cycle it completes, and ``FENCE`` raises
+    ``fence_ready[q]`` once ``idle[q]``. A completing
     processor command with ``flags.signal`` (or a ``SIGNAL``) increments its ``signal_sem``
     (``inc[q]``). Nothing is registered on the way: a command loaded at one clock edge can
     leave at the next.
@@ -62,6 +65,8 @@ class Stage(wiring.Component):
             "stage": Out(data.ArrayLayout(Command, n)), "index": Out(data.ArrayLayout(32, n)),
             "valid": Out(n), "fence_ready": Out(n),
             "inc": Out(data.ArrayLayout(SemIncrement, n)),
+            "tlb_inv": Out(n), "tlb_inv_all": Out(n),
+            "tlb_inv_asid": Out(data.ArrayLayout(8, n)),
         }
         for name in ENGINES:
             members[name] = Out(stream.Signature(QueueEntry)).array(n)
@@ -106,8 +111,12 @@ class Stage(wiring.Component):
                 m.d.comb += [done[q].eq(1), completes.eq(1)]
             with m.Elif((op == Opcode.BARRIER) & self.idle[q]):
                 m.d.comb += [done[q].eq(1), completes.eq(1)]
+            with m.Elif((op == Opcode.TLB_INVALIDATE) & self.idle[q]):
+                m.d.comb += [done[q].eq(1), completes.eq(1), self.tlb_inv[q].eq(1)]
             with m.Elif((op == Opcode.FENCE) & self.idle[q]):
                 m.d.comb += self.fence_ready[q].eq(1)
+        tlb = self.stage[q].body.tlb
+        m.d.comb += [self.tlb_inv_all[q].eq(tlb.all), self.tlb_inv_asid[q].eq(tlb.asid)]
         signals = h.flags.signal | (op == Opcode.SIGNAL)
         m.d.comb += [self.inc[q].en.eq(completes & signals), self.inc[q].sem.eq(h.signal_sem),
                      self.inc[q].queue.eq(Const(q, 8)), self.inc[q].index.eq(self.index[q])]

@@ -25,12 +25,14 @@ class BurstGen(Elaboratable):
         self.beat_bytes = beat_bytes
         self.max_burst = max_burst
         self.start = Signal()
+        self.stop = Signal()        # drop the rest of the transfer (after a page fault)
         self.room = Signal()
         self.valid = Signal()
         self.ready = Signal()
         self.addr = Signal(addr_width)
         self.len = Signal(8)        # AxLEN = beats - 1
         self.idle = Signal()
+        self.row_addr = Signal(32)  # start of the row of the current burst
 
     def elaborate(self, platform):
         m = Module()
@@ -41,7 +43,7 @@ class BurstGen(Elaboratable):
         max_burst = self.max_burst
 
         rows_left = Signal(16)
-        row_addr = Signal(32)
+        row_addr = self.row_addr
         beat_addr = Signal(32)
         beats_left = Signal(17)     # beats left in the current row
 
@@ -69,7 +71,9 @@ class BurstGen(Elaboratable):
 
         next_row = Signal(32)
         m.d.comb += next_row.eq(row_addr + body.dram_stride)
-        with m.If(self.start):
+        with m.If(self.stop):
+            m.d.sync += rows_left.eq(0)
+        with m.Elif(self.start):
             m.d.sync += [
                 rows_left.eq(body.n_rows),
                 row_addr.eq(body.dram_addr),
@@ -124,6 +128,7 @@ class Walker(Elaboratable):
         self.acc = LocalGeometry(cfg, LocalMem.ACC)
         lb = log2(self.beat_bytes)
         self.start = Signal()
+        self.stop = Signal()        # drop the rest of the transfer (after a page fault)
         self.step = Signal()
         self.valid = Signal()
         self.off = Signal(lb)
@@ -210,7 +215,9 @@ class Walker(Elaboratable):
             m.d.comb += row_done.eq(slot | (last_chunk & ~self.store_flush))
         else:
             m.d.comb += row_done.eq(last_chunk)
-        with m.If(self.start):
+        with m.If(self.stop):
+            m.d.sync += rows_left.eq(0)
+        with m.Elif(self.start):
             m.d.sync += [rows_left.eq(body.n_rows),
                          *begin_row(body.dram_addr[:12], body.local_row)]
         with m.Elif(self.step):

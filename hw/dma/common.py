@@ -6,7 +6,8 @@ from amaranth.lib import data
 from hw.config import NPUConfig
 from hw.isa import MAX_BURST_BEATS, PAGE_BYTES, LocalMem
 
-__all__ = ["PAGE_BYTES", "MAX_BURST_BEATS", "W_BUFFER_DEPTH", "DmaStall", "LocalGeometry",
+__all__ = ["PAGE_BYTES", "MAX_BURST_BEATS", "W_BUFFER_DEPTH", "DmaStall", "TlbEvents",
+           "LocalGeometry",
            "by_mem", "log2"]
 
 # PAGE_BYTES (4 KiB, no burst crosses it) and MAX_BURST_BEATS (256) are defined in
@@ -17,6 +18,11 @@ W_BUFFER_DEPTH = 4
 
 #: Layout of :attr:`DMA.stall` (one bit per stall reason, valid every cycle).
 DmaStall = data.StructLayout({"load_dram": 1, "load_spad": 1, "load_acc": 1, "store_dram": 1})
+
+#: Layout of :attr:`DMA.tlb`: per channel, the counter events of its translator
+#: (:class:`hw.dma.translate.Translator`, ``tlb.<client>.*`` of :data:`hw.isa.COUNTER_NAMES`).
+TlbEvents = data.StructLayout({f"{c}_{e}": 1 for c in ("load", "store")
+                               for e in ("hits", "misses", "walk_cycles", "faults")})
 
 
 def log2(n: int) -> int:

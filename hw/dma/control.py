@@ -5,7 +5,7 @@ from amaranth import Elaboratable, Module, Mux, Signal
 
 from hw.config import NPUConfig
 from hw.dma.common import LocalGeometry, by_mem
-from hw.isa import DmaBody, ErrorCode, LocalMem
+from hw.isa import DmaBody, ErrorCode, LocalMem, VmWord
 
 __all__ = ["Control"]
 
@@ -28,6 +28,13 @@ class Control(Elaboratable):
         self.finished = Signal()           # from the mover
         self.bus_error = Signal()          # from the mover, valid with finished
         self.bus_error_addr = Signal(32)   # from the mover, valid with finished
+        #: the command's context (``Q_VM``), latched with it; ``translate``: its DRAM addresses
+        #: are virtual (:mod:`hw.isa.vm`)
+        self.vm = Signal(VmWord)
+        self.translate = Signal()
+        self.fault = Signal()              # from the mover's translator, valid with finished
+        self.fault_code = Signal(ErrorCode)
+        self.fault_addr = Signal(32)
 
     def elaborate(self, platform):
         m = Module()
@@ -56,6 +63,9 @@ class Control(Elaboratable):
         row_local = Signal(34)
         win_base = Signal(32)       # the issuing queue's DRAM window, latched with the command
         win_limit = Signal(33)
+        # translated: virtual addresses, checked only for wrapping past 2**32, no window
+        m.d.comb += self.translate.eq(self.vm.enable if cfg.tlb_entries else 0)
+        dram_limit = Mux(self.translate, 1 << 32, cfg.dram_bytes)
 
         with m.FSM(name="control") as fsm:
             with m.State("Idle"):
@@ -65,6 +75,7 @@ class Control(Elaboratable):
                         body.eq(port.cmd.payload.body.dma),
                         win_base.eq(port.window_base),
                         win_limit.eq(Mux(port.window_limit == 0, 1 << 32, port.window_limit)),
+                        self.vm.eq(port.vm),
                     ]
                     m.next = "Check-shape"
 
@@ -83,10 +94,11 @@ class Control(Elaboratable):
                 dram_end = body.dram_addr + dram_span + body.row_bytes     # exclusive, no wrap
                 local_end = body.local_row + local_span + local_rows       # exclusive, no wrap
                 m.d.sync += [row_dram.eq(body.dram_addr), row_local.eq(body.local_row)]
-                with m.If(dram_end > cfg.dram_bytes):
+                with m.If(dram_end > dram_limit):
                     m.d.sync += error.eq(ErrorCode.BAD_DRAM_ADDR)
                     m.next = "Find-bad-row"
-                with m.Elif((body.dram_addr < win_base) | (dram_end > win_limit)):
+                with m.Elif(~self.translate
+                            & ((body.dram_addr < win_base) | (dram_end > win_limit))):
                     m.d.sync += error.eq(ErrorCode.WINDOW)
                     m.next = "Find-bad-row"
                 with m.Elif(local_end > depth):
@@ -99,7 +111,7 @@ class Control(Elaboratable):
             with m.State("Find-bad-row"):
                 # Error path only: walk the rows until the first one that is out of range.
                 with m.If(error == ErrorCode.BAD_DRAM_ADDR):
-                    with m.If(row_dram + body.row_bytes > cfg.dram_bytes):
+                    with m.If(row_dram + body.row_bytes > dram_limit):
                         m.d.sync += error_addr.eq(row_dram)
                         m.next = "Done"
                     with m.Else():
@@ -118,10 +130,13 @@ class Control(Elaboratable):
                         m.d.sync += row_local.eq(row_local + body.local_stride)
 
             with m.State("Transfer"), m.If(self.finished):
-                m.d.sync += [
-                    error.eq(Mux(self.bus_error, ErrorCode.AXI_ERROR, ErrorCode.NONE)),
-                    error_addr.eq(Mux(self.bus_error, self.bus_error_addr, 0)),
-                ]
+                with m.If(self.fault):
+                    m.d.sync += [error.eq(self.fault_code), error_addr.eq(self.fault_addr)]
+                with m.Else():
+                    m.d.sync += [
+                        error.eq(Mux(self.bus_error, ErrorCode.AXI_ERROR, ErrorCode.NONE)),
+                        error_addr.eq(Mux(self.bus_error, self.bus_error_addr, 0)),
+                    ]
                 m.next = "Done"
 
             with m.State("Done"):

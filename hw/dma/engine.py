@@ -6,10 +6,11 @@ from amaranth.lib.wiring import In, Out
 
 from hw.bus import ArbitratedWriteSignature, AXI4Signature, EngineSignature
 from hw.config import NPUConfig
-from hw.dma.common import DmaStall, log2
+from hw.dma.common import DmaStall, TlbEvents, log2
 from hw.dma.control import Control
 from hw.dma.load import LoadMover
 from hw.dma.store import StoreMover
+from hw.dma.translate import Translator
 from hw.isa import LocalMem
 
 __all__ = ["DMA"]
@@ -63,6 +64,21 @@ class DMA(wiring.Component):
           row left to read, beat buffer empty) and B responses are still outstanding.
 
         All bits are 0 while a channel is idle or checking a command.
+    walk_load, walk_store : ``Out(AXI4Signature(...))`` (with ``tlb_entries > 0``)
+        The page walkers' AXI managers (reads of page-table entries, one beat each).
+    tlb_inv, tlb_inv_all, tlb_inv_asid : ``In``
+        ``TLB_INVALIDATE`` pulse, for both channels' TLBs (:mod:`hw.isa.vm`).
+    tlb : ``Out(TlbEvents)``
+        The translators' counter events.
+
+    Virtual memory
+    --------------
+    With ``tlb_entries > 0`` each channel has a :class:`~hw.dma.translate.Translator` (a TLB
+    and a page walker) between its burst generator and its address channel. A command whose
+    queue's ``Q_VM.enable`` is set (latched with the command) has virtual DRAM addresses:
+    check 2 becomes "a row wraps past ``2**32``" and check 3 is skipped; each burst goes out
+    once its page is translated. A page fault stops the bursts; the command retires with it
+    once the bursts already issued are done (:mod:`hw.isa.vm`).
 
     Command ports
     -------------
@@ -161,21 +177,44 @@ class DMA(wiring.Component):
             "acc_r": In(memory.ReadPort.Signature(addr_width=log2(cfg.acc_rows),
                                                   shape=cfg.acc_row_bytes * 8)),
             "stall": Out(DmaStall),
+            "tlb_inv": In(1), "tlb_inv_all": In(1), "tlb_inv_asid": In(8),
+            "tlb": Out(TlbEvents),
+            **({"walk_load": Out(AXI4Signature(addr_width=cfg.axi_addr_bits,
+                                               data_width=cfg.axi_data_bits,
+                                               id_width=cfg.axi_id_bits)),
+                "walk_store": Out(AXI4Signature(addr_width=cfg.axi_addr_bits,
+                                                data_width=cfg.axi_data_bits,
+                                                id_width=cfg.axi_id_bits))}
+               if cfg.tlb_entries else {}),
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
 
+        # -- translators (virtual memory): a TLB and a walker per channel -------------------
+        tr = {}
+        if cfg.tlb_entries:
+            for name in ("load", "store"):
+                t = tr[name] = Translator(cfg, write=name == "store",
+                                          bus=getattr(self, f"walk_{name}"))
+                m.d.comb += [t.inv.eq(self.tlb_inv), t.inv_all.eq(self.tlb_inv_all),
+                             t.inv_asid.eq(self.tlb_inv_asid)]
+                for event, sig in (("hits", t.ev_hit), ("misses", t.ev_miss),
+                                   ("walk_cycles", t.ev_walk), ("faults", t.ev_fault)):
+                    m.d.comb += getattr(self.tlb, f"{name}_{event}").eq(sig)
+
         # -- load channel: command checks, then AR bursts and R data into local rows ---------
         m.submodules.load_control = load_control = Control(cfg, self.load)
         m.submodules.load_mover = load_mover = LoadMover(
-            cfg, load_control, self.bus, {LocalMem.SPAD: self.spad_w, LocalMem.ACC: self.acc_w})
+            cfg, load_control, self.bus, {LocalMem.SPAD: self.spad_w, LocalMem.ACC: self.acc_w},
+            tr.get("load"))
 
         # -- store channel: command checks, then local rows into W beats, AW bursts, B -------
         m.submodules.store_control = store_control = Control(cfg, self.store)
         m.submodules.store_mover = store_mover = StoreMover(
-            cfg, store_control, self.bus, {LocalMem.SPAD: self.spad_r, LocalMem.ACC: self.acc_r})
+            cfg, store_control, self.bus, {LocalMem.SPAD: self.spad_r, LocalMem.ACC: self.acc_r},
+            tr.get("store"))
 
         m.d.comb += [
             self.stall.load_dram.eq(load_mover.stall_dram),

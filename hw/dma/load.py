@@ -10,6 +10,7 @@ from hw.dma.align import Unpacker
 from hw.dma.bursts import BurstGen, Walker
 from hw.dma.common import LocalGeometry, log2
 from hw.dma.control import Control
+from hw.dma.translate import Translator
 from hw.isa import LocalMem
 
 __all__ = ["LoadMover"]
@@ -24,10 +25,12 @@ class LoadMover(Elaboratable):
     written 0. ``stall_local[mem]`` and ``stall_dram`` are the :attr:`DMA.stall` bits.
     """
 
-    def __init__(self, cfg: NPUConfig, control: Control, bus, write_ports: dict):
+    def __init__(self, cfg: NPUConfig, control: Control, bus, write_ports: dict,
+                 translator: Translator | None = None):
         self.cfg = cfg
         self.control = control
         self.bus = bus
+        self.translator = translator
         self.write_ports = write_ports
         self.stall_local = {mem: Signal(name=f"stall_{mem.name.lower()}")
                             for mem in write_ports}
@@ -48,17 +51,33 @@ class LoadMover(Elaboratable):
                                                       depth=cfg.dma_outstanding)
         m.d.comb += [bursts.start.eq(ctl.start), walker.start.eq(ctl.start)]
 
-        # -- AR ------------------------------------------------------------------------------
+        # -- AR (through the translator: a burst goes once its page is translated) ----------
+        tr = self.translator
+        fault = Signal()
+        ar_ok = Signal()
+        araddr = Signal(32)
+        if tr is None:
+            m.d.comb += [ar_ok.eq(bursts.valid), araddr.eq(bursts.addr)]
+        else:
+            m.submodules.translator = tr
+            m.d.comb += [
+                tr.start.eq(ctl.start), tr.vm.eq(ctl.vm), tr.valid.eq(bursts.valid),
+                tr.vaddr.eq(bursts.addr), tr.row_addr.eq(bursts.row_addr),
+                tr.handshake.eq(bus.arvalid & bus.arready),
+                ar_ok.eq(tr.ok), araddr.eq(tr.paddr), fault.eq(tr.fault),
+                ctl.fault.eq(tr.fault), ctl.fault_code.eq(tr.fault_code),
+                ctl.fault_addr.eq(tr.fault_addr),
+            ]
         m.d.comb += [
             bursts.room.eq(in_flight.w_rdy),
             bus.arid.eq(0),
-            bus.araddr.eq(bursts.addr),
+            bus.araddr.eq(araddr),
             bus.arlen.eq(bursts.len),
             bus.arsize.eq(log2(beat)),
             bus.arburst.eq(AXI_BURST_INCR),
-            bus.arvalid.eq(bursts.valid),
-            bursts.ready.eq(bus.arready),
-            in_flight.w_en.eq(bursts.valid & bus.arready),
+            bus.arvalid.eq(ar_ok),
+            bursts.ready.eq(bus.arready & ar_ok),
+            in_flight.w_en.eq(ar_ok & bus.arready),
             in_flight.w_data.eq(bursts.addr),
         ]
 
@@ -110,8 +129,14 @@ class LoadMover(Elaboratable):
             ((bus.arvalid & ~bus.arready) | (in_flight.r_rdy & ~bus.rvalid))
             & ~(unpacker.word_valid & hold))
 
+        # after a page fault: once the bursts in flight arrived and their last word moved
+        finished = Signal()
         m.d.comb += [
-            ctl.finished.eq(bursts.idle & ~in_flight.r_rdy & ~want),
+            finished.eq(~in_flight.r_rdy & Mux(fault, ~unpacker.word_valid,
+                                               bursts.idle & ~want)),
+            ctl.finished.eq(finished),
+            bursts.stop.eq(finished & fault),
+            walker.stop.eq(finished & fault),
             ctl.bus_error.eq(error),
             ctl.bus_error_addr.eq(error_addr),
         ]

@@ -1,7 +1,7 @@
 """Store data path of the DMA: local rows into words, realigned into W beats, AW bursts, B
 responses (:class:`StoreMover`)."""
 
-from amaranth import Const, Elaboratable, Module, Mux, Signal
+from amaranth import Const, Elaboratable, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data
 from amaranth.lib.fifo import SyncFIFO
 
@@ -11,6 +11,7 @@ from hw.dma.align import Packer
 from hw.dma.bursts import BurstGen, Walker
 from hw.dma.common import W_BUFFER_DEPTH, LocalGeometry, log2
 from hw.dma.control import Control
+from hw.dma.translate import Translator
 from hw.isa import LocalMem
 
 __all__ = ["StoreMover"]
@@ -25,10 +26,12 @@ class StoreMover(Elaboratable):
     bytes of the DRAM rows are strobed. ``stall_dram`` is :attr:`DMA.stall` ``.store_dram``.
     """
 
-    def __init__(self, cfg: NPUConfig, control: Control, bus, read_ports: dict):
+    def __init__(self, cfg: NPUConfig, control: Control, bus, read_ports: dict,
+                 translator: Translator | None = None):
         self.cfg = cfg
         self.control = control
         self.bus = bus
+        self.translator = translator
         self.read_ports = read_ports
         self.stall_dram = Signal()
 
@@ -47,22 +50,46 @@ class StoreMover(Elaboratable):
         m.submodules.in_flight = in_flight = SyncFIFO(width=cfg.axi_addr_bits,
                                                       depth=cfg.dma_outstanding)
         w_beat = data.StructLayout({"data": beat * 8, "strb": beat, "last": 1})
-        m.submodules.w_beats = w_beats = SyncFIFO(width=w_beat.size, depth=W_BUFFER_DEPTH)
+        # a command starts with an empty buffer (after a page fault, beats of bursts that
+        # never went may be left in it; they are never sent)
+        m.submodules.w_beats = w_beats = ResetInserter(ctl.start)(
+            SyncFIFO(width=w_beat.size, depth=W_BUFFER_DEPTH))
         m.d.comb += [bursts.start.eq(ctl.start), walker.start.eq(ctl.start)]
 
-        # -- AW ------------------------------------------------------------------------------
+        # -- AW (through the translator: a burst goes once its page is translated) ----------
+        tr = self.translator
+        fault = Signal()
+        aw_ok = Signal()
+        awaddr = Signal(32)
+        if tr is None:
+            m.d.comb += [aw_ok.eq(bursts.valid), awaddr.eq(bursts.addr)]
+        else:
+            m.submodules.translator = tr
+            m.d.comb += [
+                tr.start.eq(ctl.start), tr.vm.eq(ctl.vm), tr.valid.eq(bursts.valid),
+                tr.vaddr.eq(bursts.addr), tr.row_addr.eq(bursts.row_addr),
+                tr.handshake.eq(bus.awvalid & bus.awready),
+                aw_ok.eq(tr.ok), awaddr.eq(tr.paddr), fault.eq(tr.fault),
+                ctl.fault.eq(tr.fault), ctl.fault_code.eq(tr.fault_code),
+                ctl.fault_addr.eq(tr.fault_addr),
+            ]
         m.d.comb += [
             bursts.room.eq(in_flight.w_rdy),
             bus.awid.eq(0),
-            bus.awaddr.eq(bursts.addr),
+            bus.awaddr.eq(awaddr),
             bus.awlen.eq(bursts.len),
             bus.awsize.eq(log2(beat)),
             bus.awburst.eq(AXI_BURST_INCR),
-            bus.awvalid.eq(bursts.valid),
-            bursts.ready.eq(bus.awready),
-            in_flight.w_en.eq(bursts.valid & bus.awready),
+            bus.awvalid.eq(aw_ok),
+            bursts.ready.eq(bus.awready & aw_ok),
+            in_flight.w_en.eq(aw_ok & bus.awready),
             in_flight.w_data.eq(bursts.addr),
         ]
+        # W beats owed to bursts whose AW went (after a fault, only those are sent)
+        owed = Signal(range(cfg.dma_outstanding * cfg.dma_max_burst_beats + 1))
+        owed_next = owed + Mux(aw_ok & bus.awready, bursts.len + 1, 0) \
+            - (bus.wvalid & bus.wready)
+        m.d.sync += owed.eq(Mux(ctl.start, 0, owed_next))
 
         # -- Read local rows: one chunk (or flush slot) per cycle while the buffer has room ----
         read = Signal()
@@ -138,7 +165,7 @@ class StoreMover(Elaboratable):
         # -- W (never waits for AW) ----------------------------------------------------------
         w_out = data.View(w_beat, w_beats.r_data)
         m.d.comb += [
-            bus.wvalid.eq(w_beats.r_rdy),
+            bus.wvalid.eq(w_beats.r_rdy & (~fault | (owed != 0))),
             bus.wdata.eq(w_out.data),
             bus.wstrb.eq(w_out.strb),
             bus.wlast.eq(w_out.last),
@@ -154,12 +181,18 @@ class StoreMover(Elaboratable):
         with m.Elif(bus.bvalid & bus.bresp[1] & ~error):
             m.d.sync += [error.eq(1), error_addr.eq(in_flight.r_data)]
 
-        all_sent = ~walker.valid & ~s2_valid & ~w_beats.r_rdy
+        all_sent = Mux(fault, owed == 0, ~walker.valid & ~s2_valid & ~w_beats.r_rdy)
         m.d.comb += self.stall_dram.eq((bus.awvalid & ~bus.awready) | (bus.wvalid & ~bus.wready)
                                        | (all_sent & in_flight.r_rdy & ~bus.bvalid))
+        # after a page fault: once the issued bursts were answered (their W beats all went)
+        finished = Signal()
         m.d.comb += [
-            ctl.finished.eq(bursts.idle & ~in_flight.r_rdy & ~walker.valid & ~s2_valid
-                            & ~w_beats.r_rdy),
+            finished.eq(~in_flight.r_rdy & Mux(fault, owed == 0,
+                                               bursts.idle & ~walker.valid & ~s2_valid
+                                               & ~w_beats.r_rdy)),
+            ctl.finished.eq(finished),
+            bursts.stop.eq(finished & fault),
+            walker.stop.eq(finished & fault),
             ctl.bus_error.eq(error),
             ctl.bus_error_addr.eq(error_addr),
         ]

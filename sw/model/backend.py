@@ -340,10 +340,8 @@ class ModelBackend:
             word = unpack_fields(ResumeWord, value)
             if (queue.error is not None and queue.error.code in PAGE_FAULTS
                     and queue.replay is not None and (word.resume or word.skip)):
-                queue.error = None
+                queue.error = None          # (ERR_* keeps the first error)
                 queue.skip = bool(word.skip)
-                if self.first_error is not None and self.first_error.queue == q:
-                    self.first_error = None
                 self._pump()
         elif reg == Csr.RING_SIZE:
             queue.ring_size = value

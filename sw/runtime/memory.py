@@ -94,6 +94,21 @@ class Allocator:
             f"largest free block {s.largest_free_block} bytes, {s.n_allocations} live "
             f"allocations")
 
+    def reserve(self, addr: int, nbytes: int) -> None:
+        """Allocate exactly ``[addr, addr + nbytes)`` (free it with :meth:`free`).
+
+        Raises
+        ------
+        OutOfMemoryError
+            If the range is not entirely free.
+        """
+        for start in self._starts:
+            if start <= addr and addr + nbytes <= start + self._sizes[start]:
+                self._take(start, addr, nbytes)
+                self._live[addr] = nbytes
+                return
+        raise OutOfMemoryError(f"[{addr:#x}, {addr + nbytes:#x}) is not free")
+
     def free(self, addr: int) -> None:
         """Return the allocation at ``addr`` and merge it with adjacent free blocks.
 

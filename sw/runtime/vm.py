@@ -160,11 +160,13 @@ class Context:
                 "valid": 1, "read": int(read), "write": int(write), "contig": int(m.contig),
                 "ppn": pa >> VM_PAGE_SHIFT}))
 
-    def unmap(self, va: int, nbytes: int, *, stream: Stream | None = None) -> None:
+    def unmap(self, va: int, nbytes: int, *, stream: Stream | None = None,
+              release: bool = True) -> list[Mapping]:
         """Unmap the pages of ``[va, va + nbytes)``, invalidate this context's TLB entries
         (a ``TLB_INVALIDATE`` on ``stream``, default the device's default stream, waited
         for), then free the physical pages the context owned: they can be reused only once no
-        TLB can hold them.
+        TLB can hold them. With ``release=False`` the context keeps them: the returned
+        mappings (one per page) can be mapped again (:meth:`map` with ``blocks``).
 
         The caller must make sure no command of the context still uses the range (the host
         orders unmap after the work, e.g. after a synchronize).
@@ -180,9 +182,10 @@ class Context:
         missing = [v for v in vpns if v not in self.pages]
         if missing:
             raise ValueError(f"virtual page {missing[0] << VM_PAGE_SHIFT:#x} is not mapped")
-        freed = []
+        freed, removed = [], []
         for v in vpns:
             m = self.pages.pop(v)
+            removed.append(m)
             self._write_pte(v, 0)
             if m.block is not None:
                 freed.append(m.block)
@@ -196,7 +199,12 @@ class Context:
                         "valid": 1, "read": int(m.read), "write": int(m.write),
                         "ppn": m.pa >> VM_PAGE_SHIFT}))
         self.device.invalidate_tlb(self, stream=stream)
-        self._free_physical(freed)
+        if release:
+            self._free_physical(freed)
+        else:
+            for b in freed:
+                self._block_pages[b] -= 1
+        return removed
 
     def _free_physical(self, blocks: list[int]) -> None:
         """One page of each of ``blocks`` (owned physical blocks) is unmapped: free a block

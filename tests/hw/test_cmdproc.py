@@ -15,6 +15,7 @@ from hw.cmdproc import ENGINES, CommandProcessor
 from hw.config import NPUConfig
 from hw.counters import PerfCounters
 from hw.csr import CsrBlock
+from hw.dma.common import TlbEvents
 from hw.isa import (
     COMMAND_BYTES,
     COUNTER_NAMES,
@@ -41,6 +42,7 @@ from tests.support.amaranth_axi import AxiMemory, axil_read, axil_write
 #: the layouts of ``DMA.stall`` and ``ComputeTile.stall`` (hw/dma.py, hw/tile.py)
 DMA_STALL = data.StructLayout({"load_dram": 1, "load_spad": 1, "load_acc": 1, "store_dram": 1})
 TILE_STALL = data.StructLayout({"vector_acc": 1})
+TLB_EVENTS = TlbEvents
 
 RING = 0x1000
 QUEUE_RING_BYTES = 0x400   # queue q's ring at RING + q * QUEUE_RING_BYTES
@@ -59,6 +61,7 @@ class Harness(wiring.Component):
         self.counters = PerfCounters(cfg)
         self.dma_stall = Signal(DMA_STALL, name="dma_stall")
         self.tile_stall = Signal(TILE_STALL, name="tile_stall")
+        self.dma_tlb = Signal(TLB_EVENTS, name="dma_tlb")
         super().__init__({})
 
     def elaborate(self, platform):
@@ -67,7 +70,8 @@ class Harness(wiring.Component):
         m.submodules.cp = cp = self.cp
         m.submodules.counters = counters = self.counters
         connect_csr(m, csr, cp)
-        connect_counters(m, counters, csr, cp, cp.bus, self.dma_stall, self.tile_stall)
+        connect_counters(m, counters, csr, cp, cp.bus, self.dma_stall, self.tile_stall,
+                         self.dma_tlb)
         return m
 
 
