@@ -65,6 +65,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         job, fmt = "run_attention_job", workload.format_attention_report
         job_args |= {"seq_len": args.seq_len, "causal": args.causal, "fill": args.fill}
+        if args.vm:
+            job_args["virtual_memory"] = True
     if args.trace or args.trace_png:
         job_args["profile"] = True
     start = time.perf_counter()
@@ -221,6 +223,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                      help="reach --seq-len by repeating the text (default) or by [PAD] tokens "
                           "masked as keys (key-padding mask)")
     run.add_argument("--causal", action="store_true", help="causal attention mask")
+    run.add_argument("--vm", action="store_true",
+                     help="run in a device context: virtual buffers, every DMA translated "
+                          "by the TLBs (hw.isa.vm)")
     run.add_argument("--qkv-only", action="store_true",
                      help="run only the Q/K/V projections (the earlier main job)")
     run.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")

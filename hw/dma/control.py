@@ -35,6 +35,7 @@ class Control(Elaboratable):
         self.fault = Signal()              # from the mover's translator, valid with finished
         self.fault_code = Signal(ErrorCode)
         self.fault_addr = Signal(32)
+        self.transfer = Signal()           # in the Transfer state (the mover's finish counts)
 
     def elaborate(self, platform):
         m = Module()
@@ -143,5 +144,6 @@ class Control(Elaboratable):
                 m.d.comb += port.done.eq(1)
                 m.next = "Idle"
 
-        m.d.comb += port.busy.eq(~fsm.ongoing("Idle"))
+        m.d.comb += [port.busy.eq(~fsm.ongoing("Idle")),
+                     self.transfer.eq(fsm.ongoing("Transfer"))]
         return m

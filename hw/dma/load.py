@@ -135,8 +135,8 @@ class LoadMover(Elaboratable):
             finished.eq(~in_flight.r_rdy & Mux(fault, ~unpacker.word_valid,
                                                bursts.idle & ~want)),
             ctl.finished.eq(finished),
-            bursts.stop.eq(finished & fault),
-            walker.stop.eq(finished & fault),
+            bursts.stop.eq(ctl.transfer & finished & fault),
+            walker.stop.eq(ctl.transfer & finished & fault),
             ctl.bus_error.eq(error),
             ctl.bus_error_addr.eq(error_addr),
         ]

@@ -191,8 +191,8 @@ class StoreMover(Elaboratable):
                                                bursts.idle & ~walker.valid & ~s2_valid
                                                & ~w_beats.r_rdy)),
             ctl.finished.eq(finished),
-            bursts.stop.eq(finished & fault),
-            walker.stop.eq(finished & fault),
+            bursts.stop.eq(ctl.transfer & finished & fault),
+            walker.stop.eq(ctl.transfer & finished & fault),
             ctl.bus_error.eq(error),
             ctl.bus_error_addr.eq(error_addr),
         ]

@@ -383,7 +383,7 @@ def _store_last_w(bursts: list[Burst]) -> int:
 def dma_error_busy_cycles(config: NPUConfig, error: ErrorCode, dram_addr: int,
                           dram_stride: int, row_bytes: int, n_rows: int, local_row: int = 0,
                           local_stride: int = 0, mem: LocalMem = LocalMem.SPAD, *,
-                          window: tuple[int, int] = (0, 0)) -> int:
+                          window: tuple[int, int] = (0, 0), translate: bool = False) -> int:
     """Busy cycles of a DMA command (load or store) that moves nothing: size zero
     (``error`` ``NONE`` with ``n_rows == 0`` or ``row_bytes == 0``) or failing with ``error``.
 
@@ -400,6 +400,8 @@ def dma_error_busy_cycles(config: NPUConfig, error: ErrorCode, dram_addr: int,
     window : (int, int)
         The issuing queue's DRAM window ``(base, limit)`` (``limit == 0``: no limit), for
         ``WINDOW``.
+    translate : bool
+        The queue translates (:mod:`hw.isa.vm`): ``BAD_DRAM_ADDR`` is a row past ``2**32``.
 
     Raises
     ------
@@ -417,7 +419,8 @@ def dma_error_busy_cycles(config: NPUConfig, error: ErrorCode, dram_addr: int,
     rows_per = dma_local_rows(config, row_bytes, mem)
     depth = config.acc_rows if LocalMem(mem) == LocalMem.ACC else config.spad_rows
     bad = {
-        ErrorCode.BAD_DRAM_ADDR: lambda a, _: a + row_bytes > config.dram_bytes,
+        ErrorCode.BAD_DRAM_ADDR: lambda a, _: a + row_bytes > (1 << 32 if translate
+                                                               else config.dram_bytes),
         ErrorCode.WINDOW: lambda a, _: a < base or a + row_bytes > limit,
         ErrorCode.BAD_LOCAL_ADDR: lambda _, lrow: lrow + rows_per > depth,
     }.get(error)

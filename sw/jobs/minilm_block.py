@@ -122,7 +122,8 @@ def format_report(result: dict) -> str:
 
 def run_attention_job(backend: Backend, *, config: dict, text: str | None = None,
                       seq_len: int | None = 32, causal: bool = False,
-                      fill: str = "repeat", profile: bool = False) -> dict:
+                      fill: str = "repeat", profile: bool = False,
+                      virtual_memory: bool = False) -> dict:
     """The whole layer-0 self-attention block of all-MiniLM-L6-v2 on ``backend``.
 
     Q, K, V projections (linear kernels), per head ``Q K^T`` / integer softmax / ``P V``
@@ -140,6 +141,8 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
         ``"repeat"`` the text or ``"pad"`` (masked ``[PAD]`` keys) to reach ``seq_len``.
     profile : bool
         Also return ``"profile"`` (as :func:`run_qkv_job`).
+    virtual_memory : bool
+        Run in a context (:mod:`hw.isa.vm`): every buffer virtual, every DMA translated.
 
     Returns
     -------
@@ -168,9 +171,11 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
     x = embed_ids(model, ids)
     ref = float_block(model, x, kv_len, causal)
     gold = golden_block(bq, x, kv_len, causal)
-    device = Device(backend, expected_config=cfg, profile=profile)
+    device = Device(backend, expected_config=cfg, profile=profile,
+                    virtual_memory=virtual_memory)
     x_q = quantize(x, bq.x_scale)
     pes = cfg.n_pes
+    before = device.counters()
 
     def util(macs: int, cycles: int):
         return macs / (cycles * pes) if cycles and macs else None
@@ -209,6 +214,8 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
                    "utilization": util(total_m, total_c), "launches": None})
     r, t = ref["output"][:kv_len], dequantize_output(bq, y)[:kv_len]
     rc, tc = ref["context"][:kv_len], (ctx * bq.ctx_scale)[:kv_len]
+    delta = device.counters() - before
+    tlb = {k: v for k, v in delta.items() if k.startswith("tlb.")} if virtual_memory else {}
     return {
         "backend": backend.name, "config": cfg.to_dict(), "config_name": cfg.name,
         "text": text, "tokens": int(len(ids)), "kv_len": int(kv_len), "causal": causal,
@@ -218,7 +225,7 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
         "bit_exact": bool(np.array_equal(ctx, gold["context"])
                           and np.array_equal(y, gold["output"])
                           and all(k["bit_exact"] for k in kernels)),
-    } | _profile(device)
+    } | _profile(device) | ({"tlb": tlb} if virtual_memory else {})
 
 
 def format_attention_report(result: dict) -> str:

@@ -34,11 +34,13 @@ from hw.isa import (
     Csr,
     ErrorWord,
     QueueErrorWord,
+    ResumeWord,
     SemLast,
     StatusWord,
     TraceInfo,
     counter_csr,
     pack_fields,
+    unpack_fields,
 )
 from sw.backend import BackendError
 from sw.dram import DramTiming
@@ -316,8 +318,14 @@ class PerfBackend(ModelBackend):
             q, reg = self._queue_reg(offset)
             if q is None:
                 return
+            if self.config.tlb_entries and reg == Csr.Q_RESUME:
+                word = unpack_fields(ResumeWord, value)
+                if word.resume or word.skip:
+                    m.resume(q, pulse, skip=bool(word.skip))
+                return
             field = {Csr.RING_BASE: "ring_base", Csr.RING_SIZE: "ring_size", Csr.TAIL: "tail",
-                     Csr.WINDOW_BASE: "window_base", Csr.WINDOW_LIMIT: "window_limit"}.get(reg)
+                     Csr.WINDOW_BASE: "window_base", Csr.WINDOW_LIMIT: "window_limit",
+                     **({Csr.Q_VM: "vm"} if self.config.tlb_entries else {})}.get(reg)
             if field is not None:
                 m.reg_writes[q].add(pulse + 1)
                 eq.at(pulse + 1, UPDATE, self._set_queue_reg, q, field, value)

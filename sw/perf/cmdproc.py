@@ -21,9 +21,18 @@ cycle ``c`` changes registers from ``c + 1`` on.
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 
-from hw.isa import COMMAND_BYTES, ENGINE_NAMES, ErrorCode, Opcode, engine_in_flight, sem_reached
+from hw.isa import (
+    COMMAND_BYTES,
+    ENGINE_NAMES,
+    PAGE_FAULTS,
+    ErrorCode,
+    Opcode,
+    engine_in_flight,
+    sem_reached,
+)
 from sw.perf import timing as T
 from sw.perf.decode import OPCODE_VALUES, Decoded, decode_command
 from sw.perf.events import DECIDE, UPDATE
@@ -37,6 +46,7 @@ __all__ = ["Semaphores", "Stage", "FetchUnit", "EngineQueue"]
 _MASK32 = 0xFFFF_FFFF
 _NOP, _WAIT, _SIGNAL = Opcode.NOP.value, Opcode.WAIT.value, Opcode.SIGNAL.value
 _BARRIER, _FENCE = Opcode.BARRIER.value, Opcode.FENCE.value
+_TLB_INV = Opcode.TLB_INVALIDATE.value
 _NONE = ErrorCode.NONE
 _BIG = 1 << 62
 
@@ -139,6 +149,7 @@ class Stage:
         self.cmd: Decoded | None = None
         self.sent = False         # the staged engine command went into its FIFO
         self.waiting = None       # the FIFO it waits for room in
+        self.inv_at = None        # (command, cycle) of a TLB_INVALIDATE's pulse
         self.wake = _Waker(m.eq, self.decide)
 
     def decide(self, c: int) -> None:
@@ -165,6 +176,10 @@ class Stage:
             return
         op = cmd.opcode
         if op in (_NOP, _WAIT, _SIGNAL) or (op == _BARRIER and m.pending[q] == 0):
+            m.eq.at(c + 1, UPDATE, self._proc_retired, cmd)
+        elif op == _TLB_INV and m.pending[q] == 0 and self.inv_at != (cmd, c):
+            self.inv_at = (cmd, c)
+            m.tlb_invalidate(c, bool(cmd.body.all), cmd.body.asid)
             m.eq.at(c + 1, UPDATE, self._proc_retired, cmd)
         elif op == _FENCE and m.pending[q] == 0:
             m.fetch.wake(c)
@@ -201,7 +216,7 @@ class Stage:
 
     def all_idle(self) -> None:
         """Every engine command of the queue retired (BARRIER and FENCE may go)."""
-        if self.cmd is not None and self.cmd.opcode in (_BARRIER, _FENCE):
+        if self.cmd is not None and self.cmd.opcode in (_BARRIER, _FENCE, _TLB_INV):
             self.wake(self.m.eq.now)
 
     def clear(self) -> None:
@@ -510,6 +525,10 @@ class EngineQueue:
         self.stall = None                      # open stall.<engine>.sem interval
         self.retired_name = f"retired.{self.name}"
         self._engine_retired = getattr(engine, "retired", None)
+        #: per queue, the command that took a page fault (hw.cmdproc.EngineQueue's replay
+        #: slot, before the FIFO) and whether Q_RESUME asked to skip it
+        self.replay: dict[int, Decoded] = {}
+        self.replay_skip: set[int] = set()
 
     @property
     def free_from(self) -> int:
@@ -533,13 +552,17 @@ class EngineQueue:
         blocked = False
         for k in range(1, n + 1):
             q = (self.last + k) % n
-            entries = fifos[q].entries
-            if not entries:
+            cmd = self.replay.get(q)
+            if cmd is None:
+                entries = fifos[q].entries
+                if not entries:
+                    continue
+                e = entries[0]
+                if e.avail is None or e.avail > c:
+                    continue
+                cmd = e.cmd
+            if stop[q] or qclear[q] == c:
                 continue
-            e = entries[0]
-            if e.avail is None or e.avail > c or stop[q] or qclear[q] == c:
-                continue
-            cmd = e.cmd
             if not cmd.waits or sem_reached(sems.values[cmd.wait_sem], cmd.wait_value):
                 if self.stall is not None:
                     self._set_stall(c, False)
@@ -562,7 +585,14 @@ class EngineQueue:
 
     def _take(self, q: int, c: int) -> None:
         m = self.m
-        cmd = self.fifos[q].take(c).cmd
+        if q in self.replay:
+            cmd = self.replay.pop(q)
+            if q in self.replay_skip:           # Q_RESUME.skip: a DMA of zero rows
+                self.replay_skip.discard(q)
+                cmd = copy.copy(cmd)
+                cmd.body = cmd.body._replace(n_rows=0)
+        else:
+            cmd = self.fifos[q].take(c).cmd
         self.last = q
         self.engine_free = _BIG
         error, addr = execute_engine(m.model, cmd)
@@ -596,11 +626,20 @@ class EngineQueue:
         m.ledger.counts[self.retired_name] += 1
         m.trace_push(self.index, cmd.queue, cmd.index, t, done)
         q = cmd.queue
+        replay = False
         if not (t < m.last_qclear[q] <= done):          # not killed by a queue reset
             if error is not _NONE:
                 m.report_error(q, done, error, cmd.opcode, cmd.index, addr, source=self.index)
+                # a page fault keeps the command (its replay slot): still pending
+                replay = error in PAGE_FAULTS
             elif cmd.signals:
                 m.sems.inc(done + 1, cmd.signal_sem, self.index, q, cmd.index)
+        if replay:
+            self.replay[q] = cmd
+            self.wake(done + 1)
+            if self._engine_retired is not None:
+                self._engine_retired()
+            return
         m.pending[q] -= 1
         if m.pending[q] == 0:
             m.stages[q].all_idle()
@@ -609,5 +648,6 @@ class EngineQueue:
         self.wake(done + 1)
 
     def flush(self, q: int) -> int:
-        """Queue reset: drop queue ``q``'s commands; returns how many."""
-        return len(self.fifos[q].flush())
+        """Queue reset: drop queue ``q``'s commands (its replay slot too); returns how many."""
+        self.replay_skip.discard(q)
+        return len(self.fifos[q].flush()) + (self.replay.pop(q, None) is not None)

@@ -16,7 +16,10 @@ runtime, output digests, bit-exactness). :mod:`cosim.bench.validate` runs them o
 * ``errors``: failing commands and the runtime's recovery; queue resets at every cycle offset
   into a running stream;
 * ``main``: the layer-0 attention block of all-MiniLM-L6-v2 at ``L = 32``
-  (:func:`sw.jobs.minilm_block.run_attention_job`).
+  (:func:`sw.jobs.minilm_block.run_attention_job`);
+* ``vm``: translated streams (:mod:`hw.isa.vm`): GEMMs and attention in a context (with 64 KiB
+  runs, and page by page), two contexts at once, page faults with resume and skip, unmap and
+  ``TLB_INVALIDATE``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hw.isa import Csr, ErrorCode, LocalMem, queue_csr
-from sw.runtime import CommandList, Device, DeviceError
+from sw.runtime import CommandList, Device, DeviceError, PageFaultError
 
 __all__ = ["Workload", "WORKLOADS", "linear_operands", "attention_operands"]
 
@@ -89,7 +92,8 @@ def _gemm(m: int, k: int, n: int, *, relu: bool = False,
 
 # -- attention ------------------------------------------------------------------------------------
 
-def _attention(seq: int, mask: str, heads: int = 2, d: int = 32) -> Callable[[Device], dict]:
+def _attention(seq: int, mask: str, heads: int = 2, d: int = 32,
+               stream=None) -> Callable[[Device], dict]:
     def run(device: Device) -> dict:
         from sw.golden import attention_head_int
         from sw.kernels.attention import attention_with_stats
@@ -99,7 +103,7 @@ def _attention(seq: int, mask: str, heads: int = 2, d: int = 32) -> Callable[[De
         causal = mask == "causal"
         out, st = attention_with_stats(device, q, k, v, heads=heads, score_mult=sm,
                                        score_shift=ss, out_mult=om, out_shift=osh,
-                                       kv_len=kv, causal=causal)
+                                       kv_len=kv, causal=causal, stream=stream)
         gold = np.concatenate([
             attention_head_int(q[:, h * d:(h + 1) * d], k[:, h * d:(h + 1) * d],
                                v[:, h * d:(h + 1) * d], score_mult=int(sm[h]),
@@ -506,6 +510,95 @@ def _main_job(device: Device, seq_len: int = 32) -> dict:
             "digest": _digest(np.array([r["sqnr_db"], r["cosine"]]))}
 
 
+# -- virtual memory -----------------------------------------------------------------------------
+
+def _vm_gemm(m: int, k: int, n: int, contiguous: bool = True) -> Callable[[Device], dict]:
+    def run(device: Device) -> dict:
+        from sw.golden import linear_int
+        from sw.kernels.linear import linear_with_stats
+        s = device.create_stream(context=device.create_context(contiguous=contiguous))
+        a, w, bias, mult, shift = linear_operands(np.random.default_rng(m * k * n), m, k, n)
+        out, st = linear_with_stats(device, a, w, bias, mult, shift, stream=s)
+        return {"kernel_cycles": st.cycles, "digest": _digest(out),
+                "bit_exact": bool(np.array_equal(out, linear_int(a, w, bias, mult, shift)))}
+    return run
+
+
+def _vm_attention(device: Device) -> dict:
+    s = device.create_stream(context=device.create_context(contiguous=False))
+    return _attention(32, "causal", stream=s)(device)
+
+
+def _vm_two_contexts(device: Device) -> dict:
+    """Two contexts run GEMMs at the same virtual addresses on two streams at once (both
+    walkers and the fetch share the read channel)."""
+    from sw.kernels.linear import linear_launch
+    cfg = device.config
+    half_s, half_a = cfg.spad_rows // 2, cfg.acc_rows // 2
+    rng = np.random.default_rng(21)
+    streams = [device.create_stream(context=device.create_context(contiguous=False))
+               for _ in range(2)]
+    jobs = []
+    for i, s in enumerate(streams):
+        a, w, bias, mult, shift = linear_operands(rng, 24, 6 * cfg.rows, 3 * cfg.cols)
+        jobs.append(linear_launch(s, a, w, bias, mult, shift,
+                                  spad_region=(i * half_s, half_s),
+                                  acc_region=(i * half_a, half_a)))
+    for s in streams:
+        s.synchronize()
+    return {"digest": _digest(*[j.output() for j in jobs]),
+            "same_va": jobs[0].out_buffer.addr == jobs[1].out_buffer.addr}
+
+
+def _vm_faults(device: Device) -> dict:
+    """A load that faults on its third row (unmapped), map and resume; a store to a read-only
+    page, skipped; unmap with TLB_INVALIDATE and remap to another page; a load that faults
+    after the unmap."""
+    from hw.isa import VM_PAGE_BYTES
+    ctx = device.create_context()
+    s = device.create_stream(context=ctx)
+    buf = ctx.alloc(3 * VM_PAGE_BYTES)
+    buf.write(bytes(range(256)) * 48)
+    ctx.unmap(buf.addr + 2 * VM_PAGE_BYTES, VM_PAGE_BYTES)
+    ro = ctx.alloc(VM_PAGE_BYTES, write=False)
+    out = {}
+
+    def run(c: CommandList) -> dict | None:
+        s.launch(c)
+        try:
+            s.synchronize()
+        except PageFaultError as e:
+            return {"kind": e.kind, "va": e.virtual_address, "index": e.command_index}
+        return None
+
+    c = CommandList()
+    c.dma_load(mem=LocalMem.SPAD, dram_addr=buf.addr + 8, dram_stride=VM_PAGE_BYTES,
+               row_bytes=40, n_rows=3, local_row=0, local_stride=5, signal=0)
+    c.dma_store(mem=LocalMem.SPAD, dram_addr=buf.addr + 64, dram_stride=40, row_bytes=40,
+                n_rows=3, local_row=0, local_stride=5, wait=(0, 1))
+    out["load"] = run(c)
+    page = device.alloc(VM_PAGE_BYTES, align=VM_PAGE_BYTES)
+    page.write(bytes([7]) * VM_PAGE_BYTES)
+    ctx.map(buf.addr + 2 * VM_PAGE_BYTES, [page.addr])
+    s.resume()
+    s.synchronize()
+    c = CommandList()
+    c.dma_store(mem=LocalMem.SPAD, dram_addr=ro.addr + 4, dram_stride=0, row_bytes=16,
+                n_rows=1, local_row=0, local_stride=0)
+    out["store"] = run(c)
+    s.skip()
+    s.synchronize()
+    ctx.unmap(buf.addr + VM_PAGE_BYTES, VM_PAGE_BYTES, stream=s)
+    c = CommandList()
+    c.dma_load(mem=LocalMem.SPAD, dram_addr=buf.addr, dram_stride=VM_PAGE_BYTES, row_bytes=8,
+               n_rows=2, local_row=20, local_stride=1)
+    out["after_unmap"] = run(c)
+    s.skip()
+    s.synchronize()
+    out["digest"] = _digest(np.frombuffer(buf.read(VM_PAGE_BYTES), np.uint8))
+    return out
+
+
 def _build() -> dict[str, Workload]:
     ws = []
     for m, k, n in [(1, 8, 8), (1, 64, 64), (1, 384, 384), (8, 8, 8), (5, 20, 11),
@@ -530,7 +623,12 @@ def _build() -> dict[str, Workload]:
            Workload("errors_recovery", "errors", _errors),
            Workload("reset_sweep", "errors", _reset_sweep),
            Workload("reset_sweep_full_fifos", "errors", _reset_sweep_full),
-           Workload("main_minilm_block_L32", "main", _main_job)]
+           Workload("main_minilm_block_L32", "main", _main_job),
+           Workload("vm_gemm_64x64x64", "vm", _vm_gemm(64, 64, 64)),
+           Workload("vm_gemm_pages_128x256x256", "vm", _vm_gemm(128, 256, 256, False)),
+           Workload("vm_attention_L32_causal", "vm", _vm_attention),
+           Workload("vm_two_contexts", "vm", _vm_two_contexts),
+           Workload("vm_faults", "vm", _vm_faults)]
     ws += _other_configs()
     return {w.name: w for w in ws}
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from bisect import bisect_right
 
 from hw.config import NPUConfig
-from hw.isa import ErrorCode, LocalMem
+from hw.isa import ErrorCode, LocalMem, VmWord, unpack_fields
 from sw.perf import timing as T
 from sw.perf.ledger import Item, Ledger, measure, merge, subtract, union
 from sw.perf.memory import DMA, ReadChannel, ServedBurst, WriteChannel, WriteGrant
@@ -113,6 +113,9 @@ class _LoadJob(Item):
         self.completed = 0
         self.end = _BIG
         self.done = None
+        self.vm = 0                   # Q_VM when translated (else 0)
+        self.presenting = False       # a burst is being translated (looked up or walked)
+        self.fault: int | None = None  # the cycle a page fault was found
 
     def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
         inflight, rvalid, denied, holds = [], [], [], []
@@ -181,13 +184,16 @@ class LoadChannel:
     name = "load"
 
     def __init__(self, config: NPUConfig, eq, reads: ReadChannel, ledger: Ledger,
-                 ports: dict[LocalMem, list[BusyList]], window_of) -> None:
+                 ports: dict[LocalMem, list[BusyList]], window_of, vm_of=None,
+                 translator=None) -> None:
         self.config = config
         self.eq = eq
         self.reads = reads
         self.ledger = ledger
         self.ports = ports
         self.window_of = window_of
+        self.vm_of = vm_of
+        self.translator = translator
         self.queue = None
         self.job: _LoadJob | None = None
         for lists in ports.values():
@@ -196,7 +202,9 @@ class LoadChannel:
 
     def start(self, cmd, t: int, error: ErrorCode) -> None:
         mem = LocalMem.ACC if cmd.body.mem == LocalMem.ACC.value else LocalMem.SPAD
-        quiet = T.dma_quiet_done(self.config, cmd.body, mem, error, self.window_of(cmd.queue))
+        vm = _translated_vm(self, cmd)
+        quiet = T.dma_quiet_done(self.config, cmd.body, mem, error, self.window_of(cmd.queue),
+                                 translate=bool(vm))
         if quiet is not None:
             self.queue.set_done(t + quiet)
             return
@@ -206,13 +214,37 @@ class LoadChannel:
         reason = "stall.load.acc" if mem == LocalMem.ACC else "stall.load.spad"
         self.job = job = _LoadJob(t, bursts, _Geometry(self.config, b, mem), self.ports[mem],
                                   reason, self.config.axi_data_bytes)
+        job.vm = vm
         self.ledger.item(job)
         self._request(job, t + T.DMA_FIRST_REQUEST)
 
     def _request(self, job: _LoadJob, start: int) -> None:
+        """Burst ``job.next`` is presented from ``start``: translated first (if the queue
+        translates), then requested."""
+        if not job.vm:
+            self._issue(job, start)
+            return
         k = job.next
+        burst, body = job.bursts[k], job.geo.body
+        job.presenting = True
+        self.translator.present(job.vm, burst.addr, body.dram_addr + burst.row * body.dram_stride,
+                                False, start, lambda c: self._issue(job, c),
+                                lambda f, code, addr: self._fault(job, f))
+
+    def _issue(self, job: _LoadJob, start: int) -> None:
+        k = job.next
+        job.presenting = False
         job.requested.append(start)
         self.reads.request(DMA, start, job.bursts[k].beats, self, (job, k), self._granted)
+
+    def _fault(self, job: _LoadJob, f: int) -> None:
+        """A page fault found in cycle ``f``: no further burst; done once the issued ones are
+        over (:mod:`hw.isa.vm`)."""
+        job.presenting = False
+        job.fault = f
+        job.bursts = job.bursts[:job.next]
+        if job.completed == len(job.bursts):
+            self._finish(job)
 
     def _granted(self, c: int, served: ServedBurst) -> None:
         job, k = served.tag
@@ -295,14 +327,18 @@ class LoadChannel:
         job.completed += 1
         c = self.eq.now                       # the cycle after its last beat
         if job.next < len(job.bursts):
-            if len(job.requested) == len(job.granted):     # it waited for room
-                self._request(job, c)
-        elif job.completed == len(job.bursts):
+            if len(job.requested) == len(job.granted) and not job.presenting:
+                self._request(job, c)                      # it waited for room
+        elif job.completed == len(job.bursts) and (job.fault is not None or not job.presenting):
             self._finish(job)
 
     def _finish(self, job: _LoadJob) -> None:
-        """``done`` 2 cycles after the last step (the last R handshake or the flush word)."""
-        job.done = job.last_step[len(job.bursts) - 1] + T.DMA_DONE_AFTER_LAST
+        """``done`` 2 cycles after the last step (the last R handshake or the flush word), or
+        after a page fault 2 cycles after it was found if that is later."""
+        last = job.last_step[len(job.bursts) - 1] if job.bursts else -_BIG
+        if job.fault is not None:
+            last = max(last, job.fault)
+        job.done = last + T.DMA_DONE_AFTER_LAST
         job.end = job.done + 1
         self.queue.set_done(job.done)
 
@@ -340,6 +376,14 @@ class LoadChannel:
             self._finish(job)
 
 
+def _translated_vm(channel, cmd) -> int:
+    """The ``Q_VM`` of a command's queue if it translates (latched with the command), else 0."""
+    if channel.translator is None or channel.vm_of is None:
+        return 0
+    vm = channel.vm_of(cmd.queue)
+    return vm if unpack_fields(VmWord, vm).enable else 0
+
+
 class _StoreJob(Item):
     """One DMA_STORE being transferred, beat by beat."""
 
@@ -368,6 +412,8 @@ class _StoreJob(Item):
         self.next = 0
         self.end = _BIG
         self.done = None
+        self.vm = 0
+        self.fault: int | None = None          # the cycle a page fault was found
 
     def produce(self, k: int) -> None:
         """Store steps up to the last one of beat ``k``: one per cycle, each only while the
@@ -402,14 +448,24 @@ class _StoreJob(Item):
         if len(self.aw_from) > len(self.aw):
             aw_wait.append((self.aw_from[-1], hi))
         n = len(self.W)
+        if self.vm and len(self.V) <= n < len(self.beats):
+            # a translated burst may wait for its walk (AWVALID low) while its first beat
+            # waits in the W buffer (WVALID high): that beat's arrival counts
+            try:
+                self.produce(n)
+            except IndexError:          # an earlier beat's W handshake is not timed yet
+                pass
         visible = merge((self.V[k], self.W[k]) for k in range(n))
         if len(self.V) > n:                   # beats in the buffer, burst not granted yet
-            visible = union(visible, [(self.V[n], hi)])
+            # (after a page fault WVALID shows only the beats of the bursts that went)
+            visible = union(visible, [(self.V[n], hi if self.fault is None
+                                       else min(hi, self.fault + 1))])
         w_wait = subtract(visible, merge((w, w + 1) for w in self.W))
         spans = [aw_wait, w_wait]
         if self.done is not None and len(self.b):
             # every beat sent, B responses outstanding, none in this cycle (BVALID low)
-            tail0 = max(self.read + 2, self.W[-1] + 1)
+            tail0 = max(self.read + 2, self.W[-1] + 1) if self.fault is None \
+                else max(self.fault + 1, self.W[-1] + 1)
             spans.append(subtract([(tail0, self.b[-1])], merge((b, b + 1) for b in self.b)))
         out["stall.store.dram_write"] += measure(union(*spans), lo, hi)
         out["bytes_written"] += sum(self.beats[k][1] for k in range(n) if lo <= self.W[k] < hi)
@@ -422,17 +478,21 @@ class StoreChannel:
     name = "store"
 
     def __init__(self, config: NPUConfig, eq, writes: WriteChannel, ledger: Ledger,
-                 window_of) -> None:
+                 window_of, vm_of=None, translator=None) -> None:
         self.config = config
         self.eq = eq
         self.writes = writes
         self.ledger = ledger
         self.window_of = window_of
+        self.vm_of = vm_of
+        self.translator = translator
         self.queue = None
 
     def start(self, cmd, t: int, error: ErrorCode) -> None:
         mem = LocalMem.ACC if cmd.body.mem == LocalMem.ACC.value else LocalMem.SPAD
-        quiet = T.dma_quiet_done(self.config, cmd.body, mem, error, self.window_of(cmd.queue))
+        vm = _translated_vm(self, cmd)
+        quiet = T.dma_quiet_done(self.config, cmd.body, mem, error, self.window_of(cmd.queue),
+                                 translate=bool(vm))
         if quiet is not None:
             self.queue.set_done(t + quiet)
             return
@@ -440,12 +500,33 @@ class StoreChannel:
         bursts = T.dma_bursts(self.config, b.dram_addr, b.dram_stride, b.row_bytes, b.n_rows,
                               mem)
         job = _StoreJob(t, bursts, _Geometry(self.config, b, mem), self.config.axi_data_bytes)
+        job.vm = vm
         self.ledger.item(job)
         self._request(job, t + T.DMA_FIRST_REQUEST)
 
     def _request(self, job: _StoreJob, start: int) -> None:
+        """Burst ``job.next`` is presented from ``start``: translated first (if the queue
+        translates), then requested."""
+        if not job.vm:
+            self._issue(job, start)
+            return
+        k = job.next
+        burst, body = job.bursts[k], job.geo.body
+        self.translator.present(job.vm, burst.addr, body.dram_addr + burst.row * body.dram_stride,
+                                True, start, lambda c: self._issue(job, c),
+                                lambda f, code, addr: self._fault(job, f))
+
+    def _issue(self, job: _StoreJob, start: int) -> None:
         job.aw_from.append(start)
         self.writes.request(DMA, start, self, (job, job.next), job.bursts[job.next].beats)
+
+    def _fault(self, job: _StoreJob, f: int) -> None:
+        """A page fault found in cycle ``f``: no further burst; done 2 cycles after the last B
+        response of the bursts that went, or after ``f`` if that is later."""
+        job.fault = f
+        job.bursts = job.bursts[:job.next]
+        if len(job.b) == len(job.bursts):
+            self._done(job, max([f, *job.b[-1:]]))
 
     # -- Writer ---------------------------------------------------------------------------
 
@@ -484,7 +565,11 @@ class StoreChannel:
     def response(self, grant: WriteGrant) -> None:
         job, k = grant.tag
         job.b.append(grant.b)
-        if len(job.b) == len(job.bursts):
-            job.done = grant.b + T.DMA_DONE_AFTER_LAST
-            job.end = job.done + 1
-            self.queue.set_done(job.done)
+        if len(job.b) == len(job.bursts) and (job.fault is not None
+                                              or job.next == len(job.bursts)):
+            self._done(job, grant.b if job.fault is None else max(grant.b, job.fault))
+
+    def _done(self, job: _StoreJob, last: int) -> None:
+        job.done = last + T.DMA_DONE_AFTER_LAST
+        job.end = job.done + 1
+        self.queue.set_done(job.done)

@@ -48,8 +48,9 @@ def execute_engine(model: ModelBackend, cmd: Decoded) -> tuple[ErrorCode, int]:
         if op == _MATMUL:
             engines.matmul(body, accumulate=bool(f.accumulate), transpose=bool(f.transpose))
         elif op in (_LOAD, _STORE):
-            engines.dma(body, local_mem(cmd), load=op == _LOAD,
-                        window=model.queues[cmd.queue].window())
+            queue = model.queues[cmd.queue]
+            engines.dma(body, local_mem(cmd), load=op == _LOAD, window=queue.window(),
+                        vm=queue.vm)
         elif op == _REQUANT:
             engines.requant(body, relu=bool(f.relu), row_scale=bool(f.row_scale))
         elif op == _SOFTMAX:

@@ -12,15 +12,23 @@ from collections import deque
 from dataclasses import dataclass
 
 from hw.config import NPUConfig
-from hw.isa import COUNTER_NAMES, ENGINE_NAMES, ErrorCode, IrqBit, LocalMem
+from hw.isa import COUNTER_NAMES, ENGINE_NAMES, PAGE_FAULTS, ErrorCode, IrqBit, LocalMem
 from sw.dram import DramTiming
 from sw.perf.cmdproc import EngineQueue, FetchUnit, Semaphores, Stage
 from sw.perf.dma import LoadChannel, StoreChannel
 from sw.perf.engines import MatrixEngine, VectorEngine
 from sw.perf.events import DECIDE, UPDATE, EventQueue
 from sw.perf.ledger import Ledger
-from sw.perf.memory import BeatScheduler, ReadChannel, WriteChannel, dram_read_queue
+from sw.perf.memory import (
+    WALK_LOAD,
+    WALK_STORE,
+    BeatScheduler,
+    ReadChannel,
+    WriteChannel,
+    dram_read_queue,
+)
 from sw.perf.ports import BusyList
+from sw.perf.translate import TimedTranslator
 
 __all__ = ["Machine", "TraceEntry", "LatchedError"]
 
@@ -72,7 +80,8 @@ class Machine:
         #: beat-by-beat timing of R and W (used under backpressure or a bandwidth limit)
         self.beats = BeatScheduler(eq, timing, cfg.axi_data_bytes)
         queue = dram_read_queue(cfg)
-        self.reads = ReadChannel(eq, timing, self.beats, queue)
+        self.reads = ReadChannel(eq, timing, self.beats, queue,
+                                 managers=4 if cfg.tlb_entries else 2)
         self.writes = WriteChannel(eq, timing, self.beats, queue)
         self.fetch = FetchUnit(self)
 
@@ -80,9 +89,16 @@ class Machine:
         self.matrix_acc, self.vector_acc, self.vector_spad = (BusyList(now) for _ in range(3))
         ports = {LocalMem.SPAD: [self.vector_spad],
                  LocalMem.ACC: [self.matrix_acc, self.vector_acc]}
+        #: the TLB_INVALIDATE pulses: (cycle, all, asid), in cycle order
+        self.tlb_pulses: list[tuple[int, bool, int]] = []
+        self.translators = ({"load": TimedTranslator(self, "load", WALK_LOAD),
+                             "store": TimedTranslator(self, "store", WALK_STORE)}
+                            if cfg.tlb_entries else {})
         engines = {
-            "load": LoadChannel(cfg, eq, self.reads, self.ledger, ports, self.window),
-            "store": StoreChannel(cfg, eq, self.writes, self.ledger, self.window),
+            "load": LoadChannel(cfg, eq, self.reads, self.ledger, ports, self.window,
+                                self.vm, self.translators.get("load")),
+            "store": StoreChannel(cfg, eq, self.writes, self.ledger, self.window, self.vm,
+                                  self.translators.get("store")),
             "matrix": MatrixEngine(cfg, self.matrix_acc),
             "vector": VectorEngine(cfg, self.vector_spad, self.vector_acc, self.matrix_acc,
                                    self.ledger, now),
@@ -111,6 +127,39 @@ class Machine:
     def window(self, q: int) -> tuple[int, int]:
         """Queue ``q``'s DRAM window ``[base, limit)`` (limit 0 reads as 2**32)."""
         return self.model.queues[q].window()
+
+    def vm(self, q: int) -> int:
+        """Queue ``q``'s ``Q_VM``."""
+        return self.model.queues[q].vm
+
+    # -- virtual memory ------------------------------------------------------------------------
+
+    def tlb_invalidate(self, c: int, all_: bool, asid: int) -> None:
+        """A ``TLB_INVALIDATE`` completes in cycle ``c`` (decided now): the TLBs drop the
+        entries from ``c + 1``; several in one cycle drop every entry (as the RTL merges
+        them)."""
+        if self.tlb_pulses and self.tlb_pulses[-1][0] == c:
+            all_ = True
+            self.tlb_pulses[-1] = (c, True, asid)
+        else:
+            self.tlb_pulses.append((c, all_, asid))
+            self.eq.at(c + 1, UPDATE, self._apply_tlb_invalidate, c)
+
+    def _apply_tlb_invalidate(self, c: int) -> None:
+        _, all_, asid = next(p for p in self.tlb_pulses if p[0] == c)
+        for t in self.translators.values():
+            t.tlb.invalidate(all_, asid)
+        for tlb in self.model.engines.tlbs.values():
+            tlb.invalidate(all_, asid)
+
+    def tlb_invalidated(self, a: int, b: int) -> bool:
+        """Whether a TLB_INVALIDATE pulsed in a cycle ``a <= c <= b``."""
+        for c, _, _ in reversed(self.tlb_pulses):
+            if c < a:
+                return False
+            if c <= b:
+                return True
+        return False
 
     def fetch_inputs_settled(self, q: int, c: int) -> bool:
         """Whether nothing pending can change, in cycle ``c``, what the fetch FSM's FETCH_CHECK
@@ -251,6 +300,25 @@ class Machine:
         self.eq.at(pulse + 1, UPDATE, reset)
         if everything:
             self.sems.clear(pulse + 1)
+
+    def resume(self, q: int, pulse: int, skip: bool) -> None:
+        """``Q_RESUME`` of queue ``q`` taking effect in cycle ``pulse``: if its latched error is
+        a page fault (and it reports no error in that cycle), the error is cleared from
+        ``pulse + 1`` and the faulted command is taken again (or skipped)."""
+        def apply() -> None:
+            err = self.queue_error[q]
+            if err is None or err.code not in PAGE_FAULTS:
+                return
+            if any(r[1] == q for r in self._errors.get(pulse + 1, ())):
+                return
+            self.queue_error[q] = None
+            self.stop[q] = False
+            if skip:
+                for name in ("load", "store"):
+                    if q in self.engine_queues[name].replay:
+                        self.engine_queues[name].replay_skip.add(q)
+            self._wake_all(pulse + 1)
+        self.eq.at(pulse + 1, UPDATE, apply)
 
     def _wake_all(self, cycle: int) -> None:
         self.fetch.wake(cycle)

@@ -50,7 +50,8 @@ from sw.perf.beats import BeatScheduler
 from sw.perf.draws import StallDraws
 from sw.perf.events import ARBITRATE, DECIDE, UPDATE, EventQueue
 
-__all__ = ["DRAM_READ_QUEUE", "DRAM_WRITE_QUEUE", "dram_read_queue", "DMA", "CP", "ReadChannel",
+__all__ = ["DRAM_READ_QUEUE", "DRAM_WRITE_QUEUE", "dram_read_queue", "DMA", "CP", "WALK_LOAD",
+           "WALK_STORE", "ReadChannel",
            "ServedBurst", "Reader", "WriteChannel", "WriteGrant", "Writer", "BeatScheduler",
            "check_timing", "beat_timed"]
 
@@ -67,8 +68,9 @@ def dram_read_queue(config: NPUConfig) -> int:
     or the next power of two above ``dma_outstanding`` plus the command fetch when that is
     more, so that the queue never holds the DMA below its own limit."""
     return max(DRAM_READ_QUEUE, next_pow2(config.dma_outstanding + 1))
-#: AXI manager indices (IDs) on the NPU's memory port: the DMA and the command processor.
-DMA, CP = 0, 1
+#: AXI manager indices (IDs) on the NPU's memory port: the DMA, the command processor and,
+#: with translation hardware (``tlb_entries > 0``), the page walkers of the DMA's channels.
+DMA, CP, WALK_LOAD, WALK_STORE = 0, 1, 2, 3
 
 _NEG = -(1 << 60)
 
@@ -170,12 +172,16 @@ class ReadChannel:
         a bandwidth limit); made here if not given.
     queue : int
         Read bursts the DRAM queues (:func:`dram_read_queue`).
+    managers : int
+        AXI managers of the arbiter (2, or 4 with the page walkers): its round-robin order.
     """
 
     def __init__(self, eq: EventQueue, timing: DramTiming,
-                 beats: BeatScheduler | None = None, queue: int = DRAM_READ_QUEUE) -> None:
+                 beats: BeatScheduler | None = None, queue: int = DRAM_READ_QUEUE,
+                 managers: int = 2) -> None:
         self.eq = eq
         self.queue = queue
+        self.managers = managers
         self.timing = check_timing(timing)
         #: edges from the AR handshake to the first at which the burst may be fetched, less 1
         self.fetch_after = timing.read_latency - MIN_READ_LATENCY + 2
@@ -227,7 +233,9 @@ class ReadChannel:
             elif self.locked is not None and self.locked in ready:
                 pick = self.locked
             else:
-                pick = (self.ar_last + 1) % 2
+                n = self.managers
+                pick = next(p for p in ((self.ar_last + k) % n for k in range(1, n + 1))
+                            if p in ready)
             req = pending[pick]
         if len(self.bursts) >= self.queue and self._queue_full(c):
             self.locked = pick

@@ -104,15 +104,20 @@ DMA_DONE_AFTER_LAST = 2
 
 
 def dma_quiet_done(config: NPUConfig, body, mem: LocalMem, error: ErrorCode,
-                   window: tuple[int, int]) -> int | None:
+                   window: tuple[int, int], translate: bool = False) -> int | None:
     """``done - t`` of a DMA that moves nothing -- size zero or an error found by its checks
     (:func:`hw.isa.timing.dma_error_busy_cycles`) -- or None if it transfers (also with
-    ``AXI_ERROR``: an error response does not change the transfer's timing)."""
-    if error in (ErrorCode.NONE, ErrorCode.AXI_ERROR) and body.n_rows and body.row_bytes:
+    ``AXI_ERROR``, whose error response does not change the transfer's timing, and with a
+    page fault, found during the transfer)."""
+    if error in _TRANSFERS and body.n_rows and body.row_bytes:
         return None
     return dma_error_busy_cycles(config, error, body.dram_addr, body.dram_stride,
                                  body.row_bytes, body.n_rows, body.local_row,
-                                 body.local_stride, mem, window=window)
+                                 body.local_stride, mem, window=window, translate=translate)
+
+
+_TRANSFERS = (ErrorCode.NONE, ErrorCode.AXI_ERROR, ErrorCode.PAGE_NOT_MAPPED,
+              ErrorCode.PAGE_PERMISSION)
 
 
 # -- command processor -----------------------------------------------------------------------

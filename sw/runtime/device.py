@@ -226,9 +226,9 @@ class Device:
 
     # -- virtual memory ----------------------------------------------------------------------
 
-    def create_context(self) -> Context:
+    def create_context(self, *, contiguous: bool = True) -> Context:
         """A new address space (:class:`~sw.runtime.vm.Context`) with the lowest free
-        address-space id.
+        address-space id (``contiguous``: see :class:`~sw.runtime.vm.Context`).
 
         Raises
         ------
@@ -243,7 +243,7 @@ class Device:
         free = [a for a in range(256) if a not in self.contexts]
         if not free:
             raise NPUError("all 256 address-space ids are in use")
-        ctx = Context(self, free[0])
+        ctx = Context(self, free[0], contiguous=contiguous)
         self.contexts[ctx.asid] = ctx
         return ctx
 

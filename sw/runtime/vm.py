@@ -73,6 +73,9 @@ class Context:
     device : Device
     asid : int
         Address-space id (the TLB tag), 0..255, unique among the device's live contexts.
+    contiguous : bool
+        Allocate 64 KiB physical runs where possible and mark them with the ``contig`` hint
+        (default); False maps every buffer page by page (one TLB entry per 4 KiB page).
 
     Raises
     ------
@@ -80,9 +83,10 @@ class Context:
         If the root table does not fit in DRAM.
     """
 
-    def __init__(self, device: Device, asid: int) -> None:
+    def __init__(self, device: Device, asid: int, *, contiguous: bool = True) -> None:
         self.device = device
         self.asid = asid
+        self.contiguous = contiguous
         self._root = self._table()
         self._tables: dict[int, Buffer] = {}          # vpn1 -> level-0 table
         self.pages: dict[int, Mapping] = {}           # vpn -> mapping (the host's copy)
@@ -144,7 +148,7 @@ class Context:
             if first + i in self.pages:
                 raise ValueError(f"virtual page {(first + i) << VM_PAGE_SHIFT:#x} is mapped")
         contig = [False] * len(pas)
-        for i in range(len(pas)):
+        for i in range(len(pas) if self.contiguous else 0):
             vpn = first + i
             if vpn % CONTIG_PAGES == 0 and i + CONTIG_PAGES <= len(pas) \
                     and pas[i] % _RUN_BYTES == 0 \
@@ -242,7 +246,8 @@ class Context:
         try:
             i = 0
             while i < n_pages:
-                if n_pages - i >= CONTIG_PAGES and (va >> VM_PAGE_SHIFT) + i \
+                if self.contiguous and n_pages - i >= CONTIG_PAGES \
+                        and (va >> VM_PAGE_SHIFT) + i \
                         == ((va >> VM_PAGE_SHIFT) + i) // CONTIG_PAGES * CONTIG_PAGES:
                     try:
                         base = self.device.allocator.alloc(_RUN_BYTES, _RUN_BYTES)

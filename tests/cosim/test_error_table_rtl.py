@@ -23,7 +23,8 @@ def test_error_table_on_rtl_as_on_the_models(name):
                   name=f"error_table_{config.name}").result
     model = error_jobs.error_table(ModelBackend(config))
     perf = error_jobs.error_table(PerfBackend(config))
-    cases = error_jobs.error_cases(config) | error_jobs.window_cases(config)
+    cases = (error_jobs.error_cases(config) | error_jobs.window_cases(config)
+             | error_jobs.vm_cases(config))
     assert set(rtl) == set(model) == set(cases) | {"ring_misaligned", "ring_beyond_dram"}
     for case in ("ring_misaligned", "ring_beyond_dram"):
         r = rtl[case]

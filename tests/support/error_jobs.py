@@ -18,6 +18,9 @@ from hw.isa import (
     IrqBit,
     LocalMem,
     Opcode,
+    Pte,
+    VmWord,
+    pack_fields,
     queue_csr,
     sem_csr,
     unpack_fields,
@@ -126,6 +129,41 @@ def window_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
     }
 
 
+#: Page tables of the :func:`vm_cases` (physical pages): the root, one level-0 table, and the
+#: context queue 0 runs in; virtual page ``VM_VA`` maps ``DMA_ADDR``'s page read-write,
+#: ``VM_VA + 0x1000`` it read-only, ``VM_VA + 0x2000`` is not mapped.
+VM_ROOT, VM_TABLE, VM_VA = 0x6000, 0x7000, 0x40_0000
+VM_WORD = pack_fields(VmWord, {"enable": 1, "asid": 5, "root": VM_ROOT >> 12})
+
+
+def vm_tables() -> dict[int, int]:
+    """The words (physical address -> 32-bit value) of the :func:`vm_cases`' page tables."""
+    def pte(ppn, write=1):
+        return pack_fields(Pte, {"valid": 1, "read": 1, "write": write, "ppn": ppn})
+    return {VM_ROOT + 4 * (VM_VA >> 22): pte(VM_TABLE >> 12),
+            VM_TABLE + 4 * ((VM_VA >> 12) & 0x3FF): pte(DMA_ADDR >> 12),
+            VM_TABLE + 4 * (((VM_VA >> 12) + 1) & 0x3FF): pte(DMA_ADDR >> 12, write=0)}
+
+
+def vm_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
+    """Page faults (:mod:`hw.isa.vm`) of queue 0 in the context of :func:`vm_tables`: a load
+    whose second row lies on an unmapped page (``ERR_ADDR`` that row's virtual address), a store
+    to the read-only page (its first byte), and a translated row that wraps past ``2**32``
+    (``BAD_DRAM_ADDR``, checked before any translation)."""
+    row = cfg.spad_row_bytes
+    return {
+        "vm_load_not_mapped": (lambda c: _dma(c, cfg, dram_addr=VM_VA + 0x1000 + 8,
+                                              dram_stride=0x1000, n_rows=2),
+                               ErrorCode.PAGE_NOT_MAPPED, VM_VA + 0x2008, Opcode.DMA_LOAD),
+        "vm_store_read_only": (lambda c: c.dma_store(mem=LocalMem.SPAD, dram_addr=VM_VA + 0xFF8,
+                                                     dram_stride=0, row_bytes=16,
+                                                     n_rows=1, local_row=0, local_stride=0),
+                               ErrorCode.PAGE_PERMISSION, VM_VA + 0x1000, Opcode.DMA_STORE),
+        "vm_wrap": (lambda c: _dma(c, cfg, dram_addr=(1 << 32) - row + 1, n_rows=1),
+                    ErrorCode.BAD_DRAM_ADDR, (1 << 32) - row + 1, Opcode.DMA_LOAD),
+    }
+
+
 def ring_cases(cfg: NPUConfig, first_slot: int) -> dict[str, tuple[int, ErrorCode, int, int]]:
     """Errors of the ring itself, found at fetch (opcode 0), for a queue whose next slot is
     ``first_slot``: ``{name: (RING_BASE, code, ERR_ADDR, ERR_CMD)}``. A misaligned ring base
@@ -188,10 +226,16 @@ def error_table(backend, *, max_cycles: int = 20_000) -> dict:
     wr(Csr.IRQ_ENABLE, IrqBit.ERROR)
     out = {}
     windowed = window_cases(cfg)
-    for name, (build, _, _, _) in sorted((error_cases(cfg) | windowed).items()):
+    translated = vm_cases(cfg) if cfg.tlb_entries else {}
+    for addr, word in vm_tables().items():
+        if translated:
+            backend.mem_write(addr, word.to_bytes(4, "little"))
+    for name, (build, _, _, _) in sorted((error_cases(cfg) | windowed | translated).items()):
         if name in windowed:
             wr(queue_csr(0, Csr.WINDOW_BASE), WINDOW[0])
             wr(queue_csr(0, Csr.WINDOW_LIMIT), WINDOW[1])
+        if name in translated:
+            wr(queue_csr(0, Csr.Q_VM), VM_WORD)
         c = CommandList()
         c.signal(0)
         c.signal(0)
@@ -221,5 +265,6 @@ def error_table(backend, *, max_cycles: int = 20_000) -> dict:
                                 and rd(Csr.ERR_CODE) == 0 and not backend.wait_irq(10))
         wr(queue_csr(0, Csr.WINDOW_BASE), 0)
         wr(queue_csr(0, Csr.WINDOW_LIMIT), 0)
+        wr(queue_csr(0, Csr.Q_VM), 0)
     out.update(_ring_errors(backend, max_cycles))
     return out

@@ -274,14 +274,13 @@ def invalidation(backend) -> dict:
             "counters": _tlb_counters(dev)}
 
 
-def stress(backend, seed: int = 1, steps: int = 60) -> dict:
+def stress(backend, seed: int = 1, steps: int = 60) -> dict:  # noqa: C901
     """Random alloc / free / map / unmap with DMA traffic (loads and stores of random rows,
     some on unmapped pages: faults, then map-and-resume or skip), checked after every step
     against a reference model of the address space (virtual page -> its bytes, and the
     scratchpad rows). Returns digests of every buffer and of the scratchpad rows used, for
     the RTL-vs-model comparison."""
     dev = Device(backend, virtual_memory=True)
-    cfg = dev.config
     ctx, s = dev.default_context, dev.default_stream
     rng = np.random.default_rng(seed)
     ref: dict[int, bytearray] = {}          # virtual page -> bytes (the reference)

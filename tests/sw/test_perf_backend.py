@@ -136,7 +136,8 @@ def test_error_table_as_on_the_functional_model(config):
     reports them (the RTL's are compared in ``tests/cosim/test_error_table_rtl.py``)."""
     perf = error_jobs.error_table(PerfBackend(config))
     model = error_jobs.error_table(ModelBackend(config))
-    cases = error_jobs.error_cases(config) | error_jobs.window_cases(config)
+    cases = (error_jobs.error_cases(config) | error_jobs.window_cases(config)
+             | error_jobs.vm_cases(config))
     assert set(perf) == set(model) == set(cases) | {"ring_misaligned", "ring_beyond_dram"}
     for case in sorted(perf):
         if case.startswith("ring_"):        # errors at fetch: the whole report, HEAD too

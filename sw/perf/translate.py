@@ -1,0 +1,137 @@
+"""Timing of one DMA channel's address translation (:class:`hw.dma.translate.Translator`): its
+TLB (:class:`hw.isa.TlbModel`) and its page walker, whose entry reads share the read channel
+with the DMA and the command fetch as the walker's AXI manager does.
+
+A burst presented in cycle ``s`` (ARVALID / AWVALID would rise) is looked up in ``s``: a hit
+with the permission lets it go from ``s``; a hit without it faults in ``s``; a miss starts a
+walk: the level-1 entry's AR from ``s + 1``, the cycle its beat is taken decides (a fault, or
+the level-0 entry's AR from the next cycle), and the cycle the level-0 beat is taken fills
+the entry (unless a ``TLB_INVALIDATE`` pulsed since the walk began) and faults or lets the
+burst be looked up again in the next cycle. Counters: ``tlb.<client>.hits`` / ``.misses`` at
+the first lookup of a burst, ``.walk_cycles`` from the cycle after the miss to the last
+beat's, ``.faults`` in the cycle the fault is found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hw.isa import VM_PAGE_SHIFT, ErrorCode, Fault, TlbModel, VmWord, unpack_fields, walk
+from hw.isa import fault_addr as _fault_addr
+from sw.perf.events import DECIDE
+from sw.perf.ledger import Item
+from sw.perf.memory import ReadChannel, ServedBurst
+
+__all__ = ["TimedTranslator"]
+
+
+class _WalkBytes(Item):
+    """``bytes_read`` of a walker read: its one beat."""
+
+    __slots__ = ("served", "beat")
+
+    def __init__(self, served: ServedBurst, beat: int) -> None:
+        self.served, self.beat = served, beat
+
+    @property
+    def end(self) -> int:
+        return self.served.c_last + 1
+
+    def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
+        n = self.served.taken_in(lo, hi)
+        if n > 0:
+            out["bytes_read"] += n * self.beat
+
+
+class _Walk:
+    __slots__ = ("vm", "va", "row_addr", "write", "go", "fault", "begin", "result", "reads",
+                 "level", "span")
+
+
+class TimedTranslator:
+    """The TLB and walker of the DMA channel ``client`` (``"load"`` or ``"store"``).
+
+    Parameters
+    ----------
+    machine : sw.perf.machine.Machine
+        Its event queue, ledger, read channel, configuration and DRAM image.
+    client : str
+    mgr : int
+        The walker's AXI manager (:data:`sw.perf.memory.WALK_LOAD` / ``WALK_STORE``).
+    """
+
+    def __init__(self, machine, client: str, mgr: int) -> None:
+        self.m = machine
+        self.client = client
+        self.mgr = mgr
+        self.tlb = TlbModel(machine.config.tlb_entries)
+        self.reads: ReadChannel = machine.reads
+        self._names = {k: f"tlb.{client}.{k}" for k in ("hits", "misses", "walk_cycles",
+                                                        "faults")}
+
+    def present(self, vm: int, va: int, row_addr: int, write: bool, s: int,
+                go: Callable[[int], None], fault: Callable[[int, ErrorCode, int], None]) -> None:
+        """A burst at virtual ``va`` (its row at ``row_addr``) is presented from cycle ``s``:
+        ``go(c)`` once it may go out (from ``c``), or ``fault(f, code, addr)``."""
+        w = _Walk()
+        w.vm, w.va, w.row_addr, w.write, w.go, w.fault = vm, va, row_addr, write, go, fault
+        self.m.eq.at(s, DECIDE, self._lookup, w, True)
+
+    def _lookup(self, w: _Walk, first: bool) -> None:
+        m, c = self.m, self.m.eq.now
+        asid = unpack_fields(VmWord, w.vm).asid
+        t = self.tlb.lookup(asid, w.va >> VM_PAGE_SHIFT)
+        if t is not None:
+            if first:
+                m.ledger.point(self._names["hits"], c)
+            if t.allows(w.write):
+                w.go(c)
+            else:
+                self._fault(w, c, ErrorCode.PAGE_PERMISSION)
+            return
+        m.ledger.point(self._names["misses"], c)
+        w.begin = c
+        w.span = m.ledger.open(self._names["walk_cycles"], c + 1)
+        w.result, w.reads = walk(self._read_word, w.vm, w.va, m.config.dram_bytes)
+        if not w.reads:                         # the root table lies outside DRAM
+            w.span.close(c + 2)
+            self._fault(w, c + 1, ErrorCode.PAGE_NOT_MAPPED)
+            return
+        w.level = 0
+        self._read(w, c + 1)
+
+    def _read(self, w: _Walk, start: int) -> None:
+        self.reads.request(self.mgr, start, 1, self, w, self._granted)
+
+    def _granted(self, c: int, served: ServedBurst) -> None:
+        self.m.ledger.item(_WalkBytes(served, self.m.config.axi_data_bytes))
+
+    # -- Reader: the walker takes its beat as soon as it shows (RREADY high) -------------------
+
+    def consume(self, served: ServedBurst) -> tuple[int, int]:
+        return served.v0, served.v0
+
+    def r_take(self, served: ServedBurst, i: int, visible: int) -> int:
+        return visible
+
+    def burst_done(self, served: ServedBurst) -> None:
+        w: _Walk = served.tag
+        r = served.c_last                      # the cycle the entry arrived (and is decided)
+        w.level += 1
+        if w.level < len(w.reads):             # level 1 valid: the level-0 read next
+            self._read(w, r + 1)
+            return
+        w.span.close(r + 1)
+        if isinstance(w.result, Fault):
+            self._fault(w, r, w.result.code)
+            return
+        if not self.m.tlb_invalidated(w.begin, r):
+            self.tlb.fill(w.result)
+        self._lookup(w, False)                 # (this is the DECIDE phase of r + 1)
+
+    def _fault(self, w: _Walk, f: int, code: ErrorCode) -> None:
+        self.m.ledger.point(self._names["faults"], f)
+        w.fault(f, code, _fault_addr(w.row_addr, w.va))
+
+    def _read_word(self, pa: int) -> int:
+        return int.from_bytes(self.m.model.dram[pa:pa + 4], "little")

@@ -1,0 +1,174 @@
+"""Device virtual memory (:mod:`hw.isa.vm`, :mod:`sw.runtime.vm`) on the functional model and
+the performance model: the page walk and the TLB against hand-built tables, the runtime's
+contexts, and the acceptance jobs of :mod:`tests.support.vm_jobs` (isolation, recovery,
+invalidation, stress). The same jobs run on the RTL in ``tests/cosim/test_vm_rtl.py``."""
+
+import numpy as np
+import pytest
+
+from hw.config import NPUConfig
+from hw.isa import (
+    CONTIG_PAGES,
+    VM_PAGE_BYTES,
+    ErrorCode,
+    Fault,
+    Pte,
+    TlbModel,
+    Translation,
+    VmWord,
+    pack_fields,
+    walk,
+)
+from sw.model import ModelBackend
+from sw.perf import PerfBackend
+from sw.runtime import Device, NPUError
+from tests.support import vm_jobs
+
+CONFIG = NPUConfig()
+
+
+def _pte(ppn, *, valid=1, read=1, write=1, contig=0) -> int:
+    return pack_fields(Pte, {"valid": valid, "read": read, "write": write, "contig": contig,
+                             "ppn": ppn})
+
+
+def test_walk_reads_two_levels_and_decides_by_hand():
+    mem = {}
+    root, table = 0x10, 0x11
+    vm = pack_fields(VmWord, {"enable": 1, "asid": 3, "root": root})
+    va = (5 << 22) | (7 << 12) | 0x123
+    mem[(root << 12) + 4 * 5] = _pte(table, read=0, write=0)
+    mem[(table << 12) + 4 * 7] = _pte(0x42, write=0)
+    t, reads = walk(lambda a: mem.get(a, 0), vm, va, 1 << 24)
+    assert reads == [(root << 12) + 20, (table << 12) + 28]
+    assert t == Translation(3, (5 << 10) | 7, 0x42, True, False, False)
+    assert t.physical(va) == (0x42 << 12) | 0x123 and not t.allows(write=True)
+    # an invalid level-1 entry: one read; an invalid level-0 entry: two
+    f, reads = walk(lambda a: mem.get(a, 0), vm, 6 << 22, 1 << 24)
+    assert f == Fault(ErrorCode.PAGE_NOT_MAPPED) and len(reads) == 1
+    f, reads = walk(lambda a: mem.get(a, 0), vm, (5 << 22) | (8 << 12), 1 << 24)
+    assert f == Fault(ErrorCode.PAGE_NOT_MAPPED) and len(reads) == 2
+    # a page (or a table, or the root) outside DRAM is not mapped
+    mem[(table << 12) + 4 * 9] = _pte(1 << 12)
+    f, _ = walk(lambda a: mem.get(a, 0), vm, (5 << 22) | (9 << 12), 1 << 24)
+    assert f == Fault(ErrorCode.PAGE_NOT_MAPPED)
+    f, reads = walk(lambda a: 0, pack_fields(VmWord, {"enable": 1, "root": 1 << 12}), 0,
+                    1 << 24)
+    assert f == Fault(ErrorCode.PAGE_NOT_MAPPED) and reads == []
+
+
+def test_contiguous_run_is_one_entry_and_tlb_fills_round_robin():
+    mem = {}
+    vm = pack_fields(VmWord, {"enable": 1, "asid": 1, "root": 0x10})
+    mem[(0x10 << 12)] = _pte(0x11)
+    for i in range(CONTIG_PAGES):
+        mem[(0x11 << 12) + 4 * (16 + i)] = _pte(0x40 + i, contig=1)
+    t, _ = walk(lambda a: mem.get(a, 0), vm, (16 + 5) << 12, 1 << 24)
+    assert t.contig and t.vpn == 16 and t.ppn == 0x40
+    assert all(t.covers(1, 16 + i) for i in range(CONTIG_PAGES)) and not t.covers(1, 32)
+    assert not t.covers(2, 16)                           # another address space
+    assert t.physical((16 + 9) << 12 | 4) == (0x49 << 12) | 4
+    tlb = TlbModel(2)
+    a, b, c = (Translation(1, v, v, True, True, False) for v in (1, 2, 3))
+    for x in (a, b, c):
+        tlb.fill(x)
+    assert tlb.lookup(1, 1) is None and tlb.lookup(1, 2) is b and tlb.lookup(1, 3) is c
+    tlb.invalidate(False, 2)
+    assert tlb.lookup(1, 3) is c
+    tlb.invalidate(False, 1)
+    assert tlb.lookup(1, 3) is None
+
+
+def test_contexts_share_map_unmap_and_free():
+    dev = Device(ModelBackend(CONFIG))
+    a, b = dev.create_context(), dev.create_context()
+    assert (a.asid, b.asid) == (0, 1)
+    x = a.alloc(5 * VM_PAGE_BYTES + 3)
+    x.write(bytes(range(256)) * 80 + b"xyz")
+    y = a.share(x, b)                                    # read-only view in b
+    assert y.read() == x.read() and not b.pages[y.addr >> 12].write
+    w = a.share(x, b, write=True)
+    assert b.pages[w.addr >> 12].write
+    free_before = dev.memory_stats().free_bytes
+    with pytest.raises(NPUError, match="not a live buffer"):
+        a.free(y)
+    b.free(y)
+    b.free(w)
+    assert dev.memory_stats().free_bytes == free_before  # the owner keeps the pages
+    a.free(x)
+    assert dev.memory_stats().free_bytes == free_before + 6 * VM_PAGE_BYTES
+    with pytest.raises(ValueError, match="not mapped"):
+        a.unmap(x.addr, 1)
+    # 64 KiB runs carry the contiguous hint; a context without them maps page by page
+    big = a.alloc(2 * CONTIG_PAGES * VM_PAGE_BYTES)
+    assert all(a.pages[(big.addr >> 12) + i].contig for i in range(2 * CONTIG_PAGES))
+    a.unmap(big.addr + 3 * VM_PAGE_BYTES, VM_PAGE_BYTES)
+    assert not any(a.pages[(big.addr >> 12) + i].contig for i in range(CONTIG_PAGES) if i != 3)
+    p = dev.create_context(contiguous=False).alloc(CONTIG_PAGES * VM_PAGE_BYTES)
+    assert not any(m.contig for m in p.context.pages.values())
+    with pytest.raises(NPUError, match="no virtual memory"):
+        Device(ModelBackend(NPUConfig(tlb_entries=0))).create_context()
+
+
+@pytest.fixture(params=["model", "perf"])
+def make(request):
+    return {"model": ModelBackend, "perf": PerfBackend}[request.param]
+
+
+def test_isolation(make):
+    r = vm_jobs.isolation(make(CONFIG))
+    assert r["gemm_a"] and r["gemm_b"] and r["gemm_c"]
+    assert r["same_va"] and r["distinct_pa"] and r["device_writes_outside"] == 0
+    assert [(f["kind"], f["va_ok"], f["queue"]) for f in r["faults"]] == [
+        ("not_mapped", True, 1), ("not_mapped", True, 1), ("permission", True, 1)]
+    assert r["shared_unchanged"]
+
+
+def test_recovery_resume_and_skip(make):
+    r = vm_jobs.recovery(make(CONFIG))
+    assert r["golden"] and r["resumed_equal"]
+    assert [(f["kind"], f["offset"]) for f in r["faults"]] == [("not_mapped", 0)]
+    assert r["skipped"]["kind"] == "not_mapped" and r["skipped"]["offset"] == 8
+    # the skipped store wrote its first row (a burst before the fault) and nothing else; the
+    # command that waited on its semaphore ran
+    assert r["partial_store"] == list(range(8)) and r["after_skip"] == list(range(8)) * 2
+
+
+def test_invalidation(make):
+    r = vm_jobs.invalidation(make(CONFIG))
+    assert (r["first"], r["second"], r["walked_again"]) == (1, 2, True)
+    assert r["fault"]["kind"] == "not_mapped" and r["fault"]["offset"] == 0
+    # without the invalidate the TLB still held the old page; after it, the new one
+    assert (r["stale_without_invalidate"], r["after_invalidate"]) == (2, 3)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_stress_against_the_reference(make, seed):
+    r = vm_jobs.stress(make(CONFIG), seed=seed, steps=60)
+    assert r["mismatches"] == 0 and r["spad_ok"]
+    assert r["events"]["fault"] > 0 and r["events"]["free"] > 0
+
+
+def test_perf_model_agrees_with_the_functional_model():
+    for job, args in (("smoke", {}), ("stress", {"seed": 3, "steps": 60})):
+        m = getattr(vm_jobs, job)(ModelBackend(CONFIG), **args)
+        p = getattr(vm_jobs, job)(PerfBackend(CONFIG), **args)
+        walk_cycles = {k for k in p["counters"] if k.endswith("walk_cycles")}
+        assert p["counters"].keys() - m["counters"].keys() == walk_cycles
+        assert {k: v for k, v in p.items() if k != "counters"} == \
+            {k: v for k, v in m.items() if k != "counters"}
+        assert {k: p["counters"][k] for k in m["counters"]} == m["counters"]
+
+
+def test_translation_off_is_physical():
+    # a queue without a context keeps physical addresses and the window (no TLB counts)
+    dev = Device(ModelBackend(CONFIG))
+    buf = dev.upload(np.arange(64, dtype=np.int8))
+    from hw.isa import LocalMem
+    from sw.runtime import CommandList
+    c = CommandList()
+    c.dma_load(mem=LocalMem.SPAD, dram_addr=buf.addr, dram_stride=8, row_bytes=8, n_rows=8,
+               local_row=0, local_stride=1)
+    dev.run(c)
+    assert all(v == 0 for k, v in dev.counters().items() if k.startswith("tlb."))
+    assert np.array_equal(dev.backend.spad[:8, :8].reshape(-1), np.arange(64))
