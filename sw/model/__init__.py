@@ -85,6 +85,16 @@ room; the RTL must agree with these for the differential tests):
   and reports the first failing burst's address, a fence writes nothing. The bursts are
   those of :func:`hw.isa.dma_bursts`. The count rule (``mode="nth"``) depends on the bus
   order across queues and is refused (``NotImplementedError``).
+* **Virtual memory** (:mod:`hw.isa.vm`): a queue whose ``Q_VM`` enables translation has
+  virtual DMA addresses. Each DMA channel keeps a TLB (:class:`hw.isa.TlbModel`) that the
+  model fills in execution order, so ``tlb.<channel>.hits`` / ``.misses`` / ``.faults`` and the
+  walks' ``bytes_read`` (one beat per entry read) equal the hardware's when the channel sees
+  the commands in the same order (one translating queue, or queues ordered by semaphores);
+  walk cycles are timing. A page fault cuts the transfer at the faulting burst (a load keeps
+  the rows completed before it, a store writes the bursts before it), keeps the command for
+  ``Q_RESUME`` (``resume`` runs it again first, ``skip`` retires it as a DMA of zero rows).
+  ``TLB_INVALIDATE`` drops the TLB entries when it executes. Bus faults are not modelled on
+  translated DMA (``NotImplementedError``).
 * REQUANT parameters: the multiplier is the low 31 bits and the shift the low 6 bits of their
   accumulator words (the register widths of the vector unit).
 * ``CONTROL`` bit 0 resets every queue, clears every error latch, zeroes the semaphores,

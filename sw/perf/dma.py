@@ -21,6 +21,7 @@ definitions of ``DMA.stall`` and its bytes at the handshakes.
 
 from __future__ import annotations
 
+import contextlib
 from bisect import bisect_right
 
 from hw.config import NPUConfig
@@ -451,10 +452,8 @@ class _StoreJob(Item):
         if self.vm and len(self.V) <= n < len(self.beats):
             # a translated burst may wait for its walk (AWVALID low) while its first beat
             # waits in the W buffer (WVALID high): that beat's arrival counts
-            try:
+            with contextlib.suppress(IndexError):   # an earlier beat's W is not timed yet
                 self.produce(n)
-            except IndexError:          # an earlier beat's W handshake is not timed yet
-                pass
         visible = merge((self.V[k], self.W[k]) for k in range(n))
         if len(self.V) > n:                   # beats in the buffer, burst not granted yet
             # (after a page fault WVALID shows only the beats of the bursts that went)
