@@ -59,6 +59,13 @@ and all cycles are timing. With more than ``trace_depth`` retirements the first
 ``trace_depth`` are kept (so, per queue, a prefix) and ``overflow`` is set. The retired
 counters and ``bytes_written`` count what ran; cycles, busy and stall counters are timing.
 ``IRQ_STATUS.FENCE`` is set if any fence with ``flags.irq`` wrote its word.
+
+*Virtual memory* (:mod:`hw.isa.vm`). Results do not depend on the TLBs when the page tables
+are changed only with a ``TLB_INVALIDATE`` ordered between the change and every command that
+relies on it (the runtime's :class:`sw.runtime.Context` does so). Which bursts hit or walk
+depends on the order in which each DMA channel runs translated commands: the same everywhere
+for one translating queue (or queues ordered by semaphores), timing otherwise; so do
+``tlb.*.hits`` / ``.misses`` and the walks' ``bytes_read``. Walk cycles are timing.
 """
 
 from hw.isa.commands import *  # noqa: F403
