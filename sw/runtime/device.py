@@ -143,6 +143,9 @@ class Device:
         backend.csr_write(Csr.CONTROL, 1)
         backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
         backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE | IrqBit.ERROR)
+        if self.config.tlb_entries:         # every queue physical until a stream binds it
+            for q in range(self.config.n_queues):
+                backend.csr_write(queue_csr(q, Csr.Q_VM), 0)
         self.profiler: Profiler | None = None
         self.default_context = self.create_context() if virtual_memory else None
         self.default_stream = self.create_stream(queue, context=self.default_context)

@@ -100,7 +100,8 @@ class Stream:
         base, limit = self.window
         wr(queue_csr(q, Csr.WINDOW_BASE), base)
         wr(queue_csr(q, Csr.WINDOW_LIMIT), 0 if self._region is None else limit)
-        wr(queue_csr(q, Csr.Q_VM), 0 if self.context is None else self.context.vm_word)
+        if self.context is not None:        # (the device cleared every queue's Q_VM)
+            wr(queue_csr(q, Csr.Q_VM), self.context.vm_word)
         wr(queue_csr(q, Csr.RING_BASE), self.ring.addr)
         wr(queue_csr(q, Csr.RING_SIZE), self.ring_size)
         self._head = self.device.backend.csr_read(queue_csr(q, Csr.HEAD))
