@@ -147,8 +147,11 @@ class Device:
             for q in range(self.config.n_queues):
                 backend.csr_write(queue_csr(q, Csr.Q_VM), 0)
         self.profiler: Profiler | None = None
+        self.default_stream = self.create_stream(queue)
+        self._tlbs_clean = False
         self.default_context = self.create_context() if virtual_memory else None
-        self.default_stream = self.create_stream(queue, context=self.default_context)
+        if self.default_context is not None:
+            self.default_stream.bind(self.default_context)
         if profile:
             self.profiler = Profiler(self)
 
@@ -246,6 +249,11 @@ class Device:
         free = [a for a in range(256) if a not in self.contexts]
         if not free:
             raise NPUError("all 256 address-space ids are in use")
+        if not self._tlbs_clean:
+            # the TLBs may hold translations of an earlier runtime's contexts (CONTROL does
+            # not clear them), whose address-space ids this one reuses
+            self.invalidate_tlb()
+            self._tlbs_clean = True
         ctx = Context(self, free[0], contiguous=contiguous)
         self.contexts[ctx.asid] = ctx
         return ctx

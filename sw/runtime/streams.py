@@ -296,6 +296,13 @@ class Stream:
         self._forget()
         dev._rearm_error_irq()
 
+    def bind(self, context: Context) -> None:
+        """Put this stream (with no work pending) in ``context`` from now on (``Q_VM``)."""
+        if self.context is not None:
+            raise ValueError(f"stream of queue {self.queue} is already in a context")
+        self.context = context
+        self.device.backend.csr_write(queue_csr(self.queue, Csr.Q_VM), context.vm_word)
+
     def resume(self) -> None:
         """After a :class:`~sw.runtime.PageFaultError` (once the page is mapped): run the
         faulted command again from its start, then the rest of the stream

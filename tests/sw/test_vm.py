@@ -49,6 +49,9 @@ def test_walk_reads_two_levels_and_decides_by_hand():
     f, reads = walk(lambda a: mem.get(a, 0), vm, (5 << 22) | (8 << 12), 1 << 24)
     assert f == Fault(ErrorCode.PAGE_NOT_MAPPED) and len(reads) == 2
     # a page (or a table, or the root) outside DRAM is not mapped
+    mem[(root << 12) + 4 * 6] = _pte(1 << 12, read=0, write=0)      # a table past DRAM
+    f, reads = walk(lambda a: mem.get(a, 0), vm, 6 << 22, 1 << 24)
+    assert f == Fault(ErrorCode.PAGE_NOT_MAPPED) and len(reads) == 1
     mem[(table << 12) + 4 * 9] = _pte(1 << 12)
     f, _ = walk(lambda a: mem.get(a, 0), vm, (5 << 22) | (9 << 12), 1 << 24)
     assert f == Fault(ErrorCode.PAGE_NOT_MAPPED)
