@@ -18,7 +18,7 @@ __all__ = ["CommandMaker", "TS_BYTES"]
 E = ErrorCode
 TS_BYTES = 256
 _WEIGHTS = {"load": 20, "store": 14, "matmul": 14, "requant": 9, "softmax": 7, "fence": 8,
-            "nop": 4, "wait": 6, "signal": 6, "barrier": 6}
+            "nop": 4, "wait": 6, "signal": 6, "barrier": 6, "tlb_invalidate": 2}
 
 
 class CommandMaker:
@@ -253,6 +253,14 @@ class CommandMaker:
 
     def _barrier(self, q: int) -> None:
         self._add(q, Opcode.BARRIER, None, [])
+
+    def _tlb_invalidate(self, q: int) -> None:
+        """TLB_INVALIDATE (all entries, or one address space): ordered as a BARRIER; the
+        queues run physical, so it changes no result (translated streams are not generated
+        yet)."""
+        body = {"tlb": {"all": 1} if self.rng.random() < 0.5
+                else {"asid": self.rng.randrange(256)}}
+        self._add(q, Opcode.TLB_INVALIDATE, body, [])
 
     def _signal(self, q: int) -> None:
         self.g.add(q, {"header": {"opcode": Opcode.SIGNAL, "flags": {}}}, [], True, False)

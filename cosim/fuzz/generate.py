@@ -99,7 +99,7 @@ class _Gen:
         if q in self.last_proc:
             preds.append(self.last_proc[q])
         op = fields["header"]["opcode"]
-        if op in (Opcode.BARRIER, Opcode.FENCE):
+        if op in (Opcode.BARRIER, Opcode.FENCE, Opcode.TLB_INVALIDATE):
             preds.extend(self.by_queue.get(q, []))
         w = fields["header"]
         if valid and (w.get("flags", {}).get("wait") or op == Opcode.WAIT):

@@ -12,7 +12,7 @@ __all__ = ["Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "s
            "sem_reached", "sem_last_csr", "trace_csr", "MAX_QUEUES",
            "VersionWord", "CfgArray", "CfgBus", "StatusWord", "ErrorWord", "QueueErrorWord",
            "TraceInfo", "SemLast", "TraceEntry", "VmWord", "ResumeWord", "CfgVm",
-           "REGISTER_STRUCTS"]
+           "REGISTER_STRUCTS", "WRITE_STRUCTS"]
 
 CSR_ID_VALUE = 0x4E505530       # "NPU0"
 #: 2.0 (:class:`VersionWord`): the PERF_* registers moved into the counter block
@@ -328,5 +328,7 @@ REGISTER_STRUCTS = {
     "VERSION": VersionWord, "CFG_ARRAY": CfgArray, "CFG_BUS": CfgBus, "STATUS": StatusWord,
     "Q_STATUS": StatusWord,
     "ERR_CODE": ErrorWord, "Q_ERR_CODE": QueueErrorWord, "TRACE_INFO": TraceInfo,
-    "SEM_LAST": SemLast, "Q_VM": VmWord, "Q_RESUME": ResumeWord, "CFG_VM": CfgVm,
+    "SEM_LAST": SemLast, "Q_VM": VmWord, "CFG_VM": CfgVm,
 }
+#: Packed write-only registers: ``Q_RESUME``.
+WRITE_STRUCTS = {"Q_RESUME": ResumeWord}

@@ -106,7 +106,10 @@ def test_counters_equal_the_waveform_exactly():
     assert set(r["after"]) == {"cycles", *COUNTER_NAMES}
     summary, check = check_counter_snapshots(run.waves, r["before"], r["after"])
     assert check.ok, check.format()
-    assert not check.unchecked and set(check.matched) == set(r["after"]), check.format()
+    # the waveform tools do not derive the TLB counters (issue 16): every other one is checked
+    tlb = {n for n in r["after"] if n.startswith("tlb.")}
+    assert set(check.unchecked) == tlb and set(check.matched) == set(r["after"]) - tlb, \
+        check.format()
     d = counter_delta(r["before"], r["after"])
     assert d["cycles"] == summary.cycles > 0
     for e in ("load", "store", "matrix", "vector"):
