@@ -78,6 +78,15 @@ class NPUConfig:
         and some interconnects 16). Bursts are also split at 4 KiB boundaries.
     cmd_fifo_depth : int
         Depth of each queue's command FIFO in front of each engine (``n_queues x 4`` FIFOs).
+    fetch_depth : int
+        Commands per queue that the command processor reads ahead of the queue's stage
+        (its prefetch buffer, a power of two in 1..64), and so the most commands one fetch
+        burst reads: a burst of ``fetch_depth x 32`` bytes at most, which must fit 256 beats
+        (at most 32 commands on a 32-bit bus). Each fetch burst reads as many commands as
+        ``HEAD..TAIL``, the end of the ring, the queue's window, the DRAM, the 4 KiB rule
+        and the free buffer entries allow, so under DRAM read latency a launch of several
+        commands pays the latency once per burst, not once per command
+        (:class:`hw.cmdproc.FetchUnit`).
     trace_depth : int
         Entries of each engine's command trace FIFO (see ``Csr.TRACE_*`` in :mod:`hw.isa`).
 
@@ -100,6 +109,7 @@ class NPUConfig:
     dma_outstanding: int = 2
     dma_max_burst_beats: int = 256
     cmd_fifo_depth: int = 2
+    fetch_depth: int = 4
     trace_depth: int = 64
 
     # Fixed number formats of this generation of the tile.
@@ -133,6 +143,9 @@ class NPUConfig:
         check("dma_max_burst_beats", 1 <= self.dma_max_burst_beats <= 256,
               "must be in 1..256 (AxLEN is 8 bits)")
         check("cmd_fifo_depth", 1 <= self.cmd_fifo_depth <= 64, "must be in 1..64")
+        check("fetch_depth", _is_pow2(self.fetch_depth) and self.fetch_depth <= 64
+              and self.fetch_depth * 32 <= 256 * (self.axi_data_bits // 8),
+              "must be a power of two in 1..64 whose commands fit one 256-beat burst")
         check("trace_depth", 2 <= self.trace_depth <= 1024, "must be in 2..1024")
 
     # -- derived quantities -------------------------------------------------------------------

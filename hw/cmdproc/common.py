@@ -5,7 +5,7 @@ from amaranth.lib import data
 
 from hw.isa import ENGINE_NAMES, OPCODE_ENGINE, Command
 
-__all__ = ["QueueEntry", "ErrorReport", "RunningCommand", "SemIncrement", "ENGINES",
+__all__ = ["QueueEntry", "FetchEntry", "ErrorReport", "RunningCommand", "SemIncrement", "ENGINES",
            "round_robin", "sem_reached"]
 
 
@@ -13,6 +13,13 @@ class QueueEntry(data.Struct):
     """A command on its way to an engine, with its index in the queue (for error reports)."""
     cmd: Command
     index: 32
+
+
+class FetchEntry(data.Struct):
+    """A command in a queue's prefetch buffer, as its fetch burst delivered it."""
+    cmd: Command
+    bus_err: 1      #: the DRAM answered the burst with an error response (SLVERR/DECERR)
+    multi: 1        #: the burst carried more than one command
 
 
 class ErrorReport(data.Struct):

@@ -23,7 +23,8 @@ class CommandProcessor(wiring.Component):
     Ports
     -----
     bus : ``Out(AXI4Signature(...))``
-        Ring fetch (one 32-byte INCR burst per command) and fence writes (one beat).
+        Ring fetch (INCR bursts of up to ``fetch_depth`` 32-byte commands) and fence writes
+        (one beat).
     ring_base, ring_size, tail : ``In(ArrayLayout(32, n_queues))``
         Ring registers (see :class:`hw.isa.Csr`); ``ring_size`` is a power of two.
     head, fetched : ``Out(ArrayLayout(32, n_queues))``
@@ -61,9 +62,11 @@ class CommandProcessor(wiring.Component):
     trace, trace_valid, trace_overflow : per engine (``Out`` arrays of 4), trace_pop : ``In(4)``
         Read side of the engines' trace FIFOs.
 
-    Latency: a command is fetched, decoded and staged in about ``32 / axi_data_bytes + 4``
-    cycles plus the DRAM read latency; fetch runs ahead of execution up to the FIFO depth
-    (``cmd_fifo_depth`` per queue and engine).
+    Latency: a command is fetched and staged in about ``32 / axi_data_bytes + 4`` cycles
+    plus the DRAM read latency, the following commands of the same burst ``32 /
+    axi_data_bytes`` cycles apart; fetch runs ahead of execution up to the prefetch buffer
+    (``fetch_depth`` per queue), the stage and the FIFOs (``cmd_fifo_depth`` per queue and
+    engine).
     """
 
     def __init__(self, config: NPUConfig):
@@ -152,6 +155,7 @@ class CommandProcessor(wiring.Component):
             fetch.stage.eq(stage.stage), fetch.stage_index.eq(stage.index),
             fetch.stage_valid.eq(stage.valid), fetch.fence_ready.eq(stage.fence_ready),
             stage.queue.eq(fetch.queue), stage.push.eq(fetch.push),
+            stage.push_queue.eq(fetch.push_queue),
             stage.push_cmd.eq(fetch.push_cmd), stage.push_index.eq(fetch.push_index),
             stage.fence_done.eq(fetch.fence_done),
             self.fence_irq.eq(fetch.fence_irq),
@@ -181,5 +185,5 @@ class CommandProcessor(wiring.Component):
             for eq in reversed(list(queues.values())):
                 with m.If(eq.err_set & (eq.err_queue == q)):
                     m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(eq.err_info)]
-            with m.If(fetch.err & (fetch.queue == q)):
-                m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(fetch.err_info)]
+            with m.If(fetch.err[q]):
+                m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(fetch.err_info[q])]

@@ -30,9 +30,10 @@ class Stage(wiring.Component):
     Ports
     -----
     queue : ``In(range(n_queues))``
-        The queue the fetch unit works on (for ``push`` and ``fence_done``).
-    push : ``In(1)``, push_cmd : ``In(Command)``, push_index : ``In(32)``
-        Load the (empty) stage of ``queue`` with a decoded command and its index.
+        The queue the fetch unit works on (for ``fence_done``).
+    push : ``In(1)``, push_queue : ``In(range(n_queues))``, push_cmd : ``In(Command)``,
+    push_index : ``In(32)``
+        Load the (empty) stage of ``push_queue`` with a checked command and its index.
     fence_done : ``In(1)``
         The fence in the stage of ``queue`` completed: the stage empties.
     stop, qclear : ``In(n_queues)``
@@ -54,7 +55,8 @@ class Stage(wiring.Component):
         self.config = config
         n = config.n_queues
         members = {
-            "queue": In(range(max(n, 2))), "push": In(1), "push_cmd": In(Command),
+            "queue": In(range(max(n, 2))), "push": In(1), "push_queue": In(range(max(n, 2))),
+            "push_cmd": In(Command),
             "push_index": In(32), "fence_done": In(1),
             "stop": In(n), "qclear": In(n),
             "sems": In(data.ArrayLayout(32, config.n_sems)),
@@ -115,12 +117,12 @@ class Stage(wiring.Component):
     def _bookkeeping(self, m: Module, done: Signal) -> None:
         """Load from fetch; empty on completion, fence completion or queue reset."""
         with m.If(self.push):
-            with m.Switch(self.queue):
+            with m.Switch(self.push_queue):
                 for q in range(self.config.n_queues):
                     with m.Case(q):
                         m.d.sync += [self.stage[q].eq(self.push_cmd),
                                      self.index[q].eq(self.push_index)]
-            m.d.sync += self.valid.bit_select(self.queue, 1).eq(1)
+            m.d.sync += self.valid.bit_select(self.push_queue, 1).eq(1)
         with m.If(self.fence_done):
             m.d.sync += self.valid.bit_select(self.queue, 1).eq(0)
         for q in range(self.config.n_queues):

@@ -2,9 +2,11 @@
 per-queue stage, the synchronization commands, the engine queues and the semaphores.
 
 * **Fetch** (:class:`FetchUnit`): in IDLE it picks, round-robin, a queue with a ready fence
-  first, else one with a command in its ring, an empty stage and no error; FETCH_CHECK; one
-  read burst of a command (shared with the DMA on the read channel); DECODE; the command is in
-  the queue's stage the cycle after.
+  first, else one with commands in its ring beyond its prefetch buffer, room in the buffer and
+  no error; FETCH_CHECK; one read burst of up to ``fetch_depth`` commands (shared with the DMA
+  on the read channel), each command into the buffer with its last beat; IDLE again the cycle
+  after the last beat. The *loader* moves one buffered command a cycle (round-robin among the
+  queues) into its empty stage, or reports its fetch error.
 * **Stage** (:class:`Stage`): an engine command moves on into its FIFO when there is room; NOP,
   WAIT and SIGNAL retire there once their wait holds; BARRIER and FENCE wait until every
   earlier command of the queue retired (``pending == 0``); a ready FENCE is written by the
@@ -151,9 +153,8 @@ class Stage:
                 self.waiting = None
                 self.sent = True
                 fifo.write(c, cmd)
-                # the stage is empty and the command counts as pending from c + 1; nothing
-                # in that cycle's DECIDE phase but the fetch FSM looks at either
-                m.eq.at(c + 1, DECIDE, self._dispatched, cmd)
+                # the stage is empty and the command counts as pending from c + 1
+                m.eq.at(c + 1, UPDATE, self._dispatched, cmd)
             else:
                 self.waiting = fifo
                 nxt = fifo.next_space(c)
@@ -174,7 +175,7 @@ class Stage:
             self.cmd = None
             self.sent = False
             self.m.pending[self.q] += 1
-            self.m.fetch.decide(self.m.eq.now)
+            self.m.fetch.wake_loader(self.m.eq.now)
 
     def space(self, fifo, cycle: int) -> None:
         """``fifo`` takes a write again from ``cycle``: the waiting command goes in then --
@@ -186,7 +187,7 @@ class Stage:
             self.waiting = None
             self.sent = True
             fifo.write(cycle, self.cmd)
-            m.eq.at(cycle + 1, DECIDE, self._dispatched, self.cmd)
+            m.eq.at(cycle + 1, UPDATE, self._dispatched, self.cmd)
         else:
             self.wake(cycle)
 
@@ -197,7 +198,7 @@ class Stage:
         now = self.m.eq.now
         if cmd.signals:
             self.m.sems.inc(now, cmd.signal_sem, len(ENGINE_NAMES) + self.q, self.q, cmd.index)
-        self.m.fetch.wake(now)
+        self.m.fetch.wake_loader(now)
 
     def all_idle(self) -> None:
         """Every engine command of the queue retired (BARRIER and FENCE may go)."""
@@ -248,21 +249,56 @@ class _FenceBytes(Item):
             out["bytes_written"] += 4
 
 
+class _Buffered:
+    """A command in a queue's prefetch buffer: decoded (its index is set when it is loaded),
+    whether its burst failed on the bus, whether that burst carried several commands."""
+
+    __slots__ = ("cmd", "bus_err", "multi")
+
+    def __init__(self, cmd: Decoded, bus_err: bool, multi: bool) -> None:
+        self.cmd, self.bus_err, self.multi = cmd, bus_err, multi
+
+
 class FetchUnit:
-    """The fetch / fence FSM of the command processor (one command or fence at a time)."""
+    """The fetch / fence FSM of the command processor (one burst or fence at a time), the
+    per-queue prefetch buffers and the loader that moves buffered commands into the stages."""
 
     def __init__(self, m) -> None:
         self.m = m
+        n = m.config.n_queues
+        self.depth = m.config.fetch_depth
         self.active = False
         self.cur = 0
         self.start = 0
         self.fetch_last = 0
         self.fence_last = 0
-        self.beats = T.fetch_beats(m.config)
+        self.load_last = 0
+        self.bpc = T.fetch_beats(m.config)          # beats per command
         self.wake = _Waker(m.eq, self.decide)
-        #: ``(cycle, queue)`` of a decoded command that enters its stage in ``cycle`` (its
-        #: HEAD and Q_FETCHED read as advanced from then, see :meth:`_staged`)
-        self.staging: tuple[int, int] | None = None
+        self.wake_loader = _Waker(m.eq, self._load)
+        self._loaded_at = -1                        # the loader's last cycle
+        self.buffers: list[deque[_Buffered]] = [deque() for _ in range(n)]
+        self.ring_err: list[ErrorCode | None] = [None] * n
+        self.single = [0] * n                        # one-command fetches left
+        self.last_flush = [-1] * n                   # the loader dropped the buffer then
+        # the burst in flight: first slot, commands, bus error; per command its event
+        # token and whether it was delivered
+        self.slot = 0
+        self.k = 0
+        self.bus_err = False
+        self.tokens: list[int] = []
+        self.delivered: list[bool] = []
+
+    def fhead(self, q: int) -> int:
+        """The next slot to fetch for queue ``q``: ``HEAD`` plus the buffered commands."""
+        queue = self.m.model.queues[q]
+        return (queue.head + len(self.buffers[q])) & (queue.ring_size - 1) & _MASK32
+
+    def reset_queue(self, q: int) -> None:
+        """Queue reset: the buffer, the ring error and the one-command fetches are gone."""
+        self.buffers[q].clear()
+        self.ring_err[q] = None
+        self.single[q] = 0
 
     # -- IDLE ---------------------------------------------------------------------------------
 
@@ -272,7 +308,6 @@ class FetchUnit:
             return
         m = self.m
         n = len(m.stages)
-        stages = m.stages
         if m.fences_staged:
             for k in range(1, n + 1):
                 q = (self.fence_last + k) % n
@@ -281,18 +316,14 @@ class FetchUnit:
                     self.fence_last = q
                     m.eq.at(c + T.FENCE_CHECK_AFTER_IDLE, DECIDE, self._fence_check)
                     return
-        queues, stop, qclear = m.model.queues, m.stop, m.last_qclear
+        queues, stop, qclear, buffers = m.model.queues, m.stop, m.last_qclear, self.buffers
         for k in range(1, n + 1):
             q = (self.fetch_last + k) % n
-            queue = queues[q]
-            if (stages[q].cmd is None and queue.head != queue.tail and not stop[q]
-                    and qclear[q] != c):
+            if (len(buffers[q]) < self.depth and self.ring_err[q] is None and not stop[q]
+                    and qclear[q] != c and self.fhead(q) != queues[q].tail):
                 self._begin(q, c)
                 self.fetch_last = q
-                if m.fetch_inputs_settled(q, c + 1):
-                    self._check_fetch(c + 1)        # FETCH_CHECK's inputs are known now
-                else:
-                    m.eq.at(c + 1, DECIDE, self._fetch_check)
+                m.eq.at(c + 1, DECIDE, self._fetch_check)
                 return
 
     def _fence_ready(self, q: int, c: int) -> bool:
@@ -319,89 +350,162 @@ class FetchUnit:
     # -- command fetch ---------------------------------------------------------------------------
 
     def _fetch_check(self) -> None:
-        self._check_fetch(self.m.eq.now)
-
-    def _check_fetch(self, c: int) -> None:
-        """FETCH_CHECK in cycle ``c``: stop on a reset or an error, check the ring slot, then
-        request its burst from ``c + 1``."""
-        m, q = self.m, self.cur
-        if self._aborted(c):
-            self._idle_at(c + 1)
-            return
+        """FETCH_CHECK: stop on a reset or an error, check the first slot (a failure is
+        recorded for the loader), then request a burst of as many commands as allowed from
+        the next cycle."""
+        m, q, c = self.m, self.cur, self.m.eq.now
         queue = m.model.queues[q]
-        slot = queue.ring_base + queue.head * COMMAND_BYTES
-        base, limit = m.window(q)
-        code, addr = _NONE, 0
-        if queue.ring_base % COMMAND_BYTES:
-            code, addr = ErrorCode.MISALIGNED, queue.ring_base
-        elif slot + COMMAND_BYTES > m.config.dram_bytes:
-            code, addr = ErrorCode.BAD_DRAM_ADDR, slot
-        elif slot < base or slot + COMMAND_BYTES > limit:
-            code, addr = ErrorCode.WINDOW, slot
-        if code is not _NONE:
-            m.report_error(q, c, code, 0, m.fetched[q], addr, source=-1)
+        fhead = self.fhead(q)
+        if self._aborted(c) or fhead == queue.tail:
             self._idle_at(c + 1)
             return
-        self.slot = slot
-        m.reads.request(CP, c + 1, self.beats, self, q, self._granted)
+        slot = queue.ring_base + fhead * COMMAND_BYTES
+        base, limit = m.window(q)
+        code = _NONE
+        if queue.ring_base % COMMAND_BYTES:
+            code = ErrorCode.MISALIGNED
+        elif slot + COMMAND_BYTES > m.config.dram_bytes:
+            code = ErrorCode.BAD_DRAM_ADDR
+        elif slot < base or slot + COMMAND_BYTES > limit:
+            code = ErrorCode.WINDOW
+        if code is not _NONE:
+            m.eq.at(c + 1, UPDATE, self._ring_error, q, code, c)
+            self._idle_at(c + 1)
+            return
+        k = T.fetch_burst_commands(
+            self.depth, len(self.buffers[q]), fhead, queue.tail, queue.ring_size, slot,
+            limit, m.config.dram_bytes, self.single[q] > 0)
+        if self.single[q]:
+            m.eq.at(c + 1, UPDATE, self._single_fetched, q, c)
+        self.slot, self.k = slot, k
+        self.bus_err = m.model.engines.fetch_fails(slot, k * COMMAND_BYTES)
+        self.tokens = [0] * k
+        self.delivered = [False] * k
+        m.reads.request(CP, c + 1, k * self.bpc, self, q, self._granted)
+
+    def _ring_error(self, q: int, code: ErrorCode, c: int) -> None:
+        if self.last_flush[q] != c:          # a buffer dropped in the same cycle wins
+            self.ring_err[q] = code
+            self.wake_loader(self.m.eq.now)
+
+    def _single_fetched(self, q: int, c: int) -> None:
+        if self.last_flush[q] != c:
+            self.single[q] -= 1
 
     def _granted(self, c: int, served: ServedBurst) -> None:
         self.m.ledger.item(_BurstBytes(served, self.m.config.axi_data_bytes))
 
+    # Reader of the burst: RREADY is high in FETCH_DATA, so each beat is taken when visible;
+    # command j is written into the buffer with its last beat (cycle r), readable from r + 1
+
     def consume(self, served: ServedBurst) -> tuple[int, int]:
+        bpc = self.bpc
+        for j in range(self.k):
+            self._schedule(j, served.v0 + (j + 1) * bpc - 1)
         last = served.v0 + served.beats - 1
         return last, last
 
     def r_take(self, served: ServedBurst, i: int, visible: int) -> int:
-        return visible            # RREADY is high in FETCH_DATA
+        if (i + 1) % self.bpc == 0:
+            self._schedule(i // self.bpc, visible)
+        return visible
 
     def burst_done(self, served: ServedBurst) -> None:
-        self._decode()            # DECODE is the cycle after the last beat (DECIDE phase)
+        pass                      # the last command's delivery made the FSM idle
 
-    def _decode(self) -> None:
-        m, q, d = self.m, self.cur, self.m.eq.now
-        if self._aborted(d):
-            self._idle_at(d + 1)
+    def _schedule(self, j: int, r: int) -> None:
+        """Command ``j``'s last beat is taken in cycle ``r`` (as far as known now)."""
+        if self.delivered[j]:
             return
-        raw = bytes(m.model.dram[self.slot:self.slot + COMMAND_BYTES])
-        cmd = decode_command(raw, q, m.fetched[q], self.slot)
-        n_sems = m.config.n_sems
-        code, addr = _NONE, 0
-        if m.model.engines.fetch_fails(self.slot, COMMAND_BYTES):
-            # an error response on the fetch burst: reported before decode, opcode 0
-            m.report_error(q, d, ErrorCode.AXI_ERROR, 0, cmd.index, self.slot, source=-1)
-            self._idle_at(d + 1)
-            return
-        if cmd.opcode not in OPCODE_VALUES:
-            code, addr = ErrorCode.BAD_OPCODE, self.slot
-        elif cmd.waits and cmd.wait_sem >= n_sems:
-            code, addr = ErrorCode.BAD_SEM, cmd.wait_sem
-        elif cmd.signals and cmd.signal_sem >= n_sems:
-            code, addr = ErrorCode.BAD_SEM, cmd.signal_sem
-        if code is not _NONE:
-            m.report_error(q, d, code, cmd.opcode, cmd.index, addr, source=-1)
-            self._idle_at(d + 1)
-            return
-        self.staging = (d + 1, q)
-        m.eq.at(d + 1, DECIDE, self._staged, q, cmd)
+        self.tokens[j] += 1
+        self.m.eq.at(r + 1, UPDATE, self._deliver, j, self.tokens[j], r)
 
-    def _staged(self, q: int, cmd: Decoded) -> None:
-        """The command is in its stage, HEAD and Q_FETCHED advanced, the FSM in IDLE, from
-        this cycle. Run in the DECIDE phase (then the stage and IDLE decide at once): nothing
-        decided in this phase reads the stage of a queue the FSM is fetching for, and a CSR
-        read in this cycle sees HEAD and Q_FETCHED through :attr:`staging`."""
+    def _deliver(self, j: int, token: int, r: int) -> None:
+        """Command ``j`` of the burst went into the buffer at the edge after cycle ``r``,
+        unless its queue was reset or its buffer dropped since the burst began; after the
+        last one the FSM is in IDLE."""
+        if token != self.tokens[j]:
+            return
+        self.delivered[j] = True
+        m, q = self.m, self.cur
+        now = m.eq.now
+        if not (self.start < m.last_qclear[q] <= r or self.start < self.last_flush[q] <= r):
+            slot = self.slot + j * COMMAND_BYTES
+            raw = bytes(m.model.dram[slot:slot + COMMAND_BYTES])
+            cmd = decode_command(raw, q, 0, slot)
+            self.buffers[q].append(_Buffered(cmd, self.bus_err, self.k > 1))
+            self.wake_loader(now)
+        if j == self.k - 1:
+            self.active = False
+            self.wake(now)
+
+    # -- loader ----------------------------------------------------------------------------------
+
+    def _load(self, c: int) -> None:
+        """The loader in cycle ``c``: round-robin, a queue whose stage is empty and whose buffer
+        holds a command (or, empty, a ring error): load the oldest command into the stage, or
+        report its error, or drop the buffer after a failed burst of several commands."""
+        if c == self._loaded_at:
+            return                # one pick a cycle (its inputs are all registers)
+        m = self.m
+        n = len(m.stages)
+        stages, stop, qclear, buffers = m.stages, m.stop, m.last_qclear, self.buffers
+        for k in range(1, n + 1):
+            q = (self.load_last + k) % n
+            if (stop[q] or qclear[q] == c or stages[q].cmd is not None
+                    or not (buffers[q] or self.ring_err[q] is not None)):
+                continue
+            self._loaded_at = c
+            self.load_last = q
+            self.wake_loader(c + 1)
+            queue = m.model.queues[q]
+            slot = queue.ring_base + queue.head * COMMAND_BYTES
+            index = m.fetched[q]
+            if not buffers[q]:
+                code = self.ring_err[q]
+                addr = queue.ring_base if code is ErrorCode.MISALIGNED else slot
+                m.report_error(q, c, code, 0, index, addr, source=-1)
+                return
+            e = buffers[q][0]
+            cmd, n_sems = e.cmd, m.config.n_sems
+            code, addr, op = _NONE, slot, cmd.opcode
+            if e.bus_err and e.multi:
+                self.last_flush[q] = c
+                m.eq.at(c + 1, UPDATE, self._flushed, q)
+                return
+            if e.bus_err:
+                code, op = ErrorCode.AXI_ERROR, 0       # never decoded: opcode 0
+            elif op not in OPCODE_VALUES:
+                code = ErrorCode.BAD_OPCODE
+            elif cmd.waits and cmd.wait_sem >= n_sems:
+                code, addr = ErrorCode.BAD_SEM, cmd.wait_sem
+            elif cmd.signals and cmd.signal_sem >= n_sems:
+                code, addr = ErrorCode.BAD_SEM, cmd.signal_sem
+            if code is not _NONE:
+                m.report_error(q, c, code, op, index, addr, source=-1)
+                return
+            cmd.index = index
+            m.eq.at(c + 1, UPDATE, self._loaded, q, cmd)
+            return
+
+    def _flushed(self, q: int) -> None:
+        self.buffers[q].clear()
+        self.single[q] = self.depth
+        self.wake(self.m.eq.now)
+
+    def _loaded(self, q: int, cmd: Decoded) -> None:
+        """The command is in its stage, ``HEAD`` and ``Q_FETCHED`` advanced."""
         m = self.m
         queue = m.model.queues[q]
+        self.buffers[q].popleft()
         m.stages[q].cmd = cmd
         if cmd.opcode == _FENCE:
             m.fences_staged += 1
         queue.head = (queue.head + 1) & (queue.ring_size - 1) & _MASK32
         m.fetched[q] += 1
-        self.active = False
-        self.staging = None
         now = m.eq.now
-        m.stages[q].decide(now)
-        self.decide(now)
+        m.stages[q].wake(now)
+        self.wake(now)
 
     # -- fence -----------------------------------------------------------------------------------
 
@@ -465,6 +569,7 @@ class FetchUnit:
                 m.sems.inc(now, cmd.signal_sem, len(ENGINE_NAMES) + m.config.n_queues, q,
                            cmd.index)
             m.stages[q].clear()
+            self.wake_loader(now)
         self.active = False
         self.wake(now)
 

@@ -54,8 +54,8 @@ class CommandFifo:
 
     def w_rdy(self, c: int) -> bool:
         """Whether a write in cycle ``c`` is accepted."""
-        if self.depth == 1:
-            return not any(e.write < c for e in self.entries)
+        if self.depth == 1:     # the register is full in the cycle its entry is taken
+            return self.last_take != c and not any(e.write < c for e in self.entries)
         inner = 0
         for e in self.entries:
             if e.write < c and (e.move is None or e.move >= c):
@@ -68,7 +68,7 @@ class CommandFifo:
         if self.w_rdy(c):
             return c
         if self.depth == 1:
-            return None
+            return c + 1 if self.last_take == c and not self.entries else None
         for e in self.entries:           # oldest entry still in the memory
             if e.write < c and (e.move is None or e.move >= c):
                 return None if e.move is None else e.move + 1
