@@ -9,7 +9,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
-from hw.cmdproc.common import ErrorReport, FetchEntry, SemIncrement, round_robin
+from hw.cmdproc.common import ENGINES, ErrorReport, FetchEntry, SemIncrement, round_robin
 from hw.config import NPUConfig
 from hw.isa import COMMAND_BYTES, PAGE_BYTES, Command, ErrorCode, Opcode
 
@@ -33,17 +33,20 @@ class FetchUnit(wiring.Component):
     ``IDLE`` again the cycle after the burst's last beat.
 
     **Loader**: each cycle it picks, round-robin, one queue whose stage is empty (not stopped
-    or being reset) and whose buffer holds a command (or, empty, a ring error pending), and
-    looks at the buffer's oldest entry: a burst error of a burst of several commands drops the
-    queue's buffer, and its next ``fetch_depth`` fetches read one command each (so a bus
-    fault is reported for the command whose 32 bytes the failing burst read, as with one
-    command per burst); a burst error of a one-command burst, an unknown opcode or a bad
-    semaphore id is reported as the error of that command (``err``; ``HEAD`` stays on it);
-    a pending ring error is reported (address: ``RING_BASE`` for ``MISALIGNED``, else the
-    slot at ``HEAD``). Otherwise the command goes into the stage (``push``) and ``HEAD`` and
-    ``Q_FETCHED`` advance. So ``HEAD`` is the next slot taken into the stage, as before the
-    buffer: errors found at fetch are reported when the command would enter the stage, in
-    order, and slots from ``HEAD`` to ``TAIL`` stay the device's.
+    or being reset) and whose buffer holds a command that has somewhere to go (or, empty, a
+    ring error pending), and looks at the buffer's oldest entry: a burst error of a burst of
+    several commands drops the queue's buffer, and its next ``fetch_depth`` fetches read one
+    command each (so a bus fault is reported for the command whose 32 bytes the failing
+    burst read, as with one command per burst); a burst error of a one-command burst, an
+    unknown opcode or a bad semaphore id is reported as the error of that command (``err``;
+    ``HEAD`` stays on it); a pending ring error is reported (address: ``RING_BASE`` for
+    ``MISALIGNED``, else the slot at ``HEAD``). Otherwise an engine command goes into its
+    engine's queue (``dispatch``; a queue is picked only when its oldest command has room
+    there) and a processor command into the stage (``push``), and ``HEAD`` and
+    ``Q_FETCHED`` advance. Each command's destination is decoded once, as it goes into the
+    buffer. So ``HEAD`` is the next slot taken in, as before the buffer: errors found at
+    fetch are reported when the command would be taken in, in order, and the slots from
+    ``HEAD`` to ``TAIL`` stay the device's.
 
     **Fence**: checks its address (alignment, DRAM range, window), writes ``value`` (or
     ``cycles`` with ``timestamp``) in one beat, waits for the B response, then pulses
@@ -71,7 +74,13 @@ class FetchUnit(wiring.Component):
         The queue being fetched or fenced.
     push : ``Out(1)``, push_queue : ``Out(range(n_queues))``, push_cmd : ``Out(Command)``,
     push_index : ``Out(32)``
-        Load the stage of ``push_queue``.
+        Load the stage of ``push_queue`` (a processor command), or, with ``dispatch``, write
+        the command into an engine's queue.
+    room : ``In(ArrayLayout(n_queues, 4))``
+        Per engine (order of :data:`~hw.cmdproc.common.ENGINES`) and queue: its engine queue
+        takes a command (``EngineQueue.i[q].ready``).
+    dispatch : ``Out(4)``
+        One-hot: the command goes to that engine's queue for ``push_queue``.
     fence_done, fence_irq : ``Out(1)``, fence_inc : ``Out(SemIncrement)``
         The fence of ``queue`` completed.
     err : ``Out(n_queues)``, err_info : ``Out(ArrayLayout(ErrorReport, n_queues))``
@@ -97,6 +106,7 @@ class FetchUnit(wiring.Component):
             "queue": Out(range(max(n, 2))),
             "push": Out(1), "push_queue": Out(range(max(n, 2))), "push_cmd": Out(Command),
             "push_index": Out(32),
+            "room": In(data.ArrayLayout(n, len(ENGINES))), "dispatch": Out(len(ENGINES)),
             "fence_done": Out(1), "fence_irq": Out(1), "fence_inc": Out(SemIncrement),
             "err": Out(n), "err_info": Out(data.ArrayLayout(ErrorReport, n)),
             "active": Out(n),
@@ -106,6 +116,7 @@ class FetchUnit(wiring.Component):
         m = Module()
         f = _FetchState(self)
         m.submodules.buffer = f.mem
+        m.submodules.kinds = f.kind_mem
         self._loader(m, f)
         fences, fetches = self._arbiters(m, f)
         with m.FSM(name="fetch") as fsm:
@@ -138,10 +149,23 @@ class FetchUnit(wiring.Component):
         """One queue a cycle: the oldest buffered command into the empty stage, or its error."""
         cfg = self.config
         n, depth = cfg.n_queues, cfg.fetch_depth
-        cand = [~self.stop[q] & ~self.qclear[q] & ~self.stage_valid[q]
-                & ((f.count[q] != 0) | (f.ring_err[q] != ErrorCode.NONE)) for q in range(n)]
+        cand = []
+        for q in range(n):
+            kind = f.kind_rd[q].data
+            room = Signal(name=f"front_room{q}")   # the oldest command has somewhere to go
+            m.d.comb += room.eq((kind == 0) | Cat(
+                (kind == e + 1) & self.room[e][q] for e in range(len(ENGINES))).any())
+            cand.append(~self.stop[q] & ~self.qclear[q] & ~self.stage_valid[q]
+                        & (((f.count[q] != 0) & room)
+                           | ((f.count[q] == 0) & (f.ring_err[q] != ErrorCode.NONE))))
+            m.d.comb += f.kind_rd[q].addr.eq(q * depth + (f.rp[q] if depth > 1 else 0))
         last = Signal(range(max(n, 2)), name="load_last")
         any_load, sel = round_robin(m, last, cand, n)
+        kind = Signal(range(len(ENGINES) + 1), name="load_kind")
+        with m.Switch(sel):
+            for q in range(n):
+                with m.Case(q):
+                    m.d.comb += kind.eq(f.kind_rd[q].data)
         rd = f.rd
         entry = rd.data
         hdr = entry.cmd.header
@@ -179,7 +203,12 @@ class FetchUnit(wiring.Component):
                              f.load_info.addr.eq(hdr.signal_sem),
                              f.load_info.opcode.eq(opcode)]
             with m.Else():
-                m.d.comb += self.push.eq(1)
+                m.d.comb += f.loaded.eq(1)
+                with m.If(kind == 0):
+                    m.d.comb += self.push.eq(1)
+                for e in range(len(ENGINES)):
+                    with m.If(kind == e + 1):
+                        m.d.comb += self.dispatch[e].eq(1)
         m.d.comb += f.load_sel.eq(sel)
         for q in range(n):
             with m.If(f.fence_err & (self.queue == q)):
@@ -298,6 +327,8 @@ class FetchUnit(wiring.Component):
                         f.wr.data.eq(Cat(cmd, err, f.multi)),
                         f.wr.en.eq(~f.abort & ~f.bit(self.qclear) & ~f.flush_cur),
                         f.written.eq(f.wr.en),
+                        f.kind_wr.addr.eq(f.wr.addr), f.kind_wr.en.eq(f.wr.en),
+                        f.kind_wr.data.eq(self._kind(m, Command(cmd), err)),
                     ]
                     m.d.sync += [f.beat.eq(0), f.resp_err.eq(0)]
                 with m.Else():
@@ -305,6 +336,23 @@ class FetchUnit(wiring.Component):
                                  f.beat.eq(f.beat + 1), f.resp_err.eq(err)]
                 with m.If(bus.rlast):
                     m.next = "IDLE"
+
+    def _kind(self, m: Module, cmd, bus_err) -> Signal:
+        """Decoded once, as the command goes into the buffer: ``1 + e`` for a command of
+        engine ``e`` of :data:`ENGINES`, 0 for a processor command or one the loader reports
+        (burst error, unknown opcode, bad semaphore id)."""
+        cfg = self.config
+        hdr = cmd.header
+        opcode = hdr.opcode
+        waits = hdr.flags.wait | (opcode == Opcode.WAIT)
+        signals = hdr.flags.signal | (opcode == Opcode.SIGNAL)
+        bad = (bus_err | (waits & (hdr.wait_sem >= cfg.n_sems))
+               | (signals & (hdr.signal_sem >= cfg.n_sems)))
+        kind = Signal(range(len(ENGINES) + 1), name="w_kind")
+        for e, ops in enumerate(ENGINES.values()):
+            with m.If(~bad & opcode.as_value().matches(*(op.value for op in ops))):
+                m.d.comb += kind.eq(e + 1)
+        return kind
 
     def _fence(self, m: Module, f: _FetchState) -> None:
         """Check the fence address, write the word, wait for the response."""
@@ -360,7 +408,7 @@ class FetchUnit(wiring.Component):
         depth = self.config.fetch_depth
         for q in range(self.config.n_queues):
             written = f.written & (self.queue == q)
-            loaded = self.push & (self.push_queue == q)
+            loaded = f.loaded & (self.push_queue == q)
             flushed = f.flush & (f.load_sel == q)
             with m.If(self.qclear[q]):
                 m.d.sync += [self.head[q].eq(self.tail[q]), self.fetched[q].eq(0),
@@ -405,6 +453,10 @@ class _FetchState:
         self.mem = Memory(shape=FetchEntry, depth=n * depth, init=[])
         self.wr = self.mem.write_port()
         self.rd = self.mem.read_port(domain="comb")
+        # each entry's destination (see FetchUnit._kind), read at every queue's oldest entry
+        self.kind_mem = Memory(shape=range(len(ENGINES) + 1), depth=n * depth, init=[])
+        self.kind_wr = self.kind_mem.write_port()
+        self.kind_rd = [self.kind_mem.read_port(domain="comb") for _ in range(n)]
         ptr = max(1, (depth - 1).bit_length())
         self.count = Signal(data.ArrayLayout(range(depth + 1), n), name="buf_count")
         self.rp = Signal(data.ArrayLayout(ptr, n), name="buf_rp")     # oldest entry
@@ -431,6 +483,7 @@ class _FetchState:
         self.flush = Signal(name="buf_flush")        # the loader drops load_sel's buffer
         self.load_sel = Signal(range(max(n, 2)), name="load_sel")
         self.load_err = Signal(name="load_err")
+        self.loaded = Signal(name="loaded")          # a command left the buffer
         self.load_info = Signal(ErrorReport, name="load_err_info")
         self.fence_err = Signal(name="fence_err")
         self.fence_info = Signal(ErrorReport, name="fence_err_info")

@@ -110,7 +110,7 @@ class CommandProcessor(wiring.Component):
         queues = {}
         for name in ENGINES:
             m.submodules[f"{name}_queue"] = queues[name] = EngineQueue(
-                cfg, in_flight=engine_in_flight(cfg, name))
+                cfg, in_flight=engine_in_flight(cfg, name), engine=name)
         n_sources = len(ENGINES) + cfg.n_queues + 1     # engines, stages, fence
         m.submodules.semaphores = sems = SemaphoreFile(cfg, n_sources)
 
@@ -118,9 +118,10 @@ class CommandProcessor(wiring.Component):
         wiring.connect(m, fetch.bus, wiring.flipped(self.bus))
         self._connect_fetch(m, fetch, stage)
 
-        # -- stages: dispatch to the engine queues, run processor commands ------------------
+        # -- stages run processor commands; engine commands go to the engine queues --------
         idle = [Cat(eq.idle[q] for eq in queues.values()).all() for q in range(cfg.n_queues)]
-        self._connect_stage(m, stage, queues, idle)
+        self._connect_stage(m, stage, idle)
+        self._dispatch(m, fetch, queues)
 
         # -- engine queues: one per engine, in front of its port ------------------------------
         for e, (name, eq) in enumerate(queues.items()):
@@ -161,12 +162,20 @@ class CommandProcessor(wiring.Component):
             self.fence_irq.eq(fetch.fence_irq),
         ]
 
-    def _connect_stage(self, m: Module, stage: Stage, queues: dict, idle: list) -> None:
+    def _connect_stage(self, m: Module, stage: Stage, idle: list) -> None:
         m.d.comb += [stage.stop.eq(self.stop), stage.qclear.eq(self.qclear),
                      stage.sems.eq(self.sems), stage.idle.eq(Cat(idle))]
-        for name, eq in queues.items():
+
+    def _dispatch(self, m: Module, fetch: FetchUnit, queues: dict) -> None:
+        """The fetch unit's loader writes an engine command into its engine's queue."""
+        for e, eq in enumerate(queues.values()):
             for q in range(self.config.n_queues):
-                wiring.connect(m, getattr(stage, name)[q], eq.i[q])
+                port = eq.i[q]
+                m.d.comb += [
+                    port.valid.eq(fetch.dispatch[e] & (fetch.push_queue == q)),
+                    port.payload.cmd.eq(fetch.push_cmd), port.payload.index.eq(fetch.push_index),
+                    fetch.room[e][q].eq(port.ready),
+                ]
 
     def _connect_engine_queue(self, m: Module, e: int, eq: EngineQueue, port) -> None:
         wiring.connect(m, eq.engine, wiring.flipped(port))

@@ -6,14 +6,15 @@ per-queue stage, the synchronization commands, the engine queues and the semapho
   no error; FETCH_CHECK; one read burst of up to ``fetch_depth`` commands (shared with the DMA
   on the read channel), each command into the buffer with its last beat; IDLE again the cycle
   after the last beat. The *loader* moves one buffered command a cycle (round-robin among the
-  queues) into its empty stage, or reports its fetch error.
-* **Stage** (:class:`Stage`): an engine command moves on into its FIFO when there is room; NOP,
-  WAIT and SIGNAL retire there once their wait holds; BARRIER and FENCE wait until every
-  earlier command of the queue retired (``pending == 0``); a ready FENCE is written by the
-  fetch FSM.
-* **Engine queues** (:class:`EngineQueue`): one FIFO per queue in front of each engine; the
-  engine takes the next ready head round-robin; it signals, reports its error and records its
-  trace entry when it retires.
+  queues whose stage is empty and whose oldest command has room) into its engine's store or
+  the stage, or reports its fetch error.
+* **Stage** (:class:`Stage`): processor commands only (the loader writes engine commands into
+  their engine's store); NOP, WAIT and SIGNAL retire there once their wait holds; BARRIER and
+  FENCE wait until every earlier command of the queue retired (``pending == 0``); a ready
+  FENCE is written by the fetch FSM.
+* **Engine queues** (:class:`EngineQueue`): per engine a store of ``cmd_fifo_depth`` commands
+  per queue (:class:`sw.perf.fifo.CommandFifo`); the engine takes the next ready head
+  round-robin; it signals, reports its error and records its trace entry when it retires.
 * **Semaphores** (:class:`Semaphores`): increments become visible the cycle after the retiring
   command's last cycle; several in one cycle add up.
 
@@ -133,33 +134,18 @@ class _Waker:
 
 
 class Stage:
-    """The one-command stage of queue ``q`` between fetch and the engine FIFOs."""
+    """The stage of queue ``q``: one processor command (engine commands go from the loader
+    straight into their engine's store)."""
 
     def __init__(self, m, q: int) -> None:
         self.m = m
         self.q = q
         self.cmd: Decoded | None = None
-        self.sent = False         # the staged engine command went into its FIFO
-        self.waiting = None       # the FIFO it waits for room in
         self.wake = _Waker(m.eq, self.decide)
 
     def decide(self, c: int) -> None:
         m, q, cmd = self.m, self.q, self.cmd
-        if cmd is None or self.sent or m.stop[q] or m.last_qclear[q] == c:
-            return
-        if cmd.engine is not None:
-            fifo = m.engine_queues[cmd.engine].fifos[q]
-            if fifo.w_rdy(c):
-                self.waiting = None
-                self.sent = True
-                fifo.write(c, cmd)
-                # the stage is empty and the command counts as pending from c + 1
-                m.eq.at(c + 1, UPDATE, self._dispatched, cmd)
-            else:
-                self.waiting = fifo
-                nxt = fifo.next_space(c)
-                if nxt is not None:
-                    self.wake(nxt)
+        if cmd is None or m.stop[q] or m.last_qclear[q] == c:
             return
         if cmd.waits and not m.sems.reached(cmd.wait_sem, cmd.wait_value):
             m.sems.watch(cmd.wait_sem, self.wake)
@@ -169,27 +155,6 @@ class Stage:
             m.eq.at(c + 1, UPDATE, self._proc_retired, cmd)
         elif op == _FENCE and m.pending[q] == 0:
             m.fetch.wake(c)
-
-    def _dispatched(self, cmd: Decoded) -> None:
-        if self.cmd is cmd:
-            self.cmd = None
-            self.sent = False
-            self.m.pending[self.q] += 1
-            self.m.fetch.wake_loader(self.m.eq.now)
-
-    def space(self, fifo, cycle: int) -> None:
-        """``fifo`` takes a write again from ``cycle``: the waiting command goes in then --
-        decided now if nothing pending can stop the queue or reset it by then."""
-        if self.waiting is not fifo:
-            return
-        m = self.m
-        if cycle > m.eq.now and m.stage_inputs_settled(self.q, cycle) and fifo.w_rdy(cycle):
-            self.waiting = None
-            self.sent = True
-            fifo.write(cycle, self.cmd)
-            m.eq.at(cycle + 1, UPDATE, self._dispatched, self.cmd)
-        else:
-            self.wake(cycle)
 
     def _proc_retired(self, cmd: Decoded) -> None:
         if self.cmd is not cmd:
@@ -210,8 +175,6 @@ class Stage:
         if self.cmd is not None and self.cmd.opcode == _FENCE:
             self.m.fences_staged -= 1
         self.cmd = None
-        self.sent = False
-        self.waiting = None
 
 
 class _BurstBytes(Item):
@@ -251,12 +214,17 @@ class _FenceBytes(Item):
 
 class _Buffered:
     """A command in a queue's prefetch buffer: decoded (its index is set when it is loaded),
-    whether its burst failed on the bus, whether that burst carried several commands."""
+    whether its burst failed on the bus, whether that burst carried several commands, and
+    where the loader sends it (``kind``: its engine, or None for the stage or an error
+    report)."""
 
-    __slots__ = ("cmd", "bus_err", "multi")
+    __slots__ = ("cmd", "bus_err", "multi", "kind")
 
-    def __init__(self, cmd: Decoded, bus_err: bool, multi: bool) -> None:
+    def __init__(self, cmd: Decoded, bus_err: bool, multi: bool, n_sems: int) -> None:
         self.cmd, self.bus_err, self.multi = cmd, bus_err, multi
+        bad = bus_err or (cmd.waits and cmd.wait_sem >= n_sems) or (
+            cmd.signals and cmd.signal_sem >= n_sems)
+        self.kind = None if bad else cmd.engine
 
 
 class FetchUnit:
@@ -433,7 +401,7 @@ class FetchUnit:
             slot = self.slot + j * COMMAND_BYTES
             raw = bytes(m.model.dram[slot:slot + COMMAND_BYTES])
             cmd = decode_command(raw, q, 0, slot)
-            self.buffers[q].append(_Buffered(cmd, self.bus_err, self.k > 1))
+            self.buffers[q].append(_Buffered(cmd, self.bus_err, self.k > 1, m.config.n_sems))
             self.wake_loader(now)
         if j == self.k - 1:
             self.active = False
@@ -450,10 +418,16 @@ class FetchUnit:
         m = self.m
         n = len(m.stages)
         stages, stop, qclear, buffers = m.stages, m.stop, m.last_qclear, self.buffers
+        queues = m.engine_queues
         for k in range(1, n + 1):
             q = (self.load_last + k) % n
-            if (stop[q] or qclear[q] == c or stages[q].cmd is not None
-                    or not (buffers[q] or self.ring_err[q] is not None)):
+            if stop[q] or qclear[q] == c or stages[q].cmd is not None:
+                continue
+            if buffers[q]:
+                kind = buffers[q][0].kind
+                if kind is not None and not queues[kind].fifos[q].w_rdy(c):
+                    continue    # its engine's store has no room for the queue
+            elif self.ring_err[q] is None:
                 continue
             self._loaded_at = c
             self.load_last = q
@@ -485,6 +459,8 @@ class FetchUnit:
                 m.report_error(q, c, code, op, index, addr, source=-1)
                 return
             cmd.index = index
+            if e.kind is not None:
+                queues[e.kind].fifos[q].write(c, cmd)
             m.eq.at(c + 1, UPDATE, self._loaded, q, cmd)
             return
 
@@ -494,17 +470,21 @@ class FetchUnit:
         self.wake(self.m.eq.now)
 
     def _loaded(self, q: int, cmd: Decoded) -> None:
-        """The command is in its stage, ``HEAD`` and ``Q_FETCHED`` advanced."""
+        """The command is in its engine's store (pending) or its stage, ``HEAD`` and
+        ``Q_FETCHED`` advanced."""
         m = self.m
         queue = m.model.queues[q]
         self.buffers[q].popleft()
-        m.stages[q].cmd = cmd
-        if cmd.opcode == _FENCE:
-            m.fences_staged += 1
+        now = m.eq.now
+        if cmd.engine is not None:
+            m.pending[q] += 1
+        else:
+            m.stages[q].cmd = cmd
+            if cmd.opcode == _FENCE:
+                m.fences_staged += 1
+            m.stages[q].wake(now)
         queue.head = (queue.head + 1) & (queue.ring_size - 1) & _MASK32
         m.fetched[q] += 1
-        now = m.eq.now
-        m.stages[q].wake(now)
         self.wake(now)
 
     # -- fence -----------------------------------------------------------------------------------
@@ -604,10 +584,8 @@ class EngineQueue:
         depth = m.config.cmd_fifo_depth
         self.wake = _Waker(m.eq, self._decide)
         self.fifos = []
-        for q in range(m.config.n_queues):
-            stage = m.stages[q]
-            self.fifos.append(CommandFifo(depth, self._head,
-                                          lambda c, st=stage, i=q: st.space(self.fifos[i], c)))
+        for _ in range(m.config.n_queues):
+            self.fifos.append(CommandFifo(depth, self._head, m.fetch.wake_loader))
         self.limit = engine_in_flight(m.config, self.name)
         self.in_flight: deque[_InEngine] = deque()
         self.engine_free = 0                   # the engine's own cmd.ready from this cycle

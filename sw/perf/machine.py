@@ -112,19 +112,6 @@ class Machine:
         """Queue ``q``'s DRAM window ``[base, limit)`` (limit 0 reads as 2**32)."""
         return self.model.queues[q].window()
 
-    def stage_inputs_settled(self, q: int, c: int) -> bool:
-        """Whether nothing pending can stop or reset queue ``q`` in cycle ``c``: no reset pulse
-        or error latch pending then (a stage moves its command on unless one of them)."""
-        if c in self.reg_writes[q] or c in self._errors:
-            return False
-        if not self.failing:
-            return True
-        for eqn in self.engine_queues.values():
-            for e in eqn.in_flight:
-                if e.cmd.queue == q and e.error is not ErrorCode.NONE and e.done + 1 <= c:
-                    return False
-        return True
-
     def queue_busy(self, q: int) -> bool:
         """``Q_STATUS.busy``: fetching or fencing for ``q``, a staged command, ring not empty,
         or an engine command of ``q`` not retired."""

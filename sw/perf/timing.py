@@ -154,7 +154,7 @@ FENCE_WRITE_AFTER_IDLE = 2
 
 
 def fifo_write_to_head(depth: int) -> int:
-    """Cycles from writing an entry into an empty per-queue command FIFO to its being readable
-    (``r_rdy``): Amaranth's ``SyncFIFOBuffered`` adds an output register behind its memory
-    (2), except for depth 1, which is one register (1)."""
-    return 1 if depth == 1 else 2
+    """Cycles from writing a command into an empty queue of an engine's store to its being
+    the head (:class:`hw.cmdproc.EngineQueue`: the count register, then an asynchronous read
+    of the store), for every ``depth``."""
+    return 1

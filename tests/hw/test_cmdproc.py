@@ -701,25 +701,31 @@ def test_engine_queue_keeps_several_commands_in_flight():
 # -- performance counters ------------------------------------------------------------------------
 
 class _FifoModel:
-    """Naive model of one queue's command FIFO in front of an engine (``SyncFIFOBuffered``):
-    an entry pushed in cycle ``w`` is readable from cycle ``w + 2``; the entry behind a head
-    popped in cycle ``t`` is readable from ``t + 1`` (if it was pushed before ``t``)."""
+    """Naive model of one queue's commands in front of an engine (``EngineQueue``'s store):
+    an entry pushed in cycle ``w`` is readable from cycle ``w + 1``; the entry behind a head
+    popped in cycle ``t`` is readable from ``t + 1``; ``depth`` entries at most (a popped
+    entry's place is free from the next cycle)."""
 
-    def __init__(self):
+    def __init__(self, depth):
+        self.depth = depth
         self.entries = []       # [header dict, push cycle]
         self.last_pop = -10
 
     def head(self, cycle):
-        if self.entries and cycle >= max(self.entries[0][1] + 2, self.last_pop + 1):
+        if self.entries and cycle >= max(self.entries[0][1] + 1, self.last_pop + 1):
             return self.entries[0][0]
         return None
+
+    def room(self):
+        return len(self.entries) < self.depth
 
 
 def test_sem_stall_of_engine_queue_matches_naive_model():
     """``EngineQueue.sem_stall`` against a per-cycle model of its definition
     (:data:`hw.isa.STALL_REASONS`): the engine idle, no queue's head ready, and some queue
     that is neither stopped nor being reset has a head waiting on a semaphore. Random
-    pushes, waits, semaphore values, stops, resets and engine latencies."""
+    pushes (one queue a cycle at most, as the fetch unit writes), waits, semaphore values,
+    stops, resets and engine latencies; the store's room against the model's."""
     import random
 
     from hw.cmdproc import EngineQueue
@@ -733,7 +739,7 @@ def test_sem_stall_of_engine_queue_matches_naive_model():
     out = {"stall": 0, "cycles": 0, "takes": 0, "blocked_any": 0}
 
     async def tb(ctx):
-        fifos = [_FifoModel() for _ in range(n)]
+        fifos = [_FifoModel(cfg.cmd_fifo_depth) for _ in range(n)]
         sems = [0] * 4
         stop = [0] * n
         busy_left = 0          # cycles of busy left (busy includes the done cycle)
@@ -749,9 +755,11 @@ def test_sem_stall_of_engine_queue_matches_naive_model():
             ctx.set(dut.stop, sum(b << q for q, b in enumerate(stop)))
             ctx.set(dut.flush, sum(b << q for q, b in enumerate(flush)))
             pushes = []
+            push_q = rng.randrange(n) if rng.random() < 0.5 else None
             for q in range(n):
                 port = dut.i[q]
-                if rng.random() < 0.15:
+                assert ctx.get(port.ready) == fifos[q].room(), f"cycle {cycle}: room of {q}"
+                if q == push_q:
                     wait = rng.random() < 0.6
                     header = {"opcode": Opcode.MATMUL, "flags": {"wait": int(wait)},
                               "wait_sem": rng.randrange(4),
@@ -801,6 +809,7 @@ def test_sem_stall_of_engine_queue_matches_naive_model():
             for q in range(n):
                 if flush[q]:
                     fifos[q].entries.clear()
+                    fifos[q].last_pop = -10
             await ctx.tick()
 
     sim.add_testbench(tb)
