@@ -137,6 +137,7 @@ def bus_fault_site(backend, *, site: str, resp: str) -> dict:
     before = backend.mem_read(lo, hi - lo)
 
     backend.set_bus_fault(fault)
+    counters = dev.counters()
     _other_copy(dev, other, o_src, o_dst)
     victim.launch(_victim_commands(cfg, site, lay))
     error = None
@@ -146,6 +147,7 @@ def bus_fault_site(backend, *, site: str, resp: str) -> dict:
         error = {"code": int(getattr(e.code, "value", e.code)), "queue": e.queue,
                  "index": e.command_index, "opcode": e.opcode, "addr": e.address}
     other.synchronize(timeout_cycles=2_000_000)
+    counters = dict(dev.counters() - counters)
     after = backend.mem_read(lo, hi - lo)
     hits = getattr(backend, "bus_fault_hits", None)
     other_ok = o_dst.read(OTHER_BYTES) == o_src.read(OTHER_BYTES)
@@ -164,7 +166,7 @@ def bus_fault_site(backend, *, site: str, resp: str) -> dict:
     return {"error": error, "changed": changed, "other_ok": bool(other_ok), "hits": hits,
             "local_rows": local_rows, "queues": [other.queue, victim.queue],
             "layout": lay, "recovered": _recovered(final, region.addr, lay, site),
-            "fault": fault.pins()}
+            "fault": fault.pins(), "counters": counters}
 
 
 def _store_local(victim, cfg, site: str, check) -> bytes:
