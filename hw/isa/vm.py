@@ -79,8 +79,9 @@ burst before the faulting one and nothing else. The queue stops (its error latch
 other queues go on.
 
 The host then writes the queue's ``Q_RESUME`` (:class:`hw.isa.ResumeWord`): ``resume`` runs the
-faulted command again from its start, before any later command of its queue on its engine,
-and the queue goes on; ``skip`` retires it without moving data (as a DMA of zero rows: its
+faulted command again from its start, before any later command of its queue on its engine
+and without waiting on its semaphore again (its wait held when it first ran), and the queue
+goes on; ``skip`` retires it without moving data (as a DMA of zero rows: its
 semaphore is signalled, it counts as retired and is traced). Both clear the queue's error.
 A DMA command can always resume because it is idempotent as long as nothing else writes its
 source or destination meanwhile (which a race-free program guarantees: every command that

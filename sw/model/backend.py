@@ -489,7 +489,7 @@ class ModelBackend:
         op = cmd.header.opcode
         self._cur = (q, queue.consumed)
         try:
-            self._execute(cmd, slot_addr, skip=queue.skip)
+            self._execute(cmd, slot_addr, skip=queue.skip, wait=False)
         except CommandError as e:
             self._raise_error(q, op.value, e.code, e.addr)
             return False
@@ -512,9 +512,11 @@ class ModelBackend:
             self.trace_overflow[e] = True
         self.clock += 1
 
-    def _execute(self, cmd: CommandView, slot_addr: int, skip: bool = False) -> bool:
+    def _execute(self, cmd: CommandView, slot_addr: int, skip: bool = False,
+                 wait: bool = True) -> bool:
         """Execute one command; returns False if it must wait. Raises CommandError. With
-        ``skip`` (a faulted DMA skipped by ``Q_RESUME``) the engine moves nothing."""
+        ``skip`` (a faulted DMA skipped by ``Q_RESUME``) the engine moves nothing; without
+        ``wait`` (a faulted command run again) its semaphore wait is not checked again."""
         header = cmd.header
         op = header.opcode
         if not isinstance(op, Opcode):
@@ -526,7 +528,7 @@ class ModelBackend:
             raise CommandError(ErrorCode.BAD_SEM, header.wait_sem)
         if do_signal and header.signal_sem >= n_sems:
             raise CommandError(ErrorCode.BAD_SEM, header.signal_sem)
-        if do_wait and not sem_reached(self.sems[header.wait_sem], header.wait_value):
+        if wait and do_wait and not sem_reached(self.sems[header.wait_sem], header.wait_value):
             return False
         engine = OPCODE_ENGINE[op]
         if engine != "processor":   # the engine takes it and retires it, error or not
