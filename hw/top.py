@@ -5,8 +5,9 @@ One clock domain (``sync``). External ports:
 * ``csr``: AXI4-Lite subordinate, 32-bit, 12-bit byte address (host MMIO, map in
   :class:`hw.isa.Csr`);
 * ``mem``: AXI4 manager to device DRAM. IDs: 0 = DMA, 1 = command processor (ring fetch and
-  fence writes), 2 and 3 = the page walkers of the DMA's load and store channels (with
-  ``tlb_entries > 0``; reads only). Reads with the same ID must return in order;
+  fence writes, and the page walks of the fetch's translator), 2 and 3 = the page walkers of
+  the DMA's load and store channels (with ``tlb_entries > 0``; reads only). Reads with the
+  same ID must return in order;
 * ``irq``: level interrupt (fence completion, error).
 
 Performance counters (:mod:`hw.counters`, CSRs ``Csr.CNT_*``): :func:`connect_counters` wires
@@ -134,7 +135,8 @@ def counter_events(m: Module, cp: CommandProcessor, mem, dma_stall, tile_stall, 
     dma_stall, tile_stall
         ``DMA.stall`` and ``ComputeTile.stall``.
     dma_tlb
-        ``DMA.tlb``: the translators' events (0 without translation hardware).
+        ``DMA.tlb``: the DMA translators' events (0 without translation hardware); the
+        command fetch's are ``cp.tlb``.
 
     Resource stalls count only while their engine is busy (a stall is part of busy time).
     """
@@ -160,7 +162,8 @@ def counter_events(m: Module, cp: CommandProcessor, mem, dma_stall, tile_stall, 
         events[f"stall.{name}.{reason}"] = busy[name] & source
     for client in TLB_CLIENTS:
         for what in TLB_COUNTERS:
-            events[f"tlb.{client}.{what}"] = getattr(dma_tlb, f"{client}_{what}")
+            events[f"tlb.{client}.{what}"] = (getattr(cp.tlb, what) if client == "fetch"
+                                              else getattr(dma_tlb, f"{client}_{what}"))
     if set(events) != set(COUNTER_NAMES):
         raise AssertionError(f"counter definitions {sorted(events)} do not match "
                              f"COUNTER_NAMES {sorted(COUNTER_NAMES)}")

@@ -11,9 +11,22 @@ from amaranth.lib.wiring import In, Out
 from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
 from hw.cmdproc.common import ENGINES, ErrorReport, FetchEntry, SemIncrement, round_robin
 from hw.config import NPUConfig
-from hw.isa import COMMAND_BYTES, PAGE_BYTES, Command, ErrorCode, Opcode
+from hw.dma.translate import Translator
+from hw.isa import (
+    COMMAND_BYTES,
+    PAGE_BYTES,
+    PAGE_FAULTS,
+    TLB_COUNTERS,
+    Command,
+    ErrorCode,
+    Opcode,
+    VmWord,
+)
 
-__all__ = ["FetchUnit", "FetchEntry"]
+__all__ = ["FetchUnit", "FetchEntry", "FetchTlbEvents"]
+
+#: The fetch translator's counter events (``tlb.fetch.*``, :data:`hw.isa.COUNTER_NAMES`).
+FetchTlbEvents = data.StructLayout(dict.fromkeys(TLB_COUNTERS, 1))
 
 
 class FetchUnit(wiring.Component):
@@ -57,11 +70,34 @@ class FetchUnit(wiring.Component):
     already requested for it completes on the bus (its address stays stable: AXI4 A3.2.1)
     and its commands are dropped, as they are after the buffer was dropped for a bus error.
 
+    **Translation** (``tlb_entries > 0``, :mod:`hw.isa.vm`): a queue whose ``Q_VM.enable`` is
+    set (read when the FSM picks it) has a virtual ring and virtual fence addresses. Its
+    checks drop the window, and the DRAM range becomes the 32-bit space (a fence's 4-byte
+    aligned word always fits); the burst length is not limited by the window or the DRAM.
+    The burst (``FETCH_ADDR``) or the fence write (``FENCE_WRITE``: AWVALID and WVALID) goes
+    out once the fetch's own :class:`~hw.dma.translate.Translator` (a TLB and a walker,
+    whose entry reads go out on this unit's AXI manager while the FSM waits) has translated
+    its page with read (ring) or write (fence) permission. A page fault of a burst is
+    recorded as the queue's ring error (reported by the loader in order, at the slot's
+    virtual address; a reset meanwhile drops it); ``resume`` or ``skip`` of the queue clear
+    a ring error that is a page fault, so the slot is fetched again (there is no command to
+    skip). A page fault of a fence is reported as the fence's error and the fence stays in
+    the stage: ``resume`` runs it again, ``skip`` retires it without writing (its semaphore
+    is signalled, no interrupt).
+
     Ports
     -----
     bus : ``Out(AXI4Signature(...))``
         Ring fetch and fence writes (the AR/R and AW/W/B channels, ID 0 here).
     ring_base, ring_size, tail, window_base, window_limit : ``In(ArrayLayout(32, n_queues))``
+    vm : ``In(ArrayLayout(32, n_queues))``
+        Per-queue ``Q_VM`` (:class:`hw.isa.VmWord`).
+    resume, skip : ``In(n_queues)``
+        ``Q_RESUME`` pulses (see *Translation*).
+    tlb_inv, tlb_inv_all : ``In(1)``, tlb_inv_asid : ``In(8)``
+        ``TLB_INVALIDATE`` (for the fetch's TLB).
+    tlb : ``Out(FetchTlbEvents)``
+        The fetch translator's counter events (0 without translation hardware).
     head, fetched : ``Out(ArrayLayout(32, n_queues))``
         Next slot loaded into the stage; commands loaded since the queue's last reset.
     stop, qclear : ``In(n_queues)``
@@ -98,7 +134,10 @@ class FetchUnit(wiring.Component):
                                      data_width=config.axi_data_bits,
                                      id_width=config.axi_id_bits)),
             "ring_base": In(q32), "ring_size": In(q32), "tail": In(q32),
-            "window_base": In(q32), "window_limit": In(q32),
+            "window_base": In(q32), "window_limit": In(q32), "vm": In(q32),
+            "resume": In(n), "skip": In(n),
+            "tlb_inv": In(1), "tlb_inv_all": In(1), "tlb_inv_asid": In(8),
+            "tlb": Out(FetchTlbEvents),
             "head": Out(q32), "fetched": Out(q32),
             "stop": In(n), "qclear": In(n), "cycles": In(32),
             "stage": In(data.ArrayLayout(Command, n)), "stage_index": In(q32),
@@ -117,18 +156,63 @@ class FetchUnit(wiring.Component):
         f = _FetchState(self)
         m.submodules.buffer = f.mem
         m.submodules.kinds = f.kind_mem
+        self._translator(m, f)
         self._loader(m, f)
         fences, fetches = self._arbiters(m, f)
         with m.FSM(name="fetch") as fsm:
             self._idle(m, f, fences, fetches)
             self._fetch(m, f)
             self._fence(m, f)
+        self._walker_bus(m, f)
         # a reset of the current queue, or its buffer dropped, while the FSM works on it:
         # the rest of the burst is dropped (the IDLE pick clears this)
         with m.If(~fsm.ongoing("IDLE") & (f.bit(self.qclear) | f.flush_cur)):
             m.d.sync += f.abort.eq(1)
         self._per_queue(m, f, fsm)
         return m
+
+    # -- translation -------------------------------------------------------------------------
+
+    def _translator(self, m: Module, f: _FetchState) -> None:
+        """The fetch's TLB and walker (with ``tlb_entries > 0``), working for the queue the
+        FSM picked (its ``Q_VM`` latched then)."""
+        cfg = self.config
+        if not cfg.tlb_entries:
+            m.d.comb += f.translate.eq(0)
+            return
+        m.submodules.translator = tr = f.tr = Translator(cfg, write=None, bus=f.walk)
+        m.d.comb += [
+            f.translate.eq(VmWord(f.vm).enable), tr.vm.eq(f.vm),
+            tr.inv.eq(self.tlb_inv), tr.inv_all.eq(self.tlb_inv_all),
+            tr.inv_asid.eq(self.tlb_inv_asid),
+            self.tlb.hits.eq(tr.ev_hit), self.tlb.misses.eq(tr.ev_miss),
+            self.tlb.walk_cycles.eq(tr.ev_walk), self.tlb.faults.eq(tr.ev_fault),
+        ]
+
+    def _walker_bus(self, m: Module, f: _FetchState) -> None:
+        """The walker's entry reads go out on this unit's AR/R channels: it reads only while
+        the FSM waits for its translation (no burst of the unit is in flight then)."""
+        if not self.config.tlb_entries:
+            return
+        bus, w = self.bus, f.walk
+        m.d.comb += [w.arready.eq(bus.arready), w.rvalid.eq(bus.rvalid),
+                     w.rdata.eq(bus.rdata), w.rresp.eq(bus.rresp), w.rlast.eq(bus.rlast),
+                     w.rid.eq(bus.rid)]
+        with m.If(w.arvalid):
+            m.d.comb += [bus.arvalid.eq(1), bus.araddr.eq(w.araddr), bus.arlen.eq(w.arlen),
+                         bus.arsize.eq(w.arsize), bus.arburst.eq(w.arburst)]
+        with m.If(w.rready):
+            m.d.comb += bus.rready.eq(1)
+
+    def _present(self, m: Module, f: _FetchState, addr, write: int, shown) -> tuple:
+        """Present ``addr`` to the translator while ``shown`` (a translated queue); returns
+        ``(go, paddr)``: the access may go out (at once for a physical queue), and where."""
+        if not self.config.tlb_entries:
+            return 1, addr
+        tr = f.tr
+        m.d.comb += [tr.valid.eq(shown & f.translate), tr.vaddr.eq(addr), tr.row_addr.eq(addr),
+                     tr.need_write.eq(write)]
+        return ~f.translate | tr.ok, Mux(f.translate, tr.paddr, addr)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -241,6 +325,9 @@ class FetchUnit(wiring.Component):
             self.fence_inc.index.eq(f.fence_index),
         ]
         with m.State("IDLE"):
+            if self.config.tlb_entries:
+                m.d.comb += f.tr.start.eq(any_fence | any_fetch)
+                m.d.sync += f.vm.eq(self.vm[Mux(any_fence, fence_sel, fetch_sel)])
             with m.If(any_fence):
                 m.d.sync += [self.queue.eq(fence_sel), fence_last.eq(fence_sel), f.abort.eq(0)]
                 with m.Switch(fence_sel):
@@ -265,8 +352,8 @@ class FetchUnit(wiring.Component):
             depth - f.count[cur],
             (self.tail[cur] - fhead) & (size - 1),
             size - fhead,
-            (f.win_limit - slot) >> 5,
-            (cfg.dram_bytes - slot) >> 5,
+            Mux(f.translate, depth, (f.win_limit - slot) >> 5),     # physical only
+            Mux(f.translate, depth, (cfg.dram_bytes - slot) >> 5),
             (PAGE_BYTES - slot[:PAGE_BYTES.bit_length() - 1]) >> 5,
         ]
         k = Signal(range(depth + 1), name="burst_cmds")
@@ -292,11 +379,12 @@ class FetchUnit(wiring.Component):
             with m.Elif(self.ring_base[cur][:5] != 0):
                 m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.MISALIGNED)]
                 m.next = "IDLE"
-            with m.Elif(f.slot_addr + COMMAND_BYTES > cfg.dram_bytes):
+            with m.Elif(f.slot_addr + COMMAND_BYTES
+                        > Mux(f.translate, 1 << 32, cfg.dram_bytes)):
                 m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.BAD_DRAM_ADDR)]
                 m.next = "IDLE"
-            with m.Elif((f.slot_addr < f.win_base)
-                        | (f.slot_addr + COMMAND_BYTES > f.win_limit)):
+            with m.Elif(~f.translate & ((f.slot_addr < f.win_base)
+                                        | (f.slot_addr + COMMAND_BYTES > f.win_limit))):
                 m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.WINDOW)]
                 m.next = "IDLE"
             with m.Else():
@@ -308,13 +396,24 @@ class FetchUnit(wiring.Component):
                              f.multi.eq(k != 1)]
                 m.next = "FETCH_ADDR"
         with m.State("FETCH_ADDR"):
+            # a translated queue's burst waits for its page (a walk keeps the FSM here even if
+            # the queue is reset meanwhile: the burst then goes out and its commands are
+            # dropped); a page fault is the queue's ring error
+            go, paddr = self._present(m, f, f.ar_addr, 0, 1)
             m.d.comb += [
-                bus.arvalid.eq(1), bus.araddr.eq(f.ar_addr), bus.arlen.eq(f.ar_len),
+                bus.arvalid.eq(go), bus.araddr.eq(paddr), bus.arlen.eq(f.ar_len),
                 bus.arsize.eq(beat_bytes.bit_length() - 1), bus.arburst.eq(AXI_BURST_INCR),
             ]
+            if cfg.tlb_entries:
+                m.d.comb += f.tr.handshake.eq(go & bus.arready)
             m.d.sync += [f.beat.eq(0), f.resp_err.eq(0)]
-            with m.If(bus.arready):
+            with m.If(go & bus.arready):
                 m.next = "FETCH_DATA"
+            if cfg.tlb_entries:
+                with m.Elif(f.tr.fault):
+                    m.d.comb += [f.chk_set.eq(~f.abort & ~f.bit(self.qclear) & ~f.flush_cur),
+                                 f.chk_code.eq(f.tr.fault_code)]
+                    m.next = "IDLE"
         with m.State("FETCH_DATA"):
             m.d.comb += bus.rready.eq(1)
             err = f.resp_err | (bus.rresp != AXI_RESP_OKAY)
@@ -364,30 +463,44 @@ class FetchUnit(wiring.Component):
         with m.State("FENCE_CHECK"):
             with m.If(self._gone(f)):
                 m.next = "IDLE"
+            with m.Elif(f.bit(f.fence_skip)):     # Q_RESUME.skip after its page fault
+                m.d.comb += [self.fence_done.eq(1), self.fence_inc.en.eq(f.signals)]
+                m.next = "IDLE"
             with m.Elif(fence.addr[:2] != 0):
                 self._fence_fail(m, f, ErrorCode.MISALIGNED, fence.addr)
-            with m.Elif(fence.addr + 4 > cfg.dram_bytes):
+            with m.Elif(~f.translate & (fence.addr + 4 > cfg.dram_bytes)):
                 self._fence_fail(m, f, ErrorCode.BAD_DRAM_ADDR, fence.addr)
-            with m.Elif((fence.addr < f.win_base) | (fence.addr + 4 > f.win_limit)):
+            with m.Elif(~f.translate & ((fence.addr < f.win_base)
+                                        | (fence.addr + 4 > f.win_limit))):
                 self._fence_fail(m, f, ErrorCode.WINDOW, fence.addr)
             with m.Else():
                 m.d.sync += [f.aw_done.eq(0), f.w_done.eq(0),
                              f.word.eq(Mux(fence.timestamp, self.cycles, fence.value))]
                 m.next = "FENCE_WRITE"
         with m.State("FENCE_WRITE"):
+            # a translated fence's AW and W wait for its page (no W beat goes out before the
+            # write is known to go); a page fault is the fence's error
+            go, paddr = self._present(m, f, fence.addr, 1, ~f.aw_done)
+            go = go | f.aw_done
             m.d.comb += [
-                bus.awvalid.eq(~f.aw_done), bus.awaddr.eq(fence.addr), bus.awlen.eq(0),
+                bus.awvalid.eq(~f.aw_done & go), bus.awaddr.eq(paddr), bus.awlen.eq(0),
                 bus.awsize.eq(beat_bytes.bit_length() - 1), bus.awburst.eq(AXI_BURST_INCR),
-                bus.wvalid.eq(~f.w_done), bus.wlast.eq(1),
+                bus.wvalid.eq(~f.w_done & go), bus.wlast.eq(1),
                 bus.wdata.eq(f.word << (lane * 8)),
                 bus.wstrb.eq(0xF << lane),
             ]
-            aw_now = f.aw_done | bus.awready
-            w_now = f.w_done | bus.wready
+            if cfg.tlb_entries:
+                m.d.comb += f.tr.handshake.eq(bus.awvalid & bus.awready)
+            aw_now = f.aw_done | (go & bus.awready)
+            w_now = f.w_done | (go & bus.wready)
             with m.If(aw_now & w_now):
                 m.next = "FENCE_RESPONSE"
             with m.Else():
                 m.d.sync += [f.aw_done.eq(aw_now), f.w_done.eq(w_now)]
+            if cfg.tlb_entries:
+                with m.If(~go & f.tr.fault):
+                    self._fence_fail(m, f, f.tr.fault_code, fence.addr)
+                    m.d.comb += f.fence_fault.eq(f.fence_err)
         with m.State("FENCE_RESPONSE"):
             m.d.comb += bus.bready.eq(1)
             with m.If(bus.bvalid):
@@ -410,6 +523,14 @@ class FetchUnit(wiring.Component):
             written = f.written & (self.queue == q)
             loaded = f.loaded & (self.push_queue == q)
             flushed = f.flush & (f.load_sel == q)
+            # a fence's page fault: skip retires it unwritten, resume runs it again
+            with m.If(self.qclear[q] | (self.fence_done & (self.queue == q))
+                      | self.resume[q]):
+                m.d.sync += [f.fence_faulted[q].eq(0), f.fence_skip[q].eq(0)]
+            with m.Elif(f.fence_fault & (self.queue == q)):
+                m.d.sync += f.fence_faulted[q].eq(1)
+            with m.Elif(self.skip[q] & f.fence_faulted[q]):
+                m.d.sync += f.fence_skip[q].eq(1)
             with m.If(self.qclear[q]):
                 m.d.sync += [self.head[q].eq(self.tail[q]), self.fetched[q].eq(0),
                              f.count[q].eq(0), f.rp[q].eq(0), f.wp[q].eq(0),
@@ -426,6 +547,9 @@ class FetchUnit(wiring.Component):
                         self.head[q].eq((self.head[q] + 1) & (self.ring_size[q] - 1)),
                         self.fetched[q].eq(self.fetched[q] + 1),
                     ]
+                with m.If((self.resume[q] | self.skip[q])
+                          & f.ring_err[q].as_value().matches(*(c.value for c in PAGE_FAULTS))):
+                    m.d.sync += f.ring_err[q].eq(0)     # fetched again (hw.isa.vm)
                 with m.If(f.chk_set & (self.queue == q)):
                     m.d.sync += f.ring_err[q].eq(f.chk_code)
                 with m.If(f.single_dec & (self.queue == q)):
@@ -477,6 +601,15 @@ class _FetchState:
         self.w_done = Signal(name="w_done")
         self.word = Signal(32, name="fence_word")
         self.win_limit = Signal(33, name="win_limit")
+        # translation (hw.isa.vm)
+        self.vm = Signal(32, name="cur_vm")            # Q_VM of the queue worked on
+        self.translate = Signal(name="cur_translate")
+        self.tr = None
+        self.walk = AXI4Signature(addr_width=cfg.axi_addr_bits, data_width=cfg.axi_data_bits,
+                                  id_width=cfg.axi_id_bits).create(path=("walk",))
+        self.fence_faulted = Signal(n, name="fence_faulted")  # its staged fence page-faulted
+        self.fence_skip = Signal(n, name="fence_skip")        # ... and Q_RESUME.skip came
+        self.fence_fault = Signal(name="fence_fault")         # wire: it faults now
         self.slot_addr = Signal(33, name="slot_addr")
         # wires
         self.written = Signal(name="buf_written")    # an entry goes into the buffer

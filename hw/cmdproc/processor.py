@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from hw.bus import AXI4Signature, EngineSignature
 from hw.cmdproc.common import ENGINES, ErrorReport, RunningCommand
 from hw.cmdproc.engine_queue import EngineQueue
-from hw.cmdproc.fetch import FetchUnit
+from hw.cmdproc.fetch import FetchTlbEvents, FetchUnit
 from hw.cmdproc.semaphores import SemaphoreFile
 from hw.cmdproc.stage import Stage
 from hw.config import NPUConfig
@@ -38,7 +38,9 @@ class CommandProcessor(wiring.Component):
         ``Q_RESUME`` pulses per queue: the DMA channels' replay slots (:class:`EngineQueue`).
     tlb_inv, tlb_inv_all : ``Out(1)``, tlb_inv_asid : ``Out(8)``
         A ``TLB_INVALIDATE`` completes (one-cycle pulse; several queues' in one cycle
-        invalidate every entry).
+        invalidate every entry); the fetch's TLB takes it too.
+    tlb : ``Out(FetchTlbEvents)``
+        The command fetch's translator events (``tlb.fetch.*``).
     load, store, matrix, vector : ``Out(EngineSignature())``
         The engines.
     stop : ``In(n_queues)``
@@ -93,6 +95,7 @@ class CommandProcessor(wiring.Component):
             "window_base": In(q32), "window_limit": In(q32), "vm": In(q32),
             "resume": In(n), "skip": In(n),
             "tlb_inv": Out(1), "tlb_inv_all": Out(1), "tlb_inv_asid": Out(8),
+            "tlb": Out(FetchTlbEvents),
             "head": Out(q32), "fetched": Out(q32),
             "stop": In(n), "qclear": In(n), "sem_clear": In(1),
             "sem_set": In(config.n_sems), "sem_set_value": In(32),
@@ -161,7 +164,10 @@ class CommandProcessor(wiring.Component):
         m.d.comb += [
             fetch.ring_base.eq(self.ring_base), fetch.ring_size.eq(self.ring_size),
             fetch.tail.eq(self.tail), fetch.window_base.eq(self.window_base),
-            fetch.window_limit.eq(self.window_limit),
+            fetch.window_limit.eq(self.window_limit), fetch.vm.eq(self.vm),
+            fetch.resume.eq(self.resume), fetch.skip.eq(self.skip),
+            fetch.tlb_inv.eq(self.tlb_inv), fetch.tlb_inv_all.eq(self.tlb_inv_all),
+            fetch.tlb_inv_asid.eq(self.tlb_inv_asid), self.tlb.eq(fetch.tlb),
             self.head.eq(fetch.head), self.fetched.eq(fetch.fetched),
             fetch.stop.eq(self.stop), fetch.qclear.eq(self.qclear), fetch.cycles.eq(self.cycles),
             fetch.stage.eq(stage.stage), fetch.stage_index.eq(stage.index),

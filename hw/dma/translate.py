@@ -1,5 +1,5 @@
-"""Address translation of one DMA channel: a TLB and a page walker (:class:`Translator`), as
-:mod:`hw.isa.vm` defines them."""
+"""Address translation of one DMA channel or of the command fetch: a TLB and a page walker
+(:class:`Translator`), as :mod:`hw.isa.vm` defines them."""
 
 from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib import data
@@ -35,21 +35,26 @@ class _Entry(data.Struct):
 
 
 class Translator(Elaboratable):
-    """TLB and page walker in front of one DMA channel's address channel (AR or AW).
+    """TLB and page walker in front of one DMA channel's address channel (AR or AW), or of
+    the command fetch's (AR for ring reads, AW for fence writes).
 
     Parameters
     ----------
     cfg : NPUConfig
         ``tlb_entries`` (> 0) entries; ``dram_bytes`` bounds the tables and pages.
-    write : bool
-        The channel writes DRAM (stores need ``Pte.write``), else reads (``Pte.read``).
+    write : bool or None
+        The channel writes DRAM (stores need ``Pte.write``), else reads (``Pte.read``); None:
+        each burst says which with ``need_write``.
     bus : AXI4 interface
-        The walker's own AXI manager (reads only: AR and R; AW and W are never valid).
+        The walker's AXI manager (reads only: AR and R; AW and W are never valid; ARVALID only
+        while walking, RREADY only while it waits for an entry).
 
     Signals (the channel's side)
     ----------------------------
     start : in
         The channel starts a command (clears the fault).
+    need_write : in (with ``write=None``)
+        The burst presented writes (needs ``Pte.write``), else reads.
     vm : in, :class:`hw.isa.VmWord`
         The command's context (latched by the channel with the command).
     valid, vaddr, row_addr : in
@@ -80,6 +85,7 @@ class Translator(Elaboratable):
         self.cfg = cfg
         self.is_write = write
         self.bus = bus
+        self.need_write = Signal()
         self.start = Signal()
         self.vm = Signal(VmWord)
         self.valid = Signal()
@@ -120,7 +126,10 @@ class Translator(Elaboratable):
             same = Mux(e.contig, e.vpn[_RUN:] == vpn[_RUN:], e.vpn == vpn)
             with m.If(e.valid & (e.asid == self.vm.asid) & same):
                 m.d.comb += [hit.eq(1), sel.eq(e)]
-        allowed = sel.write if self.is_write else sel.read
+        if self.is_write is None:
+            allowed = Mux(self.need_write, sel.write, sel.read)
+        else:
+            allowed = sel.write if self.is_write else sel.read
         page = Mux(sel.contig, Cat(vpn[:_RUN], sel.ppn[_RUN:]), sel.ppn)
 
         # -- a burst shown and not taken keeps its translation (AXI) ------------------------------

@@ -69,13 +69,19 @@ TLB_COUNTERS = ("hits", "misses", "walk_cycles", "faults")
 #:   a permission counts as a hit;
 #: * ``tlb.<client>.walk_cycles`` (cycles): the channel's walker is walking (from the cycle
 #:   after the miss to the cycle its last entry arrives, inclusive);
-#: * ``tlb.<client>.faults`` (commands): commands of the channel that ended with a page fault.
+#: * ``tlb.<client>.faults`` (commands): commands of the channel that ended with a page fault;
+#: * ``tlb.fetch.*``: the same for the command fetch's TLB (client ``fetch``): its lookups are
+#:   the ring's read bursts and the fence writes of translated queues, its faults the bursts
+#:   and fences that faulted. They depend on timing (how many commands one burst reads, how
+#:   far the fetch reads ahead of a ``TLB_INVALIDATE`` or a fault), so they are timing
+#:   counters: the functional model has none of them.
 COUNTER_NAMES = _counter_names()
 
-#: The counters that measure time (cycles); the untimed functional model has none of them.
+#: The counters that depend on timing; the untimed functional model has none of them.
 TIMING_COUNTERS = ("cycles", "dma_busy", "overlap",
                    *(n for n in COUNTER_NAMES if n.startswith(("busy.", "stall."))),
-                   *(f"tlb.{t}.walk_cycles" for t in TLB_CLIENTS))
+                   *(f"tlb.{t}.walk_cycles" for t in TLB_CLIENTS if t != "fetch"),
+                   *(n for n in COUNTER_NAMES if n.startswith("tlb.fetch.")))
 
 #: Width of each counter in bits: they wrap modulo ``2 ** COUNTER_BITS[name]``.
 COUNTER_BITS = {"cycles": 64, **dict.fromkeys(COUNTER_NAMES, 32)}

@@ -79,7 +79,7 @@ class Csr:
     changed by ``QUEUE_RESET``). ``Q_RESUME`` (:class:`ResumeWord`, write-only): resume or
     skip the queue's command that took a page fault (:mod:`hw.isa.vm`, *Page faults*).
 
-    Performance counters (``CNT_BASE`` = ``0x500`` .. ``0x5BF``, just above the registers of
+    Performance counters (``CNT_BASE`` = ``0x500`` .. ``0x5CF``, just above the registers of
     :data:`MAX_QUEUES` queues): see :data:`COUNTER_NAMES` for the definitions. Every counter
     is free-running from reset (never cleared by ``CONTROL``), 32 bits wide and wraps modulo
     2**32, except the 64-bit cycle count; the difference of two snapshots taken less than
@@ -102,9 +102,9 @@ class Csr:
       All read the last snapshot (0 before the first). A stall register of a pair that is not
       in :data:`ENGINE_STALLS` (e.g. ``matrix``/``dram_read``) always reads 0.
 
-    Per TLB client ``t`` (index in :data:`hw.isa.vm.TLB_CLIENTS`: load, store) at ``CNT_TLB_BASE
-    + CNT_TLB_STRIDE * t``: ``+0x0`` hits, ``+0x4`` misses, ``+0x8`` walk cycles, ``+0xC``
-    faults (the ``tlb.<client>.*`` counters).
+    Per TLB client ``t`` (index in :data:`hw.isa.vm.TLB_CLIENTS`: load, store, fetch) at
+    ``CNT_TLB_BASE + CNT_TLB_STRIDE * t``: ``+0x0`` hits, ``+0x4`` misses, ``+0x8`` walk
+    cycles, ``+0xC`` faults (the ``tlb.<client>.*`` counters).
 
     Layout: ``0x500`` SNAPSHOT, ``0x504``/``0x508`` CYCLES_LO/HI, ``0x50C`` reserved,
     ``0x510`` BYTES_READ, ``0x514`` BYTES_WRITTEN, ``0x518`` DMA_BUSY, ``0x51C`` OVERLAP; engine
@@ -186,7 +186,7 @@ class Csr:
     CNT_TLB_MISSES = 0x4
     CNT_TLB_WALK_CYCLES = 0x8
     CNT_TLB_FAULTS = 0xC
-    CNT_END = 0x5C0             #: first offset after the counter block
+    CNT_END = 0x5D0             #: first offset after the counter block
 
     SEM_BASE = 0x800
     SEM_LAST_BASE = 0xC00

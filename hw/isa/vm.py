@@ -10,12 +10,14 @@ A *context* is one address space: a page table in device DRAM and an 8-bit addre
 ``enable`` clear (the reset state) the queue's DMA addresses are physical, as before virtual
 memory existed, and nothing of this module applies to it (same cycles, same checks).
 
-With ``enable`` set, the ``dram_addr`` of the queue's DMA_LOAD / DMA_STORE commands is a
-32-bit *virtual* address: it is checked only for not wrapping past ``2**32``
-(``BAD_DRAM_ADDR``), the queue's window does not apply to it (the page tables are the
-protection), and every burst (:func:`hw.isa.dma_bursts`, which never crosses a 4 KiB page)
-is translated on its way to the bus. Ring fetch and fence writes stay physical and keep the
-window check (the command fetch does not translate yet).
+With ``enable`` set, every DRAM address of the queue is a 32-bit *virtual* address: the
+``dram_addr`` of its DMA_LOAD / DMA_STORE commands, its ring (``RING_BASE``) and its fences'
+``addr``. They are checked only for not wrapping past ``2**32`` (``BAD_DRAM_ADDR``; a ring
+must still be 32-byte aligned, a fence word 4-byte aligned), the queue's window does not
+apply to them (the page tables are the protection), and every burst is translated on its
+way to the bus: DMA bursts (:func:`hw.isa.dma_bursts`, which never cross a 4 KiB page) by
+their channel's TLB, ring bursts (which never cross a page either) and fence writes by the
+command fetch's TLB. A ring page needs ``read``, a fence word's page ``write``.
 
 Page-table format (two levels, 4 KiB pages, after RISC-V Sv32, *The RISC-V Instruction Set
 Manual, Volume II: Privileged Architecture*, section 4.3, with 32-bit entries and no
@@ -49,8 +51,10 @@ beat), through the walker's own AXI manager. It *faults* with
 
 TLB
 ---
-Each DMA channel (load, store) has its own fully associative TLB of
-:attr:`~hw.config.NPUConfig.tlb_entries` entries and its own walker. An entry holds one
+Each DMA channel (load, store) and the command fetch (``fetch``: ring reads and fence
+writes) has its own fully associative TLB of :attr:`~hw.config.NPUConfig.tlb_entries`
+entries and its own walker (the fetch's walker reads on the command processor's AXI manager,
+while the fetch waits for it). An entry holds one
 translation (``asid``, virtual page or contiguous run, physical page or run, ``read``,
 ``write``); a successful walk fills the next entry in round-robin order (:class:`TlbModel`,
 the one definition of which entry a fill replaces); a failed walk fills nothing. A lookup
@@ -92,6 +96,20 @@ same queue that were not ordered after it may have run meanwhile, exactly as the
 while it runs; the commands behind it on its engine never started. ``Q_RESUME`` of a queue
 whose latched error is not a page fault does nothing. ``QUEUE_RESET`` drops the faulted
 command with the others.
+
+Faults of the command fetch (a queue with a context). A ring burst that faults is reported
+like a ring check's error: when the commands fetched before it have been taken in, with
+the command index ``Q_FETCHED`` (the first command of the burst), opcode 0, and ``ERR_ADDR``
+= the slot's virtual address; ``HEAD`` stays on it. ``resume`` and ``skip`` both fetch it
+again (nothing was read: there is no command to skip). A fence whose write faults is
+reported with its index, opcode ``FENCE`` and its virtual address, and nothing is written;
+``resume`` runs it again, ``skip`` retires it without writing (its semaphore is signalled,
+no fence interrupt).
+
+The fetch reads ahead (up to ``fetch_depth`` commands beyond the stage and the engine
+stores), so it may read ring slots through a translation that a later ``TLB_INVALIDATE`` of
+the same queue drops: the host must not change the mapping of a ring page while the queue
+can fetch from it (the runtime maps a stream's ring once, for its lifetime).
 """
 
 
@@ -115,7 +133,7 @@ PT_ENTRIES = 1 << VPN_BITS              #: entries of one table (one 4 KiB page)
 CONTIG_PAGES = 16                       #: pages of a contiguous run (64 KiB)
 ASID_BITS = 8
 #: The translating clients, each with its own TLB and walker (the counters ``tlb.<client>.*``)
-TLB_CLIENTS = ("load", "store")
+TLB_CLIENTS = ("load", "store", "fetch")
 #: The error codes of page faults
 PAGE_FAULTS = (ErrorCode.PAGE_NOT_MAPPED, ErrorCode.PAGE_PERMISSION)
 

@@ -94,7 +94,13 @@ room; the RTL must agree with these for the differential tests):
   the rows completed before it, a store writes the bursts before it), keeps the command for
   ``Q_RESUME`` (``resume`` runs it again first, ``skip`` retires it as a DMA of zero rows).
   ``TLB_INVALIDATE`` drops the TLB entries when it executes. Bus faults are not modelled on
-  translated DMA (``NotImplementedError``).
+  translated DMA (``NotImplementedError``). The ring and the fence words of such a queue are
+  virtual too: each slot and fence word is translated by a page walk (the fetch's TLB and
+  its ``tlb.fetch.*`` counters are timing, as is whether its walks' beats are read, so the
+  model counts none of them); a ring slot that faults is reported as a ring error (opcode
+  0, the slot's virtual address) and fetched again after ``Q_RESUME``; a fence that faults
+  writes nothing and runs again on ``resume``, or retires unwritten (signalling, no
+  interrupt) on ``skip``.
 * REQUANT parameters: the multiplier is the low 31 bits and the shift the low 6 bits of their
   accumulator words (the register widths of the vector unit).
 * ``CONTROL`` bit 0 resets every queue, clears every error latch, zeroes the semaphores,

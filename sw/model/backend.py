@@ -84,6 +84,7 @@ class _Queue:
     #: (decoded command, slot address)
     replay: tuple | None = None
     skip: bool = False     #: ``Q_RESUME.skip``: retire ``replay`` without moving data
+    fetch_fault: bool = False   #: the latched error is a page fault of the ring fetch
 
     def window(self) -> tuple[int, int]:
         return self.window_base, self.window_limit or _WORD
@@ -339,9 +340,11 @@ class ModelBackend:
         elif reg == Csr.Q_RESUME:
             word = unpack_fields(ResumeWord, value)
             if (queue.error is not None and queue.error.code in PAGE_FAULTS
-                    and queue.replay is not None and (word.resume or word.skip)):
+                    and (queue.replay is not None or queue.fetch_fault)
+                    and (word.resume or word.skip)):
                 queue.error = None          # (ERR_* keeps the first error)
-                queue.skip = bool(word.skip)
+                queue.skip = bool(word.skip) and queue.replay is not None
+                queue.fetch_fault = False   # a ring slot is fetched again
                 self._pump()
         elif reg == Csr.RING_SIZE:
             queue.ring_size = value
@@ -395,6 +398,7 @@ class ModelBackend:
         queue.consumed = 0
         queue.error = None
         queue.replay = None
+        queue.fetch_fault = False
         if self.first_error is not None and self.first_error.queue == q:
             self.first_error = None
 
@@ -418,9 +422,10 @@ class ModelBackend:
                 if self._run_queue(q):
                     progress = True
 
-    def _fetch(self, q: int) -> tuple[int, bytes] | None:
-        """The DRAM address and bytes of queue ``q``'s head command, or None after latching a
-        ring error (ring size, alignment, DRAM, window)."""
+    def _fetch(self, q: int) -> tuple[int, bytes, int] | None:
+        """The DRAM address (virtual for a translating queue), bytes and physical address of
+        queue ``q``'s head command, or None after latching a ring error (ring size,
+        alignment, DRAM, window, page fault)."""
         queue = self.queues[q]
         size = queue.ring_size
         if size < 2 or size & (size - 1) or queue.tail >= size:
@@ -431,6 +436,17 @@ class ModelBackend:
             self._raise_error(q, 0, ErrorCode.MISALIGNED, queue.ring_base)
             return None
         slot_addr = queue.ring_base + queue.head * COMMAND_BYTES
+        if self.engines.translates(queue.vm):        # a virtual ring (hw.isa.vm)
+            if slot_addr + COMMAND_BYTES > _WORD:
+                self._raise_error(q, 0, ErrorCode.BAD_DRAM_ADDR, slot_addr)
+                return None
+            try:
+                pa = self.engines.translate_fetch(queue.vm, slot_addr, write=False)
+            except CommandError as e:
+                self._raise_error(q, 0, e.code, e.addr)
+                queue.fetch_fault = True
+                return None
+            return slot_addr, bytes(self.dram[pa:pa + COMMAND_BYTES]), pa
         if slot_addr + COMMAND_BYTES > self.config.dram_bytes:
             self._raise_error(q, 0, ErrorCode.BAD_DRAM_ADDR, slot_addr)
             return None
@@ -438,7 +454,7 @@ class ModelBackend:
         if slot_addr < win_base or slot_addr + COMMAND_BYTES > win_limit:
             self._raise_error(q, 0, ErrorCode.WINDOW, slot_addr)
             return None
-        return slot_addr, bytes(self.dram[slot_addr:slot_addr + COMMAND_BYTES])
+        return slot_addr, bytes(self.dram[slot_addr:slot_addr + COMMAND_BYTES]), slot_addr
 
     def _run_queue(self, q: int) -> bool:
         """Execute queue ``q`` from HEAD towards TAIL; returns whether a command retired."""
@@ -452,8 +468,8 @@ class ModelBackend:
             fetched = self._fetch(q)
             if fetched is None:
                 break
-            slot_addr, raw = fetched
-            if self.engines.fetch_fails(slot_addr, COMMAND_BYTES):
+            slot_addr, raw, slot_pa = fetched
+            if self.engines.fetch_fails(slot_pa, COMMAND_BYTES):
                 self.counters["bytes_read"] += COMMAND_BYTES     # the burst was read
                 self._raise_error(q, 0, ErrorCode.AXI_ERROR, slot_addr)
                 break
@@ -543,7 +559,7 @@ class ModelBackend:
             if engine != "processor":   # a failed engine command is traced as the RTL does
                 self._trace(self._cur[0], op)
             raise
-        if op == Opcode.FENCE and header.flags.irq:
+        if op == Opcode.FENCE and header.flags.irq and not skip:
             self.irq_status |= IrqBit.FENCE
         if do_signal:
             s = header.signal_sem

@@ -107,7 +107,7 @@ class Engines:
         elif op == Opcode.SOFTMAX:
             self.softmax(body.softmax)
         elif op == Opcode.FENCE:
-            self.fence(body.fence, window)
+            self.fence(body.fence, window, vm)
 
     # -- DMA ------------------------------------------------------------------------------------
 
@@ -282,6 +282,29 @@ class Engines:
             self.counters[f"tlb.{client}.faults"] += 1
             raise CommandError(fault[1], fault_addr(addr + cut.row * stride, cut.addr))
 
+    def translates(self, vm: int) -> bool:
+        """Whether a queue whose ``Q_VM`` is ``vm`` has virtual addresses."""
+        return bool(self.tlbs) and bool(unpack_fields(VmWord, vm).enable)
+
+    def translate_fetch(self, vm: int, va: int, write: bool) -> int:
+        """The physical address of a ring slot (``write`` False) or a fence word of a
+        translating queue, by a page walk (:func:`hw.isa.walk`). The fetch's TLB, its
+        counters and its walks' bytes depend on how far the hardware's fetch reads ahead
+        (``tlb.fetch.*`` are timing counters), so the model walks every time and counts none
+        of them.
+
+        Raises
+        ------
+        CommandError
+            ``PAGE_NOT_MAPPED`` or ``PAGE_PERMISSION`` at ``va``.
+        """
+        t, _ = walk(self._read_word, vm, va, self.config.dram_bytes)
+        if isinstance(t, Fault):
+            raise CommandError(t.code, va)
+        if not t.allows(write=write):
+            raise CommandError(ErrorCode.PAGE_PERMISSION, va)
+        return t.physical(va)
+
     def _read_word(self, pa: int) -> int:
         return int.from_bytes(self.dram[pa:pa + 4], "little")
 
@@ -416,17 +439,21 @@ class Engines:
 
     # -- fence ----------------------------------------------------------------------------------
 
-    def fence(self, body: CommandView, window: Window) -> None:
+    def fence(self, body: CommandView, window: Window, vm: int = 0) -> None:
         """FENCE's write (:class:`hw.isa.FenceBody`): ``value``, or with ``timestamp`` the
-        cycle counter, which is 0 on the untimed model. The interrupt is the caller's."""
+        cycle counter, which is 0 on the untimed model. The interrupt is the caller's. With a
+        translating ``vm`` the address is virtual (:meth:`translate_fetch`)."""
         addr = body.addr
         if addr % 4:
             raise CommandError(ErrorCode.MISALIGNED, addr)
-        if addr + 4 > self.config.dram_bytes:
-            raise CommandError(ErrorCode.BAD_DRAM_ADDR, addr)
-        win_base, win_limit = window
-        if addr < win_base or addr + 4 > win_limit:
-            raise CommandError(ErrorCode.WINDOW, addr)
+        if self.translates(vm):
+            addr = self.translate_fetch(vm, addr, write=True)
+        else:
+            if addr + 4 > self.config.dram_bytes:
+                raise CommandError(ErrorCode.BAD_DRAM_ADDR, addr)
+            win_base, win_limit = window
+            if addr < win_base or addr + 4 > win_limit:
+                raise CommandError(ErrorCode.WINDOW, addr)
         value = 0 if body.timestamp else body.value
         self.counters["bytes_written"] += 4
         if self.fence_fails(addr):

@@ -33,8 +33,10 @@ from hw.isa import (
     PAGE_FAULTS,
     ErrorCode,
     Opcode,
+    VmWord,
     engine_in_flight,
     sem_reached,
+    unpack_fields,
 )
 from sw.perf import timing as T
 from sw.perf.decode import OPCODE_VALUES, Decoded, decode_command
@@ -264,6 +266,9 @@ class FetchUnit:
         self.ring_err: list[ErrorCode | None] = [None] * n
         self.single = [0] * n                        # one-command fetches left
         self.last_flush = [-1] * n                   # the loader dropped the buffer then
+        self.vm = 0                                  # Q_VM of the queue worked on, if it translates
+        self.fence_faulted = [False] * n             # its staged fence took a page fault
+        self.fence_skip = [False] * n                # ... and Q_RESUME.skip came
         # the burst in flight: first slot, commands, bus error; per command its event
         # token and whether it was delivered
         self.slot = 0
@@ -278,10 +283,12 @@ class FetchUnit:
         return (queue.head + len(self.buffers[q])) & (queue.ring_size - 1) & _MASK32
 
     def reset_queue(self, q: int) -> None:
-        """Queue reset: the buffer, the ring error and the one-command fetches are gone."""
+        """Queue reset: the buffer, the ring error, the one-command fetches and a fence's page
+        fault are gone."""
         self.buffers[q].clear()
         self.ring_err[q] = None
         self.single[q] = 0
+        self.fence_faulted[q] = self.fence_skip[q] = False
 
     # -- IDLE ---------------------------------------------------------------------------------
 
@@ -318,6 +325,26 @@ class FetchUnit:
 
     def _begin(self, q: int, c: int) -> None:
         self.active, self.cur, self.start = True, q, c
+        self.vm = self._translating(q)
+
+    def _translating(self, q: int) -> int:
+        """Queue ``q``'s ``Q_VM`` if its addresses are virtual (:mod:`hw.isa.vm`), else 0."""
+        m = self.m
+        if not m.translators:
+            return 0
+        vm = m.model.queues[q].vm
+        return vm if unpack_fields(VmWord, vm).enable else 0
+
+    def resumed(self, q: int, skip: bool) -> None:
+        """``Q_RESUME`` of queue ``q`` took effect (this cycle, UPDATE): a ring error that is a
+        page fault is cleared (the slot is fetched again); a fence that faulted runs again
+        (``resume``) or retires unwritten (``skip``)."""
+        if self.ring_err[q] in PAGE_FAULTS:
+            self.ring_err[q] = None
+        if skip:
+            self.fence_skip[q] = self.fence_faulted[q]
+        else:
+            self.fence_faulted[q] = self.fence_skip[q] = False
 
     def _aborted(self, c: int, stop: bool = True) -> bool:
         q = self.cur
@@ -345,11 +372,12 @@ class FetchUnit:
         slot = queue.ring_base + fhead * COMMAND_BYTES
         base, limit = m.window(q)
         code = _NONE
+        vm = self.vm
         if queue.ring_base % COMMAND_BYTES:
             code = ErrorCode.MISALIGNED
-        elif slot + COMMAND_BYTES > m.config.dram_bytes:
+        elif slot + COMMAND_BYTES > (1 << 32 if vm else m.config.dram_bytes):
             code = ErrorCode.BAD_DRAM_ADDR
-        elif slot < base or slot + COMMAND_BYTES > limit:
+        elif not vm and (slot < base or slot + COMMAND_BYTES > limit):
             code = ErrorCode.WINDOW
         if code is not _NONE:
             m.eq.at(c + 1, UPDATE, self._ring_error, q, code, c)
@@ -357,14 +385,36 @@ class FetchUnit:
             return
         k = T.fetch_burst_commands(
             self.depth, len(self.buffers[q]), fhead, queue.tail, queue.ring_size, slot,
-            limit, m.config.dram_bytes, self.single[q] > 0)
+            limit, m.config.dram_bytes, self.single[q] > 0, translate=bool(vm))
         if self.single[q]:
             m.eq.at(c + 1, UPDATE, self._single_fetched, q, c)
         self.slot, self.k = slot, k
-        self.bus_err = m.model.engines.fetch_fails(slot, k * COMMAND_BYTES)
         self.tokens = [0] * k
         self.delivered = [False] * k
-        m.reads.request(CP, c + 1, k * self.bpc, self, q, self._granted)
+        if vm:          # FETCH_ADDR waits for the page's translation (hw.cmdproc.FetchUnit)
+            m.translators["fetch"].present(vm, slot, slot, False, c + 1, self._fetch_go,
+                                           self._fetch_fault)
+        else:
+            self._fetch_go(c + 1, slot)
+
+    def _fetch_go(self, c: int, pa: int) -> None:
+        """The burst's ARVALID from cycle ``c``, at physical ``pa``."""
+        m = self.m
+        self.slot_pa = pa
+        self.bus_err = m.model.engines.fetch_fails(pa, self.k * COMMAND_BYTES)
+        m.reads.request(CP, c, self.k * self.bpc, self, self.cur, self._granted)
+
+    def _fetch_fault(self, f: int, code: ErrorCode, addr: int) -> None:
+        """The burst's page faulted in cycle ``f``: FETCH_ADDR sees it in ``f + 1``, records
+        the ring error (unless the queue was reset or its buffer dropped meanwhile) and is in
+        IDLE from ``f + 2``."""
+        self.m.eq.at(f + 2, UPDATE, self._fetch_faulted, self.cur, code, f + 1)
+        self._idle_at(f + 2)
+
+    def _fetch_faulted(self, q: int, code: ErrorCode, c: int) -> None:
+        if not (self.start < self.m.last_qclear[q] <= c or self.start < self.last_flush[q] <= c):
+            self.ring_err[q] = code
+            self.wake_loader(self.m.eq.now)
 
     def _ring_error(self, q: int, code: ErrorCode, c: int) -> None:
         if self.last_flush[q] != c:          # a buffer dropped in the same cycle wins
@@ -414,7 +464,8 @@ class FetchUnit:
         now = m.eq.now
         if not (self.start < m.last_qclear[q] <= r or self.start < self.last_flush[q] <= r):
             slot = self.slot + j * COMMAND_BYTES
-            raw = bytes(m.model.dram[slot:slot + COMMAND_BYTES])
+            pa = self.slot_pa + j * COMMAND_BYTES
+            raw = bytes(m.model.dram[pa:pa + COMMAND_BYTES])
             cmd = decode_command(raw, q, 0, slot)
             self.buffers[q].append(_Buffered(cmd, self.bus_err, self.k > 1, m.config.n_sems))
             self.wake_loader(now)
@@ -510,21 +561,45 @@ class FetchUnit:
             self._idle_at(c + 1)
             return
         cmd = m.stages[q].cmd
+        if self.fence_skip[q]:          # Q_RESUME.skip after its page fault: not written
+            m.eq.at(c + 1, UPDATE, self._fence_completed, q, cmd)
+            return
         addr = cmd.body.addr
         base, limit = m.window(q)
         code = _NONE
+        vm = self.vm
         if addr % 4:
             code = ErrorCode.MISALIGNED
-        elif addr + 4 > m.config.dram_bytes:
+        elif not vm and addr + 4 > m.config.dram_bytes:
             code = ErrorCode.BAD_DRAM_ADDR
-        elif addr < base or addr + 4 > limit:
+        elif not vm and (addr < base or addr + 4 > limit):
             code = ErrorCode.WINDOW
         if code is not _NONE:
             m.report_error(q, c, code, cmd.opcode, cmd.index, addr, source=-1)
             self._idle_at(c + 1)
             return
         word = (c & _MASK32) if cmd.body.timestamp else cmd.body.value
-        m.writes.request(CP, c + 1, self, (q, cmd, word))
+        if vm:          # AWVALID and WVALID wait for the page's translation
+            m.translators["fetch"].present(
+                vm, addr, addr, True, c + 1,
+                lambda c2, pa: m.writes.request(CP, c2, self, (q, cmd, word, pa)),
+                self._fence_fault)
+        else:
+            m.writes.request(CP, c + 1, self, (q, cmd, word, addr))
+
+    def _fence_fault(self, f: int, code: ErrorCode, addr: int) -> None:
+        """The fence's page faulted in cycle ``f``: FENCE_WRITE reports it in ``f + 1``
+        (unless the queue was reset meanwhile) and is in IDLE from ``f + 2``."""
+        m, q = self.m, self.cur
+        cmd = m.stages[q].cmd
+        if not self._aborted(f, stop=False):     # (a reset in f + 1 drops the report)
+            m.report_error(q, f + 1, code, cmd.opcode, cmd.index, cmd.body.addr, source=-1)
+            m.eq.at(f + 2, UPDATE, self._fence_faulted, q)
+        self._idle_at(f + 2)
+
+    def _fence_faulted(self, q: int) -> None:
+        if self.m.last_qclear[q] != self.m.eq.now - 1:
+            self.fence_faulted[q] = True
 
     # Writer of one beat: WVALID with AWVALID, taken once the DRAM is in W_DATA
     def w_begin(self, grant: WriteGrant) -> None:
@@ -540,33 +615,45 @@ class FetchUnit:
         pass                      # _written and _FenceBytes read the final handshake
 
     def _written(self, grant: WriteGrant, cycle: int) -> None:
-        _, cmd, word = grant.tag
-        if grant.ws and grant.ws[0] == cycle and not self._fence_fails(cmd):
-            self.m.dram_write(cmd.body.addr, word.to_bytes(4, "little"))
+        _, cmd, word, pa = grant.tag
+        if grant.ws and grant.ws[0] == cycle and not self._fence_fails(pa):
+            self.m.dram_write(pa, word.to_bytes(4, "little"))
 
-    def _fence_fails(self, cmd: Decoded) -> bool:
-        """The DRAM answers the fence's write burst with an error (the model's bus fault)."""
-        return self.m.model.engines.fence_fails(cmd.body.addr)
+    def _fence_fails(self, pa: int) -> bool:
+        """The DRAM answers the fence's write burst (to physical ``pa``) with an error (the
+        model's bus fault)."""
+        return self.m.model.engines.fence_fails(pa)
 
     def response(self, grant: WriteGrant) -> None:
         m = self.m
-        q, cmd, _ = grant.tag
+        q, cmd, _, pa = grant.tag
         now = m.eq.now
         if self._aborted(grant.b, stop=False):
             pass
-        elif self._fence_fails(cmd):        # FENCE_RESPONSE with an error response
+        elif self._fence_fails(pa):        # FENCE_RESPONSE with an error response
             m.report_error(q, now, ErrorCode.AXI_ERROR, cmd.opcode, cmd.index, cmd.body.addr,
                            source=-1)
         else:
             if cmd.flags.irq:
                 m.irq_event(now, set_bits=m.irq_fence)
-            if cmd.signals:
-                m.sems.inc(now, cmd.signal_sem, len(ENGINE_NAMES) + m.config.n_queues, q,
-                           cmd.index)
-            m.stages[q].clear()
-            self.wake_loader(now)
+            self._fence_completed(q, cmd, idle=False)
         self.active = False
         self.wake(now)
+
+    def _fence_completed(self, q: int, cmd: Decoded, idle: bool = True) -> None:
+        """The fence's ``fence_done`` was in the last cycle: its semaphore, the stage empties,
+        its page fault is forgotten; with ``idle`` (a skipped fence) the FSM is in IDLE."""
+        m = self.m
+        now = m.eq.now
+        if cmd.signals:
+            m.sems.inc(now, cmd.signal_sem, len(ENGINE_NAMES) + m.config.n_queues, q,
+                       cmd.index)
+        m.stages[q].clear()
+        self.fence_faulted[q] = self.fence_skip[q] = False
+        self.wake_loader(now)
+        if idle:
+            self.active = False
+            self.wake(now)
 
 
 class _InEngine:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hw.isa import Csr, ErrorCode, LocalMem, queue_csr
+from hw.isa import Csr, ErrorCode, LocalMem, queue_csr, sem_csr
 from sw.runtime import CommandList, Device, DeviceError, PageFaultError
 
 __all__ = ["Workload", "WORKLOADS", "linear_operands", "attention_operands"]
@@ -599,6 +599,63 @@ def _vm_faults(device: Device) -> dict:
     return out
 
 
+def _vm_fetch_faults(device: Device) -> dict:
+    """Faults of the command fetch (:mod:`hw.isa.vm`): a stream whose ring's second page is
+    mapped without read permission faults at the first slot there, the page gets it back
+    and the stream resumes; a fence on an unmapped page, mapped and resumed; a fence on a
+    read-only page, skipped (not written)."""
+    from hw.isa import VM_PAGE_BYTES
+    ctx = device.create_context()
+    s = device.create_stream(context=ctx, ring_commands=2 * VM_PAGE_BYTES // 32)
+    out = {}
+
+    def run(c: CommandList) -> dict | None:
+        s.launch(c)
+        try:
+            s.synchronize()
+        except PageFaultError as e:
+            return {"kind": e.kind, "va": e.virtual_address - s.ring.addr,
+                    "index": e.command_index, "opcode": e.opcode}
+        return None
+
+    page2 = s.ring.addr + VM_PAGE_BYTES
+    (m,) = ctx.unmap(page2, VM_PAGE_BYTES, release=False)
+    ctx.map(page2, [m.pa], read=False, write=True, blocks=[m.block])
+    c = CommandList()
+    for i in range(140):
+        if i % 7:
+            c.signal(0)
+        else:
+            c.nop()
+    out["ring"] = run(c)
+    ctx.unmap(page2, VM_PAGE_BYTES, release=False)
+    ctx.map(page2, [m.pa], blocks=[m.block])
+    s.resume()
+    s.synchronize()
+    out["sem0"] = device.backend.csr_read(sem_csr(0))
+    buf = ctx.alloc(2 * VM_PAGE_BYTES)
+    buf.write(bytes(2 * VM_PAGE_BYTES))
+    (hole,) = ctx.unmap(buf.addr + VM_PAGE_BYTES, VM_PAGE_BYTES, release=False)
+    c = CommandList()
+    c.fence(addr=buf.addr + VM_PAGE_BYTES + 8, value=0x1234)
+    c.signal(1)
+    out["fence"] = run(c)
+    ctx.map(buf.addr + VM_PAGE_BYTES, [hole.pa], blocks=[hole.block])
+    s.resume()
+    s.synchronize()
+    ro = ctx.alloc(VM_PAGE_BYTES, write=False)
+    ro.write(bytes(VM_PAGE_BYTES))
+    c = CommandList()
+    c.fence(addr=ro.addr + 16, value=0x5678, signal=1)
+    out["fence_ro"] = run(c)
+    s.skip()
+    s.synchronize()
+    out["sem1"] = device.backend.csr_read(sem_csr(1))
+    out["digest"] = _digest(np.frombuffer(buf.read(), np.uint8), np.frombuffer(ro.read(),
+                                                                               np.uint8))
+    return out
+
+
 def _build() -> dict[str, Workload]:
     ws = []
     for m, k, n in [(1, 8, 8), (1, 64, 64), (1, 384, 384), (8, 8, 8), (5, 20, 11),
@@ -628,7 +685,8 @@ def _build() -> dict[str, Workload]:
            Workload("vm_gemm_pages_128x256x256", "vm", _vm_gemm(128, 256, 256, False)),
            Workload("vm_attention_L32_causal", "vm", _vm_attention),
            Workload("vm_two_contexts", "vm", _vm_two_contexts),
-           Workload("vm_faults", "vm", _vm_faults)]
+           Workload("vm_faults", "vm", _vm_faults),
+           Workload("vm_fetch_faults", "vm", _vm_fetch_faults)]
     ws += _other_configs()
     return {w.name: w for w in ws}
 

@@ -229,7 +229,7 @@ class LoadChannel:
         burst, body = job.bursts[k], job.geo.body
         job.presenting = True
         self.translator.present(job.vm, burst.addr, body.dram_addr + burst.row * body.dram_stride,
-                                False, start, lambda c: self._issue(job, c),
+                                False, start, lambda c, _pa: self._issue(job, c),
                                 lambda f, code, addr: self._fault(job, f))
 
     def _issue(self, job: _LoadJob, start: int) -> None:
@@ -512,7 +512,7 @@ class StoreChannel:
         k = job.next
         burst, body = job.bursts[k], job.geo.body
         self.translator.present(job.vm, burst.addr, body.dram_addr + burst.row * body.dram_stride,
-                                True, start, lambda c: self._issue(job, c),
+                                True, start, lambda c, _pa: self._issue(job, c),
                                 lambda f, code, addr: self._fault(job, f))
 
     def _issue(self, job: _StoreJob, start: int) -> None:

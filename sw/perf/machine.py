@@ -20,6 +20,7 @@ from sw.perf.engines import MatrixEngine, VectorEngine
 from sw.perf.events import DECIDE, UPDATE, EventQueue
 from sw.perf.ledger import Ledger
 from sw.perf.memory import (
+    CP,
     WALK_LOAD,
     WALK_STORE,
     BeatScheduler,
@@ -92,7 +93,8 @@ class Machine:
         #: the TLB_INVALIDATE pulses: (cycle, all, asid), in cycle order
         self.tlb_pulses: list[tuple[int, bool, int]] = []
         self.translators = ({"load": TimedTranslator(self, "load", WALK_LOAD),
-                             "store": TimedTranslator(self, "store", WALK_STORE)}
+                             "store": TimedTranslator(self, "store", WALK_STORE),
+                             "fetch": TimedTranslator(self, "fetch", CP)}
                             if cfg.tlb_entries else {})
         engines = {
             "load": LoadChannel(cfg, eq, self.reads, self.ledger, ports, self.window,
@@ -291,6 +293,7 @@ class Machine:
                 for name in ("load", "store"):
                     if q in self.engine_queues[name].replay:
                         self.engine_queues[name].replay_skip.add(q)
+            self.fetch.resumed(q, skip)
             self._wake_all(pulse + 1)
         self.eq.at(pulse + 1, UPDATE, apply)
 

@@ -129,7 +129,8 @@ def fetch_beats(config: NPUConfig) -> int:
 
 
 def fetch_burst_commands(depth: int, buffered: int, fhead: int, tail: int, ring_size: int,
-                         slot: int, window_limit: int, dram_bytes: int, single: bool) -> int:
+                         slot: int, window_limit: int, dram_bytes: int, single: bool,
+                         translate: bool = False) -> int:
     """Commands one fetch burst reads (:class:`hw.cmdproc.FetchUnit`'s FETCH_CHECK, after
     the first slot passed its checks): the least of the free buffer entries (``depth -
     buffered``), the commands before ``TAIL`` (``(tail - fhead) mod ring_size``), the slots
@@ -138,9 +139,13 @@ def fetch_burst_commands(depth: int, buffered: int, fhead: int, tail: int, ring_
     A3.4.1), and 1 while ``single`` (after a failed burst of several commands).
 
     ``fhead`` is the first slot (``HEAD`` plus the buffered commands), ``slot`` its address,
-    ``window_limit`` the window's limit as a byte address (``2**32`` for none)."""
+    ``window_limit`` the window's limit as a byte address (``2**32`` for none). A
+    ``translate``-ing queue's ring is virtual (:mod:`hw.isa.vm`): neither the window nor the
+    DRAM's end limits it."""
     if single:
         return 1
+    if translate:
+        window_limit = dram_bytes = slot + depth * COMMAND_BYTES
     return min(depth - buffered, (tail - fhead) & (ring_size - 1), ring_size - fhead,
                (window_limit - slot) // COMMAND_BYTES, (dram_bytes - slot) // COMMAND_BYTES,
                (PAGE_BYTES - slot % PAGE_BYTES) // COMMAND_BYTES)

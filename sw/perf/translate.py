@@ -49,7 +49,8 @@ class _Walk:
 
 
 class TimedTranslator:
-    """The TLB and walker of the DMA channel ``client`` (``"load"`` or ``"store"``).
+    """The TLB and walker of ``client`` (``"load"`` or ``"store"``: a DMA channel;
+    ``"fetch"``: the command fetch's ring reads and fence writes).
 
     Parameters
     ----------
@@ -57,7 +58,8 @@ class TimedTranslator:
         Its event queue, ledger, read channel, configuration and DRAM image.
     client : str
     mgr : int
-        The walker's AXI manager (:data:`sw.perf.memory.WALK_LOAD` / ``WALK_STORE``).
+        The walker's AXI manager (:data:`sw.perf.memory.WALK_LOAD` / ``WALK_STORE``; the
+        command fetch's walker reads on the command processor's, ``CP``).
     """
 
     def __init__(self, machine, client: str, mgr: int) -> None:
@@ -70,9 +72,11 @@ class TimedTranslator:
                                                         "faults")}
 
     def present(self, vm: int, va: int, row_addr: int, write: bool, s: int,
-                go: Callable[[int], None], fault: Callable[[int, ErrorCode, int], None]) -> None:
+                go: Callable[[int, int], None],
+                fault: Callable[[int, ErrorCode, int], None]) -> None:
         """A burst at virtual ``va`` (its row at ``row_addr``) is presented from cycle ``s``:
-        ``go(c)`` once it may go out (from ``c``), or ``fault(f, code, addr)``."""
+        ``go(c, pa)`` once it may go out (from ``c``, at physical ``pa``), or ``fault(f,
+        code, addr)`` (found in cycle ``f``)."""
         w = _Walk()
         w.vm, w.va, w.row_addr, w.write, w.go, w.fault = vm, va, row_addr, write, go, fault
         self.m.eq.at(s, DECIDE, self._lookup, w, True)
@@ -85,7 +89,7 @@ class TimedTranslator:
             if first:
                 m.ledger.point(self._names["hits"], c)
             if t.allows(w.write):
-                w.go(c)
+                w.go(c, t.physical(w.va))
             else:
                 self._fault(w, c, ErrorCode.PAGE_PERMISSION)
             return

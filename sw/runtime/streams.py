@@ -59,9 +59,10 @@ class Stream:
         hardware refuses (``WINDOW`` error) every ring fetch, fence or DMA of this queue
         outside it. Otherwise the window is the whole DRAM.
     context : Context, optional
-        The address space of the stream's DMA commands (``Q_VM``, :mod:`hw.isa.vm`):
-        :meth:`alloc` and :meth:`upload` allocate in it. The ring and the fence word stay
-        physical. None: physical addresses.
+        The address space of the stream (``Q_VM``, :mod:`hw.isa.vm`): its DMA commands, its
+        ring and its fence word use the context's virtual addresses (the ring and the fence
+        word are allocated in it, for the stream's lifetime); :meth:`alloc` and
+        :meth:`upload` allocate in it. None: physical addresses.
     """
 
     def __init__(self, device: Device, queue: int, ring_commands: int,
@@ -74,8 +75,9 @@ class Stream:
         self._arena: Allocator | None = None
         if window_bytes is None:
             self._region = None
-            self.ring = device.alloc(ring_bytes, align=64)
-            self._fence_word = device.alloc(4, align=64)
+            where = device if context is None else context
+            self.ring = where.alloc(ring_bytes, align=64)
+            self._fence_word = where.alloc(4, align=64)
             self.window = (0, device.config.dram_bytes)
         else:
             total = ring_bytes + 64 + int(window_bytes)
@@ -187,7 +189,7 @@ class Stream:
                 continue
             n = min(free, len(raws) - i, self.ring_size - self._tail)
             chunk = raws[i:i + n]
-            dev.backend.mem_write(self.ring.addr + self._tail * COMMAND_BYTES, b"".join(chunk))
+            self.ring.write(b"".join(chunk), self._tail * COMMAND_BYTES)
             self._record.extend(chunk)
             self._tail = (self._tail + n) % self.ring_size
             dev.backend.csr_write(queue_csr(self.queue, Csr.TAIL), self._tail)
@@ -297,11 +299,28 @@ class Stream:
         dev._rearm_error_irq()
 
     def bind(self, context: Context) -> None:
-        """Put this stream (with no work pending) in ``context`` from now on (``Q_VM``)."""
+        """Put this stream (with no work pending) in ``context`` from now on (``Q_VM``): its
+        ring and fence word move into the context (the physical ones are freed) and the
+        queue is set up again.
+
+        Raises
+        ------
+        ValueError
+            If the stream is already in a context or has a window.
+        """
         if self.context is not None:
             raise ValueError(f"stream of queue {self.queue} is already in a context")
+        if self._region is not None:
+            raise ValueError("a stream with a window cannot go into a context")
+        ring_bytes = self.ring.nbytes
+        self.ring.free()
+        self._fence_word.free()
         self.context = context
-        self.device.backend.csr_write(queue_csr(self.queue, Csr.Q_VM), context.vm_word)
+        self.ring = context.alloc(ring_bytes, align=64)
+        self._fence_word = context.alloc(4, align=64)
+        self._fence_word.write(bytes(4))
+        self._fence_seq = 0
+        self._setup()
 
     def resume(self) -> None:
         """After a :class:`~sw.runtime.PageFaultError` (once the page is mapped): run the

@@ -25,8 +25,8 @@ def test_error_table_on_rtl_as_on_the_models(name):
     perf = error_jobs.error_table(PerfBackend(config))
     cases = (error_jobs.error_cases(config) | error_jobs.window_cases(config)
              | error_jobs.vm_cases(config))
-    assert set(rtl) == set(model) == set(cases) | {"ring_misaligned", "ring_beyond_dram"}
-    for case in ("ring_misaligned", "ring_beyond_dram"):
+    assert set(rtl) == set(model) == set(cases) | set(error_jobs.ring_cases(config, 0))
+    for case in error_jobs.ring_cases(config, 0):
         r = rtl[case]
         _, code, addr, index = error_jobs.ring_cases(config, r["first_slot"])[case]
         want = {"code": code.name, "queue": 0, "opcode": 0, "index": index, "address": addr,

@@ -129,10 +129,11 @@ def window_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
     }
 
 
-#: Page tables of the :func:`vm_cases` (physical pages): the root, one level-0 table, and the
+#: Page tables of the :func:`vm_cases` (physical pages): the root, two level-0 tables, and the
 #: context queue 0 runs in; virtual page ``VM_VA`` maps ``DMA_ADDR``'s page read-write,
-#: ``VM_VA + 0x1000`` it read-only, ``VM_VA + 0x2000`` is not mapped.
-VM_ROOT, VM_TABLE, VM_VA = 0x6000, 0x7000, 0x40_0000
+#: ``VM_VA + 0x1000`` it read-only, ``VM_VA + 0x2000`` is not mapped; the ring's page is
+#: mapped at its own address, read-only (its ring is virtual too).
+VM_ROOT, VM_TABLE, VM_TABLE0, VM_VA = 0x6000, 0x7000, 0x8000, 0x40_0000
 VM_WORD = pack_fields(VmWord, {"enable": 1, "asid": 5, "root": VM_ROOT >> 12})
 
 
@@ -142,14 +143,17 @@ def vm_tables() -> dict[int, int]:
         return pack_fields(Pte, {"valid": 1, "read": 1, "write": write, "ppn": ppn})
     return {VM_ROOT + 4 * (VM_VA >> 22): pte(VM_TABLE >> 12),
             VM_TABLE + 4 * ((VM_VA >> 12) & 0x3FF): pte(DMA_ADDR >> 12),
-            VM_TABLE + 4 * (((VM_VA >> 12) + 1) & 0x3FF): pte(DMA_ADDR >> 12, write=0)}
+            VM_TABLE + 4 * (((VM_VA >> 12) + 1) & 0x3FF): pte(DMA_ADDR >> 12, write=0),
+            VM_ROOT + 4 * (RING >> 22): pte(VM_TABLE0 >> 12),
+            VM_TABLE0 + 4 * ((RING >> 12) & 0x3FF): pte(RING >> 12, write=0)}
 
 
 def vm_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
     """Page faults (:mod:`hw.isa.vm`) of queue 0 in the context of :func:`vm_tables`: a load
     whose second row lies on an unmapped page (``ERR_ADDR`` that row's virtual address), a store
-    to the read-only page (its first byte), and a translated row that wraps past ``2**32``
-    (``BAD_DRAM_ADDR``, checked before any translation)."""
+    to the read-only page (its first byte), a translated row that wraps past ``2**32``
+    (``BAD_DRAM_ADDR``, checked before any translation), and fences whose (virtual) word is on
+    the unmapped and on the read-only page."""
     row = cfg.spad_row_bytes
     return {
         "vm_load_not_mapped": (lambda c: _dma(c, cfg, dram_addr=VM_VA + 0x1000 + 8,
@@ -161,6 +165,10 @@ def vm_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
                                ErrorCode.PAGE_PERMISSION, VM_VA + 0x1000, Opcode.DMA_STORE),
         "vm_wrap": (lambda c: _dma(c, cfg, dram_addr=(1 << 32) - row + 1, n_rows=1),
                     ErrorCode.BAD_DRAM_ADDR, (1 << 32) - row + 1, Opcode.DMA_LOAD),
+        "vm_fence_not_mapped": (lambda c: c.fence(addr=VM_VA + 0x2004, value=1),
+                                ErrorCode.PAGE_NOT_MAPPED, VM_VA + 0x2004, Opcode.FENCE),
+        "vm_fence_read_only": (lambda c: c.fence(addr=VM_VA + 0x1010, value=1),
+                               ErrorCode.PAGE_PERMISSION, VM_VA + 0x1010, Opcode.FENCE),
     }
 
 
@@ -171,25 +179,32 @@ def ring_cases(cfg: NPUConfig, first_slot: int) -> dict[str, tuple[int, ErrorCod
     there (the third command). (A ``RING_SIZE`` that is not a power of two is left out: the
     functional model reports it, the RTL masks; see :mod:`sw.model`.)"""
     past = cfg.dram_bytes - 32 * (first_slot + 2)
-    return {"ring_misaligned": (RING + 8, ErrorCode.MISALIGNED, RING + 8, 0),
-            "ring_beyond_dram": (past, ErrorCode.BAD_DRAM_ADDR, cfg.dram_bytes, 2)}
+    out = {"ring_misaligned": (RING + 8, ErrorCode.MISALIGNED, RING + 8, 0),
+           "ring_beyond_dram": (past, ErrorCode.BAD_DRAM_ADDR, cfg.dram_bytes, 2)}
+    if cfg.tlb_entries:     # a virtual ring (queue 0 in vm_tables' context) on a page not mapped
+        base = VM_VA + 0x2000
+        out["ring_not_mapped"] = (base, ErrorCode.PAGE_NOT_MAPPED, base + 32 * first_slot, 0)
+    return out
 
 
 def _ring_errors(backend, max_cycles: int) -> dict:
     """Run :func:`ring_cases` (three SIGNALs each), then put the ring back."""
     cfg, rd, wr = backend.config, backend.csr_read, backend.csr_write
     out = {}
-    for name in ("ring_misaligned", "ring_beyond_dram"):
+    for name in ring_cases(cfg, 0):
         head0 = rd(queue_csr(0, Csr.HEAD))
         if head0 + 3 > RING_SLOTS:
             raise ValueError(f"ring case {name} needs 3 slots from {head0} without a wrap")
         base = ring_cases(cfg, head0)[name][0]
+        virtual = name == "ring_not_mapped"
+        if virtual:
+            wr(queue_csr(0, Csr.Q_VM), VM_WORD)
         wr(queue_csr(0, Csr.RING_BASE), base)
         c = CommandList()
         for _ in range(3):
             c.signal(0)
         for k, cmd in enumerate(c):
-            if base + 32 * (head0 + k + 1) <= cfg.dram_bytes:
+            if not virtual and base + 32 * (head0 + k + 1) <= cfg.dram_bytes:
                 backend.mem_write(base + 32 * (head0 + k), cmd.raw)
         wr(queue_csr(0, Csr.TAIL), head0 + 3)
         irq = backend.wait_irq(max_cycles)
@@ -201,6 +216,7 @@ def _ring_errors(backend, max_cycles: int) -> dict:
         wr(Csr.CONTROL, 1)
         wr(Csr.IRQ_STATUS, IrqBit.ERROR)
         wr(queue_csr(0, Csr.RING_BASE), RING)
+        wr(queue_csr(0, Csr.Q_VM), 0)
         out[name]["cleared"] = rd(Csr.STATUS) == 0 and not backend.wait_irq(10)
     return out
 

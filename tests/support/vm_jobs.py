@@ -100,8 +100,12 @@ def isolation(backend) -> dict:
     # what the device may write: the outputs and the streams' rings and fence words
     allowed = _physical_ranges(ctx_a, job_a.out_buffer) + _physical_ranges(ctx_b, job_b.out_buffer)
     for s in (dev.default_stream, s_a, s_b):
-        allowed += [(s.ring.addr, s.ring.addr + s.ring.nbytes),
-                    (s._fence_word.addr, s._fence_word.addr + 4)]
+        if s.context is None:
+            allowed += [(s.ring.addr, s.ring.addr + s.ring.nbytes),
+                        (s._fence_word.addr, s._fence_word.addr + 4)]
+        else:                       # a context's ring and fence word are virtual
+            allowed += (_physical_ranges(s.context, s.ring)
+                        + _physical_ranges(s.context, s._fence_word))
     s_a.synchronize()
     s_b.synchronize()
     after = backend.mem_read(0, cfg.dram_bytes)

@@ -163,7 +163,7 @@ def test_error_table_as_on_the_functional_model(config):
     model = error_jobs.error_table(ModelBackend(config))
     cases = (error_jobs.error_cases(config) | error_jobs.window_cases(config)
              | error_jobs.vm_cases(config))
-    assert set(perf) == set(model) == set(cases) | {"ring_misaligned", "ring_beyond_dram"}
+    assert set(perf) == set(model) == set(cases) | set(error_jobs.ring_cases(config, 0))
     for case in sorted(perf):
         if case.startswith("ring_"):        # errors at fetch: the whole report, HEAD too
             assert perf[case] == model[case], case
