@@ -61,7 +61,7 @@ the one definition of which entry a fill replaces); a failed walk fills nothing.
 matches ``asid`` and the page (or the run, for a ``contig`` entry); permissions are checked on
 every lookup, so a store to a read-only page that the TLB holds faults without a walk. A
 TLB hit adds no cycle to the burst; a miss holds the burst (ARVALID / AWVALID low) until the
-walk filled the entry (timing: :mod:`hw.isa.dma_timing`, ``WALK_*``).
+walk filled the entry (timing: the ``WALK_*`` rules and :func:`walk_cycles` below).
 
 The TLBs are not coherent with the page tables: after the host changes an entry that a TLB
 may hold (unmap, a permission change, a remap) it must run ``TLB_INVALIDATE``
@@ -123,7 +123,8 @@ from hw.isa.registers import VmWord
 
 __all__ = ["VM_PAGE_SHIFT", "VM_PAGE_BYTES", "PTE_BYTES", "VPN_BITS", "PT_ENTRIES",
            "CONTIG_PAGES", "ASID_BITS", "Pte", "PAGE_FAULTS", "Translation", "Fault", "walk",
-           "TlbModel", "TLB_CLIENTS", "fault_addr"]
+           "TlbModel", "TLB_CLIENTS", "fault_addr", "WALK_AR_AFTER_MISS", "WALK_AR_AFTER_ENTRY",
+           "WALK_GO_AFTER_FILL", "WALK_ROOT_FAULT_AFTER_MISS", "walk_cycles", "walk_delay"]
 
 VM_PAGE_SHIFT = 12
 VM_PAGE_BYTES = 1 << VM_PAGE_SHIFT      #: 4 KiB pages (the AXI 4 KiB rule's page)
@@ -136,6 +137,36 @@ ASID_BITS = 8
 TLB_CLIENTS = ("load", "store", "fetch")
 #: The error codes of page faults
 PAGE_FAULTS = (ErrorCode.PAGE_NOT_MAPPED, ErrorCode.PAGE_PERMISSION)
+
+# -- walk timing (hw.dma.translate.Translator; the performance model times walks with these) --
+#: A burst looked up in cycle ``t`` that misses: the level-1 entry's ARVALID from ``t + 1``
+#: (the walker FSM leaves ``Idle`` at that edge).
+WALK_AR_AFTER_MISS = 1
+#: The level-1 entry's R beat taken in cycle ``r`` (the walker decides then): the level-0
+#: entry's ARVALID from ``r + 1``.
+WALK_AR_AFTER_ENTRY = 1
+#: The level-0 entry's R beat taken in cycle ``r`` fills the TLB at that edge: the burst's
+#: lookup hits and its ARVALID / AWVALID rise in ``r + 1``. A fault is found in ``r`` itself.
+WALK_GO_AFTER_FILL = 1
+#: A root table outside DRAM: the walker faults in ``t + 1`` without reading.
+WALK_ROOT_FAULT_AFTER_MISS = 1
+
+
+def walk_cycles(reads: list[int]) -> int:
+    """``tlb.<client>.walk_cycles`` of one walk (from the cycle after the miss to the cycle
+    its last entry's beat is taken, inclusive) whose entry reads take ``reads[i]`` cycles each
+    from their ARVALID to their R beat (on an idle bus: the DRAM read latency; the arbiter adds
+    none, :mod:`hw.bus.arbiter`). ``reads`` is empty when the root table lies outside DRAM
+    (one cycle). The walk's outcome is decided ``walk_cycles`` cycles after the miss."""
+    if not reads:
+        return WALK_ROOT_FAULT_AFTER_MISS
+    return WALK_AR_AFTER_MISS + sum(reads) + WALK_AR_AFTER_ENTRY * (len(reads) - 1)
+
+
+def walk_delay(reads: list[int]) -> int:
+    """Cycles a burst that misses the TLB waits for a successful walk (both entries read,
+    ``reads`` as in :func:`walk_cycles`) before it goes out, against a hit."""
+    return walk_cycles(reads) + WALK_GO_AFTER_FILL
 
 
 class Pte(data.Struct):

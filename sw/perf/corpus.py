@@ -606,7 +606,10 @@ def _vm_fetch_faults(device: Device) -> dict:
     read-only page, skipped (not written)."""
     from hw.isa import VM_PAGE_BYTES
     ctx = device.create_context()
-    s = device.create_stream(context=ctx, ring_commands=2 * VM_PAGE_BYTES // 32)
+    q = next(q for q in range(device.config.n_queues) if q not in device.streams)
+    device.backend.csr_write(queue_csr(q, Csr.TAIL), 0)      # HEAD to 0: see _ring_wrap
+    device.backend.csr_write(Csr.QUEUE_RESET, 1 << q)
+    s = device.create_stream(q, context=ctx, ring_commands=2 * VM_PAGE_BYTES // 32)
     out = {}
 
     def run(c: CommandList) -> dict | None:

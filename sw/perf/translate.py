@@ -4,10 +4,11 @@ with the DMA and the command fetch as the walker's AXI manager does.
 
 A burst presented in cycle ``s`` (ARVALID / AWVALID would rise) is looked up in ``s``: a hit
 with the permission lets it go from ``s``; a hit without it faults in ``s``; a miss starts a
-walk: the level-1 entry's AR from ``s + 1``, the cycle its beat is taken decides (a fault, or
-the level-0 entry's AR from the next cycle), and the cycle the level-0 beat is taken fills
-the entry (unless a ``TLB_INVALIDATE`` pulsed since the walk began) and faults or lets the
-burst be looked up again in the next cycle. Counters: ``tlb.<client>.hits`` / ``.misses`` at
+walk, timed by the rules of :mod:`hw.isa.vm` (``WALK_*``): the level-1 entry's AR from ``s +
+WALK_AR_AFTER_MISS``, the cycle its beat is taken decides (a fault, or the level-0 entry's AR
+``WALK_AR_AFTER_ENTRY`` later), and the cycle the level-0 beat is taken fills the entry
+(unless a ``TLB_INVALIDATE`` pulsed since the walk began) and faults, or lets the burst be
+looked up again ``WALK_GO_AFTER_FILL`` later. Counters: ``tlb.<client>.hits`` / ``.misses`` at
 the first lookup of a burst, ``.walk_cycles`` from the cycle after the miss to the last
 beat's, ``.faults`` in the cycle the fault is found.
 """
@@ -16,7 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hw.isa import VM_PAGE_SHIFT, ErrorCode, Fault, TlbModel, VmWord, unpack_fields, walk
+from hw.isa import (
+    VM_PAGE_SHIFT,
+    WALK_AR_AFTER_ENTRY,
+    WALK_AR_AFTER_MISS,
+    WALK_GO_AFTER_FILL,
+    WALK_ROOT_FAULT_AFTER_MISS,
+    ErrorCode,
+    Fault,
+    TlbModel,
+    VmWord,
+    unpack_fields,
+    walk,
+)
 from hw.isa import fault_addr as _fault_addr
 from sw.perf.events import DECIDE
 from sw.perf.ledger import Item
@@ -98,11 +111,12 @@ class TimedTranslator:
         w.span = m.ledger.open(self._names["walk_cycles"], c + 1)
         w.result, w.reads = walk(self._read_word, w.vm, w.va, m.config.dram_bytes)
         if not w.reads:                         # the root table lies outside DRAM
-            w.span.close(c + 2)
-            self._fault(w, c + 1, ErrorCode.PAGE_NOT_MAPPED)
+            f = c + WALK_ROOT_FAULT_AFTER_MISS
+            w.span.close(f + 1)
+            self._fault(w, f, ErrorCode.PAGE_NOT_MAPPED)
             return
         w.level = 0
-        self._read(w, c + 1)
+        self._read(w, c + WALK_AR_AFTER_MISS)
 
     def _read(self, w: _Walk, start: int) -> None:
         self.reads.request(self.mgr, start, 1, self, w, self._granted)
@@ -123,7 +137,7 @@ class TimedTranslator:
         r = served.c_last                      # the cycle the entry arrived (and is decided)
         w.level += 1
         if w.level < len(w.reads):             # level 1 valid: the level-0 read next
-            self._read(w, r + 1)
+            self._read(w, r + WALK_AR_AFTER_ENTRY)
             return
         w.span.close(r + 1)
         if isinstance(w.result, Fault):
@@ -131,7 +145,7 @@ class TimedTranslator:
             return
         if not self.m.tlb_invalidated(w.begin, r):
             self.tlb.fill(w.result)
-        self._lookup(w, False)                 # (this is the DECIDE phase of r + 1)
+        self.m.eq.at(r + WALK_GO_AFTER_FILL, DECIDE, self._lookup, w, False)
 
     def _fault(self, w: _Walk, f: int, code: ErrorCode) -> None:
         self.m.ledger.point(self._names["faults"], f)

@@ -11,10 +11,12 @@ in its context's address space whatever the physical fragmentation. Where a whol
 64 KiB run of a buffer gets an aligned 64 KiB physical block, its entries carry the
 ``contig`` hint (:data:`hw.isa.CONTIG_PAGES`), so one TLB entry covers the run.
 
-Windows: a stream in a context has no private window; its ring and fence word stay physical
-(the command fetch does not translate), inside the whole-DRAM window. ``WINDOW_BASE`` /
+Windows: a stream in a context has no private window: its DMA, its ring and its fence word
+are virtual (the ring and the fence word are allocated in the context when the stream is
+created or bound, and stay mapped for its lifetime: the command fetch reads ahead, see
+:mod:`hw.isa.vm`), and the context's pages are its protection. ``WINDOW_BASE`` /
 ``WINDOW_LIMIT`` keep working for streams without a context (:meth:`Device.create_stream`'s
-``window_bytes``), and a context's pages are its protection.
+``window_bytes``).
 """
 
 from __future__ import annotations

@@ -399,3 +399,46 @@ def stress(backend, seed: int = 1, steps: int = 60) -> dict:  # noqa: C901
     return {"events": events, "mismatches": mismatches, "spad_ok": all(spad.values()),
             "pages": {hex(v): _digest(bytes(d)) for v, d in sorted(ref.items())},
             "counters": _tlb_counters(dev)}
+
+
+def walk_timing(backend) -> dict:
+    """One DMA_LOAD of one beat, alone on an idle bus (its queue's ring and fence pages
+    already in the fetch's TLB, nothing else running: the host waits for its semaphore,
+    so no fence is fetched meanwhile), four ways: on a physical queue; translated with a TLB
+    miss (a two-level walk); translated with a hit; translated on a page whose level-1 entry
+    is not valid (a one-read walk that faults). Returns each one's ``busy.load`` and
+    ``tlb.load.*`` deltas, for :func:`hw.isa.walk_cycles` and :func:`hw.isa.walk_delay`."""
+    dev = Device(backend)
+    ctx = dev.create_context()
+    phys, virt = dev.default_stream, dev.create_stream(context=ctx)
+    buf = ctx.alloc(VM_PAGE_BYTES)
+    pbuf = dev.alloc(VM_PAGE_BYTES, align=VM_PAGE_BYTES)
+    far = 1 << 30           # a virtual address whose level-1 entry is not valid
+    sem = dev.alloc_semaphore()
+    out = {}
+    for s in (phys, virt):  # warm the fetch's TLB with the rings' and fence words' pages
+        c = CommandList()
+        c.nop()
+        s.launch(c)
+        s.synchronize()
+
+    def one(name: str, s, addr: int) -> None:
+        before = dev.counters()
+        target = (dev.semaphore(sem.id) + 1) % (1 << 32)
+        c = CommandList()
+        c.dma_load(mem=LocalMem.SPAD, dram_addr=addr, dram_stride=0, row_bytes=8, n_rows=1,
+                   local_row=0, local_stride=0, signal=sem.id)
+        s.launch(c)
+        try:
+            dev._wait_until(lambda: dev.semaphore(sem.id) == target, 100_000, name, [s])
+        except PageFaultError:
+            s.reset()
+        d = dev.counters() - before
+        out[name] = {k: d[k] for k in ("busy.load", "tlb.load.hits", "tlb.load.misses",
+                                       "tlb.load.walk_cycles", "tlb.load.faults")}
+
+    one("physical", phys, pbuf.addr + 64)
+    one("miss", virt, buf.addr + 64)
+    one("hit", virt, buf.addr + 128)
+    one("fault_level1", virt, far)
+    return out

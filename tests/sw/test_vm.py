@@ -177,3 +177,12 @@ def test_translation_off_is_physical():
     dev.run(c)
     assert all(v == 0 for k, v in dev.counters().items() if k.startswith("tlb."))
     assert np.array_equal(dev.backend.spad[:8, :8].reshape(-1), np.arange(64))
+
+
+@pytest.mark.parametrize("dram", ["ideal", "lat100"])
+def test_perf_model_walk_timing_follows_the_rules(dram):
+    # the same rules are checked on the RTL in tests/cosim/test_vm_rtl.py
+    from sw.dram import DramTiming
+    from tests.cosim.test_vm_rtl import check_walk_timing
+    r = vm_jobs.walk_timing(PerfBackend(CONFIG, dram=dram))
+    check_walk_timing(r, DramTiming.parse(dram).read_latency)
