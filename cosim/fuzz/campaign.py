@@ -28,10 +28,11 @@ def _model_batch(config: NPUConfig, seeds: list[int], settings: dict | None,
 
 
 def _rtl_batch(config: NPUConfig, seeds: list[int], settings: dict | None,
-               dram: DramTiming, name: str, timed_exact: bool) -> dict:
+               dram: DramTiming, name: str, timed_exact: bool, shrink: bool = True) -> dict:
     from cosim.tb.harness import run_job
     r = run_job(config, "cosim.fuzz.jobs:fuzz_batch",
-                {"seeds": seeds, "settings": settings, "timed_exact": timed_exact},
+                {"seeds": seeds, "settings": settings, "timed_exact": timed_exact,
+                 "shrink_failures": shrink},
                 name=name, dram=dram)
     out = dict(r.result)
     out["sim_seconds"] = r.job_seconds
@@ -54,9 +55,10 @@ def write_reproducers(repros: list[dict], directory: Path, tag: str) -> list[str
 def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_seed: int = 0,
                  backend: str = "rtl", batch: int = 200, jobs: int = 1,
                  settings: dict | None = None, repro_dir: Path | None = None,
-                 timed_exact: bool = False,
+                 timed_exact: bool = False, shrink: bool = True,
                  progress: Callable[[str], None] | None = None) -> dict:
-    """Run ``streams`` scenarios (seeds ``first_seed ..``) and return the totals.
+    """Run ``streams`` scenarios (seeds ``first_seed ..``) and return the totals
+    (``shrink=False``: failing streams are reported as they are, not shrunk on the RTL).
 
     Returns
     -------
@@ -75,7 +77,7 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
             res = _model_batch(config, batches[k], settings, dram)
         else:
             res = _rtl_batch(config, batches[k], settings, dram, f"fuzz_{tag}_{k}",
-                             timed_exact)
+                             timed_exact, shrink)
         if progress:
             bad = sum(1 for r in res["results"] if not r["ok"])
             progress(f"batch {k + 1}/{len(batches)}: {len(res['results'])} streams, "

@@ -89,6 +89,8 @@ class Checker:
         for q in ref.queues.values():
             if q["error"]:
                 v.errors[ErrorCode(q["error"][0]).name] += 1
+        for f in ref.vm_faults:             # page faults the host resumed or skipped
+            v.errors[ErrorCode(f[1]).name] += 1
         perf = dev = None
         if self.perf is not None:
             perf = self._run(self.perf, scenario, "perf", v)

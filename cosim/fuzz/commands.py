@@ -30,7 +30,10 @@ class CommandMaker:
         self.cfg = g.cfg
         self.lay = g.lay
         self.windowed: dict[int, bool] = {}
+        self.translated: dict[int, bool] = {}
         self.plan: str | None = None        # "data" or "fetch" bus fault
+        #: per translated queue: the page fault planted on its fault page (see vm_fault)
+        self.vm_planted: dict[int, dict] = {}
 
     def _int(self, lo: int, hi: int) -> int:
         """Uniform in ``[lo, hi]``."""
@@ -255,9 +258,9 @@ class CommandMaker:
         self._add(q, Opcode.BARRIER, None, [])
 
     def _tlb_invalidate(self, q: int) -> None:
-        """TLB_INVALIDATE (all entries, or one address space): ordered as a BARRIER; the
-        queues run physical, so it changes no result (translated streams are not generated
-        yet)."""
+        """TLB_INVALIDATE (all entries, or one address space): ordered as a BARRIER; the page
+        tables do not change while a stream runs (a fault's fix only makes an invalid entry
+        valid), so it changes no result, only which translations walk again."""
         body = {"tlb": {"all": 1} if self.rng.random() < 0.5
                 else {"asid": self.rng.randrange(256)}}
         self._add(q, Opcode.TLB_INVALIDATE, body, [])
@@ -275,13 +278,51 @@ class CommandMaker:
                              "wait_value": self.g._target(s, count)}}
         self.g.add(q, fields, [], self._chance(self.g.s.p_signal), False)
 
+    # -- page faults (translated queues) -------------------------------------------------
+
+    def vm_fault(self, q: int, kind: str) -> None:
+        """The command planted to page-fault on queue ``q``'s fault page (:meth:`Layout.vm_of`,
+        touched by nothing else): a one-page DMA load or store, or a fence, whose page is not
+        mapped (``*_not_mapped``) or lacks the permission (``*_permission``: a store or fence
+        to a read-only page, a load from a write-only one)."""
+        page = self.lay.vm_of(q)[0]
+        what = kind.split("_")[0]
+        if what == "fence":
+            addr = page + 4 * self._int(0, 1023)
+            fields = {"header": {"opcode": Opcode.FENCE, "flags": {"irq": int(self._chance(0.5))}},
+                      "body": {"fence": {"addr": addr, "value": self._int(0, 2**32 - 1)}}}
+            foot = [("dram", addr, addr + 4, True)]
+            write = True
+        else:
+            load = what == "load"
+            mem = LocalMem.ACC if self._chance(0.4) else LocalMem.SPAD
+            body, local, g, span = self._dma_shape(mem, q, load)
+            addr = self._place(page, page + 4096, span, g)
+            if addr is None:
+                return
+            body["dram_addr"] = addr
+            fields = {"header": {"opcode": Opcode.DMA_LOAD if load else Opcode.DMA_STORE,
+                                 "flags": {}}, "body": {"dma": body}}
+            foot = local + self._dram_foot(body, not load)
+            write = not load
+        sig, wait = self._flags()
+        if not self.g.add(q, fields, foot, sig, wait):
+            return
+        code = (ErrorCode.PAGE_PERMISSION if kind.endswith("permission")
+                else ErrorCode.PAGE_NOT_MAPPED)
+        self.vm_planted[q] = {"kind": kind, "index": self.g.position(q) - 1, "code": code.value,
+                              "opcode": fields["header"]["opcode"].value, "pa": addr,
+                              "write": write}
+
     # -- invalid commands ----------------------------------------------------------------
 
     def bad(self, q: int) -> None:
         """Draw one invalid command for queue ``q`` among the kinds possible here."""
-        kinds = ["opcode", "sem", "dma_dram", "dma_local",
+        kinds = ["opcode", "sem", "dma_local",
                  "matmul_local", "requant_local", "softmax_overlap", "softmax_local",
-                 "fence_align", "fence_dram"]
+                 "fence_align"]
+        if not self.translated.get(q):      # (a translated queue's DRAM is virtual)
+            kinds += ["dma_dram", "fence_dram"]
         if self.cfg.rows != self.cfg.cols:
             kinds.append("matmul_transpose")
         axi = []

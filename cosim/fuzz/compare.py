@@ -9,6 +9,14 @@ queue's ``TAIL`` and error report (code, opcode, command index, address), ``QUEU
 the ``HEAD`` of a stopped queue, ``ERR_*`` (one of the queues' errors), ``bytes_read`` (the
 hardware reads ahead of a failing command, :func:`read_ahead_bytes`). Between the RTL and the
 performance model more can be compared exactly (:func:`compare_timed`, ``--timed-exact``).
+
+Translated scenarios (``scenario.vm``): the page faults the host handled (queue, code,
+opcode, command index, virtual address, action) exactly, and on the model as planted; a
+handled fault may be ``ERR_*``; a faulted DMA is traced twice (the fault, then the run
+again or the skip). ``bytes_read`` and the TLB counters are left out of the functional
+model's comparison (its TLBs see the commands in execution order, the hardware's in bus
+order, and it does not model the fetch's walks); between the RTL and the performance model
+they stay exact.
 """
 
 from __future__ import annotations
@@ -67,11 +75,12 @@ def _dram(scenario: Scenario, a: Outcome, b: Outcome, timed: bool) -> list[str]:
     return []
 
 
-def expected_traces(scenario: Scenario, errors: dict) -> list[dict]:
+def expected_traces(scenario: Scenario, errors: dict, handled: list = ()) -> list[dict]:
     """Per engine, per queue: the command indices the engine retires, in order (every
     engine command up to and including a failing one; nothing of a queue after a fetch or
-    fence error)."""
+    fence error; a DMA whose page fault was ``handled`` twice)."""
     out = [{} for _ in ENGINE_NAMES]
+    twice = {(f[0], f[3]) for f in handled if _ENGINE_OF.get(f[2]) in ("load", "store")}
     for s in scenario.queues:
         err = errors.get(s.queue)
         stop = None if err is None else err[2] + (failure_kind(err) == "engine")
@@ -80,15 +89,16 @@ def expected_traces(scenario: Scenario, errors: dict) -> list[dict]:
                 break
             engine = _ENGINE_OF.get(c.opcode)
             if engine is not None and engine != "processor":
-                out[ENGINE_NAMES.index(engine)].setdefault(s.queue, []).append(i)
+                n = 2 if (s.queue, i) in twice else 1
+                out[ENGINE_NAMES.index(engine)].setdefault(s.queue, []).extend([i] * n)
     return out
 
 
 def _traces(scenario: Scenario, o: Outcome, name: str, depth: int) -> list[str]:
     errors = {q: v["error"] for q, v in o.queues.items()}
     out = []
-    for e, (want, got) in enumerate(zip(expected_traces(scenario, errors), o.traces,
-                                        strict=True)):
+    for e, (want, got) in enumerate(zip(expected_traces(scenario, errors, o.vm_faults),
+                                        o.traces, strict=True)):
         total = sum(len(v) for v in want.values())
         if len(got) != min(total, depth) or o.trace_overflow[e] != (total > depth):
             out.append(f"{name}: trace of {ENGINE_NAMES[e]}: {len(got)} entries, overflow "
@@ -120,6 +130,7 @@ def _queues(scenario: Scenario, a: Outcome, b: Outcome, b_name: str) -> list[str
 
 def _first_error(o: Outcome, name: str) -> list[str]:
     errs = [[e[0], q, e[1], e[2], e[3]] for q, v in o.queues.items() if (e := v["error"])]
+    errs += [[f[1], f[0], f[2], f[3], f[4]] for f in o.vm_faults]   # handled page faults
     if (o.first_error is None) != (not errs) or (errs and o.first_error not in errs):
         return [f"{name}: ERR_* {o.first_error} is not one of the queues' errors {errs}"]
     return []
@@ -134,11 +145,14 @@ def read_ahead_bytes(fetch_depth: int) -> int:
     return COMMAND_BYTES * (2 * fetch_depth + 1)
 
 
-def _counters(a: Outcome, b: Outcome, b_name: str, fetch_depth: int) -> list[str]:
+def _counters(a: Outcome, b: Outcome, b_name: str, fetch_depth: int,
+              translated: bool = False) -> list[str]:
     out = []
     failures = sum(1 for v in a.queues.values() if v["error"])
     for k, va in a.counters.items():
         vb = b.counters[k]
+        if translated and (k == "bytes_read" or k.startswith("tlb.")):
+            continue
         if k == "bytes_read":
             extra = vb - va
             if not (0 <= extra <= read_ahead_bytes(fetch_depth) * failures
@@ -150,8 +164,15 @@ def _counters(a: Outcome, b: Outcome, b_name: str, fetch_depth: int) -> list[str
 
 
 def _prediction(scenario: Scenario, a: Outcome) -> list[str]:
-    """The model against what the generator meant: the failing command and its code."""
+    """The model against what the generator meant: the failing command and its code, and
+    the planted page faults (:mod:`cosim.fuzz.generate`), each handled once."""
     out = []
+    if scenario.vm is not None:
+        want = sorted([int(q), f["code"], f["opcode"], f["index"], f["addr"], f["action"]]
+                      for q, f in scenario.vm["faults"].items())
+        if a.vm_faults != want:
+            out.append(f"page faults: the model handled {a.vm_faults}, the generator planted "
+                       f"{want}")
     for s in scenario.queues:
         want = next(([i, c.expect] for i, c in enumerate(scenario.queue_commands(s.queue))
                      if c.expect), None)
@@ -173,8 +194,9 @@ def compare(scenario: Scenario, model: Outcome, other: Outcome | None, name: str
             + _traces(scenario, model, "model", depth)
     out = _dram(scenario, model, other, timed=False) + _queues(scenario, model, other, name)
     out += _first_error(other, name) + _traces(scenario, other, name, depth)
-    out += _counters(model, other, name, scenario.npu_config.fetch_depth)
-    for key in ("queue_errors", "irq_status", "irq_pin", "sems", "sem_last"):
+    out += _counters(model, other, name, scenario.npu_config.fetch_depth,
+                     translated=scenario.vm is not None)
+    for key in ("queue_errors", "irq_status", "irq_pin", "sems", "sem_last", "vm_faults"):
         if getattr(model, key) != getattr(other, key):
             out.append(f"{key}: {getattr(model, key)} (model) vs {getattr(other, key)} ({name})")
     return out

@@ -9,6 +9,13 @@ the rings and ring the doorbells, queue by queue, as far as each ring has room (
 waits for ``HEAD`` to move: the streams wrap around). It waits until every queue is idle or
 stopped by an error, reads every register the comparison needs, then stores the local
 memories into the dump area (an epilogue on queue 0) and reads the arena back.
+
+Translated mode (``scenario.vm``): the prologue ends with a ``TLB_INVALIDATE`` of every entry
+(the TLBs outlive ``CONTROL``, and address-space ids are reused from stream to stream); the
+host writes the page tables, each translated queue's ``Q_VM`` and its virtual ``RING_BASE``.
+While it waits (for ring space or for the end), a queue stopped by its planted page fault
+is handled once: the report is recorded (:attr:`Outcome.vm_faults`), the page is mapped if
+the plan resumes, and ``Q_RESUME`` resumes or skips.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from hw.isa import (
     COMMAND_BYTES,
     COUNTER_NAMES,
     ENGINE_NAMES,
+    PAGE_FAULTS,
     TIMING_COUNTERS,
     Csr,
     ErrorWord,
@@ -31,10 +39,12 @@ from hw.isa import (
     LocalMem,
     Opcode,
     QueueErrorWord,
+    ResumeWord,
     SemLast,
     TraceInfo,
     counter_csr,
     encode,
+    pack_fields,
     queue_csr,
     sem_csr,
     sem_last_csr,
@@ -69,6 +79,8 @@ class Outcome:
     counters: dict = field(default_factory=dict)    # untimed counter deltas
     dram: bytes = b""                               # [ARENA_BASE, layout.end)
     cycles: int = 0                                 # the device's cycles over the stream
+    #: page faults the host handled: [queue, code, opcode, index, address, action]
+    vm_faults: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -93,6 +105,8 @@ class _Host:
         self.budget = max_cycles
         self.waited = 0
         self.run_cycles = getattr(backend, "run_cycles", None)
+        self.vm_faults: dict = {}          # planted faults not handled yet (queue -> plan)
+        self.handled: list = []
 
     def rd(self, off: int) -> int:
         return self.b.csr_read(off)
@@ -131,9 +145,11 @@ class _Host:
     def zero_rings(self, queues: list[int] | None = None) -> None:
         """``HEAD = TAIL = 0`` on ``queues`` (default all), then ``CONTROL`` clear: an empty
         window makes any fetch fail, the queue reset then moves ``HEAD`` to the new ``TAIL``;
-        the windows are open again after it."""
+        the windows are open again after it. Translated queues are made physical first
+        (``Q_VM`` 0: the empty window stops a fetch only then; a stream that ended in a hang
+        must not leave queue 0 translated for the next prologue)."""
         queues = range(self.cfg.n_queues) if queues is None else queues
-        ops = []
+        ops = [(queue_csr(q, Csr.Q_VM), 0) for q in queues] if self.cfg.tlb_entries else []
         for q in queues:
             ops += [(queue_csr(q, Csr.WINDOW_BASE), 1), (queue_csr(q, Csr.WINDOW_LIMIT), 1),
                     (queue_csr(q, Csr.TAIL), 0)]
@@ -209,16 +225,44 @@ class _Host:
                 tail[q] = (tail[q] + n) % s.ring_size
                 self.wr(queue_csr(q, Csr.TAIL), tail[q])
                 moved = True
-            if not moved:
+            if not moved and not self.handle_faults():
                 poll = self.wait(poll, "ring space")
 
     def quiesce(self, mask: int) -> None:
         poll = POLL_FIRST
         while True:
             busy, errors = self.batch([(Csr.QUEUE_BUSY, None), (Csr.QUEUE_ERRORS, None)])
+            if any(errors >> q & 1 for q in self.vm_faults) and self.handle_faults():
+                continue
             if not busy & ~errors & mask:
                 return
             poll = self.wait(poll, "completion")
+
+    def handle_faults(self) -> bool:
+        """Handle the planted page faults that stopped their queue (see the module
+        docstring); returns whether one was."""
+        if not self.vm_faults:
+            return False
+        errors = self.rd(Csr.QUEUE_ERRORS)
+        done = False
+        for q, plan in list(self.vm_faults.items()):
+            if not errors >> q & 1:
+                continue
+            code, qcmd, qaddr = self.batch([(queue_csr(q, Csr.Q_ERR_CODE), None),
+                                            (queue_csr(q, Csr.Q_ERR_CMD), None),
+                                            (queue_csr(q, Csr.Q_ERR_ADDR), None)])
+            w = unpack_fields(QueueErrorWord, code)
+            if _int(w.code) not in {c.value for c in PAGE_FAULTS}:
+                continue                    # another error: the stream ends there
+            del self.vm_faults[q]
+            self.handled.append([q, _int(w.code), _int(w.opcode), qcmd, qaddr, plan["action"]])
+            if plan["fix"] is not None:
+                addr, word = plan["fix"]
+                self.b.mem_write(addr, word.to_bytes(4, "little"))
+            self.wr(queue_csr(q, Csr.Q_RESUME),
+                    pack_fields(ResumeWord, {plan["action"]: 1}))
+            done = True
+        return done
 
     # -- reading the state ----------------------------------------------------------------
 
@@ -325,11 +369,25 @@ def run_scenario(backend, scenario: Scenario, *, max_cycles: int = 4_000_000,
     h.zero_rings()
     backend.mem_write(ARENA_BASE, _bytes_of(scenario.seed, lay.end - ARENA_BASE))
     qids = [s.queue for s in scenario.queues]
-    h.control_stream(h.local_transfers(True, qids))
+    prologue = h.local_transfers(True, qids)
+    vm = scenario.vm
+    if vm is not None:
+        prologue.append(encode({"header": {"opcode": Opcode.TLB_INVALIDATE},
+                                "body": {"tlb": {"all": 1}}}))
+    h.control_stream(prologue)
     h.zero_rings([0])
     mask, ops = 0, []
+    virtual = {} if vm is None else {int(q): v for q, v in vm["queues"].items()}
+    if vm is not None:
+        for addr, word in vm["tables"]:
+            backend.mem_write(addr, word.to_bytes(4, "little"))
+        h.vm_faults = {int(q): f for q, f in vm["faults"].items()}
     for s in scenario.queues:
-        ops += h.setup_ops(s.queue, s.ring_base, s.ring_size, (s.window_base, s.window_limit))
+        v = virtual.get(s.queue)
+        ring = s.ring_base if v is None else v["ring"]
+        if v is not None:
+            ops.append((queue_csr(s.queue, Csr.Q_VM), v["word"]))
+        ops += h.setup_ops(s.queue, ring, s.ring_size, (s.window_base, s.window_limit))
         mask |= 1 << s.queue
     ops += [(sem_csr(int(sem)), value) for sem, value in scenario.sem_init.items()]
     h.batch(ops + [(Csr.IRQ_ENABLE, scenario.irq_enable)])
@@ -343,6 +401,7 @@ def run_scenario(backend, scenario: Scenario, *, max_cycles: int = 4_000_000,
     h.submit(scenario)
     h.quiesce(mask)
     out.cycles = h.cycles() - c0
+    out.vm_faults = sorted(h.handled)
     h.read_state(scenario, out, trace_cycles)
     if set_fault is not None:
         set_fault(None)

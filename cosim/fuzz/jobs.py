@@ -51,7 +51,15 @@ def _entry(seed: int, scenario: Scenario, v: Verdict) -> dict:
             "perf": v.perf_run, "seconds": v.seconds, "fault": scenario.fault is not None,
             "wraps": any(len(scenario.queue_commands(q.queue)) >= q.ring_size
                          for q in scenario.queues),
-            "failing_queues": sum(v.errors.values()), "irq_pin": v.irq_pin}
+            "failing_queues": sum(v.errors.values()), "irq_pin": v.irq_pin,
+            "translated_queues": len(scenario.vm["queues"]) if scenario.vm else 0,
+            "page_faults": _page_faults(scenario)}
+
+
+def _page_faults(scenario: Scenario) -> dict:
+    """The planted page faults by ``kind/action`` (translated mode)."""
+    faults = scenario.vm["faults"].values() if scenario.vm else ()
+    return dict(Counter(f"{f['kind']}/{f['action']}" for f in faults))
 
 
 def fuzz_batch(backend, *, seeds: list[int], settings: dict | None = None,
@@ -126,4 +134,7 @@ def summarize(results: list[dict]) -> dict:
             "with_ring_wrap": sum(1 for r in results if r["wraps"]),
             "with_several_failing_queues": sum(1 for r in results if r["failing_queues"] > 1),
             "with_irq_pin_high": sum(1 for r in results if r["irq_pin"]),
+            "with_translated_queues": sum(1 for r in results if r.get("translated_queues")),
+            "page_faults": dict(sorted(sum((Counter(r.get("page_faults", {}))
+                                            for r in results), Counter()).items())),
             "queues": dict(sorted(Counter(r["queues"] for r in results).items()))}

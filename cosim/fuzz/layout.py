@@ -12,6 +12,9 @@ deliberately bad ones beyond ``dram_bytes``):
 * the *dump area*: per queue, its local partitions' initial pattern (loaded by the
   prologue) and their final contents (stored by the epilogue): the scratchpad partition,
   then the accumulator partition;
+* the *VM area* (page-aligned, :data:`VM_QUEUE_BYTES` per queue): for a queue translated
+  by a context (:mod:`hw.isa.vm`), its *fault page* (touched only by the command planted to
+  page-fault), its root table and two level-0 tables;
 * the *control ring* of the prologue and epilogue.
 
 Local memory: each hardware queue owns a partition of :data:`SPAD_ROWS` scratchpad rows and
@@ -27,7 +30,8 @@ from dataclasses import dataclass
 from hw.config import NPUConfig
 from hw.isa import COMMAND_BYTES
 
-__all__ = ["Layout", "ARENA_BASE", "QUEUE_REGION", "SHARED_BYTES", "POISON_BYTES", "MAX_RING"]
+__all__ = ["Layout", "ARENA_BASE", "QUEUE_REGION", "SHARED_BYTES", "POISON_BYTES", "MAX_RING",
+           "VM_QUEUE_BYTES"]
 
 ARENA_BASE = 0x1_0000
 QUEUE_REGION = 0x8000       #: bytes per queue: ring + private data
@@ -37,6 +41,7 @@ POISON_BYTES = 0x400        #: per queue
 CONTROL_RING = 16           #: commands of the prologue/epilogue ring
 SPAD_ROWS = 256             #: scratchpad rows per queue partition
 ACC_ROWS = 128              #: accumulator rows per queue partition
+VM_QUEUE_BYTES = 0x4000     #: per queue: fault page, root table, two level-0 tables
 
 
 @dataclass(frozen=True)
@@ -88,8 +93,19 @@ class Layout:
         return base, base + spad
 
     @property
+    def vm_base(self) -> int:
+        """First byte of the VM area (4 KiB-aligned)."""
+        end = self.dump + self.n_queues * sum(self.part_bytes)
+        return (end + 0xFFF) // 0x1000 * 0x1000
+
+    def vm_of(self, q: int) -> tuple[int, int, tuple[int, int]]:
+        """Queue ``q``'s fault page, root table and level-0 tables (physical pages)."""
+        base = self.vm_base + q * VM_QUEUE_BYTES
+        return base, base + 0x1000, (base + 0x2000, base + 0x3000)
+
+    @property
     def control_ring(self) -> int:
-        return self.dump + self.n_queues * sum(self.part_bytes)
+        return self.vm_base + self.n_queues * VM_QUEUE_BYTES
 
     @property
     def end(self) -> int:

@@ -76,6 +76,13 @@ class Scenario:
         ``IRQ_ENABLE`` during the stream.
     fault : dict or None
         :class:`sw.model.faults.BusFault` fields, set before the doorbells.
+    vm : dict or None
+        Translated mode (:mod:`cosim.fuzz.generate`): ``queues`` (queue as a string ->
+        ``word`` (``Q_VM``), ``delta``, ``ring`` (the virtual ``RING_BASE``)), ``tables``
+        (``[physical address, 32-bit word]`` of the page tables, written before the
+        doorbells) and ``faults`` (queue -> the planted page fault: ``kind``, ``code``,
+        ``opcode``, ``index``, ``addr`` (virtual), ``action`` (``resume`` / ``skip``) and
+        ``fix`` (the ``[address, word]`` the host writes before resuming, or None)).
     note : str
         What the scenario is (a reproducer says what it found).
     """
@@ -87,6 +94,7 @@ class Scenario:
     irq_enable: int = 0
     fault: dict | None = None
     note: str = ""
+    vm: dict | None = None
 
     @property
     def npu_config(self) -> NPUConfig:
@@ -116,7 +124,8 @@ class Scenario:
                    queues=[QueueSetup(**q) for q in d["queues"]],
                    commands=[FuzzCommand(**c) for c in d["commands"]],
                    sem_init={int(k): v for k, v in d["sem_init"].items()},
-                   irq_enable=d["irq_enable"], fault=d["fault"], note=d.get("note", ""))
+                   irq_enable=d["irq_enable"], fault=d["fault"], note=d.get("note", ""),
+                   vm=d.get("vm"))
 
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
