@@ -1,6 +1,6 @@
 """Matrix engine: the systolic array and its pipelined MATMUL sequencer."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In
