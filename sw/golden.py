@@ -18,13 +18,15 @@ from hw.isa import (
     SOFTMAX_EXP_GUARD_BITS,
     SOFTMAX_EXP_MAX_SHIFT,
     SOFTMAX_RECIP_BITS,
+    ActFormat,
+    WeightFormat,
     softmax_exp_table,
 )
 from sw.quant import check_accumulation, requantize
 
 __all__ = ["matmul_int", "linear_int", "exp2_int", "softmax_int", "row_reciprocal",
            "requantize_rows", "attention_head_int", "mx_align", "matmul_formats",
-           "mx_in_exact_range"]
+           "mx_in_exact_range", "linear_formats"]
 
 
 def matmul_int(a: npt.ArrayLike, w: npt.ArrayLike) -> np.ndarray:
@@ -402,3 +404,32 @@ def mx_in_exact_range(a: npt.ArrayLike, w: npt.ArrayLike, *, tile_k: int,
     d = (_tile_exponents(xa, nt, tile_k, 1, m).T[:, :, None]
          + _tile_exponents(xw, nt, tile_k, 0, n)[:, None, :] - int(x_base))
     return bool(np.all((p == 0) | (d >= 0)))
+
+
+def linear_formats(a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
+                   multiplier: npt.ArrayLike, shift: npt.ArrayLike, relu: bool = False, *,
+                   tile_k: int, weights: int = 0, activations: int = 0,
+                   w_exp: npt.ArrayLike | None = None, a_exp: npt.ArrayLike | None = None,
+                   x_base: int = 0) -> np.ndarray:
+    """:func:`linear_int` for every operand format (:mod:`hw.isa.formats`): the accumulator of
+    :func:`matmul_int` (int8 or int4 weights, int8 activations) or of :func:`matmul_formats`
+    (an MX product: MXINT8 weights with ``w_exp`` and/or MXINT8 activations with ``a_exp``,
+    the other operand at scale ``2**0``), then the vector unit's requantization. ``tile_k`` is
+    the array's ``rows`` (MX alignment is per K tile).
+
+    Returns
+    -------
+    numpy.ndarray
+        int8, ``(M, N)``.
+    """
+    w_mx, a_mx = weights == WeightFormat.MXINT8, activations == ActFormat.MXINT8
+    if w_mx or a_mx:
+        acc = matmul_formats(a, w, tile_k=tile_k, xa=a_exp if a_mx else None,
+                             xw=w_exp if w_mx else None, x_base=x_base)
+    else:
+        acc = matmul_int(a, w)
+    n = acc.shape[1]
+    for name, v in (("bias", bias), ("multiplier", multiplier), ("shift", shift)):
+        if np.shape(v) != (n,):
+            raise ValueError(f"{name} must have shape ({n},), got {np.shape(v)}")
+    return requantize(acc, bias, multiplier, shift, relu=relu)
