@@ -95,7 +95,7 @@ from sw.quant import check_accumulation, pack_int4
 from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
 __all__ = ["LinearPlan", "LinearStats", "LinearJob", "Formats", "INT8_FORMATS", "plan_linear",
-           "linear", "linear_with_stats", "linear_launch", "pack_activations",
+           "linear", "linear_with_stats", "linear_launch", "pack_activations", "weight_dram_bytes",
            "build_linear_commands",
            "build_linear_commands_double_buffered", "double_buffered_plan", "linear_dram_bytes",
            "matmul_cycles", "matmul_latency", "requant_cycles", "dma_cycles"]
@@ -429,6 +429,12 @@ class LinearJob:
                 b.free()
         for s in self._sems:
             s.free()
+
+
+def weight_dram_bytes(config: NPUConfig, plan: LinearPlan) -> int:
+    """Bytes of the layer's weights in DRAM in the kernel's layout (padded rows; int4 packed,
+    MXINT8 with its exponent rows): ``NB * KB * weight_tile_rows * spad_row_bytes``."""
+    return plan.nb * plan.kb * plan.w_tile(config) * config.spad_row_bytes
 
 
 def pack_activations(config: NPUConfig, a: np.ndarray) -> np.ndarray:
