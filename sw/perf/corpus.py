@@ -105,7 +105,7 @@ def format_operands(rng, config, m: int, k: int, n: int, weights: str, activatio
     """Quantized operands of an ``(M, K) @ (K, N)`` layer in the given formats, requantization
     parameters that map each column onto about +-100 (``saturate``: onto +-300, so a third of
     the outputs saturate), and the :class:`Formats`."""
-    from sw.golden import matmul_formats
+    from sw.golden import matmul_formats, matmul_int
     from sw.kernels.linear import Formats
     from sw.quant import mx_alignment_base, quantize_multipliers
     wf, af = _W[weights], _A[activations]
@@ -125,9 +125,9 @@ def format_operands(rng, config, m: int, k: int, n: int, weights: str, activatio
     x_base = mx_alignment_base(a_exp, w_exp, k=k, tile_k=config.rows, a_max=amax,
                                w_max=wmax) if mx else 0
     fmt = Formats(weights=wf, activations=af, w_exp=w_exp, a_exp=a_exp, x_base=x_base)
-    acc = matmul_formats(a, w, tile_k=config.rows, xa=a_exp if mx and af else None,
+    acc = matmul_formats(a, w, tile_k=config.rows, xa=a_exp if af else None,
                          xw=w_exp if wf == WeightFormat.MXINT8 else None,
-                         x_base=x_base if mx else 254)
+                         x_base=x_base) if mx else matmul_int(a, w)
     peak = np.maximum(np.abs(acc).max(axis=0), 1)
     target = 300 if edge == "saturate" else 100
     bias = (rng.integers(-20, 20, n) * peak / 100).astype(np.int64)

@@ -18,6 +18,7 @@ CONFIGS = [
     NPUConfig(rows=8, cols=8, spad_rows=128, acc_rows=64, mx=1),
     NPUConfig(rows=4, cols=8, spad_rows=128, acc_rows=64, mx=1),
     NPUConfig(rows=4, cols=4, spad_rows=64, acc_rows=64),          # no exponent stage
+    NPUConfig(rows=3, cols=5, spad_rows=64, acc_rows=64),          # odd rows: int4 padding
 ]
 IDS = [c.name for c in CONFIGS]
 

@@ -6,7 +6,7 @@ import pytest
 
 from hw.config import NPUConfig
 from hw.isa import ActFormat, WeightFormat
-from sw.golden import linear_formats, matmul_formats
+from sw.golden import linear_formats, matmul_formats, matmul_int
 from sw.kernels.linear import Formats, linear_dram_bytes, linear_with_stats, plan_linear
 from sw.model import ModelBackend
 from sw.perf import PerfBackend
@@ -48,7 +48,7 @@ def operands(rng, cfg, m, k, n, wf, af):
     # multipliers that map each column's accumulators onto about +-100 (unsaturated outputs)
     acc = matmul_formats(a, w, tile_k=cfg.rows, xa=a_exp if af else None,
                          xw=w_exp if wf == WeightFormat.MXINT8 else None,
-                         x_base=x_base if mx else 254)
+                         x_base=x_base) if mx else matmul_int(a, w)
     peak = np.maximum(np.abs(acc).max(axis=0), 1)
     bias = (rng.integers(-20, 20, n) * peak / 100).astype(np.int64)
     mult, shift = quantize_multipliers(100 / peak)
@@ -89,6 +89,19 @@ def test_linear_formats_on_the_perf_model_tight_memories():
             out, stats = linear_with_stats(dev, a, w, bias, mult, shift, formats=fmt)
             assert np.array_equal(out, golden(cfg, a, w, bias, mult, shift, fmt)), combo
             assert stats.plan.k_chunk < stats.plan.kb
+
+
+def test_int4_on_odd_rows():
+    """An odd ``rows``: the last packed row of each tile has a padding high nibble."""
+    cfg = NPUConfig(rows=3, cols=5, spad_rows=128, acc_rows=64)
+    rng = np.random.default_rng(9)
+    for backend in (ModelBackend(cfg), PerfBackend(cfg)):
+        dev = Device(backend, cfg)
+        a, w, bias, mult, shift, fmt = operands(rng, cfg, 13, 40, 11, WeightFormat.INT4,
+                                                ActFormat.INT8)
+        out, stats = linear_with_stats(dev, a, w, bias, mult, shift, formats=fmt)
+        assert np.array_equal(out, golden(cfg, a, w, bias, mult, shift, fmt))
+        assert stats.plan.w_tile(cfg) == 2
 
 
 def test_int4_halves_the_weight_traffic():
