@@ -206,6 +206,12 @@ def quantize(x: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None = None) ->
     ScaleError
         If a scale is negative or not finite, or a non-zero value has a zero scale.
     """
+    return _quantize(x, scale, axis, INT8_MIN, INT8_MAX)
+
+
+def _quantize(x: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None, lo: int,
+              hi: int) -> np.ndarray:
+    """``clamp(floor(x / scale + 1/2), lo, hi)`` as int8 (see :func:`quantize`)."""
     a = np.asarray(x, dtype=np.float64)
     s = _check_scales(scale)
     if s.ndim and axis is None:
@@ -216,7 +222,7 @@ def quantize(x: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None = None) ->
         raise ScaleError(f"a non-zero value cannot be quantized with a zero scale ({scale!r})")
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.where(zero, 0.0, np.floor(a / np.where(zero, 1.0, s) + 0.5))
-    return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
+    return np.clip(q, lo, hi).astype(np.int8)
 
 
 def dequantize(q: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None = None) -> np.ndarray:
@@ -472,17 +478,7 @@ def quantize_int4(x: npt.ArrayLike, scale: npt.ArrayLike, axis: int | None = Non
     numpy.ndarray
         int8 with values in -8..7, same shape as ``x``.
     """
-    a = np.asarray(x, dtype=np.float64)
-    s = _check_scales(scale)
-    if s.ndim and axis is None:
-        axis = -1
-    s = _broadcast_scale(s, a.ndim, axis)
-    zero = s == 0
-    if np.any(zero & (a != 0)):
-        raise ScaleError(f"a non-zero value cannot be quantized with a zero scale ({scale!r})")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(zero, 0.0, np.floor(a / np.where(zero, 1.0, s) + 0.5))
-    return np.clip(q, INT4_MIN, INT4_MAX).astype(np.int8)
+    return _quantize(x, scale, axis, INT4_MIN, INT4_MAX)
 
 
 def pack_int4(w: npt.ArrayLike) -> np.ndarray:

@@ -105,11 +105,27 @@ class MatrixEngine(wiring.Component):
     (taken, not retired); the engine relies on it (the retire FIFO never overflows; a full one
     holds the next-command register). ``busy`` is high while any command is in the engine.
 
+    Number formats (``w_fmt``, ``a_fmt``, ``x_base``; layouts in :mod:`hw.isa.formats`):
+    int4 weights are read as packed rows, row ``k >> 1`` in issue cycle ``k``, and the feed
+    takes nibble ``k & 1`` sign-extended (same cycles as int8). With ``config.mx`` the array
+    has its exponent stage (:class:`SystolicArray`): an MXINT8 weight tile's exponent row is
+    read in cycle ``rows`` and written into the exponent shadows, other tiles write 127 there
+    with their last weight row; every activation row carries an exponent term (``-127`` in an
+    int8 command, so the stage passes the sum unchanged; ``127 - x_base`` for int8
+    activations in an MX command; its byte of the group's exponent row minus ``x_base`` for
+    MXINT8 activations, the exponent row read on the activation port before each group). An
+    MX command's activations start one cycle later (:func:`hw.isa.matmul_lead`), so the
+    exponent row written after the weight rows still precedes the swap wavefront; its issue
+    stage takes :func:`hw.isa.matmul_issue_cycles` per K block.
+
     Latency of a command on an idle engine: :func:`hw.isa.timing.matmul_busy_cycles`
-    (``m + rows + cols + 4``; failing commands and ``m == 0``: 2).
+    (``m + rows + cols + 4`` for int8 and int4; failing commands and ``m == 0``: 2).
 
     Errors (checked in this order, nothing is written): opcode other than MATMUL ->
-    ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``a_row .. a_row + B * m - 1`` or
+    ``BAD_OPCODE`` (``error_addr`` 0); ``m == 0``: nothing; a transposed MATMUL on a non-square
+    array or a format the configuration does not have (:func:`hw.isa.format_error`) ->
+    ``BAD_SIZE`` (0); any of the rows (tiles of :func:`hw.isa.weight_tile_rows` and
+    :func:`hw.isa.act_tile_rows` rows) ``a_row .. a_row + B * m - 1`` or
     ``w_row .. w_row + B * rows - 1`` outside the scratchpad, or ``acc_row .. acc_row + m - 1``
     outside the accumulator -> ``BAD_LOCAL_ADDR`` with ``error_addr`` the first out-of-range
     row (one multiplier, ``B * m``, in the check). ``m == 0`` does nothing, checks nothing and
