@@ -61,4 +61,4 @@ def test_int4_gemv_speedup_on_rtl(dram):
         assert rtl[f]["bit_exact"] and rtl[f]["cycles"] == perf[f]["cycles"], (f, rtl, perf)
     assert rtl["int4"]["bytes_read"] < 0.55 * rtl["int8"]["bytes_read"]
     speedup = rtl["int8"]["cycles"] / rtl["int4"]["cycles"]
-    assert speedup >= (1.8 if dram == "bw=4.8" else 1.45), (dram, speedup)
+    assert speedup >= (1.8 if dram == "bw=4.8" else 1.7), (dram, speedup)
