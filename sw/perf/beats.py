@@ -136,6 +136,13 @@ class BeatScheduler:
         xr = max(t, r.candidate()) if r is not None else _NEVER
         xw = max(t, w.candidate()) if w is not None else _NEVER
         while xr < _NEVER or xw < _NEVER:
+            if xw == _NEVER or xr < xw:
+                # no W beat can go before xw: the R beats before it go alone, in a run
+                cr = bucket.first_ok(xr) if bucket is not None else xr
+                cr = r_draws.next_free(cr)
+                if cr < xw:
+                    xr = r.run(cr, xw, bucket, r_draws)
+                    continue
             if bucket is not None:
                 cr = r_draws.next_free(bucket.first_ok(xr)) if xr < _NEVER else _NEVER
                 cw = w_draws.next_free(bucket.first_ok(xw)) if xw < _NEVER else _NEVER
@@ -213,6 +220,74 @@ class _ReadCursor:
             pv, pc = self.reads.tail
         b.load = max(b.accept + self.reads.fetch_after, pv + 1)
         return max(b.load, pc)
+
+    def run(self, c: int, limit: int, bucket: TokenBucket | None, draws: StallDraws) -> int:
+        """Load the next beat at edge ``c`` and, while its receiver takes them the cycle they
+        are visible (:meth:`sw.perf.memory.Reader.r_plain`), the beats after it of its burst
+        at the first edge each may be loaded (the beat before taken, a token, R not withheld),
+        as long as that edge is before ``limit`` (no W beat goes before it, so the R beats
+        alone take the tokens). Returns the next candidate.
+
+        The same as :meth:`load` beat after beat (with ``bucket.take(c, 1)`` before each), in
+        one loop."""
+        b = self.bursts[self.bi]
+        i = self.i
+        plain = getattr(b.owner, "r_plain", None)
+        j, h = plain(b, i, c + 1) if plain is not None else (i, 0)
+        if j == i or c + 1 >= h:
+            if bucket is not None:
+                bucket.take(c, 1)
+            return self.load(c)
+        if h <= limit:
+            limit = h - 1                       # beats visible before h: loaded before h - 1
+        loads, takes = b.loads, b.takes
+        i0 = i
+        stalls = draws.active
+        if bucket is None:
+            while True:
+                loads.append(c)
+                c += 1
+                takes.append(c)
+                i += 1
+                if i == j:
+                    break
+                if stalls:
+                    c = draws.next_free(c)
+                if c >= limit:
+                    break
+        else:
+            num, beat, cap = bucket.num, bucket.beat, bucket.cap
+            cycles, left = bucket.cycles, bucket.left
+            lc, ll = cycles[-1], left[-1]
+            while True:
+                level = ll + (c - lc) * num     # TokenBucket.take(c, 1)
+                if level > cap:
+                    level = cap
+                lc, ll = c, level - beat
+                cycles.append(c)
+                left.append(ll)
+                loads.append(c)
+                c += 1                          # taken when visible: the next beat's edge
+                takes.append(c)
+                i += 1
+                if i == j:
+                    break
+                need = beat - ll                # TokenBucket.first_ok(c)
+                if need > 0:
+                    ok = lc + -(-need // num)
+                    if ok > c:
+                        c = ok
+                if stalls:
+                    c = draws.next_free(c)
+                if c >= limit:
+                    break
+        b.owner.r_plain_taken(b, i0, i, takes[-1])
+        if i == b.beats:
+            self.bi += 1
+            self.i = 0
+        else:
+            self.i = i
+        return self.candidate()
 
     def load(self, c: int) -> int:
         """Load the next beat at edge ``c`` (visible from ``c + 1``); its receiver says when it

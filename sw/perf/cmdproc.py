@@ -355,6 +355,12 @@ class FetchUnit:
     def r_take(self, served: ServedBurst, i: int, visible: int) -> int:
         return visible            # RREADY is high in FETCH_DATA
 
+    def r_plain(self, served: ServedBurst, i: int, visible: int) -> tuple[int, int]:
+        return served.beats, _BIG  # every beat taken as it is shown
+
+    def r_plain_taken(self, served: ServedBurst, i: int, j: int, last: int) -> None:
+        pass
+
     def burst_done(self, served: ServedBurst) -> None:
         self._decode()            # DECODE is the cycle after the last beat (DECIDE phase)
 

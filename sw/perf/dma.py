@@ -108,6 +108,7 @@ class _LoadJob(Item):
         #: beat by beat: burst index -> per beat, the index of its first hold in ``holds``
         self.hold_from: dict[int, list[int]] = {}
         self._shapes: dict[int, tuple[dict, list[int], list[int]]] = {}
+        self._plain: dict[int, list[int]] = {}
         self._busy_stamp: tuple | None = None
         self._busy: list[tuple[int, int]] = []
         self.completed = 0
@@ -151,6 +152,24 @@ class _LoadJob(Item):
                 before.append(before[-1] + n)
             s = self._shapes[k] = (self.geo.pattern(burst), per_beat, before)
         return s
+
+    def plain_ends(self, k: int) -> list[int]:
+        """Per beat ``i`` of burst ``k``, the end of the run of beats from ``i`` that are one
+        load step each and leave no flush word behind (cached): such a beat is taken in the
+        cycle its step goes."""
+        ends = self._plain.get(k)
+        if ends is None:
+            burst = self.bursts[k]
+            per_beat = self.shape(k)[1]
+            n = burst.beats
+            ends = [0] * n
+            j = n - 1 if burst.tail else n
+            for i in range(n - 1, -1, -1):
+                if per_beat[i] != 1 or i >= j:
+                    j = i
+                ends[i] = j
+            self._plain[k] = ends
+        return ends
 
     def busy(self, now: int) -> list[tuple[int, int]]:
         """The merged busy spans of the write ports above the DMA that end after ``now``
@@ -289,6 +308,44 @@ class LoadChannel:
         if i == burst.beats - 1:
             job.last_step[k] = last
         return take
+
+    def r_plain(self, served: ServedBurst, i: int, visible: int) -> tuple[int, int]:
+        """The run of beats from ``i`` that :meth:`r_take` takes the cycle they are visible:
+        one step each, no flush word, ``visible`` after the previous burst's last step, no
+        hold of a retimed beat still to count, and visible before the next busy span of the
+        ports (a beat that does not complete a local row would not wait for it either; the
+        run stops there all the same)."""
+        job, k = served.tag
+        starts = job.hold_from.get(k)
+        if starts is not None and i < len(starts):
+            now = self.eq.now
+            for h in job.holds[k][starts[i]:]:
+                if h[0] < now:
+                    return i, 0
+        if i == 0 and k and visible <= job.last_step[k - 1]:
+            return i, 0
+        j = job.plain_ends(k)[i]
+        if j == i:
+            return i, 0
+        for a, b in job.busy(self.eq.now):
+            if b > visible:
+                return (i, 0) if a <= visible else (j, a)
+        return j, _BIG
+
+    def r_plain_taken(self, served: ServedBurst, i: int, j: int, last: int) -> None:
+        job, k = served.tag
+        holds = job.holds.get(k)
+        if holds is None:
+            holds = job.holds[k] = []
+            starts = job.hold_from[k] = []
+        else:
+            starts = job.hold_from[k]
+            if i < len(starts):
+                del holds[starts[i]:]
+                del starts[i:]
+        starts.extend([len(holds)] * (j - i))
+        if j == job.bursts[k].beats:
+            job.last_step[k] = last
 
     def burst_done(self, served: ServedBurst) -> None:
         job, k = served.tag

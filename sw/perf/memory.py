@@ -106,6 +106,19 @@ class Reader(Protocol):
         forgotten (they are being retimed)."""
         ...
 
+    def r_plain(self, burst: ServedBurst, i: int, visible: int) -> tuple[int, int]:
+        """Beat-by-beat timing, the fast path (optional: a reader without it has every beat
+        timed by :meth:`r_take`): ``(j, h)`` such that, beat ``i`` visible from ``visible``,
+        each of beats ``i .. j - 1`` visible from a cycle before ``h`` is taken in that very
+        cycle -- what :meth:`r_take` would answer. ``j == i`` when beat ``i`` may not be.
+        Changes nothing: the beats so timed are reported by :meth:`r_plain_taken`."""
+        ...
+
+    def r_plain_taken(self, burst: ServedBurst, i: int, j: int, last: int) -> None:
+        """Beats ``i .. j - 1`` were taken as :meth:`r_plain` said, the last in ``last``:
+        the state :meth:`r_take` keeps, as if it had taken them one by one."""
+        ...
+
     def burst_done(self, burst: ServedBurst) -> None:
         """Called in the cycle after the last beat was taken (DECIDE phase)."""
         ...
