@@ -24,7 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from sw.dram import DramTiming
-from sw.perf.draws import StallDraws
+from sw.perf.draws import BLOCK, LOG_BLOCK, StallDraws
 
 __all__ = ["TokenBucket", "BeatScheduler"]
 
@@ -243,6 +243,7 @@ class _ReadCursor:
         loads, takes = b.loads, b.takes
         i0 = i
         stalls = draws.active
+        blocks, mask = draws.blocks, BLOCK - 1
         if bucket is None:
             while True:
                 loads.append(c)
@@ -251,8 +252,10 @@ class _ReadCursor:
                 i += 1
                 if i == j:
                     break
-                if stalls:
-                    c = draws.next_free(c)
+                if stalls:                      # draws.next_free(c)
+                    blk = c >> LOG_BLOCK
+                    v = blocks[blk][c & mask] if blk < len(blocks) else -1
+                    c = v if v >= 0 else draws.next_free(c)
                 if c >= limit:
                     break
         else:
@@ -277,8 +280,10 @@ class _ReadCursor:
                     ok = lc + -(-need // num)
                     if ok > c:
                         c = ok
-                if stalls:
-                    c = draws.next_free(c)
+                if stalls:                      # draws.next_free(c)
+                    blk = c >> LOG_BLOCK
+                    v = blocks[blk][c & mask] if blk < len(blocks) else -1
+                    c = v if v >= 0 else draws.next_free(c)
                 if c >= limit:
                     break
         b.owner.r_plain_taken(b, i0, i, takes[-1])

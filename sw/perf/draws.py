@@ -19,11 +19,11 @@ import numpy as np
 
 from sw.dram import DramTiming, _xorshift32, channel_seed
 
-__all__ = ["StallDraws", "BLOCK"]
+__all__ = ["StallDraws", "BLOCK", "LOG_BLOCK"]
 
 #: Cycles per block of draws (a power of two).
 BLOCK = 1 << 14
-_LOG_BLOCK = BLOCK.bit_length() - 1
+LOG_BLOCK = _LOG_BLOCK = BLOCK.bit_length() - 1
 _NONE = np.int64(-1)
 
 
@@ -115,10 +115,13 @@ class StallDraws:
         self.channel = channel
         self.active = self.threshold > 0
         self._next_state = channel_seed(timing.seed, channel)   # state of position 0
-        self._blocks: list[np.ndarray] = []    # per block: next free cycle, or -1 past its end
+        #: per block of cycles (a list: indexing it is faster than a numpy array's), the next
+        #: free cycle from each one, or -1 past the block's end (:meth:`next_free` reads it,
+        #: and extends it; a hot loop may read it directly)
+        self.blocks: list[list[int]] = []
 
     def _extend(self) -> None:
-        base = len(self._blocks) * BLOCK
+        base = len(self.blocks) * BLOCK
         states = _states(self._next_state)
         self._next_state = _xorshift32(int(states[-1]))
         stalled = states < np.uint32(self.threshold)
@@ -129,7 +132,7 @@ class StallDraws:
         pos[pos < 0] = np.iinfo(np.int64).max
         nxt = np.minimum.accumulate(pos[::-1])[::-1]
         nxt[nxt == np.iinfo(np.int64).max] = _NONE
-        self._blocks.append(nxt)
+        self.blocks.append(nxt.tolist())
 
     def stalled(self, c: int) -> bool:
         """Whether the channel is withheld in cycle ``c`` (``c >= 0``)."""
@@ -143,9 +146,9 @@ class StallDraws:
             c = 0
         while True:
             blk = c >> _LOG_BLOCK
-            while blk >= len(self._blocks):
+            while blk >= len(self.blocks):
                 self._extend()
-            v = int(self._blocks[blk][c & (BLOCK - 1)])
+            v = self.blocks[blk][c & (BLOCK - 1)]
             if v >= 0:
                 return v
             c = (blk + 1) << _LOG_BLOCK
