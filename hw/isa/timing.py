@@ -167,17 +167,39 @@ class MatmulTimes:
         Its handshake.
     done : int
         Its ``done`` pulse.
-    writes : tuple of (int, int)
-        Accumulator write cycles, one span ``[first, end)`` of ``m`` cycles per K block
-        (empty: none).
     accept_from : int
         First cycle the engine can take the next command (its ``cmd.ready`` and the in-flight
         limit :func:`matmul_in_flight`).
+    first_write : int
+        Cycle of its first accumulator write (K block 0, row 0); 0 when it writes nothing.
+    rows, blocks, period : int
+        Its ``m`` (rows written per K block), K blocks that write (0: none) and cycles from one
+        block's writes to the next's (:func:`matmul_issue_cycles` per block).
     """
     take: int
     done: int
-    writes: tuple[tuple[int, int], ...]
     accept_from: int
+    first_write: int = 0
+    rows: int = 0
+    blocks: int = 0
+    period: int = 0
+
+    @property
+    def writes(self) -> tuple[tuple[int, int], ...]:
+        """Accumulator write cycles, one span ``[first, end)`` of ``m`` cycles per K block
+        (empty: none): block ``j`` from ``first_write + j * period``."""
+        f, m, p = self.first_write, self.rows, self.period
+        return tuple((f + j * p, f + j * p + m) for j in range(self.blocks))
+
+    @property
+    def write_runs(self) -> tuple[tuple[int, int], ...]:
+        """:attr:`writes` with adjacent spans joined: one run ``[first_write, last write +
+        1)`` when the blocks write back to back (``period == m``: ``m >= max(rows, cols)``),
+        else the blocks' spans (a gap of ``period - m`` cycles between them)."""
+        if self.blocks and self.period == self.rows:
+            f = self.first_write
+            return ((f, f + self.blocks * self.rows),)
+        return self.writes
 
 
 class MatmulTimeline:
@@ -231,7 +253,7 @@ class MatmulTimeline:
         c = self.config
         prev_done = self._done[-1] if self._done else -1
         x = t + 1
-        writes: tuple[tuple[int, int], ...] = ()
+        first = period = blocks = 0
         if error or m == 0:
             ready = x + 1
         else:
@@ -240,13 +262,15 @@ class MatmulTimeline:
             a = x + 1
             self._issue_last = a + matmul_issue_cycles(c, m, k_blocks) - 1
             period = _matmul_period(c, m)
-            firsts = [_matmul_first_write(c, a + j * period) for j in range(k_blocks)]
-            writes = tuple((f, f + m) for f in firsts)
-            ready = firsts[-1] + m
+            blocks = k_blocks
+            # K block j's rows are written from _matmul_first_write(a + j * period) on
+            first = _matmul_first_write(c, a)
+            ready = first + (k_blocks - 1) * period + m
         done = max(ready, prev_done + 1)
         self._ready = x + 1
         self._done = [*self._done[1 - self._limit:], done]
-        return MatmulTimes(take=t, done=done, writes=writes, accept_from=self.accept_from())
+        return MatmulTimes(take=t, done=done, accept_from=self.accept_from(), first_write=first,
+                           rows=m if blocks else 0, blocks=blocks, period=period)
 
 
 def matmul_retire_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
