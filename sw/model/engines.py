@@ -10,6 +10,7 @@ the error order and ``ERR_ADDR`` of each check are those of the RTL engines, as 
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from hw.config import NPUConfig
 from hw.isa import CommandView, DmaRow, ErrorCode, LocalMem, Opcode, dma_bursts
@@ -146,6 +147,26 @@ class Engines:
         failed = self._failing_bursts(body, mem, write=not load)
         dram = np.frombuffer(self.dram, dtype=np.uint8)
         local_mem, dtype = (self.spad, np.int8) if mem == LocalMem.SPAD else (self.acc, "<i4")
+        if not failed and _disjoint(n_rows, body.local_stride if load else stride,
+                                    lrows if load else row_bytes):
+            # every row at once (no row overwrites another's destination, so the order of
+            # the row copies below does not matter)
+            dram_rows = as_strided(dram[addr:], (n_rows, row_bytes), (stride, 1))
+            # the local memory's bytes as they are in DRAM (the accumulator's words little
+            # endian: the loop below converts them on a big-endian host)
+            local = local_mem.view(np.uint8) if mem == LocalMem.SPAD or np.little_endian \
+                else None
+            if local is not None:
+                row_span = lrows * local_row_bytes
+                local_rows = as_strided(local[body.local_row:], (n_rows, row_span),
+                                        (body.local_stride * local_row_bytes, 1))
+                if load:
+                    if row_span > row_bytes:
+                        local_rows[:, row_bytes:] = 0
+                    local_rows[:, :row_bytes] = dram_rows
+                else:
+                    dram_rows[...] = local_rows[:, :row_bytes]
+                return
         for r in range(n_rows):
             row_addr = addr + r * stride
             first = body.local_row + r * body.local_stride
@@ -327,13 +348,13 @@ def _load_cut(failed: list, row: int, row_addr: int, row_bytes: int, beat: int,
     ``w + 1`` when the row is shifted (``s > 0``), and the flush word with the row's last beat
     (``hw.dma.align.Unpacker``: a word that uses a failing beat writes nothing, and nothing
     after it is written)."""
-    row_layout = DmaRow(row_addr, row_bytes, beat, local_row_bytes)
-    n = row_layout.chunks_before(row_layout.words)
     lrows = -(-row_bytes // local_row_bytes)
     if not failed or row < failed[0].row:
         return lrows
     if row > failed[0].row:
         return 0
+    row_layout = DmaRow(row_addr, row_bytes, beat, local_row_bytes)
+    n = row_layout.chunks_before(row_layout.words)
     first_beat = row_addr - row_addr % beat
     period = row_layout.period
     for j in range(lrows):
@@ -345,6 +366,11 @@ def _load_cut(failed: list, row: int, row_addr: int, row_bytes: int, beat: int,
         if first_beat + d * beat >= failed[0].addr:
             return j
     return lrows
+
+
+def _disjoint(n_rows: int, stride: int, size: int) -> bool:
+    """Whether ``n_rows`` blocks of ``size`` units ``stride`` apart do not overlap."""
+    return n_rows == 1 or stride >= size
 
 
 def _row_starts(first: int, stride: int, n_rows: int) -> list[int]:
