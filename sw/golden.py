@@ -225,9 +225,9 @@ def requantize_rows(acc: npt.ArrayLike, recip: npt.ArrayLike, bias: npt.ArrayLik
     if a.size and r.size and _rows_fit_int64(a, r, b, m, sh):
         # the same arithmetic in int64: every intermediate provably in range (>> floors)
         x = (a + b) * r[:, None] + (1 << (ROW_SCALE_SHIFT - 1)) >> ROW_SCALE_SHIFT
-        x = np.clip(x, -(1 << 32), (1 << 32) - 1)
+        x = np.minimum(np.maximum(x, -(1 << 32)), (1 << 32) - 1)
         rnd = np.where(sh > 0, np.left_shift(np.int64(1), np.maximum(sh - 1, 0)), 0)
-        y = np.clip((x * m + rnd) >> sh, -128, 127)
+        y = np.minimum(np.maximum((x * m + rnd) >> sh, -128), 127)
         if relu:
             y = np.maximum(y, 0)
         return y.astype(np.int8)
