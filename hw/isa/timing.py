@@ -41,8 +41,7 @@ are re-exported here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from hw.isa.commands import CommandView, ErrorCode, Opcode, decode
 from hw.isa.dma_timing import *  # noqa: F403
@@ -157,9 +156,8 @@ def engine_in_flight(config: NPUConfig, engine: str) -> int:
     return matmul_in_flight(config) if engine == "matrix" else 1
 
 
-@dataclass(frozen=True)
-class MatmulTimes:
-    """When one MATMUL happens (absolute cycles, :meth:`MatmulTimeline.take`).
+class MatmulTimes(NamedTuple):
+    """When one MATMUL happens (absolute cycles, :meth:`MatmulTimeline.take`); immutable.
 
     Attributes
     ----------
