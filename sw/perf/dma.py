@@ -155,8 +155,22 @@ class _Plan:
     def shape(self, k: int) -> _Shape:
         s = self.shapes[k]
         if s is None:
-            s = self.shapes[k] = _Shape(self.bursts[k], self.geo)
+            burst = self.bursts[k]
+            row = burst.layout
+            # everything in a shape follows from the row's layout (its address only through
+            # the lane a) and the burst's place in the row: shared by equal bursts
+            key = (row.a, row.row_bytes, row.beat, row.local, burst.k0, burst.beats)
+            s = _SHAPES.get(key)
+            if s is None:
+                if len(_SHAPES) >= _PlanCache.LIMIT:
+                    _SHAPES.clear()
+                s = _SHAPES[key] = _Shape(burst, self.geo)
+            self.shapes[k] = s
         return s
+
+
+#: :class:`_Shape` per burst shape (bounded)
+_SHAPES: dict[tuple, _Shape] = {}
 
 
 class _PlanCache:
@@ -196,6 +210,7 @@ class _LoadJob(Item):
         self.beat = beat
         self.next = 0                 # next burst to request
         self.granted: list[ServedBurst] = []
+        self.drained = 0              # granted bursts fully taken by the last grant (a prefix)
         self.requested: list[int] = []  # ARVALID from (per burst)
         self.holds: dict[int, list[tuple[int, int]]] = {}   # burst index -> hold spans
         self.x0: dict[int, int] = {}          # burst index -> cycle of its first step
@@ -292,11 +307,17 @@ class LoadChannel:
 
     def _granted(self, c: int, served: ServedBurst) -> None:
         job, k = served.tag
-        job.granted.append(served)
+        granted = job.granted
+        granted.append(served)
         job.next = k + 1
         if job.next < len(job.bursts):
-            level = len(job.granted) - sum(1 for b in job.granted if b.c_last <= c)
-            if level < self.config.dma_outstanding:
+            # bursts whose last beat was taken by cycle c: a prefix (the DRAM answers in
+            # order), final once past
+            n = job.drained
+            while n < len(granted) and granted[n].c_last <= c:
+                n += 1
+            job.drained = n
+            if len(granted) - n < self.config.dma_outstanding:
                 self._request(job, c + 1)
 
     # -- Reader ---------------------------------------------------------------------------
