@@ -501,30 +501,27 @@ class _StoreJob(Item):
     def produce(self, k: int) -> None:
         """Store steps up to the last one of beat ``k``: one per cycle, each only while the
         W buffer holds at most 2 beats (``V <= x`` in, ``W < x`` out)."""
-        while len(self.V) <= k:
-            chunks, _ = self.beats[len(self.V)]
-            for _ in range(chunks):
-                self.read = self._level_ok(self.read + 1)
-            self.V.append(self.read + 2)
-
-    def _level_ok(self, x: int) -> int:
-        V, W = self.V, self.W
-        while True:
-            nv = bisect_right(V, x)
-            nw = self._consumed_before(x)
-            if nv - nw <= 2:
-                return x
-            x = W[nw] + 1
-
-    def _consumed_before(self, x: int) -> int:
-        W = self.W
-        n = self.nw
-        while n < len(W) and W[n] < x:
-            n += 1
-        while n > 0 and W[n - 1] >= x:
-            n -= 1
-        self.nw = n
-        return n
+        V, W, beats = self.V, self.W, self.beats
+        if len(V) > k:
+            return
+        read, nw = self.read, self.nw
+        while len(V) <= k:
+            for _ in range(beats[len(V)][0]):
+                # the step goes in the first cycle x after the previous one in which the
+                # buffer holds at most 2 beats: landed (V <= x) less consumed (W < x, a
+                # pointer that moves both ways)
+                x = read + 1
+                while True:
+                    while nw < len(W) and W[nw] < x:
+                        nw += 1
+                    while nw > 0 and W[nw - 1] >= x:
+                        nw -= 1
+                    if bisect_right(V, x) - nw <= 2:
+                        break
+                    x = W[nw] + 1
+                read = x
+            V.append(read + 2)
+        self.read, self.nw = read, nw
 
     def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
         aw_wait = [(f, a) for f, a in zip(self.aw_from, self.aw, strict=False)]

@@ -439,10 +439,14 @@ class WriteChannel:
             self.beats.writes_changed(grant.aw + 1)
         else:
             w = grant.aw
+            draws = self.w_draws if self.w_draws.active else None
+            w_valid, w_taken, ws = writer.w_valid, writer.w_taken, grant.ws
             for i in range(beats):
-                w = self.w_draws.next_free(max(writer.w_valid(grant, i), w + 1))
-                writer.w_taken(grant, i, w)
-                grant.ws.append(w)
+                w = max(w_valid(grant, i), w + 1)
+                if draws is not None:
+                    w = draws.next_free(w)
+                w_taken(grant, i, w)
+                ws.append(w)
             self.beats_timed()
 
     def beats_timed(self) -> None:
