@@ -254,8 +254,8 @@ class _ReadCursor:
                     break
                 if stalls:                      # draws.next_free(c)
                     blk = c >> LOG_BLOCK
-                    v = blocks[blk][c & mask] if blk < len(blocks) else -1
-                    c = v if v >= 0 else draws.next_free(c)
+                    if blk >= len(blocks) or blocks[blk][c & mask]:
+                        c = draws.next_free(c)
                 if c >= limit:
                     break
         else:
@@ -282,8 +282,8 @@ class _ReadCursor:
                         c = ok
                 if stalls:                      # draws.next_free(c)
                     blk = c >> LOG_BLOCK
-                    v = blocks[blk][c & mask] if blk < len(blocks) else -1
-                    c = v if v >= 0 else draws.next_free(c)
+                    if blk >= len(blocks) or blocks[blk][c & mask]:
+                        c = draws.next_free(c)
                 if c >= limit:
                     break
         b.owner.r_plain_taken(b, i0, i, takes[-1])
