@@ -240,53 +240,12 @@ class _ReadCursor:
             return self.load(c)
         if h <= limit:
             limit = h - 1                       # beats visible before h: loaded before h - 1
-        loads, takes = b.loads, b.takes
         i0 = i
-        stalls = draws.active
-        blocks, mask = draws.blocks, BLOCK - 1
         if bucket is None:
-            while True:
-                loads.append(c)
-                c += 1
-                takes.append(c)
-                i += 1
-                if i == j:
-                    break
-                if stalls:                      # draws.next_free(c)
-                    blk = c >> LOG_BLOCK
-                    if blk >= len(blocks) or blocks[blk][c & mask]:
-                        c = draws.next_free(c)
-                if c >= limit:
-                    break
+            i = _plain_beats(b.loads, b.takes, c, i, j, limit, draws)
         else:
-            num, beat, cap = bucket.num, bucket.beat, bucket.cap
-            cycles, left = bucket.cycles, bucket.left
-            lc, ll = cycles[-1], left[-1]
-            while True:
-                level = ll + (c - lc) * num     # TokenBucket.take(c, 1)
-                if level > cap:
-                    level = cap
-                lc, ll = c, level - beat
-                cycles.append(c)
-                left.append(ll)
-                loads.append(c)
-                c += 1                          # taken when visible: the next beat's edge
-                takes.append(c)
-                i += 1
-                if i == j:
-                    break
-                need = beat - ll                # TokenBucket.first_ok(c)
-                if need > 0:
-                    ok = lc + -(-need // num)
-                    if ok > c:
-                        c = ok
-                if stalls:                      # draws.next_free(c)
-                    blk = c >> LOG_BLOCK
-                    if blk >= len(blocks) or blocks[blk][c & mask]:
-                        c = draws.next_free(c)
-                if c >= limit:
-                    break
-        b.owner.r_plain_taken(b, i0, i, takes[-1])
+            i = _plain_beats_bucket(b.loads, b.takes, c, i, j, limit, draws, bucket)
+        b.owner.r_plain_taken(b, i0, i, b.takes[-1])
         if i == b.beats:
             self.bi += 1
             self.i = 0
@@ -337,3 +296,67 @@ class _WriteCursor:
         g.ws.append(c)
         self.x = self._next() if len(g.ws) < g.beats else _NEVER
         return self.x
+
+
+def _plain_beats(loads: list[int], takes: list[int], c: int, i: int, j: int, limit: int,
+                 draws: StallDraws) -> int:
+    """:meth:`_ReadCursor.run` without a bandwidth limit: beat ``i`` loaded at edge ``c``
+    and taken when visible, each next one at the first edge R is not withheld after that,
+    up to beat ``j`` or an edge at ``limit``; returns the beat after the last one loaded."""
+    stalls = draws.active
+    blocks, mask = draws.blocks, BLOCK - 1
+    while True:
+        loads.append(c)
+        c += 1
+        takes.append(c)
+        i += 1
+        if i == j:
+            return i
+        if stalls:                              # draws.next_free(c)
+            blk = c >> LOG_BLOCK
+            if blk >= len(blocks):
+                c = draws.next_free(c)
+            elif blocks[blk][c & mask]:
+                k = blocks[blk].find(0, c & mask)
+                c = (blk << LOG_BLOCK) + k if k >= 0 else draws.next_free(c)
+        if c >= limit:
+            return i
+
+
+def _plain_beats_bucket(loads: list[int], takes: list[int], c: int, i: int, j: int,
+                        limit: int, draws: StallDraws, bucket: TokenBucket) -> int:
+    """:func:`_plain_beats` with the token bucket: each beat takes a beat of tokens
+    (:meth:`TokenBucket.take`) and the next goes no earlier than the bucket holds one again
+    (:meth:`TokenBucket.first_ok`)."""
+    stalls = draws.active
+    blocks, mask = draws.blocks, BLOCK - 1
+    num, beat, cap = bucket.num, bucket.beat, bucket.cap
+    cycles, left = bucket.cycles, bucket.left
+    lc, ll = cycles[-1], left[-1]
+    while True:
+        level = ll + (c - lc) * num             # TokenBucket.take(c, 1)
+        if level > cap:
+            level = cap
+        lc, ll = c, level - beat
+        cycles.append(c)
+        left.append(ll)
+        loads.append(c)
+        c += 1                                  # taken when visible: the next beat's edge
+        takes.append(c)
+        i += 1
+        if i == j:
+            return i
+        need = beat - ll                        # TokenBucket.first_ok(c)
+        if need > 0:
+            ok = lc + -(-need // num)
+            if ok > c:
+                c = ok
+        if stalls:                              # draws.next_free(c)
+            blk = c >> LOG_BLOCK
+            if blk >= len(blocks):
+                c = draws.next_free(c)
+            elif blocks[blk][c & mask]:
+                k = blocks[blk].find(0, c & mask)
+                c = (blk << LOG_BLOCK) + k if k >= 0 else draws.next_free(c)
+        if c >= limit:
+            return i

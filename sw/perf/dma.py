@@ -217,7 +217,7 @@ class _LoadJob(Item):
         self.last_step: dict[int, int] = {}   # burst index -> cycle of its last step
         #: beat by beat: burst index -> per beat, the index of its first hold in ``holds``
         self.hold_from: dict[int, list[int]] = {}
-        self._busy_stamp: tuple | None = None
+        self._busy_stamp = -1
         self._busy: list[tuple[int, int]] = []
         self.completed = 0
         self.end = _BIG
@@ -251,7 +251,9 @@ class _LoadJob(Item):
     def busy(self, now: int) -> list[tuple[int, int]]:
         """The merged busy spans of the write ports above the DMA that end after ``now``
         (cached while the ports do not change)."""
-        stamp = tuple(lst.version for lst in self.lists)
+        stamp = 0                 # the versions only grow: their sum changes with any of them
+        for lst in self.lists:
+            stamp += lst.version
         if stamp != self._busy_stamp:
             self._busy = merged(self.lists, now)
             self._busy_stamp = stamp

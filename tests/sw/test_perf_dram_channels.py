@@ -387,6 +387,18 @@ class _Receiver:
     def r_take(self, served, i, visible):
         return self._take(visible)
 
+    def r_plain(self, served, i, visible):
+        """The beat-timing fast path (``BeatScheduler`` runs of beats): with ``per == 1`` the
+        beats visible before the next busy cycle are taken at once."""
+        if self.per != 1 or visible in self.known:
+            return i, 0
+        later = [c for c in self.known if c > visible]
+        return served.beats, min(later) if later else 1 << 62
+
+    def r_plain_taken(self, served, i, j, last):
+        assert last == served.takes[j - 1] and all(
+            served.takes[k] == served.loads[k] + 1 for k in range(i, j))
+
     def burst_done(self, served):
         pass
 
