@@ -598,6 +598,37 @@ class StoreChannel:
     def w_taken(self, grant: WriteGrant, i: int, cycle: int) -> None:
         grant.tag[0].W.append(cycle)
 
+    def w_run(self, grant: WriteGrant, draws) -> None:
+        """Every W beat of the burst in one loop: :meth:`_StoreJob.produce` (inline) and the
+        write channel's beat loop (:meth:`sw.perf.memory.Writer.w_run`)."""
+        job, k = grant.tag
+        V, W, beats, ws = job.V, job.W, job.beats, grant.ws
+        read, nw = job.read, job.nw
+        n = job.first_beat[k]
+        w = grant.aw
+        for _ in range(grant.beats):
+            while len(V) <= n:                  # produce(n), as there
+                for _ in range(beats[len(V)][0]):
+                    x = read + 1
+                    while True:
+                        while nw < len(W) and W[nw] < x:
+                            nw += 1
+                        while nw > 0 and W[nw - 1] >= x:
+                            nw -= 1
+                        if bisect_right(V, x) - nw <= 2:
+                            break
+                        x = W[nw] + 1
+                    read = x
+                V.append(read + 2)
+            v = V[n]
+            w = v if v > w else w + 1           # max(valid, previous W + 1)
+            if draws is not None:
+                w = draws.next_free(w)
+            W.append(w)
+            ws.append(w)
+            n += 1
+        job.read, job.nw = read, nw
+
     def w_rewind(self, grant: WriteGrant, i: int, t: int) -> None:
         job, k = grant.tag
         del job.W[job.first_beat[k] + i:]

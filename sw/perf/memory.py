@@ -365,6 +365,13 @@ class Writer(Protocol):
         them and what followed from them (bandwidth limit only)."""
         ...
 
+    def w_run(self, grant: WriteGrant, draws: StallDraws | None) -> None:
+        """Optional, without a bandwidth limit: time every W beat of the burst at once, as
+        the write channel would beat by beat (beat ``i`` at ``max(w_valid(i), previous + 1)``,
+        the first after ``grant.aw``, then the first cycle ``draws`` does not withhold W;
+        :meth:`w_taken` of each), appending the handshakes to ``grant.ws``."""
+        ...
+
     def response(self, grant: WriteGrant) -> None:
         """Called in the cycle after the B handshake (``grant.b``)."""
         ...
@@ -438,15 +445,19 @@ class WriteChannel:
         if self.beats is not None:
             self.beats.writes_changed(grant.aw + 1)
         else:
-            w = grant.aw
             draws = self.w_draws if self.w_draws.active else None
-            w_valid, w_taken, ws = writer.w_valid, writer.w_taken, grant.ws
-            for i in range(beats):
-                w = max(w_valid(grant, i), w + 1)
-                if draws is not None:
-                    w = draws.next_free(w)
-                w_taken(grant, i, w)
-                ws.append(w)
+            run = getattr(writer, "w_run", None)
+            if run is not None:
+                run(grant, draws)
+            else:
+                w = grant.aw
+                w_valid, w_taken, ws = writer.w_valid, writer.w_taken, grant.ws
+                for i in range(beats):
+                    w = max(w_valid(grant, i), w + 1)
+                    if draws is not None:
+                        w = draws.next_free(w)
+                    w_taken(grant, i, w)
+                    ws.append(w)
             self.beats_timed()
 
     def beats_timed(self) -> None:
