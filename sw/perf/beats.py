@@ -333,6 +333,8 @@ def _plain_beats_bucket(loads: list[int], takes: list[int], c: int, i: int, j: i
     num, beat, cap = bucket.num, bucket.beat, bucket.cap
     cycles, left = bucket.cycles, bucket.left
     lc, ll = cycles[-1], left[-1]
+    if not stalls and num < beat:
+        return _bucket_run(loads, takes, c, i, j, limit, bucket)
     while True:
         level = ll + (c - lc) * num             # TokenBucket.take(c, 1)
         if level > cap:
@@ -360,3 +362,32 @@ def _plain_beats_bucket(loads: list[int], takes: list[int], c: int, i: int, j: i
                 c = (blk << LOG_BLOCK) + k if k >= 0 else draws.next_free(c)
         if c >= limit:
             return i
+
+
+def _bucket_run(loads: list[int], takes: list[int], c: int, i: int, j: int, limit: int,
+                bucket: TokenBucket) -> int:
+    """:func:`_plain_beats_bucket` without R backpressure and with a bucket that fills more
+    slowly than a beat per cycle (``num < beat``), in closed form.
+
+    With ``A`` the tokens at edge ``c`` (capped), the ``k``-th beat after the one at ``c``
+    goes at ``c_k = c + ceil(((k + 1) * beat - A) / num)``: the first edge with a beat of
+    tokens left after the ``k`` takes before it. That is the loop's ``max(c_{k-1} + 1,
+    first_ok)``: these edges are more than a cycle apart (``beat / num > 1``) and ``c_1 >= c
+    + 1`` (``A <= cap = beat + num < 2 * beat``); and the bucket is below its cap at each of
+    them (a cycle earlier it held less than a beat), so the tokens left are ``A + (c_k - c)
+    * num - (k + 1) * beat``. Beats up to ``j`` whose edge is before ``limit``."""
+    num, beat = bucket.num, bucket.beat
+    a = bucket.cycles[-1]
+    level = bucket.left[-1] + (c - a) * num
+    if level > bucket.cap:
+        level = bucket.cap
+    n = j - i
+    if limit < _NEVER:        # c_k < limit  <=>  (k + 1) * beat <= (limit - c - 1) * num + A
+        n = min(n, max(1, ((limit - c - 1) * num + level) // beat))
+    edges = [c]
+    edges += [c + -(-((k + 1) * beat - level) // num) for k in range(1, n)]
+    loads += edges
+    takes += [e + 1 for e in edges]
+    bucket.cycles += edges
+    bucket.left += [level + (e - c) * num - (k + 1) * beat for k, e in enumerate(edges)]
+    return i + n
