@@ -304,7 +304,7 @@ def _plain_beats(loads: list[int], takes: list[int], c: int, i: int, j: int, lim
     and taken when visible, each next one at the first edge R is not withheld after that,
     up to beat ``j`` or an edge at ``limit``; returns the beat after the last one loaded."""
     stalls = draws.active
-    blocks, mask = draws.blocks, BLOCK - 1
+    cur, base, end = b"", 0, -1                 # the block of draws at hand: [base, end)
     while True:
         loads.append(c)
         c += 1
@@ -312,13 +312,15 @@ def _plain_beats(loads: list[int], takes: list[int], c: int, i: int, j: int, lim
         i += 1
         if i == j:
             return i
-        if stalls:                              # draws.next_free(c)
-            blk = c >> LOG_BLOCK
-            if blk >= len(blocks):
+        # draws.next_free(c), looked up in the block at hand
+        if stalls and (c >= end or cur[c - base]):
+            k = cur.find(0, c - base) if c < end else -1
+            if k >= 0:
+                c = base + k
+            else:
                 c = draws.next_free(c)
-            elif blocks[blk][c & mask]:
-                k = blocks[blk].find(0, c & mask)
-                c = (blk << LOG_BLOCK) + k if k >= 0 else draws.next_free(c)
+                base = c >> LOG_BLOCK << LOG_BLOCK
+                cur, end = draws.blocks[c >> LOG_BLOCK], base + BLOCK
         if c >= limit:
             return i
 
@@ -329,7 +331,7 @@ def _plain_beats_bucket(loads: list[int], takes: list[int], c: int, i: int, j: i
     (:meth:`TokenBucket.take`) and the next goes no earlier than the bucket holds one again
     (:meth:`TokenBucket.first_ok`)."""
     stalls = draws.active
-    blocks, mask = draws.blocks, BLOCK - 1
+    cur, base, end = b"", 0, -1                 # the block of draws at hand: [base, end)
     num, beat, cap = bucket.num, bucket.beat, bucket.cap
     cycles, left = bucket.cycles, bucket.left
     lc, ll = cycles[-1], left[-1]
@@ -353,13 +355,15 @@ def _plain_beats_bucket(loads: list[int], takes: list[int], c: int, i: int, j: i
             ok = lc + -(-need // num)
             if ok > c:
                 c = ok
-        if stalls:                              # draws.next_free(c)
-            blk = c >> LOG_BLOCK
-            if blk >= len(blocks):
+        # draws.next_free(c), looked up in the block at hand
+        if stalls and (c >= end or cur[c - base]):
+            k = cur.find(0, c - base) if c < end else -1
+            if k >= 0:
+                c = base + k
+            else:
                 c = draws.next_free(c)
-            elif blocks[blk][c & mask]:
-                k = blocks[blk].find(0, c & mask)
-                c = (blk << LOG_BLOCK) + k if k >= 0 else draws.next_free(c)
+                base = c >> LOG_BLOCK << LOG_BLOCK
+                cur, end = draws.blocks[c >> LOG_BLOCK], base + BLOCK
         if c >= limit:
             return i
 
