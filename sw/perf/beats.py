@@ -17,6 +17,13 @@ than the current one. Then it *rewinds* both channels to ``t`` (keeps every beat
 which cannot change) and times the rest again; the receivers and the writer rewind their own
 per-beat state with it. Without a bandwidth limit the channels are independent and only the
 changed one is retimed.
+
+Most R beats are *plain*: their receiver takes them the cycle they become visible
+(:meth:`sw.perf.memory.Reader.r_plain`: the command fetch always, the DMA load while its
+beats are one step each and the local memory's write port is free). Up to the next W beat
+that could compete for the tokens, a run of plain beats is timed in one loop
+(:meth:`_ReadCursor.run`), and in closed form when only the bucket spaces them
+(:func:`_bucket_run`): the same edges as beat after beat.
 """
 
 from __future__ import annotations
