@@ -336,8 +336,11 @@ class LoadChannel:
             # spans that caused them have been dropped since
             now = self.eq.now
             busy = merge(busy + [h for h in job.holds[k] if h[0] < now])
-        times, holds = walk(x, sh.steps + sh.tail, job.geo.period, busy=busy,
-                            targets=sh.targets, **sh.pattern)
+        if busy:
+            times, holds = walk(x, sh.steps + sh.tail, job.geo.period, busy=busy,
+                                targets=sh.targets, **sh.pattern)
+        else:                             # nothing to wait for: one step per cycle (walk's)
+            times, holds = [x + t for t in sh.targets], []
         job.holds[k] = holds
         job.x0[k] = x
         job.last_step[k] = times[-1]
