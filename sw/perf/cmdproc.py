@@ -386,7 +386,10 @@ class FetchUnit:
         return served.beats, _BIG  # every beat taken as it is shown
 
     def r_plain_taken(self, served: ServedBurst, i: int, j: int, last: int) -> None:
-        pass
+        bpc, takes = self.bpc, served.takes
+        for b in range(i, j):     # what r_take does beat by beat
+            if (b + 1) % bpc == 0:
+                self._schedule(b // bpc, takes[b])
 
     def burst_done(self, served: ServedBurst) -> None:
         pass                      # the last command's delivery made the FSM idle
