@@ -101,7 +101,7 @@ class Semaphores:
             self.values[s] = v & _MASK32
             changed.add(s)
             incs = [i for i in incs if i[1] != s]
-        for _, s, q, index in sorted(incs, key=lambda i: i[0]):
+        for _, s, q, index in (sorted(incs, key=_first) if len(incs) > 1 else incs):
             self.values[s] = (self.values[s] + 1) & _MASK32
             self.last[s] = (q, index)
             changed.add(s)
@@ -112,6 +112,10 @@ class Semaphores:
     def watch(self, sem: int, callback) -> None:
         """Call ``callback(cycle)`` once, at the next change of ``sem``."""
         self._watch.setdefault(sem, set()).add(callback)
+
+
+def _first(item: tuple):
+    return item[0]
 
 
 class _Waker:
@@ -378,6 +382,15 @@ class FetchUnit:
             self._schedule(i // self.bpc, visible)
         return visible
 
+    def r_plain(self, served: ServedBurst, i: int, visible: int) -> tuple[int, int]:
+        return served.beats, _BIG  # every beat taken as it is shown
+
+    def r_plain_taken(self, served: ServedBurst, i: int, j: int, last: int) -> None:
+        bpc, takes = self.bpc, served.takes
+        for b in range(i, j):     # what r_take does beat by beat
+            if (b + 1) % bpc == 0:
+                self._schedule(b // bpc, takes[b])
+
     def burst_done(self, served: ServedBurst) -> None:
         pass                      # the last command's delivery made the FSM idle
 
@@ -593,6 +606,9 @@ class EngineQueue:
         self.stall = None                      # open stall.<engine>.sem interval
         self.retired_name = f"retired.{self.name}"
         self._engine_retired = getattr(engine, "retired", None)
+        n = len(self.fifos)
+        #: the round-robin order after each queue: ``(last + k) % n`` for k = 1 .. n
+        self._order = [[(last + k) % n for k in range(1, n + 1)] for last in range(n)]
 
     @property
     def free_from(self) -> int:
@@ -607,15 +623,14 @@ class EngineQueue:
             self.wake(c)
 
     def _decide(self, c: int) -> None:
-        if c < self.free_from:
+        if c < self.engine_free or (len(self.in_flight) >= self.limit
+                                    and c <= self.in_flight[0].done):     # c < free_from
             return
         m = self.m
         fifos = self.fifos
-        n = len(fifos)
         stop, qclear, sems = m.stop, m.last_qclear, m.sems
         blocked = False
-        for k in range(1, n + 1):
-            q = (self.last + k) % n
+        for q in self._order[self.last]:
             entries = fifos[q].entries
             if not entries:
                 continue
