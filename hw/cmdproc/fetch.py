@@ -4,12 +4,20 @@
 from __future__ import annotations
 
 from amaranth import Cat, Module, Mux, Signal
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
-from hw.cmdproc.common import ENGINES, ErrorReport, FetchEntry, SemIncrement, round_robin
+from hw.cmdproc.common import (
+    ENGINES,
+    ErrorReport,
+    FetchEntry,
+    command_wait,
+    round_robin,
+    sem_increment,
+    sem_wait,
+)
 from hw.config import NPUConfig
 from hw.isa import COMMAND_BYTES, PAGE_BYTES, Command, ErrorCode, Opcode
 
@@ -50,8 +58,10 @@ class FetchUnit(wiring.Component):
 
     **Fence**: checks its address (alignment, DRAM range, window), writes ``value`` (or
     ``cycles`` with ``timestamp``) in one beat, waits for the B response, then pulses
-    ``fence_done``, ``fence_irq`` (if ``flags.irq``) and its semaphore increment
-    (``fence_inc``). A check or bus error is reported on ``err``.
+    ``fence_done`` and ``fence_irq`` (if ``flags.irq``). A fence that signals offers its
+    semaphore increment on ``fence_inc`` from the cycle after the B response
+    (``FENCE_SIGNAL``) and completes in the cycle it is taken (a reset of its queue then
+    withdraws it). A check or bus error is reported on ``err``.
 
     A queue reset (``qclear``) empties its buffer and ring error, ``HEAD := TAIL``; a burst
     already requested for it completes on the bus (its address stays stable: AXI4 A3.2.1)
@@ -73,16 +83,18 @@ class FetchUnit(wiring.Component):
     queue : ``Out(range(n_queues))``
         The queue being fetched or fenced.
     push : ``Out(1)``, push_queue : ``Out(range(n_queues))``, push_cmd : ``Out(Command)``,
-    push_index : ``Out(32)``
+    push_index : ``Out(32)``, push_wait : ``Out(sem_wait(config))``
         Load the stage of ``push_queue`` (a processor command), or, with ``dispatch``, write
-        the command into an engine's queue.
+        the command into an engine's queue; ``push_wait`` is the command's semaphore wait
+        (for the semaphore unit's lookup).
     room : ``In(ArrayLayout(n_queues, 4))``
         Per engine (order of :data:`~hw.cmdproc.common.ENGINES`) and queue: its engine queue
         takes a command (``EngineQueue.i[q].ready``).
     dispatch : ``Out(4)``
         One-hot: the command goes to that engine's queue for ``push_queue``.
-    fence_done, fence_irq : ``Out(1)``, fence_inc : ``Out(SemIncrement)``
+    fence_done, fence_irq : ``Out(1)``
         The fence of ``queue`` completed.
+    fence_inc : ``Out(stream.Signature(sem_increment(config)))``
     err : ``Out(n_queues)``, err_info : ``Out(ArrayLayout(ErrorReport, n_queues))``
         Per queue, an error (one-cycle pulse) of the loader or the fence.
     active : ``Out(n_queues)``
@@ -105,9 +117,10 @@ class FetchUnit(wiring.Component):
             "stage_valid": In(n), "fence_ready": In(n),
             "queue": Out(range(max(n, 2))),
             "push": Out(1), "push_queue": Out(range(max(n, 2))), "push_cmd": Out(Command),
-            "push_index": Out(32),
+            "push_index": Out(32), "push_wait": Out(sem_wait(config)),
             "room": In(data.ArrayLayout(n, len(ENGINES))), "dispatch": Out(len(ENGINES)),
-            "fence_done": Out(1), "fence_irq": Out(1), "fence_inc": Out(SemIncrement),
+            "fence_done": Out(1), "fence_irq": Out(1),
+            "fence_inc": Out(stream.Signature(sem_increment(config))),
             "err": Out(n), "err_info": Out(data.ArrayLayout(ErrorReport, n)),
             "active": Out(n),
         })
@@ -179,6 +192,7 @@ class FetchUnit(wiring.Component):
             rd.addr.eq(sel * depth + (f.rp[sel] if depth > 1 else 0)),
             slot.eq(self.ring_base[sel] + self.head[sel] * COMMAND_BYTES),
             self.push_queue.eq(sel), self.push_cmd.eq(entry.cmd), self.push_index.eq(index),
+            self.push_wait.eq(command_wait(m, cfg, entry.cmd, "load_wait")),
             f.load_info.cmd.eq(index),
         ]
         with m.If(any_load):
@@ -236,10 +250,9 @@ class FetchUnit(wiring.Component):
         n = self.config.n_queues
         any_fence, fence_sel, fence_last = fences
         any_fetch, fetch_sel, fetch_last = fetches
-        m.d.comb += [
-            self.fence_inc.sem.eq(f.cmd.header.signal_sem), self.fence_inc.queue.eq(self.queue),
-            self.fence_inc.index.eq(f.fence_index),
-        ]
+        inc = self.fence_inc.payload
+        m.d.comb += [inc.sem.eq(f.cmd.header.signal_sem), inc.queue.eq(self.queue),
+                     inc.index.eq(f.fence_index)]
         with m.State("IDLE"):
             with m.If(any_fence):
                 m.d.sync += [self.queue.eq(fence_sel), fence_last.eq(fence_sel), f.abort.eq(0)]
@@ -395,9 +408,18 @@ class FetchUnit(wiring.Component):
                     self._fence_fail(m, f, ErrorCode.AXI_ERROR, fence.addr)
                 with m.Elif(f.abort | f.bit(self.qclear)):
                     m.next = "IDLE"
+                with m.Elif(f.signals):
+                    m.next = "FENCE_SIGNAL"
                 with m.Else():
-                    m.d.comb += [self.fence_irq.eq(hdr.flags.irq), self.fence_done.eq(1),
-                                 self.fence_inc.en.eq(f.signals)]
+                    m.d.comb += [self.fence_irq.eq(hdr.flags.irq), self.fence_done.eq(1)]
+                    m.next = "IDLE"
+        with m.State("FENCE_SIGNAL"):
+            with m.If(f.abort | f.bit(self.qclear)):
+                m.next = "IDLE"
+            with m.Else():
+                m.d.comb += self.fence_inc.valid.eq(1)
+                with m.If(self.fence_inc.ready):
+                    m.d.comb += [self.fence_irq.eq(hdr.flags.irq), self.fence_done.eq(1)]
                     m.next = "IDLE"
 
     # -- per-queue registers -----------------------------------------------------------------
