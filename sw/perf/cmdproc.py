@@ -11,12 +11,16 @@ per-queue stage, the synchronization commands, the engine queues and the semapho
 * **Stage** (:class:`Stage`): processor commands only (the loader writes engine commands into
   their engine's store); NOP, WAIT and SIGNAL retire there once their wait holds; BARRIER and
   FENCE wait until every earlier command of the queue retired (``pending == 0``); a ready
-  FENCE is written by the fetch FSM.
+  FENCE is written by the fetch FSM. A command that signals retires in the cycle the
+  semaphore unit takes its increment.
 * **Engine queues** (:class:`EngineQueue`): per engine a store of ``cmd_fifo_depth`` commands
   per queue (:class:`sw.perf.fifo.CommandFifo`); the engine takes the next ready head
-  round-robin; it signals, reports its error and records its trace entry when it retires.
-* **Semaphores** (:class:`Semaphores`): increments become visible the cycle after the retiring
-  command's last cycle; several in one cycle add up.
+  round-robin; it reports its error and records its trace entry when it retires, and its
+  record stays (an in-flight place) until the semaphore unit took its increment.
+* **Semaphores** (:class:`Semaphores`): one increment port: one increment a cycle, by fixed
+  priority among the sources offering one (engines, stages, fence), none in a cycle with a
+  host write or clear; visible the cycle after it is taken. A wait is tested against the
+  current values (the RTL's registered ready bits equal that test in every cycle).
 
 Cycle rules are the RTL's (each is exercised against it by the validation): a decision in
 cycle ``c`` changes registers from ``c + 1`` on.
@@ -804,7 +808,8 @@ class EngineQueue:
             h2 = self.in_flight[0]
             if h2.fin is not None:
                 m.eq.at(max(now, h2.done), DECIDE, self._release, max(now, h2.done))
-        self.wake(now)
+        free = self.free_from
+        self.wake(max(now, free) if free < _BIG else now)
 
     def _retire(self, e: _InEngine, version: int, done: int) -> None:
         if version != e.version or e.retired:
