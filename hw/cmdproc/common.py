@@ -1,14 +1,23 @@
 """Layouts and small circuits shared by the parts of the command processor."""
 
-from amaranth import Cat, Module, Signal, Value
+from amaranth import Cat, Const, Module, Signal, Value
 from amaranth.lib import data
 
 from hw.config import NPUConfig
-from hw.isa import ENGINE_NAMES, OPCODE_BODY, OPCODE_ENGINE, Body, Command, Flags, Opcode
+from hw.isa import (
+    ENGINE_NAMES,
+    OPCODE_BODY,
+    OPCODE_ENGINE,
+    Body,
+    Command,
+    FenceBody,
+    Flags,
+    Opcode,
+)
 
 __all__ = ["QueueEntry", "FetchEntry", "ErrorReport", "RunningCommand", "ENGINES",
-           "round_robin", "sem_reached", "engine_payload", "sem_wait", "sem_increment",
-           "command_wait", "used_bits", "priority_merge"]
+           "PROCESSOR_OPS", "round_robin", "sem_reached", "engine_payload", "sem_wait",
+           "sem_increment", "command_wait", "used_bits", "priority_merge", "fence_body"]
 
 
 class QueueEntry(data.Struct):
@@ -43,6 +52,8 @@ class RunningCommand(data.Struct):
 #: engine port name -> the opcodes it runs (from hw.isa.OPCODE_ENGINE)
 ENGINES = {name: tuple(op for op, engine in OPCODE_ENGINE.items() if engine == name)
            for name in ENGINE_NAMES}
+#: the opcodes the command processor runs itself, in its stages
+PROCESSOR_OPS = tuple(op for op, engine in OPCODE_ENGINE.items() if engine == "processor")
 
 
 def used_bits(layout) -> int:
@@ -58,13 +69,15 @@ def _sem_bits(config: NPUConfig) -> int:
 
 def engine_payload(config: NPUConfig, engine: str | None = None) -> data.StructLayout:
     """The narrow payload an engine queue stores of a command of ``engine`` (a name of
-    :data:`ENGINES`; None: any opcode), derived from the ISA layouts: ``opcode`` (when the
+    :data:`ENGINES`, or ``"processor"`` for the stages' :data:`PROCESSOR_OPS`; None: any
+    opcode), derived from the ISA layouts: ``opcode`` (when the
     engine runs several), ``flags``, ``signal_sem`` (``log2(n_sems)`` bits: the fetch
     reported larger ids as ``BAD_SEM``), the command ``index`` and the ``body``: the low
     :func:`used_bits` of the :class:`hw.isa.Body` members of the engine's opcodes
     (:data:`hw.isa.OPCODE_BODY`), the widest of them. A new opcode or field in ``hw.isa``
     is carried without a change here."""
-    ops = ENGINES[engine] if engine is not None else tuple(Opcode)
+    ops = (tuple(Opcode) if engine is None else PROCESSOR_OPS if engine == "processor"
+           else ENGINES[engine])
     body = max((used_bits(data.Layout.cast(Body)[OPCODE_BODY[op]].shape)
                 for op in ops if op in OPCODE_BODY), default=0)
     fields = {"flags": Flags, "signal_sem": _sem_bits(config), "index": 32}
@@ -137,3 +150,11 @@ def sem_reached(value: Value, target: Value) -> Value:
     clear. One subtractor and a sign-bit test; the rule of :func:`hw.isa.sem_reached`
     (serial-number arithmetic, RFC 1982)."""
     return ~(value - target)[31]
+
+
+def fence_body(payload) -> data.View:
+    """The :class:`hw.isa.FenceBody` view of the ``body`` of a processor payload
+    (:func:`engine_payload` ``(config, "processor")``: its used bits, zero-extended)."""
+    size = data.Layout.cast(FenceBody).size
+    body = Value.cast(payload.body)
+    return FenceBody(Cat(body, Const(0, size - len(body))))

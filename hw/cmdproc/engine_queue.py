@@ -21,16 +21,17 @@ from hw.isa import Command, ErrorCode, Opcode, TraceEntry
 __all__ = ["EngineQueue"]
 
 
-class _Record(data.Struct):
+def _record(config: NPUConfig, opcodes: int) -> data.StructLayout:
     """What the queue keeps of a command in the engine, from its handshake until it retired
-    and its semaphore increment was taken."""
-    queue: 8
-    index: 32
-    opcode: 8
-    signal: 1           #: it increments ``sem`` (after retiring: it still has to)
-    sem: 8
-    killed: 1           #: its queue was reset while it ran
-    start: 32
+    and its semaphore increment was taken: ``queue``, ``index``, ``opcode`` (only for an engine
+    of several opcodes), ``signal`` (it increments ``sem``; after retiring: it still has
+    to), ``sem``, ``killed`` (its queue was reset since), ``start`` (the take cycle, for the
+    trace)."""
+    fields = {"queue": range(max(config.n_queues, 2)), "index": 32, "signal": 1,
+              "sem": max(1, (config.n_sems - 1).bit_length()), "killed": 1, "start": 32}
+    if opcodes > 1:
+        fields["opcode"] = Opcode
+    return data.StructLayout(fields)
 
 
 class _InEngine:
@@ -39,17 +40,17 @@ class _InEngine:
     engine); released in order at ``head`` (the oldest), once retired and its semaphore
     increment (if any) taken."""
 
-    def __init__(self, depth: int):
+    def __init__(self, depth: int, record: data.StructLayout):
         self.depth = depth
         self.valid = Signal(depth, name="in_engine")
         self.fin = Signal(depth, name="retired")
-        self.recs = [Signal(_Record, name=f"cur{i}") for i in range(depth)]
+        self.recs = [Signal(record, name=f"cur{i}", reset_less=True) for i in range(depth)]
         ptr = range(max(depth, 2))                    # 0 when depth is 1
         self.head = Signal(ptr, name="cur_head")
         self.ret = Signal(ptr, name="cur_ret")
         self.tail = Signal(ptr, name="cur_tail")
-        self.oldest = Signal(_Record, name="cur")      # recs[ret]
-        self.first = Signal(_Record, name="cur_first")  # recs[head]
+        self.oldest = Signal(record, name="cur")      # recs[ret]
+        self.first = Signal(record, name="cur_first")  # recs[head]
 
     def next(self, ptr: Signal):
         return Mux(ptr == self.depth - 1, 0, ptr + 1) if self.depth > 1 else ptr
@@ -255,7 +256,7 @@ class EngineQueue(wiring.Component):
         cfg = self.config
         n, depth = cfg.n_queues, st.depth
         eng = self.engine
-        cur = _InEngine(self.in_flight)
+        cur = _InEngine(self.in_flight, _record(cfg, len(self._opcodes())))
         last = Signal(range(max(n, 2)))
         any_ready, sel = round_robin(m, last, list(st.ready), n)
         m.d.comb += self.sem_stall.eq(~eng.busy & ~any_ready & st.blocked.any())
@@ -312,10 +313,12 @@ class EngineQueue(wiring.Component):
                 for i, r in enumerate(cur.recs):
                     with m.Case(i):
                         m.d.sync += [
-                            r.queue.eq(sel), r.index.eq(head.index), r.opcode.eq(opcode),
+                            r.queue.eq(sel), r.index.eq(head.index),
                             r.signal.eq(head.flags.signal), r.sem.eq(head.signal_sem),
                             r.killed.eq(0), r.start.eq(self.cycles),
                         ]
+                        if "opcode" in r.shape().members:
+                            m.d.sync += r.opcode.eq(opcode)
         for i, r in enumerate(cur.recs):
             with m.If(cur.valid[i] & self.flush.bit_select(r.queue, 1)):
                 m.d.sync += r.killed.eq(1)
@@ -326,8 +329,12 @@ class EngineQueue(wiring.Component):
                         m.d.comb += out.eq(r)
         m.d.comb += [self.running.queue.eq(cur.oldest.queue),
                      self.running.index.eq(cur.oldest.index),
-                     self.running.opcode.eq(cur.oldest.opcode)]
+                     self.running.opcode.eq(self._record_opcode(cur.oldest))]
         return cur
+
+    def _record_opcode(self, rec):
+        ops = self._opcodes()
+        return rec.opcode if len(ops) > 1 else Const(ops[0].value, 8)
 
     def _opcodes(self) -> tuple:
         from hw.cmdproc.common import ENGINES
@@ -353,7 +360,7 @@ class EngineQueue(wiring.Component):
             with m.If(~killed & (eng.error != ErrorCode.NONE)):
                 m.d.comb += [
                     self.err_set.eq(1), self.err_info.code.eq(eng.error),
-                    self.err_info.opcode.eq(old.opcode),
+                    self.err_info.opcode.eq(self._record_opcode(old)),
                     self.err_info.cmd.eq(old.index),
                     self.err_info.addr.eq(eng.error_addr),
                 ]

@@ -14,6 +14,8 @@ from hw.cmdproc.common import (
     ErrorReport,
     FetchEntry,
     command_wait,
+    engine_payload,
+    fence_body,
     round_robin,
     sem_increment,
     sem_wait,
@@ -77,8 +79,8 @@ class FetchUnit(wiring.Component):
     stop, qclear : ``In(n_queues)``
     cycles : ``In(32)``
         Fence timestamps.
-    stage : ``In(ArrayLayout(Command, n_queues))``, stage_index : ``In(ArrayLayout(32,
-    n_queues))``, stage_valid, fence_ready : ``In(n_queues)``
+    stage : ``In(ArrayLayout(engine_payload(config, "processor"), n_queues))``,
+    stage_valid, fence_ready : ``In(n_queues)``
         The stages (:class:`~hw.cmdproc.stage.Stage`).
     queue : ``Out(range(n_queues))``
         The queue being fetched or fenced.
@@ -113,7 +115,7 @@ class FetchUnit(wiring.Component):
             "window_base": In(q32), "window_limit": In(q32),
             "head": Out(q32), "fetched": Out(q32),
             "stop": In(n), "qclear": In(n), "cycles": In(32),
-            "stage": In(data.ArrayLayout(Command, n)), "stage_index": In(q32),
+            "stage": In(data.ArrayLayout(engine_payload(config, "processor"), n)),
             "stage_valid": In(n), "fence_ready": In(n),
             "queue": Out(range(max(n, 2))),
             "push": Out(1), "push_queue": Out(range(max(n, 2))), "push_cmd": Out(Command),
@@ -152,8 +154,8 @@ class FetchUnit(wiring.Component):
     def _fence_fail(self, m: Module, f: _FetchState, code, addr) -> None:
         m.d.comb += [f.fence_err.eq(~f.abort & ~f.bit(self.qclear)),
                      f.fence_info.code.eq(code), f.fence_info.addr.eq(addr),
-                     f.fence_info.cmd.eq(f.fence_index),
-                     f.fence_info.opcode.eq(f.cmd.header.opcode)]
+                     f.fence_info.cmd.eq(f.cmd.index),
+                     f.fence_info.opcode.eq(f.cmd.opcode)]
         m.next = "IDLE"
 
     # -- loader: prefetch buffer -> stage ------------------------------------------------------
@@ -251,16 +253,15 @@ class FetchUnit(wiring.Component):
         any_fence, fence_sel, fence_last = fences
         any_fetch, fetch_sel, fetch_last = fetches
         inc = self.fence_inc.payload
-        m.d.comb += [inc.sem.eq(f.cmd.header.signal_sem), inc.queue.eq(self.queue),
-                     inc.index.eq(f.fence_index)]
+        m.d.comb += [inc.sem.eq(f.cmd.signal_sem), inc.queue.eq(self.queue),
+                     inc.index.eq(f.cmd.index)]
         with m.State("IDLE"):
             with m.If(any_fence):
                 m.d.sync += [self.queue.eq(fence_sel), fence_last.eq(fence_sel), f.abort.eq(0)]
                 with m.Switch(fence_sel):
                     for q in range(n):
                         with m.Case(q):
-                            m.d.sync += [f.cmd.eq(self.stage[q]),
-                                         f.fence_index.eq(self.stage_index[q])]
+                            m.d.sync += f.cmd.eq(self.stage[q])
                 m.next = "FENCE_CHECK"
             with m.Elif(any_fetch):
                 m.d.sync += [self.queue.eq(fetch_sel), fetch_last.eq(fetch_sel), f.abort.eq(0)]
@@ -371,8 +372,8 @@ class FetchUnit(wiring.Component):
         """Check the fence address, write the word, wait for the response."""
         cfg, bus = self.config, self.bus
         beat_bytes = cfg.axi_data_bytes
-        hdr = f.cmd.header
-        fence = f.cmd.body.fence
+        hdr = f.cmd
+        fence = fence_body(f.cmd)
         lane = fence.addr[:(beat_bytes.bit_length() - 1)] if beat_bytes > 4 else 0
         with m.State("FENCE_CHECK"):
             with m.If(self._gone(f)):
@@ -487,17 +488,19 @@ class _FetchState:
         self.ring_err = Signal(data.ArrayLayout(ErrorCode, n), name="ring_err")
         self.single = Signal(data.ArrayLayout(range(depth + 1), n), name="single")
         self.abort = Signal(name="cur_abort")      # the burst's commands are dropped
-        self.cmd = Signal(Command, name="cmd")      # the fence being executed
-        self.fence_index = Signal(32, name="fence_index")
-        self.partial = Signal(max(1, (bpc - 1) * cfg.axi_data_bits), name="partial_cmd")
+        # the fence being executed (the stage's narrow payload)
+        self.cmd = Signal(engine_payload(cfg, "processor"), name="cmd", reset_less=True)
+        self.partial = Signal(max(1, (bpc - 1) * cfg.axi_data_bits), name="partial_cmd",
+                              reset_less=True)
         self.beat = Signal(range(bpc + 1), name="beat")
         self.resp_err = Signal(name="resp_err")
         self.multi = Signal(name="burst_multi")
-        self.ar_addr = Signal(32, name="fetch_araddr")   # the fetch burst's AR address
-        self.ar_len = Signal(8, name="fetch_arlen")
+        # the fetch burst's AR address and length
+        self.ar_addr = Signal(32, name="fetch_araddr", reset_less=True)
+        self.ar_len = Signal(8, name="fetch_arlen", reset_less=True)
         self.aw_done = Signal(name="aw_done")
         self.w_done = Signal(name="w_done")
-        self.word = Signal(32, name="fence_word")
+        self.word = Signal(32, name="fence_word", reset_less=True)
         self.win_limit = Signal(33, name="win_limit")
         self.slot_addr = Signal(33, name="slot_addr")
         # wires
@@ -513,8 +516,7 @@ class _FetchState:
         self.chk_code = Signal(ErrorCode, name="ring_err_code")
         self.single_dec = Signal(name="single_dec")
         self.flush_cur = self.flush & (self.load_sel == unit.queue)
-        hdr = self.cmd.header
-        self.signals = hdr.flags.signal | (hdr.opcode == Opcode.SIGNAL)
+        self.signals = self.cmd.flags.signal | (self.cmd.opcode == Opcode.SIGNAL)
         lim = unit.window_limit[unit.queue]
         self.win_base = unit.window_base[unit.queue]
         self.win_lim_raw = lim

@@ -168,7 +168,7 @@ class CommandProcessor(wiring.Component):
             fetch.window_limit.eq(self.window_limit),
             self.head.eq(fetch.head), self.fetched.eq(fetch.fetched),
             fetch.stop.eq(self.stop), fetch.qclear.eq(self.qclear), fetch.cycles.eq(self.cycles),
-            fetch.stage.eq(stage.stage), fetch.stage_index.eq(stage.index),
+            fetch.stage.eq(stage.stage),
             fetch.stage_valid.eq(stage.valid), fetch.fence_ready.eq(stage.fence_ready),
             stage.queue.eq(fetch.queue), stage.push.eq(fetch.push),
             stage.push_queue.eq(fetch.push_queue),

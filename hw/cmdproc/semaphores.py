@@ -144,7 +144,8 @@ class SemaphoreUnit(wiring.Component):
         # -- ready bits: loaded with a new head, else compared with the changing value ------
         for i in range(self.n_waiters):
             head = self.head[i]
-            ready = self.ready[i]
+            ready = Signal(name=f"ready{i}", reset_less=True)   # loaded with every head
+            m.d.comb += self.ready[i].eq(ready)
             with m.If(self.load[i]):
                 m.d.sync += ready.eq(self.load_ok[i])
             with m.Elif(head.waits & hits(head.sem)):

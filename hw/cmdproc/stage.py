@@ -4,7 +4,7 @@ from amaranth import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.cmdproc.common import command_wait, sem_increment, sem_wait
+from hw.cmdproc.common import command_wait, engine_payload, sem_increment, sem_wait
 from hw.config import NPUConfig
 from hw.isa import Command, Opcode
 
@@ -43,15 +43,17 @@ class Stage(wiring.Component):
         Per queue: stop (error latched); reset (the stage empties).
     idle : ``In(n_queues)``
         Per queue: every engine queue is idle for it.
-    stage : ``Out(ArrayLayout(Command, n_queues))``, index : ``Out(ArrayLayout(32, n_queues))``,
+    stage : ``Out(ArrayLayout(engine_payload(config, "processor"), n_queues))``,
     valid : ``Out(n_queues)``
-        The stage registers.
+        The stage registers: each command decoded into the processor's narrow payload
+        (opcode, flags, signal id, index, the used bits of the fence body).
     fence_ready : ``Out(n_queues)``
     inc : ``Out(stream.Signature(sem_increment(config))).array(n_queues)``
         Semaphore increments of completing processor commands.
     wait : ``Out(ArrayLayout(sem_wait(config), n_queues))``, load, load_ok : ``Out(n_queues)``,
     ready : ``In(n_queues)``
-        The stages' waiter ports of the semaphore unit (:class:`~hw.cmdproc.SemaphoreUnit`).
+        The stages' waits (registers) and waiter ports of the semaphore unit
+        (:class:`~hw.cmdproc.SemaphoreUnit`).
     """
 
     def __init__(self, config: NPUConfig):
@@ -63,7 +65,7 @@ class Stage(wiring.Component):
             "push_index": In(32), "push_ok": In(1), "fence_done": In(1),
             "stop": In(n), "qclear": In(n),
             "idle": In(n),
-            "stage": Out(data.ArrayLayout(Command, n)), "index": Out(data.ArrayLayout(32, n)),
+            "stage": Out(data.ArrayLayout(engine_payload(config, "processor"), n)),
             "valid": Out(n), "fence_ready": Out(n),
             "inc": Out(stream.Signature(sem_increment(config))).array(n),
             "wait": Out(data.ArrayLayout(sem_wait(config), n)),
@@ -84,10 +86,9 @@ class Stage(wiring.Component):
     def _execute(self, m: Module, q: int, done: Signal) -> None:
         """NOP, WAIT, SIGNAL and BARRIER complete here (after their semaphore wait); a FENCE
         is announced to the fetch unit."""
-        h = self.stage[q].header
+        h = self.stage[q]
         op = h.opcode
-        m.d.comb += [self.wait[q].eq(command_wait(m, self.config, self.stage[q], f"wait{q}")),
-                     self.load[q].eq(self.push & (self.push_queue == q)),
+        m.d.comb += [self.load[q].eq(self.push & (self.push_queue == q)),
                      self.load_ok[q].eq(self.push_ok)]
         can = Signal(name=f"proc_can{q}")    # a processor command may complete
         with m.If(self._live(q) & self.ready[q]):
@@ -100,17 +101,24 @@ class Stage(wiring.Component):
         signals = h.flags.signal | (op == Opcode.SIGNAL)
         inc = self.inc[q]
         m.d.comb += [inc.valid.eq(can & signals), inc.payload.sem.eq(h.signal_sem),
-                     inc.payload.queue.eq(q), inc.payload.index.eq(self.index[q]),
+                     inc.payload.queue.eq(q), inc.payload.index.eq(h.index),
                      done[q].eq(can & (~signals | inc.ready))]
 
     def _bookkeeping(self, m: Module, done: Signal) -> None:
         """Load from fetch; empty on completion, fence completion or queue reset."""
-        with m.If(self.push):
-            with m.Switch(self.push_queue):
-                for q in range(self.config.n_queues):
-                    with m.Case(q):
-                        m.d.sync += [self.stage[q].eq(self.push_cmd),
-                                     self.index[q].eq(self.push_index)]
+        hdr = self.push_cmd.header
+        payload = Signal(engine_payload(self.config, "processor"), name="push_payload")
+        m.d.comb += [payload.opcode.eq(hdr.opcode), payload.flags.eq(hdr.flags),
+                     payload.signal_sem.eq(hdr.signal_sem), payload.index.eq(self.push_index),
+                     payload.body.eq(self.push_cmd.body.as_value())]
+        wait = command_wait(m, self.config, self.push_cmd, "push_wait")
+        for q in range(self.config.n_queues):
+            # data registers: no reset (``valid`` says whether they hold a command)
+            cmd = Signal.like(self.stage[q], name=f"stage{q}", reset_less=True)
+            w = Signal.like(self.wait[q], name=f"stage{q}_wait", reset_less=True)
+            m.d.comb += [self.stage[q].eq(cmd), self.wait[q].eq(w)]
+            with m.If(self.push & (self.push_queue == q)):
+                m.d.sync += [cmd.eq(payload), w.eq(wait)]
             m.d.sync += self.valid.bit_select(self.push_queue, 1).eq(1)
         with m.If(self.fence_done):
             m.d.sync += self.valid.bit_select(self.queue, 1).eq(0)
