@@ -118,8 +118,7 @@ class Stage(wiring.Component):
             w = Signal.like(self.wait[q], name=f"stage{q}_wait", reset_less=True)
             m.d.comb += [self.stage[q].eq(cmd), self.wait[q].eq(w)]
             with m.If(self.push & (self.push_queue == q)):
-                m.d.sync += [cmd.eq(payload), w.eq(wait)]
-            m.d.sync += self.valid.bit_select(self.push_queue, 1).eq(1)
+                m.d.sync += [cmd.eq(payload), w.eq(wait), self.valid[q].eq(1)]
         with m.If(self.fence_done):
             m.d.sync += self.valid.bit_select(self.queue, 1).eq(0)
         for q in range(self.config.n_queues):
