@@ -193,8 +193,6 @@ class CsrBlock(wiring.Component):
                          q_code.code.eq(st.q_err[q].code), q_code.opcode.eq(st.q_err[q].opcode)]
             regs[queue_csr(q, Csr.Q_STATUS)] = q_status
             regs[queue_csr(q, Csr.Q_ERR_CODE)] = q_code
-        for s in range(cfg.n_sems):
-            regs[sem_last_csr(s)] = self.sem_last
         return regs
 
     def _registers(self, m: Module, st: _State) -> dict:
@@ -227,8 +225,6 @@ class CsrBlock(wiring.Component):
                 queue_csr(q, Csr.Q_ERR_ADDR): st.q_err[q].addr,
                 queue_csr(q, Csr.Q_FETCHED): self.fetched[q],
             })
-        for s in range(cfg.n_sems):
-            regs[sem_csr(s)] = self.sem_value
         regs.update(self._packed(m, st))
         return regs
 
@@ -243,6 +239,12 @@ class CsrBlock(wiring.Component):
             for offset, reg in regs.items():
                 with m.Case(offset >> 2):
                     m.d.comb += value.eq(reg)
+            # the semaphores through the read port: one input of the multiplexer per region
+            n = self.config.n_sems
+            with m.Case(*(sem_csr(s) >> 2 for s in range(n))):
+                m.d.comb += value.eq(self.sem_value)
+            with m.Case(*(sem_last_csr(s) >> 2 for s in range(n))):
+                m.d.comb += value.eq(self.sem_last)
         with m.FSM(name="read"):
             with m.State("IDLE"):
                 m.d.comb += bus.arready.eq(1)
