@@ -601,7 +601,8 @@ class FetchUnit:
             m.report_error(q, grant.b, ErrorCode.AXI_ERROR, cmd.opcode, cmd.index,
                            cmd.body.addr, source=-1)
         elif cmd.signals:
-            m.sems.request(len(ENGINE_NAMES) + m.config.n_queues, now, cmd.signal_sem, q,
+            start = grant.b + T.FENCE_SIGNAL_AFTER_B
+            m.sems.request(len(ENGINE_NAMES) + m.config.n_queues, start, cmd.signal_sem, q,
                            cmd.index, lambda c, taken: self._signalled(cmd, c, taken),
                            lambda c: not self._aborted(c, stop=False))
             return
