@@ -27,15 +27,15 @@ def test_store_timing_matches_the_engine_queue(depth):
     """:class:`CommandFifo` against :class:`hw.cmdproc.EngineQueue` (one queue, an engine that
     retires every cycle) in Amaranth's simulator: room, head and data cycle by cycle under
     random writes and takes, and the notices of a new head and of room again."""
-    from hw.cmdproc import EngineQueue
     from hw.isa import Opcode, encode
+    from tests.support.sem_harness import QueueWithSems
 
     rng = np.random.default_rng(depth)
     n = 400
     want_w = rng.random(n) < 0.6
     want_r = rng.random(n) < 0.45
-    dut = EngineQueue(NPUConfig(n_queues=1, cmd_fifo_depth=depth), in_flight=2,
-                      engine="matrix")
+    dut = QueueWithSems(NPUConfig(n_queues=1, cmd_fifo_depth=depth), in_flight=2,
+                        engine="matrix")
     heads, spaces = set(), set()
     model = CommandFifo(depth, heads.add, spaces.add)
     sim = Simulator(dut)
