@@ -10,9 +10,9 @@ from hw.isa.commands import ErrorCode
 
 __all__ = ["Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "sem_csr",
            "sem_reached", "sem_last_csr", "trace_csr", "MAX_QUEUES",
-           "VersionWord", "CfgArray", "CfgBus", "StatusWord", "ErrorWord", "QueueErrorWord",
-           "TraceInfo", "SemLast", "TraceEntry", "VmWord", "ResumeWord", "CfgVm",
-           "REGISTER_STRUCTS", "WRITE_STRUCTS"]
+           "VersionWord", "CfgArray", "CfgBus", "CfgFeatures", "StatusWord", "ErrorWord",
+           "QueueErrorWord", "TraceInfo", "SemLast", "TraceEntry", "VmWord", "ResumeWord",
+           "CfgVm", "REGISTER_STRUCTS", "WRITE_STRUCTS"]
 
 CSR_ID_VALUE = 0x4E505530       # "NPU0"
 #: 2.0 (:class:`VersionWord`): the PERF_* registers moved into the counter block
@@ -26,7 +26,8 @@ class Csr:
 
     Read-only identity and configuration: ``ID`` (:data:`CSR_ID_VALUE`), ``VERSION``
     (:class:`VersionWord`), ``CFG_ARRAY`` (:class:`CfgArray`), ``CFG_SPAD`` = spad_rows,
-    ``CFG_ACC`` = acc_rows, ``CFG_BUS`` (:class:`CfgBus`), ``CFG_DRAM`` = dram_bytes.
+    ``CFG_ACC`` = acc_rows, ``CFG_BUS`` (:class:`CfgBus`), ``CFG_DRAM`` = dram_bytes,
+    ``CFG_FEATURES`` (:class:`CfgFeatures`).
 
     Global status and control (``0x020..0x04C``):
 
@@ -114,9 +115,11 @@ class Csr:
     register.
 
     Semaphore ``s`` reads at :func:`sem_csr`; a host write there sets it to the value written
-    (initialisation, and tests that drive a semaphore across its 2**32 wrap); an increment in the
-    same cycle is lost to the write. ``SEM_LAST_BASE + 4 * s`` (:class:`SemLast`): what last
-    incremented it (read-only; zeroed by ``CONTROL``, not changed by a host write).
+    (initialisation, and tests that drive a semaphore across its 2**32 wrap); the semaphore
+    unit takes no increment in the write's cycle (one that arrives then is applied in the next
+    cycle, after the write; the same holds for ``CONTROL``'s clear).
+    ``SEM_LAST_BASE + 4 * s`` (:class:`SemLast`): what last incremented it (read-only; zeroed
+    by ``CONTROL``, not changed by a host write).
 
     Semaphores are 32-bit counters that wrap modulo 2**32. A wait for ``sem[s] >= target`` is a
     serial-number comparison (RFC 1982): it is satisfied when ``(sem[s] - target) mod 2**32 <
@@ -130,6 +133,7 @@ class Csr:
     CFG_ACC = 0x010
     CFG_BUS = 0x014
     CFG_DRAM = 0x018
+    CFG_FEATURES = 0x01C
     STATUS = 0x020
     ERR_CODE = 0x024
     ERR_CMD = 0x028
@@ -257,6 +261,12 @@ class CfgBus(data.Struct):
     acc_row_elems: 8
 
 
+class CfgFeatures(data.Struct):
+    """``CFG_FEATURES`` (read-only): optional hardware (:class:`~hw.config.NPUConfig`)."""
+    mx: 1       #: the MX exponent stage (MX MATMULs, :mod:`hw.isa.formats`)
+    _pad: 31
+
+
 class StatusWord(data.Struct):
     """``STATUS`` (whole device) and ``Q_STATUS`` (one queue)."""
     busy: 1     #: holds commands not yet retired
@@ -327,7 +337,8 @@ class CfgVm(data.Struct):
 
 #: Every packed 32-bit register, by the :class:`Csr` name(s) it is read at.
 REGISTER_STRUCTS = {
-    "VERSION": VersionWord, "CFG_ARRAY": CfgArray, "CFG_BUS": CfgBus, "STATUS": StatusWord,
+    "VERSION": VersionWord, "CFG_ARRAY": CfgArray, "CFG_BUS": CfgBus,
+    "CFG_FEATURES": CfgFeatures, "STATUS": StatusWord,
     "Q_STATUS": StatusWord,
     "ERR_CODE": ErrorWord, "Q_ERR_CODE": QueueErrorWord, "TRACE_INFO": TraceInfo,
     "SEM_LAST": SemLast, "Q_VM": VmWord, "CFG_VM": CfgVm,

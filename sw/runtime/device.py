@@ -19,6 +19,7 @@ from hw.isa import (
     PAGE_FAULTS,
     CfgArray,
     CfgBus,
+    CfgFeatures,
     CfgVm,
     Csr,
     ErrorCode,
@@ -55,7 +56,7 @@ from sw.runtime.vm import Context
 __all__ = ["Device"]
 
 _REPORTED_FIELDS = ("rows", "cols", "n_queues", "n_sems", "spad_rows", "acc_rows",
-                    "axi_data_bits", "dma_outstanding", "dram_bytes", "tlb_entries")
+                    "axi_data_bits", "dma_outstanding", "dram_bytes", "tlb_entries", "mx")
 
 
 class Device:
@@ -177,6 +178,7 @@ class Device:
             "axi_data_bits": 8 * bus.axi_data_bytes, "dma_outstanding": bus.dma_outstanding,
             "dram_bytes": rd(Csr.CFG_DRAM),
             "tlb_entries": unpack_fields(CfgVm, rd(Csr.CFG_VM)).tlb_entries,
+            "mx": unpack_fields(CfgFeatures, rd(Csr.CFG_FEATURES)).mx,
         }
         base = expected if expected is not None else NPUConfig()
         rest = {f.name: getattr(base, f.name) for f in fields(NPUConfig)
