@@ -13,11 +13,13 @@ from hw.isa import (
     FenceBody,
     Flags,
     Opcode,
+    TlbInvalidateBody,
 )
 
 __all__ = ["QueueEntry", "FetchEntry", "ErrorReport", "RunningCommand", "ENGINES",
            "PROCESSOR_OPS", "round_robin", "sem_reached", "engine_payload", "sem_wait",
-           "sem_increment", "command_wait", "used_bits", "priority_merge", "fence_body"]
+           "sem_increment", "command_wait", "used_bits", "priority_merge", "fence_body",
+           "tlb_body"]
 
 
 class QueueEntry(data.Struct):
@@ -158,3 +160,11 @@ def fence_body(payload) -> data.View:
     size = data.Layout.cast(FenceBody).size
     body = Value.cast(payload.body)
     return FenceBody(Cat(body, Const(0, size - len(body))))
+
+
+def tlb_body(payload) -> data.View:
+    """The :class:`hw.isa.TlbInvalidateBody` view of the ``body`` of a processor payload
+    (as :func:`fence_body`: its used bits, zero-extended, cut to the body's size)."""
+    size = data.Layout.cast(TlbInvalidateBody).size
+    body = Value.cast(payload.body)
+    return TlbInvalidateBody(Cat(body, Const(0, max(0, size - len(body))))[:size])

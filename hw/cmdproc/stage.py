@@ -4,7 +4,7 @@ from amaranth import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.cmdproc.common import command_wait, engine_payload, sem_increment, sem_wait
+from hw.cmdproc.common import command_wait, engine_payload, sem_increment, sem_wait, tlb_body
 from hw.config import NPUConfig
 from hw.isa import Command, Opcode
 
@@ -106,7 +106,7 @@ class Stage(wiring.Component):
                 m.d.comb += can.eq(1)
             with m.Elif((op == Opcode.FENCE) & self.idle[q]):
                 m.d.comb += self.fence_ready[q].eq(1)
-        tlb = self.stage[q].body.tlb
+        tlb = tlb_body(self.stage[q])
         m.d.comb += [self.tlb_inv_all[q].eq(tlb.all), self.tlb_inv_asid[q].eq(tlb.asid)]
         signals = h.flags.signal | (op == Opcode.SIGNAL)
         inc = self.inc[q]
