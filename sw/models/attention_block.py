@@ -39,9 +39,15 @@ from sw.models.minilm import DEFAULT_CALIBRATION_TEXT, MiniLM
 from sw.quant import INT8_MAX, quantize, quantize_multipliers
 
 __all__ = ["ATTN_OUTPUT", "BlockQuant", "tokens_for_length", "embed_ids", "float_block",
-           "calibrate_block", "golden_block", "score_multiplier", "dequantize_output"]
+           "calibrate_block", "golden_block", "golden_block_int", "score_multiplier",
+           "dequantize_output", "attn_output_name"]
 
 ATTN_OUTPUT = "encoder.layer.0.attention.output.dense"
+
+
+def attn_output_name(layer: int = 0) -> str:
+    """Tensor-name prefix of ``layer``'s attention output projection."""
+    return f"encoder.layer.{layer}.attention.output.dense"
 #: Output-projection range headroom over the calibration max: calibration sentences are short,
 #: longer sequences reach larger outputs (measured at L=128: 1.0 -> 22.2 dB with 749 saturated
 #: values, 1.25 -> 25.2 dB, 1.5 -> 26.0 dB, 2.0 -> 26.0 dB).
@@ -110,8 +116,8 @@ def _heads(model: MiniLM) -> tuple[int, int]:
 
 
 def float_block(model: MiniLM, x: npt.ArrayLike, kv_len: int | None = None,
-                causal: bool = False) -> dict[str, np.ndarray]:
-    """float32 reference of the block (BERT self-attention + output dense).
+                causal: bool = False, layer: int = 0) -> dict[str, np.ndarray]:
+    """float32 reference of the block (BERT self-attention + output dense) of ``layer``.
 
     Parameters
     ----------
@@ -133,7 +139,7 @@ def float_block(model: MiniLM, x: npt.ArrayLike, kv_len: int | None = None,
     n_heads, dh = _heads(model)
     out = {}
     for name in _NAMES:
-        w, b = model.projection(name)
+        w, b = model.projection(name, layer)
         out[name] = x @ w.T + b
     seq = x.shape[0]
     kv = seq if kv_len is None else kv_len
@@ -152,7 +158,8 @@ def float_block(model: MiniLM, x: npt.ArrayLike, kv_len: int | None = None,
         p = np.where(den > 0, e / np.where(den > 0, den, 1), 0)
         ctx[:, sl] = p @ out["value"][:, sl]
     out["context"] = ctx
-    out["output"] = ctx @ t[ATTN_OUTPUT + ".weight"].T + t[ATTN_OUTPUT + ".bias"]
+    o = attn_output_name(layer)
+    out["output"] = ctx @ t[o + ".weight"].T + t[o + ".bias"]
     return out
 
 
@@ -195,8 +202,9 @@ class BlockQuant:
 
     Attributes
     ----------
-    x_scale : float
-        Embedding scale.
+    x_scale : float or numpy.ndarray
+        Input scale: per tensor (the embeddings of layer 0), or per channel ``(384,)`` (a
+        LayerNorm's int8 output, folded into the projection weights).
     proj : dict of str to _Linear
         ``query``, ``key``, ``value``, ``output``.
     score_mult, score_shift : numpy.ndarray
@@ -207,7 +215,7 @@ class BlockQuant:
         float64, ``(384,)``.
     heads, head_dim : int
     """
-    x_scale: float
+    x_scale: float | np.ndarray
     proj: dict
     score_mult: np.ndarray
     score_shift: np.ndarray
@@ -239,25 +247,33 @@ def _linear(x_scale: float | np.ndarray, w: np.ndarray, b: np.ndarray, out_scale
 
 def calibrate_block(model: MiniLM,
                     calibration_text: tuple[str, ...] = DEFAULT_CALIBRATION_TEXT,
-                    frac_bits: int = SOFTMAX_EXP_FRAC_BITS) -> BlockQuant:
-    """Calibrate every scale of the block on ``calibration_text`` (sentences run separately,
-    float32 activations, max-abs ranges)."""
+                    frac_bits: int = SOFTMAX_EXP_FRAC_BITS, *, layer: int = 0,
+                    inputs: list[np.ndarray] | None = None,
+                    x_scale: float | np.ndarray | None = None) -> BlockQuant:
+    """Calibrate every scale of the block of ``layer`` on ``calibration_text`` (sentences run
+    separately, float32 activations, max-abs ranges).
+
+    ``inputs`` (float ``(T, 384)`` per calibration sentence) and ``x_scale`` (per tensor or
+    per channel) give a deeper layer's inputs and their int8 scale; by default the inputs are
+    the embeddings of ``calibration_text`` with a per-tensor scale (layer 0)."""
     n_heads, dh = _heads(model)
-    xs = [model.embed(s) for s in calibration_text]
-    refs = [float_block(model, x) for x in xs]
+    xs = inputs if inputs is not None else [model.embed(s) for s in calibration_text]
+    refs = [float_block(model, x, layer=layer) for x in xs]
     cat = {k: np.concatenate([r[k] for r in refs]).astype(np.float64) for k in refs[0]}
-    x_scale = float(np.abs(np.concatenate(xs)).max()) / INT8_MAX
+    if x_scale is None:
+        x_scale = float(np.abs(np.concatenate(xs)).max()) / INT8_MAX
     out_scales = {"query": _per_group_scale(cat["query"], dh),
                   "key": _per_group_scale(cat["key"], dh),
                   "value": _per_group_scale(cat["value"], 1)}
-    proj = {name: _linear(x_scale, *model.projection(name), out_scales[name])
+    proj = {name: _linear(x_scale, *model.projection(name, layer), out_scales[name])
             for name in _NAMES}
     # The context is a convex combination of V rows, so |ctx[:, j]| <= max |V[:, j]|: V's own
     # scale never saturates. (Measured at L=128: calibrated per-channel context ranges from
     # short sentences saturate 1052 values and give 16.4 dB; V's scale gives 26.0 dB.)
     ctx_scale = out_scales["value"]
     t = model.tensors
-    proj["output"] = _linear(ctx_scale, t[ATTN_OUTPUT + ".weight"], t[ATTN_OUTPUT + ".bias"],
+    o = attn_output_name(layer)
+    proj["output"] = _linear(ctx_scale, t[o + ".weight"], t[o + ".bias"],
                              OUTPUT_HEADROOM * _per_group_scale(cat["output"], 1))
     sm = [score_multiplier(out_scales["query"][h * dh], out_scales["key"][h * dh], dh,
                            frac_bits) for h in range(n_heads)]
@@ -274,7 +290,13 @@ def golden_block(bq: BlockQuant, x: npt.ArrayLike, kv_len: int | None = None,
                  causal: bool = False, exp=exp2_int) -> dict[str, np.ndarray]:
     """The integer block, bit-exact with the NPU: int8 ``query``/``key``/``value``/``context``/
     ``output`` (each ``(L, 384)``) for float embeddings ``x``."""
-    x_q = quantize(x, bq.x_scale)
+    return golden_block_int(bq, quantize(x, bq.x_scale), kv_len, causal, exp)
+
+
+def golden_block_int(bq: BlockQuant, x_q: npt.ArrayLike, kv_len: int | None = None,
+                     causal: bool = False, exp=exp2_int) -> dict[str, np.ndarray]:
+    """:func:`golden_block` on int8 inputs ``x_q`` ``(L, 384)`` already at ``bq.x_scale``."""
+    x_q = np.asarray(x_q)
     out = {name: linear_int(x_q, p.w, p.bias, p.multiplier, p.shift)
            for name, p in bq.proj.items() if name != "output"}
     dh = bq.head_dim
