@@ -79,6 +79,18 @@ def naive_gelu(acc, bias, m1, s1, m2, s2):
     return out
 
 
+def test_gelu_table_entries_by_hand():
+    """Every entry is round(256 u Phi(-u)) at u = i / 32, computed here with erf (not erfc),
+    round half up; a few by hand: u = 0.25 -> 64 * 0.40129 = 25.68 -> 26; u = 1 -> 256 *
+    0.158655 = 40.62 -> 41; u = 3.96875 -> 0.037 -> 0."""
+    table = gelu_table()
+    assert len(table) == 128
+    for i, v in enumerate(table):
+        u = i / 32
+        assert v == math.floor(256 * u * (1 - 0.5 * (1 + math.erf(u / math.sqrt(2)))) + 0.5), i
+    assert (table[0], table[8], table[32], table[127]) == (0, 26, 41, 0)
+
+
 def test_naive_gelu_table_is_the_erf_gelu():
     """The table reproduces GELU(x) = x Phi(x) within 0.01 on a fine grid (F = 8)."""
     for k in range(-2048, 2048):
