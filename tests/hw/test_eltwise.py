@@ -234,6 +234,39 @@ def test_layernorm_variance_range(cfg):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
+def test_layernorm_small_variances(cfg):
+    """40 rows of small integer sums (x = a + b, |x| from 1 to 80: the variance normalised
+    upwards, e < 0, half of the rows with an odd bit length), output ~ 64 x_hat: the exact
+    mean (its floor for negative sums) and the reciprocal's precision show in the outputs."""
+    c = cfg.cols
+    cfg = NPUConfig(rows=cfg.rows, cols=c, spad_rows=512, acc_rows=128)
+    rng = np.random.default_rng(40 + c)
+    acc, spad = random_memories(cfg, rng, 10)
+    n, nb = 40, 3
+    for blk in range(nb):
+        acc[4 * blk] = acc[4 * blk + 1] = [1 << 16] * cfg.acc_row_elems
+        acc[4 * blk + 2] = [1 << 22] * cfg.acc_row_elems
+        acc[4 * blk + 3] = [0] * cfg.acc_row_elems
+    rows_a, rows_b = [], []
+    for i in range(n):
+        lim = 1 + i
+        rows_a.append([int(v) for v in rng.integers(-lim, lim + 1, nb * c)])
+        rows_b.append([int(v) for v in rng.integers(-lim // 2, lim // 2 + 1, nb * c)])
+        for blk in range(nb):
+            pad = [0] * (cfg.spad_row_bytes - c)
+            spad[blk * n + i] = rows_a[i][blk * c:(blk + 1) * c] + pad
+            spad[130 + blk * n + i] = rows_b[i][blk * c:(blk + 1) * c] + pad
+    body = dict(a_row=0, b_row=130, out_row=260, n_rows=n, n_blocks=nb, stride=n, param_row=0,
+                shift=16, g_shift=20)
+    out = run(cfg, acc, spad, [(Opcode.LAYERNORM, "eltwise", body)])
+    assert out["results"][0][0] == ErrorCode.NONE
+    pl = params(acc, 0, 4, nb, c)
+    want = naive_layernorm(rows_a, rows_b, *(pl[0], pl[1], 16, pl[2], pl[3], 20))
+    assert blocked(out["spad"], 260, n, n, nb, c) == want
+    assert sum(127 > v > -128 for v in sum(want, [])) > 0.95 * n * nb * c
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_gelu_random_and_extremes(cfg):
     """GELU of random accumulator rows, of inputs at and beyond the 16-bit clamp of the GELU
     domain (|x| >= 128) and around the table's end (|x| = 4), with shifts in both bytes of the
