@@ -66,7 +66,8 @@ __all__ = [
     "command_retire_cycles", "retire_window_cycles", "requant_busy_cycles",
     "softmax_busy_cycles", "softmax_row_cycles", "VECTOR_MUL_LATENCY", "REQUANT_LATENCY",
     "REQUANT_ROW_SCALE_LATENCY", "SOFTMAX_EXP_LATENCY", "command_busy_cycles", *_dma,
-    "gelu_busy_cycles", "ADD_LATENCY", "LN_NORM_LATENCY", "LN_MUL_NQ_CYCLES",
+    "gelu_busy_cycles", "ADD_LATENCY", "ELTWISE_CHECK_CYCLES", "LN_NORM_LATENCY",
+    "LN_MUL_NQ_CYCLES",
     "LN_MUL_SS_CYCLES", "LN_NORMALIZE_CYCLES", "LN_SQRT_CYCLES", "LN_DIV_R_CYCLES",
     "LN_DIV_MU_CYCLES", "LN_ROW_UNIT_CYCLES", "ln_stats_cycles", "ln_norm_cycles",
     "ln_row_cycles", "eltwise_busy_cycles",
@@ -381,6 +382,12 @@ LN_ROW_UNIT_CYCLES = (1 + LN_MUL_NQ_CYCLES + LN_MUL_SS_CYCLES + LN_NORMALIZE_CYC
                       + LN_SQRT_CYCLES + LN_DIV_R_CYCLES + LN_DIV_MU_CYCLES + 1)
 
 
+#: ADD and LAYERNORM that are not of size zero: ``CHECK`` (the span's product sent to the
+#: shared multiplier), ``SPAN`` (its latency), ``CHECK_RANGES`` (every check), before the
+#: first phase or ``RETIRE``.
+ELTWISE_CHECK_CYCLES = 1 + VECTOR_MUL_LATENCY + 1
+
+
 def ln_stats_cycles(n_blocks: int) -> int:
     """LAYERNORM's statistics phase of one row: a block every 3 cycles; the last block's ``B``
     (requested 2 cycles after its first read) returns, ``x`` is registered, its square enters
@@ -404,17 +411,20 @@ def ln_row_cycles(n_blocks: int) -> int:
 
 def eltwise_busy_cycles(config: NPUConfig, opcode, n_rows: int, n_blocks: int, *,
                         error: bool = False) -> int:
-    """Busy cycles of one ADD or LAYERNORM (:class:`hw.vector.EltwiseEngine`): ``CHECK`` 1,
-    then ADD ``2 * n_rows * n_blocks + 6`` (an element block every 2 cycles, the last written
-    :data:`ADD_LATENCY` cycles after its first read), LAYERNORM ``n_rows *``
-    :func:`ln_row_cycles`, then ``RETIRE`` 1. 2 for an empty or failing command.
-    ``opcode``: an :class:`~hw.isa.Opcode` or its value."""
-    if error or n_rows == 0 or n_blocks == 0:
+    """Busy cycles of one ADD or LAYERNORM (:class:`hw.vector.EltwiseEngine`): the checks
+    (:data:`ELTWISE_CHECK_CYCLES` = 6), then ADD ``2 * n_rows * n_blocks + 6`` (an element
+    block every 2 cycles, the last written :data:`ADD_LATENCY` cycles after its first read),
+    LAYERNORM ``n_rows *`` :func:`ln_row_cycles`, then ``RETIRE`` 1. A failing command
+    (``error``) takes the checks and ``RETIRE`` (7); one of size zero ``CHECK`` and ``RETIRE``
+    (2). ``opcode``: an :class:`~hw.isa.Opcode` or its value."""
+    if n_rows == 0 or n_blocks == 0:
         return _CHECK_RETIRE
+    if error:
+        return ELTWISE_CHECK_CYCLES + 1
     op = opcode.value if isinstance(opcode, Opcode) else int(opcode)
     if op == Opcode.LAYERNORM.value:
-        return 1 + n_rows * ln_row_cycles(n_blocks) + 1
-    return 1 + 2 * (n_rows * n_blocks - 1) + ADD_LATENCY + 1 + 1
+        return ELTWISE_CHECK_CYCLES + n_rows * ln_row_cycles(n_blocks) + 1
+    return ELTWISE_CHECK_CYCLES + 2 * (n_rows * n_blocks - 1) + ADD_LATENCY + 1 + 1
 
 
 def softmax_row_cycles(config: NPUConfig, n_blocks: int) -> int:

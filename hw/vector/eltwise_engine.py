@@ -34,7 +34,7 @@ from hw.vector.rounding_multiplier import MUL_LATENCY, mul_request_layout, mul_r
 __all__ = ["EltwiseEngine"]
 
 # Kinds of multiplier passes (carried beside the multiplier in a delay line of MUL_LATENCY).
-_K_NONE, _K_A, _K_B, _K_SQ, _K_R, _K_G = range(6)
+_K_NONE, _K_A, _K_B, _K_SQ, _K_R, _K_G, _K_SPAN = range(7)
 
 _P_BITS = (LN_MAX_ELEMS * 2 - 1).bit_length()      # N = n_blocks * cols <= LN_MAX_ELEMS
 _S_BITS = ELTWISE_X_BITS + _P_BITS                  # |S| <= N * 2**15
@@ -80,7 +80,11 @@ class EltwiseEngine(wiring.Component):
       the multiplier). Every output of a row is written before the next row's first read.
 
     Latency: :func:`hw.isa.timing.eltwise_busy_cycles`. Errors: as :class:`hw.isa.EltwiseBody`
-    says, checked in the ``CHECK`` state before anything is read.
+    says, checked before anything is read: ``CHECK`` retires a command of size zero, else it
+    sends ``(n_blocks - 1) * stride`` to the shared multiplier (lane 0; the engine has no
+    multiplier of its own, and address arithmetic uses running offsets and shifts), ``SPAN``
+    waits :data:`~hw.vector.rounding_multiplier.MUL_LATENCY` cycles for it, ``CHECK_RANGES``
+    makes every check in the ISA's order.
 
     Members
     -------
@@ -124,8 +128,9 @@ class EltwiseEngine(wiring.Component):
 
         nb = body.n_blocks
         n_elems = Signal(_P_BITS + 16)       # N = n_blocks * cols (checked <= LN_MAX_ELEMS)
-        m.d.comb += n_elems.eq(nb * cols)
-        per_block = Mux(is_ln, 4, 2)         # parameter rows per block
+        # nb * cols as shifts and adds (a constant product; no DSP block)
+        m.d.comb += n_elems.eq(sum(nb << i for i in range(cols.bit_length()) if cols >> i & 1))
+        per_shift = Mux(is_ln, 2, 1)         # parameter rows per block: 4 or 2
 
         # -- counters of the read side -------------------------------------------------------
         row = Signal(16)        # current row (LAYERNORM) / row of the next read (ADD)
@@ -134,6 +139,8 @@ class EltwiseEngine(wiring.Component):
         rd_blk = Signal(16)     # ADD: block of the next read
         wr_row = Signal(16)     # output write position
         wr_blk = Signal(16)
+        wr_off = Signal(33)     # wr_blk * stride
+        rd_off = Signal(33)     # (block of the next read) * stride
 
         # -- read data returning ------------------------------------------------------------
         spad_in = data.ArrayLayout(signed(8), cfg.spad_row_bytes)(self.spad_rd.data)
@@ -222,25 +229,27 @@ class EltwiseEngine(wiring.Component):
 
         # -- output writes ------------------------------------------------------------------------
         m.d.comb += [self.spad_wr.en.eq(out_valid),
-                     self.spad_wr.addr.eq(body.out_row + wr_blk * body.stride + wr_row),
+                     self.spad_wr.addr.eq(body.out_row + wr_off + wr_row),
                      self.spad_wr.data.eq(out_reg)]
         last_write = Signal()
         m.d.comb += last_write.eq(out_valid & (wr_blk + 1 == nb)
                                   & (is_ln | (wr_row + 1 == body.n_rows)))
         with m.If(out_valid):
             with m.If(wr_blk + 1 == nb):
-                m.d.sync += [wr_blk.eq(0), wr_row.eq(wr_row + 1)]
+                m.d.sync += [wr_blk.eq(0), wr_off.eq(0), wr_row.eq(wr_row + 1)]
             with m.Else():
-                m.d.sync += wr_blk.eq(wr_blk + 1)
+                m.d.sync += [wr_blk.eq(wr_blk + 1), wr_off.eq(wr_off + body.stride)]
 
         # -- read addresses
-        def spad_read(base, blk):
-            m.d.comb += [self.spad_rd.en.eq(1),
-                         self.spad_rd.addr.eq(base + blk * body.stride + row)]
+        # Addresses without multipliers (each would be a DSP block): the current block's
+        # scratchpad offset ``blk * stride`` is a register stepped by ``stride``, parameter
+        # rows are ``blk << 1`` or ``blk << 2``.
+        def spad_read(base):
+            m.d.comb += [self.spad_rd.en.eq(1), self.spad_rd.addr.eq(base + rd_off + row)]
 
         def acc_read(blk, which):
             m.d.comb += [self.acc_rd.en.eq(1),
-                         self.acc_rd.addr.eq(body.param_row + blk * per_block + which)]
+                         self.acc_rd.addr.eq(body.param_row + (blk << per_shift) + which)]
 
         # operand helpers
         def a_in(j):
@@ -267,12 +276,11 @@ class EltwiseEngine(wiring.Component):
         m.d.comb += abs_s.eq(Mux(sum_s < 0, -sum_s, sum_s))
 
         # -- checks
-        span = Signal(34)
-        m.d.comb += span.eq((nb - 1) * body.stride + body.n_rows)
+        span = Signal(34)       # (n_blocks - 1) * stride + n_rows, from the shared multiplier
         bad_a, bad_a_row = check_rows(body.a_row, span, cfg.spad_rows)
         bad_b, bad_b_row = check_rows(body.b_row, span, cfg.spad_rows)
         bad_o, bad_o_row = check_rows(body.out_row, span, cfg.spad_rows)
-        bad_p, bad_p_row = check_rows(body.param_row, nb * per_block, cfg.acc_rows)
+        bad_p, bad_p_row = check_rows(body.param_row, nb << per_shift, cfg.acc_rows)
 
         def overlaps(start):
             return (body.out_row < start + span) & (start < body.out_row + span)
@@ -287,13 +295,25 @@ class EltwiseEngine(wiring.Component):
                 with m.If(self.engine.cmd.valid):
                     m.d.sync += [cmd.eq(self.engine.cmd.payload), error.eq(ErrorCode.NONE),
                                  error_addr.eq(0), row.eq(0), pc.eq(0), k.eq(0), rd_blk.eq(0),
-                                 wr_row.eq(0), wr_blk.eq(0), sum_s.eq(0), sum_q.eq(0)]
+                                 wr_row.eq(0), wr_blk.eq(0), wr_off.eq(0), rd_off.eq(0),
+                                 sum_s.eq(0), sum_q.eq(0)]
                     m.next = "CHECK"
 
             with m.State("CHECK"):
                 with m.If((body.n_rows == 0) | (nb == 0)):
                     m.next = "RETIRE"
-                with m.Elif((nb > 1) & (body.stride < body.n_rows)):
+                with m.Else():      # the span's product on lane 0 of the shared multiplier
+                    m.d.comb += [req_kind.eq(_K_SPAN), req.lane[0].a.eq(nb - 1),
+                                 req.lane[0].b.eq(body.stride), req.lane[0].shift.eq(0)]
+                    m.next = "SPAN"
+
+            with m.State("SPAN"):
+                with m.If(res_kind == _K_SPAN):
+                    m.d.sync += span.eq(res.y[0][:33] + body.n_rows)
+                    m.next = "CHECK_RANGES"
+
+            with m.State("CHECK_RANGES"):
+                with m.If((nb > 1) & (body.stride < body.n_rows)):
                     m.d.sync += [error.eq(ErrorCode.BAD_SIZE), error_addr.eq(body.stride)]
                     m.next = "RETIRE"
                 with m.Elif(is_ln & (n_elems > LN_MAX_ELEMS)):
@@ -318,19 +338,19 @@ class EltwiseEngine(wiring.Component):
                 m.d.sync += k.eq(~k[0])
                 with m.If(k[0] == 0):
                     with m.If(more):
-                        spad_read(body.a_row, rd_blk)
+                        spad_read(body.a_row)
                         acc_read(rd_blk, 0)
                     with m.If(pc != 0):         # B of the block read in the previous period
                         request(_K_B, a_in, m_in, body.shift)
                 with m.Else():
                     with m.If(more):
-                        spad_read(body.b_row, rd_blk)
+                        spad_read(body.b_row)
                         acc_read(rd_blk, 1)
                         m.d.sync += pc.eq(1)
                         with m.If(rd_blk + 1 == nb):
-                            m.d.sync += [rd_blk.eq(0), row.eq(row + 1)]
+                            m.d.sync += [rd_blk.eq(0), rd_off.eq(0), row.eq(row + 1)]
                         with m.Else():
-                            m.d.sync += rd_blk.eq(rd_blk + 1)
+                            m.d.sync += [rd_blk.eq(rd_blk + 1), rd_off.eq(rd_off + body.stride)]
                         request(_K_A, a_in, m_in, body.shift)
                     with m.Else():
                         m.d.sync += pc.eq(0)    # no B request in the next cycle
@@ -342,18 +362,18 @@ class EltwiseEngine(wiring.Component):
                 m.d.comb += sum_phase.eq(1)
                 m.d.sync += k.eq(Mux(k == 2, 0, k + 1))
                 with m.If(k == 2):
-                    m.d.sync += pc.eq(pc + 1)
+                    m.d.sync += [pc.eq(pc + 1), rd_off.eq(rd_off + body.stride)]
                 with m.Switch(k):
                     with m.Case(0):
                         with m.If(pc < nb):
-                            spad_read(body.a_row, pc)
+                            spad_read(body.a_row)
                             acc_read(pc, 0)
                         with m.If((pc >= 3) & (pc < nb + 3)):
                             request(_K_SQ, lambda j: Mux(x_reg[j] < 0, -x_reg[j], x_reg[j]),
                                     lambda j: Mux(x_reg[j] < 0, -x_reg[j], x_reg[j]), 0)
                     with m.Case(1):
                         with m.If(pc < nb):
-                            spad_read(body.b_row, pc)
+                            spad_read(body.b_row)
                             acc_read(pc, 1)
                             request(_K_A, a_in, m_in, body.shift)
                         with m.If(pc == nb + 3):        # the last square returns now
@@ -439,18 +459,18 @@ class EltwiseEngine(wiring.Component):
                     mu.eq(Mux(num < 0, -(quo + (rem != 0)), quo)),
                     recip.eq(Mux(d == 0, 0, qr)),
                     norm_shift.eq(ln_norm_shift(0) + e),
-                    pc.eq(0), k.eq(0)]
+                    pc.eq(0), k.eq(0), rd_off.eq(0)]
                 m.next = "NORM"
 
             # ---- LAYERNORM normalisation: a block every 4 cycles
             with m.State("NORM"):
                 m.d.sync += k.eq(k + 1)
                 with m.If(k == 3):
-                    m.d.sync += pc.eq(pc + 1)
+                    m.d.sync += [pc.eq(pc + 1), rd_off.eq(rd_off + body.stride)]
                 with m.Switch(k):
                     with m.Case(0):
                         with m.If(pc < nb):
-                            spad_read(body.a_row, pc)
+                            spad_read(body.a_row)
                             acc_read(pc, 0)
                         with m.If((pc >= 3) & (pc < nb + 3)):   # gamma returns from the read
                             g_neg = [acc_in[j][31] for j in range(cols)]
@@ -458,7 +478,7 @@ class EltwiseEngine(wiring.Component):
                                     lambda j: acc_in[j][:31], body.g_shift)
                     with m.Case(1):
                         with m.If(pc < nb):
-                            spad_read(body.b_row, pc)
+                            spad_read(body.b_row)
                             acc_read(pc, 1)
                             request(_K_A, a_in, m_in, body.shift)
                     with m.Case(2):
@@ -477,7 +497,7 @@ class EltwiseEngine(wiring.Component):
                         m.next = "RETIRE"
                     with m.Else():
                         m.d.sync += [row.eq(row + 1), pc.eq(0), k.eq(0), sum_s.eq(0),
-                                     sum_q.eq(0)]
+                                     sum_q.eq(0), rd_off.eq(0)]
                         m.next = "STATS"
 
             with m.State("RETIRE"):

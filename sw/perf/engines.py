@@ -114,7 +114,8 @@ class VectorEngine:
             return
         if cmd.opcode in _ELTWISE:
             if error is not _NONE or b.n_rows == 0 or b.n_blocks == 0:
-                self.queue.set_done(t + T.QUICK_RETIRE)
+                self.queue.set_done(t + T.eltwise_done(self.config, cmd.opcode, b.n_rows,
+                                                       b.n_blocks, error=error is not _NONE))
                 return
             for w in T.eltwise_writes(self.config, cmd.opcode, b.n_rows, b.n_blocks):
                 self.spad_busy.add(t + w, t + w + 1, self)

@@ -22,6 +22,7 @@ from hw.config import NPUConfig
 from hw.isa import COMMAND_BYTES, ErrorCode, LocalMem, Opcode
 from hw.isa.timing import (
     ADD_LATENCY,
+    ELTWISE_CHECK_CYCLES,
     LN_NORM_LATENCY,
     LN_ROW_UNIT_CYCLES,
     MAX_BURST_BEATS,
@@ -90,14 +91,16 @@ def gelu_done(config: NPUConfig, n_rows: int) -> int:
 
 # -- vector unit: ADD and LAYERNORM ----------------------------------------------------------
 
-#: Offset from ``t`` of the first cycle of the element-wise engine's first phase (after CHECK).
-_ELTWISE_START = 2
+#: Offset from ``t`` of the first cycle of the element-wise engine's first phase (after its
+#: checks).
+_ELTWISE_START = 1 + ELTWISE_CHECK_CYCLES
 
 
-def eltwise_done(config: NPUConfig, opcode: int, n_rows: int, n_blocks: int) -> int:
-    """``done - t`` of an ADD or LAYERNORM that runs
-    (:func:`hw.isa.timing.eltwise_busy_cycles`)."""
-    return eltwise_busy_cycles(config, opcode, n_rows, n_blocks)
+def eltwise_done(config: NPUConfig, opcode: int, n_rows: int, n_blocks: int, *,
+                 error: bool = False) -> int:
+    """``done - t`` of an ADD or LAYERNORM (:func:`hw.isa.timing.eltwise_busy_cycles`): one
+    that runs, fails (``error``) or is of size zero."""
+    return eltwise_busy_cycles(config, opcode, n_rows, n_blocks, error=error)
 
 
 def eltwise_writes(config: NPUConfig, opcode: int, n_rows: int, n_blocks: int) -> list[int]:
