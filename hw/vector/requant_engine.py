@@ -101,9 +101,19 @@ class RequantEngine(wiring.Component):
     :func:`hw.isa.timing.requant_busy_cycles` (check, parameter reads, the row reads, pipeline
     drain, retire; ``done`` comes after the last write).
 
-    Errors (checked in this order, nothing is read or written): opcode other than REQUANT ->
+    GELU (opcode ``GELU``, :class:`hw.isa.RequantBody`): the same engine with a fourth
+    parameter row (``m2``; the shift row holds ``s1`` in bits 0..5 and ``s2`` in bits 8..13)
+    and two passes per row as with ``flags.row_scale`` (rows read every other cycle): the
+    first pass ``x * m1 >> s1`` into the GELU domain, then in the register between the passes
+    :func:`gelu_lane` (16-bit clamp, the 128-entry correction table, ReLU minus the
+    correction), the second pass ``g * m2 >> s2``, the int8 clamp. ``flags.relu`` and
+    ``flags.row_scale`` are ignored. Latency :func:`hw.isa.timing.gelu_busy_cycles`.
+
+    Errors (checked in this order, nothing is read or written): opcode other than REQUANT or
+    GELU ->
     ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``acc_row .. acc_row + n_rows - 1``,
-    ``spad_row .. spad_row + n_rows - 1`` or ``param_row .. param_row + 2`` outside its memory
+    ``spad_row .. spad_row + n_rows - 1`` or ``param_row .. param_row + 2`` (GELU: ``+ 3``)
+    outside its memory
     -> ``BAD_LOCAL_ADDR`` with ``error_addr`` the first out-of-range row; with
     ``flags.row_scale`` then the scale rows ``scale_row .. scale_row + (n_rows - 1) // cols``.
     ``n_rows == 0`` does nothing, checks nothing and retires without error.
