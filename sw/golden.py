@@ -561,5 +561,5 @@ def gelu_int(acc: npt.ArrayLike, bias: npt.ArrayLike, m1: npt.ArrayLike, s1: npt
     y = np.clip(np.asarray(y, dtype=object), -lim, lim - 1).astype(np.int64) if y.size else \
         np.zeros(a.shape, np.int64)
     g = gelu_fixed(y)
-    out = round_shift(g * m2, np.minimum(s2, 40))     # |g * m2| < 2**46
+    out = round_shift(g * m2, np.minimum(s2, 48))     # |g * m2| < 2**47: larger round alike
     return np.clip(out, -128, 127).astype(np.int8)

@@ -282,8 +282,14 @@ def test_gelu_random_and_extremes(cfg):
     acc[0] = [(1 << 31) - 1, -(1 << 31)] * (cfg.acc_row_elems // 2)   # clamp of the domain
     acc[1] = [1 << 21, -(1 << 21)] * (cfg.acc_row_elems // 2)         # |x| ~ 4: table end
     acc[2] = [0] * cfg.acc_row_elems
+    acc[104:108] = [list(r) for r in acc[100:104]]        # second pass shifts 30..63
+    acc[106] = [int(a) | (int(b) << 8) for a, b in zip(
+        rng.integers(30, 48, cfg.acc_row_elems), rng.integers(30, 64, cfg.acc_row_elems),
+        strict=True)]
     out = run(cfg, acc, spad, [(Opcode.GELU, "requant",
-                                dict(acc_row=0, spad_row=50, n_rows=n, param_row=100))])
+                                dict(acc_row=0, spad_row=50, n_rows=n, param_row=100)),
+                               (Opcode.GELU, "requant",
+                                dict(acc_row=0, spad_row=70, n_rows=n, param_row=104))])
     err, _, cycles = out["results"][0]
     assert err == ErrorCode.NONE
     assert cycles == timing.gelu_busy_cycles(cfg, n) + ACCEPT_CYCLES
@@ -295,6 +301,11 @@ def test_gelu_random_and_extremes(cfg):
     assert [r[:c] for r in out["spad"][50:50 + n]] == want
     assert want == gelu_int(rows, *args).tolist()
     assert set(want[0]) == {127, 0} or set(want[0]) <= {127, 0, -1}   # +big -> x, -big -> 0
+    p = [r[:c] for r in acc[104:108]]
+    args = (p[0], [u31(v) for v in p[1]], [v & 63 for v in p[2]], [u31(v) for v in p[3]],
+            [(v >> 8) & 63 for v in p[2]])
+    assert [r[:c] for r in out["spad"][70:70 + n]] == naive_gelu(rows, *args) == \
+        gelu_int(rows, *args).tolist()
     assert sum(127 > v > -128 for v in sum(want[3:], [])) > 0.5 * 9 * c
 
 
