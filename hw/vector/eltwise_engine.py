@@ -96,7 +96,8 @@ class EltwiseEngine(wiring.Component):
     spad_wr : ``In(WritePort.Signature(...))``
         Output writes.
     o_mul, i_mul
-        The shared multiplier (as :class:`~hw.vector.RequantEngine`); the tag is unused.
+        The shared multiplier (as :class:`~hw.vector.RequantEngine`); the tag carries the
+        pass kind's low bits, for waveforms (the engine tracks kinds in its own delay line).
     """
 
     def __init__(self, config: NPUConfig):
@@ -153,7 +154,8 @@ class EltwiseEngine(wiring.Component):
         m.d.sync += [kinds[i + 1].eq(kinds[i]) for i in range(MUL_LATENCY - 1)]
         res_kind = kinds[-1]
         req = self.o_mul.payload
-        m.d.comb += self.o_mul.valid.eq(req_kind != _K_NONE)
+        m.d.comb += [self.o_mul.valid.eq(req_kind != _K_NONE),
+                     req.tag.eq(req_kind)]   # the kind's low bits, for waveforms only
 
         # row constants (LAYERNORM)
         mu = Signal(signed(_MU_BITS))
