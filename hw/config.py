@@ -66,18 +66,28 @@ class NPUConfig:
         entry of the channel's in-flight FIFO. A burst of ``n`` beats is read in ``n + 1``
         cycles, so ``(read_latency + n + 1) / (n + 1)`` bursts in flight keep the read channel
         busy (13 for 8-beat bursts at the ``lat100`` preset of :mod:`sw.dram`: 100 cycles x 8
-        bytes per cycle = 800 bytes in flight). The default stays 2: the command processor
-        fetches one command at a time through the same in-order read channel, so a fetch waits
-        behind every DMA burst queued ahead of it. Measured with :class:`sw.perf.PerfBackend`
-        (which matches the RTL cycle for cycle) in the README's sweep under ``ddr``: 4 reads in
-        flight take 0.7-2.1% fewer cycles on GEMMs and 1.5-5.2% fewer on the MiniLM block on
-        2x2..8x8, but 2.5-5.1% more on the GEMV 1x384x1536 on 4x4 and 8x8 and 2.3% more on the
-        16x16's MiniLM block.
+        bytes per cycle = 800 bytes in flight). The default is 2. Measured with
+        :class:`sw.perf.PerfBackend` (which matches the RTL cycle for cycle) once the command
+        processor read several commands per burst (``fetch_depth``): 4 reads in flight take
+        the main job (MiniLM layer-0 block, L=32, 8x8) from 402,645 to 375,013 cycles under
+        ``lat100`` (355,871 and 355,773 under ``ideal``) and the GEMV 1x384x1536 from 173,115
+        to 159,073 under ``ddr`` (with one command per fetch burst before, 4 reads in flight
+        made that GEMV 5.1% slower: its fetches waited behind the DMA's bursts).
     dma_max_burst_beats : int
         Longest AXI burst the DMA issues, in beats, 1..256 (AXI4 allows 256 for INCR, AXI3
         and some interconnects 16). Bursts are also split at 4 KiB boundaries.
     cmd_fifo_depth : int
-        Depth of each queue's command FIFO in front of each engine (``n_queues x 4`` FIFOs).
+        Commands each queue holds in front of each engine, in that engine's command store
+        (:class:`hw.cmdproc.EngineQueue`: ``n_queues x cmd_fifo_depth`` entries per engine).
+    fetch_depth : int
+        Commands per queue that the command processor reads ahead of the queue's stage
+        (its prefetch buffer, a power of two in 1..64), and so the most commands one fetch
+        burst reads: a burst of ``fetch_depth x 32`` bytes at most, which must fit 256 beats
+        (at most 32 commands on a 32-bit bus). Each fetch burst reads as many commands as
+        ``HEAD..TAIL``, the end of the ring, the queue's window, the DRAM, the 4 KiB rule
+        and the free buffer entries allow, so under DRAM read latency a launch of several
+        commands pays the latency once per burst, not once per command
+        (:class:`hw.cmdproc.FetchUnit`).
     trace_depth : int
         Entries of each engine's command trace FIFO (see ``Csr.TRACE_*`` in :mod:`hw.isa`).
 
@@ -100,6 +110,7 @@ class NPUConfig:
     dma_outstanding: int = 2
     dma_max_burst_beats: int = 256
     cmd_fifo_depth: int = 2
+    fetch_depth: int = 4
     trace_depth: int = 64
 
     # Fixed number formats of this generation of the tile.
@@ -133,6 +144,9 @@ class NPUConfig:
         check("dma_max_burst_beats", 1 <= self.dma_max_burst_beats <= 256,
               "must be in 1..256 (AxLEN is 8 bits)")
         check("cmd_fifo_depth", 1 <= self.cmd_fifo_depth <= 64, "must be in 1..64")
+        check("fetch_depth", _is_pow2(self.fetch_depth) and self.fetch_depth <= 64
+              and self.fetch_depth * 32 <= 256 * (self.axi_data_bits // 8),
+              "must be a power of two in 1..64 whose commands fit one 256-beat burst")
         check("trace_depth", 2 <= self.trace_depth <= 1024, "must be in 2..1024")
 
     # -- derived quantities -------------------------------------------------------------------

@@ -27,7 +27,12 @@ slope is ``(R + W) / t_mem`` bytes/cycle, where (``B`` = ``axi_data_bytes``, byt
   from its AR handshake to its last beat, at least ``L + b - 1`` cycles for a read latency
   ``L``. The second term is Little's law (Little, "A proof for the queuing formula
   L = lambda W", Operations Research 9(3), 1961): throughput = bytes in flight / time in the
-  system, ``o * b * B / (L + b - 1)`` bytes/cycle, the latency-bound bandwidth;
+  system, ``o * b * B / (L + b - 1)`` bytes/cycle, the latency-bound bandwidth. With a
+  burst profile, the read traffic beyond the profile's DMA beats is the command fetch's: it
+  shares the R channel (the first term counts all reads) but has a read slot of its own, so
+  the DMA's bytes and the commands' (one burst of up to ``fetch_depth * 32 / B`` beats in
+  flight) are bounded by Little's law apart, ``t_R = max(R / channel, R_dma / latency_dma,
+  R_cmd / latency_fetch)``;
 * ``t_W = (W / B) * (w + 1) / (1 - p_W) / w`` for write bursts of ``w`` beats (one idle
   cycle per burst between the last W beat and the next AW).
 
@@ -47,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hw.config import NPUConfig
-from hw.isa import MAX_BURST_BEATS, PAGE_BYTES
+from hw.isa import COMMAND_BYTES, MAX_BURST_BEATS, PAGE_BYTES
 from sw.dram import DramTiming
 
 __all__ = ["attainable", "gemm_min_dram_bytes", "roofline", "memory_roof", "Roof",
@@ -119,8 +124,16 @@ def memory_roof(config: NPUConfig, read_bytes: float, write_bytes: float,
     channel_bw, latency_bw = (bus * b / t
                               for t in dram.read_burst_terms(b, config.dma_outstanding, gap))
     read_bw = min(channel_bw, latency_bw)
+    # the command fetch reads beside the DMA, in bursts of up to fetch_depth commands with a
+    # read slot of its own: its bytes (the reads beyond the profile's DMA beats) share the R
+    # channel but not the DMA's slots
+    cmd_bytes = 0.0 if bursts is None else max(0.0, read_bytes - bursts.read_beats * bus)
+    fb = config.fetch_depth * COMMAND_BYTES / bus
+    fetch_bw = bus * fb / dram.read_burst_terms(fb, 1, gap)[1]
+    t_read = max(read_bytes / channel_bw, (read_bytes - cmd_bytes) / latency_bw,
+                 cmd_bytes / fetch_bw)
     write_bw = bus * w / dram.write_burst_cycles(w, gap)
-    terms = {"bandwidth": (read_bytes + write_bytes) / peak, "read": read_bytes / read_bw,
+    terms = {"bandwidth": (read_bytes + write_bytes) / peak, "read": t_read,
              "write": write_bytes / write_bw}
     limit = max(terms, key=lambda k: terms[k])
     t_mem = terms[limit]

@@ -167,7 +167,8 @@ def format_area_table(rows: list[AreaRow]) -> str:
 
 
 def _block_lines(blocks: dict[str, dict]) -> list[str]:
-    """The per-block table: :data:`KEY_BLOCKS` first, then every block up to 2 levels deep."""
+    """The per-block table: :data:`KEY_BLOCKS` first (sub-blocks indented under their
+    block), then every block up to 3 levels below the top, each with its sub-blocks."""
     lines = [f"  {'block':<22} {'path':<32} {'LUT4':>7} {'FF':>7} {'DSP':>4} {'BRAM':>5} "
              f"{'LUTRAM':>6}"]
 
@@ -180,8 +181,8 @@ def _block_lines(blocks: dict[str, dict]) -> list[str]:
     for label, name in KEY_BLOCKS.items():
         if name in blocks:
             line(label, name)
-    others = [n for n in blocks if n != "npu" and n.count(".") <= 2
-              and n not in KEY_BLOCKS.values()]
-    for name in others:
-        line("", name)
+    lines.append("  every block (a block includes the blocks below it):")
+    for name in blocks:
+        if name != "npu" and name.count(".") <= 3:
+            line("", name)
     return lines

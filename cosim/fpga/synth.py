@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -335,17 +336,30 @@ KEY_BLOCKS = {
     "scratchpad": "npu.tile.spad",
     "accumulator": "npu.tile.acc",
     "vector unit": "npu.tile.vector",
+    "  requantization": "npu.tile.vector.requant",
+    "  softmax": "npu.tile.vector.softmax",
+    "  shared multipliers": "npu.tile.vector.mul",
     "tile (all)": "npu.tile",
     "DMA": "npu.dma",
     "command processor": "npu.cmdproc",
+    "  fetch": "npu.cmdproc.fetch",
+    "  stages": "npu.cmdproc.stage",
+    "  load queue": "npu.cmdproc.load_queue",
+    "  store queue": "npu.cmdproc.store_queue",
+    "  matrix queue": "npu.cmdproc.matrix_queue",
+    "  vector queue": "npu.cmdproc.vector_queue",
+    "  semaphore unit": "npu.cmdproc.semaphores",
     "CSR": "npu.csr",
+    "counters": "npu.counters",
 }
 
 #: How :func:`blocks_from_netlist` attributes cells (printed with the per-block table).
 BLOCKS_METHOD = ("cells of the flat synthesis netlist (the P&R input) attributed "
-                 "to the deepest Amaranth block or memory that prefixes their hierarchical "
-                 "name (blocks known from Yosys' $scopeinfo cells); a block includes its "
-                 "sub-blocks; cells whose name lost its hierarchy count for 'npu' only")
+                 "to the Amaranth block whose Verilog module holds their source line "
+                 "(flip-flops, memories) or whose flip-flop they were named after (their "
+                 "next-state logic), else to the deepest block or memory that prefixes "
+                 "their hierarchical name (blocks known from Yosys' $scopeinfo cells); a "
+                 "block includes its sub-blocks; cells with neither count for 'npu' only")
 
 
 def _unescape(name: str) -> str:
@@ -430,20 +444,75 @@ def blocks_from_netlist(netlist: dict | Path, family: str, *, top: str | None = 
     root = top.lstrip("\\") if top.lstrip("\\").startswith("npu.") else "npu"
     known = {tuple(p[len(root) + 1:].split(".")) for p in (*TILE_MEMORIES, *memories)
              if p.startswith(root + ".")}
+    ranges = []     # (file, first line, last line, block path) of each block's module
     for name, cell in cells.items():
         if cell["type"] == "$scopeinfo":
-            known.add(tuple(_cell_path(name)))
+            path = tuple(_cell_path(name))
+            known.add(path)
+            r = _src_range(cell.get("attributes", {}).get("module_src", ""))
+            if r is not None:
+                ranges.append((*r, path))
+    by_src = _blocks_by_source(cells, ranges)
     counts: dict[str, Counter] = {}
     for name, cell in cells.items():
         if cell["type"] == "$scopeinfo":
             continue
-        path = _cell_path(name)[:-1]
-        while path and tuple(path) not in known:
-            path.pop()
+        path = by_src.get(name)
+        if path is None:
+            path = _cell_path(name)[:-1]
+            while path and tuple(path) not in known:
+                path.pop()
         for depth in range(len(path) + 1):
             key = ".".join([root, *path[:depth]])
             counts.setdefault(key, Counter())[cell["type"]] += 1
-    return {k: Resources.from_cells(family, dict(v)) for k, v in sorted(counts.items())}
+    # Amaranth suffixes a block's name with ``$<n>`` when it clashes with a signal's
+    # (``stage$378``): the blocks are listed under their plain names where that is unique
+    plain = {k: re.sub(r"\$\d+", "", k) for k in counts}
+    clash = {v for v in plain.values() if list(plain.values()).count(v) > 1}
+    return {(plain[k] if plain[k] not in clash else k): Resources.from_cells(family, dict(v))
+            for k, v in sorted(counts.items())}
+
+
+def _src_range(src: str) -> tuple[str, int, int] | None:
+    """``(file, first line, last line)`` of a Yosys ``src`` attribute (``npu.v:12.3-40.9``;
+    the first of several ``|``-separated locations), or None."""
+    m = re.match(r"([^|:]+):(\d+)\.\d+-(\d+)\.\d+", src)
+    return None if m is None else (m.group(1), int(m.group(2)), int(m.group(3)))
+
+
+def _blocks_by_source(cells: dict, ranges: list) -> dict[str, list[str]]:
+    """The block of every cell that the netlist places by its source location, as a path
+    under the root: a cell whose ``src`` is a line of the generated Verilog (flip-flops,
+    memories) belongs to the module whose text holds that line (Amaranth writes one Verilog
+    module per block instance, so the ranges of the ``$scopeinfo`` cells' ``module_src``
+    tell them apart); a cell derived from one of those (a LUT or carry cell that techmapping
+    and ABC named after the flip-flop whose next state it computes, ``<ff>_DI_LUT4_Z...``)
+    belongs to the same block. This places the logic of a block whose registers drive its
+    parent's wires (and so carry the parent's names after ``flatten``), e.g. a register
+    file's outputs, where the names alone cannot."""
+    starts = sorted(ranges, key=lambda r: (r[0], r[1]))
+    keys = [(f, a) for f, a, _, _ in starts]
+    placed: dict[str, list[str]] = {}
+    for name, cell in cells.items():
+        r = _src_range(cell.get("attributes", {}).get("src", ""))
+        if r is None:
+            continue
+        i = bisect_right(keys, (r[0], r[1])) - 1
+        if i >= 0 and starts[i][0] == r[0] and starts[i][1] <= r[1] <= starts[i][2]:
+            placed[_unescape(name)] = list(starts[i][3])
+    out = {}
+    for name in cells:
+        plain = _unescape(name)
+        path = placed.get(plain)
+        cut = len(plain)
+        while path is None and cut > 0:
+            cut = plain.rfind("_", 0, cut)
+            if cut <= 0:
+                break
+            path = placed.get(plain[:cut])
+        if path is not None:
+            out[name] = path
+    return out
 
 
 # -- Yosys reports ---------------------------------------------------------------------------

@@ -1,22 +1,29 @@
-"""Command processor: fetches commands from ``n_queues`` ring buffers in DRAM, decodes them and
-dispatches them to per-queue engine FIFOs; runs the synchronization commands itself.
+"""Command processor: fetches commands from ``n_queues`` ring buffers in DRAM, decodes them once
+and dispatches them to per-engine command stores; runs the synchronization commands itself.
 
 Structure (DESIGN.md, decoupled access/execute, several streams), one module each:
 
 * **Fetch** (:mod:`hw.cmdproc.fetch`, :class:`FetchUnit`) arbitrates round-robin among the
-  queues that have a command in their ring (``head != tail``), an empty *stage* register and
-  no error latched. It reads one 32-byte command per AXI burst, checks it (ring alignment,
-  DRAM range and the queue's window, opcode, semaphore ids) and puts it into the queue's
-  stage; ``HEAD`` advances then. It also executes fences (below).
-* **Stage** (:mod:`hw.cmdproc.stage`, :class:`Stage`; one command per queue): an engine
-  command moves on into the queue's FIFO in front of its engine; a processor command
-  (``NOP``, ``WAIT``, ``SIGNAL``, ``BARRIER``, ``FENCE``) executes from the stage. While a
-  queue's stage is occupied that queue is not fetched, so a ``WAIT`` blocks only its own queue.
+  queues that have commands in their ring beyond their prefetch buffer, room in it and no
+  error latched. It reads up to ``fetch_depth`` 32-byte commands per AXI burst (bounded by
+  ``TAIL``, the ring's end, the queue's window, the DRAM and the 4 KiB rule) into the queue's
+  prefetch buffer, decoding each one's destination as it arrives; the first slot is checked
+  (ring alignment, DRAM range, window) before the burst. Its *loader* takes one buffered
+  command a cycle, in order per queue: an engine command into its engine's store, a
+  processor command into the queue's stage, or a fetch error (unknown opcode, bad semaphore
+  id, bus fault, ring check) reported for that command; ``HEAD`` advances then. It also
+  executes fences (below).
+* **Stage** (:mod:`hw.cmdproc.stage`, :class:`Stage`; one processor command per queue):
+  ``NOP``, ``WAIT``, ``SIGNAL``, ``BARRIER`` and ``FENCE`` execute from the stage. While a
+  queue's stage is occupied the loader takes no command of that queue, so a ``WAIT`` blocks
+  only its own queue.
 * **Engines** (:mod:`hw.cmdproc.engine_queue`, :class:`EngineQueue`): every engine has one
-  FIFO per queue; the engine takes the next command round-robin among the queues whose head
-  command is ready (its semaphore wait satisfied, queue not stopped). A command waiting on a
-  semaphore in queue A therefore never blocks queue B on the same engine (no head-of-line
-  blocking); within a queue and an engine, order is kept.
+  command store (LUT RAM) of ``cmd_fifo_depth`` commands per queue, in the engine's narrow
+  payload (:func:`~hw.cmdproc.common.engine_payload`, derived from the ISA layouts); the
+  engine takes the next command round-robin among the queues whose head command is ready
+  (its semaphore wait satisfied, queue not stopped). A command waiting on a semaphore in
+  queue A therefore never blocks queue B on the same engine (no head-of-line blocking);
+  within a queue and an engine, order is kept.
 * **Semaphores** (:mod:`hw.cmdproc.semaphores`, :class:`SemaphoreFile`) are global (shared
   by all queues) 32-bit counters that wrap modulo 2**32; every completion with ``signal`` set
   increments ``sem[signal_sem]`` and records (queue, command index) in ``sem_last``
@@ -32,9 +39,10 @@ Structure (DESIGN.md, decoupled access/execute, several streams), one module eac
 Errors (unknown opcode, bad semaphore id, bad ring or fence address, window violation, AXI
 error, or an error an engine reports) are reported per queue on ``err_set``/``err_info`` to the
 CSR block, which latches them; ``stop[q]`` then stops fetching and issuing for queue ``q``
-only. ``qclear[q]`` resets queue ``q``: its FIFOs and stage are dropped, ``head := tail``, its
-command index restarts at 0; a command of that queue already inside an engine runs to its end
-but neither signals nor reports an error. ``sem_clear`` zeroes the semaphores.
+only. ``qclear[q]`` resets queue ``q``: its prefetch buffer, engine store entries and stage are
+dropped, ``head := tail``, its command index restarts at 0; a command of that queue already
+inside an engine runs to its end but neither signals nor reports an error. ``sem_clear``
+zeroes the semaphores.
 """
 
 from hw.cmdproc.common import (

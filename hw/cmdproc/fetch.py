@@ -1,33 +1,61 @@
-"""Ring fetch, decode and fence writes of the command processor (:class:`FetchUnit`)."""
+"""Ring fetch, the per-queue prefetch buffer and fence writes of the command processor
+(:class:`FetchUnit`)."""
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
-from hw.cmdproc.common import ErrorReport, SemIncrement, round_robin
+from hw.cmdproc.common import ENGINES, ErrorReport, FetchEntry, SemIncrement, round_robin
 from hw.config import NPUConfig
-from hw.isa import COMMAND_BYTES, Command, ErrorCode, Opcode
+from hw.isa import COMMAND_BYTES, PAGE_BYTES, Command, ErrorCode, Opcode
 
-__all__ = ["FetchUnit"]
+__all__ = ["FetchUnit", "FetchEntry"]
 
 
 class FetchUnit(wiring.Component):
-    """One FSM that fetches commands from the rings into the stages and executes fences.
+    """Fetches commands from the rings into per-queue prefetch buffers, loads them into the
+    stages, and executes fences.
 
-    In ``IDLE`` it serves, round-robin, a queue whose stage holds a fence that may run
-    (``fence_ready``, served first) or else a queue with a command in its ring (``head !=
-    tail``), an empty stage, not stopped and not being reset. A fetch checks the slot address
-    (ring alignment, DRAM range, the queue's window), reads the 32-byte command in one INCR
-    burst, decodes it (AXI response, opcode, semaphore ids) and loads it into the stage
-    (``push``); ``HEAD`` and ``Q_FETCHED`` advance then. A fence checks its address (alignment,
-    DRAM range, window), writes ``value`` (or ``cycles`` with ``timestamp``) in one beat,
-    waits for the B response, then pulses ``fence_done``, ``fence_irq`` (if ``flags.irq``) and
-    its semaphore increment (``fence_inc``). A check or bus error pulses ``err`` (with
-    ``err_info`` for queue ``queue``) and returns to ``IDLE``; a queue reset or stop during the
-    work abandons it silently.
+    **Fetch** (one FSM). In ``IDLE`` it serves, round-robin, a queue whose stage holds a fence
+    that may run (``fence_ready``, served first) or else a queue with a command in its ring
+    beyond what its buffer holds (``HEAD + count != TAIL``), room in its buffer, no ring error
+    pending, not stopped and not being reset. ``FETCH_CHECK`` checks the first slot it reads
+    (``RING_BASE + (HEAD + count) * 32``: ring alignment, DRAM range, the queue's window); on
+    a failure it records the error for the loader (below) and reads nothing. Otherwise it
+    reads ``k`` commands in one INCR burst, ``k`` the largest number that stays before
+    ``TAIL`` and the end of the ring, inside the window and the DRAM, inside one 4 KiB page
+    (AXI4, ARM IHI 0022, A3.4.1) and fits the buffer's free entries (at most
+    ``fetch_depth``). Each command goes into the buffer with its last beat; the FSM is in
+    ``IDLE`` again the cycle after the burst's last beat.
+
+    **Loader**: each cycle it picks, round-robin, one queue whose stage is empty (not stopped
+    or being reset) and whose buffer holds a command that has somewhere to go (or, empty, a
+    ring error pending), and looks at the buffer's oldest entry: a burst error of a burst of
+    several commands drops the queue's buffer, and its next ``fetch_depth`` fetches read one
+    command each (so a bus fault is reported for the command whose 32 bytes the failing
+    burst read, as with one command per burst); a burst error of a one-command burst, an
+    unknown opcode or a bad semaphore id is reported as the error of that command (``err``;
+    ``HEAD`` stays on it); a pending ring error is reported (address: ``RING_BASE`` for
+    ``MISALIGNED``, else the slot at ``HEAD``). Otherwise an engine command goes into its
+    engine's queue (``dispatch``; a queue is picked only when its oldest command has room
+    there) and a processor command into the stage (``push``), and ``HEAD`` and
+    ``Q_FETCHED`` advance. Each command's destination is decoded once, as it goes into the
+    buffer. So ``HEAD`` is the next slot taken in, as before the buffer: errors found at
+    fetch are reported when the command would be taken in, in order, and the slots from
+    ``HEAD`` to ``TAIL`` stay the device's.
+
+    **Fence**: checks its address (alignment, DRAM range, window), writes ``value`` (or
+    ``cycles`` with ``timestamp``) in one beat, waits for the B response, then pulses
+    ``fence_done``, ``fence_irq`` (if ``flags.irq``) and its semaphore increment
+    (``fence_inc``). A check or bus error is reported on ``err``.
+
+    A queue reset (``qclear``) empties its buffer and ring error, ``HEAD := TAIL``; a burst
+    already requested for it completes on the bus (its address stays stable: AXI4 A3.2.1)
+    and its commands are dropped, as they are after the buffer was dropped for a bus error.
 
     Ports
     -----
@@ -35,7 +63,7 @@ class FetchUnit(wiring.Component):
         Ring fetch and fence writes (the AR/R and AW/W/B channels, ID 0 here).
     ring_base, ring_size, tail, window_base, window_limit : ``In(ArrayLayout(32, n_queues))``
     head, fetched : ``Out(ArrayLayout(32, n_queues))``
-        Next slot fetched; commands fetched since the queue's last reset.
+        Next slot loaded into the stage; commands loaded since the queue's last reset.
     stop, qclear : ``In(n_queues)``
     cycles : ``In(32)``
         Fence timestamps.
@@ -44,12 +72,19 @@ class FetchUnit(wiring.Component):
         The stages (:class:`~hw.cmdproc.stage.Stage`).
     queue : ``Out(range(n_queues))``
         The queue being fetched or fenced.
-    push : ``Out(1)``, push_cmd : ``Out(Command)``, push_index : ``Out(32)``
-        Load the stage of ``queue``.
+    push : ``Out(1)``, push_queue : ``Out(range(n_queues))``, push_cmd : ``Out(Command)``,
+    push_index : ``Out(32)``
+        Load the stage of ``push_queue`` (a processor command), or, with ``dispatch``, write
+        the command into an engine's queue.
+    room : ``In(ArrayLayout(n_queues, 4))``
+        Per engine (order of :data:`~hw.cmdproc.common.ENGINES`) and queue: its engine queue
+        takes a command (``EngineQueue.i[q].ready``).
+    dispatch : ``Out(4)``
+        One-hot: the command goes to that engine's queue for ``push_queue``.
     fence_done, fence_irq : ``Out(1)``, fence_inc : ``Out(SemIncrement)``
         The fence of ``queue`` completed.
-    err : ``Out(1)``, err_info : ``Out(ErrorReport)``
-        An error of ``queue`` (one-cycle pulse).
+    err : ``Out(n_queues)``, err_info : ``Out(ArrayLayout(ErrorReport, n_queues))``
+        Per queue, an error (one-cycle pulse) of the loader or the fence.
     active : ``Out(n_queues)``
         Per queue: the FSM works on it (not ``IDLE``).
     """
@@ -69,76 +104,142 @@ class FetchUnit(wiring.Component):
             "stage": In(data.ArrayLayout(Command, n)), "stage_index": In(q32),
             "stage_valid": In(n), "fence_ready": In(n),
             "queue": Out(range(max(n, 2))),
-            "push": Out(1), "push_cmd": Out(Command), "push_index": Out(32),
+            "push": Out(1), "push_queue": Out(range(max(n, 2))), "push_cmd": Out(Command),
+            "push_index": Out(32),
+            "room": In(data.ArrayLayout(n, len(ENGINES))), "dispatch": Out(len(ENGINES)),
             "fence_done": Out(1), "fence_irq": Out(1), "fence_inc": Out(SemIncrement),
-            "err": Out(1), "err_info": Out(ErrorReport),
+            "err": Out(n), "err_info": Out(data.ArrayLayout(ErrorReport, n)),
             "active": Out(n),
         })
 
     def elaborate(self, platform):
         m = Module()
         f = _FetchState(self)
-        self._address_checks(m, f)
-        fences, fetches = self._arbiters(m)
-        self._outputs(m, f)
+        m.submodules.buffer = f.mem
+        m.submodules.kinds = f.kind_mem
+        self._loader(m, f)
+        fences, fetches = self._arbiters(m, f)
         with m.FSM(name="fetch") as fsm:
             self._idle(m, f, fences, fetches)
             self._fetch(m, f)
-            self._decode(m, f)
             self._fence(m, f)
-        self._per_queue(m, fsm)
+        # a reset of the current queue, or its buffer dropped, while the FSM works on it:
+        # the rest of the burst is dropped (the IDLE pick clears this)
+        with m.If(~fsm.ongoing("IDLE") & (f.bit(self.qclear) | f.flush_cur)):
+            m.d.sync += f.abort.eq(1)
+        self._per_queue(m, f, fsm)
         return m
 
     # -- helpers -----------------------------------------------------------------------------
-
-    def _address_checks(self, m: Module, f: _FetchState) -> None:
-        """The slot address and the window of the current queue; abort on a reset."""
-        cur = self.queue
-        m.d.comb += [
-            f.win_limit.eq(Mux(f.win_lim_raw == 0, 1 << 32, f.win_lim_raw)),
-            f.slot_addr.eq(self.ring_base[cur] + self.head[cur] * COMMAND_BYTES),
-        ]
-        with m.If(f.bit(self.qclear)):
-            m.d.sync += f.abort.eq(1)
-
-    def _fail(self, m: Module, f: _FetchState, code, addr, index, op) -> None:
-        m.d.comb += [self.err.eq(~f.abort & ~f.bit(self.qclear)), self.err_info.code.eq(code),
-                     self.err_info.addr.eq(addr), self.err_info.cmd.eq(index),
-                     self.err_info.opcode.eq(op)]
-        m.next = "IDLE"
 
     def _gone(self, f: _FetchState):
         """The current queue was reset or stopped since the work began."""
         return f.abort | f.bit(self.qclear) | f.bit(self.stop)
 
-    # -- states ------------------------------------------------------------------------------
+    def _fence_fail(self, m: Module, f: _FetchState, code, addr) -> None:
+        m.d.comb += [f.fence_err.eq(~f.abort & ~f.bit(self.qclear)),
+                     f.fence_info.code.eq(code), f.fence_info.addr.eq(addr),
+                     f.fence_info.cmd.eq(f.fence_index),
+                     f.fence_info.opcode.eq(f.cmd.header.opcode)]
+        m.next = "IDLE"
 
-    def _arbiters(self, m: Module) -> tuple:
+    # -- loader: prefetch buffer -> stage ------------------------------------------------------
+
+    def _loader(self, m: Module, f: _FetchState) -> None:
+        """One queue a cycle: the oldest buffered command into the empty stage, or its error."""
+        cfg = self.config
+        n, depth = cfg.n_queues, cfg.fetch_depth
+        cand = []
+        for q in range(n):
+            kind = f.kind_rd[q].data
+            room = Signal(name=f"front_room{q}")   # the oldest command has somewhere to go
+            m.d.comb += room.eq((kind == 0) | Cat(
+                (kind == e + 1) & self.room[e][q] for e in range(len(ENGINES))).any())
+            cand.append(~self.stop[q] & ~self.qclear[q] & ~self.stage_valid[q]
+                        & (((f.count[q] != 0) & room)
+                           | ((f.count[q] == 0) & (f.ring_err[q] != ErrorCode.NONE))))
+            m.d.comb += f.kind_rd[q].addr.eq(q * depth + (f.rp[q] if depth > 1 else 0))
+        last = Signal(range(max(n, 2)), name="load_last")
+        any_load, sel = round_robin(m, last, cand, n)
+        kind = Signal(range(len(ENGINES) + 1), name="load_kind")
+        with m.Switch(sel):
+            for q in range(n):
+                with m.Case(q):
+                    m.d.comb += kind.eq(f.kind_rd[q].data)
+        rd = f.rd
+        entry = rd.data
+        hdr = entry.cmd.header
+        opcode = hdr.opcode
+        waits = hdr.flags.wait | (opcode == Opcode.WAIT)
+        signals = hdr.flags.signal | (opcode == Opcode.SIGNAL)
+        slot = Signal(32, name="load_slot")
+        index = self.fetched[sel]
+        code = f.ring_err[sel]
+        m.d.comb += [
+            rd.addr.eq(sel * depth + (f.rp[sel] if depth > 1 else 0)),
+            slot.eq(self.ring_base[sel] + self.head[sel] * COMMAND_BYTES),
+            self.push_queue.eq(sel), self.push_cmd.eq(entry.cmd), self.push_index.eq(index),
+            f.load_info.cmd.eq(index),
+        ]
+        with m.If(any_load):
+            m.d.sync += last.eq(sel)
+            with m.If(f.count[sel] == 0):       # a ring error, reported in order
+                m.d.comb += [f.load_err.eq(1), f.load_info.code.eq(code),
+                             f.load_info.addr.eq(Mux(code == ErrorCode.MISALIGNED,
+                                                     self.ring_base[sel], slot))]
+            with m.Elif(entry.bus_err & entry.multi):
+                m.d.comb += f.flush.eq(1)
+            with m.Elif(entry.bus_err):         # the command never decoded: opcode 0
+                m.d.comb += [f.load_err.eq(1), f.load_info.code.eq(ErrorCode.AXI_ERROR),
+                             f.load_info.addr.eq(slot)]
+            with m.Elif(~opcode.as_value().matches(*(op.value for op in Opcode))):
+                m.d.comb += [f.load_err.eq(1), f.load_info.code.eq(ErrorCode.BAD_OPCODE),
+                             f.load_info.addr.eq(slot), f.load_info.opcode.eq(opcode)]
+            with m.Elif(waits & (hdr.wait_sem >= cfg.n_sems)):
+                m.d.comb += [f.load_err.eq(1), f.load_info.code.eq(ErrorCode.BAD_SEM),
+                             f.load_info.addr.eq(hdr.wait_sem), f.load_info.opcode.eq(opcode)]
+            with m.Elif(signals & (hdr.signal_sem >= cfg.n_sems)):
+                m.d.comb += [f.load_err.eq(1), f.load_info.code.eq(ErrorCode.BAD_SEM),
+                             f.load_info.addr.eq(hdr.signal_sem),
+                             f.load_info.opcode.eq(opcode)]
+            with m.Else():
+                m.d.comb += f.loaded.eq(1)
+                with m.If(kind == 0):
+                    m.d.comb += self.push.eq(1)
+                for e in range(len(ENGINES)):
+                    with m.If(kind == e + 1):
+                        m.d.comb += self.dispatch[e].eq(1)
+        m.d.comb += f.load_sel.eq(sel)
+        for q in range(n):
+            with m.If(f.fence_err & (self.queue == q)):
+                m.d.comb += [self.err[q].eq(1), self.err_info[q].eq(f.fence_info)]
+            with m.If(f.load_err & (sel == q)):
+                m.d.comb += [self.err[q].eq(1), self.err_info[q].eq(f.load_info)]
+
+    # -- fetch FSM ---------------------------------------------------------------------------
+
+    def _arbiters(self, m: Module, f: _FetchState) -> tuple:
         """Round-robin pickers of a queue with a ready fence and of a queue to fetch from;
         returns ``(any, sel, last)`` for each."""
-        n = self.config.n_queues
-        fetchable = [~self.stage_valid[q] & (self.head[q] != self.tail[q]) & ~self.stop[q]
-                     & ~self.qclear[q] for q in range(n)]
+        n, depth = self.config.n_queues, self.config.fetch_depth
+        fetchable = [(f.fhead[q] != self.tail[q]) & (f.count[q] != depth)
+                     & (f.ring_err[q] == ErrorCode.NONE) & ~self.stop[q] & ~self.qclear[q]
+                     for q in range(n)]
         fetch_last = Signal(range(max(n, 2)))
         fence_last = Signal(range(max(n, 2)))
         any_fetch, fetch_sel = round_robin(m, fetch_last, fetchable, n)
         any_fence, fence_sel = round_robin(m, fence_last, list(self.fence_ready), n)
         return (any_fence, fence_sel, fence_last), (any_fetch, fetch_sel, fetch_last)
 
-    def _outputs(self, m: Module, f: _FetchState) -> None:
-        """What the stage and the semaphores see of the command (qualified by ``push`` and
-        ``fence_inc.en``)."""
-        m.d.comb += [
-            self.push_cmd.eq(f.cmd), self.push_index.eq(self.fetched[self.queue]),
-            self.fence_inc.sem.eq(f.cmd.header.signal_sem), self.fence_inc.queue.eq(self.queue),
-            self.fence_inc.index.eq(f.fence_index),
-        ]
-
     def _idle(self, m: Module, f: _FetchState, fences: tuple, fetches: tuple) -> None:
         """Pick a queue: a ready fence first, else a queue to fetch from."""
         n = self.config.n_queues
         any_fence, fence_sel, fence_last = fences
         any_fetch, fetch_sel, fetch_last = fetches
+        m.d.comb += [
+            self.fence_inc.sem.eq(f.cmd.header.signal_sem), self.fence_inc.queue.eq(self.queue),
+            self.fence_inc.index.eq(f.fence_index),
+        ]
         with m.State("IDLE"):
             with m.If(any_fence):
                 m.d.sync += [self.queue.eq(fence_sel), fence_last.eq(fence_sel), f.abort.eq(0)]
@@ -152,30 +253,63 @@ class FetchUnit(wiring.Component):
                 m.d.sync += [self.queue.eq(fetch_sel), fetch_last.eq(fetch_sel), f.abort.eq(0)]
                 m.next = "FETCH_CHECK"
 
+    def _burst_length(self, m: Module, f: _FetchState) -> Signal:
+        """Commands the burst from the current queue's first free slot reads (``>= 1`` when
+        the slot passed its checks): the least of what the buffer, ``TAIL``, the ring's end,
+        the window, the DRAM and the 4 KiB page allow, and 1 while ``single``."""
+        cfg, cur = self.config, self.queue
+        depth = cfg.fetch_depth
+        slot, fhead = f.slot_addr, f.fhead[cur]
+        size = self.ring_size[cur]
+        terms = [
+            depth - f.count[cur],
+            (self.tail[cur] - fhead) & (size - 1),
+            size - fhead,
+            (f.win_limit - slot) >> 5,
+            (cfg.dram_bytes - slot) >> 5,
+            (PAGE_BYTES - slot[:PAGE_BYTES.bit_length() - 1]) >> 5,
+        ]
+        k = Signal(range(depth + 1), name="burst_cmds")
+        m.d.comb += k.eq(Mux(f.single[cur] != 0, 1, depth))
+        for i, t in enumerate(terms):
+            ti = Signal(range(depth + 1), name=f"burst_limit{i}")
+            m.d.comb += ti.eq(Mux(t >= depth, depth, t))
+            k_next = Signal(range(depth + 1), name=f"burst_cmds{i}")
+            m.d.comb += k_next.eq(Mux(ti < k, ti, k))
+            k = k_next
+        return k
+
     def _fetch(self, m: Module, f: _FetchState) -> None:
-        """Check the slot address, then read the command in one burst."""
+        """Check the first slot, then read ``k`` commands in one burst into the buffer."""
         cfg, bus = self.config, self.bus
         beat_bytes = cfg.axi_data_bytes
-        n_beats = COMMAND_BYTES // beat_bytes
-        index = self.fetched[self.queue]
+        bpc = COMMAND_BYTES // beat_bytes       # beats per command
+        cur = self.queue
+        k = self._burst_length(m, f)
         with m.State("FETCH_CHECK"):
-            with m.If(self._gone(f)):
+            with m.If(self._gone(f) | (f.fhead[cur] == self.tail[cur])):
                 m.next = "IDLE"
-            with m.Elif(self.ring_base[self.queue][:5] != 0):
-                self._fail(m, f, ErrorCode.MISALIGNED, self.ring_base[self.queue], index, 0)
+            with m.Elif(self.ring_base[cur][:5] != 0):
+                m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.MISALIGNED)]
+                m.next = "IDLE"
             with m.Elif(f.slot_addr + COMMAND_BYTES > cfg.dram_bytes):
-                self._fail(m, f, ErrorCode.BAD_DRAM_ADDR, f.slot_addr, index, 0)
+                m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.BAD_DRAM_ADDR)]
+                m.next = "IDLE"
             with m.Elif((f.slot_addr < f.win_base)
                         | (f.slot_addr + COMMAND_BYTES > f.win_limit)):
-                self._fail(m, f, ErrorCode.WINDOW, f.slot_addr, index, 0)
+                m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.WINDOW)]
+                m.next = "IDLE"
             with m.Else():
-                # the burst's address is latched: a queue reset or ring write while ARVALID
-                # waits for ARREADY must not change it (AXI4, ARM IHI 0022, A3.2.1)
-                m.d.sync += f.ar_addr.eq(f.slot_addr)
+                # the burst's address and length are latched: a queue reset or ring write
+                # while ARVALID waits for ARREADY must not change them (AXI4, ARM IHI 0022,
+                # A3.2.1)
+                m.d.comb += f.single_dec.eq(f.single[cur] != 0)
+                m.d.sync += [f.ar_addr.eq(f.slot_addr), f.ar_len.eq(k * bpc - 1),
+                             f.multi.eq(k != 1)]
                 m.next = "FETCH_ADDR"
         with m.State("FETCH_ADDR"):
             m.d.comb += [
-                bus.arvalid.eq(1), bus.araddr.eq(f.ar_addr), bus.arlen.eq(n_beats - 1),
+                bus.arvalid.eq(1), bus.araddr.eq(f.ar_addr), bus.arlen.eq(f.ar_len),
                 bus.arsize.eq(beat_bytes.bit_length() - 1), bus.arburst.eq(AXI_BURST_INCR),
             ]
             m.d.sync += [f.beat.eq(0), f.resp_err.eq(0)]
@@ -183,62 +317,59 @@ class FetchUnit(wiring.Component):
                 m.next = "FETCH_DATA"
         with m.State("FETCH_DATA"):
             m.d.comb += bus.rready.eq(1)
+            err = f.resp_err | (bus.rresp != AXI_RESP_OKAY)
             with m.If(bus.rvalid):
-                m.d.sync += [
-                    f.cmd.as_value().word_select(f.beat, cfg.axi_data_bits).eq(bus.rdata),
-                    f.beat.eq(f.beat + 1),
-                ]
-                with m.If(bus.rresp != AXI_RESP_OKAY):
-                    m.d.sync += f.resp_err.eq(1)
+                with m.If(f.beat == bpc - 1):
+                    cmd = Cat(f.partial, bus.rdata) if bpc > 1 else bus.rdata
+                    m.d.comb += [
+                        f.wr.addr.eq(cur * cfg.fetch_depth
+                                     + (f.wp[cur] if cfg.fetch_depth > 1 else 0)),
+                        f.wr.data.eq(Cat(cmd, err, f.multi)),
+                        f.wr.en.eq(~f.abort & ~f.bit(self.qclear) & ~f.flush_cur),
+                        f.written.eq(f.wr.en),
+                        f.kind_wr.addr.eq(f.wr.addr), f.kind_wr.en.eq(f.wr.en),
+                        f.kind_wr.data.eq(self._kind(m, Command(cmd), err)),
+                    ]
+                    m.d.sync += [f.beat.eq(0), f.resp_err.eq(0)]
+                with m.Else():
+                    m.d.sync += [f.partial.word_select(f.beat, cfg.axi_data_bits).eq(bus.rdata),
+                                 f.beat.eq(f.beat + 1), f.resp_err.eq(err)]
                 with m.If(bus.rlast):
-                    m.next = "DECODE"
+                    m.next = "IDLE"
 
-    def _decode(self, m: Module, f: _FetchState) -> None:
-        """Check the command; load it into the stage and advance ``HEAD``."""
+    def _kind(self, m: Module, cmd, bus_err) -> Signal:
+        """Decoded once, as the command goes into the buffer: ``1 + e`` for a command of
+        engine ``e`` of :data:`ENGINES`, 0 for a processor command or one the loader reports
+        (burst error, unknown opcode, bad semaphore id)."""
         cfg = self.config
-        hdr = f.cmd.header
+        hdr = cmd.header
         opcode = hdr.opcode
-        cur = self.queue
-        index = self.fetched[cur]
-        with m.State("DECODE"):
-            with m.If(self._gone(f)):
-                m.next = "IDLE"
-            with m.Elif(f.resp_err):    # the command never decoded: opcode 0
-                self._fail(m, f, ErrorCode.AXI_ERROR, f.slot_addr, index, 0)
-            with m.Elif(~opcode.as_value().matches(*(op.value for op in Opcode))):
-                self._fail(m, f, ErrorCode.BAD_OPCODE, f.slot_addr, index, opcode)
-            with m.Elif(f.waits & (hdr.wait_sem >= cfg.n_sems)):
-                self._fail(m, f, ErrorCode.BAD_SEM, hdr.wait_sem, index, opcode)
-            with m.Elif(f.signals & (hdr.signal_sem >= cfg.n_sems)):
-                self._fail(m, f, ErrorCode.BAD_SEM, hdr.signal_sem, index, opcode)
-            with m.Else():
-                m.d.comb += self.push.eq(1)
-                with m.Switch(cur):
-                    for q in range(cfg.n_queues):
-                        with m.Case(q):
-                            m.d.sync += [
-                                self.head[q].eq((self.head[q] + 1) & (self.ring_size[q] - 1)),
-                                self.fetched[q].eq(self.fetched[q] + 1),
-                            ]
-                m.next = "IDLE"
+        waits = hdr.flags.wait | (opcode == Opcode.WAIT)
+        signals = hdr.flags.signal | (opcode == Opcode.SIGNAL)
+        bad = (bus_err | (waits & (hdr.wait_sem >= cfg.n_sems))
+               | (signals & (hdr.signal_sem >= cfg.n_sems)))
+        kind = Signal(range(len(ENGINES) + 1), name="w_kind")
+        for e, ops in enumerate(ENGINES.values()):
+            with m.If(~bad & opcode.as_value().matches(*(op.value for op in ops))):
+                m.d.comb += kind.eq(e + 1)
+        return kind
 
     def _fence(self, m: Module, f: _FetchState) -> None:
         """Check the fence address, write the word, wait for the response."""
         cfg, bus = self.config, self.bus
         beat_bytes = cfg.axi_data_bytes
         hdr = f.cmd.header
-        opcode = hdr.opcode
         fence = f.cmd.body.fence
         lane = fence.addr[:(beat_bytes.bit_length() - 1)] if beat_bytes > 4 else 0
         with m.State("FENCE_CHECK"):
             with m.If(self._gone(f)):
                 m.next = "IDLE"
             with m.Elif(fence.addr[:2] != 0):
-                self._fail(m, f, ErrorCode.MISALIGNED, fence.addr, f.fence_index, opcode)
+                self._fence_fail(m, f, ErrorCode.MISALIGNED, fence.addr)
             with m.Elif(fence.addr + 4 > cfg.dram_bytes):
-                self._fail(m, f, ErrorCode.BAD_DRAM_ADDR, fence.addr, f.fence_index, opcode)
+                self._fence_fail(m, f, ErrorCode.BAD_DRAM_ADDR, fence.addr)
             with m.Elif((fence.addr < f.win_base) | (fence.addr + 4 > f.win_limit)):
-                self._fail(m, f, ErrorCode.WINDOW, fence.addr, f.fence_index, opcode)
+                self._fence_fail(m, f, ErrorCode.WINDOW, fence.addr)
             with m.Else():
                 m.d.sync += [f.aw_done.eq(0), f.w_done.eq(0),
                              f.word.eq(Mux(fence.timestamp, self.cycles, fence.value))]
@@ -261,7 +392,7 @@ class FetchUnit(wiring.Component):
             m.d.comb += bus.bready.eq(1)
             with m.If(bus.bvalid):
                 with m.If(bus.bresp != AXI_RESP_OKAY):
-                    self._fail(m, f, ErrorCode.AXI_ERROR, fence.addr, f.fence_index, opcode)
+                    self._fence_fail(m, f, ErrorCode.AXI_ERROR, fence.addr)
                 with m.Elif(f.abort | f.bit(self.qclear)):
                     m.next = "IDLE"
                 with m.Else():
@@ -269,35 +400,102 @@ class FetchUnit(wiring.Component):
                                  self.fence_inc.en.eq(f.signals)]
                     m.next = "IDLE"
 
-    def _per_queue(self, m: Module, fsm) -> None:
-        """Queue reset: ``HEAD := TAIL``, the command count restarts; which queue is active."""
+    # -- per-queue registers -----------------------------------------------------------------
+
+    def _per_queue(self, m: Module, f: _FetchState, fsm) -> None:
+        """Buffer pointers and count, HEAD, Q_FETCHED, the pending ring error and the
+        single-command fetches, per queue; which queue the FSM works on."""
+        depth = self.config.fetch_depth
         for q in range(self.config.n_queues):
+            written = f.written & (self.queue == q)
+            loaded = f.loaded & (self.push_queue == q)
+            flushed = f.flush & (f.load_sel == q)
             with m.If(self.qclear[q]):
-                m.d.sync += [self.head[q].eq(self.tail[q]), self.fetched[q].eq(0)]
-            m.d.comb += self.active[q].eq(~fsm.ongoing("IDLE") & (self.queue == q))
+                m.d.sync += [self.head[q].eq(self.tail[q]), self.fetched[q].eq(0),
+                             f.count[q].eq(0), f.rp[q].eq(0), f.wp[q].eq(0),
+                             f.ring_err[q].eq(0), f.single[q].eq(0)]
+            with m.Elif(flushed):
+                m.d.sync += [f.count[q].eq(0), f.wp[q].eq(f.rp[q]), f.single[q].eq(depth)]
+            with m.Else():
+                m.d.sync += f.count[q].eq(f.count[q] + written - loaded)
+                with m.If(written & (depth > 1)):
+                    m.d.sync += f.wp[q].eq(f.wp[q] + 1)
+                with m.If(loaded):
+                    m.d.sync += [
+                        f.rp[q].eq(f.rp[q] + (depth > 1)),
+                        self.head[q].eq((self.head[q] + 1) & (self.ring_size[q] - 1)),
+                        self.fetched[q].eq(self.fetched[q] + 1),
+                    ]
+                with m.If(f.chk_set & (self.queue == q)):
+                    m.d.sync += f.ring_err[q].eq(f.chk_code)
+                with m.If(f.single_dec & (self.queue == q)):
+                    m.d.sync += f.single[q].eq(f.single[q] - 1)
+        cur = self.queue
+        m.d.comb += [
+            f.win_limit.eq(Mux(f.win_lim_raw == 0, 1 << 32, f.win_lim_raw)),
+            f.slot_addr.eq(self.ring_base[cur] + f.fhead[cur] * COMMAND_BYTES),
+        ]
+        for q in range(self.config.n_queues):
+            m.d.comb += [
+                f.fhead[q].eq((self.head[q] + f.count[q]) & (self.ring_size[q] - 1)),
+                self.active[q].eq(~fsm.ongoing("IDLE") & (self.queue == q)),
+            ]
 
 
 class _FetchState:
-    """Registers and wires of the FSM (names as in the VCD)."""
+    """Registers, wires and the buffer of the fetch unit (names as in the VCD)."""
 
     def __init__(self, unit: FetchUnit):
+        cfg = unit.config
+        n, depth = cfg.n_queues, cfg.fetch_depth
+        bpc = COMMAND_BYTES // cfg.axi_data_bytes
         self.unit = unit
-        self.abort = Signal(name="cur_abort")      # the current queue was reset meanwhile
-        self.cmd = Signal(Command, name="cmd")
+        self.mem = Memory(shape=FetchEntry, depth=n * depth, init=[])
+        self.wr = self.mem.write_port()
+        self.rd = self.mem.read_port(domain="comb")
+        # each entry's destination (see FetchUnit._kind), read at every queue's oldest entry
+        self.kind_mem = Memory(shape=range(len(ENGINES) + 1), depth=n * depth, init=[])
+        self.kind_wr = self.kind_mem.write_port()
+        self.kind_rd = [self.kind_mem.read_port(domain="comb") for _ in range(n)]
+        ptr = max(1, (depth - 1).bit_length())
+        self.count = Signal(data.ArrayLayout(range(depth + 1), n), name="buf_count")
+        self.rp = Signal(data.ArrayLayout(ptr, n), name="buf_rp")     # oldest entry
+        self.wp = Signal(data.ArrayLayout(ptr, n), name="buf_wp")     # next entry written
+        self.fhead = Signal(data.ArrayLayout(32, n), name="fetch_head")   # HEAD + count
+        self.ring_err = Signal(data.ArrayLayout(ErrorCode, n), name="ring_err")
+        self.single = Signal(data.ArrayLayout(range(depth + 1), n), name="single")
+        self.abort = Signal(name="cur_abort")      # the burst's commands are dropped
+        self.cmd = Signal(Command, name="cmd")      # the fence being executed
         self.fence_index = Signal(32, name="fence_index")
-        self.beat = Signal(range(COMMAND_BYTES // unit.config.axi_data_bytes + 1), name="beat")
+        self.partial = Signal(max(1, (bpc - 1) * cfg.axi_data_bits), name="partial_cmd")
+        self.beat = Signal(range(bpc + 1), name="beat")
         self.resp_err = Signal(name="resp_err")
+        self.multi = Signal(name="burst_multi")
+        self.ar_addr = Signal(32, name="fetch_araddr")   # the fetch burst's AR address
+        self.ar_len = Signal(8, name="fetch_arlen")
         self.aw_done = Signal(name="aw_done")
         self.w_done = Signal(name="w_done")
         self.word = Signal(32, name="fence_word")
         self.win_limit = Signal(33, name="win_limit")
         self.slot_addr = Signal(33, name="slot_addr")
-        self.ar_addr = Signal(32, name="fetch_araddr")   # the fetch burst's AR address
+        # wires
+        self.written = Signal(name="buf_written")    # an entry goes into the buffer
+        self.flush = Signal(name="buf_flush")        # the loader drops load_sel's buffer
+        self.load_sel = Signal(range(max(n, 2)), name="load_sel")
+        self.load_err = Signal(name="load_err")
+        self.loaded = Signal(name="loaded")          # a command left the buffer
+        self.load_info = Signal(ErrorReport, name="load_err_info")
+        self.fence_err = Signal(name="fence_err")
+        self.fence_info = Signal(ErrorReport, name="fence_err_info")
+        self.chk_set = Signal(name="ring_err_set")
+        self.chk_code = Signal(ErrorCode, name="ring_err_code")
+        self.single_dec = Signal(name="single_dec")
+        self.flush_cur = self.flush & (self.load_sel == unit.queue)
         hdr = self.cmd.header
         self.signals = hdr.flags.signal | (hdr.opcode == Opcode.SIGNAL)
-        self.waits = hdr.flags.wait | (hdr.opcode == Opcode.WAIT)
+        lim = unit.window_limit[unit.queue]
         self.win_base = unit.window_base[unit.queue]
-        self.win_lim_raw = unit.window_limit[unit.queue]
+        self.win_lim_raw = lim
 
     def bit(self, vec):
         """Bit ``queue`` of a per-queue vector."""

@@ -23,7 +23,8 @@ class CommandProcessor(wiring.Component):
     Ports
     -----
     bus : ``Out(AXI4Signature(...))``
-        Ring fetch (one 32-byte INCR burst per command) and fence writes (one beat).
+        Ring fetch (INCR bursts of up to ``fetch_depth`` 32-byte commands) and fence writes
+        (one beat).
     ring_base, ring_size, tail : ``In(ArrayLayout(32, n_queues))``
         Ring registers (see :class:`hw.isa.Csr`); ``ring_size`` is a power of two.
     head, fetched : ``Out(ArrayLayout(32, n_queues))``
@@ -61,9 +62,11 @@ class CommandProcessor(wiring.Component):
     trace, trace_valid, trace_overflow : per engine (``Out`` arrays of 4), trace_pop : ``In(4)``
         Read side of the engines' trace FIFOs.
 
-    Latency: a command is fetched, decoded and staged in about ``32 / axi_data_bytes + 4``
-    cycles plus the DRAM read latency; fetch runs ahead of execution up to the FIFO depth
-    (``cmd_fifo_depth`` per queue and engine).
+    Latency: a command is fetched and staged in about ``32 / axi_data_bytes + 4`` cycles
+    plus the DRAM read latency, the following commands of the same burst ``32 /
+    axi_data_bytes`` cycles apart; fetch runs ahead of execution up to the prefetch buffer
+    (``fetch_depth`` per queue), the stage and the FIFOs (``cmd_fifo_depth`` per queue and
+    engine).
     """
 
     def __init__(self, config: NPUConfig):
@@ -107,7 +110,7 @@ class CommandProcessor(wiring.Component):
         queues = {}
         for name in ENGINES:
             m.submodules[f"{name}_queue"] = queues[name] = EngineQueue(
-                cfg, in_flight=engine_in_flight(cfg, name))
+                cfg, in_flight=engine_in_flight(cfg, name), engine=name)
         n_sources = len(ENGINES) + cfg.n_queues + 1     # engines, stages, fence
         m.submodules.semaphores = sems = SemaphoreFile(cfg, n_sources)
 
@@ -115,9 +118,10 @@ class CommandProcessor(wiring.Component):
         wiring.connect(m, fetch.bus, wiring.flipped(self.bus))
         self._connect_fetch(m, fetch, stage)
 
-        # -- stages: dispatch to the engine queues, run processor commands ------------------
+        # -- stages run processor commands; engine commands go to the engine queues --------
         idle = [Cat(eq.idle[q] for eq in queues.values()).all() for q in range(cfg.n_queues)]
-        self._connect_stage(m, stage, queues, idle)
+        self._connect_stage(m, stage, idle)
+        self._dispatch(m, fetch, queues)
 
         # -- engine queues: one per engine, in front of its port ------------------------------
         for e, (name, eq) in enumerate(queues.items()):
@@ -152,17 +156,26 @@ class CommandProcessor(wiring.Component):
             fetch.stage.eq(stage.stage), fetch.stage_index.eq(stage.index),
             fetch.stage_valid.eq(stage.valid), fetch.fence_ready.eq(stage.fence_ready),
             stage.queue.eq(fetch.queue), stage.push.eq(fetch.push),
+            stage.push_queue.eq(fetch.push_queue),
             stage.push_cmd.eq(fetch.push_cmd), stage.push_index.eq(fetch.push_index),
             stage.fence_done.eq(fetch.fence_done),
             self.fence_irq.eq(fetch.fence_irq),
         ]
 
-    def _connect_stage(self, m: Module, stage: Stage, queues: dict, idle: list) -> None:
+    def _connect_stage(self, m: Module, stage: Stage, idle: list) -> None:
         m.d.comb += [stage.stop.eq(self.stop), stage.qclear.eq(self.qclear),
                      stage.sems.eq(self.sems), stage.idle.eq(Cat(idle))]
-        for name, eq in queues.items():
+
+    def _dispatch(self, m: Module, fetch: FetchUnit, queues: dict) -> None:
+        """The fetch unit's loader writes an engine command into its engine's queue."""
+        for e, eq in enumerate(queues.values()):
             for q in range(self.config.n_queues):
-                wiring.connect(m, getattr(stage, name)[q], eq.i[q])
+                port = eq.i[q]
+                m.d.comb += [
+                    port.valid.eq(fetch.dispatch[e] & (fetch.push_queue == q)),
+                    port.payload.cmd.eq(fetch.push_cmd), port.payload.index.eq(fetch.push_index),
+                    fetch.room[e][q].eq(port.ready),
+                ]
 
     def _connect_engine_queue(self, m: Module, e: int, eq: EngineQueue, port) -> None:
         wiring.connect(m, eq.engine, wiring.flipped(port))
@@ -181,5 +194,5 @@ class CommandProcessor(wiring.Component):
             for eq in reversed(list(queues.values())):
                 with m.If(eq.err_set & (eq.err_queue == q)):
                     m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(eq.err_info)]
-            with m.If(fetch.err & (fetch.queue == q)):
-                m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(fetch.err_info)]
+            with m.If(fetch.err[q]):
+                m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(fetch.err_info[q])]

@@ -1,10 +1,10 @@
-"""The per-queue stage register between fetch and the engines (:class:`Stage`)."""
+"""The per-queue stage of processor commands (:class:`Stage`)."""
 
 from amaranth import Const, Module, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.cmdproc.common import ENGINES, QueueEntry, SemIncrement, sem_reached
+from hw.cmdproc.common import SemIncrement, sem_reached
 from hw.config import NPUConfig
 from hw.isa import Command, Opcode
 
@@ -12,27 +12,27 @@ __all__ = ["Stage"]
 
 
 class Stage(wiring.Component):
-    """One command per queue between fetch and its engine: dispatches engine commands and
-    executes the processor commands ``NOP``, ``WAIT``, ``SIGNAL`` and ``BARRIER``; a ``FENCE``
-    is announced on ``fence_ready`` and executed by the fetch unit, which empties the stage
-    with ``fence_done``.
+    """One processor command per queue (``NOP``, ``WAIT``, ``SIGNAL``, ``BARRIER``,
+    ``FENCE``), executed here; engine commands go from the fetch unit straight into their
+    engine's queue, and the fetch unit takes no command of a queue whose stage is occupied,
+    so a processor command holds back the later commands of its queue only. A ``FENCE`` is
+    announced on ``fence_ready`` and executed by the fetch unit, which empties the stage with
+    ``fence_done``.
 
-    A live stage (``valid[q]``, queue neither stopped nor being reset) holding an engine
-    command offers it to that engine's queue and empties when it is taken. A processor
-    command first waits for its semaphore (``flags.wait``, or a ``WAIT``: ``(sem[wait_sem] -
-    wait_value) mod 2**32 < 2**31``, :func:`hw.isa.sem_reached`); then ``NOP``/``WAIT``/
-    ``SIGNAL`` complete in that cycle, ``BARRIER`` once ``idle[q]`` (every earlier command of
-    the queue retired), and ``FENCE`` raises ``fence_ready[q]`` once ``idle[q]``. A completing
-    processor command with ``flags.signal`` (or a ``SIGNAL``) increments its ``signal_sem``
-    (``inc[q]``). Nothing is registered on the way: a command loaded at one clock edge can
-    leave at the next.
+    A live stage (``valid[q]``, queue neither stopped nor being reset) first waits for its
+    semaphore (``flags.wait``, or a ``WAIT``: ``(sem[wait_sem] - wait_value) mod 2**32 <
+    2**31``, :func:`hw.isa.sem_reached`); then ``NOP``/``WAIT``/``SIGNAL`` complete in that
+    cycle, ``BARRIER`` once ``idle[q]`` (every earlier command of the queue retired), and
+    ``FENCE`` raises ``fence_ready[q]`` once ``idle[q]``. A completing command with
+    ``flags.signal`` (or a ``SIGNAL``) increments its ``signal_sem`` (``inc[q]``).
 
     Ports
     -----
     queue : ``In(range(n_queues))``
-        The queue the fetch unit works on (for ``push`` and ``fence_done``).
-    push : ``In(1)``, push_cmd : ``In(Command)``, push_index : ``In(32)``
-        Load the (empty) stage of ``queue`` with a decoded command and its index.
+        The queue the fetch unit works on (for ``fence_done``).
+    push : ``In(1)``, push_queue : ``In(range(n_queues))``, push_cmd : ``In(Command)``,
+    push_index : ``In(32)``
+        Load the (empty) stage of ``push_queue`` with a checked command and its index.
     fence_done : ``In(1)``
         The fence in the stage of ``queue`` completed: the stage empties.
     stop, qclear : ``In(n_queues)``
@@ -44,8 +44,6 @@ class Stage(wiring.Component):
     valid : ``Out(n_queues)``
         The stage registers.
     fence_ready : ``Out(n_queues)``
-    <engine> : ``Out(stream.Signature(QueueEntry)).array(n_queues)``
-        Per engine of :data:`ENGINES` and queue: the command offered to the engine's queue.
     inc : ``Out(ArrayLayout(SemIncrement, n_queues))``
         Semaphore increments of completing processor commands.
     """
@@ -53,8 +51,9 @@ class Stage(wiring.Component):
     def __init__(self, config: NPUConfig):
         self.config = config
         n = config.n_queues
-        members = {
-            "queue": In(range(max(n, 2))), "push": In(1), "push_cmd": In(Command),
+        super().__init__({
+            "queue": In(range(max(n, 2))), "push": In(1), "push_queue": In(range(max(n, 2))),
+            "push_cmd": In(Command),
             "push_index": In(32), "fence_done": In(1),
             "stop": In(n), "qclear": In(n),
             "sems": In(data.ArrayLayout(32, config.n_sems)),
@@ -62,34 +61,18 @@ class Stage(wiring.Component):
             "stage": Out(data.ArrayLayout(Command, n)), "index": Out(data.ArrayLayout(32, n)),
             "valid": Out(n), "fence_ready": Out(n),
             "inc": Out(data.ArrayLayout(SemIncrement, n)),
-        }
-        for name in ENGINES:
-            members[name] = Out(stream.Signature(QueueEntry)).array(n)
-        super().__init__(members)
+        })
 
     def elaborate(self, platform):
         m = Module()
-        done = Signal(self.config.n_queues)     # the stage empties (dispatched or executed)
+        done = Signal(self.config.n_queues)     # the stage empties (executed)
         for q in range(self.config.n_queues):
-            self._dispatch(m, q, done)
             self._execute(m, q, done)
         self._bookkeeping(m, done)
         return m
 
     def _live(self, q: int):
         return self.valid[q] & ~self.stop[q] & ~self.qclear[q]
-
-    def _dispatch(self, m: Module, q: int, done: Signal) -> None:
-        """An engine command goes to its engine's queue; the stage empties when it is taken."""
-        op = self.stage[q].header.opcode
-        live = self._live(q)
-        for name, ops in ENGINES.items():
-            port = getattr(self, name)[q]
-            m.d.comb += [port.payload.cmd.eq(self.stage[q]), port.payload.index.eq(self.index[q])]
-            with m.If(op.as_value().matches(*(o.value for o in ops))):
-                m.d.comb += port.valid.eq(live)
-                with m.If(port.ready & live):
-                    m.d.comb += done[q].eq(1)
 
     def _execute(self, m: Module, q: int, done: Signal) -> None:
         """NOP, WAIT, SIGNAL and BARRIER complete here (after their semaphore wait); a FENCE
@@ -98,10 +81,8 @@ class Stage(wiring.Component):
         op = h.opcode
         waits = h.flags.wait | (op == Opcode.WAIT)
         wait_ok = ~waits | sem_reached(self.sems[h.wait_sem], h.wait_value)
-        engine_ops = [o.value for ops in ENGINES.values() for o in ops]
-        is_engine = op.as_value().matches(*engine_ops)
         completes = Signal(name=f"proc_done{q}")    # a processor command completed
-        with m.If(self._live(q) & ~is_engine & wait_ok):
+        with m.If(self._live(q) & wait_ok):
             with m.If(op.as_value().matches(Opcode.NOP, Opcode.WAIT, Opcode.SIGNAL)):
                 m.d.comb += [done[q].eq(1), completes.eq(1)]
             with m.Elif((op == Opcode.BARRIER) & self.idle[q]):
@@ -115,12 +96,12 @@ class Stage(wiring.Component):
     def _bookkeeping(self, m: Module, done: Signal) -> None:
         """Load from fetch; empty on completion, fence completion or queue reset."""
         with m.If(self.push):
-            with m.Switch(self.queue):
+            with m.Switch(self.push_queue):
                 for q in range(self.config.n_queues):
                     with m.Case(q):
                         m.d.sync += [self.stage[q].eq(self.push_cmd),
                                      self.index[q].eq(self.push_index)]
-            m.d.sync += self.valid.bit_select(self.queue, 1).eq(1)
+            m.d.sync += self.valid.bit_select(self.push_queue, 1).eq(1)
         with m.If(self.fence_done):
             m.d.sync += self.valid.bit_select(self.queue, 1).eq(0)
         for q in range(self.config.n_queues):

@@ -45,9 +45,12 @@ command's neighbours ran depends on timing. When the failing command ``i`` has a
 and the queue's report (``Q_ERR_*``: code, opcode, index ``i``, address) is exact; ``HEAD``
 is then ``i`` for an error found at fetch (``BAD_OPCODE``, ``BAD_SEM``, the ring checks, an
 ``AXI_ERROR`` of the fetch), ``i + 1`` for a FENCE, and ``i + 1`` or ``i + 2`` for an
-engine's error (the BARRIER after it may or may not have been fetched when the queue
-stopped; so ``Q_FETCHED`` and ``bytes_read`` too, and a fetch burst under way when the queue
-stopped still completes on the bus: counters read just then may hold part of its beats).
+engine's error (the BARRIER after it may or may not have been taken into the stage when the
+queue stopped; so ``Q_FETCHED`` too). ``bytes_read`` depends on timing around an error: the
+command processor reads up to ``fetch_depth`` commands of a queue ahead of its stage (several
+per burst), a failing burst of several commands is read again one command per burst, and a
+fetch burst under way when the queue stopped still completes on the bus (counters read just
+then may hold part of its beats).
 ``ERR_*`` holds the first error latched:
 when several queues fail in the same window, which one depends on timing, and it is always
 one of the queues' reports. ``QUEUE_ERRORS`` and ``IRQ_STATUS.ERROR`` do not depend on it.

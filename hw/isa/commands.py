@@ -82,7 +82,11 @@ class ErrorCode(enum.Enum, shape=8):
     (both give the same code). Per site, with ``ERR_ADDR``:
 
     * ring fetch: the command is never decoded (``ERR_CODE.opcode`` 0, checked before the
-      opcode), ``HEAD`` stays on it; ``ERR_ADDR`` = its slot address;
+      opcode), ``HEAD`` stays on it; ``ERR_ADDR`` = its slot address. A fetch burst may read
+      several commands; when the DRAM answers such a burst with an error, its commands are
+      dropped and read again one per burst (the next ``fetch_depth`` fetches of the queue),
+      so the error names the command whose own 32-byte burst failed and the commands before
+      it run;
     * DMA_LOAD / DMA_STORE: the transfer runs to its end (same timing), then fails;
       ``ERR_ADDR`` = the address of the first failing burst (``AxADDR``). A load writes no
       local row whose last byte arrives with or after that burst (rows completed before it

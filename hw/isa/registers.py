@@ -62,14 +62,16 @@ class Csr:
 
     Per queue ``q`` at :func:`queue_csr` (``QUEUE_BASE + QUEUE_STRIDE * q``): ``RING_BASE``
     (32-byte aligned DRAM address), ``RING_SIZE`` (commands, a power of two >= 2), ``HEAD``
-    (read-only, next slot the device fetches), ``TAIL`` (doorbell: the host writes the slot
-    after its last command). The ring is empty when head == tail and holds at most
-    ``RING_SIZE - 1`` commands. ``WINDOW_BASE`` / ``WINDOW_LIMIT``: the DRAM window
-    ``[base, limit)`` the queue may touch (ring fetch, fence writes, DMA); ``WINDOW_LIMIT == 0``
-    means ``dram_bytes`` (the reset state: the whole DRAM). An access outside is a
-    ``WINDOW`` error and nothing is written. ``Q_STATUS`` (:class:`StatusWord`): busy, error
-    latched. ``Q_ERR_CODE`` (:class:`QueueErrorWord`), ``Q_ERR_CMD``, ``Q_ERR_ADDR``: the
-    queue's latched error. ``Q_FETCHED``: commands fetched since the queue's last reset.
+    (read-only, the next slot the command processor takes in: the slots from ``HEAD`` to
+    ``TAIL`` are the device's, and it may have read up to ``fetch_depth`` of them ahead),
+    ``TAIL`` (doorbell: the host writes the slot after its last command). The ring is empty when
+    head == tail and holds at most ``RING_SIZE - 1`` commands. ``WINDOW_BASE`` /
+    ``WINDOW_LIMIT``: the DRAM window ``[base, limit)`` the queue may touch (ring fetch, fence
+    writes, DMA); ``WINDOW_LIMIT == 0`` means ``dram_bytes`` (the reset state: the whole DRAM).
+    An access outside is a ``WINDOW`` error and nothing is written. ``Q_STATUS``
+    (:class:`StatusWord`): busy, error latched. ``Q_ERR_CODE`` (:class:`QueueErrorWord`),
+    ``Q_ERR_CMD``, ``Q_ERR_ADDR``: the queue's latched error. ``Q_FETCHED``: commands taken in
+    (``HEAD`` advanced) since the queue's last reset.
 
     Performance counters (``CNT_BASE`` = ``0x500`` .. ``0x59F``, just above the registers of
     :data:`MAX_QUEUES` queues): see :data:`COUNTER_NAMES` for the definitions. Every counter

@@ -90,11 +90,11 @@ def dma_cycles(config: NPUConfig, row_bytes: int, n_rows: int, *, store: bool = 
 
 
 def fetch_cycles(config: NPUConfig, dram: DramTiming | None) -> int:
-    """Cycles the command fetch of one command takes beyond what the ideal memory's fetch
-    costs (which :func:`dma_cycles`'s overhead already holds): the command processor fetches
-    one command of :data:`hw.isa.COMMAND_BYTES` at a time through the DMA's read channel, so
-    each pays the read latency beyond :data:`sw.dram.MIN_READ_LATENCY` and its beats'
-    backpressure; 0 under ideal memory."""
+    """Cycles a command fetch burst takes beyond what the ideal memory's fetch costs (which
+    :func:`dma_cycles`'s overhead already holds): the command processor reads up to
+    ``fetch_depth`` commands of :data:`hw.isa.COMMAND_BYTES` per burst through the DMA's read
+    channel, so each burst pays the read latency beyond :data:`sw.dram.MIN_READ_LATENCY` and
+    a command's beats' backpressure; 0 under ideal memory."""
     if dram is None or dram.is_ideal:
         return 0
     beats = COMMAND_BYTES // config.axi_data_bytes or 1
@@ -177,12 +177,12 @@ class Timer:
     counts the DRAM bytes per DMA tag.
 
     Under a DRAM timing ``dram`` (not ideal) the DMA costs follow it and the command fetch is
-    a lane of its own: commands are fetched one after the other in stream order, each
-    :func:`fetch_cycles`, a command cannot start before it is fetched, and a command is not
-    fetched before its engine's FIFO (``cmd_fifo_depth`` commands) has room, i.e. before the
-    command ``cmd_fifo_depth`` earlier on the same engine started (the fetch stalls at the
-    head of the ring). Under ideal memory the fetch is not modelled (its cost is in the DMA
-    overhead).
+    a lane of its own: commands are fetched in stream order in bursts of ``fetch_depth``,
+    each burst :func:`fetch_cycles` after the previous one (or after room, below), a command
+    cannot start before it is fetched, and a command is not fetched before its engine's
+    FIFO (``cmd_fifo_depth`` commands) has room, i.e. before the command ``cmd_fifo_depth``
+    earlier on the same engine started (the fetch stalls behind the stage). Under ideal
+    memory the fetch is not modelled (its cost is in the DMA overhead).
     """
 
     def __init__(self, config: NPUConfig, dram: DramTiming | None = None) -> None:
@@ -213,7 +213,7 @@ class Timer:
         end = 0
         fetched = 0
         depth = self.c.cmd_fifo_depth
-        for op in ops:
+        for i, op in enumerate(ops):
             cycles = self.cycles(op)
             t = self.free[op.engine]
             if op.wait is not None:
@@ -221,7 +221,8 @@ class Timer:
             if self.fetch:
                 starts = self.starts[op.engine]
                 room = starts[-depth] if len(starts) >= depth else 0
-                fetched = max(fetched, room) + self.fetch
+                burst = self.fetch if i % self.c.fetch_depth == 0 else 0
+                fetched = max(fetched, room) + burst
                 t = max(t, fetched)
                 starts.append(t)
             finish = t + (matmul_latency(self.c, op.m, op.k_blocks) if isinstance(op, MatmulOp)

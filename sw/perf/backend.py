@@ -265,14 +265,13 @@ class PerfBackend(ModelBackend):
     def _read_queue(self, q: int, reg: int, f: int) -> int:
         m = self.machine
         err = m.queue_error[q]
-        staged = m.fetch.staging == (f, q)        # enters its stage in this very cycle
         queue = self.queues[q]
         if reg == Csr.Q_STATUS:
             return pack_fields(StatusWord, {"busy": m.queue_busy(q), "error": m.stop[q]})
         if reg == Csr.Q_FETCHED:
-            return (m.fetched[q] + staged) & _MASK32
+            return m.fetched[q] & _MASK32
         if reg == Csr.HEAD:
-            return (queue.head + staged) & (queue.ring_size - 1 if staged else _MASK32)
+            return queue.head & _MASK32
         if err is None:
             return 0
         return {Csr.Q_ERR_CODE: lambda: pack_fields(QueueErrorWord, {"code": err.code,

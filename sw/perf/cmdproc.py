@@ -2,16 +2,19 @@
 per-queue stage, the synchronization commands, the engine queues and the semaphores.
 
 * **Fetch** (:class:`FetchUnit`): in IDLE it picks, round-robin, a queue with a ready fence
-  first, else one with a command in its ring, an empty stage and no error; FETCH_CHECK; one
-  read burst of a command (shared with the DMA on the read channel); DECODE; the command is in
-  the queue's stage the cycle after.
-* **Stage** (:class:`Stage`): an engine command moves on into its FIFO when there is room; NOP,
-  WAIT and SIGNAL retire there once their wait holds; BARRIER and FENCE wait until every
-  earlier command of the queue retired (``pending == 0``); a ready FENCE is written by the
-  fetch FSM.
-* **Engine queues** (:class:`EngineQueue`): one FIFO per queue in front of each engine; the
-  engine takes the next ready head round-robin; it signals, reports its error and records its
-  trace entry when it retires.
+  first, else one with commands in its ring beyond its prefetch buffer, room in the buffer and
+  no error; FETCH_CHECK; one read burst of up to ``fetch_depth`` commands (shared with the DMA
+  on the read channel), each command into the buffer with its last beat; IDLE again the cycle
+  after the last beat. The *loader* moves one buffered command a cycle (round-robin among the
+  queues whose stage is empty and whose oldest command has room) into its engine's store or
+  the stage, or reports its fetch error.
+* **Stage** (:class:`Stage`): processor commands only (the loader writes engine commands into
+  their engine's store); NOP, WAIT and SIGNAL retire there once their wait holds; BARRIER and
+  FENCE wait until every earlier command of the queue retired (``pending == 0``); a ready
+  FENCE is written by the fetch FSM.
+* **Engine queues** (:class:`EngineQueue`): per engine a store of ``cmd_fifo_depth`` commands
+  per queue (:class:`sw.perf.fifo.CommandFifo`); the engine takes the next ready head
+  round-robin; it signals, reports its error and records its trace entry when it retires.
 * **Semaphores** (:class:`Semaphores`): increments become visible the cycle after the retiring
   command's last cycle; several in one cycle add up.
 
@@ -131,34 +134,18 @@ class _Waker:
 
 
 class Stage:
-    """The one-command stage of queue ``q`` between fetch and the engine FIFOs."""
+    """The stage of queue ``q``: one processor command (engine commands go from the loader
+    straight into their engine's store)."""
 
     def __init__(self, m, q: int) -> None:
         self.m = m
         self.q = q
         self.cmd: Decoded | None = None
-        self.sent = False         # the staged engine command went into its FIFO
-        self.waiting = None       # the FIFO it waits for room in
         self.wake = _Waker(m.eq, self.decide)
 
     def decide(self, c: int) -> None:
         m, q, cmd = self.m, self.q, self.cmd
-        if cmd is None or self.sent or m.stop[q] or m.last_qclear[q] == c:
-            return
-        if cmd.engine is not None:
-            fifo = m.engine_queues[cmd.engine].fifos[q]
-            if fifo.w_rdy(c):
-                self.waiting = None
-                self.sent = True
-                fifo.write(c, cmd)
-                # the stage is empty and the command counts as pending from c + 1; nothing
-                # in that cycle's DECIDE phase but the fetch FSM looks at either
-                m.eq.at(c + 1, DECIDE, self._dispatched, cmd)
-            else:
-                self.waiting = fifo
-                nxt = fifo.next_space(c)
-                if nxt is not None:
-                    self.wake(nxt)
+        if cmd is None or m.stop[q] or m.last_qclear[q] == c:
             return
         if cmd.waits and not m.sems.reached(cmd.wait_sem, cmd.wait_value):
             m.sems.watch(cmd.wait_sem, self.wake)
@@ -169,27 +156,6 @@ class Stage:
         elif op == _FENCE and m.pending[q] == 0:
             m.fetch.wake(c)
 
-    def _dispatched(self, cmd: Decoded) -> None:
-        if self.cmd is cmd:
-            self.cmd = None
-            self.sent = False
-            self.m.pending[self.q] += 1
-            self.m.fetch.decide(self.m.eq.now)
-
-    def space(self, fifo, cycle: int) -> None:
-        """``fifo`` takes a write again from ``cycle``: the waiting command goes in then --
-        decided now if nothing pending can stop the queue or reset it by then."""
-        if self.waiting is not fifo:
-            return
-        m = self.m
-        if cycle > m.eq.now and m.stage_inputs_settled(self.q, cycle) and fifo.w_rdy(cycle):
-            self.waiting = None
-            self.sent = True
-            fifo.write(cycle, self.cmd)
-            m.eq.at(cycle + 1, DECIDE, self._dispatched, self.cmd)
-        else:
-            self.wake(cycle)
-
     def _proc_retired(self, cmd: Decoded) -> None:
         if self.cmd is not cmd:
             return
@@ -197,7 +163,7 @@ class Stage:
         now = self.m.eq.now
         if cmd.signals:
             self.m.sems.inc(now, cmd.signal_sem, len(ENGINE_NAMES) + self.q, self.q, cmd.index)
-        self.m.fetch.wake(now)
+        self.m.fetch.wake_loader(now)
 
     def all_idle(self) -> None:
         """Every engine command of the queue retired (BARRIER and FENCE may go)."""
@@ -209,8 +175,6 @@ class Stage:
         if self.cmd is not None and self.cmd.opcode == _FENCE:
             self.m.fences_staged -= 1
         self.cmd = None
-        self.sent = False
-        self.waiting = None
 
 
 class _BurstBytes(Item):
@@ -248,21 +212,61 @@ class _FenceBytes(Item):
             out["bytes_written"] += 4
 
 
+class _Buffered:
+    """A command in a queue's prefetch buffer: decoded (its index is set when it is loaded),
+    whether its burst failed on the bus, whether that burst carried several commands, and
+    where the loader sends it (``kind``: its engine, or None for the stage or an error
+    report)."""
+
+    __slots__ = ("cmd", "bus_err", "multi", "kind")
+
+    def __init__(self, cmd: Decoded, bus_err: bool, multi: bool, n_sems: int) -> None:
+        self.cmd, self.bus_err, self.multi = cmd, bus_err, multi
+        bad = bus_err or (cmd.waits and cmd.wait_sem >= n_sems) or (
+            cmd.signals and cmd.signal_sem >= n_sems)
+        self.kind = None if bad else cmd.engine
+
+
 class FetchUnit:
-    """The fetch / fence FSM of the command processor (one command or fence at a time)."""
+    """The fetch / fence FSM of the command processor (one burst or fence at a time), the
+    per-queue prefetch buffers and the loader that moves buffered commands into the stages."""
 
     def __init__(self, m) -> None:
         self.m = m
+        n = m.config.n_queues
+        self.depth = m.config.fetch_depth
         self.active = False
         self.cur = 0
         self.start = 0
         self.fetch_last = 0
         self.fence_last = 0
-        self.beats = T.fetch_beats(m.config)
+        self.load_last = 0
+        self.bpc = T.fetch_beats(m.config)          # beats per command
         self.wake = _Waker(m.eq, self.decide)
-        #: ``(cycle, queue)`` of a decoded command that enters its stage in ``cycle`` (its
-        #: HEAD and Q_FETCHED read as advanced from then, see :meth:`_staged`)
-        self.staging: tuple[int, int] | None = None
+        self.wake_loader = _Waker(m.eq, self._load)
+        self._loaded_at = -1                        # the loader's last cycle
+        self.buffers: list[deque[_Buffered]] = [deque() for _ in range(n)]
+        self.ring_err: list[ErrorCode | None] = [None] * n
+        self.single = [0] * n                        # one-command fetches left
+        self.last_flush = [-1] * n                   # the loader dropped the buffer then
+        # the burst in flight: first slot, commands, bus error; per command its event
+        # token and whether it was delivered
+        self.slot = 0
+        self.k = 0
+        self.bus_err = False
+        self.tokens: list[int] = []
+        self.delivered: list[bool] = []
+
+    def fhead(self, q: int) -> int:
+        """The next slot to fetch for queue ``q``: ``HEAD`` plus the buffered commands."""
+        queue = self.m.model.queues[q]
+        return (queue.head + len(self.buffers[q])) & (queue.ring_size - 1) & _MASK32
+
+    def reset_queue(self, q: int) -> None:
+        """Queue reset: the buffer, the ring error and the one-command fetches are gone."""
+        self.buffers[q].clear()
+        self.ring_err[q] = None
+        self.single[q] = 0
 
     # -- IDLE ---------------------------------------------------------------------------------
 
@@ -272,7 +276,6 @@ class FetchUnit:
             return
         m = self.m
         n = len(m.stages)
-        stages = m.stages
         if m.fences_staged:
             for k in range(1, n + 1):
                 q = (self.fence_last + k) % n
@@ -281,18 +284,14 @@ class FetchUnit:
                     self.fence_last = q
                     m.eq.at(c + T.FENCE_CHECK_AFTER_IDLE, DECIDE, self._fence_check)
                     return
-        queues, stop, qclear = m.model.queues, m.stop, m.last_qclear
+        queues, stop, qclear, buffers = m.model.queues, m.stop, m.last_qclear, self.buffers
         for k in range(1, n + 1):
             q = (self.fetch_last + k) % n
-            queue = queues[q]
-            if (stages[q].cmd is None and queue.head != queue.tail and not stop[q]
-                    and qclear[q] != c):
+            if (len(buffers[q]) < self.depth and self.ring_err[q] is None and not stop[q]
+                    and qclear[q] != c and self.fhead(q) != queues[q].tail):
                 self._begin(q, c)
                 self.fetch_last = q
-                if m.fetch_inputs_settled(q, c + 1):
-                    self._check_fetch(c + 1)        # FETCH_CHECK's inputs are known now
-                else:
-                    m.eq.at(c + 1, DECIDE, self._fetch_check)
+                m.eq.at(c + 1, DECIDE, self._fetch_check)
                 return
 
     def _fence_ready(self, q: int, c: int) -> bool:
@@ -319,89 +318,174 @@ class FetchUnit:
     # -- command fetch ---------------------------------------------------------------------------
 
     def _fetch_check(self) -> None:
-        self._check_fetch(self.m.eq.now)
-
-    def _check_fetch(self, c: int) -> None:
-        """FETCH_CHECK in cycle ``c``: stop on a reset or an error, check the ring slot, then
-        request its burst from ``c + 1``."""
-        m, q = self.m, self.cur
-        if self._aborted(c):
-            self._idle_at(c + 1)
-            return
+        """FETCH_CHECK: stop on a reset or an error, check the first slot (a failure is
+        recorded for the loader), then request a burst of as many commands as allowed from
+        the next cycle."""
+        m, q, c = self.m, self.cur, self.m.eq.now
         queue = m.model.queues[q]
-        slot = queue.ring_base + queue.head * COMMAND_BYTES
-        base, limit = m.window(q)
-        code, addr = _NONE, 0
-        if queue.ring_base % COMMAND_BYTES:
-            code, addr = ErrorCode.MISALIGNED, queue.ring_base
-        elif slot + COMMAND_BYTES > m.config.dram_bytes:
-            code, addr = ErrorCode.BAD_DRAM_ADDR, slot
-        elif slot < base or slot + COMMAND_BYTES > limit:
-            code, addr = ErrorCode.WINDOW, slot
-        if code is not _NONE:
-            m.report_error(q, c, code, 0, m.fetched[q], addr, source=-1)
+        fhead = self.fhead(q)
+        if self._aborted(c) or fhead == queue.tail:
             self._idle_at(c + 1)
             return
-        self.slot = slot
-        m.reads.request(CP, c + 1, self.beats, self, q, self._granted)
+        slot = queue.ring_base + fhead * COMMAND_BYTES
+        base, limit = m.window(q)
+        code = _NONE
+        if queue.ring_base % COMMAND_BYTES:
+            code = ErrorCode.MISALIGNED
+        elif slot + COMMAND_BYTES > m.config.dram_bytes:
+            code = ErrorCode.BAD_DRAM_ADDR
+        elif slot < base or slot + COMMAND_BYTES > limit:
+            code = ErrorCode.WINDOW
+        if code is not _NONE:
+            m.eq.at(c + 1, UPDATE, self._ring_error, q, code, c)
+            self._idle_at(c + 1)
+            return
+        k = T.fetch_burst_commands(
+            self.depth, len(self.buffers[q]), fhead, queue.tail, queue.ring_size, slot,
+            limit, m.config.dram_bytes, self.single[q] > 0)
+        if self.single[q]:
+            m.eq.at(c + 1, UPDATE, self._single_fetched, q, c)
+        self.slot, self.k = slot, k
+        self.bus_err = m.model.engines.fetch_fails(slot, k * COMMAND_BYTES)
+        self.tokens = [0] * k
+        self.delivered = [False] * k
+        m.reads.request(CP, c + 1, k * self.bpc, self, q, self._granted)
+
+    def _ring_error(self, q: int, code: ErrorCode, c: int) -> None:
+        if self.last_flush[q] != c:          # a buffer dropped in the same cycle wins
+            self.ring_err[q] = code
+            self.wake_loader(self.m.eq.now)
+
+    def _single_fetched(self, q: int, c: int) -> None:
+        if self.last_flush[q] != c:
+            self.single[q] -= 1
 
     def _granted(self, c: int, served: ServedBurst) -> None:
         self.m.ledger.item(_BurstBytes(served, self.m.config.axi_data_bytes))
 
+    # Reader of the burst: RREADY is high in FETCH_DATA, so each beat is taken when visible;
+    # command j is written into the buffer with its last beat (cycle r), readable from r + 1
+
     def consume(self, served: ServedBurst) -> tuple[int, int]:
+        bpc = self.bpc
+        for j in range(self.k):
+            self._schedule(j, served.v0 + (j + 1) * bpc - 1)
         last = served.v0 + served.beats - 1
         return last, last
 
     def r_take(self, served: ServedBurst, i: int, visible: int) -> int:
-        return visible            # RREADY is high in FETCH_DATA
+        if (i + 1) % self.bpc == 0:
+            self._schedule(i // self.bpc, visible)
+        return visible
 
     def burst_done(self, served: ServedBurst) -> None:
-        self._decode()            # DECODE is the cycle after the last beat (DECIDE phase)
+        pass                      # the last command's delivery made the FSM idle
 
-    def _decode(self) -> None:
-        m, q, d = self.m, self.cur, self.m.eq.now
-        if self._aborted(d):
-            self._idle_at(d + 1)
+    def _schedule(self, j: int, r: int) -> None:
+        """Command ``j``'s last beat is taken in cycle ``r`` (as far as known now)."""
+        if self.delivered[j]:
             return
-        raw = bytes(m.model.dram[self.slot:self.slot + COMMAND_BYTES])
-        cmd = decode_command(raw, q, m.fetched[q], self.slot)
-        n_sems = m.config.n_sems
-        code, addr = _NONE, 0
-        if m.model.engines.fetch_fails(self.slot, COMMAND_BYTES):
-            # an error response on the fetch burst: reported before decode, opcode 0
-            m.report_error(q, d, ErrorCode.AXI_ERROR, 0, cmd.index, self.slot, source=-1)
-            self._idle_at(d + 1)
-            return
-        if cmd.opcode not in OPCODE_VALUES:
-            code, addr = ErrorCode.BAD_OPCODE, self.slot
-        elif cmd.waits and cmd.wait_sem >= n_sems:
-            code, addr = ErrorCode.BAD_SEM, cmd.wait_sem
-        elif cmd.signals and cmd.signal_sem >= n_sems:
-            code, addr = ErrorCode.BAD_SEM, cmd.signal_sem
-        if code is not _NONE:
-            m.report_error(q, d, code, cmd.opcode, cmd.index, addr, source=-1)
-            self._idle_at(d + 1)
-            return
-        self.staging = (d + 1, q)
-        m.eq.at(d + 1, DECIDE, self._staged, q, cmd)
+        self.tokens[j] += 1
+        self.m.eq.at(r + 1, UPDATE, self._deliver, j, self.tokens[j], r)
 
-    def _staged(self, q: int, cmd: Decoded) -> None:
-        """The command is in its stage, HEAD and Q_FETCHED advanced, the FSM in IDLE, from
-        this cycle. Run in the DECIDE phase (then the stage and IDLE decide at once): nothing
-        decided in this phase reads the stage of a queue the FSM is fetching for, and a CSR
-        read in this cycle sees HEAD and Q_FETCHED through :attr:`staging`."""
+    def _deliver(self, j: int, token: int, r: int) -> None:
+        """Command ``j`` of the burst went into the buffer at the edge after cycle ``r``,
+        unless its queue was reset or its buffer dropped since the burst began; after the
+        last one the FSM is in IDLE."""
+        if token != self.tokens[j]:
+            return
+        self.delivered[j] = True
+        m, q = self.m, self.cur
+        now = m.eq.now
+        if not (self.start < m.last_qclear[q] <= r or self.start < self.last_flush[q] <= r):
+            slot = self.slot + j * COMMAND_BYTES
+            raw = bytes(m.model.dram[slot:slot + COMMAND_BYTES])
+            cmd = decode_command(raw, q, 0, slot)
+            self.buffers[q].append(_Buffered(cmd, self.bus_err, self.k > 1, m.config.n_sems))
+            self.wake_loader(now)
+        if j == self.k - 1:
+            self.active = False
+            self.wake(now)
+
+    # -- loader ----------------------------------------------------------------------------------
+
+    def _load(self, c: int) -> None:
+        """The loader in cycle ``c``: round-robin, a queue whose stage is empty and whose buffer
+        holds a command (or, empty, a ring error): load the oldest command into the stage, or
+        report its error, or drop the buffer after a failed burst of several commands."""
+        if c == self._loaded_at:
+            return                # one pick a cycle (its inputs are all registers)
+        m = self.m
+        n = len(m.stages)
+        stages, stop, qclear, buffers = m.stages, m.stop, m.last_qclear, self.buffers
+        queues = m.engine_queues
+        for k in range(1, n + 1):
+            q = (self.load_last + k) % n
+            if stop[q] or qclear[q] == c or stages[q].cmd is not None:
+                continue
+            if buffers[q]:
+                kind = buffers[q][0].kind
+                if kind is not None and not queues[kind].fifos[q].w_rdy(c):
+                    continue    # its engine's store has no room for the queue
+            elif self.ring_err[q] is None:
+                continue
+            self._loaded_at = c
+            self.load_last = q
+            self.wake_loader(c + 1)
+            queue = m.model.queues[q]
+            slot = queue.ring_base + queue.head * COMMAND_BYTES
+            index = m.fetched[q]
+            if not buffers[q]:
+                code = self.ring_err[q]
+                addr = queue.ring_base if code is ErrorCode.MISALIGNED else slot
+                m.report_error(q, c, code, 0, index, addr, source=-1)
+                return
+            e = buffers[q][0]
+            cmd, n_sems = e.cmd, m.config.n_sems
+            code, addr, op = _NONE, slot, cmd.opcode
+            if e.bus_err and e.multi:
+                self.last_flush[q] = c
+                m.eq.at(c + 1, UPDATE, self._flushed, q)
+                return
+            if e.bus_err:
+                code, op = ErrorCode.AXI_ERROR, 0       # never decoded: opcode 0
+            elif op not in OPCODE_VALUES:
+                code = ErrorCode.BAD_OPCODE
+            elif cmd.waits and cmd.wait_sem >= n_sems:
+                code, addr = ErrorCode.BAD_SEM, cmd.wait_sem
+            elif cmd.signals and cmd.signal_sem >= n_sems:
+                code, addr = ErrorCode.BAD_SEM, cmd.signal_sem
+            if code is not _NONE:
+                m.report_error(q, c, code, op, index, addr, source=-1)
+                return
+            cmd.index = index
+            if e.kind is not None:
+                queues[e.kind].fifos[q].write(c, cmd)
+            m.eq.at(c + 1, UPDATE, self._loaded, q, cmd)
+            return
+
+    def _flushed(self, q: int) -> None:
+        self.buffers[q].clear()
+        self.single[q] = self.depth
+        self.wake(self.m.eq.now)
+
+    def _loaded(self, q: int, cmd: Decoded) -> None:
+        """The command is in its engine's store (pending) or its stage, ``HEAD`` and
+        ``Q_FETCHED`` advanced."""
         m = self.m
         queue = m.model.queues[q]
-        m.stages[q].cmd = cmd
-        if cmd.opcode == _FENCE:
-            m.fences_staged += 1
+        self.buffers[q].popleft()
+        now = m.eq.now
+        if cmd.engine is not None:
+            m.pending[q] += 1
+        else:
+            m.stages[q].cmd = cmd
+            if cmd.opcode == _FENCE:
+                m.fences_staged += 1
+            m.stages[q].wake(now)
         queue.head = (queue.head + 1) & (queue.ring_size - 1) & _MASK32
         m.fetched[q] += 1
-        self.active = False
-        self.staging = None
-        now = m.eq.now
-        m.stages[q].decide(now)
-        self.decide(now)
+        self.wake(now)
 
     # -- fence -----------------------------------------------------------------------------------
 
@@ -465,6 +549,7 @@ class FetchUnit:
                 m.sems.inc(now, cmd.signal_sem, len(ENGINE_NAMES) + m.config.n_queues, q,
                            cmd.index)
             m.stages[q].clear()
+            self.wake_loader(now)
         self.active = False
         self.wake(now)
 
@@ -499,10 +584,8 @@ class EngineQueue:
         depth = m.config.cmd_fifo_depth
         self.wake = _Waker(m.eq, self._decide)
         self.fifos = []
-        for q in range(m.config.n_queues):
-            stage = m.stages[q]
-            self.fifos.append(CommandFifo(depth, self._head,
-                                          lambda c, st=stage, i=q: st.space(self.fifos[i], c)))
+        for _ in range(m.config.n_queues):
+            self.fifos.append(CommandFifo(depth, self._head, m.fetch.wake_loader))
         self.limit = engine_in_flight(m.config, self.name)
         self.in_flight: deque[_InEngine] = deque()
         self.engine_free = 0                   # the engine's own cmd.ready from this cycle

@@ -1,11 +1,10 @@
-"""The per-queue command FIFO in front of an engine (Amaranth's ``SyncFIFOBuffered``), timed.
+"""The per-queue command store in front of an engine (:class:`hw.cmdproc.EngineQueue`), timed.
 
-For ``depth >= 2`` the FIFO is a memory of ``depth - 1`` entries plus an output register: an
-entry written in cycle ``w`` moves to the output register in cycle ``max(w + 1, t)``, where
-``t`` is the cycle the previous entry was taken (read), and is readable from the cycle after
-the move. ``w_rdy`` is high while the memory holds fewer than ``depth - 1`` entries (an entry
-counts from the cycle after its write to its move, inclusive). For ``depth == 1`` the FIFO is
-one register: readable the cycle after the write, writable again the cycle after the read.
+Each queue holds up to ``depth`` (``cmd_fifo_depth``) commands in the engine's store. A command
+written in cycle ``w`` is the head from ``w + 1`` once the one before it was taken (the command
+behind a head taken in cycle ``t`` is the head from ``t + 1``). The store takes a write in
+cycle ``c`` while it holds fewer than ``depth`` commands in ``c``: one written before ``c`` and
+not taken before ``c`` counts (its count register changes at the clock edge).
 """
 
 from __future__ import annotations
@@ -13,25 +12,26 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from sw.perf.timing import fifo_write_to_head
+
 __all__ = ["Entry", "CommandFifo"]
 
 
 class Entry:
-    """A command in a FIFO: written in cycle ``write``, readable from ``avail`` (None until
-    known), taken in cycle ``take``."""
+    """A command in a queue's store: written in cycle ``write``, the head (readable) from
+    ``avail`` (None until known), taken in cycle ``take``."""
 
-    __slots__ = ("cmd", "write", "move", "avail", "take")
+    __slots__ = ("cmd", "write", "avail", "take")
 
     def __init__(self, cmd, write: int) -> None:
         self.cmd = cmd
         self.write = write
-        self.move: int | None = None
         self.avail: int | None = None
         self.take: int | None = None
 
 
 class CommandFifo:
-    """Timed model of one command FIFO.
+    """Timed model of one queue's commands in an engine's store.
 
     Parameters
     ----------
@@ -41,58 +41,32 @@ class CommandFifo:
         Called when a new head becomes readable from ``cycle`` (the engine queue re-arbitrates
         then).
     on_space : callable(cycle)
-        Called when the FIFO becomes writable again from ``cycle`` (the stage retries).
+        Called when the store has room for the queue again from ``cycle`` (the fetch unit's
+        loader looks again).
     """
 
     def __init__(self, depth: int, on_head: Callable[[int], None],
                  on_space: Callable[[int], None]) -> None:
         self.depth = depth
+        self.latency = fifo_write_to_head(depth)
         self.entries: deque[Entry] = deque()   # written, not taken
         self.last_take = -1
         self.on_head = on_head
         self.on_space = on_space
 
     def w_rdy(self, c: int) -> bool:
-        """Whether a write in cycle ``c`` is accepted."""
-        if self.depth == 1:
-            return not any(e.write < c for e in self.entries)
-        inner = 0
-        for e in self.entries:
-            if e.write < c and (e.move is None or e.move >= c):
-                inner += 1
-        return inner < self.depth - 1
-
-    def next_space(self, c: int) -> int | None:
-        """First cycle ``>= c`` in which a write would be accepted, as far as known now (None:
-        only after a take that has not happened)."""
-        if self.w_rdy(c):
-            return c
-        if self.depth == 1:
-            return None
-        for e in self.entries:           # oldest entry still in the memory
-            if e.write < c and (e.move is None or e.move >= c):
-                return None if e.move is None else e.move + 1
-        return None
+        """Whether a write in cycle ``c`` is accepted (an entry taken in ``c`` still counts)."""
+        held = (self.last_take == c) + sum(1 for e in self.entries if e.write < c)
+        return held < self.depth
 
     def write(self, c: int, cmd) -> Entry:
         """Write ``cmd`` in cycle ``c`` (the caller checked :meth:`w_rdy`)."""
         e = Entry(cmd, c)
-        prev = self.entries[-1] if self.entries else None
         self.entries.append(e)
-        if self.depth == 1:
-            e.move, e.avail = c, c + 1
+        if len(self.entries) == 1:
+            e.avail = max(c, self.last_take) + self.latency
             self.on_head(e.avail)
-        elif prev is None:
-            self._moved(e, max(c + 1, self.last_take))
-        # else: it moves once the previous entry is taken (see take)
         return e
-
-    def _moved(self, e: Entry, move: int) -> None:
-        e.move = move
-        e.avail = move + 1
-        self.on_head(e.avail)
-        if self.depth > 1:
-            self.on_space(move + 1)
 
     def head(self, c: int) -> Entry | None:
         """The readable head entry in cycle ``c``, if any."""
@@ -110,12 +84,11 @@ class CommandFifo:
         e = self.entries.popleft()
         e.take = c
         self.last_take = c
-        if self.depth == 1:
-            self.on_space(c + 1)
-        elif self.entries:
+        if self.entries:
             nxt = self.entries[0]
-            if nxt.move is None:
-                self._moved(nxt, max(nxt.write + 1, c))
+            nxt.avail = max(nxt.write, c) + 1
+            self.on_head(nxt.avail)
+        self.on_space(c + 1)
         return e
 
     def flush(self) -> list[Entry]:

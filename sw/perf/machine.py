@@ -63,7 +63,7 @@ class Machine:
         self.stop = [False] * n
         self.last_qclear = [-1] * n
         self.pending = [0] * n           # engine commands in a FIFO or an engine, per queue
-        self.fetched = [0] * n           # Q_FETCHED (command index of the next fetch)
+        self.fetched = [0] * n           # Q_FETCHED (index of the next command staged)
         self.fences_staged = 0           # stages holding a FENCE
         self.failing = 0                 # engine commands in progress that retire with an error
         #: per queue, cycles in which a host register write or a reset pulse is pending
@@ -111,33 +111,6 @@ class Machine:
     def window(self, q: int) -> tuple[int, int]:
         """Queue ``q``'s DRAM window ``[base, limit)`` (limit 0 reads as 2**32)."""
         return self.model.queues[q].window()
-
-    def fetch_inputs_settled(self, q: int, c: int) -> bool:
-        """Whether nothing pending can change, in cycle ``c``, what the fetch FSM's FETCH_CHECK
-        of queue ``q`` reads: a ring or window register write, a reset pulse, an error
-        latched (from an engine command of ``q`` retiring with an error in ``c - 1``)."""
-        if c in self.reg_writes[q] or c - 1 in self.reg_writes[q] or c in self._errors:
-            return False
-        if not self.failing:
-            return True
-        for eqn in self.engine_queues.values():
-            for e in eqn.in_flight:
-                if e.cmd.queue == q and e.error is not ErrorCode.NONE:
-                    return False
-        return True
-
-    def stage_inputs_settled(self, q: int, c: int) -> bool:
-        """Whether nothing pending can stop or reset queue ``q`` in cycle ``c``: no reset pulse
-        or error latch pending then (a stage moves its command on unless one of them)."""
-        if c in self.reg_writes[q] or c in self._errors:
-            return False
-        if not self.failing:
-            return True
-        for eqn in self.engine_queues.values():
-            for e in eqn.in_flight:
-                if e.cmd.queue == q and e.error is not ErrorCode.NONE and e.done + 1 <= c:
-                    return False
-        return True
 
     def queue_busy(self, q: int) -> bool:
         """``Q_STATUS.busy``: fetching or fencing for ``q``, a staged command, ring not empty,
@@ -227,6 +200,7 @@ class Machine:
             model = self.model
             for q in queues:
                 self.stages[q].clear()
+                self.fetch.reset_queue(q)
                 queue = model.queues[q]
                 queue.head = queue.tail
                 self.fetched[q] = 0
@@ -254,6 +228,7 @@ class Machine:
 
     def _wake_all(self, cycle: int) -> None:
         self.fetch.wake(cycle)
+        self.fetch.wake_loader(cycle)
         for st in self.stages:
             st.wake(cycle)
         for eqn in self.engine_queues.values():

@@ -46,7 +46,8 @@ __all__ = [
     "requant_done", "requant_write_cycles", "gelu_done", "eltwise_done", "eltwise_writes",
     "SOFTMAX_START", "softmax_row_cycles",
     "softmax_p_writes", "softmax_row_end", "DMA_FIRST_REQUEST", "DMA_DONE_AFTER_LAST",
-    "dma_quiet_done", "fetch_beats", "FETCH_ADDR_AFTER_IDLE", "DECODE_AFTER_LAST_BEAT",
+    "dma_quiet_done", "fetch_beats", "fetch_burst_commands", "FETCH_ADDR_AFTER_IDLE",
+    "BUFFER_AFTER_LAST_BEAT",
     "FENCE_CHECK_AFTER_IDLE", "FENCE_WRITE_AFTER_IDLE", "fifo_write_to_head",
 ]
 
@@ -167,14 +168,34 @@ def dma_quiet_done(config: NPUConfig, body, mem: LocalMem, error: ErrorCode,
 # -- command processor -----------------------------------------------------------------------
 
 def fetch_beats(config: NPUConfig) -> int:
-    """Beats of one command fetch (one INCR burst of :data:`hw.isa.COMMAND_BYTES`)."""
+    """Beats of one command in a fetch burst (:data:`hw.isa.COMMAND_BYTES` per command)."""
     return COMMAND_BYTES // config.axi_data_bytes
+
+
+def fetch_burst_commands(depth: int, buffered: int, fhead: int, tail: int, ring_size: int,
+                         slot: int, window_limit: int, dram_bytes: int, single: bool) -> int:
+    """Commands one fetch burst reads (:class:`hw.cmdproc.FetchUnit`'s FETCH_CHECK, after
+    the first slot passed its checks): the least of the free buffer entries (``depth -
+    buffered``), the commands before ``TAIL`` (``(tail - fhead) mod ring_size``), the slots
+    before the end of the ring, those before the window's limit and the end of the DRAM
+    (``(limit - slot) // 32``), those before the next 4 KiB boundary (AXI4, ARM IHI 0022,
+    A3.4.1), and 1 while ``single`` (after a failed burst of several commands).
+
+    ``fhead`` is the first slot (``HEAD`` plus the buffered commands), ``slot`` its address,
+    ``window_limit`` the window's limit as a byte address (``2**32`` for none)."""
+    if single:
+        return 1
+    return min(depth - buffered, (tail - fhead) & (ring_size - 1), ring_size - fhead,
+               (window_limit - slot) // COMMAND_BYTES, (dram_bytes - slot) // COMMAND_BYTES,
+               (PAGE_BYTES - slot % PAGE_BYTES) // COMMAND_BYTES)
 
 
 #: The fetch FSM leaves IDLE in cycle ``c``: FETCH_CHECK in ``c + 1``, ARVALID from ``c + 2``.
 FETCH_ADDR_AFTER_IDLE = 2
-#: DECODE is the cycle after the last R beat; the command is in its stage the cycle after.
-DECODE_AFTER_LAST_BEAT = 1
+#: A command is in its queue's prefetch buffer the cycle after its last R beat (the FSM is in
+#: IDLE the cycle after the burst's last beat); the loader may move it into the stage then,
+#: and it is in the stage the cycle after.
+BUFFER_AFTER_LAST_BEAT = 1
 #: A fence picked in IDLE in cycle ``c``: FENCE_CHECK in ``c + 1`` (the timestamp is ``CYCLES``
 #: then), AWVALID/WVALID from ``c + 2``.
 FENCE_CHECK_AFTER_IDLE = 1
@@ -182,7 +203,7 @@ FENCE_WRITE_AFTER_IDLE = 2
 
 
 def fifo_write_to_head(depth: int) -> int:
-    """Cycles from writing an entry into an empty per-queue command FIFO to its being readable
-    (``r_rdy``): Amaranth's ``SyncFIFOBuffered`` adds an output register behind its memory
-    (2), except for depth 1, which is one register (1)."""
-    return 1 if depth == 1 else 2
+    """Cycles from writing a command into an empty queue of an engine's store to its being
+    the head (:class:`hw.cmdproc.EngineQueue`: the count register, then an asynchronous read
+    of the store), for every ``depth``."""
+    return 1

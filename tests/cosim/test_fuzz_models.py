@@ -152,14 +152,16 @@ def test_models_agree_on_a_few_streams():
 
 
 ODD = [NPUConfig(axi_data_bits=128, n_queues=2, cmd_fifo_depth=1, dma_outstanding=4),
-       NPUConfig(rows=4, cols=8, n_queues=3, n_sems=8, trace_depth=16)]
+       NPUConfig(rows=4, cols=8, n_queues=3, n_sems=8, trace_depth=16, fetch_depth=1),
+       NPUConfig(axi_data_bits=32, cmd_fifo_depth=3, fetch_depth=16)]
 
 
 @pytest.mark.parametrize("config", ODD, ids=[c.name for c in ODD])
 def test_ci_subset_models_on_other_configurations(config):
     """The CI subset's model half: the functional against the performance model on
-    configurations without a cached RTL build (128-bit bus, depth-1 FIFOs, a non-square
-    array, 3 queues, 8 semaphores, a 16-entry trace that overflows)."""
+    configurations without a cached RTL build (128-bit bus, depth-1 stores, a non-square
+    array, 3 queues, 8 semaphores, a 16-entry trace that overflows, one command per fetch
+    burst; a 32-bit bus with fetch bursts of up to 16 commands)."""
     from cosim.fuzz.jobs import make_checker, run_seeds, summarize
     checker, why = make_checker(None, config)
     res = run_seeds(checker, config, list(range(9000, 9150)), perf_skipped=why)

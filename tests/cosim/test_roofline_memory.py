@@ -30,19 +30,33 @@ def test_ideal_memory_is_the_bus():
     assert memory_roof(CFG, 600, 400)["memory_cycles"] == pytest.approx(1000 / 8)
 
 
+def _dma_reads(beats_per_burst, read_bytes):
+    """A profile whose DMA reads are ``read_bytes`` in bursts of ``beats_per_burst``."""
+    beats = read_bytes // CFG.axi_data_bytes
+    return BurstProfile(read_bursts=beats // beats_per_burst, read_beats=beats,
+                        write_bursts=10, write_beats=40, loads=1, stores=1)
+
+
 def test_read_latency_by_littles_law():
     # 4-beat read bursts, 2 in flight, latency 1000: 2 * 4 * 8 bytes per (1000 + 3) cycles
-    m = memory_roof(CFG, 64_000, 0, "latency=1000", _profile(4, 4))
+    m = memory_roof(CFG, 64_000, 0, "latency=1000", _dma_reads(4, 64_000))
     assert m["bytes_in_flight"] == 64
     assert m["latency_bytes_per_cycle"] == pytest.approx(64 / 1003)
     assert m["bytes_per_cycle"] == pytest.approx(64 / 1003)
     assert m["limit"] == "read" and m["latency_limited"]
     # twice the outstanding reads, twice the roof
-    m4 = memory_roof(NPUConfig(dma_outstanding=4), 64_000, 0, "latency=1000", _profile(4, 4))
+    m4 = memory_roof(NPUConfig(dma_outstanding=4), 64_000, 0, "latency=1000",
+                     _dma_reads(4, 64_000))
     assert m4["bytes_per_cycle"] == pytest.approx(2 * m["bytes_per_cycle"])
     # short latency: the channel, with one idle cycle per 4-beat burst, is the limit
-    short = memory_roof(CFG, 64_000, 0, "ideal", _profile(4, 4))
+    short = memory_roof(CFG, 64_000, 0, "ideal", _dma_reads(4, 64_000))
     assert short["bytes_per_cycle"] == pytest.approx(8 * 4 / 5) and not short["latency_limited"]
+    # command bytes beyond the DMA's ride in the fetch's own read slot (bursts of 4 commands,
+    # 16 beats: 128 bytes per 1015 cycles): 3,200 of them fit in the DMA's time
+    c = memory_roof(CFG, 67_200, 0, "latency=1000", _dma_reads(4, 64_000))
+    assert c["memory_cycles"] == pytest.approx(m["memory_cycles"])
+    c2 = memory_roof(CFG, 64_000 + 128_000, 0, "latency=1000", _dma_reads(4, 64_000))
+    assert c2["memory_cycles"] == pytest.approx(128_000 / (128 / 1015))
 
 
 def test_bandwidth_limit_and_backpressure():

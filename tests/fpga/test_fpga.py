@@ -313,6 +313,35 @@ def test_blocks_from_netlist():
     assert "npu.tile.matrix.cmd" not in blocks
 
 
+def test_blocks_from_netlist_by_source_line():
+    """A register of a sub-block that drives its parent's wire carries the parent's name
+    after ``flatten``: its source line (inside the sub-block's Verilog module) places it,
+    and the LUTs named after it (its next-state logic) go with it; the ``$<n>`` Amaranth
+    adds to a clashing block name is left out of the listing."""
+    from cosim.fpga import blocks_from_netlist
+
+    def scope(first, last):
+        return {"type": "$scopeinfo", "attributes": {"module_src": f"npu.v:{first}.1-{last}.9"}}
+    top = {"attributes": {"top": "00000000000000000000000000000001"}, "cells": {
+        "cmdproc": scope(100, 900),
+        "cmdproc.semaphores": scope(1000, 1900),
+        "cmdproc.stage$12": scope(2000, 2900),
+        # the semaphore file's register, named after the parent's port it drives
+        "cmdproc.sems[0]_TRELLIS_FF_Q": {"type": "TRELLIS_FF", "attributes": {
+            "src": "npu.v:1234.3-1235.20|/share/lattice/cells_map_trellis.v:68.1-68.9"}},
+        "cmdproc.sems[0]_TRELLIS_FF_Q_DI_LUT4_Z": {"type": "LUT4", "attributes": {
+            "src": "/share/lattice/cells_map_trellis.v:124.33-125.56"}},
+        "cmdproc.sems[0]_TRELLIS_FF_Q_DI_LUT4_Z_D_CCU2C_S1": {"type": "CCU2C"},
+        "cmdproc.stage$12.valid_TRELLIS_FF_Q": {"type": "TRELLIS_FF", "attributes": {
+            "src": "npu.v:2500.3-2501.20"}},
+        "cmdproc.other_LUT4_Z": {"type": "LUT4"},
+    }}
+    blocks = blocks_from_netlist({"modules": {"npu": top}}, "ecp5")
+    assert blocks["npu.cmdproc.semaphores"] == Resources(lut4=3, ff=1)
+    assert blocks["npu.cmdproc.stage"] == Resources(ff=1)
+    assert blocks["npu.cmdproc"] == Resources(lut4=4, ff=2)
+
+
 @pytest.mark.parametrize("mhz", [10, 12.5, 20, 25, 50])
 def test_ecp5_pll_settings_in_range(mhz):
     p = ecp5_pll(25e6, mhz * 1e6)

@@ -514,6 +514,185 @@ def test_ring_fetch_outside_window():
     assert [tag for _, tag, _, _ in log] == [2]
 
 
+# -- multi-command fetch ----------------------------------------------------------------------
+
+def _fetch_bursts(mem, cfg):
+    """``(address, commands)`` of every read burst the processor issued."""
+    return [(addr, (length + 1) * cfg.axi_data_bytes // COMMAND_BYTES)
+            for kind, addr, length in mem.log if kind == "read"]
+
+
+async def _ring_at(ctx, h, mem, base, cmds, ring_size=16, queue=0):
+    """Queue ``queue``'s ring at ``base``, ``cmds`` in its first slots, then ``TAIL``."""
+    bus = h.csr.bus
+    await axil_write(ctx, bus, queue_csr(queue, Csr.RING_BASE), base)
+    await axil_write(ctx, bus, queue_csr(queue, Csr.RING_SIZE), ring_size)
+    for i, c in enumerate(cmds):
+        mem.mem[base + i * COMMAND_BYTES:base + (i + 1) * COMMAND_BYTES] = c
+    await axil_write(ctx, bus, queue_csr(queue, Csr.TAIL), len(cmds))
+
+
+@pytest.mark.parametrize("cfg", [NPUConfig(), NPUConfig(axi_data_bits=32, fetch_depth=8)],
+                         ids=["depth4_bus64", "depth8_bus32"])
+def test_fetch_reads_several_commands_per_burst_never_across_4k(cfg):
+    """Ten commands from a ring that crosses a 4 KiB boundary after three slots: the first
+    burst reads the three (the page ends there), no burst crosses the boundary or reads more
+    than ``fetch_depth`` commands, a later one reads at least 4, every slot is read once, in
+    order, and the commands run in order; HEAD ends at TAIL."""
+    base = 0x2000 - 3 * COMMAND_BYTES
+
+    async def program(ctx, h, mem, out):
+        await _ring_at(ctx, h, mem, base, [engine_cmd(Opcode.MATMUL, i) for i in range(10)])
+        out["idle"] = await wait_idle(ctx, h)
+        out["head"] = await axil_read(ctx, h.csr.bus, queue_csr(0, Csr.HEAD))
+        out["fetched"] = await axil_read(ctx, h.csr.bus, queue_csr(0, Csr.Q_FETCHED))
+        out["bursts"] = _fetch_bursts(mem, cfg)
+
+    log, out = run(cfg, program, latency={"matrix": 2})
+    bursts = out["bursts"]
+    assert out["idle"] and out["head"] == 10 and out["fetched"] == 10
+    assert [tag for _, tag, _, _ in log] == list(range(10))
+    assert bursts[0] == (base, 3)
+    assert all(1 <= k <= cfg.fetch_depth for _, k in bursts), bursts
+    assert all(a // 4096 == (a + k * COMMAND_BYTES - 1) // 4096 for a, k in bursts), bursts
+    slots = [a + j * COMMAND_BYTES for a, k in bursts for j in range(k)]
+    assert slots == [base + i * COMMAND_BYTES for i in range(10)], bursts
+    assert max(k for _, k in bursts) >= 4, bursts      # the later bursts are longer
+
+
+def test_fetch_burst_stops_at_the_window_limit():
+    """The window ends after slot 4 of 8: the bursts read slots 0..4 only, the commands
+    there run (four loads, then a BARRIER), and slot 5 is a WINDOW error reported in order,
+    with HEAD on it."""
+    cfg = NPUConfig()
+    base = 0x3000
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        await axil_write(ctx, bus, queue_csr(0, Csr.WINDOW_LIMIT), base + 5 * COMMAND_BYTES)
+        cmds = [engine_cmd(Opcode.DMA_LOAD, i) for i in range(8)]
+        cmds[4] = cmd(Opcode.BARRIER)
+        await _ring_at(ctx, h, mem, base, cmds)
+        out["irq"] = await wait_irq(ctx, h)
+        out["regs"] = [await axil_read(ctx, bus, queue_csr(0, r))
+                       for r in (Csr.Q_ERR_CODE, Csr.Q_ERR_CMD, Csr.Q_ERR_ADDR, Csr.HEAD)]
+        out["bursts"] = _fetch_bursts(mem, cfg)
+
+    log, out = run(cfg, program, latency={"load": 4})
+    bursts = out["bursts"]
+    assert out["irq"]
+    assert out["regs"] == [ErrorCode.WINDOW.value, 5, base + 5 * COMMAND_BYTES, 5]
+    assert [tag for _, tag, _, _ in log] == list(range(4))
+    assert sum(k for _, k in bursts) == 5 and bursts[0] == (base, 4), bursts
+
+
+def test_bus_fault_in_a_burst_of_several_commands_names_the_faulty_one():
+    """The DRAM fails every burst that reads slot 2: the first burst (slots 0..3) fails, its
+    commands are dropped and read again one per burst; commands 0 and 1 run, command 2 is
+    the AXI_ERROR (opcode 0, its slot address), HEAD stays on it."""
+    cfg = NPUConfig()
+    base = 0x3000
+    slot2 = base + 2 * COMMAND_BYTES
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        mem.read_fault = (slot2, slot2 + COMMAND_BYTES)
+        await _ring_at(ctx, h, mem, base, [engine_cmd(Opcode.MATMUL, i) for i in range(4)])
+        out["irq"] = await wait_irq(ctx, h)
+        out["regs"] = [await axil_read(ctx, bus, queue_csr(0, r))
+                       for r in (Csr.Q_ERR_CODE, Csr.Q_ERR_CMD, Csr.Q_ERR_ADDR, Csr.HEAD)]
+        out["bursts"] = _fetch_bursts(mem, cfg)
+
+    log, out = run(cfg, program, latency={"matrix": 3})
+    bursts = out["bursts"]
+    assert out["irq"]
+    assert out["regs"] == [ErrorCode.AXI_ERROR.value, 2, slot2, 2]
+    assert [tag for _, tag, _, _ in log] == [0, 1]
+    assert bursts == [(base, 4), (base, 1), (base + COMMAND_BYTES, 1), (slot2, 1)], bursts
+
+
+def test_queue_reset_during_a_fetch_burst_drops_its_commands():
+    """A queue reset while a burst of four commands is still on the (slow) bus: the burst
+    completes on the bus, its commands are dropped (none runs), HEAD is TAIL, and a command
+    submitted after the reset runs alone."""
+    cfg = NPUConfig()
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, t) for t in (1, 2, 3, 4)])
+        while not mem.log:                       # the burst's AR went out
+            await ctx.tick()
+        await axil_write(ctx, bus, Csr.QUEUE_RESET, 1)
+        out["head"] = await axil_read(ctx, bus, queue_csr(0, Csr.HEAD))
+        for _ in range(600):                     # the burst's beats trickle in meanwhile
+            await ctx.tick()
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, 9)], tail_start=4)
+        out["idle"] = await wait_idle(ctx, h)
+        out["bursts"] = _fetch_bursts(mem, cfg)
+
+    log, out = run(cfg, program, stall=0.95)
+    assert out["bursts"][0] == (RING, 4), out["bursts"]
+    assert out["head"] == 4 and out["idle"]
+    assert [tag for _, tag, _, _ in log] == [9]
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_engine_port_gets_every_field_of_its_commands_back(engine):
+    """Each engine queue stores its engine's narrow payload (``engine_payload``, from the ISA
+    layouts) and hands the engine the command back: opcode, flags, signal id and every body
+    field of each of the engine's opcodes equal what was written (random values)."""
+    import random
+
+    from amaranth.lib import data as adata
+
+    from hw.cmdproc import EngineQueue
+    from hw.isa import OPCODE_BODY, Body
+
+    cfg = NPUConfig(n_queues=2)
+    dut = EngineQueue(cfg, engine=engine)
+    rng = random.Random(len(engine))
+    cases = []
+    for op in ENGINES[engine]:
+        member = OPCODE_BODY[op]
+        layout = adata.Layout.cast(adata.Layout.cast(Body)[member].shape)
+        for _ in range(8):
+            fields = {name: rng.getrandbits(f.width) for name, f in layout
+                      if not name.startswith("_")}
+            flags = {"signal": rng.getrandbits(1), "irq": rng.getrandbits(1),
+                     "accumulate": rng.getrandbits(1), "relu": rng.getrandbits(1),
+                     "transpose": rng.getrandbits(1), "row_scale": rng.getrandbits(1)}
+            header = {"opcode": op, "flags": flags, "signal_sem": rng.randrange(cfg.n_sems)}
+            cases.append(encode({"header": header, "body": {member: fields}}))
+    seen = []
+
+    async def tb(ctx):
+        ctx.set(dut.engine.done, 1)
+        for i, raw in enumerate(cases):
+            ctx.set(dut.i[i % 2].payload.as_value(), int.from_bytes(raw, "little") | i << 256)
+            ctx.set(dut.i[i % 2].valid, 1)
+            await ctx.tick()
+            ctx.set(dut.i[i % 2].valid, 0)
+            assert ctx.get(dut.engine.cmd.valid)
+            seen.append(ctx.get(dut.engine.cmd.payload.as_value()))
+            ctx.set(dut.engine.cmd.ready, 1)
+            await ctx.tick()
+            ctx.set(dut.engine.cmd.ready, 0)
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    for raw, got in zip(cases, seen, strict=True):
+        want = decode(raw)
+        view = decode(got.to_bytes(COMMAND_BYTES, "little"))
+        assert view.header.opcode == want.header.opcode
+        assert view.header.flags.as_bits() == want.header.flags.as_bits()
+        assert view.header.signal_sem == want.header.signal_sem
+        member = OPCODE_BODY[want.header.opcode]
+        assert getattr(view.body, member).as_bits() == getattr(want.body, member).as_bits()
+
+
 def test_trace_and_busy_counters():
     cfg = NPUConfig()
 
@@ -604,25 +783,31 @@ def test_engine_queue_keeps_several_commands_in_flight():
 # -- performance counters ------------------------------------------------------------------------
 
 class _FifoModel:
-    """Naive model of one queue's command FIFO in front of an engine (``SyncFIFOBuffered``):
-    an entry pushed in cycle ``w`` is readable from cycle ``w + 2``; the entry behind a head
-    popped in cycle ``t`` is readable from ``t + 1`` (if it was pushed before ``t``)."""
+    """Naive model of one queue's commands in front of an engine (``EngineQueue``'s store):
+    an entry pushed in cycle ``w`` is readable from cycle ``w + 1``; the entry behind a head
+    popped in cycle ``t`` is readable from ``t + 1``; ``depth`` entries at most (a popped
+    entry's place is free from the next cycle)."""
 
-    def __init__(self):
+    def __init__(self, depth):
+        self.depth = depth
         self.entries = []       # [header dict, push cycle]
         self.last_pop = -10
 
     def head(self, cycle):
-        if self.entries and cycle >= max(self.entries[0][1] + 2, self.last_pop + 1):
+        if self.entries and cycle >= max(self.entries[0][1] + 1, self.last_pop + 1):
             return self.entries[0][0]
         return None
+
+    def room(self):
+        return len(self.entries) < self.depth
 
 
 def test_sem_stall_of_engine_queue_matches_naive_model():
     """``EngineQueue.sem_stall`` against a per-cycle model of its definition
     (:data:`hw.isa.STALL_REASONS`): the engine idle, no queue's head ready, and some queue
     that is neither stopped nor being reset has a head waiting on a semaphore. Random
-    pushes, waits, semaphore values, stops, resets and engine latencies."""
+    pushes (one queue a cycle at most, as the fetch unit writes), waits, semaphore values,
+    stops, resets and engine latencies; the store's room against the model's."""
     import random
 
     from hw.cmdproc import EngineQueue
@@ -636,7 +821,7 @@ def test_sem_stall_of_engine_queue_matches_naive_model():
     out = {"stall": 0, "cycles": 0, "takes": 0, "blocked_any": 0}
 
     async def tb(ctx):
-        fifos = [_FifoModel() for _ in range(n)]
+        fifos = [_FifoModel(cfg.cmd_fifo_depth) for _ in range(n)]
         sems = [0] * 4
         stop = [0] * n
         busy_left = 0          # cycles of busy left (busy includes the done cycle)
@@ -652,9 +837,11 @@ def test_sem_stall_of_engine_queue_matches_naive_model():
             ctx.set(dut.stop, sum(b << q for q, b in enumerate(stop)))
             ctx.set(dut.flush, sum(b << q for q, b in enumerate(flush)))
             pushes = []
+            push_q = rng.randrange(n) if rng.random() < 0.5 else None
             for q in range(n):
                 port = dut.i[q]
-                if rng.random() < 0.15:
+                assert ctx.get(port.ready) == fifos[q].room(), f"cycle {cycle}: room of {q}"
+                if q == push_q:
                     wait = rng.random() < 0.6
                     header = {"opcode": Opcode.MATMUL, "flags": {"wait": int(wait)},
                               "wait_sem": rng.randrange(4),
@@ -704,6 +891,7 @@ def test_sem_stall_of_engine_queue_matches_naive_model():
             for q in range(n):
                 if flush[q]:
                     fifos[q].entries.clear()
+                    fifos[q].last_pop = -10
             await ctx.tick()
 
     sim.add_testbench(tb)
@@ -849,12 +1037,14 @@ def test_counters_equal_per_cycle_count_of_their_definitions(cfg):
     assert d["bytes_read"] == 8 * COMMAND_BYTES       # the ring fetches (fake engines)
     assert d["bytes_written"] == 4                     # the fence
     assert d["busy.load"] == 120 and d["busy.matrix"] == 40
-    # the chain's later engines waited on the semaphores while the earlier ones ran (the
-    # matrix engine after its queue-1 command, until the first load retired)
+    # the chain's later engines waited on the semaphores while the earlier ones ran: the
+    # matrix engine, from the first snapshot until the first load retired, except while it
+    # ran its queue-1 command (the fake engines drop busy in their done cycle, so that cycle
+    # is idle too; the log counts cycles from the first clock edge)
     load_end = next(end for e, tag, _, end in log if tag == 1)
-    matrix_free = max(end for e, _, _, end in log if e == "matrix" and end < load_end)
-    # (the fake engines drop busy in their done cycle, so that cycle is idle too)
-    assert 0 < d["stall.matrix.sem"] <= load_end - matrix_free + 1
+    matrix_ran = sum(end - start for e, _, start, end in log
+                     if e == "matrix" and end < load_end)
+    assert 0 < d["stall.matrix.sem"] <= load_end - a["cycles"] - matrix_ran + 2
     # two-sided: a semaphore stall is a cycle the engine waits, so never a busy cycle
     for e in ("store", "vector", "matrix"):
         assert 0 < d[f"stall.{e}.sem"] <= d["cycles"] - d[f"busy.{e}"], (e, d)

@@ -24,6 +24,7 @@ LEGAL = {
     "dma_outstanding": list(range(2, 65)),
     "dma_max_burst_beats": list(range(1, 257)),
     "cmd_fifo_depth": list(range(1, 65)),
+    "fetch_depth": [1, 2, 4, 8, 16, 32],        # 64 only on a bus of 64 bits or more
     "trace_depth": list(range(2, 1025)),
 }
 

@@ -78,10 +78,11 @@ def dma(opcode, dram_addr, n_rows, **kw):
 
 
 #: per queue, the commands; each engine's commands sit in one queue at distinct indices. The
-#: store waits for the second load (semaphore 5), so the store engine sees a ``sem`` stall.
+#: store waits for the second load (semaphore 5), long enough that the store engine sees a
+#: ``sem`` stall (the store is fetched in a burst of its own, after queues 0..2).
 PROGRAM = {
     0: [command(Opcode.NOP), dma(Opcode.DMA_LOAD, 0x2000, 0),
-        dma(Opcode.DMA_LOAD, 0x2000, 3, signal=5)],
+        dma(Opcode.DMA_LOAD, 0x2000, 16, signal=5)],
     1: [command(Opcode.MATMUL, {"matmul": {"a_row": 4, "w_row": 8, "acc_row": 0, "m": 2}}),
         command(Opcode.NOP),
         command(Opcode.MATMUL, {"matmul": {"a_row": 4, "w_row": 8, "acc_row": 2, "m": 1}})],

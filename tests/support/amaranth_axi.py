@@ -5,7 +5,7 @@ import random
 
 from amaranth.sim import SimulatorContext
 
-from hw.bus import AXI_RESP_DECERR, AXI_RESP_OKAY
+from hw.bus import AXI_RESP_DECERR, AXI_RESP_OKAY, AXI_RESP_SLVERR
 
 
 async def axil_write(ctx: SimulatorContext, bus, addr: int, value: int, timeout: int = 100):
@@ -51,7 +51,9 @@ class AxiMemory:
     """AXI4 subordinate backed by a bytearray; optional random stalls on every channel.
 
     Reads are answered in order, one beat per cycle when not stalled. Out-of-range accesses
-    get DECERR. ``log`` records every (kind, addr, len) request.
+    get DECERR; with ``read_fault = (lo, hi)`` every beat of a read burst whose bytes meet
+    ``[lo, hi)`` gets SLVERR (the rule of the co-simulation's DRAM model,
+    :class:`sw.model.faults.BusFault`). ``log`` records every (kind, addr, len) request.
     """
 
     def __init__(self, bus, size: int, beat_bytes: int, stall: float = 0.0, seed: int = 0):
@@ -61,6 +63,7 @@ class AxiMemory:
         self.stall = stall
         self.rng = random.Random(seed)
         self.log: list[tuple[str, int, int]] = []
+        self.read_fault: tuple[int, int] | None = None
 
     def _go(self) -> bool:
         return self.rng.random() >= self.stall
@@ -79,7 +82,10 @@ class AxiMemory:
                 ctx.set(bus.rvalid, self._go())
                 ctx.set(bus.rdata, data)
                 ctx.set(bus.rid, rid)
-                ctx.set(bus.rresp, AXI_RESP_OKAY if ok else AXI_RESP_DECERR)
+                fault = self.read_fault is not None and addr < self.read_fault[1] \
+                    and addr + (length + 1) * self.beat_bytes > self.read_fault[0]
+                ctx.set(bus.rresp, AXI_RESP_SLVERR if fault
+                        else AXI_RESP_OKAY if ok else AXI_RESP_DECERR)
                 ctx.set(bus.rlast, beat == length)
             else:
                 ctx.set(bus.rvalid, 0)

@@ -1,12 +1,11 @@
 """Components of the performance model against deliberately naive, cycle-by-cycle models of
-the hardware they stand for: the command FIFO against Amaranth's own ``SyncFIFOBuffered`` in
+the hardware they stand for: a queue's command store against the engine queue's RTL in
 Amaranth's simulator, the DRAM read channel and the AR arbiter against a transliteration of
 ``cosim/tb/dram.sv`` and ``hw/bus/arbiter.py``, the DMA's chunk walk, burst split and store
 buffer against per-cycle loops."""
 
 import numpy as np
 import pytest
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.sim import Simulator
 
 from hw.config import NPUConfig
@@ -20,16 +19,23 @@ from sw.perf.ledger import Ledger
 from sw.perf.memory import CP, DMA, ReadChannel, WriteChannel
 from sw.perf.ports import walk
 
-# -- command FIFO vs Amaranth's SyncFIFOBuffered ------------------------------------------------
+# -- a queue's command store vs the engine queue's RTL -----------------------------------------
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3, 4])
-def test_fifo_timing_matches_amaranth_syncfifobuffered(depth):
+def test_store_timing_matches_the_engine_queue(depth):
+    """:class:`CommandFifo` against :class:`hw.cmdproc.EngineQueue` (one queue, an engine that
+    retires every cycle) in Amaranth's simulator: room, head and data cycle by cycle under
+    random writes and takes, and the notices of a new head and of room again."""
+    from hw.cmdproc import EngineQueue
+    from hw.isa import Opcode, encode
+
     rng = np.random.default_rng(depth)
     n = 400
     want_w = rng.random(n) < 0.6
     want_r = rng.random(n) < 0.45
-    dut = SyncFIFOBuffered(width=16, depth=depth)
+    dut = EngineQueue(NPUConfig(n_queues=1, cmd_fifo_depth=depth), in_flight=2,
+                      engine="matrix")
     heads, spaces = set(), set()
     model = CommandFifo(depth, heads.add, spaces.add)
     sim = Simulator(dut)
@@ -37,24 +43,30 @@ def test_fifo_timing_matches_amaranth_syncfifobuffered(depth):
     seen = {"w": 0, "r": 0}
     prev_w_rdy = [True]
 
+    def command(token):
+        return int.from_bytes(encode({"header": {"opcode": Opcode.MATMUL},
+                                      "body": {"matmul": {"a_row": token}}}), "little")
+
     async def tb(ctx):
         token = 0
+        ctx.set(dut.engine.done, 1)        # the engine retires a command every cycle
         for c in range(n):
-            w_rdy, r_rdy = ctx.get(dut.w_rdy), ctx.get(dut.r_rdy)
-            assert w_rdy == model.w_rdy(c), f"w_rdy in cycle {c}"
-            assert r_rdy == (model.head(c) is not None), f"r_rdy in cycle {c}"
+            w_rdy, r_rdy = ctx.get(dut.i[0].ready), ctx.get(dut.engine.cmd.valid)
+            assert w_rdy == model.w_rdy(c), f"room in cycle {c}"
+            assert r_rdy == (model.head(c) is not None), f"head in cycle {c}"
             do_r = bool(want_r[c] and r_rdy)
             do_w = bool(want_w[c] and w_rdy)
-            ctx.set(dut.r_en, do_r)
-            ctx.set(dut.w_en, do_w)
-            ctx.set(dut.w_data, token)
+            ctx.set(dut.engine.cmd.ready, do_r)
+            ctx.set(dut.i[0].valid, do_w)
+            ctx.set(dut.i[0].payload.as_value(), command(token))
             if r_rdy:      # the engine was told when this head became readable
                 assert model.head(c).avail in heads
-            if w_rdy and not prev_w_rdy[0]:   # and the stage when there was room again
-                assert c in spaces, f"no space notice for cycle {c}"
+            if w_rdy and not prev_w_rdy[0]:   # and the loader when there was room again
+                assert c in spaces, f"no room notice for cycle {c}"
             prev_w_rdy[0] = w_rdy
             if do_r:
-                assert ctx.get(dut.r_data) == model.take(c).cmd
+                got = ctx.get(dut.engine.cmd.payload.body.matmul.a_row)
+                assert got == model.take(c).cmd
                 seen["r"] += 1
             if do_w:
                 model.write(c, token)
@@ -66,12 +78,16 @@ def test_fifo_timing_matches_amaranth_syncfifobuffered(depth):
     assert seen["w"] > 50 and seen["r"] > 50
 
 
-def test_fifo_latency_of_the_default_depth():
+def test_store_latency():
     fifo = CommandFifo(2, lambda c: None, lambda c: None)
     fifo.write(10, "a")
-    assert fifo.head(11) is None and fifo.head(12).cmd == "a"     # 2 cycles write to head
-    assert not fifo.w_rdy(11) and fifo.w_rdy(12)                   # the memory holds 1
-    assert T.fifo_write_to_head(2) == 2 and T.fifo_write_to_head(1) == 1
+    assert fifo.head(10) is None and fifo.head(11).cmd == "a"     # the head a cycle later
+    assert fifo.w_rdy(11)                                          # room for 2
+    fifo.write(11, "b")
+    assert not fifo.w_rdy(12)
+    fifo.take(12)
+    assert not fifo.w_rdy(12) and fifo.w_rdy(13) and fifo.head(13).cmd == "b"
+    assert T.fifo_write_to_head(2) == 1 and T.fifo_write_to_head(1) == 1
 
 
 # -- the DMA's chunk walk against a port ------------------------------------------------------
