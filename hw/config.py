@@ -90,6 +90,13 @@ class NPUConfig:
         (:class:`hw.cmdproc.FetchUnit`).
     trace_depth : int
         Entries of each engine's command trace FIFO (see ``Csr.TRACE_*`` in :mod:`hw.isa`).
+    mx : int
+        1: the systolic array has its MX exponent stage and the matrix engine runs MX
+        commands (OCP MXINT8 weights and activations, :mod:`hw.isa.formats`); 0: MX MATMULs
+        fail with ``BAD_SIZE``. int4 weights are always supported (a nibble select in the
+        weight load). A parameter because the exponent stage costs area in every column (a
+        shadow/active exponent pair, a 32-bit left and a rounding right shifter), not cycles:
+        it sits after the last PE row's register, so the array's latency is the same.
 
     Raises
     ------
@@ -112,6 +119,7 @@ class NPUConfig:
     cmd_fifo_depth: int = 2
     fetch_depth: int = 4
     trace_depth: int = 64
+    mx: int = 0
 
     # Fixed number formats of this generation of the tile.
     input_bits = 8
@@ -148,6 +156,7 @@ class NPUConfig:
               and self.fetch_depth * 32 <= 256 * (self.axi_data_bits // 8),
               "must be a power of two in 1..64 whose commands fit one 256-beat burst")
         check("trace_depth", 2 <= self.trace_depth <= 1024, "must be in 2..1024")
+        check("mx", self.mx in (0, 1), "must be 0 or 1")
 
     # -- derived quantities -------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from hw.isa import (
     CSR_VERSION_VALUE,
     CfgArray,
     CfgBus,
+    CfgFeatures,
     Csr,
     ErrorWord,
     IrqBit,
@@ -166,6 +167,7 @@ class CsrBlock(wiring.Component):
                                        "dma_outstanding": cfg.dma_outstanding,
                                        "spad_row_bytes": cfg.spad_row_bytes,
                                        "acc_row_elems": cfg.acc_row_elems}),
+            Csr.CFG_FEATURES: CfgFeatures.const({"mx": cfg.mx}),
         }
         status = Signal(StatusWord, name="status")
         err_code = Signal(ErrorWord, name="err_code")

@@ -25,8 +25,12 @@ completion, summed over the block's kernels), MACs, utilization, accuracy, bit-e
 the golden model, every counter over the workload and the DMA bursts
 (:class:`cosim.bench.bursts.BurstProfile`).
 
-The number format is int8 for every workload (``FORMATS``); the format is part of each point's
-identity so that a later format axis (int4 weights, MXINT8) adds points without renaming these.
+Number formats: a name may end in ``@WEIGHTS`` or ``@WEIGHTS+ACTIVATIONS`` (``FORMATS``):
+``gemm:1x384x1536@int4`` (int4 weights, per channel), ``gemm:64x64x64@mxint8`` (OCP MXINT8
+weights, int8 activations), ``minilm-block:32@mxint8+mxint8`` (MXINT8 weights and Q/K/V input;
+MXINT8 needs a configuration with ``mx=1``). No suffix is int8 x int8, and its name (and cache
+key) is the one it had before the format axis. ``npu sweep --weights ... --activations ...``
+applies formats to every ``--workload``.
 """
 
 from __future__ import annotations
@@ -41,10 +45,13 @@ from hw.config import NPUConfig
 from sw.runtime import Device
 
 __all__ = ["Workload", "WorkloadError", "parse_workload", "workload_job", "FORMATS",
-           "GEMM_CALIBRATION_ROWS"]
+           "WEIGHT_FORMATS", "ACT_FORMATS", "GEMM_CALIBRATION_ROWS", "with_format"]
 
-#: Number formats a workload runs in (this generation of the tile: int8 only).
-FORMATS = ("int8",)
+#: Weight and activation number formats (:mod:`hw.isa.formats`).
+WEIGHT_FORMATS = ("int8", "int4", "mxint8")
+ACT_FORMATS = ("int8", "mxint8")
+#: Every format name: ``WEIGHTS`` (int8 activations) or ``WEIGHTS+ACTIVATIONS``.
+FORMATS = tuple(w if a == "int8" else f"{w}+{a}" for a in ACT_FORMATS for w in WEIGHT_FORMATS)
 #: Rows of the separate activation draw the GEMM's output scale is calibrated on.
 GEMM_CALIBRATION_ROWS = 64
 #: Largest GEMM extent a sweep accepts (elements per dimension; keeps a point below minutes).
@@ -69,7 +76,7 @@ class Workload:
     dims : tuple of int
         ``(M, K, N)`` of a GEMM, ``(L,)`` of the MiniLM block.
     fmt : str
-        Number format (``"int8"``).
+        Number format (:data:`FORMATS`: ``"int8"``, ``"int4"``, ``"mxint8+mxint8"``, ...).
     """
     kind: str
     dims: tuple[int, ...]
@@ -77,8 +84,17 @@ class Workload:
 
     @property
     def name(self) -> str:
-        """The canonical name, e.g. ``gemm:64x64x64``, ``minilm-block:128``."""
-        return f"{self.kind}:{'x'.join(map(str, self.dims))}"
+        """The canonical name, e.g. ``gemm:64x64x64``, ``minilm-block:128@int4``."""
+        base = f"{self.kind}:{'x'.join(map(str, self.dims))}"
+        return base if self.fmt == "int8" else f"{base}@{self.fmt}"
+
+    @property
+    def weights(self) -> str:
+        return self.fmt.partition("+")[0]
+
+    @property
+    def activations(self) -> str:
+        return self.fmt.partition("+")[2] or "int8"
 
     @property
     def macs(self) -> int | None:
@@ -90,17 +106,48 @@ class Workload:
         if self.kind == "minilm-block" and config.rows != config.cols:
             return (f"{self.name} needs a square array (the transposed K load), got "
                     f"{config.rows}x{config.cols}")
+        if "mxint8" in self.fmt:
+            if not config.mx:
+                return f"{self.name} needs the MX exponent stage (mx=1), {config.spec} has none"
+            if 32 % config.rows:
+                return f"{self.name}: MXINT8 needs rows dividing 32, got {config.rows}"
+        if (self.kind == "minilm-block" and self.activations == "mxint8"
+                and self.weights != "mxint8"):
+            return f"{self.name}: the block uses MXINT8 activations with MXINT8 weights only"
         return None
 
 
-def parse_workload(text: str) -> Workload:
-    """Read ``gemm:MxKxN`` or ``minilm-block:L`` (see the module docstring).
+def with_format(wl: Workload, weights: str, activations: str = "int8") -> Workload:
+    """``wl`` in another number format.
 
     Raises
     ------
     WorkloadError
-        On an unknown kind, a malformed or out-of-range size, or ``minilm:L`` (not yet).
+        For an unknown format.
     """
+    fmt = weights if activations == "int8" else f"{weights}+{activations}"
+    if fmt not in FORMATS:
+        raise WorkloadError(f"format {fmt!r} unknown; formats: {', '.join(FORMATS)}")
+    return Workload(wl.kind, wl.dims, fmt)
+
+
+def parse_workload(text: str) -> Workload:
+    """Read ``gemm:MxKxN`` or ``minilm-block:L``, optionally ``@FORMAT`` (see the module
+    docstring).
+
+    Raises
+    ------
+    WorkloadError
+        On an unknown kind or format, a malformed or out-of-range size, or ``minilm:L`` (not
+        yet).
+    """
+    text, at, fmt = text.strip().partition("@")
+    if at:
+        if fmt not in FORMATS:
+            raise WorkloadError(f"workload {text}@{fmt}: unknown format {fmt!r}; formats: "
+                                f"{', '.join(FORMATS)}")
+        wl = parse_workload(text)
+        return Workload(wl.kind, wl.dims, fmt)
     kind, sep, arg = text.strip().partition(":")
     kind = kind.lower()
     if not sep or not arg:
@@ -131,44 +178,84 @@ def parse_workload(text: str) -> Workload:
 
 # -- running ---------------------------------------------------------------------------------
 
-def _gemm_operands(m: int, k: int, n: int, seed: int):
-    """Float operands, their int8 quantization and the requantization of ``gemm:MxKxN``."""
-    from sw.quant import channel_scales, quantize, quantize_multipliers, tensor_scale
+def _gemm_operands(m: int, k: int, n: int, seed: int, weights: str = "int8",
+                   activations: str = "int8", tile_k: int = 8):
+    """Float operands, their quantization in the given formats (int8: per tensor / per
+    channel; int4: per channel; MXINT8: OCP MX blocks along K) and the requantization of
+    ``gemm:MxKxN``; also the :class:`sw.kernels.linear.Formats`."""
+    from hw.isa import E8M0_BIAS, MXINT8_FRAC_BITS, ActFormat, WeightFormat
+    from sw.kernels.linear import Formats
+    from sw.quant import (
+        channel_scales,
+        int4_channel_scales,
+        mx_alignment_base,
+        quantize,
+        quantize_int4,
+        quantize_multipliers,
+        quantize_mxint8,
+        tensor_scale,
+    )
 
     rng = np.random.default_rng(seed)
     a_f = rng.standard_normal((m, k), dtype=np.float32)
     w_f = (rng.standard_normal((k, n), dtype=np.float32) / np.float32(np.sqrt(k)))
     a_cal = rng.standard_normal((GEMM_CALIBRATION_ROWS, k), dtype=np.float32)
-    sa = tensor_scale(a_cal)
-    sw = channel_scales(w_f, axis=1)
     so = tensor_scale(a_cal @ w_f)
-    a = quantize(a_f, sa)
-    w = quantize(w_f, sw, axis=1)
-    mult, shift = quantize_multipliers(sa * sw / so)
-    return a_f @ w_f, a, w, np.zeros(n, dtype=np.int32), mult, shift, so
+    a_exp = w_exp = None
+    if activations == "mxint8":
+        a, a_exp = quantize_mxint8(a_f, axis=1)
+        sa, a_max = 2.0 ** -MXINT8_FRAC_BITS, 127
+    else:
+        sa, a_max = tensor_scale(a_cal), 128
+        a = quantize(a_f, sa)
+    if weights == "mxint8":
+        w, w_exp = quantize_mxint8(w_f, axis=0)
+        sw, w_max = np.full(n, 2.0 ** -MXINT8_FRAC_BITS), 127
+    elif weights == "int4":
+        sw, w_max = int4_channel_scales(w_f, axis=1), 8
+        w = quantize_int4(w_f, sw, axis=1)
+    else:
+        sw, w_max = channel_scales(w_f, axis=1), 128
+        w = quantize(w_f, sw, axis=1)
+    mx = weights == "mxint8" or activations == "mxint8"
+    x_base = mx_alignment_base(a_exp, w_exp, k=k, tile_k=tile_k, a_max=a_max,
+                               w_max=w_max) if mx else 0
+    unit = 2.0 ** (x_base - 2 * E8M0_BIAS) if mx else 1.0
+    mult, shift = quantize_multipliers(unit * sa * sw / so)
+    fmt = Formats(weights=WeightFormat[weights.upper()], activations=ActFormat[
+        activations.upper()], w_exp=w_exp, a_exp=a_exp, x_base=x_base)
+    return a_f @ w_f, a, w, np.zeros(n, dtype=np.int32), mult, shift, so, fmt
 
 
 def _run_gemm(device: Device, wl: Workload, seed: int) -> dict:
-    from sw.golden import linear_int
-    from sw.kernels.linear import linear_with_stats
+    from sw.golden import linear_formats
+    from sw.kernels.linear import linear_with_stats, weight_dram_bytes
     from sw.quant import cosine, sqnr_db
 
-    ref, a, w, bias, mult, shift, so = _gemm_operands(*wl.dims, seed)
-    out, st = linear_with_stats(device, a, w, bias, mult, shift)
+    c = device.config
+    ref, a, w, bias, mult, shift, so, fmt = _gemm_operands(
+        *wl.dims, seed, wl.weights, wl.activations, c.rows)
+    out, st = linear_with_stats(device, a, w, bias, mult, shift, formats=fmt)
     test = out.astype(np.float64) * so
+    gold = linear_formats(a, w, bias, mult, shift, tile_k=c.rows, weights=fmt.weights,
+                          activations=fmt.activations, w_exp=fmt.w_exp, a_exp=fmt.a_exp,
+                          x_base=fmt.x_base)
     return {"cycles": st.cycles, "macs": st.macs, "commands": st.n_commands,
             "sqnr_db": round(float(sqnr_db(ref, test)), 3),
             "cosine": round(float(cosine(ref, test)), 6),
-            "bit_exact": bool(np.array_equal(out, linear_int(a, w, bias, mult, shift)))}
+            "weight_bytes": weight_dram_bytes(c, st.plan),
+            "bit_exact": bool(np.array_equal(out, gold))}
 
 
 def _run_block(backend, config: NPUConfig, wl: Workload) -> dict:
     from sw.jobs.minilm_block import run_attention_job
 
-    res = run_attention_job(backend, config=config.to_dict(), seq_len=wl.dims[0])
+    res = run_attention_job(backend, config=config.to_dict(), seq_len=wl.dims[0],
+                            weights=wl.weights, activations=wl.activations)
     total = res["stages"][-1]
     return {"cycles": total["cycles"], "macs": total["macs"], "sqnr_db": res["sqnr_db"],
             "cosine": res["cosine"], "bit_exact": res["bit_exact"],
+            "weight_bytes": res["weight_bytes"],
             "stages": [{k: s[k] for k in ("name", "cycles", "macs")} for s in res["stages"]]}
 
 

@@ -64,7 +64,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         job, fmt = "run_qkv_job", workload.format_report
     else:
         job, fmt = "run_attention_job", workload.format_attention_report
-        job_args |= {"seq_len": args.seq_len, "causal": args.causal, "fill": args.fill}
+        job_args |= {"seq_len": args.seq_len, "causal": args.causal, "fill": args.fill,
+                     "weights": args.weights, "activations": args.activations}
     if args.trace or args.trace_png:
         job_args["profile"] = True
     start = time.perf_counter()
@@ -221,6 +222,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                      help="reach --seq-len by repeating the text (default) or by [PAD] tokens "
                           "masked as keys (key-padding mask)")
     run.add_argument("--causal", action="store_true", help="causal attention mask")
+    run.add_argument("--weights", choices=("int8", "int4", "mxint8"), default="int8",
+                     help="number format of the four projections' weights: int8 (per "
+                          "channel), int4 (per channel, packed two per byte), mxint8 (OCP MX, "
+                          "needs a configuration with mx=1) (default %(default)s)")
+    run.add_argument("--activations", choices=("int8", "mxint8"), default="int8",
+                     help="number format of the Q/K/V projections' input: int8 (per tensor) "
+                          "or mxint8 (with --weights mxint8) (default %(default)s)")
     run.add_argument("--qkv-only", action="store_true",
                      help="run only the Q/K/V projections (the earlier main job)")
     run.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
@@ -403,9 +411,16 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                      "no cycles)")
     if args.text is not None and not args.text.strip():
         parser.error("--text is empty")
+    if (args.weights == "mxint8" or args.activations == "mxint8") and not args.config.mx:
+        parser.error(f"mxint8 needs the MX exponent stage: --config {args.config.spec},mx=1")
+    if args.activations == "mxint8" and args.weights != "mxint8":
+        parser.error("--activations mxint8 needs --weights mxint8")
     if args.qkv_only:
         for flag, value in (("--seq-len", args.seq_len), ("--fill", args.fill),
-                            ("--causal", args.causal or None)):
+                            ("--causal", args.causal or None),
+                            ("--weights", None if args.weights == "int8" else args.weights),
+                            ("--activations",
+                             None if args.activations == "int8" else args.activations)):
             if value is not None:
                 parser.error(f"{flag} applies to the attention block, not to --qkv-only")
     else:

@@ -24,7 +24,10 @@ workloads multiply points, not syntheses). Results are cached by what determines
 
 Workloads: gemm:MxKxN (float operands quantized to int8, SQNR against the float product),
 minilm-block:L (MiniLM layer-0 self-attention on L tokens of real text; square arrays);
-minilm:L (the full forward pass) is reserved for later.
+minilm:L (the full forward pass) is reserved for later. A workload may name its number
+format, gemm:1x384x1536@int4, minilm-block:32@mxint8+mxint8 (weights+activations), or
+--weights/--activations run every workload in each format (a format axis; MXINT8 needs a
+configuration with mx=1; points a configuration cannot run are reported as unsupported).
 
 Outputs in --out: sweep.json (everything, with counters and stages), sweep.csv, table.txt,
 pareto.png (and roofline.png with --roofline); the table is printed.
@@ -44,6 +47,8 @@ examples:
             minilm-block:32 --rtl 6
   npu sweep --base 8x8 16x16 --workload minilm-block:128 --no-area \\
             --find 'latency=3..4000:slowdown<=5%' 'bw=0.25..64:slowdown<=5%'
+  npu sweep --base 8x8,mx=1 --weights int8 int4 mxint8 --dram ideal ddr \\
+            --workload gemm:1x384x1536 minilm-block:32 --no-area
 """
 
 
@@ -106,6 +111,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--workload", type=_workload, nargs="+", action="extend", required=True,
                    metavar="W",
                    help="gemm:MxKxN, minilm-block:L")
+    g.add_argument("--weights", nargs="+", choices=("int8", "int4", "mxint8"), metavar="FMT",
+                   help="weight formats to run every --workload in: int8 int4 mxint8 (a format "
+                        "axis; MXINT8 needs mx=1 in the configuration, e.g. --base 8x8,mx=1)")
+    g.add_argument("--activations", nargs="+", choices=("int8", "mxint8"), metavar="FMT",
+                   help="activation formats to run every --workload in: int8 mxint8")
     g.add_argument("--seed", type=int_at_least(0), default=0,
                    help="seed of the GEMM operands (default 0)")
     a = sw.add_argument_group("area and RTL")
@@ -176,9 +186,15 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                               ("acc_rows", args.acc_rows), ("axi_data_bits", args.axi_data_bits),
                               ("dma_outstanding", args.dma_outstanding),
                               ("n_queues", args.n_queues)) if v}
+    workloads = list(args.workload)
+    if args.weights or args.activations:
+        from cosim.bench.workloads import with_format
+        workloads = [with_format(w, wf, af) for w in workloads
+                     for wf in (args.weights or [w.weights])
+                     for af in (args.activations or [w.activations])]
     args.grid = Grid(bases=tuple(args.base), axes=axes,
                      drams=drams,
-                     workloads=tuple(dict.fromkeys(args.workload)), seed=args.seed)
+                     workloads=tuple(dict.fromkeys(workloads)), seed=args.seed)
     try:
         args.grid.configs()
     except ValueError as e:

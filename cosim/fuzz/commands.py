@@ -10,7 +10,15 @@ DRAM writes and conservative (a superset) elsewhere.
 
 from __future__ import annotations
 
-from hw.isa import LN_MAX_ELEMS, ErrorCode, LocalMem, Opcode, eltwise_param_rows
+from hw.isa import (
+    LN_MAX_ELEMS,
+    ErrorCode,
+    LocalMem,
+    Opcode,
+    act_tile_rows,
+    eltwise_param_rows,
+    weight_tile_rows,
+)
 from sw.model.faults import BusFault
 
 __all__ = ["CommandMaker", "TS_BYTES"]
@@ -180,15 +188,21 @@ class CommandMaker:
         _, slo, shi = self._local(LocalMem.SPAD, q)
         _, alo, ahi = self._local(LocalMem.ACC, q)
         m = self._int(1, min(24, ahi - alo))
-        transpose = c.rows == c.cols and self._chance(0.3)
-        a, w = self._rows(slo, shi, m), self._rows(slo, shi, c.rows)
+        # number formats (hw.isa.formats): int4 weights always, MXINT8 with the MX stage
+        w_fmt = [0, 0, 1, 2][self._int(0, 3 if c.mx else 2)]
+        a_fmt = int(bool(c.mx) and self._chance(0.3))
+        x_base = self._int(0, 1023) if self._chance(0.2) else 254 + self._int(-12, 12)
+        transpose = c.rows == c.cols and w_fmt == 0 and self._chance(0.3)
+        a_n, w_n = act_tile_rows(c, m, a_fmt), weight_tile_rows(c, w_fmt)
+        a, w = self._rows(slo, shi, a_n), self._rows(slo, shi, w_n)
         acc = self._rows(alo, ahi, m)
         accumulate = self._chance(0.4)
-        foot = [("spad", a, a + m, False), ("spad", w, w + c.rows, False),
+        foot = [("spad", a, a + a_n, False), ("spad", w, w + w_n, False),
                 ("acc", acc, acc + m, True)]
+        fmt = {"w_fmt": w_fmt, "a_fmt": a_fmt, "x_base": x_base} if w_fmt or a_fmt else {}
         fields = {"header": {"opcode": Opcode.MATMUL,
                              "flags": {"accumulate": int(accumulate), "transpose": int(transpose)}},
-                  "body": {"matmul": {"a_row": a, "w_row": w, "acc_row": acc, "m": m}}}
+                  "body": {"matmul": {"a_row": a, "w_row": w, "acc_row": acc, "m": m, **fmt}}}
         sig, wait = self._flags()
         self.g.add(q, fields, foot, sig, wait)
 
@@ -312,7 +326,8 @@ class CommandMaker:
         """Draw one invalid command for queue ``q`` among the kinds possible here."""
         kinds = ["opcode", "sem", "dma_dram", "dma_local",
                  "matmul_local", "requant_local", "softmax_overlap", "softmax_local",
-                 "fence_align", "fence_dram", "gelu_local", "eltwise_size", "eltwise_local"]
+                 "fence_align", "fence_dram", "matmul_format", "gelu_local", "eltwise_size",
+                 "eltwise_local"]
         if self.cfg.rows != self.cfg.cols:
             kinds.append("matmul_transpose")
         axi = []
@@ -392,6 +407,24 @@ class CommandMaker:
         b[which] = depth - (c.rows if which == "w_row" else m) + 1 + self._int(0, 1)
         self.g.add_bad(q, {"header": self._hdr(Opcode.MATMUL), "body": {"matmul": b}},
                        E.BAD_LOCAL_ADDR)
+
+    def _bad_matmul_format(self, q: int) -> None:
+        """A format the configuration does not have: the reserved ``w_fmt`` 3, MXINT8 without
+        the MX stage, transposed int4 or MXINT8 weights (:func:`hw.isa.format_error`)."""
+        h = self._hdr(Opcode.MATMUL)
+        kinds = ["reserved", "transpose"] + ([] if self.cfg.mx else ["mx_w", "mx_a"])
+        kind = kinds[self._int(0, len(kinds) - 1)]
+        b = {"m": self._int(1, 8), "w_fmt": 3 if kind == "reserved" else self._int(1, 2),
+             "a_fmt": int(kind == "mx_a")}
+        if kind == "mx_a":
+            b["w_fmt"] = 0
+        if kind == "mx_w":
+            b["w_fmt"] = 2
+        if kind == "transpose":
+            h["flags"]["transpose"] = 1
+            if not self.cfg.mx:
+                b["w_fmt"] = 1
+        self.g.add_bad(q, {"header": h, "body": {"matmul": b}}, E.BAD_SIZE)
 
     def _bad_matmul_transpose(self, q: int) -> None:
         h = self._hdr(Opcode.MATMUL)

@@ -4,7 +4,8 @@
   codes, :func:`encode` / :func:`decode`;
 * :mod:`hw.isa.registers`: the CSR map and the layout of every packed register and trace entry;
 * :mod:`hw.isa.counters`: performance counter names, definitions and registers;
-* :mod:`hw.isa.numerics`: numerics constants of the vector unit;
+* :mod:`hw.isa.numerics`: numerics constants (vector unit, int4, OCP MX);
+* :mod:`hw.isa.formats`: the MATMUL operand formats (int8, int4, MXINT8) and their tile layouts;
 * :mod:`hw.isa.timing`: engine timing, in cycles, as functions of a command and the
   :class:`~hw.config.NPUConfig` (the DMA's in :mod:`hw.isa.dma_timing`).
 
@@ -67,6 +68,8 @@ from hw.isa.commands import *  # noqa: F403
 from hw.isa.commands import __all__ as _commands
 from hw.isa.counters import *  # noqa: F403
 from hw.isa.counters import __all__ as _counters
+from hw.isa.formats import *  # noqa: F403
+from hw.isa.formats import __all__ as _formats
 from hw.isa.numerics import *  # noqa: F403
 from hw.isa.numerics import __all__ as _numerics
 from hw.isa.registers import *  # noqa: F403
@@ -74,4 +77,4 @@ from hw.isa.registers import __all__ as _registers
 from hw.isa.timing import *  # noqa: F403
 from hw.isa.timing import __all__ as _timing
 
-__all__ = [*_commands, *_registers, *_counters, *_numerics, *_timing]
+__all__ = [*_commands, *_registers, *_counters, *_numerics, *_formats, *_timing]

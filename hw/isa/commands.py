@@ -103,7 +103,7 @@ class ErrorCode(enum.Enum, shape=8):
     BAD_DRAM_ADDR = 2   #: a DRAM access outside [0, dram_bytes)
     BAD_LOCAL_ADDR = 3  #: a scratchpad/accumulator row outside the memory
     MISALIGNED = 4      #: a ring base or fence address not aligned as required (not the DMA)
-    BAD_SIZE = 5        #: a size that cannot be done (transposed MATMUL on a non-square array)
+    BAD_SIZE = 5        #: a size or number format that cannot be done (MatmulBody, SoftmaxBody)
     BAD_SEM = 6         #: semaphore id >= n_sems
     AXI_ERROR = 7       #: SLVERR/DECERR response on the memory bus
     WINDOW = 8          #: a DRAM access (ring fetch, fence, DMA) outside the queue's window
@@ -187,13 +187,23 @@ class MatmulBody(data.Struct):
     sum wraps modulo 2**32). So the scratchpad rows read are ``a_row .. a_row + B * m - 1``
     and ``w_row .. w_row + B * rows - 1``. One command then does the work of ``B`` (a GEMV
     with ``m = 1`` needs one command per N block and K chunk, not per tile).
+
+    Number formats (``w_fmt``, ``a_fmt``, ``x_base``; all 0: the int8 MATMUL above): the
+    layouts of int4 and MXINT8 tiles, which replace ``rows`` and ``m`` above by the tile's
+    scratchpad rows (:func:`hw.isa.weight_tile_rows`, :func:`hw.isa.act_tile_rows`), and the
+    MX exponent alignment are defined in :mod:`hw.isa.formats`. ``BAD_SIZE`` (``error_addr``
+    0, checked where the transpose check is) for a format the configuration does not have
+    (:func:`hw.isa.format_error`).
     """
     a_row: 16
     w_row: 16
     acc_row: 16
     m: 16            #: number of activation rows; 0 does nothing
     k_len: 16        #: weight tiles summed along K, minus one
-    _pad: 112
+    w_fmt: 2         #: weight format (:class:`hw.isa.WeightFormat`; 3 is reserved)
+    a_fmt: 1         #: activation format (:class:`hw.isa.ActFormat`)
+    x_base: 10       #: MX commands: exponent alignment base (see :mod:`hw.isa.formats`)
+    _pad: 99
 
 
 class RequantBody(data.Struct):

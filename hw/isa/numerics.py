@@ -3,11 +3,27 @@ kernels (one definition each)."""
 
 import math
 
-__all__ = ["ROW_SCALE_SHIFT", "SOFTMAX_RECIP_BITS", "SOFTMAX_EXP_FRAC_BITS",
+__all__ = ["MX_BLOCK", "E8M0_BIAS", "E8M0_NAN", "MXINT8_FRAC_BITS", "MXINT8_MAX", "INT4_MIN",
+           "INT4_MAX", "ROW_SCALE_SHIFT", "SOFTMAX_RECIP_BITS", "SOFTMAX_EXP_FRAC_BITS",
            "SOFTMAX_EXP_GUARD_BITS", "SOFTMAX_EXP_MAX_SHIFT", "softmax_exp_table",
            "ELTWISE_X_BITS", "ELTWISE_OUT_FRAC_BITS", "LN_MEAN_FRAC_BITS", "LN_NORM_FRAC_BITS",
            "LN_RECIP_SHIFT", "LN_VAR_BITS", "LN_MAX_ELEMS", "ln_norm_shift", "GELU_FRAC_BITS",
            "GELU_X_BITS", "GELU_TABLE_STEP_BITS", "GELU_TABLE_ENTRIES", "gelu_table"]
+
+#: OCP MX v1.0 §5.1: elements per block sharing one scale (``k``, 32 for every concrete format).
+MX_BLOCK = 32
+#: §5.4.1: an E8M0 scale byte ``x`` is ``2**(x - E8M0_BIAS)``, ``x`` in 0..254 ...
+E8M0_BIAS = 127
+#: ... and 0xFF is NaN.
+E8M0_NAN = 0xFF
+#: §5.3.4: an MXINT8 element ``q`` (8-bit two's complement) is worth ``q * 2**-6``.
+MXINT8_FRAC_BITS = 6
+#: Largest MXINT8 element magnitude a conversion emits (microxcaling clamps to +-127: -128 is
+#: never produced, the range stays symmetric).
+MXINT8_MAX = 127
+#: Range of an int4 weight (signed 4-bit two's complement).
+INT4_MIN = -8
+INT4_MAX = 7
 
 #: REQUANT ``flags.row_scale``: the row reciprocal ``r_i`` is a fixed-point value with this many
 #: fractional bits after the multiplication (``x * r_i >> ROW_SCALE_SHIFT``).

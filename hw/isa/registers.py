@@ -10,8 +10,8 @@ from hw.isa.commands import ErrorCode
 
 __all__ = ["Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "sem_csr",
            "sem_reached", "sem_last_csr", "trace_csr", "MAX_QUEUES",
-           "VersionWord", "CfgArray", "CfgBus", "StatusWord", "ErrorWord", "QueueErrorWord",
-           "TraceInfo", "SemLast", "TraceEntry", "REGISTER_STRUCTS"]
+           "VersionWord", "CfgArray", "CfgBus", "CfgFeatures", "StatusWord", "ErrorWord",
+           "QueueErrorWord", "TraceInfo", "SemLast", "TraceEntry", "REGISTER_STRUCTS"]
 
 CSR_ID_VALUE = 0x4E505530       # "NPU0"
 #: 2.0 (:class:`VersionWord`): the PERF_* registers moved into the counter block
@@ -25,7 +25,8 @@ class Csr:
 
     Read-only identity and configuration: ``ID`` (:data:`CSR_ID_VALUE`), ``VERSION``
     (:class:`VersionWord`), ``CFG_ARRAY`` (:class:`CfgArray`), ``CFG_SPAD`` = spad_rows,
-    ``CFG_ACC`` = acc_rows, ``CFG_BUS`` (:class:`CfgBus`), ``CFG_DRAM`` = dram_bytes.
+    ``CFG_ACC`` = acc_rows, ``CFG_BUS`` (:class:`CfgBus`), ``CFG_DRAM`` = dram_bytes,
+    ``CFG_FEATURES`` (:class:`CfgFeatures`).
 
     Global status and control (``0x020..0x04C``):
 
@@ -120,6 +121,7 @@ class Csr:
     CFG_ACC = 0x010
     CFG_BUS = 0x014
     CFG_DRAM = 0x018
+    CFG_FEATURES = 0x01C
     STATUS = 0x020
     ERR_CODE = 0x024
     ERR_CMD = 0x028
@@ -238,6 +240,12 @@ class CfgBus(data.Struct):
     acc_row_elems: 8
 
 
+class CfgFeatures(data.Struct):
+    """``CFG_FEATURES`` (read-only): optional hardware (:class:`~hw.config.NPUConfig`)."""
+    mx: 1       #: the MX exponent stage (MX MATMULs, :mod:`hw.isa.formats`)
+    _pad: 31
+
+
 class StatusWord(data.Struct):
     """``STATUS`` (whole device) and ``Q_STATUS`` (one queue)."""
     busy: 1     #: holds commands not yet retired
@@ -287,7 +295,8 @@ class TraceEntry(data.Struct):
 
 #: Every packed 32-bit register, by the :class:`Csr` name(s) it is read at.
 REGISTER_STRUCTS = {
-    "VERSION": VersionWord, "CFG_ARRAY": CfgArray, "CFG_BUS": CfgBus, "STATUS": StatusWord,
+    "VERSION": VersionWord, "CFG_ARRAY": CfgArray, "CFG_BUS": CfgBus,
+    "CFG_FEATURES": CfgFeatures, "STATUS": StatusWord,
     "Q_STATUS": StatusWord,
     "ERR_CODE": ErrorWord, "Q_ERR_CODE": QueueErrorWord, "TRACE_INFO": TraceInfo,
     "SEM_LAST": SemLast,

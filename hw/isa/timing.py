@@ -48,6 +48,7 @@ from hw.isa.commands import CommandView, ErrorCode, Opcode, decode
 from hw.isa.dma_timing import *  # noqa: F403
 from hw.isa.dma_timing import __all__ as _dma
 from hw.isa.dma_timing import dma_busy_cycles
+from hw.isa.formats import ActFormat, WeightFormat, act_row_offset, matmul_lead
 from hw.isa.numerics import (
     ELTWISE_X_BITS,
     LN_MAX_ELEMS,
@@ -99,19 +100,33 @@ def _matmul_first_write(config: NPUConfig, a: int) -> int:
     return a + _MATMUL_TO_ARRAY + (config.rows + config.cols - 1) + 1
 
 
+def _act_read_cycle(config: NPUConfig, i: int, w_fmt: int, a_fmt: int) -> int:
+    """Issue cycle, within its K block, in which activation row ``i`` is read: ``i``; an MX
+    command's activations start :func:`hw.isa.matmul_lead` (1) cycle later, and MXINT8
+    activations have an exponent row before each group of ``spad_row_bytes`` rows
+    (:func:`hw.isa.act_row_offset`)."""
+    if a_fmt == ActFormat.MXINT8:
+        return act_row_offset(config, i, a_fmt)
+    return i + matmul_lead(w_fmt, a_fmt)
+
+
 def matmul_busy_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
-                       error: bool = False) -> int:
+                       error: bool = False, w_fmt: int = 0, a_fmt: int = 0) -> int:
     """Busy cycles of one MATMUL of ``m`` activation rows and ``k_blocks >= 1`` K blocks
-    (``k_len + 1``, :class:`hw.isa.MatmulBody`) on an idle matrix engine
-    (:class:`hw.tile.MatrixEngine`): from the cycle after its handshake to its ``done``.
+    (``k_len + 1``, :class:`hw.isa.MatmulBody`) in formats ``w_fmt``/``a_fmt``
+    (:mod:`hw.isa.formats`) on an idle matrix engine (:class:`hw.tile.MatrixEngine`): from the
+    cycle after its handshake to its ``done``.
 
     Stages (``hw/tile/matrix_engine.py``): ``CHECK`` 1 (the command in the next-command
     register); the issue stage from the next cycle, :func:`matmul_issue_cycles` ``P`` per K
-    block, which reads weight row ``k`` and activation row ``k`` of the block in its cycle
-    ``k``; for the last block's rows, 2 cycles to the array (scratchpad read latency, the
-    activation register), the array ``rows + cols - 1``, the accumulator write of each row
-    1; ``done`` 1 cycle after the last write. Total ``(B - 1) * P + m + rows + cols + 4``
-    for ``B`` blocks; ``flags.accumulate`` and ``flags.transpose`` change nothing.
+    block, which reads weight row ``k`` in its cycle ``k`` and activation row ``i`` in cycle
+    ``i`` (int8; MX commands: see :func:`hw.isa.matmul_lead` and :func:`hw.isa.act_row_offset`);
+    for the last block's last row, 2 cycles to the array (scratchpad read latency, the
+    activation register), the array ``rows + cols - 1``, the accumulator write 1; ``done`` 1
+    cycle after the last write. Total ``(B - 1) * P + m + rows + cols + 4`` for ``B`` blocks
+    of int8 or int4 weights and int8 activations (an MX command adds 1, and ``(m - 1) //
+    spad_row_bytes`` more for MXINT8 activations); ``flags.accumulate`` and
+    ``flags.transpose`` change nothing.
 
     ``m == 0`` and a failing command (``error``: ``BAD_OPCODE``, ``BAD_SIZE``,
     ``BAD_LOCAL_ADDR``) take ``CHECK`` and their retire cycle: 2.
@@ -123,30 +138,44 @@ def matmul_busy_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
         return _CHECK_RETIRE
     blocks = k_blocks
     # CHECK, then the issue stage from t + 2: the last block's last write, then done
-    last_block = 2 + (blocks - 1) * _matmul_period(config, m)
-    return _matmul_first_write(config, last_block) + m - 1 + 1
+    last_block = 2 + (blocks - 1) * _matmul_period(config, m, w_fmt, a_fmt)
+    return _matmul_first_write(config, last_block + _act_read_cycle(config, m - 1, w_fmt,
+                                                                    a_fmt)) + 1
 
 
-def _matmul_period(config: NPUConfig, m: int) -> int:
-    return max(m, config.rows, config.cols)
+def _matmul_period(config: NPUConfig, m: int, w_fmt: int = 0, a_fmt: int = 0) -> int:
+    """Issue cycles per K block (see :func:`matmul_issue_cycles`)."""
+    lead = matmul_lead(w_fmt, a_fmt)
+    act = _act_read_cycle(config, m - 1, w_fmt, a_fmt) + 1
+    weights = config.rows + (1 if w_fmt == WeightFormat.MXINT8 else 0)
+    return max(act, weights, config.cols + lead)
 
 
-def matmul_issue_cycles(config: NPUConfig, m: int, k_blocks: int = 1) -> int:
+def matmul_issue_cycles(config: NPUConfig, m: int, k_blocks: int = 1, *, w_fmt: int = 0,
+                        a_fmt: int = 0) -> int:
     """Cycles one MATMUL of ``m >= 1`` rows and ``k_blocks >= 1`` K blocks holds
-    the matrix engine's issue stage: ``max(m, rows, cols)`` per block. Back-to-back MATMULs
+    the matrix engine's issue stage: ``P = max(m, rows, cols)`` per block for int8 or int4
+    weights and int8 activations. Back-to-back MATMULs
     (the next one taken in time, :class:`MatmulTimeline`) and the blocks of one enter the
     array every this many cycles, so that the steady state is one activation row per cycle
     for ``m >= max(rows, cols)``.
 
     The bounds: ``m`` activation reads and ``rows`` weight reads per block (one per cycle
-    each, on two scratchpad read ports), and the shadow-weight rule of
+    each, on two scratchpad read ports; int4 weights read each packed row twice, one nibble
+    per cycle), and the shadow-weight rule of
     :class:`hw.tile.SystolicArray` (shadow row ``k`` may be rewritten only once the previous
     swap has passed all ``cols`` PEs of row ``k``; by columns, all ``rows`` PEs of the
-    column). ``m == 0`` and failing commands do not use the issue stage: 0.
+    column). An MX command (:mod:`hw.isa.formats`) starts its activations a cycle later
+    (:func:`hw.isa.matmul_lead`), which moves the swap and so the rule by one cycle, reads the
+    weight exponent row after the ``rows`` weight rows (MXINT8 weights) and an exponent row
+    before each group of ``spad_row_bytes`` activation rows (MXINT8 activations): ``P =
+    max(lead + m + x_a, rows + x_w, cols + lead)`` with ``lead = 1``, ``x_w = 1`` for MXINT8
+    weights and ``x_a = (m - 1) // spad_row_bytes`` for MXINT8 activations (0 otherwise).
+    ``m == 0`` and failing commands do not use the issue stage: 0.
     """
     if m == 0:
         return 0
-    return k_blocks * _matmul_period(config, m)
+    return k_blocks * _matmul_period(config, m, w_fmt, a_fmt)
 
 
 def matmul_in_flight(config: NPUConfig) -> int:
@@ -181,7 +210,7 @@ class MatmulTimes:
         Its ``done`` pulse.
     writes : tuple of (int, int)
         Accumulator write cycles, one span ``[first, end)`` of ``m`` cycles per K block
-        (empty: none).
+        (per group of ``spad_row_bytes`` rows for MXINT8 activations; empty: none).
     accept_from : int
         First cycle the engine can take the next command (its ``cmd.ready`` and the in-flight
         limit :func:`matmul_in_flight`).
@@ -205,8 +234,11 @@ class MatmulTimeline:
       the previous command's issue (``x = max(t + 1, a' + P' - 1)``); the engine takes the next
       command from ``x + 1``;
     * a command that runs enters the issue stage at ``a = x + 1`` for
-      :func:`matmul_issue_cycles` cycles, ``P = max(m, rows, cols)`` per K block, and K block
-      ``j`` writes accumulator row ``i`` in cycle ``a + j * P + rows + cols + 2 + i``;
+      :func:`matmul_issue_cycles` cycles, ``P = max(m, rows, cols)`` per K block (other
+      formats: see there), and K block ``j`` writes accumulator row ``i`` in cycle ``a + j *
+      P + rows + cols + 2 + c_i`` where ``c_i = i`` is the issue cycle of row ``i`` in its
+      block (``i + 1`` in MX commands, ``i + i // spad_row_bytes + 1`` for MXINT8
+      activations);
     * commands retire in order, one ``done`` per cycle: ``done = max(r, done' + 1)`` with
       ``r = x + 1`` (failing or empty) or the cycle after its last write;
     * at most :func:`matmul_in_flight` commands are taken and not retired; a retirement in
@@ -228,9 +260,10 @@ class MatmulTimeline:
         slot = self._done[-self._limit] + 1 if len(self._done) >= self._limit else 0
         return max(self._ready, slot)
 
-    def take(self, t: int, m: int, *, k_blocks: int = 1, error: bool = False) -> MatmulTimes:
-        """The command of ``m`` rows and ``k_blocks >= 1`` K blocks (``error``: it fails its
-        checks) taken in cycle ``t``.
+    def take(self, t: int, m: int, *, k_blocks: int = 1, error: bool = False, w_fmt: int = 0,
+             a_fmt: int = 0) -> MatmulTimes:
+        """The command of ``m`` rows and ``k_blocks >= 1`` K blocks in formats ``w_fmt`` /
+        ``a_fmt`` (``error``: it fails its checks) taken in cycle ``t``.
 
         Raises
         ------
@@ -250,19 +283,30 @@ class MatmulTimeline:
             if self._issue_last is not None:
                 x = max(x, self._issue_last)
             a = x + 1
-            self._issue_last = a + matmul_issue_cycles(c, m, k_blocks) - 1
-            period = _matmul_period(c, m)
-            firsts = [_matmul_first_write(c, a + j * period) for j in range(k_blocks)]
-            writes = tuple((f, f + m) for f in firsts)
-            ready = firsts[-1] + m
+            period = _matmul_period(c, m, w_fmt, a_fmt)
+            self._issue_last = a + k_blocks * period - 1
+            runs = _write_runs(c, m, w_fmt, a_fmt)
+            writes = tuple((_matmul_first_write(c, a + j * period + r0), _matmul_first_write(
+                c, a + j * period + r0) + n) for j in range(k_blocks) for r0, n in runs)
+            ready = writes[-1][1]
         done = max(ready, prev_done + 1)
         self._ready = x + 1
         self._done = [*self._done[1 - self._limit:], done]
         return MatmulTimes(take=t, done=done, writes=writes, accept_from=self.accept_from())
 
 
+def _write_runs(config: NPUConfig, m: int, w_fmt: int, a_fmt: int) -> list[tuple[int, int]]:
+    """``(read cycle of its first row, rows)`` of each run of activation rows read in
+    consecutive cycles of a K block: one run, or one per group of ``spad_row_bytes`` rows for
+    MXINT8 activations (an exponent row between groups)."""
+    if a_fmt != ActFormat.MXINT8:
+        return [(_act_read_cycle(config, 0, w_fmt, a_fmt), m)]
+    g = config.spad_row_bytes
+    return [(_act_read_cycle(config, i, w_fmt, a_fmt), min(g, m - i)) for i in range(0, m, g)]
+
+
 def matmul_retire_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
-                         error: bool = False) -> int:
+                         error: bool = False, w_fmt: int = 0, a_fmt: int = 0) -> int:
     """Least cycles one MATMUL adds to a run of the matrix engine's retirements (the input
     of :func:`retire_window_cycles`): its back-to-back period :func:`matmul_issue_cycles`,
     ``k_blocks * max(m, rows, cols)``; 0 for ``m == 0`` or a failing command (``error``),
@@ -277,7 +321,7 @@ def matmul_retire_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
     So the MATMULs taken after a cycle ``T0`` and retired by ``T1`` have issue stages one
     after another inside ``T0 + 1 .. T1``: ``T1 - T0 >`` the sum of their periods.
     """
-    return 0 if error else matmul_issue_cycles(config, m, k_blocks)
+    return 0 if error else matmul_issue_cycles(config, m, k_blocks, w_fmt=w_fmt, a_fmt=a_fmt)
 
 
 def retire_window_cycles(config: NPUConfig, engine: str, retire_cycles: Iterable[int]) -> int:
@@ -476,7 +520,8 @@ def command_busy_cycles(config: NPUConfig, command: bytes | CommandView,
     op, flags, failed = view.header.opcode, view.header.flags, ErrorCode(error) != ErrorCode.NONE
     if op == Opcode.MATMUL:
         b = view.body.matmul
-        return matmul_busy_cycles(config, b.m, k_blocks=b.k_len + 1, error=failed)
+        return matmul_busy_cycles(config, b.m, k_blocks=b.k_len + 1, error=failed,
+                                  w_fmt=b.w_fmt, a_fmt=b.a_fmt)
     if op == Opcode.REQUANT:
         return requant_busy_cycles(config, view.body.requant.n_rows,
                                    row_scale=bool(flags.row_scale), error=failed)
@@ -510,5 +555,6 @@ def command_retire_cycles(config: NPUConfig, command: bytes | CommandView,
     if view.header.opcode == Opcode.MATMUL:
         b = view.body.matmul
         return matmul_retire_cycles(config, b.m, k_blocks=b.k_len + 1,
-                                    error=ErrorCode(error) != ErrorCode.NONE)
+                                    error=ErrorCode(error) != ErrorCode.NONE, w_fmt=b.w_fmt,
+                                    a_fmt=b.a_fmt)
     return command_busy_cycles(config, view, error) + ACCEPT_CYCLES

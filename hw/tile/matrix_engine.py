@@ -7,7 +7,15 @@ from amaranth.lib.wiring import In
 
 from hw.bus import EngineSignature
 from hw.config import NPUConfig
-from hw.isa import Command, ErrorCode, Opcode, matmul_in_flight
+from hw.isa import (
+    E8M0_BIAS,
+    ActFormat,
+    Command,
+    ErrorCode,
+    Opcode,
+    WeightFormat,
+    matmul_in_flight,
+)
 from hw.local_mem import acc_shape, check_config, check_rows, spad_shape
 from hw.tile.systolic_array import SystolicArray
 
@@ -36,8 +44,16 @@ class _Reads:
         self.w_valid = Signal(name="w_ret")          # a weight row is on spad_w_rd.data
         self.w_k = Signal(range(max(config.rows, config.cols)), name="w_ret_k")
         self.w_col = Signal(name="w_ret_col")        # ... for the column-write mode
+        self.w_nibble = Signal(name="w_ret_nibble")  # ... packed int4: the high nibble (1)
+        self.w_int4 = Signal(name="w_ret_int4")      # ... int4 weights
+        self.w_mx = Signal(name="w_ret_mx")          # ... of an MXINT8 weight tile
+        self.w_x = Signal(name="w_ret_x")            # the weight exponent row is on the port
         self.a_valid = Signal(name="a_ret")          # an activation row is on spad_rd.data
         self.a_first = Signal(name="a_ret_first")    # ... the first of its command (swap)
+        self.a_x = Signal(name="a_ret_x")            # an activation exponent row is on it
+        self.a_sel = Signal(range(config.spad_row_bytes), name="a_ret_sel")  # exponent byte
+        self.mode = Signal(2, name="a_ret_mode")     # 0 int8 cmd, 1 MX cmd, 2 MXINT8 acts
+        self.x_base = Signal(10, name="a_ret_x_base")
         self.tag = Signal(_Tag, name="a_ret_tag")
 
 
@@ -89,11 +105,27 @@ class MatrixEngine(wiring.Component):
     (taken, not retired); the engine relies on it (the retire FIFO never overflows; a full one
     holds the next-command register). ``busy`` is high while any command is in the engine.
 
+    Number formats (``w_fmt``, ``a_fmt``, ``x_base``; layouts in :mod:`hw.isa.formats`):
+    int4 weights are read as packed rows, row ``k >> 1`` in issue cycle ``k``, and the feed
+    takes nibble ``k & 1`` sign-extended (same cycles as int8). With ``config.mx`` the array
+    has its exponent stage (:class:`SystolicArray`): an MXINT8 weight tile's exponent row is
+    read in cycle ``rows`` and written into the exponent shadows, other tiles write 127 there
+    with their last weight row; every activation row carries an exponent term (``-127`` in an
+    int8 command, so the stage passes the sum unchanged; ``127 - x_base`` for int8
+    activations in an MX command; its byte of the group's exponent row minus ``x_base`` for
+    MXINT8 activations, the exponent row read on the activation port before each group). An
+    MX command's activations start one cycle later (:func:`hw.isa.matmul_lead`), so the
+    exponent row written after the weight rows still precedes the swap wavefront; its issue
+    stage takes :func:`hw.isa.matmul_issue_cycles` per K block.
+
     Latency of a command on an idle engine: :func:`hw.isa.timing.matmul_busy_cycles`
-    (``m + rows + cols + 4``; failing commands and ``m == 0``: 2).
+    (``m + rows + cols + 4`` for int8 and int4; failing commands and ``m == 0``: 2).
 
     Errors (checked in this order, nothing is written): opcode other than MATMUL ->
-    ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``a_row .. a_row + B * m - 1`` or
+    ``BAD_OPCODE`` (``error_addr`` 0); ``m == 0``: nothing; a transposed MATMUL on a non-square
+    array or a format the configuration does not have (:func:`hw.isa.format_error`) ->
+    ``BAD_SIZE`` (0); any of the rows (tiles of :func:`hw.isa.weight_tile_rows` and
+    :func:`hw.isa.act_tile_rows` rows) ``a_row .. a_row + B * m - 1`` or
     ``w_row .. w_row + B * rows - 1`` outside the scratchpad, or ``acc_row .. acc_row + m - 1``
     outside the accumulator -> ``BAD_LOCAL_ADDR`` with ``error_addr`` the first out-of-range
     row (one multiplier, ``B * m``, in the check). ``m == 0`` does nothing, checks nothing and
@@ -125,7 +157,7 @@ class MatrixEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        m.submodules.array = array = SystolicArray(cfg.rows, cfg.cols)
+        m.submodules.array = array = SystolicArray(cfg.rows, cfg.cols, mx=bool(cfg.mx))
         m.submodules.retire_fifo = retire = fifo.SyncFIFO(
             width=_Retire.as_shape().size, depth=matmul_in_flight(cfg))
 
@@ -164,17 +196,27 @@ class MatrixEngine(wiring.Component):
         body = cmd.body.matmul
         out = Signal(_Retire)
         blocks = body.k_len + 1
-        a_rows = Signal(33)             # activation rows of all K blocks: blocks * m
-        m.d.comb += a_rows.eq(blocks * body.m)
+        w_int4 = body.w_fmt == WeightFormat.INT4
+        w_mx = body.w_fmt == WeightFormat.MXINT8
+        a_mx = body.a_fmt == ActFormat.MXINT8
+        a_tile = Signal(17)             # activation tile rows: m (+ exponent rows)
+        m.d.comb += a_tile.eq(body.m + Mux(a_mx, self._groups(body.m), 0))
+        a_rows = Signal(34)             # activation rows of all K blocks: blocks * tile
+        m.d.comb += a_rows.eq(blocks * a_tile)
+        w_tile = Mux(w_int4, (cfg.rows + 1) // 2, Mux(w_mx, cfg.rows + 1, cfg.rows))
+        w_rows = Signal(23)
+        m.d.comb += w_rows.eq(blocks * w_tile)
+        bad_fmt = ((body.w_fmt == 3) | ((w_mx | a_mx) & int(not cfg.mx))
+                   | (cmd.header.flags.transpose & (body.w_fmt != WeightFormat.INT8)))
         bad_a, bad_a_row = check_rows(body.a_row, a_rows, cfg.spad_rows)
-        bad_w, bad_w_row = check_rows(body.w_row, blocks * cfg.rows, cfg.spad_rows)
+        bad_w, bad_w_row = check_rows(body.w_row, w_rows, cfg.spad_rows)
         bad_acc, bad_acc_row = check_rows(body.acc_row, body.m, cfg.acc_rows)
         m.d.comb += out.skip.eq(1)
         with m.If(cmd.header.opcode != Opcode.MATMUL):
             m.d.comb += out.error.eq(ErrorCode.BAD_OPCODE)
         with m.Elif(body.m == 0):
             pass
-        with m.Elif(cmd.header.flags.transpose & int(cfg.rows != cfg.cols)):
+        with m.Elif((cmd.header.flags.transpose & int(cfg.rows != cfg.cols)) | bad_fmt):
             m.d.comb += out.error.eq(ErrorCode.BAD_SIZE)
         with m.Elif(bad_a):
             m.d.comb += [out.error.eq(ErrorCode.BAD_LOCAL_ADDR), out.error_addr.eq(bad_a_row)]
@@ -187,66 +229,151 @@ class MatrixEngine(wiring.Component):
             m.d.comb += out.skip.eq(0)
         return out
 
+    def _groups(self, rows):
+        """``ceil(rows / spad_row_bytes)``: the exponent rows of an MXINT8 activation tile."""
+        g = self.config.spad_row_bytes
+        return (rows + g - 1) >> (g.bit_length() - 1)
+
     def _issue(self, m: Module, nxt, start, issue_free) -> "_Reads":
-        """The issue stage: loaded from the next-command register on ``start``; in cycle ``k``
-        of each K block it reads weight row ``k`` and activation row ``k`` of the block.
-        Returns the reads, registered (valid in the cycle their data is on the read ports)."""
+        """The issue stage: loaded from the next-command register on ``start``; per K block
+        it reads the weight rows (cycle ``k``: row ``k``, or packed row ``k >> 1`` for int4;
+        MXINT8: the exponent row in cycle ``rows``) and the activation rows (cycle ``i``: row
+        ``i``; MX commands one cycle later, MXINT8 activations with an exponent row before
+        each group; :mod:`hw.isa.formats`). Returns the reads, registered (valid in the cycle
+        their data is on the read ports)."""
         cfg = self.config
+        g = cfg.spad_row_bytes
         body = nxt.body.matmul
         active = Signal()
         count = Signal(17)              # cycle in the block
-        last = Signal(17)               # max(m, rows, cols) - 1
+        last = Signal(17)               # the block's issue cycles, minus one
         blocks_left = Signal(16)        # K blocks after this one
         a_base, w_base = Signal(17), Signal(17)     # the block's first rows
         acc_row = Signal(16)
         n_rows = Signal(17)
         accumulate, transpose = Signal(), Signal()
+        w_int4, w_mx, a_mx, is_mx = Signal(), Signal(), Signal(), Signal()
+        x_base = Signal(10)
+        a_stride, w_stride = Signal(18), Signal(6)
+        a_i = Signal(17)                # activation rows read in this block
+        a_off = Signal(18)              # next activation-tile row (MXINT8: exponent rows too)
+        pos = Signal(range(g + 1))      # MXINT8: place in the group, 0 = its exponent row
         end = count == last
         m.d.comb += issue_free.eq(~active | (end & (blocks_left == 0)))
-        floor = max(cfg.rows, cfg.cols)
+
+        # issue cycles per block: max(lead + m + x_a, rows + x_w, cols + lead)
+        n_w_mx = body.w_fmt == WeightFormat.MXINT8
+        n_a_mx = body.a_fmt == ActFormat.MXINT8
+        n_mx = n_w_mx | n_a_mx
+        act = Signal(18)
+        m.d.comb += act.eq(n_mx + body.m + Mux(n_a_mx, (body.m - 1) >> (g.bit_length() - 1), 0))
+        period = Signal(18)
+        wts = cfg.rows + n_w_mx
+        cls = cfg.cols + n_mx
+        m.d.comb += period.eq(Mux(act > wts, Mux(act > cls, act, cls), Mux(wts > cls, wts, cls)))
+        # -- activation port: an MX command starts a cycle later; MXINT8 exponent rows
+        # (the counters advance here; a block's end and a new command below reset them)
+        a_go = active & (a_i < n_rows) & (a_mx | (count >= is_mx))
+        a_row = a_go & ~(a_mx & (pos == 0))
+        with m.If(a_go):
+            m.d.sync += [a_off.eq(a_off + 1), pos.eq(Mux(pos == g, 0, pos + 1))]
+        with m.If(a_row):
+            m.d.sync += a_i.eq(a_i + 1)
         with m.If(start):
             m.d.sync += [
-                active.eq(1), count.eq(0),
-                last.eq(Mux(body.m > floor, body.m, floor) - 1),
+                active.eq(1), count.eq(0), last.eq(period - 1),
                 blocks_left.eq(body.k_len),
                 a_base.eq(body.a_row), w_base.eq(body.w_row), acc_row.eq(body.acc_row),
                 n_rows.eq(body.m), accumulate.eq(nxt.header.flags.accumulate),
                 transpose.eq(nxt.header.flags.transpose),
+                w_int4.eq(body.w_fmt == WeightFormat.INT4), w_mx.eq(n_w_mx), a_mx.eq(n_a_mx),
+                is_mx.eq(n_mx), x_base.eq(body.x_base),
+                a_stride.eq(body.m + Mux(n_a_mx, self._groups(body.m), 0)),
+                w_stride.eq(Mux(body.w_fmt == WeightFormat.INT4, (cfg.rows + 1) // 2,
+                                Mux(n_w_mx, cfg.rows + 1, cfg.rows))),
+                a_i.eq(0), a_off.eq(0), pos.eq(0),
             ]
         with m.Elif(active):
             m.d.sync += count.eq(count + 1)
             with m.If(end):
                 m.d.sync += [count.eq(0), blocks_left.eq(blocks_left - 1),
-                             a_base.eq(a_base + n_rows), w_base.eq(w_base + cfg.rows),
+                             a_base.eq(a_base + a_stride), w_base.eq(w_base + w_stride),
+                             a_i.eq(0), a_off.eq(0), pos.eq(0),
                              accumulate.eq(1)]      # later blocks add to the earlier ones
                 with m.If(blocks_left == 0):
                     m.d.sync += active.eq(0)
 
         r = _Reads(cfg)
-        m.d.sync += [r.w_valid.eq(0), r.a_valid.eq(0)]
+        m.d.sync += [r.w_valid.eq(0), r.a_valid.eq(0), r.w_x.eq(0), r.a_x.eq(0)]
+        # -- weight port: rows k < rows (int4: packed row k >> 1), then an exponent row
         with m.If(active & (count < cfg.rows)):
-            m.d.comb += [self.spad_w_rd.en.eq(1), self.spad_w_rd.addr.eq(w_base + count)]
-            m.d.sync += [r.w_valid.eq(1), r.w_k.eq(count), r.w_col.eq(transpose)]
-        with m.If(active & (count < n_rows)):
-            m.d.comb += [self.spad_rd.en.eq(1), self.spad_rd.addr.eq(a_base + count)]
-            m.d.sync += [r.a_valid.eq(1), r.a_first.eq(count == 0),
-                         r.tag.acc_row.eq(acc_row + count), r.tag.accumulate.eq(accumulate),
-                         r.tag.last.eq((count + 1 == n_rows) & (blocks_left == 0))]
+            m.d.comb += [self.spad_w_rd.en.eq(1),
+                         self.spad_w_rd.addr.eq(w_base + Mux(w_int4, count >> 1, count))]
+            m.d.sync += [r.w_valid.eq(1), r.w_k.eq(count), r.w_col.eq(transpose),
+                         r.w_nibble.eq(count[0]), r.w_int4.eq(w_int4), r.w_mx.eq(w_mx)]
+        with m.Elif(active & w_mx & (count == cfg.rows)):
+            m.d.comb += [self.spad_w_rd.en.eq(1), self.spad_w_rd.addr.eq(w_base + cfg.rows)]
+            m.d.sync += r.w_x.eq(1)
+        with m.If(a_go):
+            m.d.comb += [self.spad_rd.en.eq(1),
+                         self.spad_rd.addr.eq(a_base + Mux(a_mx, a_off, a_i))]
+        with m.If(a_go & ~a_row):
+            m.d.sync += r.a_x.eq(1)
+        with m.If(a_row):
+            m.d.sync += [r.a_valid.eq(1), r.a_first.eq(a_i == 0),
+                         r.a_sel.eq(pos - 1),
+                         r.tag.acc_row.eq(acc_row + a_i), r.tag.accumulate.eq(accumulate),
+                         r.tag.last.eq((a_i + 1 == n_rows) & (blocks_left == 0))]
+        m.d.sync += [r.mode.eq(Mux(a_mx, 2, is_mx)), r.x_base.eq(x_base)]
         return r
 
     def _feed(self, m: Module, array, r: "_Reads") -> None:
-        """Weight rows into the shadow registers as they return; activation rows through one
-        register into the array, the first one of a command with the swap."""
+        """Weight rows into the shadow registers as they return (int4: the nibble of the
+        row, sign-extended); with the exponent stage the weight exponents (an MXINT8 tile's
+        exponent row, else 127 with the last weight row); activation rows through one
+        register into the array, the first one of a command with the swap, each with its
+        exponent term (MXINT8: its byte of the group's exponent row, minus ``x_base``)."""
         cfg = self.config
         w = data.ArrayLayout(signed(8), cfg.spad_row_bytes)(self.spad_w_rd.data)
         a = data.ArrayLayout(signed(8), cfg.spad_row_bytes)(self.spad_rd.data)
         m.d.comb += [array.w_en.eq(r.w_valid), array.w_addr.eq(r.w_k), array.w_col.eq(r.w_col)]
-        m.d.comb += [array.w_data[n].eq(w[n]) for n in range(cfg.cols)]
+        for n in range(cfg.cols):
+            nib = Mux(r.w_nibble, w[n][4:8], w[n][0:4])
+            with m.If(r.w_int4):
+                m.d.comb += array.w_data[n].eq(nib.as_signed())
+            with m.Else():
+                m.d.comb += array.w_data[n].eq(w[n])
         a_reg = Signal(data.ArrayLayout(signed(8), cfg.rows))
         valid, swap = Signal(), Signal()
         m.d.sync += [a_reg[k].eq(a[k]) for k in range(cfg.rows)]
         m.d.sync += [valid.eq(r.a_valid), swap.eq(r.a_valid & r.a_first)]
         m.d.comb += [array.i_a.eq(a_reg), array.i_valid.eq(valid), array.i_swap.eq(swap)]
+        if not cfg.mx:
+            return
+        # weight exponents: the MXINT8 exponent row, else 127 (2**0) with the last weight row
+        with m.If(r.w_x):
+            m.d.comb += array.w_x_en.eq(1)
+            m.d.comb += [array.w_x_data[n].eq(self.spad_w_rd.data[8 * n:8 * n + 8])
+                         for n in range(cfg.cols)]
+        with m.Elif(r.w_valid & ~r.w_mx & (r.w_k == cfg.rows - 1)):
+            m.d.comb += array.w_x_en.eq(1)
+            m.d.comb += [array.w_x_data[n].eq(E8M0_BIAS) for n in range(cfg.cols)]
+        # activation exponent terms: -127 (int8 command: d = 0), 127 - base, byte - base
+        x_row = Signal(8 * cfg.spad_row_bytes, name="a_exp_row")
+        with m.If(r.a_x):
+            m.d.sync += x_row.eq(self.spad_rd.data)
+        byte = x_row.word_select(r.a_sel, 8)
+        term = Signal(signed(array.X_TERM_BITS), name="a_exp_term")
+        with m.Switch(r.mode):
+            with m.Case(0):
+                m.d.comb += term.eq(-E8M0_BIAS)
+            with m.Case(1):
+                m.d.comb += term.eq(E8M0_BIAS - r.x_base)
+            with m.Default():
+                m.d.comb += term.eq(byte - r.x_base)
+        x_reg = Signal(signed(array.X_TERM_BITS), name="a_exp_reg")
+        m.d.sync += x_reg.eq(term)
+        m.d.comb += array.i_x.eq(x_reg)
 
     def _write_back(self, m: Module, array, tag) -> Signal:
         """Read the old accumulator row when the array produces a row, write it back in the

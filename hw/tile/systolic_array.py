@@ -1,6 +1,6 @@
 """Weight-stationary systolic array of int8 x int8 -> int32 processing elements."""
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -45,11 +45,25 @@ class SystolicArray(wiring.Component):
     then). Loading the next tile in row order starting ``cols - 1`` or more cycles after the swap
     is always safe.
 
+    MX exponent stage (``mx=True``)
+    --------------------------------
+    Below the last PE row, each column ``n`` has a *shadow* and an *active* exponent register
+    (E8M0 bytes; ``w_x_en`` writes ``w_x_data`` into the shadow of every column, with the same
+    timing rules as shadow row ``rows - 1``; the swap token of PE ``(rows - 1, n)`` makes it
+    active), and each input row carries an exponent term ``i_x`` (signed, skewed like
+    ``a[rows - 1]``). The column sum of a row leaves PE ``(rows - 1, n)`` registered together
+    with ``d = i_x + x[n]``, and is aligned by ``d`` (:func:`sw.golden.mx_align`: ``p * 2**d``
+    wrapped to 32 bits for ``d >= 0``, ``p / 2**-d`` rounded half up for ``d < 0``) on its way
+    to the de-skew registers: combinational, so :attr:`latency` is the same. With ``i_x =
+    -127`` and an exponent of 127 the stage passes the sum unchanged (int8 commands).
+
     Parameters
     ----------
     rows, cols : int
         Array size in PEs, 2..32 each. ``rows`` is the reduction (K) extent, ``cols`` the number
         of outputs (N).
+    mx : bool
+        Build the MX exponent stage (and its ports ``w_x_data``, ``w_x_en``, ``i_x``).
 
     Members
     -------
@@ -73,9 +87,19 @@ class SystolicArray(wiring.Component):
         ``a @ W_active`` for the row presented :attr:`latency` cycles ago.
     o_valid : ``Out(1)``
         ``o_c`` holds a result row this cycle.
+    w_x_data : ``In(ArrayLayout(unsigned(8), cols))``
+        (``mx``) The weight exponents of the next tile, one per column.
+    w_x_en : ``In(1)``
+        (``mx``) Write ``w_x_data`` into the shadow exponents at the end of this cycle.
+    i_x : ``In(signed(X_TERM_BITS))``
+        (``mx``) The exponent term of the row presented this cycle (its activation exponent
+        minus the command's base, :class:`hw.tile.MatrixEngine`).
     """
 
-    def __init__(self, rows: int, cols: int):
+    #: Width of the signed exponent term ``i_x`` (E8M0 byte minus a 10-bit base: -1023..255).
+    X_TERM_BITS = 11
+
+    def __init__(self, rows: int, cols: int, mx: bool = False):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or isinstance(value, bool):
                 self._MustUse__silence = True  # no "created but never used" warning on top
@@ -85,9 +109,10 @@ class SystolicArray(wiring.Component):
                 raise ValueError(f"SystolicArray {name} must be in 2..32, not {value!r}")
         self.rows = rows
         self.cols = cols
+        self.mx = bool(mx)
         #: cycles from a row on ``i_a`` to its result on ``o_c``
         self.latency = rows + cols - 1
-        super().__init__({
+        ports = {
             "w_data": In(data.ArrayLayout(signed(8), cols)),
             "w_addr": In(range(max(rows, cols))),
             "w_en": In(1),
@@ -97,7 +122,11 @@ class SystolicArray(wiring.Component):
             "i_swap": In(1),
             "o_c": Out(data.ArrayLayout(signed(32), cols)),
             "o_valid": Out(1),
-        })
+        }
+        if self.mx:
+            ports.update({"w_x_data": In(data.ArrayLayout(unsigned(8), cols)), "w_x_en": In(1),
+                          "i_x": In(signed(self.X_TERM_BITS))})
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -118,6 +147,7 @@ class SystolicArray(wiring.Component):
             m.d.sync += reg.eq(swap_chain[-1])
             swap_chain.append(reg)
         a_left = [delay(self.i_a[k], k, f"a_skew{k}") for k in range(rows)]
+        x_in = delay(self.i_x, rows - 1, "x_skew") if self.mx else None
 
         # -- the PE grid ------------------------------------------------------------------------
         # PE(k, n): w_shadow, w_active; registers a and swap to the right, psum downwards.
@@ -145,14 +175,50 @@ class SystolicArray(wiring.Component):
                 product = a_in * Mux(swap_in, w_shadow, w_active)
                 m.d.sync += s_out.eq(product if psum[n] is None else psum[n] + product)
                 psum[n] = s_out
+                if self.mx and k == rows - 1:
+                    psum[n] = self._exponent_stage(m, n, s_out, swap_in, x_in)
                 if n < cols - 1:
                     a_out = Signal(signed(8), name=f"pe{k}_{n}_a")
                     swap_out = Signal(name=f"pe{k}_{n}_swap")
                     m.d.sync += [a_out.eq(a_in), swap_out.eq(swap_in)]
                     a_in, swap_in = a_out, swap_out
+                    if self.mx and k == rows - 1:
+                        x_out = Signal(signed(self.X_TERM_BITS), name=f"x{n}_term")
+                        m.d.sync += x_out.eq(x_in)
+                        x_in = x_out
 
         # -- output de-skew: column n waits cols - 1 - n cycles --------------------------------
         for n in range(cols):
             m.d.comb += self.o_c[n].eq(delay(psum[n], cols - 1 - n, f"c_deskew{n}"))
         m.d.comb += self.o_valid.eq(delay(self.i_valid, self.latency, "valid"))
         return m
+
+    def _exponent_stage(self, m: Module, n: int, p, swap_in, x_in):
+        """Column ``n``'s exponent registers (swapped with PE ``(rows - 1, n)``), the shift
+        ``d`` registered with the column sum ``p``, and the alignment of ``p`` by ``d``
+        (combinational, 32 bits)."""
+        x_shadow = Signal(8, name=f"x{n}_shadow")
+        x_active = Signal(8, name=f"x{n}_active")
+        with m.If(self.w_x_en):
+            m.d.sync += x_shadow.eq(self.w_x_data[n])
+        with m.If(swap_in):
+            m.d.sync += x_active.eq(x_shadow)
+        d = Signal(signed(self.X_TERM_BITS + 1), name=f"x{n}_shift")
+        m.d.sync += d.eq(x_in + Mux(swap_in, x_shadow, x_active))
+        # d >= 0: p << d, low 32 bits (0 from d = 32 on)
+        left = Signal(32, name=f"x{n}_left")
+        dl = Signal(6, name=f"x{n}_dl")
+        m.d.comb += dl.eq(Mux(d > 32, 32, d[:6]))
+        m.d.comb += left.eq((p.as_signed() << dl)[:32])
+        # d < 0: (p + 2**(r - 1)) >> r, r = -d; p is 0 or -1... rounded to 0 from r = width
+        width = len(p)
+        r = Signal(range(width + 1), name=f"x{n}_r")
+        neg = Signal(signed(self.X_TERM_BITS + 2))
+        m.d.comb += [neg.eq(-d), r.eq(Mux(neg > width, width, neg))]
+        wide = Signal(signed(width + 1), name=f"x{n}_round")
+        m.d.comb += wide.eq(p + ((Const(1, width + 1) << r) >> 1))
+        right = Signal(signed(width + 1), name=f"x{n}_right")
+        m.d.comb += right.eq(wide >> r)
+        out = Signal(signed(32), name=f"x{n}_aligned")
+        m.d.comb += out.eq(Mux(d >= 0, left, right))
+        return out

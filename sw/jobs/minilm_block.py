@@ -122,7 +122,8 @@ def format_report(result: dict) -> str:
 
 def run_attention_job(backend: Backend, *, config: dict, text: str | None = None,
                       seq_len: int | None = 32, causal: bool = False,
-                      fill: str = "repeat", profile: bool = False) -> dict:
+                      fill: str = "repeat", profile: bool = False, weights: str = "int8",
+                      activations: str = "int8") -> dict:
     """The whole layer-0 self-attention block of all-MiniLM-L6-v2 on ``backend``.
 
     Q, K, V projections (linear kernels), per head ``Q K^T`` / integer softmax / ``P V``
@@ -140,36 +141,45 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
         ``"repeat"`` the text or ``"pad"`` (masked ``[PAD]`` keys) to reach ``seq_len``.
     profile : bool
         Also return ``"profile"`` (as :func:`run_qkv_job`).
+    weights, activations : str
+        Number formats (:data:`sw.models.attention_block.WEIGHT_FORMATS`, ``ACT_FORMATS``):
+        the four projections' weights (int8, int4, mxint8) and the Q/K/V projections' input
+        (int8, mxint8; MXINT8 needs ``mx=1`` in ``config``).
 
     Returns
     -------
     dict
         ``{"backend", "config", "config_name", "text", "tokens", "kv_len", "causal",
-        "stages": [{"name", "cycles", "macs", "utilization", "launches"}], "kernels": [...]
-        (per projection, as :func:`run_qkv_job`), "sqnr_db", "cosine", "bit_exact"}``.
-        Utilization is ``None`` for the softmax stage (no MACs) and on the untimed model.
+        "weights", "activations", "stages": [{"name", "cycles", "macs", "utilization",
+        "launches"}], "kernels": [...] (per projection, as :func:`run_qkv_job`), "sqnr_db",
+        "cosine", "bit_exact", "weight_bytes" (the four projections' weights in DRAM, packed),
+        "dram_bytes" (read plus written at the DRAM port during the block)}``. Utilization is
+        ``None`` for the softmax stage (no MACs) and on the untimed model.
     """
     from sw.kernels.attention import attention_with_stats
+    from sw.kernels.linear import weight_dram_bytes
     from sw.models.attention_block import (
         calibrate_block,
         dequantize_output,
         embed_ids,
         float_block,
         golden_block,
+        projection_operands,
         tokens_for_length,
     )
-    from sw.quant import cosine, quantize, sqnr_db
+    from sw.quant import cosine, sqnr_db
 
     cfg = NPUConfig(**config)
     text = text or DEFAULT_EVAL_TEXT
     model = load_minilm()
-    bq = calibrate_block(model)
+    bq = calibrate_block(model, weights=weights, activations=activations, tile_k=cfg.rows)
     ids, kv_len = tokens_for_length(model, text, seq_len, fill)
     x = embed_ids(model, ids)
     ref = float_block(model, x, kv_len, causal)
     gold = golden_block(bq, x, kv_len, causal)
     device = Device(backend, expected_config=cfg, profile=profile)
-    x_q = quantize(x, bq.x_scale)
+    before = device.counters()
+    weight_bytes = 0
     pes = cfg.n_pes
 
     def util(macs: int, cycles: int):
@@ -179,22 +189,26 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
     proj_cycles = proj_macs = 0
     for name in ("query", "key", "value"):
         p = bq.proj[name]
+        a, w, bias, mult, shift, fmt = projection_operands(bq, name, x)
         with device.region(name):
-            out, st = linear_with_stats(device, x_q, p.w, p.bias, p.multiplier, p.shift)
+            out, st = linear_with_stats(device, a, w, bias, mult, shift, formats=fmt)
         outs[name] = out
         proj_cycles += st.cycles
         proj_macs += st.macs
+        weight_bytes += weight_dram_bytes(cfg, st.plan)
         r = ref[name][:kv_len]
         t = out[:kv_len] * p.out_scale
-        kernels.append(_kernel_record(name, x_q, p.w, st, sqnr_db(r, t), cosine(r, t),
+        kernels.append(_kernel_record(name, a, w, st, sqnr_db(r, t), cosine(r, t),
                                       np.array_equal(out, gold[name])))
     ctx, ast = attention_with_stats(device, outs["query"], outs["key"], outs["value"],
                                     heads=bq.heads, score_mult=bq.score_mult,
                                     score_shift=bq.score_shift, out_mult=bq.pv_mult,
                                     out_shift=bq.pv_shift, kv_len=kv_len, causal=causal)
-    p = bq.proj["output"]
+    a, w, bias, mult, shift, fmt = projection_operands(bq, "output", ctx)
     with device.region("output"):
-        y, ost = linear_with_stats(device, ctx, p.w, p.bias, p.multiplier, p.shift)
+        y, ost = linear_with_stats(device, a, w, bias, mult, shift, formats=fmt)
+    weight_bytes += weight_dram_bytes(cfg, ost.plan)
+    moved = device.counters() - before
     stages = [{"name": "projections", "cycles": proj_cycles, "macs": proj_macs,
                "utilization": util(proj_macs, proj_cycles), "launches": 3}]
     labels = {"scores": "Q.K^T", "softmax": "softmax", "context": "P.V"}
@@ -212,7 +226,9 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
     return {
         "backend": backend.name, "config": cfg.to_dict(), "config_name": cfg.name,
         "text": text, "tokens": int(len(ids)), "kv_len": int(kv_len), "causal": causal,
-        "stages": stages, "kernels": kernels,
+        "weights": weights, "activations": activations, "stages": stages, "kernels": kernels,
+        "weight_bytes": int(weight_bytes),
+        "dram_bytes": int(moved["bytes_read"] + moved["bytes_written"]),
         "context_sqnr_db": round(float(sqnr_db(rc, tc)), 3),
         "sqnr_db": round(float(sqnr_db(r, t)), 3), "cosine": round(float(cosine(r, t)), 6),
         "bit_exact": bool(np.array_equal(ctx, gold["context"])
@@ -227,7 +243,10 @@ def format_attention_report(result: dict) -> str:
         f"all-MiniLM-L6-v2 layer-0 self-attention block, L={result['tokens']} "
         f"(valid keys {result['kv_len']}{', causal' if result['causal'] else ''}): "
         f"{result['text']!r}",
-        f"NPU {result['config_name']} ({result['backend']} backend)",
+        f"NPU {result['config_name']} ({result['backend']} backend); weights "
+        f"{result.get('weights', 'int8')}, activations {result.get('activations', 'int8')}: "
+        f"{result.get('weight_bytes', 0):,} weight bytes, {result.get('dram_bytes', 0):,} DRAM "
+        "bytes moved",
         "",
         *_kernel_table(result["kernels"], "projection", 11),
     ]

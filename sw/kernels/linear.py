@@ -76,7 +76,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hw.config import NPUConfig
-from hw.isa import LocalMem
+from hw.isa import E8M0_NAN, MX_BLOCK, ActFormat, LocalMem, WeightFormat
 from sw.kernels.linear_ops import (
     command_fields,
     dma_cycles,
@@ -90,12 +90,13 @@ from sw.kernels.linear_plan import (
     linear_dram_bytes,
     plan_linear,
 )
-from sw.kernels.linear_schedule import build_program
-from sw.quant import check_accumulation
+from sw.kernels.linear_schedule import a_dram_offset, a_dram_rows, a_tile_rows, build_program
+from sw.quant import check_accumulation, pack_int4
 from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
-__all__ = ["LinearPlan", "LinearStats", "LinearJob", "plan_linear", "linear", "linear_with_stats",
-           "linear_launch", "pack_activations", "build_linear_commands",
+__all__ = ["LinearPlan", "LinearStats", "LinearJob", "Formats", "INT8_FORMATS", "plan_linear",
+           "linear", "linear_with_stats", "linear_launch", "pack_activations", "weight_dram_bytes",
+           "build_linear_commands",
            "build_linear_commands_double_buffered", "double_buffered_plan", "linear_dram_bytes",
            "matmul_cycles", "matmul_latency", "requant_cycles", "dma_cycles"]
 
@@ -131,6 +132,70 @@ class LinearStats:
 
 
 
+@dataclass(frozen=True)
+class Formats:
+    """The number formats of a linear layer's operands (:mod:`hw.isa.formats`).
+
+    Attributes
+    ----------
+    weights : WeightFormat
+        ``INT8``; ``INT4`` (``W`` holds int4 values -8..7 in an int8 array, packed by the
+        kernel, :func:`sw.quant.pack_int4`); ``MXINT8`` (``W`` holds MXINT8 elements,
+        ``w_exp`` their E8M0 block scales).
+    activations : ActFormat
+        ``INT8`` or ``MXINT8`` (``A`` holds MXINT8 elements, ``a_exp`` their scales).
+    w_exp : numpy.ndarray or None
+        uint8 ``(ceil(K / 32), N)``: the scale of weight block ``b`` of column ``n``.
+    a_exp : numpy.ndarray or None
+        uint8 ``(M, ceil(K / 32))``.
+    x_base : int
+        The MX alignment base (0..1023; :func:`sw.quant.mx_alignment_base`), which the
+        requantization multipliers must account for: the accumulator is worth ``2**(x_base -
+        266)`` times the product of the element scales.
+    """
+    weights: WeightFormat = WeightFormat.INT8
+    activations: ActFormat = ActFormat.INT8
+    w_exp: np.ndarray | None = None
+    a_exp: np.ndarray | None = None
+    x_base: int = 0
+
+    @property
+    def mx(self) -> bool:
+        return (self.weights == WeightFormat.MXINT8
+                or self.activations == ActFormat.MXINT8)
+
+
+INT8_FORMATS = Formats()
+
+
+def _check_formats(config: NPUConfig, fmt: Formats, m: int, k: int, n: int,
+                   w: np.ndarray) -> None:
+    """Typed errors for formats the configuration or the operands cannot do."""
+    if fmt.weights == WeightFormat.INT4 and w.size and (w.min() < -8 or w.max() > 7):
+        raise ValueError(f"int4 weights must be in -8..7, got {w.min()}..{w.max()}")
+    if not fmt.mx:
+        return
+    if not config.mx:
+        raise ValueError(f"MXINT8 needs the MX exponent stage: configuration {config.spec} "
+                         "has mx=0 (use e.g. --config 8x8,mx=1)")
+    if MX_BLOCK % config.rows:
+        raise ValueError(f"MXINT8 needs K tiles inside MX blocks: rows={config.rows} must "
+                         f"divide {MX_BLOCK}")
+    if not 0 <= fmt.x_base < 1024:
+        raise ValueError(f"x_base must be in 0..1023, got {fmt.x_base}")
+    nb = -(-k // MX_BLOCK)
+    for name, x, shape, on in (("w_exp", fmt.w_exp, (nb, n), fmt.weights == WeightFormat.MXINT8),
+                               ("a_exp", fmt.a_exp, (m, nb),
+                                fmt.activations == ActFormat.MXINT8)):
+        if not on:
+            continue
+        if x is None or np.shape(x) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got "
+                             f"{None if x is None else np.shape(x)}")
+        if np.any(np.asarray(x) == E8M0_NAN):
+            raise ValueError(f"{name} holds the NaN scale (0xFF): the hardware has no NaN")
+
+
 def _check_operands(a: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
                     shift: np.ndarray) -> None:
     if a.dtype != np.int8 or w.dtype != np.int8:
@@ -149,25 +214,65 @@ def _check_operands(a: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: 
 
 
 def _pack(config: NPUConfig, plan: LinearPlan, a: np.ndarray, w: np.ndarray,
-          bias: np.ndarray, multiplier: np.ndarray, shift: np.ndarray
+          bias: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, fmt: Formats | None = None
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     c = config
+    fmt = INT8_FORMATS if fmt is None else fmt
     m, k, n = plan.m, plan.k, plan.n
     srb, rows, cols = c.spad_row_bytes, c.rows, c.cols
     k_pad, n_pad = plan.kb * rows, plan.nb * cols
     a_pad = np.zeros((m, k_pad), dtype=np.int8)
     a_pad[:, :k] = a
-    a_dram = np.zeros((plan.kb, m, srb), dtype=np.int8)
-    a_dram[:, :, :rows] = a_pad.reshape(m, plan.kb, rows).transpose(1, 0, 2)
+    if plan.a_fmt == ActFormat.MXINT8:
+        a_dram = _pack_mx_activations(c, plan, a_pad, fmt.a_exp)
+    else:
+        a_dram = np.zeros((plan.kb, m, srb), dtype=np.int8)
+        a_dram[:, :, :rows] = a_pad.reshape(m, plan.kb, rows).transpose(1, 0, 2)
     w_pad = np.zeros((k_pad, n_pad), dtype=np.int8)
     w_pad[:k, :n] = w
-    w_dram = np.zeros((plan.nb, k_pad, srb), dtype=np.int8)
-    w_dram[:, :, :cols] = w_pad.reshape(k_pad, plan.nb, cols).transpose(1, 0, 2)
+    # (NB, KB, rows, cols): tile j of N block nb
+    tiles = w_pad.reshape(plan.kb, rows, plan.nb, cols).transpose(2, 0, 1, 3)
+    wt = plan.w_tile(c)
+    w_dram = np.zeros((plan.nb, plan.kb, wt, srb), dtype=np.int8)
+    if plan.w_fmt == WeightFormat.INT4:
+        packed = pack_int4(tiles.transpose(2, 0, 1, 3).reshape(rows, -1))
+        w_dram[:, :, :, :cols] = packed.view(np.int8).reshape(wt, plan.nb, plan.kb,
+                                                              cols).transpose(1, 2, 0, 3)
+    else:
+        w_dram[:, :, :rows, :cols] = tiles
+    if plan.w_fmt == WeightFormat.MXINT8:
+        x = np.full((-(-k_pad // MX_BLOCK), n_pad), 127, np.uint8)
+        x[:fmt.w_exp.shape[0], :n] = fmt.w_exp
+        per_tile = x[np.arange(plan.kb) * rows // MX_BLOCK]          # (KB, n_pad)
+        w_dram[:, :, rows, :cols] = per_tile.reshape(plan.kb, plan.nb, cols).transpose(
+            1, 0, 2).view(np.int8)
+    w_dram = w_dram.reshape(plan.nb, plan.kb * wt, srb)
     p = np.zeros((3, n_pad), dtype=np.int64)
     p[0, :n], p[1, :n], p[2, :n] = bias, multiplier, shift
     p_dram = np.zeros((plan.nb, 3, c.acc_row_elems), dtype="<i4")
     p_dram[:, :, :cols] = p.reshape(3, plan.nb, cols).transpose(1, 0, 2)
     return a_dram, w_dram, p_dram
+
+
+def _pack_mx_activations(c: NPUConfig, plan: LinearPlan, a_pad: np.ndarray,
+                         a_exp: np.ndarray) -> np.ndarray:
+    """MXINT8 activations in DRAM: ``(KB, a_dram_rows, spad_row_bytes)``; in each K block each
+    M tile's rows in groups of ``spad_row_bytes``, every group after its exponent row
+    (:mod:`hw.isa.formats`)."""
+    m, rows, g = plan.m, c.rows, c.spad_row_bytes
+    out = np.zeros((plan.kb, a_dram_rows(c, plan), g), dtype=np.int8)
+    blocks = np.arange(plan.kb) * rows // MX_BLOCK
+    exps = a_exp.astype(np.uint8).view(np.int8)[:, blocks]            # (M, KB)
+    for i0 in range(0, m, plan.m_tile):
+        mt = min(plan.m_tile, m - i0)
+        row = a_dram_offset(c, plan, i0)
+        for q in range(0, mt, g):
+            n = min(g, mt - q)
+            out[:, row, :n] = exps[i0 + q:i0 + q + n].T
+            out[:, row + 1:row + 1 + n, :rows] = a_pad[i0 + q:i0 + q + n].reshape(
+                n, plan.kb, rows).transpose(1, 0, 2)
+            row += n + 1
+    return out
 
 
 def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_buf: Buffer,
@@ -177,7 +282,7 @@ def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_
     module docstring: command ``i`` waits for ``sem[sem] >= sem_base + i`` and signals
     ``sem``, so no two commands overlap."""
     c = config
-    srb, rows = c.spad_row_bytes, c.rows
+    srb = c.spad_row_bytes
     cmds = CommandList()
 
     def seq() -> dict:
@@ -185,15 +290,20 @@ def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_
         return {"wait": (sem, (sem_base + i) & 0xFFFF_FFFF), "signal": sem}
 
     m, kb, nb, mt_max, kbc = plan.m, plan.kb, plan.nb, plan.m_tile, plan.k_chunk
-    k_pad = kb * rows
+    wt = plan.w_tile(c)
+    k_pad = kb * wt
+    m_x = a_dram_rows(c, plan)
+    fmt = {"w_fmt": plan.w_fmt, "a_fmt": plan.a_fmt, "x_base": plan.x_base}
     n_chunks = _ceil_div(kb, kbc)
     for i0 in range(0, m, mt_max):
         mt = min(mt_max, m - i0)
+        at = a_tile_rows(c, plan, mt)
 
-        def load_a(kb0: int, nk: int, i0: int = i0, mt: int = mt) -> None:
-            cmds.dma_load(mem=LocalMem.SPAD, dram_addr=a_buf.addr + (kb0 * m + i0) * srb,
-                          dram_stride=m * srb, row_bytes=mt * srb, n_rows=nk,
-                          local_row=plan.a_base, local_stride=mt, **seq())
+        def load_a(kb0: int, nk: int, i0: int = i0, at: int = at) -> None:
+            cmds.dma_load(mem=LocalMem.SPAD,
+                          dram_addr=a_buf.addr + (kb0 * m_x + a_dram_offset(c, plan, i0)) * srb,
+                          dram_stride=m_x * srb, row_bytes=at * srb, n_rows=nk,
+                          local_row=plan.a_base, local_stride=at, **seq())
 
         if n_chunks == 1:
             load_a(0, kb)
@@ -202,14 +312,15 @@ def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_
                 kb0 = ch * kbc
                 nk = min(kbc, kb - kb0)
                 cmds.dma_load(mem=LocalMem.SPAD,
-                              dram_addr=w_buf.addr + (j * k_pad + kb0 * rows) * srb,
-                              dram_stride=rows * srb, row_bytes=rows * srb, n_rows=nk,
-                              local_row=plan.w_base, local_stride=rows, **seq())
+                              dram_addr=w_buf.addr + (j * k_pad + kb0 * wt) * srb,
+                              dram_stride=wt * srb, row_bytes=wt * srb, n_rows=nk,
+                              local_row=plan.w_base, local_stride=wt, **seq())
                 if n_chunks > 1:
                     load_a(kb0, nk)
                 for t in range(nk):
-                    cmds.matmul(a_row=plan.a_base + t * mt, w_row=plan.w_base + t * rows,
-                                acc_row=plan.acc_row, m=mt, accumulate=(kb0 + t) > 0, **seq())
+                    cmds.matmul(a_row=plan.a_base + t * at, w_row=plan.w_base + t * wt,
+                                acc_row=plan.acc_row, m=mt, accumulate=(kb0 + t) > 0, **fmt,
+                                **seq())
             cmds.dma_load(mem=LocalMem.ACC, dram_addr=p_buf.addr + j * 3 * c.acc_row_bytes,
                           dram_stride=c.acc_row_bytes, row_bytes=c.acc_row_bytes, n_rows=3,
                           local_row=plan.param_row, local_stride=1, **seq())
@@ -320,6 +431,12 @@ class LinearJob:
             s.free()
 
 
+def weight_dram_bytes(config: NPUConfig, plan: LinearPlan) -> int:
+    """Bytes of the layer's weights in DRAM in the kernel's layout (padded rows; int4 packed,
+    MXINT8 with its exponent rows): ``NB * KB * weight_tile_rows * spad_row_bytes``."""
+    return plan.nb * plan.kb * plan.w_tile(config) * config.spad_row_bytes
+
+
 def pack_activations(config: NPUConfig, a: np.ndarray) -> np.ndarray:
     """``A`` (M, K) int8 in the kernel's DRAM layout ``(KB, M, spad_row_bytes)``."""
     m, k = a.shape
@@ -336,7 +453,8 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
                   relu: bool = False, *, shape_k: int | None = None, m: int | None = None,
                   double_buffer: bool = True, spad_region: tuple[int, int] | None = None,
                   acc_region: tuple[int, int] | None = None,
-                  timeout_cycles: int | None = None, plan: LinearPlan | None = None) -> LinearJob:
+                  timeout_cycles: int | None = None, plan: LinearPlan | None = None,
+                  formats: Formats = INT8_FORMATS) -> LinearJob:
     """Launch a quantized linear layer on ``stream`` without waiting for it.
 
     Parameters
@@ -355,6 +473,9 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     plan : LinearPlan, optional
         Use this tiling (e.g. from :func:`double_buffered_plan`) instead of planning one;
         ``double_buffer`` and the regions are then ignored.
+    formats : Formats
+        Operand formats (default int8 x int8): int4 or MXINT8 weights, MXINT8 activations
+        (not with a packed activation buffer), their scales and the MX alignment base.
 
     Returns
     -------
@@ -363,7 +484,9 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     Raises
     ------
     ValueError
-        For bad shapes, dtypes or parameter ranges.
+        For bad shapes, dtypes or parameter ranges, int4 values outside -8..7, MXINT8 on a
+        configuration without ``mx`` or whose ``rows`` does not divide 32, scales of the
+        wrong shape or with the NaN scale.
     AccumulatorOverflowError
         If ``K > MAX_EXACT_K`` (131071): the int32 accumulation could wrap (K is not split).
     OutOfMemoryError, OutOfSemaphoresError, DeviceError, DeviceTimeoutError
@@ -375,6 +498,8 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     if isinstance(a, Buffer):
         if m is None:
             raise ValueError("m must be given with a packed activation buffer")
+        if formats.activations != ActFormat.INT8:
+            raise ValueError("a packed activation buffer holds int8 activations")
         a_arr = np.zeros((m, w_arr.shape[0]), dtype=np.int8)   # for the checks only
     else:
         a_arr = np.asarray(a)
@@ -384,12 +509,18 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     _check_operands(a_arr, w_arr, b_arr, m_arr, s_arr)
     mm, k = a_arr.shape
     n = w_arr.shape[1]
+    _check_formats(c, formats, mm, k, n, w_arr)
+    fmt_fields = {"w_fmt": int(formats.weights), "a_fmt": int(formats.activations),
+                  "x_base": int(formats.x_base) if formats.mx else 0}
     if plan is None:
         plan = plan_linear(c, mm, k, n, double_buffer=double_buffer, spad_region=spad_region,
-                           acc_region=acc_region, dram=device.dram_timing)
+                           acc_region=acc_region, dram=device.dram_timing, **fmt_fields)
     elif (plan.m, plan.k, plan.n) != (mm, k, n):
         raise ValueError(f"the plan is for {plan.m}x{plan.k}x{plan.n}, not {mm}x{k}x{n}")
-    a_dram, w_dram, p_dram = _pack(c, plan, a_arr, w_arr, b_arr, m_arr, s_arr)
+    elif (plan.w_fmt, plan.a_fmt, plan.x_base) != tuple(fmt_fields.values()):
+        raise ValueError(f"the plan is for formats {plan.w_fmt}, {plan.a_fmt}, x_base "
+                         f"{plan.x_base}, not {tuple(fmt_fields.values())}")
+    a_dram, w_dram, p_dram = _pack(c, plan, a_arr, w_arr, b_arr, m_arr, s_arr, formats)
     kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
     bufs: list[Buffer] = []
     sems: list[Semaphore] = []
@@ -431,8 +562,8 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
 def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
                       multiplier: npt.ArrayLike, shift: npt.ArrayLike, relu: bool = False,
                       timeout_cycles: int | None = None, *, double_buffer: bool = True,
-                      stream: Stream | None = None,
-                      plan: LinearPlan | None = None) -> tuple[np.ndarray, LinearStats]:
+                      stream: Stream | None = None, plan: LinearPlan | None = None,
+                      formats: Formats = INT8_FORMATS) -> tuple[np.ndarray, LinearStats]:
     """Run a quantized linear layer on ``device``; bit-exact with :func:`sw.golden.linear_int`.
 
     Parameters
@@ -459,6 +590,9 @@ def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: 
         Where to run (default: the device's default stream); waits for it to complete.
     plan : LinearPlan, optional
         Use this tiling instead of planning one (see :func:`linear_launch`).
+    formats : Formats
+        Operand formats (see :func:`linear_launch`); bit-exact with
+        :func:`sw.golden.linear_formats`.
 
     Returns
     -------
@@ -480,7 +614,8 @@ def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: 
     sync_kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
     stream.synchronize(**sync_kw)   # the cycle count below covers this kernel only
     job = linear_launch(stream, a, w, bias, multiplier, shift, relu,
-                        double_buffer=double_buffer, timeout_cycles=timeout_cycles, plan=plan)
+                        double_buffer=double_buffer, timeout_cycles=timeout_cycles, plan=plan,
+                        formats=formats)
     try:
         cycles = stream.synchronize(**sync_kw)
         out = job.output()

@@ -36,19 +36,23 @@ Wait = tuple[str, int] | None   #: ``(semaphore name, count)``
 
 # -- the planner's cost of each command ---------------------------------------------------------
 
-def matmul_cycles(config: NPUConfig, m: int, k_blocks: int = 1) -> int:
+def matmul_cycles(config: NPUConfig, m: int, k_blocks: int = 1, w_fmt: int = 0,
+                  a_fmt: int = 0) -> int:
     """Cycles between the handshakes of back-to-back MATMULs of ``m >= 1`` rows and
-    ``k_blocks`` K blocks on the matrix engine: :func:`hw.isa.matmul_issue_cycles`,
-    ``max(m, rows, cols)`` per block, exact in the steady state of
-    :class:`hw.isa.timing.MatmulTimeline` (the next MATMUL is taken while this one runs; its
-    weights load meanwhile)."""
-    return matmul_issue_cycles(config, m, k_blocks)
+    ``k_blocks`` K blocks in formats ``w_fmt``/``a_fmt`` on the matrix engine:
+    :func:`hw.isa.matmul_issue_cycles` (``max(m, rows, cols)`` per block for int8 and int4
+    weights), exact in the steady state of :class:`hw.isa.timing.MatmulTimeline` (the next
+    MATMUL is taken while this one runs; its weights load meanwhile)."""
+    return matmul_issue_cycles(config, m, k_blocks, w_fmt=w_fmt, a_fmt=a_fmt)
 
 
-def matmul_latency(config: NPUConfig, m: int, k_blocks: int = 1) -> int:
+def matmul_latency(config: NPUConfig, m: int, k_blocks: int = 1, w_fmt: int = 0,
+                   a_fmt: int = 0) -> int:
     """Cycles from a MATMUL's handshake to the first cycle its semaphore increment is seen:
-    ``hw.isa.matmul_busy_cycles + ACCEPT_CYCLES`` (``m + rows + cols + 5`` for one block)."""
-    return matmul_busy_cycles(config, m, k_blocks=k_blocks) + ACCEPT_CYCLES
+    ``hw.isa.matmul_busy_cycles + ACCEPT_CYCLES`` (``m + rows + cols + 5`` for one int8
+    block)."""
+    return matmul_busy_cycles(config, m, k_blocks=k_blocks, w_fmt=w_fmt,
+                              a_fmt=a_fmt) + ACCEPT_CYCLES
 
 
 def requant_cycles(config: NPUConfig, n_rows: int) -> int:
@@ -138,6 +142,9 @@ class MatmulOp:
     m: int
     accumulate: bool
     k_blocks: int = 1
+    w_fmt: int = 0
+    a_fmt: int = 0
+    x_base: int = 0
     wait: Wait = None
     signal: str | None = None
     engine = method = "matmul"
@@ -205,7 +212,7 @@ class Timer:
                                             dram=self.dram)
             return self._dma[key]
         if isinstance(op, MatmulOp):
-            return matmul_cycles(c, op.m, op.k_blocks)
+            return matmul_cycles(c, op.m, op.k_blocks, op.w_fmt, op.a_fmt)
         return requant_cycles(c, op.n_rows)
 
     def run(self, ops: list[Op]) -> int:
@@ -225,8 +232,8 @@ class Timer:
                 fetched = max(fetched, room) + burst
                 t = max(t, fetched)
                 starts.append(t)
-            finish = t + (matmul_latency(self.c, op.m, op.k_blocks) if isinstance(op, MatmulOp)
-                          else cycles)
+            finish = t + (matmul_latency(self.c, op.m, op.k_blocks, op.w_fmt, op.a_fmt)
+                          if isinstance(op, MatmulOp) else cycles)
             self.free[op.engine] = t + cycles
             end = max(end, finish)
             if op.signal is not None:

@@ -11,12 +11,19 @@ import dataclasses
 from dataclasses import dataclass
 
 from hw.config import NPUConfig
-from hw.isa import DmaBody, MatmulBody, field_max
+from hw.isa import DmaBody, MatmulBody, field_max, weight_tile_rows
 from sw.dram import DramTiming
 from sw.kernels.linear_ops import Timer, matmul_cycles
-from sw.kernels.linear_schedule import Infeasible, build_program
+from sw.kernels.linear_schedule import (
+    Infeasible,
+    a_dram_offset,
+    a_dram_rows,
+    a_tile_rows,
+    build_program,
+)
 
-__all__ = ["LinearPlan", "plan_linear", "double_buffered_plan", "linear_dram_bytes"]
+__all__ = ["LinearPlan", "plan_linear", "double_buffered_plan", "linear_dram_bytes",
+           "a_tile_rows", "a_dram_rows", "a_dram_offset"]
 
 _PARAM_ROW = 0     #: accumulator rows 0..2: bias, multiplier, shift
 _ACC_ROW = 3       #: first accumulator row of the output tile
@@ -60,8 +67,13 @@ class LinearPlan:
     est_cycles: int = 0   #: the planner's timing-model estimate (0: not estimated)
     param_row: int = _PARAM_ROW   #: accumulator rows of the parameters (bias, mult, shift)
     acc_row: int = _ACC_ROW       #: accumulator rows of the output tile (serialized plan)
+    w_fmt: int = 0        #: weight format (:class:`hw.isa.WeightFormat`)
+    a_fmt: int = 0        #: activation format (:class:`hw.isa.ActFormat`)
+    x_base: int = 0       #: MX alignment base of the MATMULs (:mod:`hw.isa.formats`)
 
-
+    def w_tile(self, config: NPUConfig) -> int:
+        """Scratchpad (and DRAM) rows of one weight K block (:func:`hw.isa.weight_tile_rows`)."""
+        return weight_tile_rows(config, self.w_fmt)
 
 
 def _region(region: tuple[int, int] | None, depth: int, what: str) -> tuple[int, int]:
@@ -76,7 +88,8 @@ def _region(region: tuple[int, int] | None, depth: int, what: str) -> tuple[int,
 def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: bool = False,
                 spad_region: tuple[int, int] | None = None,
                 acc_region: tuple[int, int] | None = None,
-                dram: DramTiming | None = None) -> LinearPlan:
+                dram: DramTiming | None = None, w_fmt: int = 0, a_fmt: int = 0,
+                x_base: int = 0) -> LinearPlan:
     """Choose the tiling for an ``(m, k) @ (k, n)`` layer (see the module docstring).
 
     Parameters
@@ -90,6 +103,10 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
     dram : DramTiming, optional
         The DRAM timing the layer will run under: the double-buffered candidates are ranked
         on the timing model under it (:class:`~sw.kernels.linear_ops.Timer`); None: ideal.
+    w_fmt, a_fmt, x_base : int
+        Operand formats (:mod:`hw.isa.formats`): the tiles' rows in the scratchpad and in
+        DRAM (int4 weights are half the bytes, so the planner sees half the weight traffic),
+        the MATMULs' issue cycles; ``x_base`` goes into every MATMUL.
 
     Raises
     ------
@@ -103,28 +120,41 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
     s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
     a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
     kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
-    # Mt limits besides the scratchpad: accumulator rows and the 16-bit DMA row_bytes field.
-    m_lim = min(m, _MAX_ROW_BYTES // c.spad_row_bytes, _MAX_M)
+    fmt = LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=1, k_chunk=1, w_base=0, a_base=0,
+                     o_base=0, w_fmt=w_fmt, a_fmt=a_fmt, x_base=x_base)
+    # Mt limits besides the scratchpad: accumulator rows and the 16-bit DMA row_bytes field
+    # (an activation tile's rows, exponent rows included).
+    m_lim = min(m, _MAX_M, _MAX_ROW_BYTES // c.spad_row_bytes)
+    while m_lim > 1 and a_tile_rows(c, fmt, m_lim) * c.spad_row_bytes > _MAX_ROW_BYTES:
+        m_lim -= 1
     if double_buffer:
-        plan = _plan_double_buffered(c, m, k, n, s0, s_rows, a0, a_rows, m_lim, dram)
+        plan = _plan_double_buffered(c, fmt, s0, s_rows, a0, a_rows, m_lim, dram)
         if plan is not None:
             return plan
     m_cap = min(m_lim, a_rows - _ACC_ROW)
-    # Whole K resident: kb*rows + kb*Mt + Mt <= spad_rows.
-    mt = min(m_cap, (s_rows - kb * c.rows) // (kb + 1))
+    wt = fmt.w_tile(c)
+
+    def at(mt: int) -> int:
+        return a_tile_rows(c, fmt, mt)
+    # Whole K resident: kb*wt + kb*at(Mt) + Mt <= spad_rows.
+    mt = m_cap
+    while mt >= 1 and kb * wt + kb * at(mt) + mt > s_rows:
+        mt -= 1
     if mt >= 1:
         kbc = kb
     else:
-        mt = min(m_cap, (s_rows - c.rows) // 2)
+        mt = m_cap
+        while mt >= 1 and wt + at(mt) + mt > s_rows:
+            mt -= 1
         if mt < 1:
             raise ValueError(f"scratchpad of {s_rows} rows is too small for a linear layer")
-        kbc = min(kb, (s_rows - mt) // (c.rows + mt))
-    return LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=mt, k_chunk=kbc,
-                      w_base=s0, a_base=s0 + kbc * c.rows, o_base=s0 + kbc * c.rows + kbc * mt,
-                      param_row=a0 + _PARAM_ROW, acc_row=a0 + _ACC_ROW)
+        kbc = min(kb, (s_rows - mt) // (wt + at(mt)))
+    return dataclasses.replace(fmt, m_tile=mt, k_chunk=kbc, w_base=s0, a_base=s0 + kbc * wt,
+                               o_base=s0 + kbc * wt + kbc * at(mt),
+                               param_row=a0 + _PARAM_ROW, acc_row=a0 + _ACC_ROW)
 
 
-def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows: int,
+def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
                           a0: int, a_rows: int, m_lim: int,
                           dram: DramTiming | None = None) -> LinearPlan | None:
     """The double-buffered tiling with the fewest estimated cycles, or None if none fits.
@@ -141,8 +171,13 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
     bound: its matmul cycles, :func:`_matmul_bound`), and the fastest wins; ties go to less
     DRAM traffic.
     """
+    m, k, n = fmt.m, fmt.k, fmt.n
     kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
-    kbc_lim = _MAX_ROW_BYTES // (c.rows * c.spad_row_bytes)     # weight chunk row_bytes
+    wt = fmt.w_tile(c)
+    kbc_lim = _MAX_ROW_BYTES // (wt * c.spad_row_bytes)        # weight chunk row_bytes
+
+    def at(mt: int) -> int:
+        return a_tile_rows(c, fmt, mt)
     cands: set[tuple] = set()
     for g in range(1, min(nb, c.cmd_fifo_depth) + 1):
         avail = a_rows - 6 * g            # rows for the tiles of two consecutive steps
@@ -158,7 +193,10 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
             mts.add(_ceil_div(m, nt))
         for o_bufs in (1, 2):
             for a_bufs in (1, 2):
-                fit = (s_rows - w_res * g * kb * c.rows) // (a_bufs * kb + o_bufs * g)
+                fit = (s_rows - w_res * g * kb * wt) // (a_bufs * kb + o_bufs * g)
+                while fit >= 1 and (w_res * g * kb * wt + a_bufs * kb * at(fit) + o_bufs * g * fit
+                                    > s_rows):
+                    fit -= 1
                 if fit >= 1:
                     mt = min(fit, mt_cap)
                     mts.add(_ceil_div(m, _ceil_div(m, mt)))
@@ -169,23 +207,23 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
                 out_rows = o_bufs * g * mt
                 if kb <= kbc_lim and not resident_done:      # whole K resident
                     for a_bufs in ((1,) if n_mt == 1 else (2, 1)):
-                        if w_res * g * kb * c.rows + a_bufs * kb * mt + out_rows <= s_rows:
+                        if w_res * g * kb * wt + a_bufs * kb * at(mt) + out_rows <= s_rows:
                             cands.add((g, mt, kb, o_bufs, a_bufs, w_res))
                             resident_done = 1
                             break
-                kbc = min(kb - 1, kbc_lim, (s_rows - out_rows) // (2 * g * c.rows + 2 * mt))
+                kbc = min(kb - 1, kbc_lim, (s_rows - out_rows) // (2 * g * wt + 2 * at(mt)))
                 if kbc > chunk_best:
                     cands.add((g, mt, kbc, o_bufs, 2, 2))
                     chunk_best = kbc
-    order = sorted(cands, key=lambda x: (_matmul_bound(c, m, x[1], nb, kb), -x[1], x))
+    order = sorted(cands, key=lambda x: (_matmul_bound(c, fmt, x[1], nb, kb), -x[1], x))
     best: tuple | None = None
     replayed = 0
     for g, mt, kbc, o_bufs, a_bufs, w_bufs in order:
-        bound = _matmul_bound(c, m, mt, nb, kb)
+        bound = _matmul_bound(c, fmt, mt, nb, kb)
         if best is not None and (bound > best[0][0] or replayed >= _REPLAY_BUDGET):
             break
         replayed += _ceil_div(m, mt) * nb * kb      # matmuls of this candidate
-        plan = _make_plan(c, m, k, n, s0, a0, a_rows, mt, kbc, g, o_bufs, a_bufs, w_bufs,
+        plan = _make_plan(c, fmt, s0, a0, a_rows, mt, kbc, g, o_bufs, a_bufs, w_bufs,
                           kbc < kb)
         timer = Timer(c, dram)
         try:
@@ -201,39 +239,44 @@ def _plan_double_buffered(c: NPUConfig, m: int, k: int, n: int, s0: int, s_rows:
     return dataclasses.replace(best[1], est_cycles=best[0][0])
 
 
-def _matmul_bound(c: NPUConfig, m: int, mt: int, nb: int, kb: int) -> int:
+def _matmul_bound(c: NPUConfig, fmt: LinearPlan, mt: int, nb: int, kb: int) -> int:
     """Cycles the matrix engine needs for a plan with M tiles of ``mt`` rows (the last one
     smaller): ``nb * kb`` back-to-back MATMULs per tile, each :func:`matmul_cycles`."""
-    full, rest = divmod(m, mt)
-    per_block = full * matmul_cycles(c, mt) + (matmul_cycles(c, rest) if rest else 0)
+    full, rest = divmod(fmt.m, mt)
+    f = (fmt.w_fmt, fmt.a_fmt)
+    per_block = full * matmul_cycles(c, mt, 1, *f) + (matmul_cycles(c, rest, 1, *f)
+                                                        if rest else 0)
     return nb * kb * per_block
 
 
-def _make_plan(c: NPUConfig, m: int, k: int, n: int, s0: int, a0: int, a_rows: int, mt: int,
+def _make_plan(c: NPUConfig, fmt: LinearPlan, s0: int, a0: int, a_rows: int, mt: int,
                kbc: int, g: int, o_bufs: int, a_bufs: int, w_bufs: int,
                snake: bool) -> LinearPlan:
     """A double-buffered plan with the buffers laid out from ``s0`` (weights, activations,
     output tiles) and ``a0`` (two parameter sets of ``3 g`` rows, then the tiles)."""
+    m, k, n = fmt.m, fmt.k, fmt.n
     kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
-    w_rows, a_rows_ = g * kbc * c.rows, kbc * mt
+    w_rows, a_rows_ = g * kbc * fmt.w_tile(c), kbc * a_tile_rows(c, fmt, mt)
     w_bases = tuple(s0 + i * w_rows for i in range(w_bufs))
     a_start = s0 + w_bufs * w_rows
     a_bases = tuple(a_start + i * a_rows_ for i in range(a_bufs))
     o_start = a_start + a_bufs * a_rows_
     o_bases = tuple(o_start + i * g * mt for i in range(o_bufs))
-    return LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=mt, k_chunk=kbc,
-                      w_base=w_bases[0], a_base=a_bases[0], o_base=o_bases[0],
-                      double_buffer=True, n_group=g, w_bases=w_bases, a_bases=a_bases,
-                      o_bases=o_bases, param_rows=(a0, a0 + 3 * g),
-                      acc_span=(a0 + 6 * g, a0 + a_rows), snake=snake,
-                      param_row=a0, acc_row=a0 + 6 * g)
+    return dataclasses.replace(
+        fmt, m=m, k=k, n=n, kb=kb, nb=nb, m_tile=mt, k_chunk=kbc,
+        w_base=w_bases[0], a_base=a_bases[0], o_base=o_bases[0],
+        double_buffer=True, n_group=g, w_bases=w_bases, a_bases=a_bases,
+        o_bases=o_bases, param_rows=(a0, a0 + 3 * g),
+        acc_span=(a0 + 6 * g, a0 + a_rows), snake=snake,
+        param_row=a0, acc_row=a0 + 6 * g)
 
 
 def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: int,
                          k_chunk: int, n_group: int = 1, out_buffers: int = 2,
                          a_buffers: int = 2, w_buffers: int = 2, snake: bool | None = None,
                          spad_region: tuple[int, int] | None = None,
-                         acc_region: tuple[int, int] | None = None) -> LinearPlan:
+                         acc_region: tuple[int, int] | None = None, w_fmt: int = 0,
+                         a_fmt: int = 0, x_base: int = 0) -> LinearPlan:
     """A double-buffered tiling chosen by hand (for experiments and tests; :func:`plan_linear`
     chooses one). ``snake`` defaults to ``k_chunk < KB``; one-buffer variants are correct
     but serialize the loads that reuse the buffer.
@@ -248,20 +291,23 @@ def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: i
     s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
     a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
     kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    fmt = LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=1, k_chunk=1, w_base=0, a_base=0,
+                     o_base=0, w_fmt=w_fmt, a_fmt=a_fmt, x_base=x_base)
+    wt, at = fmt.w_tile(c), a_tile_rows(c, fmt, m_tile)
     m_lim = min(m, _MAX_ROW_BYTES // c.spad_row_bytes)
-    kbc_lim = _MAX_ROW_BYTES // (c.rows * c.spad_row_bytes)
+    kbc_lim = _MAX_ROW_BYTES // (wt * c.spad_row_bytes)
     checks = [(1 <= m_tile <= m_lim, f"m_tile must be in 1..{m_lim}"),
               (1 <= k_chunk <= min(kb, kbc_lim), f"k_chunk must be in 1..{min(kb, kbc_lim)}"),
               (1 <= n_group <= nb, f"n_group must be in 1..{nb}"),
               (all(x in (1, 2) for x in (out_buffers, a_buffers, w_buffers)),
                "buffer counts must be 1 or 2"),
-              (w_buffers * n_group * k_chunk * c.rows + a_buffers * k_chunk * m_tile
+              (w_buffers * n_group * k_chunk * wt + a_buffers * k_chunk * at
                + out_buffers * n_group * m_tile <= s_rows, "the buffers do not fit the scratchpad"),
               (n_group * m_tile < a_rows - 6 * n_group, "the tiles do not fit the accumulator")]
     for ok, why in checks:
         if not ok:
             raise ValueError(why)
-    return _make_plan(c, m, k, n, s0, a0, a_rows, m_tile, k_chunk, n_group, out_buffers,
+    return _make_plan(c, fmt, s0, a0, a_rows, m_tile, k_chunk, n_group, out_buffers,
                       a_buffers, w_buffers, k_chunk < kb if snake is None else snake)
 
 
@@ -279,8 +325,8 @@ def linear_dram_bytes(config: NPUConfig, plan: LinearPlan) -> dict:
     else:
         m_tiles = _ceil_div(plan.m, plan.m_tile)
         n_chunks = _ceil_div(plan.kb, plan.k_chunk)
-        a = plan.kb * plan.m * srb * (1 if n_chunks == 1 else plan.nb)
-        w = m_tiles * plan.nb * plan.kb * c.rows * srb
+        a = plan.kb * a_dram_rows(c, plan) * srb * (1 if n_chunks == 1 else plan.nb)
+        w = m_tiles * plan.nb * plan.kb * plan.w_tile(c) * srb
         p = m_tiles * plan.nb * 3 * c.acc_row_bytes
         out = plan.nb * plan.m * srb
     return {"a": a, "w": w, "params": p, "out": out, "total": a + w + p + out}

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hw.config import NPUConfig
-from hw.isa import LocalMem
+from hw.isa import LocalMem, act_tile_rows
 from sw.kernels.linear_ops import (
     DmaOp,
     MatmulOp,
@@ -31,7 +31,28 @@ from sw.kernels.linear_ops import (
 if TYPE_CHECKING:
     from sw.kernels.linear_plan import LinearPlan
 
-__all__ = ["build_program", "Infeasible", "TAIL_PIECES"]
+
+def a_tile_rows(config: NPUConfig, plan: LinearPlan, mt: int) -> int:
+    """Rows of one K block of an M tile of ``mt`` activation rows (:func:`hw.isa.act_tile_rows`:
+    ``mt``, plus the exponent rows of MXINT8), in the scratchpad and in DRAM."""
+    return act_tile_rows(config, mt, plan.a_fmt)
+
+
+def a_dram_rows(config: NPUConfig, plan: LinearPlan) -> int:
+    """DRAM rows of one K block of the activations: ``M``, or for MXINT8 the sum over the M
+    tiles of :func:`a_tile_rows` (each tile its own groups of exponent rows)."""
+    full, rest = divmod(plan.m, plan.m_tile)
+    return full * a_tile_rows(config, plan, plan.m_tile) + (
+        a_tile_rows(config, plan, rest) if rest else 0)
+
+
+def a_dram_offset(config: NPUConfig, plan: LinearPlan, i0: int) -> int:
+    """Row of the M tile starting at activation row ``i0`` (a multiple of ``m_tile``) within a
+    K block of the activations in DRAM."""
+    return (i0 // plan.m_tile) * a_tile_rows(config, plan, plan.m_tile)
+
+__all__ = ["build_program", "Infeasible", "TAIL_PIECES", "a_tile_rows", "a_dram_rows",
+           "a_dram_offset"]
 
 #: The last step's requantization and store are split into at most this many pieces per tile.
 TAIL_PIECES = 8
@@ -52,7 +73,7 @@ def _balanced(total: int, most: int) -> list[int]:
     return [base + (i < extra) for i in range(parts)]
 
 
-def _w_row_blocks(config: NPUConfig, m_tile: int, n_blocks: int) -> int:
+def _w_row_blocks(config: NPUConfig, plan: LinearPlan, m_tile: int, n_blocks: int) -> int:
     """K blocks per DRAM row of a weight load of ``n_blocks`` blocks in a step of ``m_tile``
     rows: the largest divisor of ``n_blocks`` whose row is at most half a matmul's cycles of
     bus beats (at least one block; the matmul of ``n_blocks`` K blocks, as
@@ -60,8 +81,8 @@ def _w_row_blocks(config: NPUConfig, m_tile: int, n_blocks: int) -> int:
     order, so a command fetch waits for the burst in progress; with short matmuls and long
     weight bursts the matrix engine would run out of commands."""
     c = config
-    block_beats = -(-c.rows * c.spad_row_bytes // c.axi_data_bytes)
-    most = max(1, matmul_cycles(c, m_tile, n_blocks) // 2 // block_beats)
+    block_beats = -(-plan.w_tile(c) * c.spad_row_bytes // c.axi_data_bytes)
+    most = max(1, matmul_cycles(c, m_tile, n_blocks, plan.w_fmt, plan.a_fmt) // 2 // block_beats)
     return max(d for d in range(1, min(most, n_blocks) + 1) if n_blocks % d == 0)
 
 
@@ -172,7 +193,9 @@ class _Program(_Layout):
         self.c, self.p, self.relu = config, plan, relu
         self.a_addr, self.w_addr, self.p_addr, self.o_addr = addrs
         self.srb, self.rows = config.spad_row_bytes, config.rows
-        self.k_pad = plan.kb * config.rows
+        self.wt = plan.w_tile(config)             # rows of a weight K block
+        self.k_pad = plan.kb * self.wt            # weight rows per N block in DRAM
+        self.m_x = a_dram_rows(config, plan)      # activation rows per K block in DRAM
         self.ops: list[Op] = []
         self.count = dict.fromkeys("LMRS", 0)
         self.p_op: dict[int, DmaOp] = {}          # parameter load of each step
@@ -231,12 +254,14 @@ class _Program(_Layout):
         i0, mt, _, _ = self.tile(s)
         kb0, nk = self.chunks[ci]
         b, _, q = self.a_use[ph]
-        srb, m = self.srb, self.p.m
+        srb, m_x = self.srb, self.m_x
+        at = a_tile_rows(self.c, self.p, mt)
+        row0 = a_dram_offset(self.c, self.p, i0)
         self.add(DmaOp(
             store=False, tag="a", mem=LocalMem.SPAD,
-            dram_addr=self.a_addr + ((kb0 + off) * m + i0) * srb, dram_stride=m * srb,
-            row_bytes=mt * srb, n_rows=nk if n is None else n,
-            local_row=self.p.a_bases[b] + off * mt, local_stride=mt, wait=("M", q + 1),
+            dram_addr=self.a_addr + ((kb0 + off) * m_x + row0) * srb, dram_stride=m_x * srb,
+            row_bytes=at * srb, n_rows=nk if n is None else n,
+            local_row=self.p.a_bases[b] + off * at, local_stride=at, wait=("M", q + 1),
             signal="L"))
 
     def emit_w(self, ph: int, off: int = 0, n: int | None = None) -> None:
@@ -249,22 +274,22 @@ class _Program(_Layout):
         kb0, nk = self.chunks[ci]
         b, _, q = self.w_use[ph]
         n = nk if n is None else n
-        srb, rows, k_pad = self.srb, self.rows, self.k_pad
-        block_bytes = rows * srb              # one weight block (K block x N block) in DRAM
-        per_row = _w_row_blocks(self.c, mt, n)
-        dram = self.w_addr + (j0 * k_pad + (kb0 + off) * rows) * srb
-        local = self.p.w_bases[b] + off * rows
+        srb, wt, k_pad = self.srb, self.wt, self.k_pad
+        block_bytes = wt * srb                # one weight block (K block x N block) in DRAM
+        per_row = _w_row_blocks(self.c, self.p, mt, n)
+        dram = self.w_addr + (j0 * k_pad + (kb0 + off) * wt) * srb
+        local = self.p.w_bases[b] + off * wt
         if per_row == n:          # one DRAM row per N block
             self.add(DmaOp(store=False, tag="w", mem=LocalMem.SPAD, dram_addr=dram,
                            dram_stride=k_pad * srb, row_bytes=n * block_bytes, n_rows=g,
-                           local_row=local, local_stride=nk * rows, wait=("M", q + 1),
+                           local_row=local, local_stride=nk * wt, wait=("M", q + 1),
                            signal="L"))
             return
         for gg in range(g):       # per N block, rows of per_row K blocks
             self.add(DmaOp(store=False, tag="w", mem=LocalMem.SPAD,
                            dram_addr=dram + gg * k_pad * srb, dram_stride=per_row * block_bytes,
                            row_bytes=per_row * block_bytes, n_rows=n // per_row,
-                           local_row=local + gg * nk * rows, local_stride=per_row * rows,
+                           local_row=local + gg * nk * wt, local_stride=per_row * wt,
                            wait=("M", q + 1), signal="L"))
 
     def emit_loads(self, ph: int, late: bool) -> None:
@@ -329,17 +354,20 @@ class _Program(_Layout):
         ov = self.overlap(s) if ph == self.first[s] else None
         emitted: list[MatmulOp] = []
         deferred = []
+        at, wt, fmt = a_tile_rows(self.c, self.p, mt), self.wt, self._fmt()
         for gg in range(g):
             lo, hi = acc0 + gg * mt, acc0 + (gg + 1) * mt
             segs = [(lo, hi)]
             if overwrite and ov is not None and ov[0] < hi and lo < ov[1]:
+                if self.p.a_fmt:
+                    raise Infeasible("MXINT8 activations: an M tile's rows cannot be split")
                 a, b = max(lo, ov[0]), min(hi, ov[1])
                 segs = [sg for sg in ((lo, a), (b, hi)) if sg[0] < sg[1]]
                 deferred.append((gg, a, b))
             for sl, sh in segs:
-                op = MatmulOp(a_row=a_base + i * mt + sl - lo,
-                              w_row=w_base + (gg * nk + i) * self.rows, acc_row=sl, m=sh - sl,
-                              accumulate=not overwrite, k_blocks=n, wait=wait)
+                op = MatmulOp(a_row=a_base + i * at + sl - lo,
+                              w_row=w_base + (gg * nk + i) * wt, acc_row=sl, m=sh - sl,
+                              accumulate=not overwrite, k_blocks=n, wait=wait, **fmt)
                 self.ops.append(op)       # a wait on L is kept even for a count of 0
                 emitted.append(op)
                 wait = None
@@ -350,9 +378,13 @@ class _Program(_Layout):
         for gg, a, b in deferred:
             lo = acc0 + gg * mt
             emitted.append(self.add(MatmulOp(
-                a_row=a_base + i * mt + a - lo, w_row=w_base + (gg * nk + i) * self.rows,
-                acc_row=a, m=b - a, accumulate=False, wait=("R", self.r_free[s]))))
+                a_row=a_base + i * at + a - lo, w_row=w_base + (gg * nk + i) * wt,
+                acc_row=a, m=b - a, accumulate=False, wait=("R", self.r_free[s]), **fmt)))
         return emitted
+
+    def _fmt(self) -> dict:
+        """The format fields of every MATMUL of the plan."""
+        return {"w_fmt": self.p.w_fmt, "a_fmt": self.p.a_fmt, "x_base": self.p.x_base}
 
     # -- the first phase ----------------------------------------------------------------------
 
@@ -361,17 +393,18 @@ class _Program(_Layout):
         as the timing model says still arrives before the array reaches it (at least one
         block). ``w_whole``: the weights of the whole chunk load with the first piece, else
         each piece loads its own; the parameters of step 0 load before the second piece."""
-        c, rows, srb = self.c, self.rows, self.srb
+        c, wt, srb = self.c, self.wt, self.srb
         _, mt, _, g = self.tile(self.phases[0][0])
-        per_block = g * matmul_cycles(c, mt)
+        per_block = g * matmul_cycles(c, mt, 1, self.p.w_fmt, self.p.a_fmt)
+        at = a_tile_rows(c, self.p, mt)
         p_cycles = dma_cycles(c, c.acc_row_bytes, 3 * g)
         w_load, a_load = self.w_use[0][1], self.a_use[0][1]
 
         def dma(n: int, first_piece: bool, n_pieces: int) -> int:
             w = 0
             if w_load and (first_piece or not w_whole):
-                w = dma_cycles(c, (nk if w_whole else n) * rows * srb, g)
-            return (w + (dma_cycles(c, mt * srb, n) if a_load else 0)
+                w = dma_cycles(c, (nk if w_whole else n) * wt * srb, g)
+            return (w + (dma_cycles(c, at * srb, n) if a_load else 0)
                     + (p_cycles if n_pieces == 1 and not first_piece else 0))
         pieces = [1]
         t_dma = t_start = dma(1, True, 1)    # loads done; compute start of the piece's block
@@ -436,8 +469,9 @@ class _Program(_Layout):
         ``s - 1``'s first matmul brought along, which it may wait for)."""
         last = self.step_matmuls[s][-1]
         k = last.k_blocks - 1
-        op = MatmulOp(a_row=last.a_row + k * last.m, w_row=last.w_row + k * self.rows,
-                      acc_row=last.acc_row, m=last.m, accumulate=True, signal=last.signal)
+        op = MatmulOp(a_row=last.a_row + k * a_tile_rows(self.c, self.p, last.m),
+                      w_row=last.w_row + k * self.wt, acc_row=last.acc_row, m=last.m,
+                      accumulate=True, signal=last.signal, **self._fmt())
         last.k_blocks, last.signal = k, None
         self.ops.append(op)
         self.step_matmuls[s].append(op)

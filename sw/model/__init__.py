@@ -65,8 +65,10 @@ room; the RTL must agree with these for the differential tests):
   length; ``ceil(row_bytes / L)`` local rows per DRAM row):
   ``BAD_DRAM_ADDR`` (start of the first DRAM row that does not fit), ``BAD_LOCAL_ADDR`` (the
   first local row, in transfer order, outside the memory: ``max(row, depth)``). MATMUL:
-  ``flags.transpose`` on a non-square array (``BAD_SIZE``, 0), A rows, W rows, then accumulator
-  rows. SOFTMAX: overlapping P blocks (``BAD_SIZE``, ``stride``), score rows, P rows, scale
+  ``flags.transpose`` on a non-square array or a number format the configuration does not
+  have (``BAD_SIZE``, 0; :func:`hw.isa.format_error`), A rows, W rows (tiles of the operands'
+  formats, :mod:`hw.isa.formats`), then accumulator rows. SOFTMAX: overlapping P blocks
+  (``BAD_SIZE``, ``stride``), score rows, P rows, scale
   rows (``max(start, depth)``). REQUANT: accumulator
   rows, scratchpad rows, the three parameter rows, then (``flags.row_scale``) the scale rows.
   FENCE: ``MISALIGNED`` then ``BAD_DRAM_ADDR`` (the fence address). A DMA with

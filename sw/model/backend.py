@@ -24,6 +24,7 @@ from hw.isa import (
     TIMING_COUNTERS,
     CfgArray,
     CfgBus,
+    CfgFeatures,
     CommandView,
     Csr,
     ErrorCode,
@@ -271,6 +272,7 @@ class ModelBackend:
                 "axi_data_bytes": c.axi_data_bytes, "dma_outstanding": c.dma_outstanding,
                 "spad_row_bytes": c.spad_row_bytes, "acc_row_elems": c.acc_row_elems}),
             Csr.CFG_DRAM: c.dram_bytes % _WORD,
+            Csr.CFG_FEATURES: pack_fields(CfgFeatures, {"mx": c.mx}),
             Csr.STATUS: pack_fields(StatusWord, {
                 "busy": any(q.busy for q in self.queues),
                 "error": any(q.error is not None for q in self.queues)}),

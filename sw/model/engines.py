@@ -13,18 +13,26 @@ import numpy as np
 
 from hw.config import NPUConfig
 from hw.isa import (
+    E8M0_BIAS,
     LN_MAX_ELEMS,
+    ActFormat,
     CommandView,
     DmaRow,
     ErrorCode,
     LocalMem,
     Opcode,
+    WeightFormat,
+    act_row_offset,
+    act_tile_rows,
     dma_bursts,
     eltwise_param_rows,
+    format_error,
+    is_mx,
+    weight_tile_rows,
 )
-from sw.golden import add_int, gelu_int, layernorm_int, requantize_rows, softmax_int
+from sw.golden import add_int, gelu_int, layernorm_int, mx_align, requantize_rows, softmax_int
 from sw.model.faults import BusFault
-from sw.quant import requantize
+from sw.quant import requantize, unpack_int4
 
 __all__ = ["CommandError", "Engines"]
 
@@ -204,31 +212,46 @@ class Engines:
     # -- matrix engine --------------------------------------------------------------------------
 
     def matmul(self, body: CommandView, accumulate: bool, transpose: bool = False) -> None:
-        """MATMUL (:class:`hw.isa.MatmulBody`): int8 x int8 into int32, wrapping; the sum of
-        ``k_len + 1`` tiles along K."""
+        """MATMUL (:class:`hw.isa.MatmulBody`): the sum of ``k_len + 1`` tiles along K into
+        int32, wrapping; int8, int4 and MXINT8 operands (:mod:`hw.isa.formats`), an MX
+        command's tiles aligned by :func:`sw.golden.mx_align`."""
         c = self.config
         m = body.m
         if m == 0:
             return
-        if transpose and c.rows != c.cols:
+        w_fmt, a_fmt = int(body.w_fmt), int(body.a_fmt)
+        if (transpose and c.rows != c.cols) or format_error(c, w_fmt, a_fmt, transpose):
             raise CommandError(ErrorCode.BAD_SIZE, 0)
         blocks = body.k_len + 1
-        for row, n, depth in ((body.a_row, blocks * m, c.spad_rows),
-                              (body.w_row, blocks * c.rows, c.spad_rows)):
+        w_tile = weight_tile_rows(c, w_fmt)
+        a_tile = act_tile_rows(c, m, a_fmt)
+        for row, n, depth in ((body.a_row, blocks * a_tile, c.spad_rows),
+                              (body.w_row, blocks * w_tile, c.spad_rows)):
             if row + n > depth:
                 raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(row, depth))
         if body.acc_row + m > c.acc_rows:
             raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.acc_row, c.acc_rows))
-        # The K blocks side by side make one product: A (m, blocks*rows) x W (blocks*rows,
-        # cols). In float64 (BLAS) it is exact: |sum| <= blocks * rows * 2**14 < 2**53; the
-        # accumulation wraps modulo 2**32 as in the accumulator.
-        a = self.spad[body.a_row:body.a_row + blocks * m, :c.rows]
-        a = a.reshape(blocks, m, c.rows).transpose(1, 0, 2).reshape(m, blocks * c.rows)
-        w = self.spad[body.w_row:body.w_row + blocks * c.rows, :c.rows if transpose else c.cols]
-        if transpose:  # array column n <- spad row w_row + n (rows == cols), per block
-            w = w.reshape(blocks, c.cols, c.rows).transpose(0, 2, 1).reshape(blocks * c.rows,
-                                                                               c.cols)
-        out = (a.astype(np.float64) @ w.astype(np.float64)).astype(np.int64).astype(np.int32)
+        # activation tiles: (blocks, m, rows) elements (MXINT8: skipping the exponent rows)
+        a_tiles = self.spad[body.a_row:body.a_row + blocks * a_tile].reshape(blocks, a_tile, -1)
+        offsets = [act_row_offset(c, i, a_fmt) for i in range(m)]
+        a = a_tiles[:, offsets, :c.rows]
+        w_tiles = self.spad[body.w_row:body.w_row + blocks * w_tile].reshape(blocks, w_tile, -1)
+        if w_fmt == WeightFormat.INT4:
+            w = np.stack([unpack_int4(t[:, :c.cols], c.rows) for t in w_tiles])
+        elif transpose:   # array column n <- spad row w_row + n (rows == cols), per block
+            w = w_tiles[:, :, :c.rows].transpose(0, 2, 1)
+        else:
+            w = w_tiles[:, :c.rows, :c.cols]
+        if is_mx(w_fmt, a_fmt):
+            out = self._mx_tiles(a, w, a_tiles, w_tiles, m, w_fmt, a_fmt, body.x_base)
+        else:
+            # The K blocks side by side make one product: A (m, blocks*rows) x W
+            # (blocks*rows, cols). In float64 (BLAS) it is exact: |sum| <= blocks * rows *
+            # 2**14 < 2**53; the accumulation wraps modulo 2**32 as in the accumulator.
+            a2 = a.transpose(1, 0, 2).reshape(m, blocks * c.rows)
+            w2 = w.reshape(blocks * c.rows, c.cols)
+            out = (a2.astype(np.float64) @ w2.astype(np.float64)).astype(np.int64)
+        out = out.astype(np.int32)
         dst = self.acc[body.acc_row:body.acc_row + m]
         if accumulate:
             dst[:, :c.cols] += out
@@ -236,6 +259,25 @@ class Engines:
             dst[:, :c.cols] = out
         if dst.shape[1] > c.cols:
             dst[:, c.cols:] = 0
+
+    def _mx_tiles(self, a: np.ndarray, w: np.ndarray, a_tiles: np.ndarray, w_tiles: np.ndarray,
+                  m: int, w_fmt: int, a_fmt: int, x_base: int) -> np.ndarray:
+        """The sum over K tiles of each tile's exact product aligned by ``xa + xw - x_base``
+        (the array's exponent stage), int64 modulo 2**32 (the caller wraps to int32)."""
+        c = self.config
+        p = np.einsum("bmk,bkn->bmn", a.astype(np.int64), w.astype(np.int64))
+        if a_fmt == ActFormat.MXINT8:
+            g = c.spad_row_bytes
+            xa = np.stack([np.concatenate([t[q * (g + 1)].view(np.uint8)
+                                           for q in range(-(-m // g))])[:m] for t in a_tiles])
+        else:
+            xa = np.full((len(a_tiles), m), E8M0_BIAS)
+        if w_fmt == WeightFormat.MXINT8:
+            xw = w_tiles[:, c.rows, :c.cols].view(np.uint8)
+        else:
+            xw = np.full((len(w_tiles), c.cols), E8M0_BIAS)
+        d = xa.astype(np.int64)[:, :, None] + xw.astype(np.int64)[:, None, :] - int(x_base)
+        return mx_align(p, d).sum(axis=0) & 0xFFFF_FFFF
 
     # -- vector unit ----------------------------------------------------------------------------
 

@@ -33,14 +33,38 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from hw.isa import ROW_SCALE_SHIFT, SOFTMAX_EXP_FRAC_BITS
-from sw.golden import attention_head_int, exp2_int, linear_int
+from hw.isa import (
+    E8M0_BIAS,
+    MXINT8_FRAC_BITS,
+    ROW_SCALE_SHIFT,
+    SOFTMAX_EXP_FRAC_BITS,
+    ActFormat,
+    WeightFormat,
+)
+from sw.golden import attention_head_int, exp2_int, linear_formats
+from sw.kernels.linear import Formats
 from sw.models.minilm import DEFAULT_CALIBRATION_TEXT, MiniLM
-from sw.quant import INT8_MAX, quantize, quantize_multipliers
+from sw.quant import (
+    INT8_MAX,
+    int4_channel_scales,
+    mx_alignment_base,
+    quantize,
+    quantize_int4,
+    quantize_multipliers,
+    quantize_mxint8,
+)
 
 __all__ = ["ATTN_OUTPUT", "BlockQuant", "tokens_for_length", "embed_ids", "float_block",
            "calibrate_block", "golden_block", "golden_block_int", "score_multiplier",
-           "dequantize_output", "attn_output_name"]
+           "dequantize_output", "attn_output_name", "WEIGHT_FORMATS", "ACT_FORMATS",
+           "projection_operands"]
+
+#: Weight formats of the block's four projections (``npu run --weights``).
+WEIGHT_FORMATS = {"int8": WeightFormat.INT8, "int4": WeightFormat.INT4,
+                  "mxint8": WeightFormat.MXINT8}
+#: Activation formats of the Q/K/V projections' input (``npu run --activations``); the output
+#: projection's input (the context, computed on the device) is int8 in every case.
+ACT_FORMATS = {"int8": ActFormat.INT8, "mxint8": ActFormat.MXINT8}
 
 ATTN_OUTPUT = "encoder.layer.0.attention.output.dense"
 
@@ -188,12 +212,19 @@ def score_multiplier(s_q: float, s_k: float, d: int, frac_bits: int = SOFTMAX_EX
 
 @dataclass(frozen=True)
 class _Linear:
-    """Integer operands of one linear layer (``(K, N)`` int8 weight, per-channel requant)."""
+    """Integer operands of one linear layer: ``(K, N)`` weight elements (int8, int4 values or
+    MXINT8 elements with ``w_exp``), per-channel requantization (for an MX product with MXINT8
+    activations :func:`projection_operands` derives it per input: its ``x_base`` depends on the
+    activations' scales)."""
     w: np.ndarray
     bias: np.ndarray
     multiplier: np.ndarray
     shift: np.ndarray
     out_scale: np.ndarray   #: (N,) real value of one output step
+    w_format: WeightFormat = WeightFormat.INT8
+    w_exp: np.ndarray | None = None       #: MXINT8 block scales, ``(ceil(K / 32), N)``
+    x_base: int = 0                       #: MX alignment base (int8 activations)
+    float_bias: np.ndarray | None = None  #: the real bias (MX with MXINT8 activations)
 
 
 @dataclass(frozen=True)
@@ -224,6 +255,9 @@ class BlockQuant:
     ctx_scale: np.ndarray
     heads: int
     head_dim: int
+    w_format: WeightFormat = WeightFormat.INT8
+    act_format: ActFormat = ActFormat.INT8
+    tile_k: int = 8         #: the array's rows (MX alignment is per K tile)
 
 
 def _per_group_scale(y: np.ndarray, group: int) -> np.ndarray:
@@ -231,31 +265,125 @@ def _per_group_scale(y: np.ndarray, group: int) -> np.ndarray:
     return np.repeat(np.where(m > 0, m / INT8_MAX, 1.0), group)
 
 
-def _linear(x_scale: float | np.ndarray, w: np.ndarray, b: np.ndarray, out_scale: np.ndarray
-            ) -> _Linear:
+def _linear(x_scale: float | np.ndarray, w: np.ndarray, b: np.ndarray, out_scale: np.ndarray,
+            w_format: WeightFormat = WeightFormat.INT8, act_mx: bool = False,
+            tile_k: int = 8) -> _Linear:
     """Quantize ``y = (x_int * x_scale) @ w.T + b`` with per-channel weights and output scales;
-    ``x_scale`` may be per input channel (folded into the weight columns)."""
+    ``x_scale`` may be per input channel (folded into the weight columns). ``w_format``:
+    int8 (``max|w| / 127`` per output channel), int4 (``max|w| / 7``), or MXINT8 (OCP MX
+    blocks of 32 along K; with ``act_mx`` the activations are MXINT8 too and no ``x_scale``
+    is folded)."""
+    if w_format == WeightFormat.MXINT8:
+        return _linear_mx(x_scale, w, b, out_scale, act_mx, tile_k)
     wt = np.asarray(w, np.float64) * np.asarray(x_scale, np.float64)  # per-input-channel fold
-    w_scale = np.abs(wt).max(axis=1)
-    w_scale = np.where(w_scale > 0, w_scale / INT8_MAX, 1.0)
-    w_q = quantize(wt, w_scale, axis=0).T.copy()
+    if w_format == WeightFormat.INT4:
+        w_scale = int4_channel_scales(wt, axis=0)
+        w_q = quantize_int4(wt, w_scale, axis=0).T.copy()
+    else:
+        w_scale = np.abs(wt).max(axis=1)
+        w_scale = np.where(w_scale > 0, w_scale / INT8_MAX, 1.0)
+        w_q = quantize(wt, w_scale, axis=0).T.copy()
     b_q = np.clip(np.floor(np.asarray(b, np.float64) / w_scale + 0.5), -(1 << 31),
                   (1 << 31) - 1).astype(np.int32)
     mult, shift = quantize_multipliers(w_scale / out_scale)
-    return _Linear(w=w_q, bias=b_q, multiplier=mult, shift=shift, out_scale=out_scale)
+    return _Linear(w=w_q, bias=b_q, multiplier=mult, shift=shift, out_scale=out_scale,
+                   w_format=w_format)
+
+
+def _mx_requant(b: np.ndarray, out_scale: np.ndarray, unit: float
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bias in accumulator units of ``unit`` (real value of one accumulator step) and the
+    per-channel multiplier ``unit / out_scale``."""
+    b_q = np.clip(np.floor(np.asarray(b, np.float64) / unit + 0.5), -(1 << 31),
+                  (1 << 31) - 1).astype(np.int32)
+    mult, shift = quantize_multipliers(unit / np.asarray(out_scale, np.float64))
+    return b_q, mult, shift
+
+
+def _linear_mx(x_scale, w, b, out_scale, act_mx: bool, tile_k: int) -> _Linear:
+    """MXINT8 weights (blocks of 32 along K, :func:`sw.quant.quantize_mxint8`). With int8
+    activations their scale is folded into the weights and the accumulator step is ``2**(x_base
+    - 127 - 127 - 6)`` (the activation at exponent 127, ``2**0``); with MXINT8 activations the
+    requantization depends on the input (:func:`projection_operands`)."""
+    wt = np.asarray(w, np.float64)
+    if not act_mx:
+        wt = wt * np.asarray(x_scale, np.float64)
+    w_q, w_exp = quantize_mxint8(wt.T, axis=0)                  # (K, N), (K / 32, N)
+    if act_mx:
+        zero = np.zeros(len(out_scale), np.int64)
+        return _Linear(w=w_q, bias=zero, multiplier=zero, shift=zero, out_scale=out_scale,
+                       w_format=WeightFormat.MXINT8, w_exp=w_exp,
+                       float_bias=np.asarray(b, np.float64))
+    x_base = mx_alignment_base(None, w_exp, k=w_q.shape[0], tile_k=tile_k, a_max=128)
+    unit = 2.0 ** (x_base - 2 * E8M0_BIAS - MXINT8_FRAC_BITS)
+    b_q, mult, shift = _mx_requant(b, out_scale, unit)
+    return _Linear(w=w_q, bias=b_q, multiplier=mult, shift=shift, out_scale=out_scale,
+                   w_format=WeightFormat.MXINT8, w_exp=w_exp, x_base=x_base)
+
+
+def projection_operands(bq: BlockQuant, name: str, x: npt.ArrayLike):
+    """The linear kernel's operands of projection ``name`` for input ``x``: float embeddings
+    for ``query``/``key``/``value`` (quantized here: int8 with ``bq.x_scale``, or MXINT8 with
+    its own block scales), the int8 context for ``output``.
+
+    Returns
+    -------
+    (a, w, bias, multiplier, shift, formats)
+        As :func:`sw.kernels.linear.linear_with_stats` takes them.
+    """
+    p = bq.proj[name]
+    act_mx = bq.act_format == ActFormat.MXINT8 and name != "output"
+    if name == "output":
+        a, a_exp = np.asarray(x, np.int8), None
+    elif act_mx:
+        a, a_exp = quantize_mxint8(x, axis=1)
+    else:
+        a, a_exp = quantize(x, bq.x_scale), None
+    if not act_mx:
+        fmt = Formats(weights=p.w_format, w_exp=p.w_exp, x_base=p.x_base)
+        return a, p.w, p.bias, p.multiplier, p.shift, fmt
+    w_mx = p.w_format == WeightFormat.MXINT8
+    w_max = {WeightFormat.INT8: 128, WeightFormat.INT4: 8, WeightFormat.MXINT8: 127}[p.w_format]
+    x_base = mx_alignment_base(a_exp, p.w_exp if w_mx else None, k=a.shape[1],
+                               tile_k=bq.tile_k, w_max=w_max)
+    if w_mx:
+        unit = 2.0 ** (x_base - 2 * E8M0_BIAS - 2 * MXINT8_FRAC_BITS)
+        bias, mult, shift = _mx_requant(p.float_bias, p.out_scale, unit)
+    else:
+        raise ValueError("MXINT8 activations are used with MXINT8 weights in this block")
+    fmt = Formats(weights=p.w_format, activations=ActFormat.MXINT8, w_exp=p.w_exp, a_exp=a_exp,
+                  x_base=x_base)
+    return a, p.w, bias, mult, shift, fmt
 
 
 def calibrate_block(model: MiniLM,
                     calibration_text: tuple[str, ...] = DEFAULT_CALIBRATION_TEXT,
-                    frac_bits: int = SOFTMAX_EXP_FRAC_BITS, *, layer: int = 0,
+                    frac_bits: int = SOFTMAX_EXP_FRAC_BITS, *, weights: str = "int8",
+                    activations: str = "int8", tile_k: int = 8, layer: int = 0,
                     inputs: list[np.ndarray] | None = None,
                     x_scale: float | np.ndarray | None = None) -> BlockQuant:
     """Calibrate every scale of the block of ``layer`` on ``calibration_text`` (sentences run
     separately, float32 activations, max-abs ranges).
 
-    ``inputs`` (float ``(T, 384)`` per calibration sentence) and ``x_scale`` (per tensor or
-    per channel) give a deeper layer's inputs and their int8 scale; by default the inputs are
-    the embeddings of ``calibration_text`` with a per-tensor scale (layer 0)."""
+    ``weights`` (:data:`WEIGHT_FORMATS`) is the format of all four projections' weights;
+    ``activations`` (:data:`ACT_FORMATS`) that of the Q/K/V projections' input (MXINT8 needs
+    MXINT8 weights; the output projection's input stays int8); ``tile_k`` is the array's
+    ``rows`` (MX alignment). ``inputs`` (float ``(T, 384)`` per calibration sentence) and
+    ``x_scale`` (per tensor or per channel) give a deeper layer's inputs and their int8 scale;
+    by default the inputs are the embeddings of ``calibration_text`` with a per-tensor scale
+    (layer 0).
+
+    Raises
+    ------
+    ValueError
+        For an unknown format or MXINT8 activations without MXINT8 weights.
+    """
+    if weights not in WEIGHT_FORMATS or activations not in ACT_FORMATS:
+        raise ValueError(f"formats must be weights in {list(WEIGHT_FORMATS)} and activations "
+                         f"in {list(ACT_FORMATS)}, got {weights!r}, {activations!r}")
+    wf, af = WEIGHT_FORMATS[weights], ACT_FORMATS[activations]
+    if af == ActFormat.MXINT8 and wf != WeightFormat.MXINT8:
+        raise ValueError("MXINT8 activations are used with MXINT8 weights (--weights mxint8)")
     n_heads, dh = _heads(model)
     xs = inputs if inputs is not None else [model.embed(s) for s in calibration_text]
     refs = [float_block(model, x, layer=layer) for x in xs]
@@ -265,7 +393,8 @@ def calibrate_block(model: MiniLM,
     out_scales = {"query": _per_group_scale(cat["query"], dh),
                   "key": _per_group_scale(cat["key"], dh),
                   "value": _per_group_scale(cat["value"], 1)}
-    proj = {name: _linear(x_scale, *model.projection(name, layer), out_scales[name])
+    proj = {name: _linear(x_scale, *model.projection(name, layer), out_scales[name], wf,
+                          af == ActFormat.MXINT8, tile_k)
             for name in _NAMES}
     # The context is a convex combination of V rows, so |ctx[:, j]| <= max |V[:, j]|: V's own
     # scale never saturates. (Measured at L=128: calibrated per-channel context ranges from
@@ -274,7 +403,8 @@ def calibrate_block(model: MiniLM,
     t = model.tensors
     o = attn_output_name(layer)
     proj["output"] = _linear(ctx_scale, t[o + ".weight"], t[o + ".bias"],
-                             OUTPUT_HEADROOM * _per_group_scale(cat["output"], 1))
+                             OUTPUT_HEADROOM * _per_group_scale(cat["output"], 1), wf, False,
+                             tile_k)
     sm = [score_multiplier(out_scales["query"][h * dh], out_scales["key"][h * dh], dh,
                            frac_bits) for h in range(n_heads)]
     pv_mult, pv_shift = quantize_multipliers(out_scales["value"] / ctx_scale
@@ -283,22 +413,38 @@ def calibrate_block(model: MiniLM,
                       score_mult=np.array([m for m, _ in sm], np.int64),
                       score_shift=np.array([s for _, s in sm], np.int64),
                       pv_mult=pv_mult, pv_shift=pv_shift, ctx_scale=ctx_scale,
-                      heads=n_heads, head_dim=dh)
+                      heads=n_heads, head_dim=dh, w_format=wf, act_format=af, tile_k=tile_k)
 
 
 def golden_block(bq: BlockQuant, x: npt.ArrayLike, kv_len: int | None = None,
                  causal: bool = False, exp=exp2_int) -> dict[str, np.ndarray]:
     """The integer block, bit-exact with the NPU: int8 ``query``/``key``/``value``/``context``/
     ``output`` (each ``(L, 384)``) for float embeddings ``x``."""
-    return golden_block_int(bq, quantize(x, bq.x_scale), kv_len, causal, exp)
+    out = {name: _golden_linear(bq, name, x) for name in bq.proj if name != "output"}
+    return _attention_and_output(bq, out, kv_len, causal, exp)
 
 
 def golden_block_int(bq: BlockQuant, x_q: npt.ArrayLike, kv_len: int | None = None,
                      causal: bool = False, exp=exp2_int) -> dict[str, np.ndarray]:
-    """:func:`golden_block` on int8 inputs ``x_q`` ``(L, 384)`` already at ``bq.x_scale``."""
-    x_q = np.asarray(x_q)
-    out = {name: linear_int(x_q, p.w, p.bias, p.multiplier, p.shift)
-           for name, p in bq.proj.items() if name != "output"}
+    """:func:`golden_block` on int8 inputs ``x_q`` ``(L, 384)`` already at ``bq.x_scale``
+    (int8 activations; any weight format).
+
+    Raises
+    ------
+    ValueError
+        If the block was calibrated for MXINT8 activations.
+    """
+    if bq.act_format == ActFormat.MXINT8:
+        raise ValueError("golden_block_int takes int8 inputs; this block has MXINT8 activations")
+    x_q = np.asarray(x_q, np.int8)
+    out = {name: _golden_linear(bq, name, x_q, quantized=True)
+           for name in bq.proj if name != "output"}
+    return _attention_and_output(bq, out, kv_len, causal, exp)
+
+
+def _attention_and_output(bq: BlockQuant, out: dict, kv_len: int | None, causal: bool,
+                          exp) -> dict[str, np.ndarray]:
+    """Heads and output projection of :func:`golden_block`, from its int8 Q, K, V."""
     dh = bq.head_dim
     ctx = np.zeros_like(out["query"])
     for h in range(bq.heads):
@@ -309,9 +455,21 @@ def golden_block_int(bq: BlockQuant, x_q: npt.ArrayLike, kv_len: int | None = No
             out_mult=bq.pv_mult[sl], out_shift=bq.pv_shift[sl], kv_len=kv_len, causal=causal,
             exp=exp)
     out["context"] = ctx
-    p = bq.proj["output"]
-    out["output"] = linear_int(ctx, p.w, p.bias, p.multiplier, p.shift)
+    out["output"] = _golden_linear(bq, "output", ctx)
     return out
+
+
+def _golden_linear(bq: BlockQuant, name: str, x, quantized: bool = False) -> np.ndarray:
+    """Projection ``name`` of float ``x`` (or, ``quantized``, of int8 ``x`` at
+    ``bq.x_scale``, as the output projection takes the context)."""
+    a, w, bias, mult, shift, f = projection_operands(bq, "output" if quantized else name, x)
+    if quantized:
+        p = bq.proj[name]
+        w, bias, mult, shift = p.w, p.bias, p.multiplier, p.shift
+        f = Formats(weights=p.w_format, w_exp=p.w_exp, x_base=p.x_base)
+    return linear_formats(a, w, bias, mult, shift, tile_k=bq.tile_k, weights=f.weights,
+                          activations=f.activations, w_exp=f.w_exp, a_exp=f.a_exp,
+                          x_base=f.x_base)
 
 
 def dequantize_output(bq: BlockQuant, out_int8: npt.ArrayLike) -> np.ndarray:

@@ -39,7 +39,8 @@ class MatrixEngine:
 
     def start(self, cmd, t: int, error: ErrorCode) -> None:
         b = cmd.body
-        times = self.timeline.take(t, b.m, k_blocks=b.k_len + 1, error=error is not _NONE)
+        times = self.timeline.take(t, b.m, k_blocks=b.k_len + 1, error=error is not _NONE,
+                                   w_fmt=b.w_fmt, a_fmt=b.a_fmt)
         # the K blocks' write runs, adjacent ones joined (one span on the port for a command
         # of m >= rows, cols: its blocks write back to back)
         spans: list[list[int]] = []

@@ -8,7 +8,16 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from hw.isa import COMMAND_BYTES, LocalMem, Opcode, body_fields, decode, encode
+from hw.isa import (
+    COMMAND_BYTES,
+    ActFormat,
+    LocalMem,
+    Opcode,
+    WeightFormat,
+    body_fields,
+    decode,
+    encode,
+)
 from sw.runtime.errors import CommandFieldError
 
 __all__ = ["Command", "CommandList", "Wait", "describe_command"]
@@ -17,6 +26,10 @@ __all__ = ["Command", "CommandList", "Wait", "describe_command"]
 _ENCODE_RANGE = re.compile(r"field '(\w+)' = (-?\d+) does not fit in (\d+) unsigned bits")
 #: the runtime's name of each header field (the other fields are named as their arguments)
 _HEADER_ARGS = {"wait_sem": "wait sem", "wait_value": "wait value", "signal_sem": "signal sem"}
+
+
+#: MATMUL fields left out of :func:`describe_command` when 0 (int8, no MX).
+_FORMAT_FIELDS = ("w_fmt", "a_fmt", "x_base")
 
 
 def describe_command(raw: bytes) -> str:
@@ -29,6 +42,11 @@ def describe_command(raw: bytes) -> str:
         return f"opcode {op:#04x} (unknown), raw {raw.hex()}"
     parts = [op.name]
     for name, value in body_fields(cmd).items():
+        if name in _FORMAT_FIELDS and value == 0:
+            continue        # an int8 MATMUL reads as before the formats
+        fmt = {"w_fmt": WeightFormat, "a_fmt": ActFormat}.get(name)
+        if fmt is not None and value in set(fmt):
+            value = fmt(value).name
         if isinstance(value, enum.Enum):
             value = value.name
         elif name.endswith("addr"):
@@ -156,14 +174,17 @@ class CommandList:
                   local_stride, wait, signal)
 
     def matmul(self, *, a_row: int, w_row: int, acc_row: int, m: int, accumulate: bool = False,
-               transpose: bool = False, k_blocks: int = 1, wait: Wait = None,
-               signal: int | None = None) -> None:
+               transpose: bool = False, k_blocks: int = 1, w_fmt: int = 0, a_fmt: int = 0,
+               x_base: int = 0, wait: Wait = None, signal: int | None = None) -> None:
         """``acc[acc_row+i] (+)= A[a_row+i] @ W[w_row:w_row+rows]`` for ``i < m`` (rows);
         ``transpose``: ``W[k, n] = spad[w_row + n][k]``; ``k_blocks`` (>= 1): the sum of that
         many tiles along K, tile ``j`` at ``a_row + j * m`` and ``w_row + j * rows`` (encoded
-        as ``k_len = k_blocks - 1``, see :class:`hw.isa.MatmulBody`)."""
+        as ``k_len = k_blocks - 1``, see :class:`hw.isa.MatmulBody`); ``w_fmt``, ``a_fmt``,
+        ``x_base``: the operand formats (:mod:`hw.isa.formats`; tiles then span
+        :func:`hw.isa.weight_tile_rows` and :func:`hw.isa.act_tile_rows` rows)."""
         body = {"matmul": {"a_row": a_row, "w_row": w_row, "acc_row": acc_row, "m": m,
-                           "k_len": k_blocks - 1}}
+                           "k_len": k_blocks - 1, "w_fmt": int(w_fmt), "a_fmt": int(a_fmt),
+                           "x_base": x_base}}
         self._add(Opcode.MATMUL, body, wait, signal, accumulate=int(bool(accumulate)),
                   transpose=int(bool(transpose)))
 

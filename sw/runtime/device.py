@@ -18,6 +18,7 @@ from hw.isa import (
     CSR_VERSION_VALUE,
     CfgArray,
     CfgBus,
+    CfgFeatures,
     Csr,
     ErrorCode,
     IrqBit,
@@ -51,7 +52,7 @@ from sw.runtime.sync import SEM_MODULUS, BlockedCommand, Event, Semaphore
 __all__ = ["Device"]
 
 _REPORTED_FIELDS = ("rows", "cols", "n_queues", "n_sems", "spad_rows", "acc_rows",
-                    "axi_data_bits", "dma_outstanding", "dram_bytes")
+                    "axi_data_bits", "dma_outstanding", "dram_bytes", "mx")
 
 
 class Device:
@@ -156,6 +157,7 @@ class Device:
             "spad_rows": rd(Csr.CFG_SPAD), "acc_rows": rd(Csr.CFG_ACC),
             "axi_data_bits": 8 * bus.axi_data_bytes, "dma_outstanding": bus.dma_outstanding,
             "dram_bytes": rd(Csr.CFG_DRAM),
+            "mx": unpack_fields(CfgFeatures, rd(Csr.CFG_FEATURES)).mx,
         }
         base = expected if expected is not None else NPUConfig()
         rest = {f.name: getattr(base, f.name) for f in fields(NPUConfig)

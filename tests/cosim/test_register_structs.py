@@ -73,6 +73,7 @@ def test_the_stream_exercised_every_field(runs):
             assert (info["valid"], info["overflow"], info["queue"], info["index"]) == \
                 (1, 0, queue, index)
         assert decoded("CFG_ARRAY", raw["CFG_ARRAY"])["rows"] == CONFIG.rows
+        assert decoded("CFG_FEATURES", raw["CFG_FEATURES"])["mx"] == CONFIG.mx
         assert decoded("VERSION", raw["VERSION"]) == decoded("VERSION", CSR_VERSION_VALUE)
         after = run["after"]
         assert decoded("ERR_CODE", after["ERR_CODE"])["code"] == ErrorCode.NONE.value

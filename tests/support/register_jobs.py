@@ -25,7 +25,8 @@ def _raw_registers(backend, device: Device, streams) -> dict:
     """Every packed register, by ``NAME`` or ``NAME.<queue|engine|sem>``."""
     rd = backend.csr_read
     raw = {"VERSION": rd(Csr.VERSION), "CFG_ARRAY": rd(Csr.CFG_ARRAY), "CFG_BUS": rd(Csr.CFG_BUS),
-           "STATUS": rd(Csr.STATUS), "ERR_CODE": rd(Csr.ERR_CODE)}
+           "CFG_FEATURES": rd(Csr.CFG_FEATURES), "STATUS": rd(Csr.STATUS),
+           "ERR_CODE": rd(Csr.ERR_CODE)}
     for s in streams:
         raw[f"Q_STATUS.{s.queue}"] = rd(queue_csr(s.queue, Csr.Q_STATUS))
         raw[f"Q_ERR_CODE.{s.queue}"] = rd(queue_csr(s.queue, Csr.Q_ERR_CODE))

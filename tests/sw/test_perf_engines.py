@@ -76,6 +76,7 @@ class _Queue:
 
 
 def _cmd(op, body, flags=None):
+    body = {"w_fmt": 0, "a_fmt": 0, **body}
     return SimpleNamespace(opcode=op.value, body=SimpleNamespace(**body),
                            flags=SimpleNamespace(**{"row_scale": 0, **(flags or {})}))
 
