@@ -69,11 +69,12 @@ class CsrBlock(wiring.Component):
         Per-queue reset pulse (``QUEUE_RESET`` bits, or all on ``CONTROL`` bit 0).
     sem_clear : ``Out(1)``
         One-cycle pulse on ``CONTROL`` bit 0: zero semaphores, ``SEM_LAST`` and traces.
-    sem_set : ``Out(n_sems)``, sem_set_value : ``Out(32)``
-        Host write of a semaphore: bit ``s`` pulses for one cycle in the cycle a write to
-        :func:`hw.isa.sem_csr` ``(s)`` takes effect, with the value written.
-    sems : ``In(ArrayLayout(32, n_sems))``, sem_last : ``In(ArrayLayout(SemLast, n_sems))``
-        Semaphore values and last-signaller records.
+    sem_set : ``Out(1)``, sem_set_sem : ``Out(range(n_sems))``, sem_set_value : ``Out(32)``
+        Host write of a semaphore: ``sem_set`` pulses for one cycle in the cycle a write to
+        :func:`hw.isa.sem_csr` ``(sem_set_sem)`` takes effect, with the value written.
+    sem_rd : ``Out(range(n_sems))``, sem_value : ``In(32)``, sem_last : ``In(SemLast)``
+        The semaphore read port: the semaphore a read address names (:func:`hw.isa.sem_csr`
+        or :func:`hw.isa.sem_last_csr`), its value and last-signaller record.
     cycles : ``Out(64)``
         Free-running cycle counter (also readable at ``CYCLES_LO``/``CYCLES_HI``).
     counters : ``In(ArrayLayout(32, len(COUNTER_NAMES)))``, counters_cycles : ``In(64)``
@@ -102,9 +103,10 @@ class CsrBlock(wiring.Component):
             "stop": Out(n),
             "fence_irq": In(1),
             "qclear": Out(n), "sem_clear": Out(1),
-            "sem_set": Out(config.n_sems), "sem_set_value": Out(32),
-            "sems": In(data.ArrayLayout(32, config.n_sems)),
-            "sem_last": In(data.ArrayLayout(SemLast, config.n_sems)),
+            "sem_set": Out(1), "sem_set_sem": Out(range(max(config.n_sems, 2))),
+            "sem_set_value": Out(32),
+            "sem_rd": Out(range(max(config.n_sems, 2))), "sem_value": In(32),
+            "sem_last": In(SemLast),
             "cycles": Out(64),
             "counters": In(data.ArrayLayout(32, len(COUNTER_NAMES))),
             "counters_cycles": In(64), "snapshot": Out(1),
@@ -193,8 +195,6 @@ class CsrBlock(wiring.Component):
                          q_code.code.eq(st.q_err[q].code), q_code.opcode.eq(st.q_err[q].opcode)]
             regs[queue_csr(q, Csr.Q_STATUS)] = q_status
             regs[queue_csr(q, Csr.Q_ERR_CODE)] = q_code
-        for s in range(cfg.n_sems):
-            regs[sem_last_csr(s)] = self.sem_last[s]
         return regs
 
     def _registers(self, m: Module, st: _State) -> dict:
@@ -227,8 +227,6 @@ class CsrBlock(wiring.Component):
                 queue_csr(q, Csr.Q_ERR_ADDR): st.q_err[q].addr,
                 queue_csr(q, Csr.Q_FETCHED): self.fetched[q],
             })
-        for s in range(cfg.n_sems):
-            regs[sem_csr(s)] = self.sems[s]
         regs.update(self._packed(m, st))
         return regs
 
@@ -237,10 +235,18 @@ class CsrBlock(wiring.Component):
         latches ``CYCLES_HI``); unmapped offsets read 0."""
         bus = self.bus
         value = Signal(32)
+        # both semaphore regions are 4 * 256 bytes: the word address's low bits name it
+        m.d.comb += self.sem_rd.eq(bus.araddr[2:10])
         with m.Switch(bus.araddr[2:]):
             for offset, reg in regs.items():
                 with m.Case(offset >> 2):
                     m.d.comb += value.eq(reg)
+            # the semaphores through the read port: one input of the multiplexer per region
+            n = self.config.n_sems
+            with m.Case(*(sem_csr(s) >> 2 for s in range(n))):
+                m.d.comb += value.eq(self.sem_value)
+            with m.Case(*(sem_last_csr(s) >> 2 for s in range(n))):
+                m.d.comb += value.eq(self.sem_last)
         with m.FSM(name="read"):
             with m.State("IDLE"):
                 m.d.comb += bus.arready.eq(1)
@@ -294,7 +300,7 @@ class CsrBlock(wiring.Component):
                 m.d.comb += self.trace_pop[e].eq(self.trace_valid[e])
         for s in range(self.config.n_sems):
             with m.Case(sem_csr(s) >> 2):
-                m.d.comb += self.sem_set[s].eq(1)
+                m.d.comb += [self.sem_set.eq(1), self.sem_set_sem.eq(s)]
         with m.Case(Csr.IRQ_ENABLE >> 2):
             m.d.sync += st.irq_enable.eq(w_data)
         with m.Case(Csr.IRQ_STATUS >> 2):

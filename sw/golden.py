@@ -238,14 +238,64 @@ def requantize_rows(acc: npt.ArrayLike, recip: npt.ArrayLike, bias: npt.ArrayLik
     numpy.ndarray
         int8, shape ``(R, N)``.
     """
-    a = np.asarray(acc, dtype=np.int64).astype(object)
-    r = np.asarray(recip, dtype=np.int64).astype(object)[:, None]
-    x = a + np.asarray(bias, dtype=np.int64).astype(object)
+    a = np.asarray(acc, dtype=np.int64)
+    r = np.asarray(recip, dtype=np.int64)
+    b = np.asarray(bias, dtype=np.int64)
+    m = np.asarray(multiplier, dtype=np.int64)
+    sh = np.asarray(shift, dtype=np.int64)
+    if a.size and r.size and _rows_fit_int64(a, r, b, m, sh):
+        # the same arithmetic in int64: every intermediate provably in range (>> floors)
+        x = (a + b) * r[:, None] + (1 << (ROW_SCALE_SHIFT - 1)) >> ROW_SCALE_SHIFT
+        x = np.minimum(np.maximum(x, -(1 << 32)), (1 << 32) - 1)
+        rnd = np.where(sh > 0, np.left_shift(np.int64(1), np.maximum(sh - 1, 0)), 0)
+        y = np.minimum(np.maximum((x * m + rnd) >> sh, -128), 127)
+        if relu:
+            y = np.maximum(y, 0)
+        return y.astype(np.int8)
+    return _requantize_rows_object(a, r, b, m, sh, relu)
+
+
+def _int_range(v: np.ndarray) -> tuple[int, int]:
+    return int(v.min()), int(v.max())
+
+
+def _product_range(x: tuple[int, int], y: tuple[int, int]) -> tuple[int, int]:
+    p = [i * j for i in x for j in y]
+    return min(p), max(p)
+
+
+def _rows_fit_int64(a, r, b, m, sh) -> bool:
+    """Whether :func:`requantize_rows`' arithmetic stays inside int64 for these (non-empty)
+    operands, from their exact extremes (Python integers): ``acc + bias``, its product with
+    ``recip`` plus the rounding constant, then (after the 33-bit clamp, a monotone map of
+    that product) the product with ``multiplier`` plus ``2**(shift - 1)``; and ``0 <= shift
+    <= 62``."""
+    lo, hi = -(1 << 63), (1 << 63) - 1
+    if m.size == 0 or sh.size == 0:
+        return False
+    s_lo, s_hi = _int_range(sh)
+    if s_lo < 0 or s_hi > 62:
+        return False
+    half = 1 << (ROW_SCALE_SHIFT - 1)
+    ab, bb = _int_range(a), _int_range(b)
+    x = (ab[0] + bb[0], ab[1] + bb[1])
+    xr = _product_range(x, _int_range(r))
+    x2 = tuple(min(max((v + half) >> ROW_SCALE_SHIFT, -(1 << 32)), (1 << 32) - 1) for v in xr)
+    xm = _product_range(x2, _int_range(m))
+    return (lo <= x[0] and x[1] <= hi and lo <= xr[0] and xr[1] + half <= hi
+            and lo <= xm[0] and xm[1] + ((1 << s_hi) >> 1) <= hi)
+
+
+def _requantize_rows_object(a, r, b, m, sh, relu: bool) -> np.ndarray:
+    """:func:`requantize_rows` in Python integers (numpy ``dtype=object``): exact for any
+    int64 operands."""
+    a = a.astype(object)
+    r = r.astype(object)[:, None]
+    x = a + b.astype(object)
     x = (x * r + (1 << (ROW_SCALE_SHIFT - 1))) >> ROW_SCALE_SHIFT
     lo, hi = -(1 << 32), (1 << 32) - 1
     x = np.vectorize(lambda v: min(max(v, lo), hi), otypes=[object])(x) if x.size else x
-    m = np.asarray(multiplier, dtype=np.int64).astype(object)
-    sh = np.asarray(shift, dtype=np.int64)
+    m = m.astype(object)
     rnd = np.array([(1 << int(v)) >> 1 for v in np.broadcast_to(sh, a.shape[1:])], dtype=object)
     y = (x * m + rnd) >> sh.astype(object)
     y = np.clip(np.asarray(y, dtype=object).astype(np.int64), -128, 127) if y.size else \

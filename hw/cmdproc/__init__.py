@@ -24,11 +24,18 @@ Structure (DESIGN.md, decoupled access/execute, several streams), one module eac
   (its semaphore wait satisfied, queue not stopped). A command waiting on a semaphore in
   queue A therefore never blocks queue B on the same engine (no head-of-line blocking);
   within a queue and an engine, order is kept.
-* **Semaphores** (:mod:`hw.cmdproc.semaphores`, :class:`SemaphoreFile`) are global (shared
-  by all queues) 32-bit counters that wrap modulo 2**32; every completion with ``signal`` set
-  increments ``sem[signal_sem]`` and records (queue, command index) in ``sem_last``
-  (:class:`hw.isa.SemLast`); the host may set a value (``sem_set``). A wait for ``target`` is
-  satisfied when ``(sem - target) mod 2**32 < 2**31`` (:func:`hw.isa.sem_reached`).
+* **Semaphores** (:mod:`hw.cmdproc.semaphores`, :class:`SemaphoreUnit`) are global (shared
+  by all queues) 32-bit counters that wrap modulo 2**32, in distributed RAM; every
+  completion with ``signal`` set increments ``sem[signal_sem]`` and records (queue, command
+  index) in ``sem_last`` (:class:`hw.isa.SemLast`), through one increment port (a stream):
+  one increment a cycle, the engines first (load, store, matrix, vector), then the stages
+  (queue order), then the fence; a source whose increment waits holds its command (an
+  engine its in-flight record, a stage its command, the fence its FSM). The host may set a
+  value (``sem_set``; the port takes no increment in that cycle). A wait for ``target`` is
+  satisfied when ``(sem - target) mod 2**32 < 2**31`` (:func:`hw.isa.sem_reached`): the
+  unit keeps a registered ready bit per waiting head (each engine's queue heads, each
+  stage), loaded through a lookup when the head changes and updated by one compare with
+  the changing value when its semaphore changes.
 * ``BARRIER`` waits until every earlier command of its queue retired (and its own semaphore
   wait, if any); ``FENCE`` does the same and then writes ``value`` (or the cycle counter, with
   ``body.fence.timestamp``) to DRAM and optionally raises the fence interrupt. Fence writes
@@ -50,15 +57,13 @@ from hw.cmdproc.common import (
     ErrorReport,
     QueueEntry,
     RunningCommand,
-    SemIncrement,
 )
 from hw.cmdproc.engine_queue import EngineQueue
 from hw.cmdproc.fetch import FetchUnit
 from hw.cmdproc.processor import CommandProcessor
-from hw.cmdproc.semaphores import SemaphoreFile
+from hw.cmdproc.semaphores import SemaphoreUnit
 from hw.cmdproc.stage import Stage
 from hw.isa import TraceEntry
 
-__all__ = ["CommandProcessor", "EngineQueue", "FetchUnit", "Stage", "SemaphoreFile",
-           "QueueEntry", "ErrorReport", "RunningCommand", "SemIncrement", "TraceEntry",
-           "ENGINES"]
+__all__ = ["CommandProcessor", "EngineQueue", "FetchUnit", "Stage", "SemaphoreUnit",
+           "QueueEntry", "ErrorReport", "RunningCommand", "TraceEntry", "ENGINES"]

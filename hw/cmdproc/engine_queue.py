@@ -10,11 +10,10 @@ from hw.cmdproc.common import (
     ErrorReport,
     QueueEntry,
     RunningCommand,
-    SemIncrement,
     engine_payload,
-    engine_wait,
     round_robin,
-    sem_reached,
+    sem_increment,
+    sem_wait,
 )
 from hw.config import NPUConfig
 from hw.isa import Command, ErrorCode, Opcode, TraceEntry
@@ -22,28 +21,36 @@ from hw.isa import Command, ErrorCode, Opcode, TraceEntry
 __all__ = ["EngineQueue"]
 
 
-class _Record(data.Struct):
-    """What the queue keeps of a command in the engine, from its handshake to its ``done``."""
-    queue: 8
-    index: 32
-    opcode: 8
-    signal: 1
-    sem: 8
-    killed: 1           #: its queue was reset while it ran
-    start: 32
+def _record(config: NPUConfig, opcodes: int) -> data.StructLayout:
+    """What the queue keeps of a command in the engine, from its handshake until it retired
+    and its semaphore increment was taken: ``queue``, ``index``, ``opcode`` (only for an engine
+    of several opcodes), ``signal`` (it increments ``sem``; after retiring: it still has
+    to), ``sem``, ``killed`` (its queue was reset since), ``start`` (the take cycle, for the
+    trace)."""
+    fields = {"queue": range(max(config.n_queues, 2)), "index": 32, "signal": 1,
+              "sem": max(1, (config.n_sems - 1).bit_length()), "killed": 1, "start": 32}
+    if opcodes > 1:
+        fields["opcode"] = Opcode
+    return data.StructLayout(fields)
 
 
 class _InEngine:
-    """The records of the commands in the engine (taken, not retired), a ring of ``depth``
-    (names as in the VCD): taken at ``tail``, retired at ``head`` (the oldest), in order."""
+    """The records of the commands taken and not yet released, a ring of ``depth`` (names as
+    in the VCD): taken at ``tail``; retired in order at ``ret`` (the oldest still in the
+    engine); released in order at ``head`` (the oldest), once retired and its semaphore
+    increment (if any) taken."""
 
-    def __init__(self, depth: int):
+    def __init__(self, depth: int, record: data.StructLayout):
         self.depth = depth
         self.valid = Signal(depth, name="in_engine")
-        self.recs = [Signal(_Record, name=f"cur{i}") for i in range(depth)]
-        self.head = Signal(range(max(depth, 2)), name="cur_head")     # 0 when depth is 1
-        self.tail = Signal(range(max(depth, 2)), name="cur_tail")
-        self.oldest = Signal(_Record, name="cur")     # recs[head]
+        self.fin = Signal(depth, name="retired")
+        self.recs = [Signal(record, name=f"cur{i}", reset_less=True) for i in range(depth)]
+        ptr = range(max(depth, 2))                    # 0 when depth is 1
+        self.head = Signal(ptr, name="cur_head")
+        self.ret = Signal(ptr, name="cur_ret")
+        self.tail = Signal(ptr, name="cur_tail")
+        self.oldest = Signal(record, name="cur")      # recs[ret]
+        self.first = Signal(record, name="cur_first")  # recs[head]
 
     def next(self, ptr: Signal):
         return Mux(ptr == self.depth - 1, 0, ptr + 1) if self.depth > 1 else ptr
@@ -63,6 +70,7 @@ class _Store:
         self.r = self.mem.read_port(domain="comb")
         self.ww = self.wait_mem.write_port()
         self.wr = [self.wait_mem.read_port(domain="comb") for _ in range(n)]
+        self.wn = self.wait_mem.read_port(domain="comb")     # the entry behind a taken head
         ptr = max(1, (depth - 1).bit_length())
         self.count = Signal(data.ArrayLayout(range(depth + 1), n), name="count")
         self.rp = Signal(data.ArrayLayout(ptr, n), name="rp")
@@ -82,9 +90,9 @@ class EngineQueue(wiring.Component):
     The store holds ``cmd_fifo_depth`` commands per queue, decoded once on the way in into
     the narrow payload of this engine (:func:`hw.cmdproc.common.engine_payload`: the fields
     of the engine's opcodes' bodies, flags, signal and command index; the semaphore wait in a
-    narrower store of its own, :func:`~hw.cmdproc.common.engine_wait`, read for every
-    queue's head), in two memories with one write port (a command a cycle: ``i[q].valid`` is
-    high for one queue at most) that map to LUT RAM. A command written in cycle ``w`` is the
+    narrower store of its own, :func:`~hw.cmdproc.common.sem_wait`, read for every queue's
+    head), in two memories with one write port (a command a cycle: ``i[q].valid`` is high
+    for one queue at most) that map to LUT RAM. A command written in cycle ``w`` is the
     queue's head from ``w + 1`` (once the one before it was taken); ``i[q].ready`` is high
     while the queue holds fewer than ``cmd_fifo_depth`` (a command taken in cycle ``t``
     frees its place from ``t + 1``). The engine's port gets the command back in the
@@ -92,18 +100,26 @@ class EngineQueue(wiring.Component):
 
     The engine holds up to ``in_flight`` commands at once (:func:`hw.isa.engine_in_flight`:
     the matrix engine takes the next MATMUL while earlier ones run; the others one at a
-    time): the queue offers a command while fewer are in the engine (taken and not retired;
-    a retirement in cycle ``d`` frees a place from ``d + 1``), and keeps a record of each,
-    which the engine retires in order with one ``done`` each.
+    time): the queue offers a command while it holds fewer than ``in_flight`` records
+    (taken and not released), and keeps a record of each, which the engine retires in order
+    with one ``done`` each.
 
     The head command of queue ``q`` is *ready* once its semaphore wait is satisfied (if its
     ``flags.wait`` is set: ``(sem[wait_sem] - wait_value) mod 2**32 < 2**31``, see
-    :func:`hw.isa.sem_reached`) and while ``stop[q]`` is low; the engine gets the next ready
-    head after the queue served last (round-robin). When the engine retires one: an error is
-    reported on ``err_*``, otherwise ``inc`` increments the command's ``signal_sem`` if
-    ``flags.signal`` was set. Each retirement pushes a :class:`TraceEntry`;
-    when the trace FIFO is full the entry is dropped and ``trace_overflow`` set (until
-    ``clear_all``).
+    :func:`hw.isa.sem_reached`; the semaphore unit's registered ready bit ``ready[q]``) and
+    while ``stop[q]`` is low; the engine gets the next ready head after the queue served last
+    (round-robin). The queue loads the ready bit of a new head: with ``i_ok`` (the semaphore
+    unit's lookup of the command being written) when a command is written into an empty
+    queue or behind a head taken in that cycle, with ``look_ok`` (its own lookup, of the
+    entry behind the head it takes) otherwise.
+
+    When the engine retires a command (``done``): an error is reported on ``err_*``;
+    otherwise, if ``flags.signal`` was set, the command's increment of ``signal_sem`` is
+    offered on ``inc`` (from that cycle) and its record is released in the cycle the
+    semaphore unit takes it, so a command that waits for it keeps its place among the
+    ``in_flight`` (a reset of its queue withdraws it). Records are released in order, one a
+    cycle. Each retirement pushes a :class:`TraceEntry`; when the trace FIFO is full the
+    entry is dropped and ``trace_overflow`` set (until ``clear_all``).
 
     Parameters
     ----------
@@ -119,8 +135,14 @@ class EngineQueue(wiring.Component):
     i : ``In(stream.Signature(QueueEntry)).array(n_queues)``
         Commands of each queue (at most one ``valid`` a cycle; ``ready`` does not depend on
         ``valid``).
+    i_ok : ``In(1)``
+        The wait of the command on ``i`` is satisfied after this cycle's semaphore change.
     engine : ``Out(EngineSignature())``
-    sems : ``In(ArrayLayout(32, n_sems))``
+    wait : ``Out(ArrayLayout(sem_wait(config), n_queues))``, load, load_ok : ``Out(n_queues)``,
+    ready : ``In(n_queues)``
+        The heads' waiter ports of the semaphore unit (:class:`~hw.cmdproc.SemaphoreUnit`).
+    look : ``Out(sem_wait(config))``, look_ok : ``In(1)``
+        A lookup port of the semaphore unit: the wait of the entry behind the head taken.
     windows_base, windows_limit : ``In(ArrayLayout(32, n_queues))``
         Per-queue DRAM windows, passed to the engine with the command.
     stop, flush : ``In(n_queues)``
@@ -129,11 +151,11 @@ class EngineQueue(wiring.Component):
         Clears the trace FIFO and its overflow flag.
     cycles : ``In(32)``
         Cycle counter, for the trace.
-    inc : ``Out(SemIncrement)``
-        The semaphore increment of a retiring command (``en`` is a one-cycle pulse).
+    inc : ``Out(stream.Signature(sem_increment(config)))``
+        The semaphore increment of a retired command.
     err_set : ``Out(1)``, err_queue : ``Out(8)``, err_info : ``Out(ErrorReport)``
     idle : ``Out(n_queues)``
-        Per queue: no queued command and none in the engine.
+        Per queue: no queued command and none taken and not released.
     sem_stall : ``Out(1)``
         The engine is idle (``busy`` low) and cannot take a command because every queue that
         has one for it (and is neither stopped nor being reset) has a head command waiting on
@@ -155,17 +177,20 @@ class EngineQueue(wiring.Component):
         self.in_flight = in_flight
         self.engine_name = engine
         self.payload = engine_payload(config, engine)
-        self.wait = engine_wait(config)
+        self.wait_layout = sem_wait(config)
         n = config.n_queues
         super().__init__({
             "i": In(stream.Signature(QueueEntry)).array(n),
+            "i_ok": In(1),
             "engine": Out(EngineSignature()),
-            "sems": In(data.ArrayLayout(32, config.n_sems)),
+            "wait": Out(data.ArrayLayout(self.wait_layout, n)),
+            "load": Out(n), "load_ok": Out(n), "ready": In(n),
+            "look": Out(self.wait_layout), "look_ok": In(1),
             "windows_base": In(data.ArrayLayout(32, n)),
             "windows_limit": In(data.ArrayLayout(32, n)),
             "stop": In(n), "flush": In(n), "clear_all": In(1),
             "cycles": In(32),
-            "inc": Out(SemIncrement),
+            "inc": Out(stream.Signature(sem_increment(config))),
             "err_set": Out(1), "err_queue": Out(8), "err_info": Out(ErrorReport),
             "idle": Out(n), "sem_stall": Out(1), "running": Out(RunningCommand),
             "trace": Out(TraceEntry), "trace_valid": Out(1), "trace_pop": In(1),
@@ -184,7 +209,7 @@ class EngineQueue(wiring.Component):
         """The command store: the payload memory, the wait memory, per queue its pointers and
         count; per head: ready to issue, or blocked on its semaphore."""
         cfg = self.config
-        st = _Store(cfg, self.payload, self.wait)
+        st = _Store(cfg, self.payload, self.wait_layout)
         m.submodules.payloads = st.mem
         m.submodules.waits = st.wait_mem
         depth, n = st.depth, cfg.n_queues
@@ -212,30 +237,26 @@ class EngineQueue(wiring.Component):
             write.eq((valid & Cat(self.i[q].ready for q in range(n))).any()),
             st.w.addr.eq(wq * depth + st.wp[wq]), st.w.data.eq(w_payload), st.w.en.eq(write),
             st.ww.addr.eq(st.w.addr), st.ww.en.eq(write),
-            st.ww.data.waits.eq(hdr.flags.wait), st.ww.data.wait_sem.eq(hdr.wait_sem),
-            st.ww.data.wait_value.eq(hdr.wait_value),
+            st.ww.data.waits.eq(hdr.flags.wait), st.ww.data.sem.eq(hdr.wait_sem),
+            st.ww.data.target.eq(hdr.wait_value),
         ]
         for q in range(n):
             m.d.comb += [self.i[q].ready.eq(st.count[q] != depth),
-                         st.wr[q].addr.eq(q * depth + st.rp[q])]
-            head = st.wr[q].data
-            wait_ok = Signal(name=f"wait_ok{q}")    # no wait, or its semaphore reached
-            m.d.comb += wait_ok.eq(~head.waits
-                                   | sem_reached(self.sems[head.wait_sem], head.wait_value))
+                         st.wr[q].addr.eq(q * depth + st.rp[q]),
+                         self.wait[q].eq(st.wr[q].data)]
             has = st.count[q] != 0
-            m.d.comb += [
-                st.ready[q].eq(has & wait_ok & ~self.stop[q] & ~self.flush[q]),
-                st.blocked[q].eq(has & ~wait_ok & ~self.stop[q] & ~self.flush[q]),
-            ]
+            live = has & ~self.stop[q] & ~self.flush[q]
+            m.d.comb += [st.ready[q].eq(live & self.ready[q]),
+                         st.blocked[q].eq(live & ~self.ready[q])]
         return st
 
     def _arbitrate(self, m: Module, st: _Store) -> _InEngine:
         """Round-robin among the ready heads while the engine has room; returns the records
-        of the commands in the engine."""
+        of the commands taken and not released."""
         cfg = self.config
         n, depth = cfg.n_queues, st.depth
         eng = self.engine
-        cur = _InEngine(self.in_flight)
+        cur = _InEngine(self.in_flight, _record(cfg, len(self._opcodes())))
         last = Signal(range(max(n, 2)))
         any_ready, sel = round_robin(m, last, list(st.ready), n)
         m.d.comb += self.sem_stall.eq(~eng.busy & ~any_ready & st.blocked.any())
@@ -263,6 +284,11 @@ class EngineQueue(wiring.Component):
         take = eng.cmd.valid & eng.cmd.ready
         written = st.w.en
         wq = st.w_queue
+        # the wait of the entry behind the head taken (its ready bit is loaded with it)
+        m.d.comb += [st.wn.addr.eq(sel * depth + st.next(st.rp[sel])),
+                     self.look.eq(st.wn.data)]
+        if depth == 1:
+            m.d.comb += self.look.waits.eq(0)
         for q in range(n):
             took = take & (sel == q)
             put = written & (wq == q)
@@ -274,61 +300,92 @@ class EngineQueue(wiring.Component):
                     m.d.sync += st.wp[q].eq(st.next(st.wp[q]))
                 with m.If(took):
                     m.d.sync += st.rp[q].eq(st.next(st.rp[q]))
+            behind = took & (st.count[q] > 1)      # the new head is the entry behind
+            m.d.comb += [self.load[q].eq(took | (put & (st.count[q] == 0))),
+                         self.load_ok[q].eq(Mux(behind, self.look_ok, self.i_ok))]
             here = Cat(cur.valid[i] & (r.queue == q) for i, r in enumerate(cur.recs)).any()
             m.d.comb += self.idle[q].eq((st.count[q] == 0) & ~here)
         with m.If(take):
-            m.d.sync += [cur.valid.bit_select(cur.tail, 1).eq(1), cur.tail.eq(cur.next(cur.tail)),
-                         last.eq(sel)]
+            m.d.sync += [cur.valid.bit_select(cur.tail, 1).eq(1),
+                         cur.fin.bit_select(cur.tail, 1).eq(0),
+                         cur.tail.eq(cur.next(cur.tail)), last.eq(sel)]
             with m.Switch(cur.tail):
                 for i, r in enumerate(cur.recs):
                     with m.Case(i):
                         m.d.sync += [
-                            r.queue.eq(sel), r.index.eq(head.index), r.opcode.eq(opcode),
+                            r.queue.eq(sel), r.index.eq(head.index),
                             r.signal.eq(head.flags.signal), r.sem.eq(head.signal_sem),
                             r.killed.eq(0), r.start.eq(self.cycles),
                         ]
+                        if "opcode" in r.shape().members:
+                            m.d.sync += r.opcode.eq(opcode)
         for i, r in enumerate(cur.recs):
             with m.If(cur.valid[i] & self.flush.bit_select(r.queue, 1)):
                 m.d.sync += r.killed.eq(1)
-        with m.Switch(cur.head):
-            for i, r in enumerate(cur.recs):
-                with m.Case(i):
-                    m.d.comb += cur.oldest.eq(r)
+        for ptr, out in ((cur.ret, cur.oldest), (cur.head, cur.first)):
+            with m.Switch(ptr):
+                for i, r in enumerate(cur.recs):
+                    with m.Case(i):
+                        m.d.comb += out.eq(r)
         m.d.comb += [self.running.queue.eq(cur.oldest.queue),
                      self.running.index.eq(cur.oldest.index),
-                     self.running.opcode.eq(cur.oldest.opcode)]
+                     self.running.opcode.eq(self._record_opcode(cur.oldest))]
         return cur
+
+    def _record_opcode(self, rec):
+        ops = self._opcodes()
+        return rec.opcode if len(ops) > 1 else Const(ops[0].value, 8)
 
     def _opcodes(self) -> tuple:
         from hw.cmdproc.common import ENGINES
         return ENGINES[self.engine_name] if self.engine_name else tuple(Opcode)
 
     def _retire(self, m: Module, cur: _InEngine) -> None:
-        """At the engine's ``done``: report the oldest command's error, or signal its
-        semaphore."""
+        """At the engine's ``done``: report the oldest command's error, or keep its signal;
+        then release the oldest record once its increment is taken (or it has none)."""
         eng = self.engine
         old = cur.oldest
         killed = old.killed | self.flush.bit_select(old.queue, 1)
-        m.d.comb += [self.inc.queue.eq(old.queue), self.inc.index.eq(old.index),
+        retire = Signal(name="retire")
+        wants = Signal(name="retire_signals")     # the retiring command still signals
+        m.d.comb += [retire.eq((cur.valid & ~cur.fin).any() & eng.done),
+                     wants.eq(old.signal & ~killed & (eng.error == ErrorCode.NONE)),
                      self.err_queue.eq(old.queue)]
-        with m.If(cur.valid.any() & eng.done):
-            m.d.sync += [cur.valid.bit_select(cur.head, 1).eq(0), cur.head.eq(cur.next(cur.head))]
-            with m.If(~killed):
-                with m.If(eng.error != ErrorCode.NONE):
-                    m.d.comb += [
-                        self.err_set.eq(1), self.err_info.code.eq(eng.error),
-                        self.err_info.opcode.eq(old.opcode),
-                        self.err_info.cmd.eq(old.index),
-                        self.err_info.addr.eq(eng.error_addr),
-                    ]
-                with m.Elif(old.signal):
-                    m.d.comb += [self.inc.en.eq(1), self.inc.sem.eq(old.sem)]
+        with m.If(retire):
+            m.d.sync += [cur.fin.bit_select(cur.ret, 1).eq(1), cur.ret.eq(cur.next(cur.ret))]
+            with m.Switch(cur.ret):
+                for i, r in enumerate(cur.recs):
+                    with m.Case(i):
+                        m.d.sync += r.signal.eq(wants)
+            with m.If(~killed & (eng.error != ErrorCode.NONE)):
+                m.d.comb += [
+                    self.err_set.eq(1), self.err_info.code.eq(eng.error),
+                    self.err_info.opcode.eq(self._record_opcode(old)),
+                    self.err_info.cmd.eq(old.index),
+                    self.err_info.addr.eq(eng.error_addr),
+                ]
+        # -- release the oldest record: retired (now or before), its increment taken
+        first = cur.first
+        now = retire & (cur.ret == cur.head)
+        fin = cur.fin.bit_select(cur.head, 1) | now
+        signals = Mux(now, wants, first.signal & ~first.killed
+                      & ~self.flush.bit_select(first.queue, 1))
+        held = cur.valid.bit_select(cur.head, 1) & fin
+        m.d.comb += [
+            self.inc.valid.eq(held & signals),
+            self.inc.payload.sem.eq(first.sem), self.inc.payload.queue.eq(first.queue),
+            self.inc.payload.index.eq(first.index),
+        ]
+        with m.If(held & (~signals | self.inc.ready)):
+            m.d.sync += [cur.valid.bit_select(cur.head, 1).eq(0),
+                         cur.fin.bit_select(cur.head, 1).eq(0),
+                         cur.head.eq(cur.next(cur.head))]
 
     def _trace(self, m: Module, cur: _InEngine) -> None:
         """One :class:`TraceEntry` per retired command, dropped (and ``trace_overflow`` set)
         when the FIFO is full."""
         eng = self.engine
-        retire = cur.valid.any() & eng.done
+        retire = (cur.valid & ~cur.fin).any() & eng.done
         size = TraceEntry.as_shape().size
         m.submodules.trace = trace = ResetInserter(self.clear_all)(
             fifo.SyncFIFOBuffered(width=size, depth=self.config.trace_depth))

@@ -4,12 +4,22 @@
 from __future__ import annotations
 
 from amaranth import Cat, Module, Mux, Signal
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
-from hw.cmdproc.common import ENGINES, ErrorReport, FetchEntry, SemIncrement, round_robin
+from hw.cmdproc.common import (
+    ENGINES,
+    ErrorReport,
+    FetchEntry,
+    command_wait,
+    engine_payload,
+    fence_body,
+    round_robin,
+    sem_increment,
+    sem_wait,
+)
 from hw.config import NPUConfig
 from hw.isa import COMMAND_BYTES, PAGE_BYTES, Command, ErrorCode, Opcode
 
@@ -50,8 +60,10 @@ class FetchUnit(wiring.Component):
 
     **Fence**: checks its address (alignment, DRAM range, window), writes ``value`` (or
     ``cycles`` with ``timestamp``) in one beat, waits for the B response, then pulses
-    ``fence_done``, ``fence_irq`` (if ``flags.irq``) and its semaphore increment
-    (``fence_inc``). A check or bus error is reported on ``err``.
+    ``fence_done`` and ``fence_irq`` (if ``flags.irq``). A fence that signals offers its
+    semaphore increment on ``fence_inc`` from the cycle after the B response
+    (``FENCE_SIGNAL``) and completes in the cycle it is taken (a reset of its queue then
+    withdraws it). A check or bus error is reported on ``err``.
 
     A queue reset (``qclear``) empties its buffer and ring error, ``HEAD := TAIL``; a burst
     already requested for it completes on the bus (its address stays stable: AXI4 A3.2.1)
@@ -67,22 +79,24 @@ class FetchUnit(wiring.Component):
     stop, qclear : ``In(n_queues)``
     cycles : ``In(32)``
         Fence timestamps.
-    stage : ``In(ArrayLayout(Command, n_queues))``, stage_index : ``In(ArrayLayout(32,
-    n_queues))``, stage_valid, fence_ready : ``In(n_queues)``
+    stage : ``In(ArrayLayout(engine_payload(config, "processor"), n_queues))``,
+    stage_valid, fence_ready : ``In(n_queues)``
         The stages (:class:`~hw.cmdproc.stage.Stage`).
     queue : ``Out(range(n_queues))``
         The queue being fetched or fenced.
     push : ``Out(1)``, push_queue : ``Out(range(n_queues))``, push_cmd : ``Out(Command)``,
-    push_index : ``Out(32)``
+    push_index : ``Out(32)``, push_wait : ``Out(sem_wait(config))``
         Load the stage of ``push_queue`` (a processor command), or, with ``dispatch``, write
-        the command into an engine's queue.
+        the command into an engine's queue; ``push_wait`` is the command's semaphore wait
+        (for the semaphore unit's lookup).
     room : ``In(ArrayLayout(n_queues, 4))``
         Per engine (order of :data:`~hw.cmdproc.common.ENGINES`) and queue: its engine queue
         takes a command (``EngineQueue.i[q].ready``).
     dispatch : ``Out(4)``
         One-hot: the command goes to that engine's queue for ``push_queue``.
-    fence_done, fence_irq : ``Out(1)``, fence_inc : ``Out(SemIncrement)``
+    fence_done, fence_irq : ``Out(1)``
         The fence of ``queue`` completed.
+    fence_inc : ``Out(stream.Signature(sem_increment(config)))``
     err : ``Out(n_queues)``, err_info : ``Out(ArrayLayout(ErrorReport, n_queues))``
         Per queue, an error (one-cycle pulse) of the loader or the fence.
     active : ``Out(n_queues)``
@@ -101,13 +115,14 @@ class FetchUnit(wiring.Component):
             "window_base": In(q32), "window_limit": In(q32),
             "head": Out(q32), "fetched": Out(q32),
             "stop": In(n), "qclear": In(n), "cycles": In(32),
-            "stage": In(data.ArrayLayout(Command, n)), "stage_index": In(q32),
+            "stage": In(data.ArrayLayout(engine_payload(config, "processor"), n)),
             "stage_valid": In(n), "fence_ready": In(n),
             "queue": Out(range(max(n, 2))),
             "push": Out(1), "push_queue": Out(range(max(n, 2))), "push_cmd": Out(Command),
-            "push_index": Out(32),
+            "push_index": Out(32), "push_wait": Out(sem_wait(config)),
             "room": In(data.ArrayLayout(n, len(ENGINES))), "dispatch": Out(len(ENGINES)),
-            "fence_done": Out(1), "fence_irq": Out(1), "fence_inc": Out(SemIncrement),
+            "fence_done": Out(1), "fence_irq": Out(1),
+            "fence_inc": Out(stream.Signature(sem_increment(config))),
             "err": Out(n), "err_info": Out(data.ArrayLayout(ErrorReport, n)),
             "active": Out(n),
         })
@@ -139,8 +154,8 @@ class FetchUnit(wiring.Component):
     def _fence_fail(self, m: Module, f: _FetchState, code, addr) -> None:
         m.d.comb += [f.fence_err.eq(~f.abort & ~f.bit(self.qclear)),
                      f.fence_info.code.eq(code), f.fence_info.addr.eq(addr),
-                     f.fence_info.cmd.eq(f.fence_index),
-                     f.fence_info.opcode.eq(f.cmd.header.opcode)]
+                     f.fence_info.cmd.eq(f.cmd.index),
+                     f.fence_info.opcode.eq(f.cmd.opcode)]
         m.next = "IDLE"
 
     # -- loader: prefetch buffer -> stage ------------------------------------------------------
@@ -179,6 +194,7 @@ class FetchUnit(wiring.Component):
             rd.addr.eq(sel * depth + (f.rp[sel] if depth > 1 else 0)),
             slot.eq(self.ring_base[sel] + self.head[sel] * COMMAND_BYTES),
             self.push_queue.eq(sel), self.push_cmd.eq(entry.cmd), self.push_index.eq(index),
+            self.push_wait.eq(command_wait(m, cfg, entry.cmd, "load_wait")),
             f.load_info.cmd.eq(index),
         ]
         with m.If(any_load):
@@ -236,18 +252,16 @@ class FetchUnit(wiring.Component):
         n = self.config.n_queues
         any_fence, fence_sel, fence_last = fences
         any_fetch, fetch_sel, fetch_last = fetches
-        m.d.comb += [
-            self.fence_inc.sem.eq(f.cmd.header.signal_sem), self.fence_inc.queue.eq(self.queue),
-            self.fence_inc.index.eq(f.fence_index),
-        ]
+        inc = self.fence_inc.payload
+        m.d.comb += [inc.sem.eq(f.cmd.signal_sem), inc.queue.eq(self.queue),
+                     inc.index.eq(f.cmd.index)]
         with m.State("IDLE"):
             with m.If(any_fence):
                 m.d.sync += [self.queue.eq(fence_sel), fence_last.eq(fence_sel), f.abort.eq(0)]
                 with m.Switch(fence_sel):
                     for q in range(n):
                         with m.Case(q):
-                            m.d.sync += [f.cmd.eq(self.stage[q]),
-                                         f.fence_index.eq(self.stage_index[q])]
+                            m.d.sync += f.cmd.eq(self.stage[q])
                 m.next = "FENCE_CHECK"
             with m.Elif(any_fetch):
                 m.d.sync += [self.queue.eq(fetch_sel), fetch_last.eq(fetch_sel), f.abort.eq(0)]
@@ -358,8 +372,8 @@ class FetchUnit(wiring.Component):
         """Check the fence address, write the word, wait for the response."""
         cfg, bus = self.config, self.bus
         beat_bytes = cfg.axi_data_bytes
-        hdr = f.cmd.header
-        fence = f.cmd.body.fence
+        hdr = f.cmd
+        fence = fence_body(f.cmd)
         lane = fence.addr[:(beat_bytes.bit_length() - 1)] if beat_bytes > 4 else 0
         with m.State("FENCE_CHECK"):
             with m.If(self._gone(f)):
@@ -395,9 +409,18 @@ class FetchUnit(wiring.Component):
                     self._fence_fail(m, f, ErrorCode.AXI_ERROR, fence.addr)
                 with m.Elif(f.abort | f.bit(self.qclear)):
                     m.next = "IDLE"
+                with m.Elif(f.signals):
+                    m.next = "FENCE_SIGNAL"
                 with m.Else():
-                    m.d.comb += [self.fence_irq.eq(hdr.flags.irq), self.fence_done.eq(1),
-                                 self.fence_inc.en.eq(f.signals)]
+                    m.d.comb += [self.fence_irq.eq(hdr.flags.irq), self.fence_done.eq(1)]
+                    m.next = "IDLE"
+        with m.State("FENCE_SIGNAL"):
+            with m.If(f.abort | f.bit(self.qclear)):
+                m.next = "IDLE"
+            with m.Else():
+                m.d.comb += self.fence_inc.valid.eq(1)
+                with m.If(self.fence_inc.ready):
+                    m.d.comb += [self.fence_irq.eq(hdr.flags.irq), self.fence_done.eq(1)]
                     m.next = "IDLE"
 
     # -- per-queue registers -----------------------------------------------------------------
@@ -465,17 +488,19 @@ class _FetchState:
         self.ring_err = Signal(data.ArrayLayout(ErrorCode, n), name="ring_err")
         self.single = Signal(data.ArrayLayout(range(depth + 1), n), name="single")
         self.abort = Signal(name="cur_abort")      # the burst's commands are dropped
-        self.cmd = Signal(Command, name="cmd")      # the fence being executed
-        self.fence_index = Signal(32, name="fence_index")
-        self.partial = Signal(max(1, (bpc - 1) * cfg.axi_data_bits), name="partial_cmd")
+        # the fence being executed (the stage's narrow payload)
+        self.cmd = Signal(engine_payload(cfg, "processor"), name="cmd", reset_less=True)
+        self.partial = Signal(max(1, (bpc - 1) * cfg.axi_data_bits), name="partial_cmd",
+                              reset_less=True)
         self.beat = Signal(range(bpc + 1), name="beat")
         self.resp_err = Signal(name="resp_err")
         self.multi = Signal(name="burst_multi")
-        self.ar_addr = Signal(32, name="fetch_araddr")   # the fetch burst's AR address
-        self.ar_len = Signal(8, name="fetch_arlen")
+        # the fetch burst's AR address and length
+        self.ar_addr = Signal(32, name="fetch_araddr", reset_less=True)
+        self.ar_len = Signal(8, name="fetch_arlen", reset_less=True)
         self.aw_done = Signal(name="aw_done")
         self.w_done = Signal(name="w_done")
-        self.word = Signal(32, name="fence_word")
+        self.word = Signal(32, name="fence_word", reset_less=True)
         self.win_limit = Signal(33, name="win_limit")
         self.slot_addr = Signal(33, name="slot_addr")
         # wires
@@ -491,8 +516,7 @@ class _FetchState:
         self.chk_code = Signal(ErrorCode, name="ring_err_code")
         self.single_dec = Signal(name="single_dec")
         self.flush_cur = self.flush & (self.load_sel == unit.queue)
-        hdr = self.cmd.header
-        self.signals = hdr.flags.signal | (hdr.opcode == Opcode.SIGNAL)
+        self.signals = self.cmd.flags.signal | (self.cmd.opcode == Opcode.SIGNAL)
         lim = unit.window_limit[unit.queue]
         self.win_base = unit.window_base[unit.queue]
         self.win_lim_raw = lim

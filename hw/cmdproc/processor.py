@@ -2,14 +2,14 @@
 (:class:`CommandProcessor`; the structure is described in :mod:`hw.cmdproc`)."""
 
 from amaranth import Cat, Module
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.bus import AXI4Signature, EngineSignature
-from hw.cmdproc.common import ENGINES, ErrorReport, RunningCommand
+from hw.cmdproc.common import ENGINES, ErrorReport, RunningCommand, priority_merge, sem_increment
 from hw.cmdproc.engine_queue import EngineQueue
 from hw.cmdproc.fetch import FetchUnit
-from hw.cmdproc.semaphores import SemaphoreFile
+from hw.cmdproc.semaphores import SemaphoreUnit
 from hw.cmdproc.stage import Stage
 from hw.config import NPUConfig
 from hw.isa import COMMAND_BYTES, SemLast, TraceEntry, engine_in_flight
@@ -38,17 +38,16 @@ class CommandProcessor(wiring.Component):
     qclear : ``In(n_queues)``
         Per queue: reset pulse. ``sem_clear`` : ``In(1)``: zero the semaphores, their
         ``sem_last`` records and the traces.
-    sem_set : ``In(n_sems)``, sem_set_value : ``In(32)``
-        Host write of a semaphore (bit ``s``: ``sem[s] := sem_set_value`` at this clock edge;
-        an increment in the same cycle is lost, ``sem_last`` unchanged).
+    sem_set : ``In(1)``, sem_set_sem : ``In(range(n_sems))``, sem_set_value : ``In(32)``
+        Host write of a semaphore (``sem[sem_set_sem] := sem_set_value`` at this clock edge;
+        ``sem_last`` unchanged; an increment waits for the next cycle).
     err_set : ``Out(n_queues)``, err_info : ``Out(ArrayLayout(ErrorReport, n_queues))``
         Per-queue error reports to the CSR block (one-cycle pulses).
     fence_irq : ``Out(1)``
         One-cycle pulse when a fence with ``flags.irq`` has written its value.
-    sems : ``Out(ArrayLayout(32, n_sems))``
-        Semaphore values.
-    sem_last : ``Out(ArrayLayout(SemLast, n_sems))``
-        What last incremented each semaphore (:class:`hw.isa.SemLast`).
+    sem_rd : ``In(range(n_sems))``, sem_value : ``Out(32)``, sem_last : ``Out(SemLast)``
+        Read port of the semaphores (combinational): the value of semaphore ``sem_rd`` and
+        what last incremented it (:class:`hw.isa.SemLast`).
     busy : ``Out(n_queues)``
         Per queue: holds commands not yet retired.
     cycles : ``In(32)``
@@ -85,11 +84,12 @@ class CommandProcessor(wiring.Component):
             "window_base": In(q32), "window_limit": In(q32),
             "head": Out(q32), "fetched": Out(q32),
             "stop": In(n), "qclear": In(n), "sem_clear": In(1),
-            "sem_set": In(config.n_sems), "sem_set_value": In(32),
+            "sem_set": In(1), "sem_set_sem": In(range(max(config.n_sems, 2))),
+            "sem_set_value": In(32),
             "err_set": Out(n), "err_info": Out(data.ArrayLayout(ErrorReport, n)),
             "fence_irq": Out(1),
-            "sems": Out(data.ArrayLayout(32, config.n_sems)),
-            "sem_last": Out(data.ArrayLayout(SemLast, config.n_sems)),
+            "sem_rd": In(range(max(config.n_sems, 2))), "sem_value": Out(32),
+            "sem_last": Out(SemLast),
             "busy": Out(n),
             "cycles": In(32),
             "sem_stall": Out(n_eng),
@@ -111,8 +111,11 @@ class CommandProcessor(wiring.Component):
         for name in ENGINES:
             m.submodules[f"{name}_queue"] = queues[name] = EngineQueue(
                 cfg, in_flight=engine_in_flight(cfg, name), engine=name)
-        n_sources = len(ENGINES) + cfg.n_queues + 1     # engines, stages, fence
-        m.submodules.semaphores = sems = SemaphoreFile(cfg, n_sources)
+        n = cfg.n_queues
+        # waiters: every engine's queue heads, then the stages; lookups: the loader's
+        # command, then each engine's entry behind a taken head
+        m.submodules.semaphores = sems = SemaphoreUnit(
+            cfg, n_waiters=(len(ENGINES) + 1) * n, n_lookups=1 + len(ENGINES))
 
         # -- fetch: rings in, decoded commands into the stages, fence writes out ------------
         wiring.connect(m, fetch.bus, wiring.flipped(self.bus))
@@ -127,17 +130,29 @@ class CommandProcessor(wiring.Component):
         for e, (name, eq) in enumerate(queues.items()):
             self._connect_engine_queue(m, e, eq, getattr(self, name))
 
-        # -- semaphores: increments from the engines, the stages and the fence ---------------
-        incs = [eq.inc for eq in queues.values()]
-        incs += [stage.inc[q] for q in range(cfg.n_queues)]
-        incs.append(fetch.fence_inc)
-        for i, inc in enumerate(incs):
-            m.d.comb += sems.inc[i].eq(inc)
+        # -- semaphores: one increment port (the engines, then the stages, then the fence,
+        # in fixed priority), ready bits of every head, lookups -------------------------------
+        inc = stream.Signature(sem_increment(cfg)).create(path=("sem_inc",))
+        priority_merge(m, [eq.inc for eq in queues.values()]
+                       + [stage.inc[q] for q in range(n)] + [fetch.fence_inc], inc)
+        wiring.connect(m, inc, sems.inc)
         m.d.comb += [
             sems.clear.eq(self.sem_clear), sems.set.eq(self.sem_set),
-            sems.set_value.eq(self.sem_set_value),
-            self.sems.eq(sems.sems), self.sem_last.eq(sems.sem_last),
+            sems.set_sem.eq(self.sem_set_sem), sems.set_value.eq(self.sem_set_value),
+            sems.rd_sem.eq(self.sem_rd), self.sem_value.eq(sems.rd_value),
+            self.sem_last.eq(sems.rd_last),
+            sems.look[0].eq(fetch.push_wait), stage.push_ok.eq(sems.look_ok[0]),
         ]
+        waiters = [(eq.wait[q], eq.load[q], eq.load_ok[q], eq.ready[q])
+                   for eq in queues.values() for q in range(n)]
+        waiters += [(stage.wait[q], stage.load[q], stage.load_ok[q], stage.ready[q])
+                    for q in range(n)]
+        for w, (head, load, load_ok, ready) in enumerate(waiters):
+            m.d.comb += [sems.head[w].eq(head), sems.load[w].eq(load),
+                         sems.load_ok[w].eq(load_ok), ready.eq(sems.ready[w])]
+        for e, eq in enumerate(queues.values()):
+            m.d.comb += [sems.look[1 + e].eq(eq.look), eq.look_ok.eq(sems.look_ok[1 + e]),
+                         eq.i_ok.eq(sems.look_ok[0])]
 
         # -- errors and status per queue ----------------------------------------------------
         self._errors(m, fetch, queues)
@@ -153,7 +168,7 @@ class CommandProcessor(wiring.Component):
             fetch.window_limit.eq(self.window_limit),
             self.head.eq(fetch.head), self.fetched.eq(fetch.fetched),
             fetch.stop.eq(self.stop), fetch.qclear.eq(self.qclear), fetch.cycles.eq(self.cycles),
-            fetch.stage.eq(stage.stage), fetch.stage_index.eq(stage.index),
+            fetch.stage.eq(stage.stage),
             fetch.stage_valid.eq(stage.valid), fetch.fence_ready.eq(stage.fence_ready),
             stage.queue.eq(fetch.queue), stage.push.eq(fetch.push),
             stage.push_queue.eq(fetch.push_queue),
@@ -164,7 +179,7 @@ class CommandProcessor(wiring.Component):
 
     def _connect_stage(self, m: Module, stage: Stage, idle: list) -> None:
         m.d.comb += [stage.stop.eq(self.stop), stage.qclear.eq(self.qclear),
-                     stage.sems.eq(self.sems), stage.idle.eq(Cat(idle))]
+                     stage.idle.eq(Cat(idle))]
 
     def _dispatch(self, m: Module, fetch: FetchUnit, queues: dict) -> None:
         """The fetch unit's loader writes an engine command into its engine's queue."""
@@ -180,7 +195,7 @@ class CommandProcessor(wiring.Component):
     def _connect_engine_queue(self, m: Module, e: int, eq: EngineQueue, port) -> None:
         wiring.connect(m, eq.engine, wiring.flipped(port))
         m.d.comb += [
-            eq.sems.eq(self.sems), eq.stop.eq(self.stop), eq.flush.eq(self.qclear),
+            eq.stop.eq(self.stop), eq.flush.eq(self.qclear),
             eq.clear_all.eq(self.sem_clear), eq.cycles.eq(self.cycles),
             eq.windows_base.eq(self.window_base), eq.windows_limit.eq(self.window_limit),
             self.trace[e].eq(eq.trace), self.trace_valid[e].eq(eq.trace_valid),

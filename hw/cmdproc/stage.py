@@ -1,10 +1,10 @@
 """The per-queue stage of processor commands (:class:`Stage`)."""
 
-from amaranth import Const, Module, Signal
-from amaranth.lib import data, wiring
+from amaranth import Module, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.cmdproc.common import SemIncrement, sem_reached
+from hw.cmdproc.common import command_wait, engine_payload, sem_increment, sem_wait
 from hw.config import NPUConfig
 from hw.isa import Command, Opcode
 
@@ -21,31 +21,39 @@ class Stage(wiring.Component):
 
     A live stage (``valid[q]``, queue neither stopped nor being reset) first waits for its
     semaphore (``flags.wait``, or a ``WAIT``: ``(sem[wait_sem] - wait_value) mod 2**32 <
-    2**31``, :func:`hw.isa.sem_reached`); then ``NOP``/``WAIT``/``SIGNAL`` complete in that
-    cycle, ``BARRIER`` once ``idle[q]`` (every earlier command of the queue retired), and
-    ``FENCE`` raises ``fence_ready[q]`` once ``idle[q]``. A completing command with
-    ``flags.signal`` (or a ``SIGNAL``) increments its ``signal_sem`` (``inc[q]``).
+    2**31``, :func:`hw.isa.sem_reached`; the semaphore unit's registered ready bit
+    ``ready[q]``, loaded with ``push_ok`` when the stage is loaded); then
+    ``NOP``/``WAIT``/``SIGNAL`` complete in that cycle, ``BARRIER`` once ``idle[q]`` (every
+    earlier command of the queue retired), and ``FENCE`` raises ``fence_ready[q]`` once
+    ``idle[q]``. A command with ``flags.signal`` (or a ``SIGNAL``) that is ready to complete
+    asks for its increment of ``signal_sem`` on ``inc[q]`` and completes in the cycle the
+    semaphore unit takes it.
 
     Ports
     -----
     queue : ``In(range(n_queues))``
         The queue the fetch unit works on (for ``fence_done``).
     push : ``In(1)``, push_queue : ``In(range(n_queues))``, push_cmd : ``In(Command)``,
-    push_index : ``In(32)``
-        Load the (empty) stage of ``push_queue`` with a checked command and its index.
+    push_index : ``In(32)``, push_ok : ``In(1)``
+        Load the (empty) stage of ``push_queue`` with a checked command and its index;
+        ``push_ok``: its wait is satisfied (the semaphore unit's lookup).
     fence_done : ``In(1)``
         The fence in the stage of ``queue`` completed: the stage empties.
     stop, qclear : ``In(n_queues)``
         Per queue: stop (error latched); reset (the stage empties).
-    sems : ``In(ArrayLayout(32, n_sems))``
     idle : ``In(n_queues)``
         Per queue: every engine queue is idle for it.
-    stage : ``Out(ArrayLayout(Command, n_queues))``, index : ``Out(ArrayLayout(32, n_queues))``,
+    stage : ``Out(ArrayLayout(engine_payload(config, "processor"), n_queues))``,
     valid : ``Out(n_queues)``
-        The stage registers.
+        The stage registers: each command decoded into the processor's narrow payload
+        (opcode, flags, signal id, index, the used bits of the fence body).
     fence_ready : ``Out(n_queues)``
-    inc : ``Out(ArrayLayout(SemIncrement, n_queues))``
+    inc : ``Out(stream.Signature(sem_increment(config))).array(n_queues)``
         Semaphore increments of completing processor commands.
+    wait : ``Out(ArrayLayout(sem_wait(config), n_queues))``, load, load_ok : ``Out(n_queues)``,
+    ready : ``In(n_queues)``
+        The stages' waits (registers) and waiter ports of the semaphore unit
+        (:class:`~hw.cmdproc.SemaphoreUnit`).
     """
 
     def __init__(self, config: NPUConfig):
@@ -54,13 +62,14 @@ class Stage(wiring.Component):
         super().__init__({
             "queue": In(range(max(n, 2))), "push": In(1), "push_queue": In(range(max(n, 2))),
             "push_cmd": In(Command),
-            "push_index": In(32), "fence_done": In(1),
+            "push_index": In(32), "push_ok": In(1), "fence_done": In(1),
             "stop": In(n), "qclear": In(n),
-            "sems": In(data.ArrayLayout(32, config.n_sems)),
             "idle": In(n),
-            "stage": Out(data.ArrayLayout(Command, n)), "index": Out(data.ArrayLayout(32, n)),
+            "stage": Out(data.ArrayLayout(engine_payload(config, "processor"), n)),
             "valid": Out(n), "fence_ready": Out(n),
-            "inc": Out(data.ArrayLayout(SemIncrement, n)),
+            "inc": Out(stream.Signature(sem_increment(config))).array(n),
+            "wait": Out(data.ArrayLayout(sem_wait(config), n)),
+            "load": Out(n), "load_ok": Out(n), "ready": In(n),
         })
 
     def elaborate(self, platform):
@@ -77,31 +86,39 @@ class Stage(wiring.Component):
     def _execute(self, m: Module, q: int, done: Signal) -> None:
         """NOP, WAIT, SIGNAL and BARRIER complete here (after their semaphore wait); a FENCE
         is announced to the fetch unit."""
-        h = self.stage[q].header
+        h = self.stage[q]
         op = h.opcode
-        waits = h.flags.wait | (op == Opcode.WAIT)
-        wait_ok = ~waits | sem_reached(self.sems[h.wait_sem], h.wait_value)
-        completes = Signal(name=f"proc_done{q}")    # a processor command completed
-        with m.If(self._live(q) & wait_ok):
+        m.d.comb += [self.load[q].eq(self.push & (self.push_queue == q)),
+                     self.load_ok[q].eq(self.push_ok)]
+        can = Signal(name=f"proc_can{q}")    # a processor command may complete
+        with m.If(self._live(q) & self.ready[q]):
             with m.If(op.as_value().matches(Opcode.NOP, Opcode.WAIT, Opcode.SIGNAL)):
-                m.d.comb += [done[q].eq(1), completes.eq(1)]
+                m.d.comb += can.eq(1)
             with m.Elif((op == Opcode.BARRIER) & self.idle[q]):
-                m.d.comb += [done[q].eq(1), completes.eq(1)]
+                m.d.comb += can.eq(1)
             with m.Elif((op == Opcode.FENCE) & self.idle[q]):
                 m.d.comb += self.fence_ready[q].eq(1)
         signals = h.flags.signal | (op == Opcode.SIGNAL)
-        m.d.comb += [self.inc[q].en.eq(completes & signals), self.inc[q].sem.eq(h.signal_sem),
-                     self.inc[q].queue.eq(Const(q, 8)), self.inc[q].index.eq(self.index[q])]
+        inc = self.inc[q]
+        m.d.comb += [inc.valid.eq(can & signals), inc.payload.sem.eq(h.signal_sem),
+                     inc.payload.queue.eq(q), inc.payload.index.eq(h.index),
+                     done[q].eq(can & (~signals | inc.ready))]
 
     def _bookkeeping(self, m: Module, done: Signal) -> None:
         """Load from fetch; empty on completion, fence completion or queue reset."""
-        with m.If(self.push):
-            with m.Switch(self.push_queue):
-                for q in range(self.config.n_queues):
-                    with m.Case(q):
-                        m.d.sync += [self.stage[q].eq(self.push_cmd),
-                                     self.index[q].eq(self.push_index)]
-            m.d.sync += self.valid.bit_select(self.push_queue, 1).eq(1)
+        hdr = self.push_cmd.header
+        payload = Signal(engine_payload(self.config, "processor"), name="push_payload")
+        m.d.comb += [payload.opcode.eq(hdr.opcode), payload.flags.eq(hdr.flags),
+                     payload.signal_sem.eq(hdr.signal_sem), payload.index.eq(self.push_index),
+                     payload.body.eq(self.push_cmd.body.as_value())]
+        wait = command_wait(m, self.config, self.push_cmd, "push_wait")
+        for q in range(self.config.n_queues):
+            # data registers: no reset (``valid`` says whether they hold a command)
+            cmd = Signal.like(self.stage[q], name=f"stage{q}", reset_less=True)
+            w = Signal.like(self.wait[q], name=f"stage{q}_wait", reset_less=True)
+            m.d.comb += [self.stage[q].eq(cmd), self.wait[q].eq(w)]
+            with m.If(self.push & (self.push_queue == q)):
+                m.d.sync += [cmd.eq(payload), w.eq(wait), self.valid[q].eq(1)]
         with m.If(self.fence_done):
             m.d.sync += self.valid.bit_select(self.queue, 1).eq(0)
         for q in range(self.config.n_queues):

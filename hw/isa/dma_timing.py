@@ -11,6 +11,7 @@ equality against the RTL block on a register-exact transcription of ``cosim/tb/d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from hw.isa.commands import ErrorCode, LocalMem, Opcode
@@ -63,11 +64,12 @@ class DmaRow:
     or it is the row's last chunk (a partial last local row, zero-filled on a load).
     """
 
-    __slots__ = ("addr", "row_bytes", "beat", "g", "period", "a", "s", "base", "beats", "words",
-                 "chunks", "load_flush", "store_flush")
+    __slots__ = ("addr", "row_bytes", "beat", "local", "g", "period", "a", "s", "base", "beats",
+                 "words", "chunks", "load_flush", "store_flush")
 
     def __init__(self, addr: int, row_bytes: int, beat: int, local_row_bytes: int) -> None:
         self.addr, self.row_bytes, self.beat = addr, row_bytes, beat
+        self.local = local_row_bytes
         self.g = g = min(local_row_bytes, beat)
         self.period = local_row_bytes // g          #: chunks per local row
         self.a = a = addr % beat
@@ -109,6 +111,22 @@ class DmaRow:
         """Bytes of the row in its DRAM beat ``k`` (the beat's WSTRB bits)."""
         lo = k * self.beat
         return max(0, min(lo + self.beat, self.a + self.row_bytes) - max(lo, self.a))
+
+    def per_beat(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """:meth:`load_beat_steps`, :meth:`store_beat_steps` and :meth:`strobes` of each of
+        the row's beats, in order. The layout depends on the address only through ``a``, so
+        these are computed once per ``(a, row_bytes, beat, local_row_bytes)``."""
+        return _row_per_beat(self.a, self.row_bytes, self.beat, self.local)
+
+
+@lru_cache(maxsize=1024)
+def _row_per_beat(a: int, row_bytes: int, beat: int,
+                  local_row_bytes: int) -> tuple[tuple[int, ...], ...]:
+    row = DmaRow(a, row_bytes, beat, local_row_bytes)
+    beats = range(row.beats)
+    return (tuple(row.load_beat_steps(k) for k in beats),
+            tuple(row.store_beat_steps(k) for k in beats),
+            tuple(row.strobes(k) for k in beats))
 
 
 @dataclass(frozen=True)
@@ -175,18 +193,19 @@ class Burst:
         return self.layout.load_first_chunk(self.k0)
 
     def steps_per_beat(self) -> list[int]:
-        """Load steps of each beat, in order."""
-        return [self.layout.load_beat_steps(k) for k in range(self.k0, self.k0 + self.beats)]
+        """Load steps of each beat (:meth:`DmaRow.load_beat_steps`), in order."""
+        return list(self.layout.per_beat()[0][self.k0:self.k0 + self.beats])
 
     # -- store ----------------------------------------------------------------------------
 
     def store_steps_per_beat(self) -> list[int]:
-        """Store steps (local reads, or the flush slot) of each beat, in order."""
-        return [self.layout.store_beat_steps(k) for k in range(self.k0, self.k0 + self.beats)]
+        """Store steps (local reads, or the flush slot; :meth:`DmaRow.store_beat_steps`) of
+        each beat, in order."""
+        return list(self.layout.per_beat()[1][self.k0:self.k0 + self.beats])
 
     def strobes_per_beat(self) -> list[int]:
-        """WSTRB bits set in each beat (bytes written)."""
-        return [self.layout.strobes(k) for k in range(self.k0, self.k0 + self.beats)]
+        """WSTRB bits set in each beat (bytes written; :meth:`DmaRow.strobes`)."""
+        return list(self.layout.per_beat()[2][self.k0:self.k0 + self.beats])
 
     @property
     def one_step_per_beat(self) -> bool:

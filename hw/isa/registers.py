@@ -105,9 +105,11 @@ class Csr:
     register.
 
     Semaphore ``s`` reads at :func:`sem_csr`; a host write there sets it to the value written
-    (initialisation, and tests that drive a semaphore across its 2**32 wrap); an increment in the
-    same cycle is lost to the write. ``SEM_LAST_BASE + 4 * s`` (:class:`SemLast`): what last
-    incremented it (read-only; zeroed by ``CONTROL``, not changed by a host write).
+    (initialisation, and tests that drive a semaphore across its 2**32 wrap); the semaphore
+    unit takes no increment in the write's cycle (one that arrives then is applied in the next
+    cycle, after the write; the same holds for ``CONTROL``'s clear).
+    ``SEM_LAST_BASE + 4 * s`` (:class:`SemLast`): what last incremented it (read-only; zeroed
+    by ``CONTROL``, not changed by a host write).
 
     Semaphores are 32-bit counters that wrap modulo 2**32. A wait for ``sem[s] >= target`` is a
     serial-number comparison (RFC 1982): it is satisfied when ``(sem[s] - target) mod 2**32 <

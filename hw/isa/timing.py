@@ -41,8 +41,7 @@ are re-exported here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from hw.isa.commands import CommandView, ErrorCode, Opcode, decode
 from hw.isa.dma_timing import *  # noqa: F403
@@ -198,9 +197,8 @@ def engine_in_flight(config: NPUConfig, engine: str) -> int:
     return matmul_in_flight(config) if engine == "matrix" else 1
 
 
-@dataclass(frozen=True)
-class MatmulTimes:
-    """When one MATMUL happens (absolute cycles, :meth:`MatmulTimeline.take`).
+class MatmulTimes(NamedTuple):
+    """When one MATMUL happens (absolute cycles, :meth:`MatmulTimeline.take`); immutable.
 
     Attributes
     ----------
@@ -208,17 +206,46 @@ class MatmulTimes:
         Its handshake.
     done : int
         Its ``done`` pulse.
-    writes : tuple of (int, int)
-        Accumulator write cycles, one span ``[first, end)`` of ``m`` cycles per K block
-        (per group of ``spad_row_bytes`` rows for MXINT8 activations; empty: none).
     accept_from : int
         First cycle the engine can take the next command (its ``cmd.ready`` and the in-flight
         limit :func:`matmul_in_flight`).
+    first_write : int
+        Cycle of its first accumulator write (K block 0, row 0); 0 when it writes nothing.
+    rows, blocks, period : int
+        Its ``m`` (rows written per K block), K blocks that write (0: none) and cycles from one
+        block's writes to the next's (:func:`matmul_issue_cycles` per block).
+    groups : tuple of (int, int)
+        MXINT8 activations only (empty otherwise: one run of ``m`` rows per K block): the runs
+        of rows a K block writes in consecutive cycles, one per group of ``spad_row_bytes``
+        rows, as ``(cycles after the block's first write, rows)``.
     """
     take: int
     done: int
-    writes: tuple[tuple[int, int], ...]
     accept_from: int
+    first_write: int = 0
+    rows: int = 0
+    blocks: int = 0
+    period: int = 0
+    groups: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def writes(self) -> tuple[tuple[int, int], ...]:
+        """Accumulator write cycles, one span ``[first, end)`` per K block and run of rows
+        (empty: none): block ``j``'s from ``first_write + j * period``."""
+        f, p = self.first_write, self.period
+        runs = self.groups or ((0, self.rows),)
+        return tuple((f + j * p + o, f + j * p + o + n) for j in range(self.blocks)
+                     for o, n in runs)
+
+    @property
+    def write_runs(self) -> tuple[tuple[int, int], ...]:
+        """:attr:`writes` with adjacent spans joined: one run ``[first_write, last write +
+        1)`` when the blocks write back to back (one run of rows per block and ``period ==
+        m``: ``m >= max(rows, cols)``), else the spans (gaps between them)."""
+        if self.blocks and not self.groups and self.period == self.rows:
+            f = self.first_write
+            return ((f, f + self.blocks * self.rows),)
+        return self.writes
 
 
 class MatmulTimeline:
@@ -276,7 +303,8 @@ class MatmulTimeline:
         c = self.config
         prev_done = self._done[-1] if self._done else -1
         x = t + 1
-        writes: tuple[tuple[int, int], ...] = ()
+        first = period = blocks = 0
+        groups: tuple[tuple[int, int], ...] = ()
         if error or m == 0:
             ready = x + 1
         else:
@@ -285,14 +313,22 @@ class MatmulTimeline:
             a = x + 1
             period = _matmul_period(c, m, w_fmt, a_fmt)
             self._issue_last = a + k_blocks * period - 1
+            blocks = k_blocks
+            # K block j's run of rows read from issue cycle r0 is written from
+            # _matmul_first_write(a + j * period + r0) on
             runs = _write_runs(c, m, w_fmt, a_fmt)
-            writes = tuple((_matmul_first_write(c, a + j * period + r0), _matmul_first_write(
-                c, a + j * period + r0) + n) for j in range(k_blocks) for r0, n in runs)
-            ready = writes[-1][1]
+            r_first = runs[0][0]
+            first = _matmul_first_write(c, a + r_first)
+            if len(runs) > 1:
+                groups = tuple((r0 - r_first, n) for r0, n in runs)
+            r_last, n_last = runs[-1]
+            ready = first + (k_blocks - 1) * period + r_last - r_first + n_last
         done = max(ready, prev_done + 1)
         self._ready = x + 1
         self._done = [*self._done[1 - self._limit:], done]
-        return MatmulTimes(take=t, done=done, writes=writes, accept_from=self.accept_from())
+        return MatmulTimes(take=t, done=done, accept_from=self.accept_from(), first_write=first,
+                           rows=m if blocks else 0, blocks=blocks, period=period,
+                           groups=groups)
 
 
 def _write_runs(config: NPUConfig, m: int, w_fmt: int, a_fmt: int) -> list[tuple[int, int]]:

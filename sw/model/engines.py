@@ -165,8 +165,27 @@ class Engines:
         else:
             self.counters["bytes_written"] += n_rows * row_bytes
         failed = self._failing_bursts(body, mem, write=not load)
-        dram = np.frombuffer(self.dram, dtype=np.uint8)
         local_mem, dtype = (self.spad, np.int8) if mem == LocalMem.SPAD else (self.acc, "<i4")
+        if (not failed and (mem == LocalMem.SPAD or np.little_endian)
+                and _disjoint(n_rows, body.local_stride if load else stride,
+                              lrows if load else row_bytes)):
+            # every row at once: no row overwrites another's destination, so the order of
+            # the row copies below does not matter. Strided byte views of the DRAM rows and
+            # of their local rows (the accumulator's words are little endian in DRAM: on a
+            # big-endian host the loop below converts them)
+            row_span = lrows * local_row_bytes
+            dram_rows = np.ndarray((n_rows, row_bytes), np.uint8, self.dram, addr, (stride, 1))
+            local_rows = np.ndarray((n_rows, row_span), np.uint8, local_mem,
+                                    body.local_row * local_row_bytes,
+                                    (body.local_stride * local_row_bytes, 1))
+            if load:
+                if row_span > row_bytes:
+                    local_rows[:, row_bytes:] = 0
+                local_rows[:, :row_bytes] = dram_rows
+            else:
+                dram_rows[...] = local_rows[:, :row_bytes]
+            return
+        dram = np.frombuffer(self.dram, dtype=np.uint8)
         for r in range(n_rows):
             row_addr = addr + r * stride
             first = body.local_row + r * body.local_stride
@@ -298,10 +317,10 @@ class Engines:
         n_scale = (n - 1) // c.cols + 1
         if row_scale and body.scale_row + n_scale > c.acc_rows:
             raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(body.scale_row, c.acc_rows))
-        p = self.acc[body.param_row:body.param_row + 3, :c.cols].astype(np.int64)
-        bias = p[0]
-        mult = p[1] & 0x7FFF_FFFF
-        shift = p[2] & 0x3F
+        p = self.acc[body.param_row:body.param_row + 3, :c.cols]
+        bias = p[0]                                # int32: in range by its type
+        mult = p[1].astype(np.int64) & 0x7FFF_FFFF
+        shift = p[2].astype(np.int64) & 0x3F
         acc = self.acc[body.acc_row:body.acc_row + n, :c.cols]
         if row_scale:
             recip = self.acc[body.scale_row:body.scale_row + n_scale, :c.cols].astype(np.int64)
@@ -445,13 +464,13 @@ def _load_cut(failed: list, row: int, row_addr: int, row_bytes: int, beat: int,
     ``w + 1`` when the row is shifted (``s > 0``), and the flush word with the row's last beat
     (``hw.dma.align.Unpacker``: a word that uses a failing beat writes nothing, and nothing
     after it is written)."""
-    row_layout = DmaRow(row_addr, row_bytes, beat, local_row_bytes)
-    n = row_layout.chunks_before(row_layout.words)
     lrows = -(-row_bytes // local_row_bytes)
     if not failed or row < failed[0].row:
         return lrows
     if row > failed[0].row:
         return 0
+    row_layout = DmaRow(row_addr, row_bytes, beat, local_row_bytes)
+    n = row_layout.chunks_before(row_layout.words)
     first_beat = row_addr - row_addr % beat
     period = row_layout.period
     for j in range(lrows):
@@ -463,6 +482,11 @@ def _load_cut(failed: list, row: int, row_addr: int, row_bytes: int, beat: int,
         if first_beat + d * beat >= failed[0].addr:
             return j
     return lrows
+
+
+def _disjoint(n_rows: int, stride: int, size: int) -> bool:
+    """Whether ``n_rows`` blocks of ``size`` units ``stride`` apart do not overlap."""
+    return n_rows == 1 or stride >= size
 
 
 def _row_starts(first: int, stride: int, n_rows: int) -> list[int]:

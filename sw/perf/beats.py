@@ -17,6 +17,13 @@ than the current one. Then it *rewinds* both channels to ``t`` (keeps every beat
 which cannot change) and times the rest again; the receivers and the writer rewind their own
 per-beat state with it. Without a bandwidth limit the channels are independent and only the
 changed one is retimed.
+
+Most R beats are *plain*: their receiver takes them the cycle they become visible
+(:meth:`sw.perf.memory.Reader.r_plain`: the command fetch always, the DMA load while its
+beats are one step each and the local memory's write port is free). Up to the next W beat
+that could compete for the tokens, a run of plain beats is timed in one loop
+(:meth:`_ReadCursor.run`), and in closed form when only the bucket spaces them
+(:func:`_bucket_run`): the same edges as beat after beat.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from sw.dram import DramTiming
-from sw.perf.draws import StallDraws
+from sw.perf.draws import BLOCK, LOG_BLOCK, StallDraws
 
 __all__ = ["TokenBucket", "BeatScheduler"]
 
@@ -136,6 +143,13 @@ class BeatScheduler:
         xr = max(t, r.candidate()) if r is not None else _NEVER
         xw = max(t, w.candidate()) if w is not None else _NEVER
         while xr < _NEVER or xw < _NEVER:
+            if xw == _NEVER or xr < xw:
+                # no W beat can go before xw: the R beats before it go alone, in a run
+                cr = bucket.first_ok(xr) if bucket is not None else xr
+                cr = r_draws.next_free(cr)
+                if cr < xw:
+                    xr = r.run(cr, xw, bucket, r_draws)
+                    continue
             if bucket is not None:
                 cr = r_draws.next_free(bucket.first_ok(xr)) if xr < _NEVER else _NEVER
                 cw = w_draws.next_free(bucket.first_ok(xw)) if xw < _NEVER else _NEVER
@@ -214,6 +228,38 @@ class _ReadCursor:
         b.load = max(b.accept + self.reads.fetch_after, pv + 1)
         return max(b.load, pc)
 
+    def run(self, c: int, limit: int, bucket: TokenBucket | None, draws: StallDraws) -> int:
+        """Load the next beat at edge ``c`` and, while its receiver takes them the cycle they
+        are visible (:meth:`sw.perf.memory.Reader.r_plain`), the beats after it of its burst
+        at the first edge each may be loaded (the beat before taken, a token, R not withheld),
+        as long as that edge is before ``limit`` (no W beat goes before it, so the R beats
+        alone take the tokens). Returns the next candidate.
+
+        The same as :meth:`load` beat after beat (with ``bucket.take(c, 1)`` before each), in
+        one loop."""
+        b = self.bursts[self.bi]
+        i = self.i
+        plain = getattr(b.owner, "r_plain", None)
+        j, h = plain(b, i, c + 1) if plain is not None else (i, 0)
+        if j == i or c + 1 >= h:
+            if bucket is not None:
+                bucket.take(c, 1)
+            return self.load(c)
+        if h <= limit:
+            limit = h - 1                       # beats visible before h: loaded before h - 1
+        i0 = i
+        if bucket is None:
+            i = _plain_beats(b.loads, b.takes, c, i, j, limit, draws)
+        else:
+            i = _plain_beats_bucket(b.loads, b.takes, c, i, j, limit, draws, bucket)
+        b.owner.r_plain_taken(b, i0, i, b.takes[-1])
+        if i == b.beats:
+            self.bi += 1
+            self.i = 0
+        else:
+            self.i = i
+        return self.candidate()
+
     def load(self, c: int) -> int:
         """Load the next beat at edge ``c`` (visible from ``c + 1``); its receiver says when it
         takes it. Returns the next candidate."""
@@ -257,3 +303,102 @@ class _WriteCursor:
         g.ws.append(c)
         self.x = self._next() if len(g.ws) < g.beats else _NEVER
         return self.x
+
+
+def _plain_beats(loads: list[int], takes: list[int], c: int, i: int, j: int, limit: int,
+                 draws: StallDraws) -> int:
+    """:meth:`_ReadCursor.run` without a bandwidth limit: beat ``i`` loaded at edge ``c``
+    and taken when visible, each next one at the first edge R is not withheld after that,
+    up to beat ``j`` or an edge at ``limit``; returns the beat after the last one loaded."""
+    stalls = draws.active
+    cur, base, end = b"", 0, -1                 # the block of draws at hand: [base, end)
+    while True:
+        loads.append(c)
+        c += 1
+        takes.append(c)
+        i += 1
+        if i == j:
+            return i
+        # draws.next_free(c), looked up in the block at hand
+        if stalls and (c >= end or cur[c - base]):
+            k = cur.find(0, c - base) if c < end else -1
+            if k >= 0:
+                c = base + k
+            else:
+                c = draws.next_free(c)
+                base = c >> LOG_BLOCK << LOG_BLOCK
+                cur, end = draws.blocks[c >> LOG_BLOCK], base + BLOCK
+        if c >= limit:
+            return i
+
+
+def _plain_beats_bucket(loads: list[int], takes: list[int], c: int, i: int, j: int,
+                        limit: int, draws: StallDraws, bucket: TokenBucket) -> int:
+    """:func:`_plain_beats` with the token bucket: each beat takes a beat of tokens
+    (:meth:`TokenBucket.take`) and the next goes no earlier than the bucket holds one again
+    (:meth:`TokenBucket.first_ok`)."""
+    stalls = draws.active
+    cur, base, end = b"", 0, -1                 # the block of draws at hand: [base, end)
+    num, beat, cap = bucket.num, bucket.beat, bucket.cap
+    cycles, left = bucket.cycles, bucket.left
+    lc, ll = cycles[-1], left[-1]
+    if not stalls and num < beat:
+        return _bucket_run(loads, takes, c, i, j, limit, bucket)
+    while True:
+        level = ll + (c - lc) * num             # TokenBucket.take(c, 1)
+        if level > cap:
+            level = cap
+        lc, ll = c, level - beat
+        cycles.append(c)
+        left.append(ll)
+        loads.append(c)
+        c += 1                                  # taken when visible: the next beat's edge
+        takes.append(c)
+        i += 1
+        if i == j:
+            return i
+        need = beat - ll                        # TokenBucket.first_ok(c)
+        if need > 0:
+            ok = lc + -(-need // num)
+            if ok > c:
+                c = ok
+        # draws.next_free(c), looked up in the block at hand
+        if stalls and (c >= end or cur[c - base]):
+            k = cur.find(0, c - base) if c < end else -1
+            if k >= 0:
+                c = base + k
+            else:
+                c = draws.next_free(c)
+                base = c >> LOG_BLOCK << LOG_BLOCK
+                cur, end = draws.blocks[c >> LOG_BLOCK], base + BLOCK
+        if c >= limit:
+            return i
+
+
+def _bucket_run(loads: list[int], takes: list[int], c: int, i: int, j: int, limit: int,
+                bucket: TokenBucket) -> int:
+    """:func:`_plain_beats_bucket` without R backpressure and with a bucket that fills more
+    slowly than a beat per cycle (``num < beat``), in closed form.
+
+    With ``A`` the tokens at edge ``c`` (capped), the ``k``-th beat after the one at ``c``
+    goes at ``c_k = c + ceil(((k + 1) * beat - A) / num)``: the first edge with a beat of
+    tokens left after the ``k`` takes before it. That is the loop's ``max(c_{k-1} + 1,
+    first_ok)``: these edges are more than a cycle apart (``beat / num > 1``) and ``c_1 >= c
+    + 1`` (``A <= cap = beat + num < 2 * beat``); and the bucket is below its cap at each of
+    them (a cycle earlier it held less than a beat), so the tokens left are ``A + (c_k - c)
+    * num - (k + 1) * beat``. Beats up to ``j`` whose edge is before ``limit``."""
+    num, beat = bucket.num, bucket.beat
+    a = bucket.cycles[-1]
+    level = bucket.left[-1] + (c - a) * num
+    if level > bucket.cap:
+        level = bucket.cap
+    n = j - i
+    if limit < _NEVER:        # c_k < limit  <=>  (k + 1) * beat <= (limit - c - 1) * num + A
+        n = min(n, max(1, ((limit - c - 1) * num + level) // beat))
+    edges = [c]
+    edges += [c + -(-((k + 1) * beat - level) // num) for k in range(1, n)]
+    loads += edges
+    takes += [e + 1 for e in edges]
+    bucket.cycles += edges
+    bucket.left += [level + (e - c) * num - (k + 1) * beat for k, e in enumerate(edges)]
+    return i + n

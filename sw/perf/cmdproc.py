@@ -11,12 +11,16 @@ per-queue stage, the synchronization commands, the engine queues and the semapho
 * **Stage** (:class:`Stage`): processor commands only (the loader writes engine commands into
   their engine's store); NOP, WAIT and SIGNAL retire there once their wait holds; BARRIER and
   FENCE wait until every earlier command of the queue retired (``pending == 0``); a ready
-  FENCE is written by the fetch FSM.
+  FENCE is written by the fetch FSM. A command that signals retires in the cycle the
+  semaphore unit takes its increment.
 * **Engine queues** (:class:`EngineQueue`): per engine a store of ``cmd_fifo_depth`` commands
   per queue (:class:`sw.perf.fifo.CommandFifo`); the engine takes the next ready head
-  round-robin; it signals, reports its error and records its trace entry when it retires.
-* **Semaphores** (:class:`Semaphores`): increments become visible the cycle after the retiring
-  command's last cycle; several in one cycle add up.
+  round-robin; it reports its error and records its trace entry when it retires, and its
+  record stays (an in-flight place) until the semaphore unit took its increment.
+* **Semaphores** (:class:`Semaphores`): one increment port: one increment a cycle, by fixed
+  priority among the sources offering one (engines, stages, fence), none in a cycle with a
+  host write or clear; visible the cycle after it is taken. A wait is tested against the
+  current values (the RTL's registered ready bits equal that test in every cycle).
 
 Cycle rules are the RTL's (each is exercised against it by the validation): a decision in
 cycle ``c`` changes registers from ``c + 1`` on.
@@ -29,7 +33,7 @@ from collections import deque
 from hw.isa import COMMAND_BYTES, ENGINE_NAMES, ErrorCode, Opcode, engine_in_flight, sem_reached
 from sw.perf import timing as T
 from sw.perf.decode import OPCODE_VALUES, Decoded, decode_command
-from sw.perf.events import DECIDE, UPDATE
+from sw.perf.events import ARBITRATE, DECIDE, UPDATE
 from sw.perf.fifo import CommandFifo
 from sw.perf.functional import execute_engine
 from sw.perf.ledger import Item
@@ -45,69 +49,98 @@ _BIG = 1 << 62
 
 
 class Semaphores:
-    """The semaphores: values (shared with the functional model's ``sems`` list), what last
-    incremented each, and who waits for a change.
+    """The semaphore unit: values (shared with the functional model's ``sems`` list), what
+    last incremented each, its one increment port, and who waits for a change.
 
-    An increment is recorded with the cycle it becomes visible and an order key (the RTL's
-    order of increment sources: engines load, store, matrix, vector, then the queues' stages,
-    then the fence), which decides ``SEM_LAST`` when several hit one semaphore in one cycle.
+    The port takes one increment a cycle (:class:`hw.cmdproc.SemaphoreUnit`): among the
+    sources offering one in cycle ``c``, the first in the RTL's fixed order (engines load,
+    store, matrix, vector, then the queues' stages, then the fence: the ``key`` of
+    :meth:`request`), none in a cycle with a host write or a clear; the taken increment is
+    visible (value and ``SEM_LAST``) from ``c + 1``. A source may withdraw its offer (a
+    queue reset): ``live(c)`` is asked in every cycle the offer is open.
     """
 
     def __init__(self, eq, values: list[int]) -> None:
         self.eq = eq
         self.values = values
         self.last: list[tuple[int, int] | None] = [None] * len(values)
-        self._incs: dict[int, list] = {}
-        self._clears: set[int] = set()
-        self._writes: dict[int, dict[int, int]] = {}
         self._watch: dict[int, set] = {}
+        #: open offers by source key: [from cycle, sem, queue, index, answer, live]
+        self._offers: dict[int, list] = {}
+        self._blocked: set[int] = set()     # cycles the port takes nothing
+        self._arb_at: set[int] = set()
 
     def reached(self, sem: int, target: int) -> bool:
         return sem_reached(self.values[sem], target)
 
-    def inc(self, cycle: int, sem: int, key: int, queue: int, index: int) -> None:
-        """``sem`` += 1, visible from ``cycle``."""
-        self._at(cycle, self._incs).append((key, sem, queue, index))
+    def request(self, key: int, cycle: int, sem: int, queue: int, index: int, answer,
+                live=None) -> None:
+        """Source ``key`` offers ``sem += 1`` (by command ``index`` of ``queue``) from
+        ``cycle``; ``answer(c, taken)`` is called once: ``taken`` in the cycle ``c`` the port
+        takes it, or not taken in the first cycle ``c`` in which ``live(c)`` is false."""
+        self._offers[key] = [cycle, sem, queue, index, answer, live]
+        self._arbitrate_at(max(cycle, self.eq.now))
+
+    def _arbitrate_at(self, c: int) -> None:
+        if c not in self._arb_at:
+            self._arb_at.add(c)
+            self.eq.at(c, ARBITRATE, self._arbitrate, c)
+
+    def _arbitrate(self, c: int) -> None:
+        self._arb_at.discard(c)
+        offers = self._offers
+        open_ = sorted(k for k, o in offers.items() if o[0] <= c)
+        taken = None
+        for k in open_:
+            o = offers[k]
+            if o[5] is not None and not o[5](c):
+                del offers[k]
+                o[4](c, False)
+            elif taken is None and c not in self._blocked:
+                taken = k
+        if taken is not None:
+            _, sem, q, index, answer, _ = offers.pop(taken)
+            self.eq.at(c + 1, UPDATE, self._increment, sem, q, index)
+            answer(c, True)
+        if offers:
+            self._arbitrate_at(max(c + 1, min(o[0] for o in offers.values())))
+
+    def _increment(self, sem: int, q: int, index: int) -> None:
+        self.values[sem] = (self.values[sem] + 1) & _MASK32
+        self.last[sem] = (q, index)
+        self._changed(sem)
+
+    def _block(self, cycle: int) -> None:
+        """The port takes no increment in ``cycle`` (a host write or clear then)."""
+        self._blocked.add(cycle)
 
     def clear(self, cycle: int) -> None:
-        """``CONTROL`` clear: every semaphore and its record is 0 from ``cycle`` (increments of
-        that cycle are lost)."""
-        self._clears.add(cycle)
-        self._at(cycle, self._incs)
+        """``CONTROL`` clear: every semaphore and its record is 0 from ``cycle`` (the port
+        takes no increment in the cycle before)."""
+        self._block(cycle - 1)
+        self.eq.at(cycle, UPDATE, self._clear)
+
+    def _clear(self) -> None:
+        for s in range(len(self.values)):
+            self.values[s] = 0
+            self.last[s] = None
+        for s in list(self._watch):
+            self._changed(s)
 
     def write(self, cycle: int, sem: int, value: int) -> None:
-        """Host write (``sem_csr``): the value from ``cycle``; an increment then is lost."""
-        self._writes.setdefault(cycle, {})[sem] = value
-        self._at(cycle, self._incs)
+        """Host write (``sem_csr``): the value from ``cycle`` (the port takes no increment in
+        the cycle before)."""
+        self._block(cycle - 1)
+        self.eq.at(cycle, UPDATE, self._write, sem, value)
 
-    def _at(self, cycle: int, table: dict) -> list:
-        lst = table.get(cycle)
-        if lst is None:
-            lst = table[cycle] = []
-            self.eq.at(cycle, UPDATE, self._apply, cycle)
-        return lst
+    def _write(self, sem: int, value: int) -> None:
+        self.values[sem] = value & _MASK32
+        self._changed(sem)
 
-    def _apply(self, cycle: int) -> None:
-        incs = self._incs.pop(cycle, [])
-        changed = set()
-        if cycle in self._clears:
-            self._clears.discard(cycle)
-            for s in range(len(self.values)):
-                self.values[s] = 0
-                self.last[s] = None
-            changed.update(self._watch)
-            incs = []
-        for s, v in self._writes.pop(cycle, {}).items():
-            self.values[s] = v & _MASK32
-            changed.add(s)
-            incs = [i for i in incs if i[1] != s]
-        for _, s, q, index in sorted(incs, key=lambda i: i[0]):
-            self.values[s] = (self.values[s] + 1) & _MASK32
-            self.last[s] = (q, index)
-            changed.add(s)
-        for s in changed:
-            for cb in self._watch.pop(s, ()):
-                cb(cycle)
+    def _changed(self, sem: int) -> None:
+        now = self.eq.now
+        for cb in self._watch.pop(sem, ()):
+            cb(now)
 
     def watch(self, sem: int, callback) -> None:
         """Call ``callback(cycle)`` once, at the next change of ``sem``."""
@@ -135,35 +168,57 @@ class _Waker:
 
 class Stage:
     """The stage of queue ``q``: one processor command (engine commands go from the loader
-    straight into their engine's store)."""
+    straight into their engine's store). A command that signals completes in the cycle the
+    semaphore unit's port takes its increment."""
 
     def __init__(self, m, q: int) -> None:
         self.m = m
         self.q = q
         self.cmd: Decoded | None = None
+        self.offering = False
         self.wake = _Waker(m.eq, self.decide)
+
+    def _can(self, c: int) -> bool:
+        """NOP, WAIT, SIGNAL or BARRIER may complete in cycle ``c`` (live, wait reached)."""
+        m, q, cmd = self.m, self.q, self.cmd
+        if cmd is None or m.stop[q] or m.last_qclear[q] == c:
+            return False
+        if cmd.waits and not m.sems.reached(cmd.wait_sem, cmd.wait_value):
+            return False
+        op = cmd.opcode
+        return op in (_NOP, _WAIT, _SIGNAL) or (op == _BARRIER and m.pending[q] == 0)
 
     def decide(self, c: int) -> None:
         m, q, cmd = self.m, self.q, self.cmd
-        if cmd is None or m.stop[q] or m.last_qclear[q] == c:
+        if cmd is None or m.stop[q] or m.last_qclear[q] == c or self.offering:
             return
         if cmd.waits and not m.sems.reached(cmd.wait_sem, cmd.wait_value):
             m.sems.watch(cmd.wait_sem, self.wake)
             return
         op = cmd.opcode
         if op in (_NOP, _WAIT, _SIGNAL) or (op == _BARRIER and m.pending[q] == 0):
-            m.eq.at(c + 1, UPDATE, self._proc_retired, cmd)
+            if cmd.signals:
+                self.offering = True
+                m.sems.request(len(ENGINE_NAMES) + q, c, cmd.signal_sem, q, cmd.index,
+                               lambda g, taken: self._answer(cmd, g, taken),
+                               lambda cc: self.cmd is cmd and self._can(cc))
+            else:
+                m.eq.at(c + 1, UPDATE, self._proc_retired, cmd)
         elif op == _FENCE and m.pending[q] == 0:
             m.fetch.wake(c)
+
+    def _answer(self, cmd: Decoded, c: int, taken: bool) -> None:
+        self.offering = False
+        if taken:
+            self.m.eq.at(c + 1, UPDATE, self._proc_retired, cmd)
+        else:
+            self.wake(c + 1)
 
     def _proc_retired(self, cmd: Decoded) -> None:
         if self.cmd is not cmd:
             return
         self.cmd = None
-        now = self.m.eq.now
-        if cmd.signals:
-            self.m.sems.inc(now, cmd.signal_sem, len(ENGINE_NAMES) + self.q, self.q, cmd.index)
-        self.m.fetch.wake_loader(now)
+        self.m.fetch.wake_loader(self.m.eq.now)
 
     def all_idle(self) -> None:
         """Every engine command of the queue retired (BARRIER and FENCE may go)."""
@@ -378,6 +433,15 @@ class FetchUnit:
             self._schedule(i // self.bpc, visible)
         return visible
 
+    def r_plain(self, served: ServedBurst, i: int, visible: int) -> tuple[int, int]:
+        return served.beats, _BIG  # every beat taken as it is shown
+
+    def r_plain_taken(self, served: ServedBurst, i: int, j: int, last: int) -> None:
+        bpc, takes = self.bpc, served.takes
+        for b in range(i, j):     # what r_take does beat by beat
+            if (b + 1) % bpc == 0:
+                self._schedule(b // bpc, takes[b])
+
     def burst_done(self, served: ServedBurst) -> None:
         pass                      # the last command's delivery made the FSM idle
 
@@ -534,35 +598,61 @@ class FetchUnit:
         return self.m.model.engines.fence_fails(cmd.body.addr)
 
     def response(self, grant: WriteGrant) -> None:
+        """FENCE_RESPONSE: the B handshake was in ``grant.b`` (this is the cycle after). An
+        error response is reported in ``grant.b``; a fence that signals offers its increment
+        from this cycle (FENCE_SIGNAL) and completes when it is taken."""
         m = self.m
         q, cmd, _ = grant.tag
         now = m.eq.now
         if self._aborted(grant.b, stop=False):
             pass
         elif self._fence_fails(cmd):        # FENCE_RESPONSE with an error response
-            m.report_error(q, now, ErrorCode.AXI_ERROR, cmd.opcode, cmd.index, cmd.body.addr,
-                           source=-1)
+            m.report_error(q, grant.b, ErrorCode.AXI_ERROR, cmd.opcode, cmd.index,
+                           cmd.body.addr, source=-1)
+        elif cmd.signals:
+            start = grant.b + T.FENCE_SIGNAL_AFTER_B
+            m.sems.request(len(ENGINE_NAMES) + m.config.n_queues, start, cmd.signal_sem, q,
+                           cmd.index, lambda c, taken: self._signalled(cmd, c, taken),
+                           lambda c: not self._aborted(c, stop=False))
+            return
         else:
-            if cmd.flags.irq:
-                m.irq_event(now, set_bits=m.irq_fence)
-            if cmd.signals:
-                m.sems.inc(now, cmd.signal_sem, len(ENGINE_NAMES) + m.config.n_queues, q,
-                           cmd.index)
-            m.stages[q].clear()
-            self.wake_loader(now)
+            self._complete(cmd, now)
         self.active = False
         self.wake(now)
 
+    def _complete(self, cmd: Decoded, cycle: int) -> None:
+        """The fence's ``fence_done`` (and ``fence_irq``) pulse was in ``cycle - 1``."""
+        m = self.m
+        if cmd.flags.irq:
+            m.irq_event(cycle, set_bits=m.irq_fence)
+        m.stages[cmd.queue].clear()
+        self.wake_loader(cycle)
+
+    def _signalled(self, cmd: Decoded, c: int, taken: bool) -> None:
+        """FENCE_SIGNAL in cycle ``c``: the increment taken (the fence completes) or
+        withdrawn (a reset of its queue); IDLE from ``c + 1``."""
+        def finish() -> None:
+            if taken:
+                self._complete(cmd, c + 1)
+            self.active = False
+            self.wake(c + 1)
+        self.m.eq.at(c + 1, UPDATE, finish)
+
 
 class _InEngine:
-    """A command in the engine (taken, not retired), as the RTL queue's record keeps it."""
+    """A command taken by the engine, as the RTL queue's record keeps it: until it retired
+    (``done``) and its semaphore increment, if any, was taken (released in cycle ``free``)."""
 
-    __slots__ = ("cmd", "t", "error", "addr", "span", "done", "version")
+    __slots__ = ("cmd", "t", "error", "addr", "span", "done", "version", "retired", "fin",
+                 "free")
 
     def __init__(self, cmd: Decoded, t: int, error: ErrorCode, addr: int, span: list) -> None:
         self.cmd, self.t, self.error, self.addr, self.span = cmd, t, error, addr, span
         self.done = _BIG
         self.version = 0
+        self.retired = False         # its done pulse is past (busy low)
+        self.fin: bool | None = None  # at its done pulse: whether it still signals
+        self.free: int | None = None  # the cycle its record is released
 
 
 class EngineQueue:
@@ -571,8 +661,10 @@ class EngineQueue:
 
     ``engine.start(cmd, t, error)`` is called when the engine takes a command in cycle ``t``
     (after the functional model executed it); the engine answers with :meth:`set_done`. Up to
-    :func:`hw.isa.engine_in_flight` commands are in the engine at once (:attr:`in_flight`,
-    oldest first); they retire in order.
+    :func:`hw.isa.engine_in_flight` records are held at once (:attr:`in_flight`, oldest
+    first): a command's from its handshake until it retired and the semaphore unit took its
+    increment (the record at the head offers it from the later of its done cycle and the
+    cycle it became the head); records are released in order, one a cycle.
     """
 
     def __init__(self, m, index: int, engine) -> None:
@@ -588,17 +680,23 @@ class EngineQueue:
             self.fifos.append(CommandFifo(depth, self._head, m.fetch.wake_loader))
         self.limit = engine_in_flight(m.config, self.name)
         self.in_flight: deque[_InEngine] = deque()
+        self.head_from = 0                     # in_flight[0] is the head record from then
+        self.offered = None                    # the head record whose release is under way
         self.engine_free = 0                   # the engine's own cmd.ready from this cycle
         self.last = 0
         self.stall = None                      # open stall.<engine>.sem interval
         self.retired_name = f"retired.{self.name}"
         self._engine_retired = getattr(engine, "retired", None)
+        n = len(self.fifos)
+        #: the round-robin order after each queue: ``(last + k) % n`` for k = 1 .. n
+        self._order = [[(last + k) % n for k in range(1, n + 1)] for last in range(n)]
 
     @property
     def free_from(self) -> int:
         """First cycle a command can be taken: the engine is ready and has room."""
         if len(self.in_flight) >= self.limit:
-            return max(self.engine_free, self.in_flight[0].done + 1)
+            free = self.in_flight[0].free
+            return _BIG if free is None else max(self.engine_free, free + 1)
         return self.engine_free
 
     def _head(self, c: int) -> None:
@@ -607,15 +705,15 @@ class EngineQueue:
             self.wake(c)
 
     def _decide(self, c: int) -> None:
-        if c < self.free_from:
+        can = c >= self.free_from
+        in_engine = any(not e.retired for e in self.in_flight)
+        if not can and (in_engine or not self.in_flight):
             return
         m = self.m
         fifos = self.fifos
-        n = len(fifos)
         stop, qclear, sems = m.stop, m.last_qclear, m.sems
         blocked = False
-        for k in range(1, n + 1):
-            q = (self.last + k) % n
+        for q in self._order[self.last]:
             entries = fifos[q].entries
             if not entries:
                 continue
@@ -626,13 +724,14 @@ class EngineQueue:
             if not cmd.waits or sem_reached(sems.values[cmd.wait_sem], cmd.wait_value):
                 if self.stall is not None:
                     self._set_stall(c, False)
-                self._take(q, c)
+                if can:
+                    self._take(q, c)
                 return
             blocked = True
             sems.watch(cmd.wait_sem, self.wake)
         # stall.<engine>.sem counts only while the engine holds no command (busy low); a
         # retirement wakes the queue again
-        blocked = blocked and not self.in_flight
+        blocked = blocked and not in_engine
         if blocked or self.stall is not None:
             self._set_stall(c, blocked)
 
@@ -652,6 +751,8 @@ class EngineQueue:
         if error is not _NONE:
             m.failing += 1
         span = m.ledger.busy_start(self.name, c + 1)
+        if not self.in_flight:
+            self.head_from = c + 1
         self.in_flight.append(_InEngine(cmd, c, error, addr, span))
         self.engine.start(cmd, c, error)
 
@@ -663,15 +764,69 @@ class EngineQueue:
         e.version += 1
         e.done = done
         self.engine_free = done + 1 if free_from is None else free_from
-        self.m.eq.at(done + 1, UPDATE, self._retire, e, e.version, done)
-        if free_from is not None:
-            self.wake(max(self.free_from, self.m.eq.now))
+        eq = self.m.eq
+        eq.at(done, DECIDE, self._finish, e, e.version)
+        eq.at(done + 1, UPDATE, self._retire, e, e.version, done)
+        if free_from is not None and self.free_from < _BIG:
+            self.wake(max(self.free_from, eq.now))
+
+    def _finish(self, e: _InEngine, version: int) -> None:
+        """The done pulse of ``e`` (DECIDE phase of its cycle): whether it still signals (no
+        error, its queue not reset since it was taken); then its release may begin."""
+        if version != e.version:
+            return
+        m, cmd = self.m, e.cmd
+        killed = e.t < m.last_qclear[cmd.queue] <= e.done
+        e.fin = bool(cmd.signals and e.error is _NONE and not killed)
+        self._release(e.done)
+
+    def _release(self, c: int) -> None:
+        """From cycle ``c`` (DECIDE phase): release the head record, at once if it retired
+        without an increment to make, else once the semaphore unit takes its increment (or
+        its queue is reset)."""
+        if not self.in_flight:
+            return
+        h = self.in_flight[0]
+        if h.fin is None or self.offered is h or max(h.done, self.head_from) > c:
+            return
+        self.offered = h
+        if not h.fin:
+            self._free(h, c)
+            return
+        cmd = h.cmd
+        q = cmd.queue
+        self.m.sems.request(self.index, c, cmd.signal_sem, q, cmd.index,
+                            lambda g, taken: self._free(h, g),
+                            lambda cc: not (h.t < self.m.last_qclear[q] <= cc))
+
+    def _free(self, h: _InEngine, c: int) -> None:
+        """``h``'s record is released in cycle ``c`` (held until then)."""
+        h.free = c
+        self.m.eq.at(c + 1, UPDATE, self._freed, h)
+
+    def _freed(self, h: _InEngine) -> None:
+        m = self.m
+        now = m.eq.now
+        assert self.in_flight[0] is h
+        self.in_flight.popleft()
+        self.head_from = now
+        self.offered = None
+        q = h.cmd.queue
+        m.pending[q] -= 1
+        if m.pending[q] == 0:
+            m.stages[q].all_idle()
+        if self.in_flight:
+            h2 = self.in_flight[0]
+            if h2.fin is not None:
+                m.eq.at(max(now, h2.done), DECIDE, self._release, max(now, h2.done))
+        free = self.free_from
+        self.wake(max(now, free) if free < _BIG else now)
 
     def _retire(self, e: _InEngine, version: int, done: int) -> None:
-        if version != e.version or not self.in_flight or self.in_flight[0] is not e:
+        if version != e.version or e.retired:
             return
         m = self.m
-        self.in_flight.popleft()
+        e.retired = True
         cmd, t, error, addr = e.cmd, e.t, e.error, e.addr
         if error is not _NONE:
             m.failing -= 1
@@ -679,14 +834,8 @@ class EngineQueue:
         m.ledger.counts[self.retired_name] += 1
         m.trace_push(self.index, cmd.queue, cmd.index, t, done)
         q = cmd.queue
-        if not (t < m.last_qclear[q] <= done):          # not killed by a queue reset
-            if error is not _NONE:
-                m.report_error(q, done, error, cmd.opcode, cmd.index, addr, source=self.index)
-            elif cmd.signals:
-                m.sems.inc(done + 1, cmd.signal_sem, self.index, q, cmd.index)
-        m.pending[q] -= 1
-        if m.pending[q] == 0:
-            m.stages[q].all_idle()
+        if not (t < m.last_qclear[q] <= done) and error is not _NONE:
+            m.report_error(q, done, error, cmd.opcode, cmd.index, addr, source=self.index)
         if self._engine_retired is not None:
             self._engine_retired()
         self.wake(done + 1)

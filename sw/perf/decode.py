@@ -111,7 +111,10 @@ def decode_command(raw: bytes, queue: int, index: int, slot_addr: int) -> Decode
     op = (bits >> _OP_OFF) & 0xFF
     flag_bits = (bits >> _FLAGS_OFF) & 0xFF
     d.opcode = op
-    d.flags = _FlagsView(flag_bits)
+    flags = _FLAG_VIEWS.get(flag_bits)
+    if flags is None:
+        flags = _FLAG_VIEWS[flag_bits] = _FlagsView(flag_bits)
+    d.flags = flags
     d.engine = _ENGINE.get(op)
     d.waits = bool(flag_bits >> _W_BIT & 1) or op == _WAIT_OP
     d.signals = bool(flag_bits >> _S_BIT & 1) or op == _SIGNAL_OP
@@ -119,5 +122,24 @@ def decode_command(raw: bytes, queue: int, index: int, slot_addr: int) -> Decode
     d.signal_sem = (bits >> _SIGNAL_SEM_OFF) & 0xFF
     d.wait_value = (bits >> _WAIT_VALUE_OFF) & 0xFFFF_FFFF
     view = _BODIES.get(op)
-    d.body = None if view is None else view(bits >> _BODY_OFFSET)
+    if view is None:
+        d.body = None
+    else:
+        # a kernel issues the same bodies again and again (only the header's semaphore
+        # values change): decoded once per opcode and body bits (records are immutable)
+        key = (op, raw[_BODY_BYTE:])
+        body = _BODY_VIEWS.get(key)
+        if body is None:
+            if len(_BODY_VIEWS) >= _VIEWS_LIMIT:
+                _BODY_VIEWS.clear()
+            body = _BODY_VIEWS[key] = view(bits >> _BODY_OFFSET)
+        d.body = body
     return d
+
+
+#: decoded flags per flag byte, decoded bodies per ``(opcode, body bytes)`` (bounded)
+_FLAG_VIEWS: dict[int, tuple] = {}
+_BODY_VIEWS: dict[tuple[int, bytes], tuple] = {}
+_VIEWS_LIMIT = 1 << 14
+assert _BODY_OFFSET % 8 == 0
+_BODY_BYTE = _BODY_OFFSET // 8

@@ -88,27 +88,136 @@ def _targets(burst: Burst) -> tuple[int, ...]:
     return out + ((total + burst.tail - 1,) if burst.tail else ())
 
 
+class _Shape:
+    """What the load channel's timing needs of one burst, computed once (a transfer's plan is
+    cached per command, :class:`_Plan`): its beats, load ``steps`` (to its last R handshake)
+    and ``tail`` (flush word), :meth:`_Geometry.pattern`, :func:`_targets`, the load steps of
+    each beat and the steps before each beat, and (:attr:`plain_ends`) the runs of beats that
+    are one step each with no flush word behind."""
+
+    __slots__ = ("beats", "steps", "tail", "pattern", "targets", "per_beat", "before",
+                 "_plain")
+
+    def __init__(self, burst: Burst, geo: _Geometry) -> None:
+        self.beats, self.steps, self.tail = burst.beats, burst.steps, burst.tail
+        self.pattern = geo.pattern(burst)
+        self.targets = _targets(burst)
+        self.per_beat = per_beat = burst.steps_per_beat()
+        before, total = [], 0
+        for n in per_beat:
+            before.append(total)
+            total += n
+        self.before = before
+        self._plain: list[int] | None = None
+
+    @property
+    def plain_ends(self) -> list[int]:
+        """Per beat ``i``, the end of the run of beats from ``i`` that are one load step each
+        and leave no flush word behind: such a beat is taken in the cycle its step goes."""
+        ends = self._plain
+        if ends is None:
+            n, per_beat = self.beats, self.per_beat
+            ends = [0] * n
+            j = n - 1 if self.tail else n
+            for i in range(n - 1, -1, -1):
+                if per_beat[i] != 1 or i >= j:
+                    j = i
+                ends[i] = j
+            self._plain = ends
+        return ends
+
+
+class _Plan:
+    """The bursts of one DMA command (:func:`hw.isa.timing.dma_bursts`), its geometry and
+    (loads) each burst's :class:`_Shape`, made on first use; kept per command shape by the
+    channels (a kernel issues the same transfers again and again)."""
+
+    __slots__ = ("bursts", "geo", "shapes", "_store")
+
+    def __init__(self, bursts: list[Burst], geo: _Geometry) -> None:
+        self.bursts, self.geo = bursts, geo
+        self.shapes: list[_Shape | None] = [None] * len(bursts)
+        self._store: tuple | None = None
+
+    def store_beats(self) -> tuple[list[tuple[int, int]], list[int]]:
+        """A store's beats in transfer order, ``(steps: local reads or the flush slot, strobed
+        bytes)``, and the index of each burst's first beat."""
+        if self._store is None:
+            beats: list[tuple[int, int]] = []
+            first: list[int] = []
+            for burst in self.bursts:
+                first.append(len(beats))
+                beats.extend(zip(burst.store_steps_per_beat(), burst.strobes_per_beat(),
+                                 strict=True))
+            self._store = (beats, first)
+        return self._store
+
+    def shape(self, k: int) -> _Shape:
+        s = self.shapes[k]
+        if s is None:
+            burst = self.bursts[k]
+            row = burst.layout
+            # everything in a shape follows from the row's layout (its address only through
+            # the lane a) and the burst's place in the row: shared by equal bursts
+            key = (row.a, row.row_bytes, row.beat, row.local, burst.k0, burst.beats)
+            s = _SHAPES.get(key)
+            if s is None:
+                if len(_SHAPES) >= _PlanCache.LIMIT:
+                    _SHAPES.clear()
+                s = _SHAPES[key] = _Shape(burst, self.geo)
+            self.shapes[k] = s
+        return s
+
+
+#: :class:`_Shape` per burst shape (bounded)
+_SHAPES: dict[tuple, _Shape] = {}
+
+
+class _PlanCache:
+    """:class:`_Plan` per ``(dram_addr, dram_stride, row_bytes, n_rows, mem)`` of a DMA
+    command (bounded: emptied when it holds :attr:`LIMIT` plans)."""
+
+    LIMIT = 4096
+
+    def __init__(self, config: NPUConfig) -> None:
+        self.config = config
+        self.plans: dict[tuple, _Plan] = {}
+
+    def get(self, body, mem: LocalMem) -> _Plan:
+        key = (body.dram_addr, body.dram_stride, body.row_bytes, body.n_rows, mem)
+        plan = self.plans.get(key)
+        if plan is None:
+            if len(self.plans) >= self.LIMIT:
+                self.plans.clear()
+            bursts = T.dma_bursts(self.config, body.dram_addr, body.dram_stride,
+                                  body.row_bytes, body.n_rows, mem)
+            plan = self.plans[key] = _Plan(bursts, _Geometry(self.config, body, mem))
+        return plan
+
+
 class _LoadJob(Item):
     """One DMA_LOAD being transferred."""
 
-    def __init__(self, t: int, bursts, geo: _Geometry, lists: list[BusyList],
+    def __init__(self, t: int, plan: _Plan, lists: list[BusyList],
                  reason: str, beat: int) -> None:
         self.t = t
-        self.bursts = bursts
-        self.geo = geo
+        self.plan = plan
+        self.bursts = plan.bursts
+        self.geo = plan.geo
+        self.shape = plan.shape
         self.lists = lists
         self.reason = reason          # stall.load.spad or stall.load.acc
         self.beat = beat
         self.next = 0                 # next burst to request
         self.granted: list[ServedBurst] = []
+        self.drained = 0              # granted bursts fully taken by the last grant (a prefix)
         self.requested: list[int] = []  # ARVALID from (per burst)
         self.holds: dict[int, list[tuple[int, int]]] = {}   # burst index -> hold spans
         self.x0: dict[int, int] = {}          # burst index -> cycle of its first step
         self.last_step: dict[int, int] = {}   # burst index -> cycle of its last step
         #: beat by beat: burst index -> per beat, the index of its first hold in ``holds``
         self.hold_from: dict[int, list[int]] = {}
-        self._shapes: dict[int, tuple[dict, list[int], list[int]]] = {}
-        self._busy_stamp: tuple | None = None
+        self._busy_stamp = -1
         self._busy: list[tuple[int, int]] = []
         self.completed = 0
         self.end = _BIG
@@ -139,23 +248,12 @@ class _LoadJob(Item):
             out["bytes_read"] += sum(1 for c in self.beat_cycles(b, k) if lo <= c < hi) \
                 * self.beat
 
-    def shape(self, k: int) -> tuple[dict, list[int], list[int]]:
-        """Burst ``k``'s :meth:`_Geometry.pattern`, load steps per beat and steps before each
-        beat (cached)."""
-        s = self._shapes.get(k)
-        if s is None:
-            burst = self.bursts[k]
-            per_beat = burst.steps_per_beat()
-            before = [0]
-            for n in per_beat[:-1]:
-                before.append(before[-1] + n)
-            s = self._shapes[k] = (self.geo.pattern(burst), per_beat, before)
-        return s
-
     def busy(self, now: int) -> list[tuple[int, int]]:
         """The merged busy spans of the write ports above the DMA that end after ``now``
         (cached while the ports do not change)."""
-        stamp = tuple(lst.version for lst in self.lists)
+        stamp = 0                 # the versions only grow: their sum changes with any of them
+        for lst in self.lists:
+            stamp += lst.version
         if stamp != self._busy_stamp:
             self._busy = merged(self.lists, now)
             self._busy_stamp = stamp
@@ -164,13 +262,10 @@ class _LoadJob(Item):
     def beat_cycles(self, b: ServedBurst, k: int) -> list[int]:
         """Cycle of each R handshake of burst ``k`` (its beats' last steps), replayed against
         its own holds (the only busy cycles that moved it)."""
-        burst = self.bursts[k]
-        ends, total = [], 0
-        for n in burst.steps_per_beat():
-            total += n
-            ends.append(total - 1)
-        times, _ = walk(self.x0[k], total + burst.tail, self.geo.period, busy=self.holds.get(k, []),
-                        targets=tuple(ends), **self.geo.pattern(burst))
+        sh = self.shape(k)
+        ends = tuple(b + n - 1 for b, n in zip(sh.before, sh.per_beat, strict=True))
+        times, _ = walk(self.x0[k], sh.before[-1] + sh.per_beat[-1] + sh.tail, self.geo.period,
+                        busy=self.holds.get(k, []), targets=ends, **sh.pattern)
         return times
 
 
@@ -190,6 +285,7 @@ class LoadChannel:
         self.window_of = window_of
         self.queue = None
         self.job: _LoadJob | None = None
+        self.plans = _PlanCache(config)
         for lists in ports.values():
             for lst in lists:
                 lst.listeners.append(lambda a, lst=lst: self._port_write(a, lst))
@@ -200,12 +296,9 @@ class LoadChannel:
         if quiet is not None:
             self.queue.set_done(t + quiet)
             return
-        b = cmd.body
-        bursts = T.dma_bursts(self.config, b.dram_addr, b.dram_stride, b.row_bytes, b.n_rows,
-                              mem)
         reason = "stall.load.acc" if mem == LocalMem.ACC else "stall.load.spad"
-        self.job = job = _LoadJob(t, bursts, _Geometry(self.config, b, mem), self.ports[mem],
-                                  reason, self.config.axi_data_bytes)
+        self.job = job = _LoadJob(t, self.plans.get(cmd.body, mem), self.ports[mem], reason,
+                                  self.config.axi_data_bytes)
         self.ledger.item(job)
         self._request(job, t + T.DMA_FIRST_REQUEST)
 
@@ -216,19 +309,24 @@ class LoadChannel:
 
     def _granted(self, c: int, served: ServedBurst) -> None:
         job, k = served.tag
-        job.granted.append(served)
+        granted = job.granted
+        granted.append(served)
         job.next = k + 1
         if job.next < len(job.bursts):
-            level = len(job.granted) - sum(1 for b in job.granted if b.c_last <= c)
-            if level < self.config.dma_outstanding:
+            # bursts whose last beat was taken by cycle c: a prefix (the DRAM answers in
+            # order), final once past
+            n = job.drained
+            while n < len(granted) and granted[n].c_last <= c:
+                n += 1
+            job.drained = n
+            if len(granted) - n < self.config.dma_outstanding:
                 self._request(job, c + 1)
 
     # -- Reader ---------------------------------------------------------------------------
 
     def consume(self, served: ServedBurst) -> tuple[int, int]:
         job, k = served.tag
-        burst = job.bursts[k]
-        geo = job.geo
+        sh = job.shape(k)
         # the data path takes its first step once the beat is shown and the previous burst's
         # steps (a flush word after its last beat, see DmaRow) are over
         x = served.v0 if k == 0 else max(served.v0, job.last_step[k - 1] + 1)
@@ -238,12 +336,15 @@ class LoadChannel:
             # spans that caused them have been dropped since
             now = self.eq.now
             busy = merge(busy + [h for h in job.holds[k] if h[0] < now])
-        times, holds = walk(x, burst.steps + burst.tail, geo.period, busy=busy,
-                            targets=_targets(burst), **geo.pattern(burst))
+        if busy:
+            times, holds = walk(x, sh.steps + sh.tail, job.geo.period, busy=busy,
+                                targets=sh.targets, **sh.pattern)
+        else:                             # nothing to wait for: one step per cycle (walk's)
+            times, holds = [x + t for t in sh.targets], []
         job.holds[k] = holds
         job.x0[k] = x
         job.last_step[k] = times[-1]
-        if burst.beats == 1:
+        if sh.beats == 1:
             return served.v0, times[0]
         return times[0] + 1, times[1]
 
@@ -253,7 +354,7 @@ class LoadChannel:
         held while the port is busy; taken with its last step. The last beat's steps go on
         with the row's flush word (:attr:`Burst.tail`), which sets the burst's last step."""
         job, k = served.tag
-        burst = job.bursts[k]
+        sh = job.shape(k)
         holds = job.holds.get(k)
         if holds is None:
             holds = job.holds[k] = []
@@ -269,10 +370,10 @@ class LoadChannel:
                 busy = merge(busy + past)
         starts.append(len(holds))
         geo = job.geo
-        pattern, per_beat, before = job.shape(k)
-        pat = geo.pattern_from(pattern, before[i])
-        n = per_beat[i]
-        tail = burst.tail if i == burst.beats - 1 else 0
+        pat = geo.pattern_from(sh.pattern, sh.before[i])
+        n = sh.per_beat[i]
+        last_beat = i == sh.beats - 1
+        tail = sh.tail if last_beat else 0
         x = visible if i or not k else max(visible, job.last_step[k - 1] + 1)
         if n == 1 and not tail:           # one step: held only if it completes a local row
             take = x
@@ -286,9 +387,47 @@ class LoadChannel:
             times, new = walk(x, n + tail, geo.period, busy=busy, targets=targets, **pat)
             holds.extend(new)
             take, last = times[0], times[-1]
-        if i == burst.beats - 1:
+        if last_beat:
             job.last_step[k] = last
         return take
+
+    def r_plain(self, served: ServedBurst, i: int, visible: int) -> tuple[int, int]:
+        """The run of beats from ``i`` that :meth:`r_take` takes the cycle they are visible:
+        one step each, no flush word, ``visible`` after the previous burst's last step, no
+        hold of a retimed beat still to count, and visible before the next busy span of the
+        ports (a beat that does not complete a local row would not wait for it either; the
+        run stops there all the same)."""
+        job, k = served.tag
+        starts = job.hold_from.get(k)
+        if starts is not None and i < len(starts):
+            now = self.eq.now
+            for h in job.holds[k][starts[i]:]:
+                if h[0] < now:
+                    return i, 0
+        if i == 0 and k and visible <= job.last_step[k - 1]:
+            return i, 0
+        j = job.shape(k).plain_ends[i]
+        if j == i:
+            return i, 0
+        for a, b in job.busy(self.eq.now):
+            if b > visible:
+                return (i, 0) if a <= visible else (j, a)
+        return j, _BIG
+
+    def r_plain_taken(self, served: ServedBurst, i: int, j: int, last: int) -> None:
+        job, k = served.tag
+        holds = job.holds.get(k)
+        if holds is None:
+            holds = job.holds[k] = []
+            starts = job.hold_from[k] = []
+        else:
+            starts = job.hold_from[k]
+            if i < len(starts):
+                del holds[starts[i]:]
+                del starts[i:]
+        starts.extend([len(holds)] * (j - i))
+        if j == job.shape(k).beats:
+            job.last_step[k] = last
 
     def burst_done(self, served: ServedBurst) -> None:
         job, k = served.tag
@@ -313,7 +452,7 @@ class LoadChannel:
         if job is None or port not in job.lists or (job.done is not None and job.done < a):
             return
         for k, served in enumerate(job.granted):
-            if job.bursts[k].tail and served.c_last < a <= job.last_step.get(k, -1):
+            if job.shape(k).tail and served.c_last < a <= job.last_step.get(k, -1):
                 # its beats are taken, its flush word still to move: re-time that
                 self._retime_tail(job, k)
         for served in job.granted:
@@ -324,16 +463,15 @@ class LoadChannel:
     def _retime_tail(self, job: _LoadJob, k: int) -> None:
         """Re-time the flush word of burst ``k``, after its last R handshake (final: the
         port write that moves it comes later)."""
-        burst, geo = job.bursts[k], job.geo
+        sh, geo = job.shape(k), job.geo
         c_last = job.granted[k].c_last
         now = self.eq.now
         holds = job.holds[k]
         keep = [h for h in holds if h[0] <= c_last]
         past = [h for h in holds if c_last < h[0] < now]
         busy = merge(merged(job.lists, c_last + 1) + past)
-        pattern, _, _ = job.shape(k)
-        times, new = walk(c_last + 1, burst.tail, geo.period, busy=busy,
-                          targets=(burst.tail - 1,), **geo.pattern_from(pattern, burst.steps))
+        times, new = walk(c_last + 1, sh.tail, geo.period, busy=busy,
+                          targets=(sh.tail - 1,), **geo.pattern_from(sh.pattern, sh.steps))
         job.holds[k] = keep + new
         job.last_step[k] = times[-1]
         if k == len(job.bursts) - 1 and job.completed == len(job.bursts):
@@ -343,18 +481,14 @@ class LoadChannel:
 class _StoreJob(Item):
     """One DMA_STORE being transferred, beat by beat."""
 
-    def __init__(self, t: int, bursts, geo: _Geometry, beat_bytes: int) -> None:
+    def __init__(self, t: int, plan: _Plan, beat_bytes: int) -> None:
         self.t = t
-        self.bursts = bursts
-        self.geo = geo
+        self.bursts = plan.bursts
+        self.geo = plan.geo
         self.beat_bytes = beat_bytes
-        # beats in transfer order: (steps: local reads or the flush slot, strobed bytes)
-        self.beats: list[tuple[int, int]] = []
-        self.first_beat: list[int] = []      # per burst: index of its first beat
-        for burst in bursts:
-            self.first_beat.append(len(self.beats))
-            self.beats.extend(zip(burst.store_steps_per_beat(), burst.strobes_per_beat(),
-                                  strict=True))
+        # beats in transfer order: (steps: local reads or the flush slot, strobed bytes);
+        # per burst, the index of its first beat (shared with the plan: read only)
+        self.beats, self.first_beat = plan.store_beats()
         self.V: list[int] = []                # beat in the W buffer (WVALID) from
         self.W: list[int] = []                # W handshake
         self.read0 = t + T.DMA_FIRST_REQUEST - 1
@@ -372,30 +506,27 @@ class _StoreJob(Item):
     def produce(self, k: int) -> None:
         """Store steps up to the last one of beat ``k``: one per cycle, each only while the
         W buffer holds at most 2 beats (``V <= x`` in, ``W < x`` out)."""
-        while len(self.V) <= k:
-            chunks, _ = self.beats[len(self.V)]
-            for _ in range(chunks):
-                self.read = self._level_ok(self.read + 1)
-            self.V.append(self.read + 2)
-
-    def _level_ok(self, x: int) -> int:
-        V, W = self.V, self.W
-        while True:
-            nv = bisect_right(V, x)
-            nw = self._consumed_before(x)
-            if nv - nw <= 2:
-                return x
-            x = W[nw] + 1
-
-    def _consumed_before(self, x: int) -> int:
-        W = self.W
-        n = self.nw
-        while n < len(W) and W[n] < x:
-            n += 1
-        while n > 0 and W[n - 1] >= x:
-            n -= 1
-        self.nw = n
-        return n
+        V, W, beats = self.V, self.W, self.beats
+        if len(V) > k:
+            return
+        read, nw = self.read, self.nw
+        while len(V) <= k:
+            for _ in range(beats[len(V)][0]):
+                # the step goes in the first cycle x after the previous one in which the
+                # buffer holds at most 2 beats: landed (V <= x) less consumed (W < x, a
+                # pointer that moves both ways)
+                x = read + 1
+                while True:
+                    while nw < len(W) and W[nw] < x:
+                        nw += 1
+                    while nw > 0 and W[nw - 1] >= x:
+                        nw -= 1
+                    if bisect_right(V, x) - nw <= 2:
+                        break
+                    x = W[nw] + 1
+                read = x
+            V.append(read + 2)
+        self.read, self.nw = read, nw
 
     def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
         aw_wait = [(f, a) for f, a in zip(self.aw_from, self.aw, strict=False)]
@@ -429,6 +560,7 @@ class StoreChannel:
         self.ledger = ledger
         self.window_of = window_of
         self.queue = None
+        self.plans = _PlanCache(config)
 
     def start(self, cmd, t: int, error: ErrorCode) -> None:
         mem = LocalMem.ACC if cmd.body.mem == LocalMem.ACC.value else LocalMem.SPAD
@@ -436,10 +568,7 @@ class StoreChannel:
         if quiet is not None:
             self.queue.set_done(t + quiet)
             return
-        b = cmd.body
-        bursts = T.dma_bursts(self.config, b.dram_addr, b.dram_stride, b.row_bytes, b.n_rows,
-                              mem)
-        job = _StoreJob(t, bursts, _Geometry(self.config, b, mem), self.config.axi_data_bytes)
+        job = _StoreJob(t, self.plans.get(cmd.body, mem), self.config.axi_data_bytes)
         self.ledger.item(job)
         self._request(job, t + T.DMA_FIRST_REQUEST)
 
@@ -471,6 +600,37 @@ class StoreChannel:
 
     def w_taken(self, grant: WriteGrant, i: int, cycle: int) -> None:
         grant.tag[0].W.append(cycle)
+
+    def w_run(self, grant: WriteGrant, draws) -> None:
+        """Every W beat of the burst in one loop: :meth:`_StoreJob.produce` (inline) and the
+        write channel's beat loop (:meth:`sw.perf.memory.Writer.w_run`)."""
+        job, k = grant.tag
+        V, W, beats, ws = job.V, job.W, job.beats, grant.ws
+        read, nw = job.read, job.nw
+        n = job.first_beat[k]
+        w = grant.aw
+        for _ in range(grant.beats):
+            while len(V) <= n:                  # produce(n), as there
+                for _ in range(beats[len(V)][0]):
+                    x = read + 1
+                    while True:
+                        while nw < len(W) and W[nw] < x:
+                            nw += 1
+                        while nw > 0 and W[nw - 1] >= x:
+                            nw -= 1
+                        if bisect_right(V, x) - nw <= 2:
+                            break
+                        x = W[nw] + 1
+                    read = x
+                V.append(read + 2)
+            v = V[n]
+            w = v if v > w else w + 1           # max(valid, previous W + 1)
+            if draws is not None:
+                w = draws.next_free(w)
+            W.append(w)
+            ws.append(w)
+            n += 1
+        job.read, job.nw = read, nw
 
     def w_rewind(self, grant: WriteGrant, i: int, t: int) -> None:
         job, k = grant.tag

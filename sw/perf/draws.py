@@ -19,12 +19,11 @@ import numpy as np
 
 from sw.dram import DramTiming, _xorshift32, channel_seed
 
-__all__ = ["StallDraws", "BLOCK"]
+__all__ = ["StallDraws", "BLOCK", "LOG_BLOCK"]
 
 #: Cycles per block of draws (a power of two).
 BLOCK = 1 << 14
-_LOG_BLOCK = BLOCK.bit_length() - 1
-_NONE = np.int64(-1)
+LOG_BLOCK = _LOG_BLOCK = BLOCK.bit_length() - 1
 
 
 class _Linear:
@@ -115,21 +114,18 @@ class StallDraws:
         self.channel = channel
         self.active = self.threshold > 0
         self._next_state = channel_seed(timing.seed, channel)   # state of position 0
-        self._blocks: list[np.ndarray] = []    # per block: next free cycle, or -1 past its end
+        #: per block of cycles, one byte per cycle: 1 if the channel is withheld then, else 0
+        #: (:meth:`next_free` reads it with ``bytes.find`` and extends it; a hot loop may read
+        #: it directly)
+        self.blocks: list[bytes] = []
 
     def _extend(self) -> None:
-        base = len(self._blocks) * BLOCK
         states = _states(self._next_state)
         self._next_state = _xorshift32(int(states[-1]))
         stalled = states < np.uint32(self.threshold)
-        if base == 0:
+        if not self.blocks:
             stalled[0] = False                 # the decision register comes out of reset clear
-        pos = np.where(stalled, _NONE, np.arange(base, base + BLOCK, dtype=np.int64))
-        # next free position from each one: a running minimum from the end (-1 = none)
-        pos[pos < 0] = np.iinfo(np.int64).max
-        nxt = np.minimum.accumulate(pos[::-1])[::-1]
-        nxt[nxt == np.iinfo(np.int64).max] = _NONE
-        self._blocks.append(nxt)
+        self.blocks.append(stalled.tobytes())
 
     def stalled(self, c: int) -> bool:
         """Whether the channel is withheld in cycle ``c`` (``c >= 0``)."""
@@ -143,9 +139,9 @@ class StallDraws:
             c = 0
         while True:
             blk = c >> _LOG_BLOCK
-            while blk >= len(self._blocks):
+            while blk >= len(self.blocks):
                 self._extend()
-            v = int(self._blocks[blk][c & (BLOCK - 1)])
-            if v >= 0:
-                return v
+            i = self.blocks[blk].find(0, c & (BLOCK - 1))
+            if i >= 0:
+                return (blk << _LOG_BLOCK) + i
             c = (blk + 1) << _LOG_BLOCK

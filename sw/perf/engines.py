@@ -43,13 +43,7 @@ class MatrixEngine:
                                    w_fmt=b.w_fmt, a_fmt=b.a_fmt)
         # the K blocks' write runs, adjacent ones joined (one span on the port for a command
         # of m >= rows, cols: its blocks write back to back)
-        spans: list[list[int]] = []
-        for first, end in times.writes:
-            if spans and first <= spans[-1][1]:
-                spans[-1][1] = max(spans[-1][1], end)
-            else:
-                spans.append([first, end])
-        for first, end in spans:
+        for first, end in times.write_runs:
             self.acc_busy.add(first, end, self)
         self.queue.set_done(times.done, free_from=times.accept_from)
 

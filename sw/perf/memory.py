@@ -106,6 +106,19 @@ class Reader(Protocol):
         forgotten (they are being retimed)."""
         ...
 
+    def r_plain(self, burst: ServedBurst, i: int, visible: int) -> tuple[int, int]:
+        """Beat-by-beat timing, the fast path (optional: a reader without it has every beat
+        timed by :meth:`r_take`): ``(j, h)`` such that, beat ``i`` visible from ``visible``,
+        each of beats ``i .. j - 1`` visible from a cycle before ``h`` is taken in that very
+        cycle -- what :meth:`r_take` would answer. ``j == i`` when beat ``i`` may not be.
+        Changes nothing: the beats so timed are reported by :meth:`r_plain_taken`."""
+        ...
+
+    def r_plain_taken(self, burst: ServedBurst, i: int, j: int, last: int) -> None:
+        """Beats ``i .. j - 1`` were taken as :meth:`r_plain` said, the last in ``last``:
+        the state :meth:`r_take` keeps, as if it had taken them one by one."""
+        ...
+
     def burst_done(self, burst: ServedBurst) -> None:
         """Called in the cycle after the last beat was taken (DECIDE phase)."""
         ...
@@ -352,6 +365,13 @@ class Writer(Protocol):
         them and what followed from them (bandwidth limit only)."""
         ...
 
+    def w_run(self, grant: WriteGrant, draws: StallDraws | None) -> None:
+        """Optional, without a bandwidth limit: time every W beat of the burst at once, as
+        the write channel would beat by beat (beat ``i`` at ``max(w_valid(i), previous + 1)``,
+        the first after ``grant.aw``, then the first cycle ``draws`` does not withhold W;
+        :meth:`w_taken` of each), appending the handshakes to ``grant.ws``."""
+        ...
+
     def response(self, grant: WriteGrant) -> None:
         """Called in the cycle after the B handshake (``grant.b``)."""
         ...
@@ -425,11 +445,19 @@ class WriteChannel:
         if self.beats is not None:
             self.beats.writes_changed(grant.aw + 1)
         else:
-            w = grant.aw
-            for i in range(beats):
-                w = self.w_draws.next_free(max(writer.w_valid(grant, i), w + 1))
-                writer.w_taken(grant, i, w)
-                grant.ws.append(w)
+            draws = self.w_draws if self.w_draws.active else None
+            run = getattr(writer, "w_run", None)
+            if run is not None:
+                run(grant, draws)
+            else:
+                w = grant.aw
+                w_valid, w_taken, ws = writer.w_valid, writer.w_taken, grant.ws
+                for i in range(beats):
+                    w = max(w_valid(grant, i), w + 1)
+                    if draws is not None:
+                        w = draws.next_free(w)
+                    w_taken(grant, i, w)
+                    ws.append(w)
             self.beats_timed()
 
     def beats_timed(self) -> None:

@@ -32,6 +32,8 @@ class BusyList:
     def __init__(self, now: Callable[[], int]) -> None:
         self.now = now
         self.spans: list[tuple[int, int, object]] = []
+        #: an upper bound of the spans' ends (no span ends after it)
+        self.last_end = 0
         self.listeners: list[Callable[[int], None]] = []
         self.version = 0        #: changes with every add or remove (for caches of the spans)
         self._prune_at = 16     # prune ended spans when there are more than this many
@@ -44,6 +46,8 @@ class BusyList:
             self.spans = [s for s in self.spans if s[1] > t]
             self._prune_at = max(16, 2 * len(self.spans))
         self.spans.append((a, b, owner))
+        if b > self.last_end:
+            self.last_end = b
         self.version += 1
         for f in self.listeners:
             f(a)
@@ -57,7 +61,7 @@ class BusyList:
 def merged(lists: list[BusyList], x: int) -> list[tuple[int, int]]:
     """Union of the spans of ``lists`` that end after cycle ``x``, sorted, adjacent ones
     joined."""
-    spans = [(a, b) for lst in lists for a, b, _ in lst.spans if b > x]
+    spans = [(a, b) for lst in lists if lst.last_end > x for a, b, _ in lst.spans if b > x]
     if len(spans) < 2:
         return spans
     spans.sort()

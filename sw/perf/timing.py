@@ -48,7 +48,8 @@ __all__ = [
     "softmax_p_writes", "softmax_row_end", "DMA_FIRST_REQUEST", "DMA_DONE_AFTER_LAST",
     "dma_quiet_done", "fetch_beats", "fetch_burst_commands", "FETCH_ADDR_AFTER_IDLE",
     "BUFFER_AFTER_LAST_BEAT",
-    "FENCE_CHECK_AFTER_IDLE", "FENCE_WRITE_AFTER_IDLE", "fifo_write_to_head",
+    "FENCE_CHECK_AFTER_IDLE", "FENCE_WRITE_AFTER_IDLE", "FENCE_SIGNAL_AFTER_B",
+    "fifo_write_to_head",
 ]
 
 #: ``done - t`` of a compute command that retires from its CHECK state (size zero or an
@@ -200,6 +201,10 @@ BUFFER_AFTER_LAST_BEAT = 1
 #: then), AWVALID/WVALID from ``c + 2``.
 FENCE_CHECK_AFTER_IDLE = 1
 FENCE_WRITE_AFTER_IDLE = 2
+#: A fence that signals offers its semaphore increment from this many cycles after its B
+#: handshake (FENCE_SIGNAL) and completes (``fence_done``, ``fence_irq``) in the cycle the
+#: semaphore unit's port takes it; one without a signal completes in the B handshake's cycle.
+FENCE_SIGNAL_AFTER_B = 1
 
 
 def fifo_write_to_head(depth: int) -> int:

@@ -645,11 +645,11 @@ def test_engine_port_gets_every_field_of_its_commands_back(engine):
 
     from amaranth.lib import data as adata
 
-    from hw.cmdproc import EngineQueue
     from hw.isa import OPCODE_BODY, Body
+    from tests.support.sem_harness import QueueWithSems
 
     cfg = NPUConfig(n_queues=2)
-    dut = EngineQueue(cfg, engine=engine)
+    dut = QueueWithSems(cfg, engine=engine)
     rng = random.Random(len(engine))
     cases = []
     for op in ENGINES[engine]:
@@ -810,11 +810,11 @@ def test_sem_stall_of_engine_queue_matches_naive_model():
     stops, resets and engine latencies; the store's room against the model's."""
     import random
 
-    from hw.cmdproc import EngineQueue
+    from tests.support.sem_harness import QueueWithSems
 
     cfg = NPUConfig(cmd_fifo_depth=3)
     n = cfg.n_queues
-    dut = EngineQueue(cfg)
+    dut = QueueWithSems(cfg)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     rng = random.Random(3)
@@ -830,10 +830,11 @@ def test_sem_stall_of_engine_queue_matches_naive_model():
             flush = [int(rng.random() < 0.01) for _ in range(n)]
             if rng.random() < 0.02:
                 stop[rng.randrange(n)] ^= 1
-            if rng.random() < 0.05:
-                sems[rng.randrange(4)] += 1
-            for s in range(4):
-                ctx.set(dut.sems[s], sems[s])
+            bump = rng.randrange(4) if rng.random() < 0.05 else None   # host write
+            ctx.set(dut.sems.set, bump is not None)
+            if bump is not None:
+                ctx.set(dut.sems.set_sem, bump)
+                ctx.set(dut.sems.set_value, sems[bump] + 1)
             ctx.set(dut.stop, sum(b << q for q, b in enumerate(stop)))
             ctx.set(dut.flush, sum(b << q for q, b in enumerate(flush)))
             pushes = []
@@ -892,6 +893,8 @@ def test_sem_stall_of_engine_queue_matches_naive_model():
                 if flush[q]:
                     fifos[q].entries.clear()
                     fifos[q].last_pop = -10
+            if bump is not None:
+                sems[bump] += 1
             await ctx.tick()
 
     sim.add_testbench(tb)
@@ -906,10 +909,10 @@ def test_engine_queue_drops_the_retirement_of_a_command_whose_queue_is_reset(flu
     """A queue reset (``flush``) while the command is in the engine, also in the engine's
     ``done`` cycle itself, drops the command's semaphore signal and its error report (it still
     leaves its trace entry); without a reset the command signals (or reports) exactly once."""
-    from hw.cmdproc import EngineQueue
+    from tests.support.sem_harness import QueueWithSems
 
     cfg = NPUConfig()
-    dut = EngineQueue(cfg)
+    dut = QueueWithSems(cfg)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     seen = {"inc": [], "err": [], "trace": 0}
@@ -934,9 +937,9 @@ def test_engine_queue_drops_the_retirement_of_a_command_whose_queue_is_reset(flu
             ctx.set(dut.engine.error, error if done else ErrorCode.NONE)
             ctx.set(dut.flush, flush << 1)
             ctx.set(dut.engine.cmd.ready, int(phase in ("wait", "take")))
-            if ctx.get(dut.inc.en):
-                seen["inc"].append((ctx.get(dut.inc.sem), ctx.get(dut.inc.queue),
-                                    ctx.get(dut.inc.index)))
+            if ctx.get(dut.inc.valid & dut.inc.ready):
+                p = dut.inc.payload
+                seen["inc"].append((ctx.get(p.sem), ctx.get(p.queue), ctx.get(p.index)))
             if ctx.get(dut.err_set):
                 seen["err"].append((ctx.get(dut.err_info.code), ctx.get(dut.err_info.cmd)))
             await ctx.tick()

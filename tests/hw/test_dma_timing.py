@@ -299,3 +299,25 @@ def test_burst_decomposition_rules():
                 assert sum(b.steps + b.tail for b in mine) == -(-row_bytes // g) + shifted
                 assert sum(sum(b.strobes_per_beat()) for b in mine) == row_bytes
     assert timing.dma_bursts(NPUConfig(), 0, 8, 0, 4) == []
+
+
+def test_per_beat_lists_are_the_row_layout_beat_by_beat():
+    """``Burst.steps_per_beat``, ``store_steps_per_beat`` and ``strobes_per_beat`` (computed once
+    per row shape and cached) equal the row layout's per-beat rules evaluated at each burst's
+    own beats, for rows at any byte address and length (the cache must key on everything the
+    layout depends on)."""
+    rng = random.Random(11)
+    for cfg in CONFIGS.values():
+        beat = cfg.axi_data_bytes
+        for _ in range(200):
+            mem = rng.choice([SPAD, ACC])
+            row_bytes, addr = rng.randint(1, 2500), rng.randrange(20000)
+            bursts = timing.dma_bursts(cfg, addr, rng.randrange(5000), row_bytes,
+                                       rng.randint(1, 3), mem)
+            for b in bursts:
+                row = timing.DmaRow(b.layout.addr, row_bytes, beat, local_bytes(cfg, mem))
+                ks = range(b.k0, b.k0 + b.beats)
+                assert b.steps_per_beat() == [row.load_beat_steps(k) for k in ks]
+                assert b.store_steps_per_beat() == [row.store_beat_steps(k) for k in ks]
+                assert b.strobes_per_beat() == [row.strobes(k) for k in ks]
+                assert sum(b.steps_per_beat()) == b.steps

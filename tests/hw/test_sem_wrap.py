@@ -1,7 +1,8 @@
 """Wrap-safe semaphores in the command processor, in Amaranth's simulator: the serial-number
 compare (``(value - target) mod 2**32 < 2**31``, :func:`hw.isa.sem_reached`) at its boundary
 in every place the hardware compares a semaphore with a wait value (the engine queues' heads
-and the stage's processor commands), and the semaphore file's host write, wrap and clear."""
+and the stage's processor commands, through the semaphore unit's ready bits), and the
+semaphore unit's increment port, host write, wrap and clear."""
 
 import random
 
@@ -9,10 +10,11 @@ import pytest
 from amaranth import Elaboratable, Module, Signal
 from amaranth.sim import Simulator
 
-from hw.cmdproc import EngineQueue, SemaphoreFile, Stage
+from hw.cmdproc import SemaphoreUnit
 from hw.cmdproc.common import sem_reached as hw_sem_reached
 from hw.config import NPUConfig
 from hw.isa import Opcode, encode, sem_reached
+from tests.support.sem_harness import QueueWithSems, StageWithSems, read_sem, write_sem
 
 MOD = 1 << 32
 #: value - target (mod 2**32) -> reached: both sides of the 2**31 boundary and of the wrap
@@ -71,12 +73,12 @@ def test_engine_queue_head_waits_at_the_boundary(value):
     """A head command waiting for ``target`` is offered to the engine exactly when
     ``value - target`` is below 2**31 (otherwise the engine reports a ``sem`` stall)."""
     cfg = NPUConfig(n_queues=2, n_sems=4)
-    dut = EngineQueue(cfg)
+    dut = QueueWithSems(cfg)
     seen = []
 
     async def tb(ctx):
         ctx.set(dut.engine.cmd.ready, 0)       # never take: valid shows the head is ready
-        ctx.set(dut.sems[2], value)
+        await write_sem(ctx, dut.sems, 2, value)
         for diff, _ in BOUNDARY:
             target = (value - diff) % MOD
             ctx.set(dut.i[1].payload.as_value(),
@@ -105,21 +107,20 @@ def test_engine_queue_wait_released_by_the_increment_across_the_wrap():
     """Target 2 while the semaphore counts up from 2**32 - 2: not released at 2**32 - 1, 0 or
     1 (which a plain ``>=`` would release at once), released at 2."""
     cfg = NPUConfig(n_queues=1, n_sems=4)
-    dut = EngineQueue(cfg)
+    dut = QueueWithSems(cfg)
     trace = []
 
     async def tb(ctx):
         ctx.set(dut.engine.cmd.ready, 0)
-        ctx.set(dut.sems[0], MOD - 2)
+        await write_sem(ctx, dut.sems, 0, MOD - 2)
         ctx.set(dut.i[0].payload.as_value(), command_bits(wait_header(Opcode.MATMUL, 0, 2)))
         ctx.set(dut.i[0].valid, 1)
         await ctx.tick()
         ctx.set(dut.i[0].valid, 0)
         await ctx.tick()
         for value in (MOD - 2, MOD - 1, 0, 1, 2, 3):
-            ctx.set(dut.sems[0], value)
+            await write_sem(ctx, dut.sems, 0, value)
             trace.append((value, ctx.get(dut.engine.cmd.valid)))
-            await ctx.tick()
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -136,11 +137,11 @@ def test_stage_processor_command_waits_at_the_boundary(opcode, value):
     its signal increments) or announces itself to the fetch unit (FENCE) exactly when its
     wait is reached."""
     cfg = NPUConfig(n_queues=2, n_sems=4)
-    dut = Stage(cfg)
+    dut = StageWithSems(cfg)
     seen = []
 
     async def tb(ctx):
-        ctx.set(dut.sems[1], value)
+        await write_sem(ctx, dut.sems, 1, value)
         ctx.set(dut.idle, 0b11)
         for diff, _ in BOUNDARY:
             target = (value - diff) % MOD
@@ -152,7 +153,8 @@ def test_stage_processor_command_waits_at_the_boundary(opcode, value):
             await ctx.tick()
             ctx.set(dut.push, 0)
             inc = dut.inc[1]
-            seen.append((ctx.get(dut.valid), ctx.get(inc.en), ctx.get(dut.fence_ready)))
+            seen.append((ctx.get(dut.valid), ctx.get(inc.valid & inc.ready),
+                         ctx.get(dut.fence_ready)))
             await ctx.tick()
             seen[-1] += (ctx.get(dut.valid),)
             ctx.set(dut.qclear, 0b10)            # empty the stage for the next case
@@ -173,55 +175,140 @@ def test_stage_processor_command_waits_at_the_boundary(opcode, value):
                 f"{opcode.name}: value {value:#x} - target = {diff:#x}"
 
 
-def test_semaphore_file_host_write_wrap_and_clear():
-    """Increments from several sources in one cycle add up and wrap modulo 2**32; ``sem_last``
-    names the last source in order; a host write replaces the value, loses the increments of
-    its cycle and leaves ``sem_last``; ``clear`` wins over everything."""
+def test_semaphore_unit_host_write_wrap_and_clear():
+    """One increment a cycle through the port, wrapping modulo 2**32; ``sem_last`` names the
+    increment taken last; a host write replaces the value, leaves ``sem_last`` and holds the
+    port for its cycle (the increment then waits); ``clear`` zeroes values and records and
+    holds the port too."""
     cfg = NPUConfig(n_sems=4)
-    dut = SemaphoreFile(cfg, 3)
+    dut = SemaphoreUnit(cfg, n_waiters=1, n_lookups=0)
     out = {}
 
-    def inc(ctx, i, sem, queue=0, index=0, en=1):
-        p = dut.inc[i]
-        ctx.set(p.en, en)
-        ctx.set(p.sem, sem)
-        ctx.set(p.queue, queue)
-        ctx.set(p.index, index)
+    def inc(ctx, sem, queue=0, index=0, valid=1):
+        ctx.set(dut.inc.valid, valid)
+        ctx.set(dut.inc.payload.sem, sem)
+        ctx.set(dut.inc.payload.queue, queue)
+        ctx.set(dut.inc.payload.index, index)
+
+    def last(ctx, sem):
+        ctx.set(dut.rd_sem, sem)
+        rec = dut.rd_last
+        return ctx.get(rec.queue), ctx.get(rec.index), ctx.get(rec.valid)
 
     async def tb(ctx):
-        ctx.set(dut.set, 0b0100)
+        ctx.set(dut.set, 1)
+        ctx.set(dut.set_sem, 2)
         ctx.set(dut.set_value, MOD - 2)
-        inc(ctx, 0, 2, queue=5, index=9)          # lost to the write
+        inc(ctx, 2, queue=3, index=9)              # waits for the write's cycle
+        out["held"] = ctx.get(dut.inc.ready)
         await ctx.tick()
         ctx.set(dut.set, 0)
-        out["set"] = (ctx.get(dut.sems[2]), ctx.get(dut.sem_last[2].as_value()))
-        inc(ctx, 0, 2, queue=1, index=0x1234567)  # index keeps its low 24 bits
-        inc(ctx, 1, 2, queue=3, index=7)
-        inc(ctx, 2, 2, queue=2, index=8)          # three at once: -2 + 3 = 1
-        await ctx.tick()
-        last = dut.sem_last[2]
-        out["wrap"] = (ctx.get(dut.sems[2]), ctx.get(last.queue), ctx.get(last.index),
-                       ctx.get(last.valid))
-        inc(ctx, 1, 0, en=0)
-        inc(ctx, 2, 0, en=0)
-        inc(ctx, 0, 2, queue=4, index=4)
-        ctx.set(dut.set, 0b0100)
+        out["set"] = (read_sem(ctx, dut, 2), last(ctx, 2))
+        out["taken"] = ctx.get(dut.inc.ready)
+        await ctx.tick()                          # -2 + 1
+        inc(ctx, 2, queue=1, index=0x34567)
+        await ctx.tick()                          # 0
+        out["wrap"] = (read_sem(ctx, dut, 2), last(ctx, 2))
+        inc(ctx, 2, valid=0)
+        ctx.set(dut.set, 1)
         ctx.set(dut.set_value, 77)
         await ctx.tick()
         ctx.set(dut.set, 0)
-        inc(ctx, 0, 2, en=0)
-        out["rewrite"] = (ctx.get(dut.sems[2]), ctx.get(last.queue), ctx.get(last.index))
-        inc(ctx, 0, 2, queue=6, index=6)
-        ctx.set(dut.set, 0b0100)
+        out["rewrite"] = (read_sem(ctx, dut, 2), last(ctx, 2))
+        inc(ctx, 1, queue=2, index=6)
         ctx.set(dut.clear, 1)
+        out["clear_holds"] = ctx.get(dut.inc.ready)
         await ctx.tick()
-        out["clear"] = (ctx.get(dut.sems[2]), ctx.get(last.as_value()))
+        ctx.set(dut.clear, 0)
+        inc(ctx, 1, valid=0)
+        out["clear"] = [(read_sem(ctx, dut, s), last(ctx, s)) for s in range(4)]
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
-    assert out["set"] == (MOD - 2, 0)
-    assert out["wrap"] == (1, 2, 8, 1)
-    assert out["rewrite"] == (77, 2, 8)
-    assert out["clear"] == (0, 0)
+    assert out["held"] == 0 and out["taken"] == 1
+    assert out["set"] == (MOD - 2, (0, 0, 0))
+    assert out["wrap"] == (0, (1, 0x34567, 1))
+    assert out["rewrite"] == (77, (1, 0x34567, 1))
+    assert out["clear_holds"] == 0
+    assert out["clear"] == [(0, (0, 0, 0))] * 4
+
+
+def test_semaphore_unit_ready_bits_and_lookups_match_a_naive_model():
+    """Random increments, host writes, clears, head loads and lookups against a naive model
+    that keeps the values and evaluates every wait from them each cycle: each registered
+    ready bit equals :func:`hw.isa.sem_reached` of its head with the current values, each
+    lookup the test with the values after the cycle's change (targets near the semaphores'
+    values and across the wrap)."""
+    cfg = NPUConfig(n_sems=4)
+    n_w, n_l = 5, 2
+    dut = SemaphoreUnit(cfg, n_waiters=n_w, n_lookups=n_l)
+    rng = random.Random(5)
+    stats = {"ready": 0, "waits": 0, "cycles": 0}
+
+    def near(values):
+        s = rng.randrange(4)
+        return s, (values[s] + rng.randrange(-3, 4)) % MOD
+
+    async def tb(ctx):
+        values = [0] * 4
+        heads = [(0, 0, 0)] * n_w                  # (waits, sem, target)
+        for cycle in range(2000):
+            # -- this cycle's inputs
+            clear = rng.random() < 0.01
+            setting = not clear and rng.random() < 0.05
+            set_sem, set_value = rng.randrange(4), rng.choice(
+                [rng.randrange(MOD), MOD - 1, (1 << 31) - 1, 1 << 31, 0])
+            want_inc = rng.random() < 0.5
+            inc_sem = rng.randrange(4)
+            ctx.set(dut.clear, clear)
+            ctx.set(dut.set, setting)
+            ctx.set(dut.set_sem, set_sem)
+            ctx.set(dut.set_value, set_value)
+            ctx.set(dut.inc.valid, want_inc)
+            ctx.set(dut.inc.payload.sem, inc_sem)
+            new = list(values)
+            if clear:
+                new = [0] * 4
+            elif setting:
+                new[set_sem] = set_value
+            elif want_inc:
+                new[inc_sem] = (new[inc_sem] + 1) % MOD
+            assert ctx.get(dut.inc.ready) == (not clear and not setting)
+            for i in range(n_l):
+                waits = rng.random() < 0.8
+                s, t = near(new)
+                look = dut.look[i]
+                ctx.set(look.waits, waits)
+                ctx.set(look.sem, s)
+                ctx.set(look.target, t)
+                assert ctx.get(dut.look_ok[i]) == (not waits or sem_reached(new[s], t)), cycle
+            loads = {}
+            for w in range(n_w):
+                waits, s, t = heads[w]
+                if cycle:       # every head is loaded in cycle 0
+                    assert ctx.get(dut.ready[w]) == (not waits or sem_reached(values[s], t)), \
+                        (cycle, w)
+                stats["ready"] += ctx.get(dut.ready[w]) and waits
+                stats["waits"] += waits
+                ctx.set(dut.head[w].waits, waits)
+                ctx.set(dut.head[w].sem, s)
+                ctx.set(dut.head[w].target, t)
+                load = cycle == 0 or rng.random() < 0.2
+                ctx.set(dut.load[w], load)
+                if load:
+                    nw = rng.random() < 0.8
+                    ns, nt = near(new)
+                    loads[w] = (int(nw), ns, nt)
+                    ctx.set(dut.load_ok[w], not nw or sem_reached(new[ns], nt))
+            await ctx.tick()
+            values = new
+            heads = [loads.get(w, heads[w]) for w in range(n_w)]
+            stats["cycles"] += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    assert 1000 < stats["ready"] < stats["waits"], stats

@@ -213,6 +213,44 @@ def test_in_flight_limit_never_delays_back_to_back_matmuls(shape):
     assert delayed, "the limit is not tight"
 
 
+@pytest.mark.parametrize("shape", [(2, 2), (8, 8), (4, 8), (8, 4), (3, 7)])
+def test_matmul_write_spans_and_runs(shape):
+    """Each MATMUL's accumulator writes: ``m`` rows per K block, block ``j`` issued ``j *
+    max(m, rows, cols)`` cycles after block 0, the last write the cycle before ``done`` for a
+    command alone; ``write_runs`` is ``writes`` with adjacent spans joined (one run when the
+    blocks write back to back), for commands back to back and apart, failing and empty."""
+    rows, cols = shape
+    cfg = NPUConfig(rows=rows, cols=cols)
+    big = max(rows, cols)
+    rng = np.random.default_rng(rows * 31 + cols)
+    line, t = timing.MatmulTimeline(cfg), 0
+    for _ in range(200):
+        m = int(rng.choice([0, 1, rows, cols, big, big + 1, 2 * big + 3]))
+        k_blocks, error = int(rng.integers(1, 5)), bool(rng.random() < 0.1)
+        t = max(t, line.accept_from()) + (0 if rng.random() < 0.7 else int(rng.integers(60)))
+        idle = not line._done or t > line._done[-1]       # every earlier one retired
+        times = line.take(t, m, k_blocks=k_blocks, error=error)
+        writes = times.writes
+        if error or m == 0:
+            assert writes == () and times.write_runs == ()
+            continue
+        period = timing.matmul_issue_cycles(cfg, m, k_blocks) // k_blocks
+        assert period == big if m <= big else period == m
+        assert len(writes) == k_blocks
+        assert all(b - a == m for a, b in writes)
+        assert [a - writes[0][0] for a, _ in writes] == [j * period for j in range(k_blocks)]
+        if idle:                       # alone: done the cycle after its last write
+            assert writes[-1][1] - t == timing.matmul_busy_cycles(cfg, m, k_blocks=k_blocks)
+            assert times.done == writes[-1][1]
+        joined: list[list[int]] = []
+        for a, b in writes:
+            if joined and a <= joined[-1][1]:
+                joined[-1][1] = max(joined[-1][1], b)
+            else:
+                joined.append([a, b])
+        assert times.write_runs == tuple(tuple(x) for x in joined)
+
+
 @pytest.mark.parametrize("shape", [(2, 2), (4, 4), (8, 8), (4, 8), (8, 4), (2, 32), (3, 7)])
 def test_retire_window_bounds_every_run_of_matmul_retirements(shape):
     """``retire_window_cycles`` of ``matmul_retire_cycles`` is a lower bound of the cycles of

@@ -184,3 +184,39 @@ def test_softmax_and_row_scale_reference_by_hand():
     got = requantize_rows(acc, [1 << 15, 3 << 14, 0], [0, 0, 0, 0], [1 << 30] * 4,
                           [30, 30, 30, 31])
     assert got.tolist() == [[2, -1, 3, 2], [2, -1, 5, 3], [0, 0, 0, 0]]
+
+
+def test_requantize_rows_int64_path_equals_python_integers():
+    """``requantize_rows`` computes in int64 when the operands' extremes prove that no
+    intermediate overflows, else in Python integers; both give the same bytes, for operands
+    across their documented ranges (to the extremes: int32 accumulators and bias, reciprocals
+    up to 2**31 - 1, multipliers up to 2**31 - 1, shifts 0..63, ReLU or not) and beyond them
+    (shifts the int64 path cannot take, 64-bit values)."""
+    from sw.golden import _requantize_rows_object, requantize_rows
+    rng = np.random.default_rng(12)
+    i32 = (-(1 << 31), (1 << 31) - 1)
+    cases = 0
+    for trial in range(400):
+        rows, n = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+        big = trial % 4 == 0
+        acc = rng.integers(*i32, (rows, n)) if big else rng.integers(-5000, 5000, (rows, n))
+        bias = rng.integers(*i32, n) if big else rng.integers(-300, 300, n)
+        recip = rng.integers(0, 1 << 31, rows) if trial % 3 else rng.integers(0, 1 << 18, rows)
+        mult = rng.integers(0, 1 << 31, n)
+        shift = rng.integers(0, 64 if trial % 5 == 0 else 40, n)
+        if trial % 7 == 0:
+            acc[0, 0], bias[0], recip[0], mult[0] = i32[1], i32[1], (1 << 31) - 1, (1 << 31) - 1
+        if trial % 11 == 0:
+            acc[-1, -1], bias[-1] = i32[0], i32[0]
+        relu = bool(trial % 2)
+        want = _requantize_rows_object(*(np.asarray(v, np.int64) for v in
+                                         (acc, recip, bias, mult, shift)), relu)
+        got = requantize_rows(acc, recip, bias, mult, shift, relu=relu)
+        assert got.dtype == np.int8 and got.tolist() == want.tolist(), trial
+        cases += int(np.abs(want).max() > 0)
+    assert cases > 100
+    # beyond the documented ranges: still the Python-integer result
+    a = np.array([[(1 << 62), -(1 << 62)]], np.int64)
+    want = _requantize_rows_object(a, np.array([3], np.int64), np.zeros(2, np.int64),
+                                   np.array([5, 7], np.int64), np.array([63, 2], np.int64), False)
+    assert requantize_rows(a, [3], [0, 0], [5, 7], [63, 2]).tolist() == want.tolist()

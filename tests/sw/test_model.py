@@ -110,12 +110,15 @@ def test_dma_any_byte_address_and_length(mem):
     """Odd addresses, strides and lengths against a naive byte model, held to the byte: a
     load fills ceil(row_bytes / L) local rows and zero-fills the rest of a partial last one
     (no other local row changes); a store writes exactly the rows' bytes (DRAM elsewhere is
-    unchanged)."""
+    unchanged). Rows whose local rows (load) or DRAM bytes (store) overlap land in row order,
+    the last one on top; rows side by side (``local_stride == lrows``) too."""
     cfg = NPUConfig(rows=8, cols=8, spad_rows=64, acc_rows=32)
     L = cfg.spad_row_bytes if mem == LocalMem.SPAD else cfg.acc_row_bytes
     rng = np.random.default_rng(3)
-    for addr, stride, row_bytes, n_rows in [(0x8001, 13, 11, 3), (0x8FFD, 5, 5, 2),
-                                            (0x8003, 0, 1, 1), (0x9007, 4 * L + 1, 2 * L + 3, 2)]:
+    for addr, stride, row_bytes, n_rows, gap in [
+            (0x8001, 13, 11, 3, 1), (0x8FFD, 5, 5, 2, 1), (0x8003, 0, 1, 1, 1),
+            (0x9007, 4 * L + 1, 2 * L + 3, 2, 1), (0x8005, 3 * L, 3 * L - 1, 4, 0),
+            (0x8002, 7, 2 * L + 9, 3, -1), (0x8010, 0, L + 4, 3, -2), (0x8000, L, L, 5, 0)]:
         h = Host(cfg)
         image = rng.integers(0, 256, 0x4000, dtype=np.uint8)
         h.be.mem_write(0x8000, image.tobytes())
@@ -123,23 +126,26 @@ def test_dma_any_byte_address_and_length(mem):
         local[:] = rng.integers(-100, 100, local.shape)
         before = local.copy().view(np.uint8).reshape(len(local), -1).copy()
         lrows = -(-row_bytes // L)
+        local_stride = lrows + gap
         c = CommandList()
         c.dma_load(mem=mem, dram_addr=addr, dram_stride=stride, row_bytes=row_bytes,
-                   n_rows=n_rows, local_row=1, local_stride=lrows + 1)
+                   n_rows=n_rows, local_row=1, local_stride=local_stride)
         c.dma_store(mem=mem, dram_addr=addr + 0x2000, dram_stride=stride, row_bytes=row_bytes,
-                    n_rows=n_rows, local_row=1, local_stride=lrows + 1)
+                    n_rows=n_rows, local_row=1, local_stride=local_stride)
         h.submit(c)
         assert h.be.csr_read(Csr.STATUS) == 0 and h.head() == 2
         want_local = before.copy()
         want_dram = bytearray(image.tobytes())
-        for r in range(n_rows):
+        for r in range(n_rows):              # the load, row by row
             row = image[addr - 0x8000 + r * stride:][:row_bytes]
-            first = 1 + r * (lrows + 1)
+            first = 1 + r * local_stride
             padded = np.zeros(lrows * L, np.uint8)
             padded[:row_bytes] = row
             want_local[first:first + lrows] = padded.reshape(lrows, L)
+        for r in range(n_rows):              # the store of what the load left, row by row
+            first = 1 + r * local_stride
             o = addr + 0x2000 - 0x8000 + r * stride
-            want_dram[o:o + row_bytes] = row.tobytes()
+            want_dram[o:o + row_bytes] = want_local[first:first + lrows].tobytes()[:row_bytes]
         got_local = local.view(np.uint8).reshape(len(local), -1)
         np.testing.assert_array_equal(got_local, want_local)
         assert h.be.mem_read(0x8000, 0x4000) == bytes(want_dram)

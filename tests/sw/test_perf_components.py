@@ -27,15 +27,15 @@ def test_store_timing_matches_the_engine_queue(depth):
     """:class:`CommandFifo` against :class:`hw.cmdproc.EngineQueue` (one queue, an engine that
     retires every cycle) in Amaranth's simulator: room, head and data cycle by cycle under
     random writes and takes, and the notices of a new head and of room again."""
-    from hw.cmdproc import EngineQueue
     from hw.isa import Opcode, encode
+    from tests.support.sem_harness import QueueWithSems
 
     rng = np.random.default_rng(depth)
     n = 400
     want_w = rng.random(n) < 0.6
     want_r = rng.random(n) < 0.45
-    dut = EngineQueue(NPUConfig(n_queues=1, cmd_fifo_depth=depth), in_flight=2,
-                      engine="matrix")
+    dut = QueueWithSems(NPUConfig(n_queues=1, cmd_fifo_depth=depth), in_flight=2,
+                        engine="matrix")
     heads, spaces = set(), set()
     model = CommandFifo(depth, heads.add, spaces.add)
     sim = Simulator(dut)
@@ -478,6 +478,45 @@ def test_load_bursts_match_a_per_cycle_load(cfg, mem, addr, stride, row_bytes, n
     assert q.done == want_done
 
 
+@pytest.mark.parametrize("cfg", [NPUConfig(), NPUConfig(rows=4, cols=4),
+                                 NPUConfig(axi_data_bits=128)])
+def test_load_plans_are_kept_per_transfer_and_memory(cfg):
+    """The load channel keeps each transfer's bursts and their shapes (its plan) per command:
+    the same DRAM rows loaded into the scratchpad, then into the accumulator (other chunk
+    sizes and local-row periods), then into the scratchpad again, each matches the per-cycle
+    load of its own memory (busy port spans make the local-row periods matter)."""
+    from types import SimpleNamespace
+
+    from sw.perf.dma import LoadChannel
+    from sw.perf.ports import BusyList
+    eq = EventQueue()
+    rc = ReadChannel(eq, DramTiming())
+    port = BusyList(lambda: eq.now)
+    ld = LoadChannel(cfg, eq, rc, Ledger(), {LocalMem.SPAD: [port], LocalMem.ACC: [port]},
+                     lambda q: (0, 1 << 32))
+    ld.queue = q = _Queue()
+    t = 100
+    for mem in (LocalMem.SPAD, LocalMem.ACC, LocalMem.SPAD):
+        spans = [(t + 4 + 5 * i, t + 5 + 5 * i + i % 3) for i in range(60)]
+        for a, b in spans:
+            port.add(a, b)
+        body = SimpleNamespace(dram_addr=5, dram_stride=200, row_bytes=70, n_rows=3,
+                               local_row=0, local_stride=8, mem=mem.value)
+        ld.start(SimpleNamespace(body=body, queue=0), t, ErrorCode.NONE)
+        job = ld.job
+        eq.run_through(t + 5000, ARBITRATE)
+        local = cfg.acc_row_bytes if mem == LocalMem.ACC else cfg.spad_row_bytes
+        period = local // min(local, cfg.axi_data_bytes)
+        want, want_done = naive_load(t, [b.steps_per_beat() for b in job.bursts],
+                                     [b.tail for b in job.bursts],
+                                     [step_needs(b, period) for b in job.bursts],
+                                     {c for a, b in spans for c in range(a, b)},
+                                     cfg.dma_outstanding)
+        assert [(s.accept, s.v0, s.c_last) for s in job.granted] == want, mem
+        assert q.done == want_done
+        t = eq.now + 10
+
+
 def naive_store_stalls(t, beats_chunks, bursts, b_after, outstanding):
     """Per-cycle DMA store with a write-response latency ``b_after`` (dram.sv: B due that many
     cycles after the last W beat, one turn cycle before the next AW) and at most
@@ -566,3 +605,25 @@ def test_store_stall_counter_matches_a_per_cycle_store(cfg, addr, stride, row_by
                                      b_after, cfg.dma_outstanding)
     assert q.done == done
     assert led.snapshot(done + 5)["stall.store.dram_write"] == stall
+
+
+def test_decoded_bodies_equal_the_layout_decode_for_every_opcode():
+    """``sw.perf.decode.decode_command`` (bodies cached per bit pattern) gives every body
+    field as :func:`hw.isa.decode` does, for each opcode with a body, the same body bits under
+    different opcodes in turn (a cache keyed on the bits alone would hand one opcode's record
+    to another) and again from the cache."""
+    import enum
+
+    from hw.isa import OPCODE_BODY, body_fields, decode
+    from sw.perf.decode import decode_command
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        body = rng.integers(0, 256, 24, dtype=np.uint8).tobytes()
+        for op in [*OPCODE_BODY, *OPCODE_BODY]:
+            raw = bytes([op.value, 0b11]) + rng.integers(0, 256, 6, dtype=np.uint8).tobytes() \
+                + body
+            got = decode_command(raw, 1, 7, 0x40)
+            want = {k: v.value if isinstance(v, enum.Enum) else int(v)
+                    for k, v in body_fields(decode(raw)).items()}
+            assert {k: getattr(got.body, k) for k in want} == want, op
+            assert (got.opcode, got.queue, got.index, got.slot_addr) == (op.value, 1, 7, 0x40)

@@ -387,6 +387,18 @@ class _Receiver:
     def r_take(self, served, i, visible):
         return self._take(visible)
 
+    def r_plain(self, served, i, visible):
+        """The beat-timing fast path (``BeatScheduler`` runs of beats): with ``per == 1`` the
+        beats visible before the next busy cycle are taken at once."""
+        if self.per != 1 or visible in self.known:
+            return i, 0
+        later = [c for c in self.known if c > visible]
+        return served.beats, min(later) if later else 1 << 62
+
+    def r_plain_taken(self, served, i, j, last):
+        assert last == served.takes[j - 1] and all(
+            served.takes[k] == served.loads[k] + 1 for k in range(i, j))
+
     def burst_done(self, served):
         pass
 
@@ -612,6 +624,8 @@ LOADS = [
 ]
 DMA_TIMINGS = ["bp50", "bw=4,seed=5", "bw=6,latency=20,wlatency=10,stall=0.25,seed=1",
                "bw=2.5,w_stall=0.5,b_stall=0.4,seed=8"]
+#: stores also without a bandwidth limit: W timed burst by burst (``Writer.w_run``)
+STORE_TIMINGS = [*DMA_TIMINGS, "w_stall=0.5,aw_stall=0.3,seed=2", "latency=9,wlatency=6"]
 
 
 @pytest.mark.parametrize("spec", DMA_TIMINGS)
@@ -671,7 +685,7 @@ STORES = [
 ]
 
 
-@pytest.mark.parametrize("spec", DMA_TIMINGS)
+@pytest.mark.parametrize("spec", STORE_TIMINGS)
 @pytest.mark.parametrize("cfg, addr, stride, row_bytes, n_rows", STORES)
 def test_dma_store_matches_a_per_cycle_store(spec, cfg, addr, stride, row_bytes, n_rows):
     """The DMA store's W buffer, W beats, B responses, ``done`` and stall counter, while the
