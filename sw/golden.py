@@ -6,12 +6,24 @@ against it. Every function states the exact integer semantics (widths, wrap, rou
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
 from hw.isa import (
     E8M0_BIAS,
     E8M0_NAN,
+    ELTWISE_OUT_FRAC_BITS,
+    ELTWISE_X_BITS,
+    GELU_FRAC_BITS,
+    GELU_TABLE_ENTRIES,
+    GELU_TABLE_STEP_BITS,
+    GELU_X_BITS,
+    LN_MAX_ELEMS,
+    LN_MEAN_FRAC_BITS,
+    LN_RECIP_SHIFT,
+    LN_VAR_BITS,
     MX_BLOCK,
     ROW_SCALE_SHIFT,
     SOFTMAX_EXP_FRAC_BITS,
@@ -20,13 +32,16 @@ from hw.isa import (
     SOFTMAX_RECIP_BITS,
     ActFormat,
     WeightFormat,
+    gelu_table,
+    ln_norm_shift,
     softmax_exp_table,
 )
 from sw.quant import check_accumulation, requantize
 
 __all__ = ["matmul_int", "linear_int", "exp2_int", "softmax_int", "row_reciprocal",
            "requantize_rows", "attention_head_int", "mx_align", "matmul_formats",
-           "mx_in_exact_range", "linear_formats"]
+           "mx_in_exact_range", "linear_formats", "round_shift", "eltwise_input", "add_int",
+           "layernorm_row_constants", "layernorm_int", "gelu_fixed", "gelu_int"]
 
 
 def matmul_int(a: npt.ArrayLike, w: npt.ArrayLike) -> np.ndarray:
@@ -483,3 +498,284 @@ def linear_formats(a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
         if np.shape(v) != (n,):
             raise ValueError(f"{name} must have shape ({n},), got {np.shape(v)}")
     return requantize(acc, bias, multiplier, shift, relu=relu)
+
+
+# -- element-wise ADD and LAYERNORM ----------------------------------------------------------------
+
+def round_shift(p: npt.ArrayLike, shift: npt.ArrayLike) -> np.ndarray:
+    """The vector unit's rounding shift ``(p + 2**(shift - 1)) >> shift`` (``p`` for ``shift ==
+    0``): round to nearest, ties toward +infinity (:class:`hw.vector.RoundingMultiplier`).
+
+    Parameters
+    ----------
+    p : array_like of int
+        int64 values with ``|p| < 2**62``.
+    shift : array_like of int
+        0..62, broadcastable to ``p``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64.
+    """
+    p = np.asarray(p, dtype=np.int64)
+    s = np.asarray(shift, dtype=np.int64)
+    rnd = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
+    return (p + rnd) >> s
+
+
+def _check(name: str, v: np.ndarray, lo: int, hi: int) -> None:
+    if v.size and (v.min() < lo or v.max() > hi):
+        raise ValueError(f"{name} out of range [{lo}, {hi}]: min {v.min()}, max {v.max()}")
+
+
+def eltwise_input(a: npt.ArrayLike, b: npt.ArrayLike, ma: npt.ArrayLike, mb: npt.ArrayLike,
+                  shift: int) -> np.ndarray:
+    """The input stage of ADD and LAYERNORM (:class:`hw.isa.EltwiseBody`): two int8 tensors
+    rescaled per channel and summed,
+    ``x = clamp(round(a * ma / 2**shift) + round(b * mb / 2**shift), -2**15, 2**15 - 1)``
+    (each product rounded by :func:`round_shift`; :data:`hw.isa.ELTWISE_X_BITS` = 16).
+
+    Parameters
+    ----------
+    a, b : array_like of int8
+        Shape ``(R, N)``.
+    ma, mb : array_like of int
+        Per channel ``(N,)``, each in ``0 .. 2**31 - 1`` (unsigned, the low 31 bits of their
+        accumulator words).
+    shift : int
+        0..63.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, shape ``(R, N)``, in ``[-2**15, 2**15)``.
+
+    Raises
+    ------
+    ValueError
+        For mismatched shapes or a value out of range.
+    """
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    ma = np.asarray(ma, dtype=np.int64)
+    mb = np.asarray(mb, dtype=np.int64)
+    if a.shape != b.shape or a.ndim != 2 or ma.shape != (a.shape[1],) or mb.shape != ma.shape:
+        raise ValueError(f"shapes do not match: a {a.shape}, b {b.shape}, ma {ma.shape}, "
+                         f"mb {mb.shape}")
+    for name, v, lo, hi in (("a", a, -128, 127), ("b", b, -128, 127),
+                            ("ma", ma, 0, (1 << 31) - 1), ("mb", mb, 0, (1 << 31) - 1)):
+        _check(name, v, lo, hi)
+    if not 0 <= shift <= 63:
+        raise ValueError(f"shift must be in 0..63, got {shift}")
+    # |a * ma| <= 2**38, so the rounding constant of any shift up to 63 acts as for shift 39
+    s = min(int(shift), 40)
+    x = round_shift(a * ma, s) + round_shift(b * mb, s)
+    lim = 1 << (ELTWISE_X_BITS - 1)
+    return np.clip(x, -lim, lim - 1)
+
+
+def _out_round(v: np.ndarray) -> np.ndarray:
+    """``clamp((v + 2**(F - 1)) >> F, -128, 127)`` with ``F = ELTWISE_OUT_FRAC_BITS``."""
+    f = ELTWISE_OUT_FRAC_BITS
+    return np.clip((v + (1 << (f - 1))) >> f, -128, 127).astype(np.int8)
+
+
+def add_int(a: npt.ArrayLike, b: npt.ArrayLike, ma: npt.ArrayLike, mb: npt.ArrayLike,
+            shift: int) -> np.ndarray:
+    """ADD (residual addition of two int8 tensors with different per-channel scales,
+    :class:`hw.isa.EltwiseBody`), bit for bit:
+    ``out = clamp((x + 2**7) >> 8, -128, 127)`` with ``x`` = :func:`eltwise_input`, i.e.
+    ``x`` carries :data:`hw.isa.ELTWISE_OUT_FRAC_BITS` (8) fraction bits of the output step.
+
+    For real values ``a * s_a[c] + b * s_b[c]`` quantized to ``s_o[c]``: ``ma[c] / 2**shift =
+    256 * s_a[c] / s_o[c]`` and ``mb[c] / 2**shift = 256 * s_b[c] / s_o[c]``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int8, shape ``(R, N)``.
+    """
+    return _out_round(eltwise_input(a, b, ma, mb, shift))
+
+
+def layernorm_row_constants(s: int, q: int, n: int) -> tuple[int, int, int]:
+    """LAYERNORM's per-row constants from the exact row sums ``S = sum x``, ``Q = sum x**2``
+    over ``N`` elements (what the row unit of :class:`hw.vector.EltwiseEngine` computes).
+
+    ``D = N * Q - S**2 = N**2 * var`` (exact, >= 0). For ``D > 0`` an even shift brings it to
+    ``D' = D * 4**-e`` in ``[2**28, 2**30)`` (``e = floor((bitlen(D) - 29) / 2)``, which may
+    be negative; a right shift truncates), then ``R = floor(N * 2**32 / isqrt(D'))`` (in
+    ``[N * 2**17, N * 2**18)``), so that ``N / sqrt(D) = 1 / std ~= R / 2**(32 + e)``. The mean
+    is ``mu = floor((S * 2**8 + N // 2) / N)`` (8 fraction bits, round half up). For ``D == 0``
+    (all elements of the row equal) ``R = e = 0``.
+
+    The integer square root is the digit-by-digit (restoring) method, one result bit per step
+    (Warren, *Hacker's Delight*, 2nd ed., sec. 11-1), and the reciprocal a restoring
+    division; the scheme -- integer mean and variance, an integer square root, the reciprocal
+    of the standard deviation as a fixed-point factor -- is I-BERT's integer LayerNorm (Kim et
+    al., ICML 2021, arXiv:2101.01321, sec. 3.5 and its Algorithm 4), with the variance
+    normalised to a fixed range first so that the factor keeps 15 significant bits for any
+    variance.
+
+    Parameters
+    ----------
+    s, q : int
+        Row sums; ``q >= 0``.
+    n : int
+        Elements, ``1 .. LN_MAX_ELEMS``.
+
+    Returns
+    -------
+    (R, e, mu) : tuple of int
+    """
+    if not 1 <= n <= LN_MAX_ELEMS:
+        raise ValueError(f"n must be in 1..{LN_MAX_ELEMS}, got {n}")
+    s, q, n = int(s), int(q), int(n)
+    d = n * q - s * s
+    if d < 0:
+        raise ValueError(f"N * Q - S**2 = {d} < 0: not the sums of one row")
+    mu = ((s << LN_MEAN_FRAC_BITS) + n // 2) // n
+    if d == 0:
+        return 0, 0, mu
+    e = (d.bit_length() - (LN_VAR_BITS - 1)) // 2
+    dn = d >> (2 * e) if e >= 0 else d << (-2 * e)
+    return (n << LN_RECIP_SHIFT) // math.isqrt(dn), e, mu
+
+
+def layernorm_int(a: npt.ArrayLike, b: npt.ArrayLike, ma: npt.ArrayLike, mb: npt.ArrayLike,
+                  shift: int, gamma: npt.ArrayLike, beta: npt.ArrayLike,
+                  g_shift: int) -> np.ndarray:
+    """LAYERNORM (:class:`hw.isa.EltwiseBody`) bit for bit: LayerNorm over each row of
+    ``x = eltwise_input(a, b, ma, mb, shift)`` (the residual sum, or one input with ``mb =
+    0``), then per-channel scale and bias.
+
+    Per row, with the row constants of :func:`layernorm_row_constants` (``S``, ``Q`` over the
+    row's ``N`` elements)::
+
+        c  = x * 2**8 - mu                                   (x - mean, 8 fraction bits)
+        t  = round(c * R / 2**ln_norm_shift(e))              (x_hat * 2**12)
+        gp = round(t * gamma / 2**g_shift)
+        out = clamp((gp + beta + 2**7) >> 8, -128, 127)
+
+    So with real output scale ``s_y[c]``: ``gamma[c] / 2**g_shift = 2**-4 * g[c] / s_y[c]``
+    (``g`` the real LayerNorm weight) and ``beta[c] = round(2**8 * b[c] / s_y[c])``.
+
+    Parameters
+    ----------
+    a, b, ma, mb, shift
+        As :func:`eltwise_input`; ``N = a.shape[1]`` in ``1 .. LN_MAX_ELEMS``.
+    gamma : array_like of int
+        ``(N,)``, ``|gamma| <= 2**31 - 1`` (sign and magnitude in the accumulator word).
+    beta : array_like of int
+        ``(N,)``, int32.
+    g_shift : int
+        0..63.
+
+    Returns
+    -------
+    numpy.ndarray
+        int8, shape ``(R, N)``.
+
+    Raises
+    ------
+    ValueError
+        For mismatched shapes or a value out of range.
+    """
+    x = eltwise_input(a, b, ma, mb, shift)
+    r_rows, n = x.shape
+    if not 1 <= n <= LN_MAX_ELEMS:
+        raise ValueError(f"rows must have 1..{LN_MAX_ELEMS} elements, got {n}")
+    g = np.asarray(gamma, dtype=np.int64)
+    bt = np.asarray(beta, dtype=np.int64)
+    if g.shape != (n,) or bt.shape != (n,):
+        raise ValueError(f"gamma and beta must have shape ({n},), got {g.shape}, {bt.shape}")
+    _check("gamma", g, -(1 << 31) + 1, (1 << 31) - 1)
+    _check("beta", bt, -(1 << 31), (1 << 31) - 1)
+    if not 0 <= g_shift <= 63:
+        raise ValueError(f"g_shift must be in 0..63, got {g_shift}")
+    out = np.zeros((r_rows, n), np.int8)
+    gs = min(int(g_shift), 52)   # |t * gamma| < 2**50: larger shifts round alike
+    for i in range(r_rows):
+        row = x[i]
+        r, e, mu = layernorm_row_constants(int(row.sum()), int((row * row).sum()), n)
+        c = (row << LN_MEAN_FRAC_BITS) - mu
+        t = round_shift(c * r, ln_norm_shift(e))
+        gp = round_shift(t * g, gs)
+        out[i] = _out_round(gp + bt)
+    return out
+
+
+# -- GELU ----------------------------------------------------------------------------------------
+
+def gelu_fixed(y: npt.ArrayLike) -> np.ndarray:
+    """GELU in the fixed-point domain of :data:`hw.isa.GELU_FRAC_BITS` (``F = 8``):
+    ``g = max(y, 0) - C[i]`` with ``C`` = :func:`hw.isa.gelu_table` and
+    ``i = (|y| + 2**(F - K - 1)) >> (F - K)`` (``K = GELU_TABLE_STEP_BITS``: ``|y|`` rounded
+    to the table's step), ``C[i] = 0`` for ``i >= GELU_TABLE_ENTRIES``.
+
+    Parameters
+    ----------
+    y : array_like of int
+        Values in ``[-2**15, 2**15)`` (units ``2**-F``).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, same shape.
+    """
+    y = np.asarray(y, dtype=np.int64)
+    table = np.asarray(gelu_table(), dtype=np.int64)
+    k = GELU_FRAC_BITS - GELU_TABLE_STEP_BITS
+    idx = (np.abs(y) + (1 << (k - 1))) >> k
+    c = np.where(idx < GELU_TABLE_ENTRIES, table[np.minimum(idx, GELU_TABLE_ENTRIES - 1)], 0)
+    return np.maximum(y, 0) - c
+
+
+def gelu_int(acc: npt.ArrayLike, bias: npt.ArrayLike, m1: npt.ArrayLike, s1: npt.ArrayLike,
+             m2: npt.ArrayLike, s2: npt.ArrayLike) -> np.ndarray:
+    """GELU (opcode GELU, :class:`hw.isa.RequantBody`) bit for bit: requantization into the
+    fixed-point GELU domain, the table GELU, requantization to int8.
+
+    Per element, with per-channel parameters::
+
+        y = clamp(round((acc + bias) * m1 / 2**s1), -2**15, 2**15 - 1)    (units 2**-8)
+        g = gelu_fixed(y)
+        out = clamp(round(g * m2 / 2**s2), -128, 127)
+
+    So ``m1 / 2**s1 = 2**8 * s_acc[c]`` and ``m2 / 2**s2 = 2**-8 / s_out[c]``.
+
+    Parameters
+    ----------
+    acc : array_like of int32
+        ``(R, N)``.
+    bias : array_like of int32
+        ``(N,)``.
+    m1, m2 : array_like of int
+        ``(N,)``, ``0 .. 2**31 - 1``.
+    s1, s2 : array_like of int
+        ``(N,)``, ``0 .. 63``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int8, ``(R, N)``.
+    """
+    a = np.asarray(acc, dtype=np.int64)
+    bias = np.asarray(bias, dtype=np.int64)
+    m1, s1 = np.asarray(m1, dtype=np.int64), np.asarray(s1, dtype=np.int64)
+    m2, s2 = np.asarray(m2, dtype=np.int64), np.asarray(s2, dtype=np.int64)
+    for name, v, lo, hi in (("acc", a, -(1 << 31), (1 << 31) - 1),
+                            ("bias", bias, -(1 << 31), (1 << 31) - 1),
+                            ("m1", m1, 0, (1 << 31) - 1), ("m2", m2, 0, (1 << 31) - 1),
+                            ("s1", s1, 0, 63), ("s2", s2, 0, 63)):
+        _check(name, v, lo, hi)
+    x = (a + bias).astype(object)      # |x * m1| < 2**63, its rounding constant may not be
+    rnd = np.array([(1 << int(v)) >> 1 for v in np.broadcast_to(s1, a.shape[-1:])], object)
+    y = (x * m1.astype(object) + rnd) >> s1.astype(object)
+    lim = 1 << (GELU_X_BITS - 1)
+    y = np.clip(np.asarray(y, dtype=object), -lim, lim - 1).astype(np.int64) if y.size else \
+        np.zeros(a.shape, np.int64)
+    g = gelu_fixed(y)
+    out = round_shift(g * m2, np.minimum(s2, 48))     # |g * m2| < 2**47: larger round alike
+    return np.clip(out, -128, 127).astype(np.int8)

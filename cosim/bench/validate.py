@@ -55,15 +55,16 @@ CYCLES_MAX_TOL = 0.03
 
 
 #: The subset the CI test runs (``tests/cosim/test_perf_validation.py``): every group but the
-#: main job, small enough for a minute or two of co-simulation (18 workloads).
+#: main job, small enough for a minute or two of co-simulation (19 workloads).
 CI = ("gemm_1x8x8", "gemm_5x20x11", "gemm_17x33x9", "gemm_64x64x64", "gemm_serial_16x64x24",
       "attention_L8_causal", "attention_L32_padding", "two_streams_events", "barriers_8_rounds",
       "processor_commands", "ring_wrap_16", "random_stream", "matmul_back_to_back",
-      "dma_edges", "softmax_rows", "errors_recovery", "reset_sweep", "reset_sweep_full_fifos")
+      "dma_edges", "softmax_rows", "transformer_ops", "errors_recovery", "reset_sweep",
+      "reset_sweep_full_fifos")
 #: The CI subset that also runs under :data:`CI_DRAM` (stores, loads, fences and host polling
 #: under read and write latency).
 CI_UNDER_DRAM = ("gemm_17x33x9", "attention_L8_causal", "two_streams_events", "dma_edges",
-                 "random_stream", "processor_commands", "reset_sweep")
+                 "random_stream", "processor_commands", "reset_sweep", "transformer_ops")
 #: The non-ideal DRAM timing of the CI (odd latencies: nothing lines up by chance).
 CI_DRAM = "latency=37,wlatency=23"
 #: DRAM timings with backpressure and bandwidth limits the CI runs :data:`CI_UNDER_DRAM` under:

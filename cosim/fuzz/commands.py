@@ -10,7 +10,15 @@ DRAM writes and conservative (a superset) elsewhere.
 
 from __future__ import annotations
 
-from hw.isa import ErrorCode, LocalMem, Opcode, act_tile_rows, weight_tile_rows
+from hw.isa import (
+    LN_MAX_ELEMS,
+    ErrorCode,
+    LocalMem,
+    Opcode,
+    act_tile_rows,
+    eltwise_param_rows,
+    weight_tile_rows,
+)
 from sw.model.faults import BusFault
 
 __all__ = ["CommandMaker", "TS_BYTES"]
@@ -18,7 +26,8 @@ __all__ = ["CommandMaker", "TS_BYTES"]
 E = ErrorCode
 TS_BYTES = 256
 _WEIGHTS = {"load": 20, "store": 14, "matmul": 14, "requant": 9, "softmax": 7, "fence": 8,
-            "nop": 4, "wait": 6, "signal": 6, "barrier": 6, "tlb_invalidate": 2}
+            "nop": 4, "wait": 6, "signal": 6, "barrier": 6, "gelu": 5, "eltwise": 6,
+            "tlb_invalidate": 2}
 
 
 class CommandMaker:
@@ -244,6 +253,45 @@ class CommandMaker:
         body, foot = self._softmax_body(q)
         self._add(q, Opcode.SOFTMAX, {"softmax": body}, foot)
 
+    def _gelu(self, q: int) -> None:
+        _, slo, shi = self._local(LocalMem.SPAD, q)
+        _, alo, ahi = self._local(LocalMem.ACC, q)
+        n = self._int(1, min(24, ahi - alo))
+        acc, sp, par = self._rows(alo, ahi, n), self._rows(slo, shi, n), self._rows(alo, ahi, 4)
+        foot = [("acc", acc, acc + n, False), ("spad", sp, sp + n, True),
+                ("acc", par, par + 4, False)]
+        self._add(q, Opcode.GELU, {"requant": {"acc_row": acc, "spad_row": sp, "n_rows": n,
+                                               "param_row": par}}, foot)
+
+    def _eltwise_body(self, q: int, op: Opcode) -> tuple[dict, int]:
+        """An ADD or LAYERNORM body in queue ``q``'s partitions with disjoint ``a``, ``b`` and
+        output ranges (``b`` sometimes the same rows as ``a``); returns it and its span."""
+        _, slo, shi = self._local(LocalMem.SPAD, q)
+        _, alo, ahi = self._local(LocalMem.ACC, q)
+        n = self._int(1, 6)
+        nb = self._int(1, 3)
+        stride = n + self._int(0, 2) if nb > 1 else self._int(0, 3)
+        span = (nb - 1) * stride + n
+        third = (shi - slo) // 3
+        a = slo + self._int(0, third - span)
+        b = a if self._chance(0.2) else slo + third + self._int(0, third - span)
+        out = slo + 2 * third + self._int(0, third - span)
+        par = self._rows(alo, ahi, eltwise_param_rows(op, nb))
+        body = {"a_row": a, "b_row": b, "out_row": out, "n_rows": n, "n_blocks": nb,
+                "stride": stride, "param_row": par, "shift": self._int(0, 40),
+                "g_shift": self._int(0, 63)}
+        return body, span
+
+    def _eltwise(self, q: int) -> None:
+        op = Opcode.LAYERNORM if self._chance(0.5) else Opcode.ADD
+        body, span = self._eltwise_body(q, op)
+        par = body["param_row"]
+        foot = [("spad", body["a_row"], body["a_row"] + span, False),
+                ("spad", body["b_row"], body["b_row"] + span, False),
+                ("spad", body["out_row"], body["out_row"] + span, True),
+                ("acc", par, par + eltwise_param_rows(op, body["n_blocks"]), False)]
+        self._add(q, op, {"eltwise": body}, foot)
+
     def _fence(self, q: int) -> None:
         lo, hi = self.lay.private(q)
         ts = self._chance(0.3)
@@ -326,7 +374,8 @@ class CommandMaker:
         """Draw one invalid command for queue ``q`` among the kinds possible here."""
         kinds = ["opcode", "sem", "dma_dram", "dma_local",
                  "matmul_local", "requant_local", "softmax_overlap", "softmax_local",
-                 "fence_align", "fence_dram", "matmul_format"]
+                 "fence_align", "fence_dram", "matmul_format", "gelu_local", "eltwise_size",
+                 "eltwise_local"]
         if self.translated.get(q):          # (a translated queue's DRAM is virtual)
             kinds = [k for k in kinds if k not in ("dma_dram", "fence_dram")]
         if self.cfg.rows != self.cfg.cols:
@@ -440,6 +489,45 @@ class CommandMaker:
         n = 3 if which == "param_row" else b["n_rows"]
         b[which] = (c.spad_rows if which == "spad_row" else c.acc_rows) - n + 1 + self._int(0, 1)
         self.g.add_bad(q, {"header": self._hdr(Opcode.REQUANT), "body": {"requant": b}},
+                       E.BAD_LOCAL_ADDR)
+
+    def _bad_gelu_local(self, q: int) -> None:
+        c = self.cfg
+        b = {"acc_row": 0, "spad_row": 0, "n_rows": self._int(1, 8), "param_row": 0}
+        which = ["acc_row", "spad_row", "param_row"][self._int(0, 2)]
+        n = 4 if which == "param_row" else b["n_rows"]
+        b[which] = (c.spad_rows if which == "spad_row" else c.acc_rows) - n + 1 + self._int(0, 1)
+        self.g.add_bad(q, {"header": self._hdr(Opcode.GELU), "body": {"requant": b}},
+                       E.BAD_LOCAL_ADDR)
+
+    def _bad_eltwise_size(self, q: int) -> None:
+        """Overlapping blocks, an output overlapping an input, or a LAYERNORM row too long."""
+        op = Opcode.LAYERNORM if self._chance(0.5) else Opcode.ADD
+        body, span = self._eltwise_body(q, op)
+        kind = self._int(0, 2 if op == Opcode.LAYERNORM else 1)
+        if kind == 0:
+            body["n_rows"] = max(2, body["n_rows"])
+            body["n_blocks"] = max(2, body["n_blocks"])
+            body["stride"] = self._int(1, body["n_rows"] - 1)
+        elif kind == 1:
+            body["out_row"] = body[["a_row", "b_row"][self._int(0, 1)]] + self._int(0, span - 1)
+        else:
+            body["n_blocks"] = LN_MAX_ELEMS // self.cfg.cols + 1 + self._int(0, 3)
+            body["stride"] = body["n_rows"]
+        self.g.add_bad(q, {"header": self._hdr(op), "body": {"eltwise": body}}, E.BAD_SIZE)
+
+    def _bad_eltwise_local(self, q: int) -> None:
+        c = self.cfg
+        op = Opcode.LAYERNORM if self._chance(0.5) else Opcode.ADD
+        body, span = self._eltwise_body(q, op)
+        which = ["a_row", "b_row", "out_row", "param_row"][self._int(0, 3)]
+        n = eltwise_param_rows(op, body["n_blocks"]) if which == "param_row" else span
+        depth = c.acc_rows if which == "param_row" else c.spad_rows
+        body[which] = depth - n + 1 + self._int(0, 1)
+        # the others in rows of their own (an output over an input would be BAD_SIZE)
+        for k, other in enumerate(o for o in ("a_row", "b_row", "out_row") if o != which):
+            body[other] = k * span
+        self.g.add_bad(q, {"header": self._hdr(op), "body": {"eltwise": body}},
                        E.BAD_LOCAL_ADDR)
 
     def _bad_softmax_overlap(self, q: int) -> None:

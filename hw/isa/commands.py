@@ -22,8 +22,8 @@ from amaranth.lib import data, enum
 __all__ = [
     "COMMAND_BYTES", "Opcode", "OPCODE_ENGINE", "ENGINE_NAMES", "LocalMem", "ErrorCode",
     "Flags", "Header",
-    "DmaBody", "MatmulBody", "RequantBody", "SoftmaxBody", "FenceBody", "TlbInvalidateBody",
-    "Body", "Command",
+    "DmaBody", "MatmulBody", "RequantBody", "SoftmaxBody", "EltwiseBody", "FenceBody",
+    "TlbInvalidateBody", "Body", "Command", "eltwise_param_rows",
     "OPCODE_BODY", "error_stage", "encode", "decode", "CommandView", "body_fields", "pack_fields",
     "unpack_fields", "field_max",
 ]
@@ -44,6 +44,9 @@ class Opcode(enum.Enum, shape=8):
     BARRIER = 0x10  #: [processor] block the queue until all its earlier commands retired
     SOFTMAX = 8     #: [vector]    spad[P rows] = exp2 rows of acc[S rows]; acc[scale] = 1/sum
     TLB_INVALIDATE = 0x11  #: [processor] after all earlier work retired: drop TLB entries
+    ADD = 0x20      #: [vector]    spad[out] = requant(a * ma + b * mb), int8 inputs (EltwiseBody)
+    LAYERNORM = 0x21  #: [vector]  spad[out] = LayerNorm(a * ma + b * mb) * gamma + beta
+    GELU = 0x22     #: [vector]    spad[spad_row + i] = GELU(acc[acc_row + i]) (RequantBody)
 
 
 #: Which engine runs each opcode: "load", "store", "matrix", "vector" (the engine ports of
@@ -61,6 +64,9 @@ OPCODE_ENGINE = {
     Opcode.BARRIER: "processor",
     Opcode.SOFTMAX: "vector",
     Opcode.TLB_INVALIDATE: "processor",
+    Opcode.ADD: "vector",
+    Opcode.LAYERNORM: "vector",
+    Opcode.GELU: "vector",
 }
 ENGINE_NAMES = ("load", "store", "matrix", "vector")
 
@@ -224,6 +230,18 @@ class RequantBody(data.Struct):
         x = clamp((x * r_i + 2**(ROW_SCALE_SHIFT - 1)) >> ROW_SCALE_SHIFT, -2**32, 2**32 - 1)
 
     The scale rows are checked after the parameter rows (``ceil(n_rows / cols)`` rows).
+
+    **GELU** (opcode ``GELU``) uses this body too: the same rows and checks, with a fourth
+    parameter row (``param_row + 3`` is checked with the others) and two passes per row
+    (:func:`sw.golden.gelu_int`)::
+
+        y = clamp((x * m1[j] + rnd) >> s1[j], -2**15, 2**15 - 1)     (GELU domain, 2**-8 units)
+        g = max(y, 0) - C[(|y| + 4) >> 3]         (C = hw.isa.gelu_table(); 0 past its end)
+        spad[spad_row + i][j] = clamp((g * m2[j] + rnd) >> s2[j], -128, 127)
+
+    with ``x`` as above, ``m1 = acc[param_row + 1]``, ``s1`` the low 6 bits and ``s2`` bits
+    8..13 of ``acc[param_row + 2]``, ``m2 = acc[param_row + 3]`` (low 31 bits). ``flags.relu``,
+    ``flags.row_scale`` and ``scale_row`` are ignored.
     """
     acc_row: 16
     spad_row: 16
@@ -288,6 +306,61 @@ class SoftmaxBody(data.Struct):
     _pad: 41
 
 
+class EltwiseBody(data.Struct):
+    """ADD and LAYERNORM on the vector unit: element-wise work on two int8 tensors in the
+    scratchpad, written to a third (bit for bit :func:`sw.golden.add_int`,
+    :func:`sw.golden.layernorm_int`).
+
+    Element block ``(i, b)`` (row ``i < n_rows``, block ``b < n_blocks``, ``cols`` channels
+    ``b * cols + j``) of input ``a`` is ``spad[a_row + b * stride + i][0:cols]``, of ``b``
+    ``spad[b_row + b * stride + i]``, of the output ``spad[out_row + b * stride + i]`` (bytes
+    ``>= cols`` written 0): the blocked layout of MATMUL's activations and SOFTMAX's P. Per
+    channel parameters are accumulator rows, per block: ADD ``ma = acc[param_row + 2b]``,
+    ``mb = acc[param_row + 2b + 1]``; LAYERNORM ``ma, mb, gamma, beta = acc[param_row + 4b +
+    0..3]`` (``ma``, ``mb``: the low 31 bits, unsigned; ``gamma``: bit 31 the sign, bits 0..30
+    the magnitude; ``beta``: int32). The input stage of both::
+
+        x = clamp(((a * ma + rnd) >> shift) + ((b * mb + rnd) >> shift), -2**15, 2**15 - 1)
+
+    (each product rounded to nearest, ties toward +infinity). ADD writes
+    ``clamp((x + 2**7) >> 8, -128, 127)``. LAYERNORM normalises each row over its ``N =
+    n_blocks * cols`` elements (sums ``S``, ``Q`` of ``x`` and ``x**2``, the row constants
+    ``R``, ``e``, ``mu`` of :func:`sw.golden.layernorm_row_constants`), then per element::
+
+        t = (((x << 8) - mu) * R + rnd) >> hw.isa.ln_norm_shift(e)
+        out = clamp(((t * gamma + rnd) >> g_shift) + beta + 2**7) >> 8, -128, 127)
+
+    Order: rows one after another; every output of row ``i`` is written before any input of
+    row ``i + 1`` is read (ADD: element blocks in row-major order).
+
+    Errors (in this order; a failing command writes nothing): ``n_rows == 0`` or ``n_blocks
+    == 0`` does nothing; overlapping blocks (``n_blocks >= 2`` and ``stride < n_rows``) ->
+    ``BAD_SIZE`` (``error_addr`` = ``stride``); LAYERNORM with ``n_blocks * cols >
+    LN_MAX_ELEMS`` -> ``BAD_SIZE`` (``error_addr`` = ``n_blocks``); output rows
+    ``[out_row, out_row + span)`` (``span = (n_blocks - 1) * stride + n_rows``) overlapping
+    those of ``a`` or ``b`` -> ``BAD_SIZE`` (``error_addr`` = ``out_row``; in-place work is not
+    allowed); then ``a``, ``b``, the output and the parameter rows (:func:`eltwise_param_rows`)
+    outside their memory -> ``BAD_LOCAL_ADDR`` (``error_addr`` ``max(start, depth)``).
+    """
+    a_row: 16
+    b_row: 16
+    out_row: 16
+    n_rows: 16
+    n_blocks: 16
+    stride: 16       #: scratchpad rows between blocks (of a, b and the output)
+    param_row: 16    #: first accumulator row of the per-block parameters
+    shift: 6         #: right shift of the two input products
+    g_shift: 6       #: LAYERNORM: right shift of the gamma product
+    _pad: 68
+
+
+def eltwise_param_rows(opcode, n_blocks: int) -> int:
+    """Accumulator parameter rows of an ADD (2 per block) or LAYERNORM (4 per block);
+    ``opcode`` an :class:`Opcode` or its value."""
+    op = opcode.value if isinstance(opcode, Opcode) else int(opcode)
+    return (4 if op == Opcode.LAYERNORM.value else 2) * n_blocks
+
+
 class FenceBody(data.Struct):
     """FENCE: once all earlier commands of the queue retired, write ``value`` (32-bit,
     little-endian) to the 4-byte aligned DRAM address ``addr``; then raise ``irq`` if
@@ -315,6 +388,7 @@ class Body(data.Union):
     matmul: MatmulBody
     requant: RequantBody
     softmax: SoftmaxBody
+    eltwise: EltwiseBody
     fence: FenceBody
     tlb: TlbInvalidateBody
 
@@ -332,6 +406,9 @@ OPCODE_BODY = {
     Opcode.MATMUL: "matmul",
     Opcode.REQUANT: "requant",
     Opcode.SOFTMAX: "softmax",
+    Opcode.ADD: "eltwise",
+    Opcode.LAYERNORM: "eltwise",
+    Opcode.GELU: "requant",
     Opcode.FENCE: "fence",
     Opcode.TLB_INVALIDATE: "tlb",
 }

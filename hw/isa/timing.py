@@ -48,7 +48,14 @@ from hw.isa.dma_timing import *  # noqa: F403
 from hw.isa.dma_timing import __all__ as _dma
 from hw.isa.dma_timing import dma_busy_cycles
 from hw.isa.formats import ActFormat, WeightFormat, act_row_offset, matmul_lead
-from hw.isa.numerics import SOFTMAX_RECIP_BITS
+from hw.isa.numerics import (
+    ELTWISE_X_BITS,
+    LN_MAX_ELEMS,
+    LN_MEAN_FRAC_BITS,
+    LN_RECIP_SHIFT,
+    LN_VAR_BITS,
+    SOFTMAX_RECIP_BITS,
+)
 
 if TYPE_CHECKING:
     from hw.config import NPUConfig
@@ -59,6 +66,11 @@ __all__ = [
     "command_retire_cycles", "retire_window_cycles", "requant_busy_cycles",
     "softmax_busy_cycles", "softmax_row_cycles", "VECTOR_MUL_LATENCY", "REQUANT_LATENCY",
     "REQUANT_ROW_SCALE_LATENCY", "SOFTMAX_EXP_LATENCY", "command_busy_cycles", *_dma,
+    "gelu_busy_cycles", "ADD_LATENCY", "ELTWISE_CHECK_CYCLES", "LN_NORM_LATENCY",
+    "LN_MUL_NQ_CYCLES",
+    "LN_MUL_SS_CYCLES", "LN_NORMALIZE_CYCLES", "LN_SQRT_CYCLES", "LN_DIV_R_CYCLES",
+    "LN_DIV_MU_CYCLES", "LN_ROW_UNIT_CYCLES", "ln_stats_cycles", "ln_norm_cycles",
+    "ln_row_cycles", "eltwise_busy_cycles",
 ]
 
 #: Cycles from an engine's ``done`` to the handshake of a command that is already waiting (the
@@ -407,6 +419,94 @@ def requant_busy_cycles(config: NPUConfig, n_rows: int, *, row_scale: bool = Fal
     return 1 + 3 + n_rows + REQUANT_LATENCY + 1
 
 
+def gelu_busy_cycles(config: NPUConfig, n_rows: int, *, error: bool = False) -> int:
+    """Busy cycles of one GELU of ``n_rows`` rows (:class:`hw.vector.RequantEngine`'s GELU
+    form): as a REQUANT with ``flags.row_scale`` (two passes per row, a row read every other
+    cycle) with a fourth parameter row: ``CHECK`` 1, ``READ_PARAMS`` 4, ``READ_ROWS``
+    ``2 * n_rows``, ``DRAIN`` :data:`REQUANT_ROW_SCALE_LATENCY`, ``RETIRE`` 1: ``2 * n_rows +
+    17``; 2 for ``n_rows == 0`` or an error."""
+    if error or n_rows == 0:
+        return _CHECK_RETIRE
+    return 1 + 4 + 2 * n_rows + REQUANT_ROW_SCALE_LATENCY + 1
+
+
+#: ADD: cycles from an element block's first read (``a``) to its output write: the ``b`` read,
+#: then ``B`` (requested two cycles after the first read) through the multiplier
+#: (:data:`VECTOR_MUL_LATENCY`), the output register.
+ADD_LATENCY = 2 + VECTOR_MUL_LATENCY + 1
+#: LAYERNORM normalisation: cycles from a block's first read to its output write: ``B`` as in
+#: ADD and its ``c`` register (7), the ``R`` pass and its ``t`` register (5), the ``gamma``
+#: pass and the output register (5).
+LN_NORM_LATENCY = ADD_LATENCY + 2 * (VECTOR_MUL_LATENCY + 1)
+
+# The row unit of LAYERNORM (hw.vector.EltwiseEngine): one step per cycle, fixed counts
+# derived from the largest row (LN_MAX_ELEMS elements of 16 bits).
+_N_MAX = LN_MAX_ELEMS
+_S_MAX = _N_MAX << (ELTWISE_X_BITS - 1)                 # |S| <= N * 2**15
+_D_MAX = _N_MAX * _N_MAX << (2 * (ELTWISE_X_BITS - 1))  # D <= N * Q <= N**2 * 2**30
+#: ``d += Q << i`` for each bit ``i`` of ``N``.
+LN_MUL_NQ_CYCLES = _N_MAX.bit_length()
+#: ``d -= |S| << i`` for each bit ``i`` of ``|S|``.
+LN_MUL_SS_CYCLES = _S_MAX.bit_length()
+#: Shifts of two bits that bring any ``0 < D <= _D_MAX`` into ``[2**28, 2**30)``.
+LN_NORMALIZE_CYCLES = max((_D_MAX.bit_length() - (LN_VAR_BITS - 1) + 1) // 2,
+                          (LN_VAR_BITS - 1 - 1 + 1) // 2)
+#: Digit-by-digit square root of ``D' < 2**30``: one result bit per cycle.
+LN_SQRT_CYCLES = LN_VAR_BITS // 2
+#: ``R = floor(N * 2**32 / s)`` with ``N < s``: one quotient bit per cycle.
+LN_DIV_R_CYCLES = LN_RECIP_SHIFT
+#: ``mu = floor((S * 2**8 + N // 2) / N)``: one bit of the dividend's magnitude per cycle.
+LN_DIV_MU_CYCLES = ((_S_MAX << LN_MEAN_FRAC_BITS) + _N_MAX).bit_length()
+#: Cycles of the row unit per row: ``ROW_START`` 1, the steps above, ``ROW_CONST`` 1.
+LN_ROW_UNIT_CYCLES = (1 + LN_MUL_NQ_CYCLES + LN_MUL_SS_CYCLES + LN_NORMALIZE_CYCLES
+                      + LN_SQRT_CYCLES + LN_DIV_R_CYCLES + LN_DIV_MU_CYCLES + 1)
+
+
+#: ADD and LAYERNORM that are not of size zero: ``CHECK`` (the span's product sent to the
+#: shared multiplier), ``SPAN`` (its latency), ``CHECK_RANGES`` (every check), before the
+#: first phase or ``RETIRE``.
+ELTWISE_CHECK_CYCLES = 1 + VECTOR_MUL_LATENCY + 1
+
+
+def ln_stats_cycles(n_blocks: int) -> int:
+    """LAYERNORM's statistics phase of one row: a block every 3 cycles; the last block's ``B``
+    (requested 2 cycles after its first read) returns, ``x`` is registered, its square enters
+    the multiplier in the next free slot (2 cycles later) and returns: ``3 * n_blocks + 11``
+    cycles up to and including that return."""
+    return 3 * (n_blocks - 1) + 2 + VECTOR_MUL_LATENCY + 1 + 2 + VECTOR_MUL_LATENCY + 1
+
+
+def ln_norm_cycles(n_blocks: int) -> int:
+    """LAYERNORM's normalisation phase of one row: a block every 4 cycles, the last one's
+    output written :data:`LN_NORM_LATENCY` cycles after its first read: ``4 * n_blocks +
+    14``."""
+    return 4 * (n_blocks - 1) + LN_NORM_LATENCY + 1
+
+
+def ln_row_cycles(n_blocks: int) -> int:
+    """Cycles of one LAYERNORM row: statistics, row unit, normalisation (``7 * n_blocks +
+    165``)."""
+    return ln_stats_cycles(n_blocks) + LN_ROW_UNIT_CYCLES + ln_norm_cycles(n_blocks)
+
+
+def eltwise_busy_cycles(config: NPUConfig, opcode, n_rows: int, n_blocks: int, *,
+                        error: bool = False) -> int:
+    """Busy cycles of one ADD or LAYERNORM (:class:`hw.vector.EltwiseEngine`): the checks
+    (:data:`ELTWISE_CHECK_CYCLES` = 6), then ADD ``2 * n_rows * n_blocks + 6`` (an element
+    block every 2 cycles, the last written :data:`ADD_LATENCY` cycles after its first read),
+    LAYERNORM ``n_rows *`` :func:`ln_row_cycles`, then ``RETIRE`` 1. A failing command
+    (``error``) takes the checks and ``RETIRE`` (7); one of size zero ``CHECK`` and ``RETIRE``
+    (2). ``opcode``: an :class:`~hw.isa.Opcode` or its value."""
+    if n_rows == 0 or n_blocks == 0:
+        return _CHECK_RETIRE
+    if error:
+        return ELTWISE_CHECK_CYCLES + 1
+    op = opcode.value if isinstance(opcode, Opcode) else int(opcode)
+    if op == Opcode.LAYERNORM.value:
+        return ELTWISE_CHECK_CYCLES + n_rows * ln_row_cycles(n_blocks) + 1
+    return ELTWISE_CHECK_CYCLES + 2 * (n_rows * n_blocks - 1) + ADD_LATENCY + 1 + 1
+
+
 def softmax_row_cycles(config: NPUConfig, n_blocks: int) -> int:
     """Cycles of one score row of a SOFTMAX of ``n_blocks`` blocks when its reciprocal write
     does not wait: ``2 * n_blocks + 45``.
@@ -465,6 +565,11 @@ def command_busy_cycles(config: NPUConfig, command: bytes | CommandView,
         b = view.body.softmax
         return softmax_busy_cycles(config, b.n_rows, b.n_blocks, error=failed,
                                    acc_write_waits=acc_write_waits)
+    if op == Opcode.GELU:
+        return gelu_busy_cycles(config, view.body.requant.n_rows, error=failed)
+    if op in (Opcode.ADD, Opcode.LAYERNORM):
+        b = view.body.eltwise
+        return eltwise_busy_cycles(config, op, b.n_rows, b.n_blocks, error=failed)
     if op in (Opcode.DMA_LOAD, Opcode.DMA_STORE):
         return dma_busy_cycles(config, op, view.body.dma, error, window=window)
     raise ValueError(f"opcode {op!r} does not run on an engine")

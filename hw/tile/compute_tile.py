@@ -47,9 +47,11 @@ class ComputeTile(wiring.Component):
 
     * scratchpad: ``spad_rows`` rows of ``spad_row_bytes`` int8; element ``j`` of a row is bits
       ``[8j+7:8j]``. Write port shared by, in priority order, the vector engine (REQUANT
-      outputs, SOFTMAX P blocks) and the DMA load channel. Read ports: DMA store, matrix
-      engine activations, matrix engine weights (so the next command's weights load while the
-      current one's activations stream: one more copy of the scratchpad in block RAM).
+      outputs, SOFTMAX P blocks, ADD and LAYERNORM outputs) and the DMA load channel. Read
+      ports: DMA store, matrix engine activations, matrix engine weights (so the next
+      command's weights load while the current one's activations stream: one more copy of the
+      scratchpad in block RAM), vector unit (the int8 inputs of ADD and LAYERNORM: one more
+      copy).
     * accumulator: ``acc_rows`` rows of ``acc_row_elems`` int32; element ``j`` is bits
       ``[32j+31:32j]``. Write port shared by, in priority order, the matrix engine (result
       rows), the vector engine (SOFTMAX reciprocal rows) and the DMA load channel. Read ports:
@@ -124,6 +126,7 @@ class ComputeTile(wiring.Component):
         wiring.connect(m, matrix.spad_w_rd, spad.read_port())
         wiring.connect(m, matrix.acc_rd, acc.read_port(transparent_for=(acc_wp,)))
         wiring.connect(m, vector.acc_rd, acc.read_port())
+        wiring.connect(m, vector.spad_rd, spad.read_port())
 
         # -- command ports ------------------------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.matrix), matrix.engine)

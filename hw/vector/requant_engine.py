@@ -1,6 +1,6 @@
-"""Vector engine: requantization of int32 accumulator rows to int8 scratchpad rows."""
+"""Vector engine: requantization of int32 accumulator rows to int8 scratchpad rows, and GELU."""
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
@@ -8,11 +8,43 @@ from amaranth.utils import exact_log2
 
 from hw.bus import EngineSignature
 from hw.config import NPUConfig
-from hw.isa import ROW_SCALE_SHIFT, Command, ErrorCode, Opcode
+from hw.isa import (
+    GELU_FRAC_BITS,
+    GELU_TABLE_ENTRIES,
+    GELU_TABLE_STEP_BITS,
+    GELU_X_BITS,
+    ROW_SCALE_SHIFT,
+    Command,
+    ErrorCode,
+    Opcode,
+    gelu_table,
+)
 from hw.local_mem import check_config, check_rows
 from hw.vector.rounding_multiplier import MUL_LATENCY, mul_request_layout, mul_result_layout
 
-__all__ = ["RequantEngine"]
+__all__ = ["RequantEngine", "gelu_lane"]
+
+
+def gelu_lane(m: Module, v, name: str):
+    """Combinational GELU of one lane in the fixed-point domain (:func:`sw.golden.gelu_fixed`):
+    ``y = clamp(v, -2**15, 2**15 - 1)``, ``g = max(y, 0) - C[(|y| + 4) >> 3]`` with the
+    128-entry table :func:`hw.isa.gelu_table` (6-bit entries, a LUT ROM; 0 past its end).
+    ``v`` is a signed value (the multiplier's result); returns a signed 18-bit Signal."""
+    lim = 1 << (GELU_X_BITS - 1)
+    y = Signal(signed(GELU_X_BITS + 1), name=f"{name}_y")
+    m.d.comb += y.eq(Mux(v > lim - 1, lim - 1, Mux(v < -lim, -lim, v)))
+    u = Signal(unsigned(GELU_X_BITS), name=f"{name}_u")
+    m.d.comb += u.eq(Mux(y < 0, -y, y))
+    k = GELU_FRAC_BITS - GELU_TABLE_STEP_BITS
+    idx = Signal(unsigned(GELU_X_BITS), name=f"{name}_idx")
+    m.d.comb += idx.eq((u + (1 << (k - 1))) >> k)
+    table = Array(Const(c, 6) for c in gelu_table())
+    bits = (GELU_TABLE_ENTRIES - 1).bit_length()
+    corr = Signal(unsigned(6), name=f"{name}_c")
+    m.d.comb += corr.eq(Mux(idx < GELU_TABLE_ENTRIES, table[idx[:bits]], 0))
+    g = Signal(signed(GELU_X_BITS + 2), name=f"{name}_g")
+    m.d.comb += g.eq(Mux(y < 0, 0, y) - corr)
+    return g
 
 #: Tag bit of a multiplier request: the first (row-scale) pass of a row, whose result goes
 #: back into the multiplier; without it the result is the row's output.
@@ -69,9 +101,19 @@ class RequantEngine(wiring.Component):
     :func:`hw.isa.timing.requant_busy_cycles` (check, parameter reads, the row reads, pipeline
     drain, retire; ``done`` comes after the last write).
 
-    Errors (checked in this order, nothing is read or written): opcode other than REQUANT ->
+    GELU (opcode ``GELU``, :class:`hw.isa.RequantBody`): the same engine with a fourth
+    parameter row (``m2``; the shift row holds ``s1`` in bits 0..5 and ``s2`` in bits 8..13)
+    and two passes per row as with ``flags.row_scale`` (rows read every other cycle): the
+    first pass ``x * m1 >> s1`` into the GELU domain, then in the register between the passes
+    :func:`gelu_lane` (16-bit clamp, the 128-entry correction table, ReLU minus the
+    correction), the second pass ``g * m2 >> s2``, the int8 clamp. ``flags.relu`` and
+    ``flags.row_scale`` are ignored. Latency :func:`hw.isa.timing.gelu_busy_cycles`.
+
+    Errors (checked in this order, nothing is read or written): opcode other than REQUANT or
+    GELU ->
     ``BAD_OPCODE`` (``error_addr`` 0); any of the rows ``acc_row .. acc_row + n_rows - 1``,
-    ``spad_row .. spad_row + n_rows - 1`` or ``param_row .. param_row + 2`` outside its memory
+    ``spad_row .. spad_row + n_rows - 1`` or ``param_row .. param_row + 2`` (GELU: ``+ 3``)
+    outside its memory
     -> ``BAD_LOCAL_ADDR`` with ``error_addr`` the first out-of-range row; with
     ``flags.row_scale`` then the scale rows ``scale_row .. scale_row + (n_rows - 1) // cols``.
     ``n_rows == 0`` does nothing, checks nothing and retires without error.
@@ -111,7 +153,13 @@ class RequantEngine(wiring.Component):
 
         cmd = Signal(Command)
         body = cmd.body.requant
-        row_scale = cmd.header.flags.row_scale
+        # GELU (opcode GELU) passes every row twice, as row_scale does; it ignores row_scale
+        gelu = Signal()
+        row_scale = Signal()
+        two_pass = Signal()
+        m.d.comb += [gelu.eq(cmd.header.opcode == Opcode.GELU),
+                     row_scale.eq(cmd.header.flags.row_scale & ~gelu),
+                     two_pass.eq(row_scale | gelu)]
         error = Signal(ErrorCode)
         error_addr = Signal(32)
         count = Signal(17)      # data rows read
@@ -125,10 +173,12 @@ class RequantEngine(wiring.Component):
         bias = Signal(data.ArrayLayout(signed(32), cols))
         mult = Signal(data.ArrayLayout(unsigned(31), cols))
         shift = Signal(data.ArrayLayout(unsigned(6), cols))
+        mult2 = Signal(data.ArrayLayout(unsigned(31), cols))    # GELU's second pass
+        shift2 = Signal(data.ArrayLayout(unsigned(6), cols))
         recip = Signal(data.ArrayLayout(unsigned(31), cols))
 
         # -- accumulator read data returns: latch a parameter or scale row, or a data row ------
-        ret_param = Signal(3)   # one-hot: bias, multiplier, shift row returns this cycle
+        ret_param = Signal(4)   # one-hot: bias, multiplier, shift, (GELU) m2 row returns
         ret_row = Signal()      # a data row returns this cycle
         ret_scale = Signal()    # a scale row (row reciprocals) returns this cycle
         ret_pos = Signal(range(cols))       # row index modulo cols of the returning row
@@ -144,7 +194,9 @@ class RequantEngine(wiring.Component):
             with m.If(ret_param[1]):
                 m.d.sync += mult[j].eq(acc[j][:31])
             with m.If(ret_param[2]):
-                m.d.sync += shift[j].eq(acc[j][:6])
+                m.d.sync += [shift[j].eq(acc[j][:6]), shift2[j].eq(acc[j][8:14])]
+            with m.If(ret_param[3]):
+                m.d.sync += mult2[j].eq(acc[j][:31])
 
         # -- multiplier requests: the first pass of a returning row, or a second pass ----------
         scaled = Signal(data.ArrayLayout(signed(33), cols))     # row-scale pass, clamped
@@ -157,10 +209,11 @@ class RequantEngine(wiring.Component):
         with m.If(scaled_valid):
             m.d.comb += self.o_mul.valid.eq(1)
             for j in range(cols):
-                m.d.comb += [req.lane[j].a.eq(scaled[j]), req.lane[j].b.eq(mult[j]),
-                             req.lane[j].shift.eq(shift[j])]
+                m.d.comb += [req.lane[j].a.eq(scaled[j]),
+                             req.lane[j].b.eq(Mux(gelu, mult2[j], mult[j])),
+                             req.lane[j].shift.eq(Mux(gelu, shift2[j], shift[j]))]
         with m.Else():
-            m.d.comb += [self.o_mul.valid.eq(ret_row), req.tag.eq(row_scale << _TAG_SCALED)]
+            m.d.comb += [self.o_mul.valid.eq(ret_row), req.tag.eq(two_pass << _TAG_SCALED)]
             for j in range(cols):
                 m.d.comb += req.lane[j].a.eq(acc[j] + bias[j])
                 with m.If(row_scale):
@@ -177,9 +230,10 @@ class RequantEngine(wiring.Component):
         lo, hi = -(1 << 32), (1 << 32) - 1
         for j in range(cols):
             v = res.y[j]
-            m.d.sync += scaled[j].eq(Mux(v > hi, hi, Mux(v < lo, lo, v)))
+            g = gelu_lane(m, v, f"gelu{j}")
+            m.d.sync += scaled[j].eq(Mux(gelu, g, Mux(v > hi, hi, Mux(v < lo, lo, v))))
             clamped = Mux(v > 127, 127, Mux(v < -128, -128, v))
-            m.d.sync += y[j].eq(Mux(cmd.header.flags.relu & (v < 0), 0, clamped))
+            m.d.sync += y[j].eq(Mux(cmd.header.flags.relu & ~gelu & (v < 0), 0, clamped))
 
         # -- scratchpad write -------------------------------------------------------------------
         m.d.comb += [
@@ -195,7 +249,7 @@ class RequantEngine(wiring.Component):
                      self.acc_rd.en.eq(0)]
         bad_acc, bad_acc_row = check_rows(body.acc_row, body.n_rows, cfg.acc_rows)
         bad_spad, bad_spad_row = check_rows(body.spad_row, body.n_rows, cfg.spad_rows)
-        bad_param, bad_param_row = check_rows(body.param_row, 3, cfg.acc_rows)
+        bad_param, bad_param_row = check_rows(body.param_row, Mux(gelu, 4, 3), cfg.acc_rows)
         bad_scale, bad_scale_row = check_rows(body.scale_row, (body.n_rows - 1) // cols + 1,
                                               cfg.acc_rows)
 
@@ -209,7 +263,7 @@ class RequantEngine(wiring.Component):
                     m.next = "CHECK"
 
             with m.State("CHECK"):
-                with m.If(cmd.header.opcode != Opcode.REQUANT):
+                with m.If((cmd.header.opcode != Opcode.REQUANT) & ~gelu):
                     m.d.sync += error.eq(ErrorCode.BAD_OPCODE)
                     m.next = "RETIRE"
                 with m.Elif(body.n_rows == 0):
@@ -235,16 +289,17 @@ class RequantEngine(wiring.Component):
             with m.State("READ_PARAMS"):
                 m.d.comb += [self.acc_rd.en.eq(1), self.acc_rd.addr.eq(body.param_row + count)]
                 m.d.sync += [ret_param.eq(1 << count[:2]), count.eq(count + 1)]
-                with m.If(count == 2):
+                with m.If(count == Mux(gelu, 3, 2)):
                     m.d.sync += count.eq(0)
                     m.next = "READ_ROWS"
 
             with m.State("READ_ROWS"):
                 m.d.sync += odd.eq(~odd)
                 # row_scale: even cycles read a scale row before each group of cols rows (or
-                # idle), odd cycles a data row; without it every cycle reads a data row
-                with m.If(row_scale & ~odd):
-                    with m.If(need_scale):
+                # idle), odd cycles a data row (GELU: even cycles idle); without them every
+                # cycle reads a data row
+                with m.If(two_pass & ~odd):
+                    with m.If(need_scale & row_scale):
                         m.d.comb += [self.acc_rd.en.eq(1),
                                      self.acc_rd.addr.eq(body.scale_row + group)]
                         m.d.sync += [ret_scale.eq(1), need_scale.eq(0), group.eq(group + 1)]

@@ -14,6 +14,7 @@ import numpy as np
 from hw.config import NPUConfig
 from hw.isa import (
     E8M0_BIAS,
+    LN_MAX_ELEMS,
     TLB_CLIENTS,
     VM_PAGE_BYTES,
     VM_PAGE_SHIFT,
@@ -30,6 +31,7 @@ from hw.isa import (
     act_row_offset,
     act_tile_rows,
     dma_bursts,
+    eltwise_param_rows,
     fault_addr,
     format_error,
     is_mx,
@@ -37,7 +39,7 @@ from hw.isa import (
     walk,
     weight_tile_rows,
 )
-from sw.golden import mx_align, requantize_rows, softmax_int
+from sw.golden import add_int, gelu_int, layernorm_int, mx_align, requantize_rows, softmax_int
 from sw.model.faults import BusFault
 from sw.quant import requantize, unpack_int4
 
@@ -114,6 +116,10 @@ class Engines:
             self.requant(body.requant, relu=bool(flags.relu), row_scale=bool(flags.row_scale))
         elif op == Opcode.SOFTMAX:
             self.softmax(body.softmax)
+        elif op == Opcode.GELU:
+            self.gelu(body.requant)
+        elif op in (Opcode.ADD, Opcode.LAYERNORM):
+            self.eltwise(body.eltwise, op)
         elif op == Opcode.FENCE:
             self.fence(body.fence, window, vm)
 
@@ -497,6 +503,69 @@ class Engines:
         rec = np.zeros(self.config.acc_row_elems, np.int64)
         rec[:rows] = recip
         self.acc[body.scale_row + group] = rec.astype(np.int32)
+
+    def gelu(self, body: CommandView) -> None:
+        """GELU (:class:`hw.isa.RequantBody`'s GELU form) with :func:`sw.golden.gelu_int`:
+        REQUANT's checks with four parameter rows."""
+        c = self.config
+        n = body.n_rows
+        if n == 0:
+            return
+        for start, count, depth in ((body.acc_row, n, c.acc_rows), (body.spad_row, n, c.spad_rows),
+                                    (body.param_row, 4, c.acc_rows)):
+            if start + count > depth:
+                raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(start, depth))
+        p = self.acc[body.param_row:body.param_row + 4, :c.cols].astype(np.int64)
+        shifts = p[2] & 0x3FFF
+        out = gelu_int(self.acc[body.acc_row:body.acc_row + n, :c.cols], p[0],
+                       p[1] & 0x7FFF_FFFF, shifts & 0x3F, p[3] & 0x7FFF_FFFF,
+                       (shifts >> 8) & 0x3F)
+        dst = self.spad[body.spad_row:body.spad_row + n]
+        dst[:, :c.cols] = out
+        dst[:, c.cols:] = 0
+
+    def eltwise(self, body: CommandView, op: Opcode) -> None:
+        """ADD or LAYERNORM (:class:`hw.isa.EltwiseBody`) with :func:`sw.golden.add_int` /
+        :func:`sw.golden.layernorm_int`, checked in the ISA's order."""
+        c = self.config
+        n, nb, stride = body.n_rows, body.n_blocks, body.stride
+        if n == 0 or nb == 0:
+            return
+        if nb > 1 and stride < n:
+            raise CommandError(ErrorCode.BAD_SIZE, stride)
+        if op == Opcode.LAYERNORM and nb * c.cols > LN_MAX_ELEMS:
+            raise CommandError(ErrorCode.BAD_SIZE, nb)
+        span = (nb - 1) * stride + n
+        for start in (body.a_row, body.b_row):
+            if body.out_row < start + span and start < body.out_row + span:
+                raise CommandError(ErrorCode.BAD_SIZE, body.out_row)
+        n_param = eltwise_param_rows(op, nb)
+        for start, count, depth in ((body.a_row, span, c.spad_rows),
+                                    (body.b_row, span, c.spad_rows),
+                                    (body.out_row, span, c.spad_rows),
+                                    (body.param_row, n_param, c.acc_rows)):
+            if start + count > depth:
+                raise CommandError(ErrorCode.BAD_LOCAL_ADDR, max(start, depth))
+
+        def blocked(row: int) -> np.ndarray:       # (n, nb * cols): block b side by side
+            return np.concatenate([self.spad[row + b * stride:row + b * stride + n, :c.cols]
+                                   for b in range(nb)], axis=1)
+
+        per = n_param // nb
+        p = self.acc[body.param_row:body.param_row + n_param, :c.cols].astype(np.int64)
+        p = p.reshape(nb, per, c.cols).transpose(1, 0, 2).reshape(per, nb * c.cols)
+        a, b = blocked(body.a_row), blocked(body.b_row)
+        ma, mb = p[0] & 0x7FFF_FFFF, p[1] & 0x7FFF_FFFF
+        if op == Opcode.ADD:
+            out = add_int(a, b, ma, mb, body.shift)
+        else:
+            mag = p[2] & 0x7FFF_FFFF
+            gamma = np.where(p[2] < 0, -mag, mag)
+            out = layernorm_int(a, b, ma, mb, body.shift, gamma, p[3], body.g_shift)
+        for blk in range(nb):
+            dst = self.spad[body.out_row + blk * stride:body.out_row + blk * stride + n]
+            dst[:, :c.cols] = out[:, blk * c.cols:(blk + 1) * c.cols]
+            dst[:, c.cols:] = 0
 
     # -- fence ----------------------------------------------------------------------------------
 

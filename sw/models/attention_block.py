@@ -55,8 +55,9 @@ from sw.quant import (
 )
 
 __all__ = ["ATTN_OUTPUT", "BlockQuant", "tokens_for_length", "embed_ids", "float_block",
-           "calibrate_block", "golden_block", "score_multiplier", "dequantize_output",
-           "WEIGHT_FORMATS", "ACT_FORMATS", "projection_operands"]
+           "calibrate_block", "golden_block", "golden_block_int", "score_multiplier",
+           "dequantize_output", "attn_output_name", "WEIGHT_FORMATS", "ACT_FORMATS",
+           "projection_operands"]
 
 #: Weight formats of the block's four projections (``npu run --weights``).
 WEIGHT_FORMATS = {"int8": WeightFormat.INT8, "int4": WeightFormat.INT4,
@@ -66,6 +67,11 @@ WEIGHT_FORMATS = {"int8": WeightFormat.INT8, "int4": WeightFormat.INT4,
 ACT_FORMATS = {"int8": ActFormat.INT8, "mxint8": ActFormat.MXINT8}
 
 ATTN_OUTPUT = "encoder.layer.0.attention.output.dense"
+
+
+def attn_output_name(layer: int = 0) -> str:
+    """Tensor-name prefix of ``layer``'s attention output projection."""
+    return f"encoder.layer.{layer}.attention.output.dense"
 #: Output-projection range headroom over the calibration max: calibration sentences are short,
 #: longer sequences reach larger outputs (measured at L=128: 1.0 -> 22.2 dB with 749 saturated
 #: values, 1.25 -> 25.2 dB, 1.5 -> 26.0 dB, 2.0 -> 26.0 dB).
@@ -134,8 +140,8 @@ def _heads(model: MiniLM) -> tuple[int, int]:
 
 
 def float_block(model: MiniLM, x: npt.ArrayLike, kv_len: int | None = None,
-                causal: bool = False) -> dict[str, np.ndarray]:
-    """float32 reference of the block (BERT self-attention + output dense).
+                causal: bool = False, layer: int = 0) -> dict[str, np.ndarray]:
+    """float32 reference of the block (BERT self-attention + output dense) of ``layer``.
 
     Parameters
     ----------
@@ -157,7 +163,7 @@ def float_block(model: MiniLM, x: npt.ArrayLike, kv_len: int | None = None,
     n_heads, dh = _heads(model)
     out = {}
     for name in _NAMES:
-        w, b = model.projection(name)
+        w, b = model.projection(name, layer)
         out[name] = x @ w.T + b
     seq = x.shape[0]
     kv = seq if kv_len is None else kv_len
@@ -176,7 +182,8 @@ def float_block(model: MiniLM, x: npt.ArrayLike, kv_len: int | None = None,
         p = np.where(den > 0, e / np.where(den > 0, den, 1), 0)
         ctx[:, sl] = p @ out["value"][:, sl]
     out["context"] = ctx
-    out["output"] = ctx @ t[ATTN_OUTPUT + ".weight"].T + t[ATTN_OUTPUT + ".bias"]
+    o = attn_output_name(layer)
+    out["output"] = ctx @ t[o + ".weight"].T + t[o + ".bias"]
     return out
 
 
@@ -226,8 +233,9 @@ class BlockQuant:
 
     Attributes
     ----------
-    x_scale : float
-        Embedding scale.
+    x_scale : float or numpy.ndarray
+        Input scale: per tensor (the embeddings of layer 0), or per channel ``(384,)`` (a
+        LayerNorm's int8 output, folded into the projection weights).
     proj : dict of str to _Linear
         ``query``, ``key``, ``value``, ``output``.
     score_mult, score_shift : numpy.ndarray
@@ -238,7 +246,7 @@ class BlockQuant:
         float64, ``(384,)``.
     heads, head_dim : int
     """
-    x_scale: float
+    x_scale: float | np.ndarray
     proj: dict
     score_mult: np.ndarray
     score_shift: np.ndarray
@@ -351,14 +359,19 @@ def projection_operands(bq: BlockQuant, name: str, x: npt.ArrayLike):
 def calibrate_block(model: MiniLM,
                     calibration_text: tuple[str, ...] = DEFAULT_CALIBRATION_TEXT,
                     frac_bits: int = SOFTMAX_EXP_FRAC_BITS, *, weights: str = "int8",
-                    activations: str = "int8", tile_k: int = 8) -> BlockQuant:
-    """Calibrate every scale of the block on ``calibration_text`` (sentences run separately,
-    float32 activations, max-abs ranges).
+                    activations: str = "int8", tile_k: int = 8, layer: int = 0,
+                    inputs: list[np.ndarray] | None = None,
+                    x_scale: float | np.ndarray | None = None) -> BlockQuant:
+    """Calibrate every scale of the block of ``layer`` on ``calibration_text`` (sentences run
+    separately, float32 activations, max-abs ranges).
 
     ``weights`` (:data:`WEIGHT_FORMATS`) is the format of all four projections' weights;
     ``activations`` (:data:`ACT_FORMATS`) that of the Q/K/V projections' input (MXINT8 needs
     MXINT8 weights; the output projection's input stays int8); ``tile_k`` is the array's
-    ``rows`` (MX alignment).
+    ``rows`` (MX alignment). ``inputs`` (float ``(T, 384)`` per calibration sentence) and
+    ``x_scale`` (per tensor or per channel) give a deeper layer's inputs and their int8 scale;
+    by default the inputs are the embeddings of ``calibration_text`` with a per-tensor scale
+    (layer 0).
 
     Raises
     ------
@@ -372,14 +385,15 @@ def calibrate_block(model: MiniLM,
     if af == ActFormat.MXINT8 and wf != WeightFormat.MXINT8:
         raise ValueError("MXINT8 activations are used with MXINT8 weights (--weights mxint8)")
     n_heads, dh = _heads(model)
-    xs = [model.embed(s) for s in calibration_text]
-    refs = [float_block(model, x) for x in xs]
+    xs = inputs if inputs is not None else [model.embed(s) for s in calibration_text]
+    refs = [float_block(model, x, layer=layer) for x in xs]
     cat = {k: np.concatenate([r[k] for r in refs]).astype(np.float64) for k in refs[0]}
-    x_scale = float(np.abs(np.concatenate(xs)).max()) / INT8_MAX
+    if x_scale is None:
+        x_scale = float(np.abs(np.concatenate(xs)).max()) / INT8_MAX
     out_scales = {"query": _per_group_scale(cat["query"], dh),
                   "key": _per_group_scale(cat["key"], dh),
                   "value": _per_group_scale(cat["value"], 1)}
-    proj = {name: _linear(x_scale, *model.projection(name), out_scales[name], wf,
+    proj = {name: _linear(x_scale, *model.projection(name, layer), out_scales[name], wf,
                           af == ActFormat.MXINT8, tile_k)
             for name in _NAMES}
     # The context is a convex combination of V rows, so |ctx[:, j]| <= max |V[:, j]|: V's own
@@ -387,7 +401,8 @@ def calibrate_block(model: MiniLM,
     # short sentences saturate 1052 values and give 16.4 dB; V's scale gives 26.0 dB.)
     ctx_scale = out_scales["value"]
     t = model.tensors
-    proj["output"] = _linear(ctx_scale, t[ATTN_OUTPUT + ".weight"], t[ATTN_OUTPUT + ".bias"],
+    o = attn_output_name(layer)
+    proj["output"] = _linear(ctx_scale, t[o + ".weight"], t[o + ".bias"],
                              OUTPUT_HEADROOM * _per_group_scale(cat["output"], 1), wf, False,
                              tile_k)
     sm = [score_multiplier(out_scales["query"][h * dh], out_scales["key"][h * dh], dh,
@@ -406,6 +421,30 @@ def golden_block(bq: BlockQuant, x: npt.ArrayLike, kv_len: int | None = None,
     """The integer block, bit-exact with the NPU: int8 ``query``/``key``/``value``/``context``/
     ``output`` (each ``(L, 384)``) for float embeddings ``x``."""
     out = {name: _golden_linear(bq, name, x) for name in bq.proj if name != "output"}
+    return _attention_and_output(bq, out, kv_len, causal, exp)
+
+
+def golden_block_int(bq: BlockQuant, x_q: npt.ArrayLike, kv_len: int | None = None,
+                     causal: bool = False, exp=exp2_int) -> dict[str, np.ndarray]:
+    """:func:`golden_block` on int8 inputs ``x_q`` ``(L, 384)`` already at ``bq.x_scale``
+    (int8 activations; any weight format).
+
+    Raises
+    ------
+    ValueError
+        If the block was calibrated for MXINT8 activations.
+    """
+    if bq.act_format == ActFormat.MXINT8:
+        raise ValueError("golden_block_int takes int8 inputs; this block has MXINT8 activations")
+    x_q = np.asarray(x_q, np.int8)
+    out = {name: _golden_linear(bq, name, x_q, quantized=True)
+           for name in bq.proj if name != "output"}
+    return _attention_and_output(bq, out, kv_len, causal, exp)
+
+
+def _attention_and_output(bq: BlockQuant, out: dict, kv_len: int | None, causal: bool,
+                          exp) -> dict[str, np.ndarray]:
+    """Heads and output projection of :func:`golden_block`, from its int8 Q, K, V."""
     dh = bq.head_dim
     ctx = np.zeros_like(out["query"])
     for h in range(bq.heads):
@@ -420,8 +459,14 @@ def golden_block(bq: BlockQuant, x: npt.ArrayLike, kv_len: int | None = None,
     return out
 
 
-def _golden_linear(bq: BlockQuant, name: str, x) -> np.ndarray:
-    a, w, bias, mult, shift, f = projection_operands(bq, name, x)
+def _golden_linear(bq: BlockQuant, name: str, x, quantized: bool = False) -> np.ndarray:
+    """Projection ``name`` of float ``x`` (or, ``quantized``, of int8 ``x`` at
+    ``bq.x_scale``, as the output projection takes the context)."""
+    a, w, bias, mult, shift, f = projection_operands(bq, "output" if quantized else name, x)
+    if quantized:
+        p = bq.proj[name]
+        w, bias, mult, shift = p.w, p.bias, p.multiplier, p.shift
+        f = Formats(weights=p.w_format, w_exp=p.w_exp, x_base=p.x_base)
     return linear_formats(a, w, bias, mult, shift, tile_k=bq.tile_k, weights=f.weights,
                           activations=f.activations, w_exp=f.w_exp, a_exp=f.a_exp,
                           x_base=f.x_base)

@@ -12,7 +12,8 @@ runtime, output digests, bit-exactness). :mod:`cosim.bench.validate` runs them o
 * ``sync``: a barrier-heavy stream, processor commands (NOP, WAIT, SIGNAL, BARRIER, FENCE), a
   ring that wraps while full;
 * ``commands``: a random serialized command stream, DMA edge cases (4 KiB crossings, zero
-  lengths, one-beat rows, accumulator rows), SOFTMAX alone;
+  lengths, one-beat rows, accumulator rows), SOFTMAX alone; GELU, ADD and LAYERNORM with a
+  DMA load into the scratchpad running beside them;
 * ``errors``: failing commands and the runtime's recovery; queue resets at every cycle offset
   into a running stream;
 * ``main``: the layer-0 attention block of all-MiniLM-L6-v2 at ``L = 32``
@@ -538,6 +539,94 @@ def _softmax_rows(device: Device) -> dict:
     return {"digest": _digest(np.frombuffer(out.read(), np.uint8))}
 
 
+def _blocked_rows(x: np.ndarray, cols: int, srb: int) -> np.ndarray:
+    """``x`` ``(n, nb * cols)`` int8 as scratchpad rows, block by block (``stride = n``)."""
+    n, width = x.shape
+    out = np.zeros((width // cols * n, srb), np.int8)
+    for b in range(width // cols):
+        out[b * n:(b + 1) * n, :cols] = x[:, b * cols:(b + 1) * cols]
+    return out
+
+
+def _transformer_ops(device: Device) -> dict:
+    """GELU of accumulator rows, ADD and LAYERNORM of two int8 tensors of 3 blocks x 10 rows
+    (parameters loaded into the accumulator), the results stored; a DMA load into other
+    scratchpad rows runs beside the vector commands (it yields the write port to them). The
+    results are checked against :mod:`sw.golden`."""
+    from sw.golden import add_int, gelu_int, layernorm_int
+    cfg = device.config
+    c, srb, arb = cfg.cols, cfg.spad_row_bytes, cfg.acc_row_bytes
+    n, nb = 10, 3
+    w = nb * c
+    rng = np.random.default_rng(14)
+    a = rng.integers(-128, 128, (n, w), dtype=np.int8)
+    b = rng.integers(-128, 128, (n, w), dtype=np.int8)
+    a[1] = 5                        # an all-equal row of the sum: variance 0
+    b[1] = -3
+    ma, mb = rng.integers(1 << 21, 1 << 22, (2, w))
+    gamma = rng.integers(1 << 19, 1 << 21, w) * rng.choice([-1, 1], w)
+    beta = rng.integers(-(1 << 12), 1 << 12, w)
+    ln_par = np.zeros((4 * nb, cfg.acc_row_elems), np.int64)
+    add_par = np.zeros((2 * nb, cfg.acc_row_elems), np.int64)
+    for blk in range(nb):
+        sl = slice(blk * c, (blk + 1) * c)
+        mag = np.abs(gamma[sl])
+        ln_par[4 * blk:4 * blk + 4, :c] = [ma[sl], mb[sl],
+                                            np.where(gamma[sl] < 0, mag | (1 << 31), mag),
+                                            beta[sl]]
+        add_par[2 * blk:2 * blk + 2, :c] = [ma[sl], mb[sl]]
+    acc_in = rng.integers(-(1 << 20), 1 << 20, (16, c))
+    gelu_par = np.zeros((4, cfg.acc_row_elems), np.int64)
+    gelu_par[:, :c] = [rng.integers(-1024, 1024, c), rng.integers(1 << 29, 1 << 30, c),
+                       np.full(c, 40 | (33 << 8)), rng.integers(1 << 29, 1 << 30, c)]
+    acc_rows = np.zeros((16 + 4 + 6 * nb, cfg.acc_row_elems), np.int64)
+    acc_rows[:16, :c] = acc_in
+    acc_rows[16:20] = gelu_par
+    acc_rows[20:20 + 4 * nb] = ln_par
+    acc_rows[20 + 4 * nb:] = add_par
+    acc_buf = device.upload(acc_rows.astype(np.uint32).view(np.int32))
+    spad_buf = device.upload(np.concatenate([_blocked_rows(a, c, srb), _blocked_rows(b, c, srb)]))
+    extra = device.upload(rng.integers(-128, 128, (256, srb), dtype=np.int8))
+    out = device.alloc(3 * nb * n * srb)
+    cmds = CommandList()
+    sem = device.semaphore(0)
+
+    def seq() -> dict:
+        return {"wait": (0, sem + len(cmds)), "signal": 0}
+    cmds.dma_load(mem=LocalMem.ACC, dram_addr=acc_buf.addr, dram_stride=arb, row_bytes=arb,
+                  n_rows=len(acc_rows), local_row=0, local_stride=1, **seq())
+    cmds.dma_load(mem=LocalMem.SPAD, dram_addr=spad_buf.addr, dram_stride=srb, row_bytes=srb,
+                  n_rows=2 * nb * n, local_row=0, local_stride=1, **seq())
+    cmds.gelu(acc_row=0, spad_row=200, n_rows=16, param_row=16, **seq())
+    cmds.add(a_row=0, b_row=nb * n, out_row=100, n_rows=n, n_blocks=nb, stride=n,
+             param_row=20 + 4 * nb, shift=16, **seq())
+    cmds.layernorm(a_row=0, b_row=nb * n, out_row=140, n_rows=n, n_blocks=nb, stride=n,
+                   param_row=20, shift=16, g_shift=20, **seq())
+    # beside the ADD and the LAYERNORM: a load into rows they do not touch (ordered after the
+    # GELU only)
+    cmds.dma_load(mem=LocalMem.SPAD, dram_addr=extra.addr, dram_stride=srb, row_bytes=srb,
+                  n_rows=256, local_row=300, local_stride=1, wait=(0, sem + len(cmds) - 2),
+                  signal=0)
+    cmds.dma_store(mem=LocalMem.SPAD, dram_addr=out.addr, dram_stride=srb, row_bytes=srb,
+                   n_rows=nb * n, local_row=100, local_stride=1, **seq())
+    cmds.dma_store(mem=LocalMem.SPAD, dram_addr=out.addr + nb * n * srb, dram_stride=srb,
+                   row_bytes=srb, n_rows=nb * n, local_row=140, local_stride=1, **seq())
+    cmds.dma_store(mem=LocalMem.SPAD, dram_addr=out.addr + 2 * nb * n * srb, dram_stride=srb,
+                   row_bytes=srb, n_rows=16, local_row=200, local_stride=1, **seq())
+    device.run(cmds)
+    got = np.frombuffer(out.read(), np.int8).reshape(3 * nb * n, srb)
+
+    def unblock(rows: np.ndarray) -> np.ndarray:
+        return np.concatenate([rows[blk * n:(blk + 1) * n, :c] for blk in range(nb)], axis=1)
+    want_add = add_int(a, b, ma, mb, 16)
+    want_ln = layernorm_int(a, b, ma, mb, 16, gamma, beta, 20)
+    want_gelu = gelu_int(acc_in, gelu_par[0, :c], gelu_par[1, :c], 40, gelu_par[3, :c], 33)
+    exact = (np.array_equal(unblock(got[:nb * n]), want_add)
+             and np.array_equal(unblock(got[nb * n:2 * nb * n]), want_ln)
+             and np.array_equal(got[2 * nb * n:2 * nb * n + 16, :c], want_gelu))
+    return {"bit_exact": bool(exact), "digest": _digest(got)}
+
+
 def _reset_sweep(device: Device) -> dict:
     """A stream of loads, MATMULs, REQUANTs and stores is reset after 0, 3, 6 ... 117 cycles
     (``QUEUE_RESET`` lands at every phase of fetch, dispatch and the engines): commands in
@@ -810,6 +899,7 @@ def _build() -> dict[str, Workload]:
            Workload("matmul_back_to_back", "commands", _matmul_back_to_back),
            Workload("dma_edges", "commands", _dma_edges),
            Workload("softmax_rows", "commands", _softmax_rows),
+           Workload("transformer_ops", "commands", _transformer_ops),
            Workload("errors_recovery", "errors", _errors),
            Workload("reset_sweep", "errors", _reset_sweep),
            Workload("reset_sweep_full_fifos", "errors", _reset_sweep_full),
@@ -854,7 +944,8 @@ def _other_configs() -> list[Workload]:
                Workload(f"{tag}_two_streams_events", "streams", _two_streams, cfg),
                Workload(f"{tag}_random_stream", "commands", _random_stream, cfg),
                Workload(f"{tag}_matmul_back_to_back", "commands", _matmul_back_to_back, cfg),
-               Workload(f"{tag}_dma_edges", "commands", _dma_edges, cfg)]
+               Workload(f"{tag}_dma_edges", "commands", _dma_edges, cfg),
+               Workload(f"{tag}_transformer_ops", "commands", _transformer_ops, cfg)]
     return ws
 
 

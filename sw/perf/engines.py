@@ -18,6 +18,8 @@ from sw.perf.ports import BusyList, first_free, merged
 __all__ = ["MatrixEngine", "VectorEngine"]
 
 _REQUANT = Opcode.REQUANT.value
+_GELU = Opcode.GELU.value
+_ELTWISE = (Opcode.ADD.value, Opcode.LAYERNORM.value)
 _NONE = ErrorCode.NONE
 
 
@@ -67,7 +69,8 @@ class _Softmax(Item):
 
 class VectorEngine:
     """REQUANT (fixed latency, one scratchpad row per cycle, every other cycle with
-    ``flags.row_scale``) and SOFTMAX (row by row; the
+    ``flags.row_scale``), GELU (as a row-scaled REQUANT with a fourth parameter row), ADD and
+    LAYERNORM (fixed schedules, :func:`sw.perf.timing.eltwise_writes`) and SOFTMAX (row by row; the
     reciprocal row written every ``cols`` rows waits while the matrix engine writes the
     accumulator). Its scratchpad writes (``spad_busy``) and reciprocal writes (``acc_busy``)
     come before the DMA's on the ports."""
@@ -94,6 +97,25 @@ class VectorEngine:
             for x, y in T.requant_write_cycles(self.config, b.n_rows, row_scale):
                 self.spad_busy.add(t + x, t + y, self)
             self.queue.set_done(t + T.requant_done(self.config, b.n_rows, row_scale))
+            return
+        if cmd.opcode == _GELU:
+            if error is not _NONE or b.n_rows == 0:
+                self.queue.set_done(t + T.QUICK_RETIRE)
+                return
+            done = T.gelu_done(self.config, b.n_rows)
+            for w in range(done - 2 * b.n_rows + 1, done, 2):
+                self.spad_busy.add(t + w, t + w + 1, self)
+            self.queue.set_done(t + done)
+            return
+        if cmd.opcode in _ELTWISE:
+            if error is not _NONE or b.n_rows == 0 or b.n_blocks == 0:
+                self.queue.set_done(t + T.eltwise_done(self.config, cmd.opcode, b.n_rows,
+                                                       b.n_blocks, error=error is not _NONE))
+                return
+            for w in T.eltwise_writes(self.config, cmd.opcode, b.n_rows, b.n_blocks):
+                self.spad_busy.add(t + w, t + w + 1, self)
+            self.queue.set_done(t + T.eltwise_done(self.config, cmd.opcode, b.n_rows,
+                                                   b.n_blocks))
             return
         if error is not _NONE or b.n_rows == 0 or b.n_blocks == 0:
             self.queue.set_done(t + T.QUICK_RETIRE)

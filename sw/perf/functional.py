@@ -18,6 +18,7 @@ __all__ = ["execute_engine", "local_mem"]
 
 _LOAD, _STORE = Opcode.DMA_LOAD.value, Opcode.DMA_STORE.value
 _MATMUL, _REQUANT, _SOFTMAX = Opcode.MATMUL.value, Opcode.REQUANT.value, Opcode.SOFTMAX.value
+_GELU, _ADD, _LAYERNORM = Opcode.GELU.value, Opcode.ADD.value, Opcode.LAYERNORM.value
 
 
 def local_mem(cmd: Decoded) -> LocalMem:
@@ -55,6 +56,10 @@ def execute_engine(model: ModelBackend, cmd: Decoded) -> tuple[ErrorCode, int]:
             engines.requant(body, relu=bool(f.relu), row_scale=bool(f.row_scale))
         elif op == _SOFTMAX:
             engines.softmax(body)
+        elif op == _GELU:
+            engines.gelu(body)
+        elif op in (_ADD, _LAYERNORM):
+            engines.eltwise(body, Opcode(op))
         else:
             raise ValueError(f"opcode {op:#x} is not an engine command")
     except CommandError as e:

@@ -19,8 +19,12 @@ Amaranth's ``SyncFIFOBuffered``; each is checked cycle by cycle against the RTL
 from __future__ import annotations
 
 from hw.config import NPUConfig
-from hw.isa import COMMAND_BYTES, ErrorCode, LocalMem
+from hw.isa import COMMAND_BYTES, ErrorCode, LocalMem, Opcode
 from hw.isa.timing import (
+    ADD_LATENCY,
+    ELTWISE_CHECK_CYCLES,
+    LN_NORM_LATENCY,
+    LN_ROW_UNIT_CYCLES,
     MAX_BURST_BEATS,
     PAGE_BYTES,
     SOFTMAX_EXP_LATENCY,
@@ -28,6 +32,10 @@ from hw.isa.timing import (
     MatmulTimeline,
     dma_bursts,
     dma_error_busy_cycles,
+    eltwise_busy_cycles,
+    gelu_busy_cycles,
+    ln_row_cycles,
+    ln_stats_cycles,
     matmul_busy_cycles,
     requant_busy_cycles,
     softmax_row_cycles,
@@ -35,7 +43,8 @@ from hw.isa.timing import (
 
 __all__ = [
     "PAGE_BYTES", "MAX_BURST_BEATS", "Burst", "dma_bursts", "QUICK_RETIRE", "MatmulTimeline",
-    "requant_done", "requant_write_cycles", "SOFTMAX_START", "softmax_row_cycles",
+    "requant_done", "requant_write_cycles", "gelu_done", "eltwise_done", "eltwise_writes",
+    "SOFTMAX_START", "softmax_row_cycles",
     "softmax_p_writes", "softmax_row_end", "DMA_FIRST_REQUEST", "DMA_DONE_AFTER_LAST",
     "dma_quiet_done", "fetch_beats", "fetch_burst_commands", "FETCH_ADDR_AFTER_IDLE",
     "BUFFER_AFTER_LAST_BEAT",
@@ -73,6 +82,46 @@ def requant_write_cycles(config: NPUConfig, n_rows: int, row_scale: bool) -> lis
     if not row_scale:
         return [(done - n_rows, done)]
     return [(w, w + 1) for w in range(done - 2 * n_rows + 1, done, 2)]
+
+
+def gelu_done(config: NPUConfig, n_rows: int) -> int:
+    """``done - t`` of a GELU of ``n_rows > 0`` rows (:func:`hw.isa.timing.gelu_busy_cycles`);
+    its scratchpad writes are those of a row-scaled REQUANT ending at this ``done``: every
+    other cycle, the last in the cycle before ``done``."""
+    return gelu_busy_cycles(config, n_rows)
+
+
+# -- vector unit: ADD and LAYERNORM ----------------------------------------------------------
+
+#: Offset from ``t`` of the first cycle of the element-wise engine's first phase (after its
+#: checks).
+_ELTWISE_START = 1 + ELTWISE_CHECK_CYCLES
+
+
+def eltwise_done(config: NPUConfig, opcode: int, n_rows: int, n_blocks: int, *,
+                 error: bool = False) -> int:
+    """``done - t`` of an ADD or LAYERNORM (:func:`hw.isa.timing.eltwise_busy_cycles`): one
+    that runs, fails (``error``) or is of size zero."""
+    return eltwise_busy_cycles(config, opcode, n_rows, n_blocks, error=error)
+
+
+def eltwise_writes(config: NPUConfig, opcode: int, n_rows: int, n_blocks: int) -> list[int]:
+    """Offsets from ``t`` of the scratchpad writes of an ADD or LAYERNORM that runs, one row
+    each (:class:`hw.vector.EltwiseEngine`): ADD writes element block ``e`` (row-major)
+    :data:`hw.isa.timing.ADD_LATENCY` cycles after its first read, which is in cycle ``2e`` of
+    the ADD phase; LAYERNORM writes block ``b`` of row ``r``
+    :data:`hw.isa.timing.LN_NORM_LATENCY` cycles after its first read in cycle ``4b`` of the
+    row's normalisation phase, which follows the statistics phase and the row unit."""
+    if opcode == Opcode.LAYERNORM.value:
+        out = []
+        row = ln_row_cycles(n_blocks)
+        norm = ln_stats_cycles(n_blocks) + LN_ROW_UNIT_CYCLES
+        for r in range(n_rows):
+            first = _ELTWISE_START + r * row + norm + LN_NORM_LATENCY
+            out.extend(first + 4 * b for b in range(n_blocks))
+        return out
+    first = _ELTWISE_START + ADD_LATENCY
+    return [first + 2 * e for e in range(n_rows * n_blocks)]
 
 
 # -- vector unit: softmax ---------------------------------------------------------------------

@@ -210,6 +210,40 @@ class CommandList:
                             "shift": shift, "causal": int(bool(causal))}}
         self._add(Opcode.SOFTMAX, body, wait, signal)
 
+    def gelu(self, *, acc_row: int, spad_row: int, n_rows: int, param_row: int,
+             wait: Wait = None, signal: int | None = None) -> None:
+        """``spad[spad_row+i] = GELU(acc[acc_row+i])`` with four parameter rows at
+        ``param_row`` (bias, m1, shifts ``s1 | s2 << 8``, m2; see :class:`hw.isa.RequantBody`
+        and :func:`sw.golden.gelu_int`)."""
+        body = {"requant": {"acc_row": acc_row, "spad_row": spad_row, "n_rows": n_rows,
+                            "param_row": param_row}}
+        self._add(Opcode.GELU, body, wait, signal)
+
+    def _eltwise(self, opcode: Opcode, a_row: int, b_row: int, out_row: int, n_rows: int,
+                 n_blocks: int, stride: int, param_row: int, shift: int, g_shift: int,
+                 wait: Wait, signal: int | None) -> None:
+        body = {"eltwise": {"a_row": a_row, "b_row": b_row, "out_row": out_row,
+                            "n_rows": n_rows, "n_blocks": n_blocks, "stride": stride,
+                            "param_row": param_row, "shift": shift, "g_shift": g_shift}}
+        self._add(opcode, body, wait, signal)
+
+    def add(self, *, a_row: int, b_row: int, out_row: int, n_rows: int, n_blocks: int,
+            stride: int, param_row: int, shift: int, wait: Wait = None,
+            signal: int | None = None) -> None:
+        """ADD: ``out = requant(a * ma + b * mb)`` element-wise over ``n_rows`` rows of
+        ``n_blocks`` blocks ``stride`` scratchpad rows apart, two parameter rows per block at
+        ``param_row`` (see :class:`hw.isa.EltwiseBody`)."""
+        self._eltwise(Opcode.ADD, a_row, b_row, out_row, n_rows, n_blocks, stride, param_row,
+                      shift, 0, wait, signal)
+
+    def layernorm(self, *, a_row: int, b_row: int, out_row: int, n_rows: int, n_blocks: int,
+                  stride: int, param_row: int, shift: int, g_shift: int, wait: Wait = None,
+                  signal: int | None = None) -> None:
+        """LAYERNORM of ``a * ma + b * mb`` over each row's ``n_blocks`` blocks, four parameter
+        rows per block at ``param_row`` (see :class:`hw.isa.EltwiseBody`)."""
+        self._eltwise(Opcode.LAYERNORM, a_row, b_row, out_row, n_rows, n_blocks, stride,
+                      param_row, shift, g_shift, wait, signal)
+
     def fence(self, *, addr: int, value: int = 0, irq: bool = False, timestamp: bool = False,
               wait: Wait = None, signal: int | None = None) -> None:
         """After all earlier commands of the queue retired: ``DRAM[addr] = value`` (32-bit;

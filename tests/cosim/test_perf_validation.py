@@ -1,5 +1,5 @@
 """The performance model against the RTL, counter by counter, on the CI subset of the
-validation corpus (:data:`cosim.bench.validate.CI`, 17 workloads of every group but the main
+validation corpus (:data:`cosim.bench.validate.CI`, 19 workloads of every group but the main
 job; the whole corpus is ``python -m cosim.bench.validate``).
 
 One co-simulation of the default 8x8 NPU (ideal DRAM) runs every workload in turn; the same

@@ -291,6 +291,12 @@ def test_every_command_list_method_round_trips_every_argument():
                      stride=top16 - 4, scale_row=top16 - 5, kv_len=top16 - 6,
                      q_offset=top16 - 7, mult=top16 - 8, shift=63, causal=causal)
             calls.append(("softmax", a | s, Opcode.SOFTMAX, "softmax", {}))
+        calls.append(("gelu", dict(acc_row=top16, spad_row=top16 - 1, n_rows=top16 - 2,
+                                   param_row=top16 - 3) | s, Opcode.GELU, "requant", {}))
+        elt = dict(a_row=top16, b_row=top16 - 1, out_row=top16 - 2, n_rows=top16 - 3,
+                   n_blocks=top16 - 4, stride=top16 - 5, param_row=top16 - 6, shift=63)
+        calls.append(("add", elt | s, Opcode.ADD, "eltwise", {}))
+        calls.append(("layernorm", elt | dict(g_shift=62) | s, Opcode.LAYERNORM, "eltwise", {}))
         for irq in (False, True):
             for ts in (False, True):
                 calls.append(("fence", dict(addr=top32 - 3, value=top32 - 1, irq=irq,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from hw.config import NPUConfig
 from hw.isa import (
+    LN_MAX_ELEMS,
     REGISTER_STRUCTS,
     Csr,
     ErrorCode,
@@ -96,6 +97,29 @@ def error_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
         "bad_local_requant_order": (lambda c: c.requant(acc_row=ac - 1, spad_row=sp - 1,
                                                         n_rows=2, param_row=ac - 1),
                                     ErrorCode.BAD_LOCAL_ADDR, ac, Opcode.REQUANT),  # acc first
+        "bad_local_gelu_param": (lambda c: c.gelu(acc_row=0, spad_row=0, n_rows=1,
+                                                  param_row=ac - 3),     # the fourth row
+                                 ErrorCode.BAD_LOCAL_ADDR, ac, Opcode.GELU),
+        "bad_size_add_blocks": (lambda c: c.add(a_row=0, b_row=10, out_row=20, n_rows=4,
+                                                n_blocks=2, stride=3, param_row=0, shift=0),
+                                ErrorCode.BAD_SIZE, 3, Opcode.ADD),
+        "bad_size_add_overlap": (lambda c: c.add(a_row=0, b_row=8, out_row=9, n_rows=2,
+                                                 n_blocks=1, stride=0, param_row=0, shift=0),
+                                 ErrorCode.BAD_SIZE, 9, Opcode.ADD),
+        "bad_size_layernorm_elems": (lambda c: c.layernorm(
+            a_row=0, b_row=sp - 1, out_row=sp - 2, n_rows=1,
+            n_blocks=LN_MAX_ELEMS // cfg.cols + 1, stride=1, param_row=0, shift=0, g_shift=0),
+            ErrorCode.BAD_SIZE, LN_MAX_ELEMS // cfg.cols + 1, Opcode.LAYERNORM),
+        "bad_local_layernorm_param": (lambda c: c.layernorm(
+            a_row=0, b_row=2, out_row=4, n_rows=1, n_blocks=2, stride=1, param_row=ac - 7,
+            shift=0, g_shift=0), ErrorCode.BAD_LOCAL_ADDR, ac, Opcode.LAYERNORM),
+        "bad_local_add_out": (lambda c: c.add(a_row=0, b_row=4, out_row=sp - 1, n_rows=2,
+                                              n_blocks=1, stride=0, param_row=0, shift=0),
+                              ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.ADD),
+        "bad_local_add_order": (lambda c: c.add(a_row=sp - 1, b_row=0, out_row=8, n_rows=2,
+                                                n_blocks=1, stride=0, param_row=ac - 1,
+                                                shift=0),
+                                ErrorCode.BAD_LOCAL_ADDR, sp, Opcode.ADD),   # a first
         "fence_misaligned": (lambda c: c.fence(addr=0x102, value=1), ErrorCode.MISALIGNED,
                              0x102, Opcode.FENCE),
         "fence_bad_addr": (lambda c: c.fence(addr=d, value=1), ErrorCode.BAD_DRAM_ADDR, d,

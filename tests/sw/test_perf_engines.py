@@ -42,7 +42,8 @@ def run_engine(dut, commands, watch, *, port_busy=frozenset(), cycles=2000):
             if take is None and pending and ctx.get(dut.engine.cmd.ready):
                 op, body, flags = pending.pop(0)
                 kind = {Opcode.MATMUL: "matmul", Opcode.REQUANT: "requant",
-                        Opcode.SOFTMAX: "softmax"}[op]
+                        Opcode.SOFTMAX: "softmax", Opcode.GELU: "requant",
+                        Opcode.ADD: "eltwise", Opcode.LAYERNORM: "eltwise"}[op]
                 ctx.set(dut.engine.cmd.payload, Command.const(
                     {"header": {"opcode": op, "flags": flags}, "body": {kind: body}}))
                 ctx.set(dut.engine.cmd.valid, 1)
@@ -166,6 +167,32 @@ def test_requant_done_and_scratchpad_writes(cfg):
         perf.start(_cmd(Opcode.REQUANT, {"n_rows": n}, {"row_scale": rs}), t, ErrorCode.NONE)
     assert q.done == [d for _, d in done]
     assert _cycles(_spans(spad)) == writes["spad"]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[c.name for c in CONFIGS])
+def test_gelu_add_layernorm_done_and_scratchpad_writes(cfg):
+    """GELU, ADD and LAYERNORM back to back (one of each size zero, one failing): the
+    model's done cycles and scratchpad write cycles are the engines'."""
+    dut = VectorUnit(cfg)
+    elt = {"a_row": 0, "b_row": 20, "out_row": 40, "param_row": 0, "shift": 3, "g_shift": 5}
+    cmds = [(Opcode.GELU, {"acc_row": 0, "spad_row": 10, "n_rows": 5, "param_row": 40}, {}),
+            (Opcode.ADD, {**elt, "n_rows": 3, "n_blocks": 2, "stride": 4}, {}),
+            (Opcode.LAYERNORM, {**elt, "n_rows": 2, "n_blocks": 3, "stride": 5}, {}),
+            (Opcode.GELU, {"acc_row": 0, "spad_row": 10, "n_rows": 0, "param_row": 40}, {}),
+            (Opcode.ADD, {**elt, "n_rows": 1, "n_blocks": 1, "stride": 0}, {}),
+            (Opcode.LAYERNORM, {**elt, "n_rows": 0, "n_blocks": 3, "stride": 5}, {}),
+            (Opcode.ADD, {**elt, "out_row": 20, "n_rows": 1, "n_blocks": 1, "stride": 0}, {})]
+    done, writes = run_engine(dut, cmds, {"spad": dut.spad_wr.en}, cycles=4000)
+    spad = BusyList(lambda: 0)
+    perf = PerfVector(cfg, spad, BusyList(lambda: 0), BusyList(lambda: 0), Ledger(),
+                      lambda: 0)
+    perf.queue = q = _Queue()
+    for (t, _), (op, body, _) in zip(done, cmds, strict=True):
+        error = ErrorCode.BAD_SIZE if body.get("out_row") == 20 else ErrorCode.NONE
+        perf.start(_cmd(op, body), t, error)
+    assert q.done == [d for _, d in done]
+    assert _cycles(_spans(spad)) == writes["spad"]
+    assert len(writes["spad"]) == 5 + 3 * 2 + 2 * 3 + 1
 
 
 @pytest.mark.parametrize("cfg", CONFIGS[:2], ids=[c.name for c in CONFIGS[:2]])
