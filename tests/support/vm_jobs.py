@@ -271,10 +271,16 @@ def invalidation(backend) -> dict:
     ctx._write_pte(va >> VM_PAGE_SHIFT, 0)
     ctx.map(va, [p3.addr])                       # no TLB_INVALIDATE
     stale = load_store()
-    dev.invalidate_tlb(ctx)
+    before = dev.semaphore(0)
+    c = CommandList()
+    c.tlb_invalidate(asid=ctx.asid, signal=0)    # one that signals: dropped all the same
+    s.launch(c)
+    s.synchronize()
+    signalled = dev.semaphore(0) - before
     fresh = load_store()
     return {"first": first[0], "second": second[0], "walked_again": misses1 > misses0,
-            "fault": fault, "stale_without_invalidate": stale[0], "after_invalidate": fresh[0],
+            "fault": fault, "stale_without_invalidate": stale[0],
+            "invalidate_signalled": signalled, "after_invalidate": fresh[0],
             "counters": _tlb_counters(dev)}
 
 

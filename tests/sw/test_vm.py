@@ -144,6 +144,7 @@ def test_invalidation(make):
     assert r["fault"]["kind"] == "not_mapped" and r["fault"]["offset"] == 0
     # without the invalidate the TLB still held the old page; after it, the new one
     assert (r["stale_without_invalidate"], r["after_invalidate"]) == (2, 3)
+    assert r["invalidate_signalled"] == 1       # that TLB_INVALIDATE signalled its semaphore
 
 
 @pytest.mark.parametrize("seed", [3, 4])
