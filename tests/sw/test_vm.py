@@ -22,6 +22,7 @@ from hw.isa import (
 )
 from sw.model import ModelBackend
 from sw.perf import PerfBackend
+from sw.perf.corpus import WORKLOADS
 from sw.runtime import Device, NPUError
 from tests.support import vm_jobs
 
@@ -187,3 +188,12 @@ def test_perf_model_walk_timing_follows_the_rules(dram):
     from tests.cosim.test_vm_rtl import check_walk_timing
     r = vm_jobs.walk_timing(PerfBackend(CONFIG, dram=dram))
     check_walk_timing(r, DramTiming.parse(dram).read_latency)
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_skipped_fence_signals_without_interrupt(backend):
+    # vm_fetch_faults: a fence with irq and a signal on a read-only page, skipped after its
+    # page fault: not written, its semaphore signalled, IRQ_STATUS.fence stays clear
+    out = WORKLOADS["vm_fetch_faults"].run(Device(backend(CONFIG)))
+    assert out["irq_fence"] == 0 and out["fence_ro"]["kind"] == "permission"
+    assert out["sem1"] == 2                        # the resumed fence's SIGNAL, then this one
