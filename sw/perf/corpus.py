@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hw.isa import ActFormat, Csr, ErrorCode, IrqBit, LocalMem, WeightFormat, queue_csr, sem_csr
+from hw.isa import ActFormat, Csr, ErrorCode, LocalMem, WeightFormat, queue_csr, sem_csr
 from sw.runtime import CommandList, Device, DeviceError, PageFaultError
 
 __all__ = ["Workload", "WORKLOADS", "linear_operands", "attention_operands", "format_operands",
@@ -822,8 +822,7 @@ def _vm_fetch_faults(device: Device) -> dict:
     """Faults of the command fetch (:mod:`hw.isa.vm`): a stream whose ring's second page is
     mapped without read permission faults at the first slot there, the page gets it back
     and the stream resumes; a fence on an unmapped page, mapped and resumed; a fence on a
-    read-only page (with ``irq`` and a signal), skipped: not written, its semaphore
-    signalled, no interrupt."""
+    read-only page, skipped (not written)."""
     from hw.isa import VM_PAGE_BYTES
     ctx = device.create_context()
     q = next(q for q in range(device.config.n_queues) if q not in device.streams)
@@ -868,15 +867,12 @@ def _vm_fetch_faults(device: Device) -> dict:
     s.synchronize()
     ro = ctx.alloc(VM_PAGE_BYTES, write=False)
     ro.write(bytes(VM_PAGE_BYTES))
-    device.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
     c = CommandList()
-    c.fence(addr=ro.addr + 16, value=0x5678, irq=True, signal=1)
+    c.fence(addr=ro.addr + 16, value=0x5678, signal=1)
     out["fence_ro"] = run(c)
     s.skip()
     s.synchronize()
     out["sem1"] = device.backend.csr_read(sem_csr(1))
-    # skipped: its semaphore signalled, no interrupt
-    out["irq_fence"] = device.backend.csr_read(Csr.IRQ_STATUS) & IrqBit.FENCE
     out["digest"] = _digest(np.frombuffer(buf.read(), np.uint8), np.frombuffer(ro.read(),
                                                                                np.uint8))
     return out
