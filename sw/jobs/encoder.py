@@ -62,7 +62,7 @@ from sw.models.encoder import (
 )
 from sw.models.minilm import DEFAULT_EVAL_TEXT, load_minilm
 from sw.quant import cosine, quantize
-from sw.runtime import Buffer, CommandList, Device
+from sw.runtime import Buffer, CommandList, Device, Stream
 
 __all__ = ["OPS", "encoder_quant", "run_encoder_job", "format_encoder_report",
            "encoder_embeddings"]
@@ -96,7 +96,8 @@ def _unpack(dev: Device, buf: Buffer, m: int, n: int) -> np.ndarray:
 class _Encoder:
     """One forward pass on a device: the launches, the timestamps, the buffers."""
 
-    def __init__(self, dev: Device, eq: EncoderQuant, seq: int, kv_len: int) -> None:
+    def __init__(self, dev: Device, eq: EncoderQuant, seq: int, kv_len: int,
+                 stream: Stream) -> None:
         self.dev, self.eq, self.seq, self.kv = dev, eq, seq, kv_len
         c = self.c = dev.config
         if c.rows != c.cols:
@@ -105,7 +106,7 @@ class _Encoder:
         if HIDDEN % c.cols or seq % c.cols:
             raise ValueError(f"L={seq} and the hidden size {HIDDEN} must be multiples of "
                              f"cols={c.cols}")
-        self.stream = dev.create_stream()
+        self.stream = stream
         self.sems = {x: dev.alloc_semaphore() for x in "LMRS"}
         self.attn_sem = dev.alloc_semaphore()
         self.events = [dev.event(), dev.event()]
@@ -276,24 +277,26 @@ def encoder_embeddings(backend: Backend, texts: list[str], *, config: dict,
     model = load_minilm()
     eq = _prefix(encoder_quant(), n_layers)
     dev = Device(backend, expected_config=cfg)
+    stream = dev.create_stream()
     out = []
     for text in texts:
         ids = model.token_ids(text)
         seq = pad_to or -(-len(ids) // cfg.cols) * cfg.cols
         ids, kv = tokens_for_length(model, text, seq, "pad")
-        r = _forward(dev, eq, model, ids, kv)
+        r = _forward(dev, eq, model, ids, kv, stream)
         out.append({"embedding": r["embedding"], "float": r["float_embedding"],
                     "bit_exact": r["bit_exact"], "tokens": int(len(ids)), "kv_len": int(kv)})
     return out
 
 
-def _forward(dev: Device, eq: EncoderQuant, model, ids: np.ndarray, kv: int) -> dict:
+def _forward(dev: Device, eq: EncoderQuant, model, ids: np.ndarray, kv: int,
+             stream: Stream) -> dict:
     """One forward pass on ``dev``: outputs, golden comparison, embedding, timestamps."""
     seq = len(ids)
     word, pos = embedding_parts(model, ids)
     wq, pq = quantize(word, eq.word_scale), quantize(pos, eq.pos_scale)
     gold = golden_encoder(eq, model, ids, kv)
-    enc = _Encoder(dev, eq, seq, kv)
+    enc = _Encoder(dev, eq, seq, kv, stream)
     try:
         enc.run(wq, pq)
         got = {"x0": _unpack(dev, enc.outputs["x0"], seq, HIDDEN)}
@@ -367,7 +370,7 @@ def run_encoder_job(backend: Backend, *, config: dict, text: str | None = None,
     ids, kv = tokens_for_length(model, text, seq_len, fill)
     dev = Device(backend, expected_config=cfg, profile=profile)
     t1 = time.perf_counter()
-    r = _forward(dev, eq, model, ids, kv)
+    r = _forward(dev, eq, model, ids, kv, dev.create_stream())
     t2 = time.perf_counter()
     pes = cfg.n_pes
     stamps, marks = r["stamps"], r["marks"]
