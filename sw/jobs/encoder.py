@@ -79,6 +79,13 @@ def encoder_quant() -> EncoderQuant:
     return calibrate_encoder(load_minilm())
 
 
+@functools.lru_cache(maxsize=64)
+def _plan(config: NPUConfig, m: int, k: int, n: int, gelu: bool, dram):
+    """The linear kernel's plan (cached: every layer and every sentence of one length
+    reuses it)."""
+    return plan_linear(config, m, k, n, double_buffer=True, dram=dram, gelu=gelu)
+
+
 def _prefix(eq: EncoderQuant, n_layers: int) -> EncoderQuant:
     if not 0 <= n_layers <= len(eq.layers):
         raise ValueError(f"layers must be in 0..{len(eq.layers)}, got {n_layers}")
@@ -113,7 +120,6 @@ class _Encoder:
         self.marks: list[tuple[int, str, str]] = []     # (word index, layer, op)
         self.stamp_buf = dev.alloc(4 * (2 + 8 * (len(eq.layers) + 1)))
         self.n_commands = 0
-        self._plans: dict = {}
         self.weights: list[dict[str, Buffer]] = []
         self.keep: list[Buffer] = []
         self.outputs: dict = {}
@@ -134,11 +140,7 @@ class _Encoder:
         return buf
 
     def plan(self, k: int, n: int, gelu: bool = False):
-        key = (k, n, gelu)
-        if key not in self._plans:
-            self._plans[key] = plan_linear(self.c, self.seq, k, n, double_buffer=True,
-                                           dram=self.dev.dram_timing, gelu=gelu)
-        return self._plans[key]
+        return _plan(self.c, self.seq, k, n, gelu, self.dev.dram_timing)
 
     def upload_weights(self, lay: int) -> dict[str, Buffer]:
         """Layer ``lay``'s weights and parameters into device DRAM (host writes)."""
