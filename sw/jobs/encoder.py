@@ -198,11 +198,11 @@ class _Encoder:
             wb = nxt
             self.weights.append(wb)
             p = lq.attn.proj
-            cat = lambda f: np.concatenate([getattr(p[n], f) for n in  # noqa: E731
-                                            ("query", "key", "value")])
-            w_qkv = np.concatenate([p[n].w for n in ("query", "key", "value")], axis=1)
-            qkv = self.linear(x, wb["qkv"], w_qkv, cat("bias"), cat("multiplier"),
-                              cat("shift"))
+            qkv_p = [p[n] for n in ("query", "key", "value")]
+            w_qkv = np.concatenate([q.w for q in qkv_p], axis=1)
+            qkv = self.linear(x, wb["qkv"], w_qkv,
+                              *(np.concatenate([getattr(q, f) for q in qkv_p])
+                                for f in ("bias", "multiplier", "shift")))
             self._stamp(str(lay), "qkv")
             q, k, v = (Buffer(self.dev, qkv.addr + i * span, span) for i in range(3))
             ctx = self._alloc(nb)

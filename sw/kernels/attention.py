@@ -450,7 +450,8 @@ def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer
             tile = _Tile(c, plan, bufs, h, i0, min(plan.m_tile, seq - i0))
             if tile.first:       # K of the head, d block by d block, from the linear layout
                 for b in range(db):
-                    cmds.dma_load(mem=LocalMem.SPAD, dram_addr=k_buf.addr + (h * db + b) * seq * srb,
+                    cmds.dma_load(mem=LocalMem.SPAD,
+                                  dram_addr=k_buf.addr + (h * db + b) * seq * srb,
                                   dram_stride=n * srb, row_bytes=n * srb, n_rows=plan.kb,
                                   local_row=plan.k_base + b * n, local_stride=db * n,
                                   **seq_kw("load"))

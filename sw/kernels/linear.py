@@ -469,6 +469,21 @@ def pack_weights(config: NPUConfig, plan: LinearPlan, w: npt.ArrayLike) -> np.nd
     return _pack(config, plan, np.zeros((1, plan.k), np.int8), w, z, z, z)[1]
 
 
+def _check_gelu(gelu, relu: bool, shape: tuple) -> tuple[np.ndarray, np.ndarray] | None:
+    """``linear_launch``'s ``gelu`` as int64 arrays, checked (ValueError)."""
+    if gelu is None:
+        return None
+    if relu:
+        raise ValueError("relu and gelu exclude each other")
+    g_arr = (np.asarray(gelu[0], np.int64), np.asarray(gelu[1], np.int64))
+    for name, v, hi in (("m2", g_arr[0], (1 << 31) - 1), ("s2", g_arr[1], 63)):
+        if v.shape != shape:
+            raise ValueError(f"gelu {name} must have shape {shape}, got {v.shape}")
+        if v.size and (v.min() < 0 or v.max() > hi):
+            raise ValueError(f"gelu {name} outside [0, {hi}]")
+    return g_arr
+
+
 def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
                   bias: npt.ArrayLike, multiplier: npt.ArrayLike, shift: npt.ArrayLike,
                   relu: bool = False, *, shape_k: int | None = None, m: int | None = None,
@@ -544,16 +559,7 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     m_arr = np.asarray(multiplier, dtype=np.int64)
     s_arr = np.asarray(shift, dtype=np.int64)
     _check_operands(a_arr, w_arr, b_arr, m_arr, s_arr)
-    g_arr = None
-    if gelu is not None:
-        if relu:
-            raise ValueError("relu and gelu exclude each other")
-        g_arr = (np.asarray(gelu[0], np.int64), np.asarray(gelu[1], np.int64))
-        for name, v, hi in (("m2", g_arr[0], (1 << 31) - 1), ("s2", g_arr[1], 63)):
-            if v.shape != b_arr.shape:
-                raise ValueError(f"gelu {name} must have shape {b_arr.shape}, got {v.shape}")
-            if v.size and (v.min() < 0 or v.max() > hi):
-                raise ValueError(f"gelu {name} outside [0, {hi}]")
+    g_arr = _check_gelu(gelu, relu, b_arr.shape)
     if w_buf is not None and plan is None:
         raise ValueError("w_buf needs the plan it was packed for")
     mm, k = a_arr.shape

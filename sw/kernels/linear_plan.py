@@ -313,7 +313,8 @@ def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: i
                "buffer counts must be 1 or 2"),
               (w_buffers * n_group * k_chunk * wt + a_buffers * k_chunk * at
                + out_buffers * n_group * m_tile <= s_rows, "the buffers do not fit the scratchpad"),
-              (n_group * m_tile < a_rows - 2 * fmt.p_rows * n_group, "the tiles do not fit the accumulator")]
+              (n_group * m_tile < a_rows - 2 * fmt.p_rows * n_group,
+               "the tiles do not fit the accumulator")]
     for ok, why in checks:
         if not ok:
             raise ValueError(why)

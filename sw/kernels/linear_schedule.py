@@ -19,14 +19,14 @@ from hw.config import NPUConfig
 from hw.isa import LocalMem, act_tile_rows
 from sw.kernels.linear_ops import (
     DmaOp,
+    GeluOp,
     MatmulOp,
     Op,
-    GeluOp,
     RequantOp,
     Wait,
     dma_cycles,
-    matmul_cycles,
     gelu_cycles,
+    matmul_cycles,
     requant_cycles,
 )
 
