@@ -427,17 +427,17 @@ def format_encoder_report(result: dict) -> str:
         f"NPU {result['config_name']} ({result['backend']} backend), {result['commands']:,} "
         "commands; pooling and L2 normalisation on the host",
         "",
-        f"{'layer':<7}{'operation':<11}{'cycles':>11}{'MACs':>13}{'util':>8}",
+        f"{'layer':<7}{'operation':<11}{'cycles':>12}{'MACs':>15}{'util':>8}",
     ]
     for o in result["ops"]:
-        lines.append(f"{o['layer']:<7}{o['op']:<11}{o['cycles']:>11,}{o['macs']:>13,}"
+        lines.append(f"{o['layer']:<7}{o['op']:<11}{o['cycles']:>12,}{o['macs']:>15,}"
                      f"{u(o['utilization']):>8}")
-    lines += ["", f"{'layer':<18}{'cycles':>11}{'MACs':>13}{'util':>8}"]
+    lines += ["", f"{'layer':<18}{'cycles':>12}{'MACs':>15}{'util':>8}"]
     for p in result["per_layer"]:
-        lines.append(f"{p['layer']:<18}{p['cycles']:>11,}{p['macs']:>13,}"
+        lines.append(f"{p['layer']:<18}{p['cycles']:>12,}{p['macs']:>15,}"
                      f"{u(p['utilization']):>8}")
     t = result["total"]
-    lines.append(f"{'total':<18}{t['cycles']:>11,}{t['macs']:>13,}{u(t['utilization']):>8}")
+    lines.append(f"{'total':<18}{t['cycles']:>12,}{t['macs']:>15,}{u(t['utilization']):>8}")
     bad = [k for k, v in result["exact"].items() if not v]
     lines += ["", f"sentence embedding vs float32: cosine {result['cosine']:.5f} (golden "
               f"integer model {result['golden_cosine']:.5f}); bit-exact with the golden "
