@@ -103,3 +103,25 @@ def test_eltwise_kernel_rejects_what_does_not_fit():
         eltwise_launch(s, Opcode.GELU, buf, buf, buf, buf, m=8, n=384, shift=16, sems=sems)
     with pytest.raises(ValueError, match="gamma outside"):
         pack_layernorm_params(cfg, [1], [1], [1 << 31], [0])
+
+
+def test_npu_run_encoder_prints_the_table_and_traces_its_regions(tmp_path, capsys):
+    """`npu run --layers 1` on the performance model: exit 0 (bit-exact), the per-operation
+    table, and a Perfetto trace whose layer and operation regions come from the FENCE
+    timestamps and hold the engine commands."""
+    import json
+
+    from cosim.cli import main
+    trace = tmp_path / "t.json"
+    assert main(["run", "--backend", "perf", "--layers", "1", "--seq-len", "8",
+                 "--trace", str(trace), "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "ffn1_gelu" in out and "bit-exact with the golden model: yes" in out
+    ev = json.loads(trace.read_text())
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    names = [e["name"] for e in ev if e.get("ph") == "X"]
+    for region in ("embedding", "layer 0", *OPS):
+        assert names.count(region) == 1, region
+    r = json.loads((tmp_path / "r.json").read_text())
+    span = [o for o in r["ops"] if o["op"] == "qkv"][0]
+    assert span["end"] - span["start"] == span["cycles"] > 0
