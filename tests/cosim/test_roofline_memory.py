@@ -13,7 +13,7 @@ from hw.isa import COMMAND_BYTES, Csr, LocalMem, queue_csr
 from sw.model import ModelBackend
 from sw.runtime import CommandList
 
-CFG = NPUConfig()                       # 8x8, 8-byte AXI beats, 2 outstanding reads
+CFG = NPUConfig(dma_outstanding=2)     # 8x8, 8-byte AXI beats, 2 outstanding reads
 
 
 def _profile(read_beats_per_burst: int, write_beats_per_burst: int) -> BurstProfile:
