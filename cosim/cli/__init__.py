@@ -46,6 +46,17 @@ from sw.runtime import NPUError
 __all__ = ["main", "build_parser", "parse_config"]
 
 
+def _layers(text: str) -> int:
+    """``--layers``: 0..6."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 6:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a layer count in 0..6")
+    return n
+
+
 def _blocks(text: str) -> list[str]:
     """``--waves-scope``: comma-separated block names (checked against the design later)."""
     names = [n.strip() for n in text.split(",")]
@@ -57,17 +68,22 @@ def _blocks(text: str) -> list[str]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from sw.jobs import minilm_block as workload
+    from sw.jobs import encoder, minilm_block
 
     job_args = {"text": args.text, "config": args.config.to_dict()}
+    workload = minilm_block
     if args.qkv_only:
         job, fmt = "run_qkv_job", workload.format_report
-    else:
+    elif args.block:
         job, fmt = "run_attention_job", workload.format_attention_report
         job_args |= {"seq_len": args.seq_len, "causal": args.causal, "fill": args.fill,
                      "weights": args.weights, "activations": args.activations}
         if args.vm:
             job_args["virtual_memory"] = True
+    else:
+        workload = encoder
+        job, fmt = "run_encoder_job", encoder.format_encoder_report
+        job_args |= {"seq_len": args.seq_len, "fill": args.fill, "n_layers": args.layers}
     if args.trace or args.trace_png:
         job_args["profile"] = True
     start = time.perf_counter()
@@ -84,7 +100,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from cosim.tb.harness import run_job
         print(f"co-simulating the {args.config.name} NPU on Verilator "
               f"(first run builds it, one to two minutes)...", file=sys.stderr)
-        run = run_job(args.config, f"sw.jobs.minilm_block:{job}", job_args,
+        run = run_job(args.config, f"{workload.__name__}:{job}", job_args,
                       waves=args.waves, name="npu_run", waves_window=args.waves_window,
                       dram=args.dram, waves_format=args.waves_format,
                       waves_scope=args.waves_scope)
@@ -104,7 +120,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.json}")
-    ok = all(k["bit_exact"] for k in result["kernels"]) and result.get("bit_exact", True)
+    ok = (all(k["bit_exact"] for k in result.get("kernels", []))
+          and result.get("bit_exact", True))
     return 0 if ok else 1
 
 
@@ -197,14 +214,17 @@ _CONFIG_HELP = "ROWSxCOLS[,key=value...]"
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser(
-        "run", help="run MiniLM's layer-0 self-attention block on the NPU",
-        description="Quantize layer 0 of all-MiniLM-L6-v2 (scales calibrated on other text, "
-                    "never on the evaluation text) and run its self-attention block on the NPU: "
-                    "Q/K/V projections, Q.K^T on the systolic array, integer softmax in the "
-                    "vector unit, P.V, output projection. Reports per stage: cycles and MAC "
-                    "utilization (useful MACs / (cycles x PEs)); SQNR (dB) and cosine of the "
-                    "output against float32; whether the device output equals the golden "
-                    "integer model bit for bit. Exit status 1 if any stage is not bit-exact.")
+        "run", help="run all-MiniLM-L6-v2's forward pass (or one block) on the NPU",
+        description="Quantize all-MiniLM-L6-v2 (scales calibrated on other text, never on the "
+                    "evaluation text) and run its whole forward pass on the NPU as command "
+                    "streams: embedding LayerNorm, six layers of Q/K/V projections, attention "
+                    "heads, output projection, residual + LayerNorm, FFN with GELU, residual "
+                    "+ LayerNorm (--layers N: a prefix); the host pools and L2-normalises. "
+                    "Reports per layer and per operation: cycles, MACs and utilization "
+                    "(useful MACs / (cycles x PEs)); the sentence-embedding cosine against "
+                    "float32; whether every tensor equals the golden integer model bit for "
+                    "bit. --block runs layer 0's self-attention block alone (per stage: "
+                    "cycles, SQNR, cosine). Exit status 1 if anything is not bit-exact.")
     run.add_argument("--backend", choices=("rtl", "perf", "model"), default="rtl",
                      help="rtl: cocotb + Verilator co-simulation of the generated Verilog "
                           "(default); perf: the event-driven performance model (sw.perf: the "
@@ -225,8 +245,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                           "masked as keys (key-padding mask)")
     run.add_argument("--causal", action="store_true", help="causal attention mask")
     run.add_argument("--vm", action="store_true",
-                     help="run in a device context: virtual buffers, every DMA translated "
-                          "by the TLBs (hw.isa.vm)")
+                     help="with --block: run in a device context: virtual buffers, every "
+                          "DMA translated by the TLBs (hw.isa.vm)")
     run.add_argument("--weights", choices=("int8", "int4", "mxint8"), default="int8",
                      help="number format of the four projections' weights: int8 (per "
                           "channel), int4 (per channel, packed two per byte), mxint8 (OCP MX, "
@@ -234,8 +254,14 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--activations", choices=("int8", "mxint8"), default="int8",
                      help="number format of the Q/K/V projections' input: int8 (per tensor) "
                           "or mxint8 (with --weights mxint8) (default %(default)s)")
+    run.add_argument("--layers", type=_layers, default=6, metavar="N",
+                     help="run the first N encoder layers (0..6; 0: the embedding LayerNorm "
+                          "only) (default %(default)s)")
+    run.add_argument("--block", action="store_true",
+                     help="run only layer 0's self-attention block (the earlier main job; "
+                          "with --causal, --weights, --activations, --waves-kernel)")
     run.add_argument("--qkv-only", action="store_true",
-                     help="run only the Q/K/V projections (the earlier main job)")
+                     help="run only layer 0's Q/K/V projections (the first main job)")
     run.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     run.add_argument("--dram", type=parse_dram, default=DramTiming(), metavar="PRESET|k=v,...",
                      help=DRAM_HELP)
@@ -420,6 +446,28 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"mxint8 needs the MX exponent stage: --config {args.config.spec},mx=1")
     if args.activations == "mxint8" and args.weights != "mxint8":
         parser.error("--activations mxint8 needs --weights mxint8")
+    if args.qkv_only and args.block:
+        parser.error("--qkv-only and --block exclude each other")
+    if args.vm and not args.block:
+        parser.error("--vm applies to --block (the attention block in a device context)")
+    if not (args.qkv_only or args.block):
+        for flag, value in (("--causal", args.causal or None),
+                            ("--weights", None if args.weights == "int8" else args.weights),
+                            ("--activations",
+                             None if args.activations == "int8" else args.activations),
+                            ("--waves-kernel", args.waves_kernel)):
+            if value is not None:
+                parser.error(f"{flag} applies to --block or --qkv-only, not to the encoder")
+        if args.config.rows != args.config.cols:
+            parser.error(f"the encoder needs a square array (the transposed K load), got "
+                         f"{args.config.rows}x{args.config.cols}; use --qkv-only")
+        args.seq_len = args.seq_len or 32
+        args.fill = args.fill or "repeat"
+        if args.seq_len % args.config.cols:
+            parser.error(f"--seq-len {args.seq_len}: the encoder needs a multiple of "
+                         f"cols={args.config.cols}")
+    elif args.layers != 6:
+        parser.error("--layers applies to the encoder, not to --block or --qkv-only")
     if args.qkv_only:
         for flag, value in (("--seq-len", args.seq_len), ("--fill", args.fill),
                             ("--causal", args.causal or None),

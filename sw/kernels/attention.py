@@ -51,6 +51,7 @@ from hw.isa import DmaBody, LocalMem, field_max
 from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
 __all__ = ["AttentionPlan", "AttentionStats", "plan_attention", "attention_with_stats",
+           "attention_launch", "pack_attention_params",
            "STAGES"]
 
 STAGES = ("scores", "softmax", "context")
@@ -374,3 +375,97 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
         sem.free()
     ctx = o_dram[:, :, :, :c.cols].transpose(2, 0, 1, 3).reshape(seq, heads, plan.db * c.cols)
     return np.ascontiguousarray(ctx[:, :, :d].reshape(seq, heads * d)), stats
+
+
+def pack_attention_params(config: NPUConfig, heads: int, head_dim: int, out_mult: npt.ArrayLike,
+                          out_shift: npt.ArrayLike) -> np.ndarray:
+    """The context REQUANT parameters in DRAM layout ``(H, DB, 3, acc_row_elems)`` int32."""
+    plan = AttentionPlan(seq=1, head_dim=head_dim, db=_ceil_div(head_dim, config.cols), kb=1,
+                         lp=config.cols, m_tile=1, k_base=0, v_base=0, q_base=0, p_base=0,
+                         o_spad=0, sc_base=0, s_base=0, o_acc=0, param_base=0)
+    z = np.zeros((1, heads * head_dim), np.int8)
+    return _pack(config, plan, z, z, z, heads, out_mult, out_shift)[3]
+
+
+def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer,
+                     p_buf: Buffer, o_buf: Buffer, *, seq: int, heads: int, head_dim: int,
+                     score_mult: npt.ArrayLike, score_shift: npt.ArrayLike, sem: Semaphore,
+                     kv_len: int | None = None, causal: bool = False,
+                     spad_region: tuple[int, int] | None = None,
+                     acc_region: tuple[int, int] | None = None,
+                     timeout_cycles: int | None = None) -> int:
+    """Multi-head attention on device-resident tensors, launched without waiting (one launch,
+    ordered after the stream's earlier work); bit-exact with :func:`attention_with_stats`.
+
+    Q, K, V and the output are in the linear kernel's activation layout
+    (:func:`sw.kernels.linear.pack_activations`): ``(heads * DB, L, spad_row_bytes)`` int8,
+    i.e. the ``out_buffer`` of a Q/K/V projection (``rows == cols``), and the output is the
+    next projection's input. Q, V and the output are then exactly the layouts of the module
+    docstring (``L`` a multiple of ``cols``, so ``Lp = L``); K is loaded with one DMA per d
+    block (key block ``kb`` of d block ``b`` is ``cols`` contiguous rows at ``(h DB + b) L +
+    kb cols``) instead of one per head. ``p_buf`` holds :func:`pack_attention_params`.
+
+    Ordering: one semaphore ``sem`` (owned by the caller); every command signals it and a
+    command waits for all earlier commands of the launch where it runs on another engine
+    than the command before (as :func:`attention_with_stats` within a stage, here across the
+    stages and heads too), so no stage drains the device: the next launch on the stream
+    follows through the stream's barrier.
+
+    Returns
+    -------
+    int
+        Commands launched.
+
+    Raises
+    ------
+    ValueError
+        ``L`` not a multiple of ``cols``, bad ``kv_len``, or see :func:`plan_attention`.
+    """
+    c = stream.device.config
+    if seq % c.cols:
+        raise ValueError(f"device-resident attention needs L a multiple of cols={c.cols}, "
+                         f"got {seq}")
+    kv = seq if kv_len is None else int(kv_len)
+    if not 0 <= kv <= seq:
+        raise ValueError(f"kv_len must be in 0..{seq}, got {kv}")
+    plan = plan_attention(c, seq, head_dim, spad_region=spad_region, acc_region=acc_region)
+    smult = np.asarray(score_mult, np.int64).reshape(heads)
+    sshift = np.asarray(score_shift, np.int64).reshape(heads)
+    bufs = {"q": q_buf, "k": k_buf, "v": v_buf, "p": p_buf, "o": o_buf}
+    cmds = CommandList()
+    last: str | None = None
+
+    def seq_kw(engine: str) -> dict:
+        nonlocal last
+        kw: dict = {"signal": sem.id}
+        if engine != last:
+            kw["wait"] = (sem.id, sem.target(len(cmds)))
+        last = engine
+        return kw
+
+    srb, n, db = c.spad_row_bytes, c.cols, plan.db
+    for h in range(heads):
+        sm = {"kv_len": kv, "mult": int(smult[h]), "shift": int(sshift[h]), "causal": causal}
+        for i0 in range(0, seq, plan.m_tile):
+            tile = _Tile(c, plan, bufs, h, i0, min(plan.m_tile, seq - i0))
+            if tile.first:       # K of the head, d block by d block, from the linear layout
+                for b in range(db):
+                    cmds.dma_load(mem=LocalMem.SPAD,
+                                  dram_addr=k_buf.addr + (h * db + b) * seq * srb,
+                                  dram_stride=n * srb, row_bytes=n * srb, n_rows=plan.kb,
+                                  local_row=plan.k_base + b * n, local_stride=db * n,
+                                  **seq_kw("load"))
+            cmds.dma_load(mem=LocalMem.SPAD,
+                          dram_addr=q_buf.addr + (h * db * seq + tile.i0) * srb,
+                          dram_stride=seq * srb, row_bytes=tile.mt * srb, n_rows=db,
+                          local_row=plan.q_base, local_stride=tile.mt, **seq_kw("load"))
+            for b in range(plan.kb):
+                cmds.matmul(a_row=plan.q_base, w_row=plan.k_base + b * db * n,
+                            acc_row=plan.s_base + b * tile.mt, m=tile.mt, transpose=True,
+                            k_blocks=db, **seq_kw("matrix"))
+            tile.softmax(cmds, seq_kw, **sm)
+            tile.context(cmds, seq_kw)
+    sem.issued += len(cmds)
+    kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
+    stream.launch(cmds, **kw)
+    return len(cmds)

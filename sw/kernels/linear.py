@@ -95,7 +95,8 @@ from sw.quant import check_accumulation, pack_int4
 from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
 __all__ = ["LinearPlan", "LinearStats", "LinearJob", "Formats", "INT8_FORMATS", "plan_linear",
-           "linear", "linear_with_stats", "linear_launch", "pack_activations", "weight_dram_bytes",
+           "linear", "linear_with_stats", "linear_launch", "pack_activations", "pack_weights",
+           "weight_dram_bytes",
            "build_linear_commands",
            "build_linear_commands_double_buffered", "double_buffered_plan", "linear_dram_bytes",
            "matmul_cycles", "matmul_latency", "requant_cycles", "dma_cycles"]
@@ -214,7 +215,8 @@ def _check_operands(a: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: 
 
 
 def _pack(config: NPUConfig, plan: LinearPlan, a: np.ndarray, w: np.ndarray,
-          bias: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, fmt: Formats | None = None
+          bias: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, fmt: Formats | None = None,
+          gelu: tuple[np.ndarray, np.ndarray] | None = None
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     c = config
     fmt = INT8_FORMATS if fmt is None else fmt
@@ -247,10 +249,14 @@ def _pack(config: NPUConfig, plan: LinearPlan, a: np.ndarray, w: np.ndarray,
         w_dram[:, :, rows, :cols] = per_tile.reshape(plan.kb, plan.nb, cols).transpose(
             1, 0, 2).view(np.int8)
     w_dram = w_dram.reshape(plan.nb, plan.kb * wt, srb)
-    p = np.zeros((3, n_pad), dtype=np.int64)
+    pr = plan.p_rows
+    p = np.zeros((pr, n_pad), dtype=np.int64)
     p[0, :n], p[1, :n], p[2, :n] = bias, multiplier, shift
-    p_dram = np.zeros((plan.nb, 3, c.acc_row_elems), dtype="<i4")
-    p_dram[:, :, :cols] = p.reshape(3, plan.nb, cols).transpose(1, 0, 2)
+    if gelu is not None:                 # GELU: shifts s1 | s2 << 8, then m2
+        p[2, :n] = shift | (np.asarray(gelu[1], np.int64) << 8)
+        p[3, :n] = gelu[0]
+    p_dram = np.zeros((plan.nb, pr, c.acc_row_elems), dtype="<i4")
+    p_dram[:, :, :cols] = p.reshape(pr, plan.nb, cols).transpose(1, 0, 2)
     return a_dram, w_dram, p_dram
 
 
@@ -321,11 +327,16 @@ def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_
                     cmds.matmul(a_row=plan.a_base + t * at, w_row=plan.w_base + t * wt,
                                 acc_row=plan.acc_row, m=mt, accumulate=(kb0 + t) > 0, **fmt,
                                 **seq())
-            cmds.dma_load(mem=LocalMem.ACC, dram_addr=p_buf.addr + j * 3 * c.acc_row_bytes,
-                          dram_stride=c.acc_row_bytes, row_bytes=c.acc_row_bytes, n_rows=3,
+            pr = plan.p_rows
+            cmds.dma_load(mem=LocalMem.ACC, dram_addr=p_buf.addr + j * pr * c.acc_row_bytes,
+                          dram_stride=c.acc_row_bytes, row_bytes=c.acc_row_bytes, n_rows=pr,
                           local_row=plan.param_row, local_stride=1, **seq())
-            cmds.requant(acc_row=plan.acc_row, spad_row=plan.o_base, n_rows=mt,
-                         param_row=plan.param_row, relu=relu, **seq())
+            if plan.gelu:
+                cmds.gelu(acc_row=plan.acc_row, spad_row=plan.o_base, n_rows=mt,
+                          param_row=plan.param_row, **seq())
+            else:
+                cmds.requant(acc_row=plan.acc_row, spad_row=plan.o_base, n_rows=mt,
+                             param_row=plan.param_row, relu=relu, **seq())
             cmds.dma_store(mem=LocalMem.SPAD, dram_addr=o_buf.addr + (j * m + i0) * srb,
                            dram_stride=0, row_bytes=mt * srb, n_rows=1, local_row=plan.o_base,
                            local_stride=0, **seq())
@@ -448,13 +459,41 @@ def pack_activations(config: NPUConfig, a: np.ndarray) -> np.ndarray:
     return out
 
 
+def pack_weights(config: NPUConfig, plan: LinearPlan, w: npt.ArrayLike) -> np.ndarray:
+    """int8 weights ``W`` (K, N) in the kernel's DRAM layout for ``plan`` (int8 formats):
+    ``(NB, KB * rows, spad_row_bytes)``, what :func:`linear_launch` takes as ``w_buf``."""
+    w = np.asarray(w, np.int8)
+    if w.shape != (plan.k, plan.n):
+        raise ValueError(f"W must have shape ({plan.k}, {plan.n}), got {w.shape}")
+    z = np.zeros(plan.n, np.int64)
+    return _pack(config, plan, np.zeros((1, plan.k), np.int8), w, z, z, z)[1]
+
+
+def _check_gelu(gelu, relu: bool, shape: tuple) -> tuple[np.ndarray, np.ndarray] | None:
+    """``linear_launch``'s ``gelu`` as int64 arrays, checked (ValueError)."""
+    if gelu is None:
+        return None
+    if relu:
+        raise ValueError("relu and gelu exclude each other")
+    g_arr = (np.asarray(gelu[0], np.int64), np.asarray(gelu[1], np.int64))
+    for name, v, hi in (("m2", g_arr[0], (1 << 31) - 1), ("s2", g_arr[1], 63)):
+        if v.shape != shape:
+            raise ValueError(f"gelu {name} must have shape {shape}, got {v.shape}")
+        if v.size and (v.min() < 0 or v.max() > hi):
+            raise ValueError(f"gelu {name} outside [0, {hi}]")
+    return g_arr
+
+
 def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
                   bias: npt.ArrayLike, multiplier: npt.ArrayLike, shift: npt.ArrayLike,
                   relu: bool = False, *, shape_k: int | None = None, m: int | None = None,
                   double_buffer: bool = True, spad_region: tuple[int, int] | None = None,
                   acc_region: tuple[int, int] | None = None,
                   timeout_cycles: int | None = None, plan: LinearPlan | None = None,
-                  formats: Formats = INT8_FORMATS) -> LinearJob:
+                  formats: Formats = INT8_FORMATS,
+                  gelu: tuple[npt.ArrayLike, npt.ArrayLike] | None = None,
+                  sems: dict[str, Semaphore] | None = None, w_buf: Buffer | None = None
+                  ) -> LinearJob:
     """Launch a quantized linear layer on ``stream`` without waiting for it.
 
     Parameters
@@ -476,6 +515,19 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     formats : Formats
         Operand formats (default int8 x int8): int4 or MXINT8 weights, MXINT8 activations
         (not with a packed activation buffer), their scales and the MX alignment base.
+    gelu : tuple of (array_like, array_like), optional
+        ``(m2, s2)``, each ``(N,)``: the epilogue is GELU instead of REQUANT (bit-exact with
+        :func:`sw.golden.gelu_int` of the accumulator, ``multiplier``/``shift`` being its
+        ``m1``/``s1``; ``relu`` must be False); ``m2`` in ``0..2**31-1``, ``s2`` in ``0..63``.
+    sems : dict of str to Semaphore, optional
+        The four semaphores ``"L"``, ``"M"``, ``"R"``, ``"S"`` of the double-buffered stream,
+        owned by the caller (kernels launched one after another on one stream can share them:
+        16 semaphores would not last a whole encoder layer otherwise); the job does not free
+        them. Default: allocated from the pool and freed by :meth:`LinearJob.free`.
+    w_buf : Buffer, optional
+        The weights already in device DRAM in the kernel's layout (uploaded earlier, e.g. while
+        the previous layer computed: :func:`pack_weights`); not freed by the job. Needs
+        ``plan``.
 
     Returns
     -------
@@ -507,6 +559,9 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     m_arr = np.asarray(multiplier, dtype=np.int64)
     s_arr = np.asarray(shift, dtype=np.int64)
     _check_operands(a_arr, w_arr, b_arr, m_arr, s_arr)
+    g_arr = _check_gelu(gelu, relu, b_arr.shape)
+    if w_buf is not None and plan is None:
+        raise ValueError("w_buf needs the plan it was packed for")
     mm, k = a_arr.shape
     n = w_arr.shape[1]
     _check_formats(c, formats, mm, k, n, w_arr)
@@ -514,38 +569,46 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
                   "x_base": int(formats.x_base) if formats.mx else 0}
     if plan is None:
         plan = plan_linear(c, mm, k, n, double_buffer=double_buffer, spad_region=spad_region,
-                           acc_region=acc_region, dram=device.dram_timing, **fmt_fields)
+                           acc_region=acc_region, dram=device.dram_timing,
+                           gelu=gelu is not None, **fmt_fields)
+    elif plan.gelu != (gelu is not None):
+        raise ValueError(f"the plan is for a {'GELU' if plan.gelu else 'REQUANT'} epilogue")
     elif (plan.m, plan.k, plan.n) != (mm, k, n):
         raise ValueError(f"the plan is for {plan.m}x{plan.k}x{plan.n}, not {mm}x{k}x{n}")
     elif (plan.w_fmt, plan.a_fmt, plan.x_base) != tuple(fmt_fields.values()):
         raise ValueError(f"the plan is for formats {plan.w_fmt}, {plan.a_fmt}, x_base "
                          f"{plan.x_base}, not {tuple(fmt_fields.values())}")
-    a_dram, w_dram, p_dram = _pack(c, plan, a_arr, w_arr, b_arr, m_arr, s_arr, formats)
+    a_dram, w_dram, p_dram = _pack(c, plan, a_arr, w_arr, b_arr, m_arr, s_arr, formats,
+                                   g_arr)
     kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
     bufs: list[Buffer] = []
-    sems: list[Semaphore] = []
+    own_sems: list[Semaphore] = []
     try:
         if isinstance(a, Buffer):
             a_buf = a
         else:
             a_buf = stream.upload(a_dram)
             bufs.append(a_buf)
-        w_buf = stream.upload(w_dram)
-        bufs.append(w_buf)
+        if w_buf is None:
+            w_buf = stream.upload(w_dram)
+            bufs.append(w_buf)
         p_buf = stream.upload(p_dram)
         bufs.append(p_buf)
         o_buf = stream.alloc(plan.nb * mm * c.spad_row_bytes)
         bufs.append(o_buf)
         if plan.double_buffer:
-            named = {x: device.alloc_semaphore() for x in "LMRS"}
-            sems.extend(named.values())
+            if sems is None:
+                named = {x: device.alloc_semaphore() for x in "LMRS"}
+                own_sems.extend(named.values())
+            else:
+                named = sems
             cmds, issued = build_linear_commands_double_buffered(c, plan, a_buf, w_buf, p_buf,
                                                                   o_buf, relu, named)
             for x, count in issued.items():
                 named[x].issued += count
         else:
             sem = device.alloc_semaphore()
-            sems.append(sem)
+            own_sems.append(sem)
             cmds = build_linear_commands(c, plan, a_buf, w_buf, p_buf, o_buf, relu,
                                          sem.target(), sem.id)
             sem.issued += len(cmds)
@@ -553,10 +616,10 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     except BaseException:
         for b in bufs:
             b.free()
-        for s_ in sems:
+        for s_ in own_sems:
             s_.free()
         raise
-    return LinearJob(stream, plan, bufs, o_buf, sems, len(cmds))
+    return LinearJob(stream, plan, bufs, o_buf, own_sems, len(cmds))
 
 
 def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,

@@ -22,14 +22,16 @@ from hw.isa import (
     LocalMem,
     dma_bursts,
     dma_estimate_cycles,
+    gelu_busy_cycles,
     matmul_busy_cycles,
     matmul_issue_cycles,
     requant_busy_cycles,
 )
 from sw.dram import MIN_READ_LATENCY, MIN_WRITE_LATENCY, DramTiming
 
-__all__ = ["DmaOp", "MatmulOp", "RequantOp", "Op", "Wait", "command_fields", "Timer",
-           "matmul_cycles", "matmul_latency", "requant_cycles", "dma_cycles", "fetch_cycles"]
+__all__ = ["DmaOp", "MatmulOp", "RequantOp", "GeluOp", "Op", "Wait", "command_fields", "Timer",
+           "matmul_cycles", "matmul_latency", "requant_cycles", "gelu_cycles", "dma_cycles",
+           "fetch_cycles"]
 
 Wait = tuple[str, int] | None   #: ``(semaphore name, count)``
 
@@ -60,6 +62,12 @@ def requant_cycles(config: NPUConfig, n_rows: int) -> int:
     scale): ``hw.isa.requant_busy_cycles + ACCEPT_CYCLES``, exact for ``n_rows >= 1``
     (``n_rows + 12``)."""
     return n_rows + requant_busy_cycles(config, 1) + ACCEPT_CYCLES - 1
+
+
+def gelu_cycles(config: NPUConfig, n_rows: int) -> int:
+    """Cycles between the handshakes of back-to-back GELUs of ``n_rows`` rows:
+    ``hw.isa.gelu_busy_cycles + ACCEPT_CYCLES - 1`` (as :func:`requant_cycles`)."""
+    return gelu_busy_cycles(config, n_rows) + ACCEPT_CYCLES - 1
 
 
 def dma_cycles(config: NPUConfig, row_bytes: int, n_rows: int, *, store: bool = False,
@@ -163,7 +171,21 @@ class RequantOp:
     engine = method = "requant"
 
 
-Op = DmaOp | MatmulOp | RequantOp
+@dataclass
+class GeluOp:
+    """A GELU (:meth:`sw.runtime.CommandList.gelu`): the epilogue of a linear layer with
+    ``gelu``; runs on the requantization engine."""
+    acc_row: int
+    spad_row: int
+    n_rows: int
+    param_row: int
+    wait: Wait = None
+    signal: str | None = None
+    engine = "requant"
+    method = "gelu"
+
+
+Op = DmaOp | MatmulOp | RequantOp | GeluOp
 
 _NOT_FIELDS = {"store", "tag", "wait", "signal"}
 
@@ -213,6 +235,8 @@ class Timer:
             return self._dma[key]
         if isinstance(op, MatmulOp):
             return matmul_cycles(c, op.m, op.k_blocks, op.w_fmt, op.a_fmt)
+        if isinstance(op, GeluOp):
+            return gelu_cycles(c, op.n_rows)
         return requant_cycles(c, op.n_rows)
 
     def run(self, ops: list[Op]) -> int:

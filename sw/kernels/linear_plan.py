@@ -26,7 +26,7 @@ __all__ = ["LinearPlan", "plan_linear", "double_buffered_plan", "linear_dram_byt
            "a_tile_rows", "a_dram_rows", "a_dram_offset"]
 
 _PARAM_ROW = 0     #: accumulator rows 0..2: bias, multiplier, shift
-_ACC_ROW = 3       #: first accumulator row of the output tile
+_ACC_ROW = 3       #: first accumulator row of the output tile (``p_rows`` with GELU)
 _MAX_ROW_BYTES = field_max(DmaBody, "row_bytes")   #: a DMA row must fit its field
 _MAX_M = field_max(MatmulBody, "m")                  #: rows of one MATMUL
 #: The planner stops replaying candidates on the timing model (best lower bound first) once it
@@ -61,7 +61,7 @@ class LinearPlan:
     w_bases: tuple[int, ...] = ()    #: weight chunk buffers (``n_group * k_chunk * rows``)
     a_bases: tuple[int, ...] = ()    #: activation chunk buffers (``k_chunk * m_tile``)
     o_bases: tuple[int, ...] = ()    #: output tile buffers (``n_group * m_tile``)
-    param_rows: tuple[int, ...] = ()  #: parameter buffers (``3 * n_group`` accumulator rows)
+    param_rows: tuple[int, ...] = ()  #: parameter buffers (``p_rows * n_group`` acc. rows)
     acc_span: tuple[int, int] = (0, 0)   #: accumulator rows of the tiles, [first, end)
     snake: bool = False   #: K chunks of odd steps run backwards (reuse resident chunks)
     est_cycles: int = 0   #: the planner's timing-model estimate (0: not estimated)
@@ -70,6 +70,13 @@ class LinearPlan:
     w_fmt: int = 0        #: weight format (:class:`hw.isa.WeightFormat`)
     a_fmt: int = 0        #: activation format (:class:`hw.isa.ActFormat`)
     x_base: int = 0       #: MX alignment base of the MATMULs (:mod:`hw.isa.formats`)
+    gelu: bool = False    #: the epilogue is GELU (4 parameter rows per N block), not REQUANT
+
+    @property
+    def p_rows(self) -> int:
+        """Accumulator parameter rows per N block: 3 (bias, multiplier, shift) for REQUANT,
+        4 for GELU (bias, m1, ``s1 | s2 << 8``, m2; :class:`hw.isa.RequantBody`)."""
+        return 4 if self.gelu else 3
 
     def w_tile(self, config: NPUConfig) -> int:
         """Scratchpad (and DRAM) rows of one weight K block (:func:`hw.isa.weight_tile_rows`)."""
@@ -89,7 +96,7 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
                 spad_region: tuple[int, int] | None = None,
                 acc_region: tuple[int, int] | None = None,
                 dram: DramTiming | None = None, w_fmt: int = 0, a_fmt: int = 0,
-                x_base: int = 0) -> LinearPlan:
+                x_base: int = 0, gelu: bool = False) -> LinearPlan:
     """Choose the tiling for an ``(m, k) @ (k, n)`` layer (see the module docstring).
 
     Parameters
@@ -107,6 +114,8 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
         Operand formats (:mod:`hw.isa.formats`): the tiles' rows in the scratchpad and in
         DRAM (int4 weights are half the bytes, so the planner sees half the weight traffic),
         the MATMULs' issue cycles; ``x_base`` goes into every MATMUL.
+    gelu : bool
+        GELU epilogue instead of REQUANT (four parameter rows per N block).
 
     Raises
     ------
@@ -121,7 +130,7 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
     a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
     kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
     fmt = LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=1, k_chunk=1, w_base=0, a_base=0,
-                     o_base=0, w_fmt=w_fmt, a_fmt=a_fmt, x_base=x_base)
+                     o_base=0, w_fmt=w_fmt, a_fmt=a_fmt, x_base=x_base, gelu=gelu)
     # Mt limits besides the scratchpad: accumulator rows and the 16-bit DMA row_bytes field
     # (an activation tile's rows, exponent rows included).
     m_lim = min(m, _MAX_M, _MAX_ROW_BYTES // c.spad_row_bytes)
@@ -131,7 +140,8 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
         plan = _plan_double_buffered(c, fmt, s0, s_rows, a0, a_rows, m_lim, dram)
         if plan is not None:
             return plan
-    m_cap = min(m_lim, a_rows - _ACC_ROW)
+    acc_row = fmt.p_rows               # the output tile after the parameter rows
+    m_cap = min(m_lim, a_rows - acc_row)
     wt = fmt.w_tile(c)
 
     def at(mt: int) -> int:
@@ -151,7 +161,7 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
         kbc = min(kb, (s_rows - mt) // (wt + at(mt)))
     return dataclasses.replace(fmt, m_tile=mt, k_chunk=kbc, w_base=s0, a_base=s0 + kbc * wt,
                                o_base=s0 + kbc * wt + kbc * at(mt),
-                               param_row=a0 + _PARAM_ROW, acc_row=a0 + _ACC_ROW)
+                               param_row=a0 + _PARAM_ROW, acc_row=a0 + acc_row)
 
 
 def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
@@ -180,7 +190,7 @@ def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
         return a_tile_rows(c, fmt, mt)
     cands: set[tuple] = set()
     for g in range(1, min(nb, c.cmd_fifo_depth) + 1):
-        avail = a_rows - 6 * g            # rows for the tiles of two consecutive steps
+        avail = a_rows - 2 * fmt.p_rows * g   # rows for the tiles of two consecutive steps
         mt_cap = min(m_lim, (avail - 1) // g)
         if mt_cap < 1:
             continue
@@ -266,9 +276,9 @@ def _make_plan(c: NPUConfig, fmt: LinearPlan, s0: int, a0: int, a_rows: int, mt:
         fmt, m=m, k=k, n=n, kb=kb, nb=nb, m_tile=mt, k_chunk=kbc,
         w_base=w_bases[0], a_base=a_bases[0], o_base=o_bases[0],
         double_buffer=True, n_group=g, w_bases=w_bases, a_bases=a_bases,
-        o_bases=o_bases, param_rows=(a0, a0 + 3 * g),
-        acc_span=(a0 + 6 * g, a0 + a_rows), snake=snake,
-        param_row=a0, acc_row=a0 + 6 * g)
+        o_bases=o_bases, param_rows=(a0, a0 + fmt.p_rows * g),
+        acc_span=(a0 + 2 * fmt.p_rows * g, a0 + a_rows), snake=snake,
+        param_row=a0, acc_row=a0 + 2 * fmt.p_rows * g)
 
 
 def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: int,
@@ -276,7 +286,7 @@ def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: i
                          a_buffers: int = 2, w_buffers: int = 2, snake: bool | None = None,
                          spad_region: tuple[int, int] | None = None,
                          acc_region: tuple[int, int] | None = None, w_fmt: int = 0,
-                         a_fmt: int = 0, x_base: int = 0) -> LinearPlan:
+                         a_fmt: int = 0, x_base: int = 0, gelu: bool = False) -> LinearPlan:
     """A double-buffered tiling chosen by hand (for experiments and tests; :func:`plan_linear`
     chooses one). ``snake`` defaults to ``k_chunk < KB``; one-buffer variants are correct
     but serialize the loads that reuse the buffer.
@@ -292,7 +302,7 @@ def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: i
     a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
     kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
     fmt = LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=1, k_chunk=1, w_base=0, a_base=0,
-                     o_base=0, w_fmt=w_fmt, a_fmt=a_fmt, x_base=x_base)
+                     o_base=0, w_fmt=w_fmt, a_fmt=a_fmt, x_base=x_base, gelu=gelu)
     wt, at = fmt.w_tile(c), a_tile_rows(c, fmt, m_tile)
     m_lim = min(m, _MAX_ROW_BYTES // c.spad_row_bytes)
     kbc_lim = _MAX_ROW_BYTES // (wt * c.spad_row_bytes)
@@ -303,7 +313,8 @@ def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: i
                "buffer counts must be 1 or 2"),
               (w_buffers * n_group * k_chunk * wt + a_buffers * k_chunk * at
                + out_buffers * n_group * m_tile <= s_rows, "the buffers do not fit the scratchpad"),
-              (n_group * m_tile < a_rows - 6 * n_group, "the tiles do not fit the accumulator")]
+              (n_group * m_tile < a_rows - 2 * fmt.p_rows * n_group,
+               "the tiles do not fit the accumulator")]
     for ok, why in checks:
         if not ok:
             raise ValueError(why)
@@ -327,7 +338,7 @@ def linear_dram_bytes(config: NPUConfig, plan: LinearPlan) -> dict:
         n_chunks = _ceil_div(plan.kb, plan.k_chunk)
         a = plan.kb * a_dram_rows(c, plan) * srb * (1 if n_chunks == 1 else plan.nb)
         w = m_tiles * plan.nb * plan.kb * plan.w_tile(c) * srb
-        p = m_tiles * plan.nb * 3 * c.acc_row_bytes
+        p = m_tiles * plan.nb * plan.p_rows * c.acc_row_bytes
         out = plan.nb * plan.m * srb
     return {"a": a, "w": w, "params": p, "out": out, "total": a + w + p + out}
 

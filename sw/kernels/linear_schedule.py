@@ -19,11 +19,13 @@ from hw.config import NPUConfig
 from hw.isa import LocalMem, act_tile_rows
 from sw.kernels.linear_ops import (
     DmaOp,
+    GeluOp,
     MatmulOp,
     Op,
     RequantOp,
     Wait,
     dma_cycles,
+    gelu_cycles,
     matmul_cycles,
     requant_cycles,
 )
@@ -241,11 +243,11 @@ class _Program(_Layout):
     def emit_p(self, s: int) -> None:
         """Parameters of step ``s``, after the requantizations of step ``s - 2``."""
         _, _, j0, g = self.tile(s)
-        acc_rb = self.c.acc_row_bytes
+        acc_rb, pr = self.c.acc_row_bytes, self.p.p_rows
         wait = ("R", self.r_after[s - 2]) if s >= 2 else None
         self.p_op[s] = self.add(DmaOp(
-            store=False, tag="p", mem=LocalMem.ACC, dram_addr=self.p_addr + j0 * 3 * acc_rb,
-            dram_stride=acc_rb, row_bytes=acc_rb, n_rows=3 * g,
+            store=False, tag="p", mem=LocalMem.ACC, dram_addr=self.p_addr + j0 * pr * acc_rb,
+            dram_stride=acc_rb, row_bytes=acc_rb, n_rows=pr * g,
             local_row=self.p.param_rows[s % 2], local_stride=1, wait=wait, signal="L"))
 
     def emit_a(self, ph: int, off: int = 0, n: int | None = None) -> None:
@@ -397,7 +399,7 @@ class _Program(_Layout):
         _, mt, _, g = self.tile(self.phases[0][0])
         per_block = g * matmul_cycles(c, mt, 1, self.p.w_fmt, self.p.a_fmt)
         at = a_tile_rows(c, self.p, mt)
-        p_cycles = dma_cycles(c, c.acc_row_bytes, 3 * g)
+        p_cycles = dma_cycles(c, c.acc_row_bytes, self.p.p_rows * g)
         w_load, a_load = self.w_use[0][1], self.a_use[0][1]
 
         def dma(n: int, first_piece: bool, n_pieces: int) -> int:
@@ -511,7 +513,8 @@ class _Program(_Layout):
 
         def tail(n: int) -> int:
             sizes = _balanced(mt, _ceil_div(mt, n))
-            return (g * sum(requant_cycles(c, x) for x in sizes)
+            epi = gelu_cycles if self.p.gelu else requant_cycles
+            return (g * sum(epi(c, x) for x in sizes)
                     + dma_cycles(c, sizes[-1] * self.srb, 1))
         n = min(range(1, min(mt, TAIL_PIECES) + 1), key=tail)
         pieces = []
@@ -531,9 +534,13 @@ class _Program(_Layout):
         wait: Wait = ("M", self.last[s] + 1)
         pieces: list[tuple[int, int, int, int]] = []
         for n_early, (gg, lo, hi) in enumerate(early + rest, start=1):
-            self.add(RequantOp(acc_row=lo, spad_row=o0 + lo - acc0, n_rows=hi - lo,
-                               param_row=self.p.param_rows[s % 2] + 3 * gg, relu=self.relu,
-                               wait=wait, signal="R"))
+            param_row = self.p.param_rows[s % 2] + self.p.p_rows * gg
+            if self.p.gelu:
+                self.add(GeluOp(acc_row=lo, spad_row=o0 + lo - acc0, n_rows=hi - lo,
+                                param_row=param_row, wait=wait, signal="R"))
+            else:
+                self.add(RequantOp(acc_row=lo, spad_row=o0 + lo - acc0, n_rows=hi - lo,
+                                   param_row=param_row, relu=self.relu, wait=wait, signal="R"))
             wait = None
             pieces.append((gg, lo, hi, self.count["R"]))
             if n_early == len(early):

@@ -327,3 +327,45 @@ def attention_cases(backend, *, cases: list, seed: int = 0) -> dict:
                         "all_zero": not np.any(out),
                         "cycles": {s: v["cycles"] for s, v in stats.stages.items()}})
     return {"cases": results}
+
+
+def eltwise_row_tiles(backend, *, opcode: str) -> dict:
+    """LAYERNORM or ADD (:func:`sw.kernels.eltwise.eltwise_launch`) over 45 rows of 384
+    channels in a small scratchpad region (six double-buffered row tiles of 8 rows, the last
+    one short), negative gammas, an all-equal row; compared with :mod:`sw.golden`."""
+    from hw.config import NPUConfig
+    from hw.isa import Opcode
+    from sw.golden import add_int, layernorm_int
+    from sw.kernels.eltwise import eltwise_launch, pack_add_params, pack_layernorm_params
+    from sw.kernels.linear import pack_activations
+
+    dev = Device(backend)
+    cfg: NPUConfig = dev.config
+    rng = np.random.default_rng(9)
+    m, n = 45, 384
+    a = rng.integers(-128, 128, (m, n), dtype=np.int8)
+    b = rng.integers(-128, 128, (m, n), dtype=np.int8)
+    a[3], b[3] = 7, -2
+    ma, mb = rng.integers(1 << 20, 1 << 22, (2, n))
+    gamma = rng.integers(1 << 19, 1 << 21, n) * rng.choice([-1, 1], n)
+    beta = rng.integers(-(1 << 12), 1 << 12, n)
+    s = dev.default_stream
+    sems = {x: dev.alloc_semaphore() for x in "LRS"}
+    bufs = [s.upload(pack_activations(cfg, x)) for x in (a, b)]
+    out = s.alloc(len(pack_activations(cfg, a).tobytes()))
+    op = Opcode[opcode]
+    if op == Opcode.LAYERNORM:
+        p = s.upload(pack_layernorm_params(cfg, ma, mb, gamma, beta))
+        want = layernorm_int(a, b, ma, mb, 16, gamma, beta, 20)
+    else:
+        p = s.upload(pack_add_params(cfg, ma, mb))
+        want = add_int(a, b, ma, mb, 16)
+    nb = n // cfg.cols
+    region = (100, 6 * nb * 8)               # 8 rows per tile: 6 tiles
+    n_cmds = eltwise_launch(s, op, *bufs, p, out, m=m, n=n, shift=16, g_shift=20,
+                            sems=sems, spad_region=region, acc_row=5)
+    cycles = s.synchronize()
+    got = dev.download(out, np.int8, (nb, m, cfg.spad_row_bytes))[:, :, :cfg.cols]
+    got = got.transpose(1, 0, 2).reshape(m, n)
+    return {"bit_exact": bool(np.array_equal(got, want)), "commands": n_cmds,
+            "cycles": cycles, "digest": _digest(got)}

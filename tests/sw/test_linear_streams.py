@@ -52,6 +52,7 @@ def digest(config, plan) -> str:
     text = repr(plan)
     for name in ("w_fmt", "a_fmt", "x_base"):      # the int8 plans of before the formats
         text = text.replace(f", {name}=0", "")
+    text = text.replace(", gelu=False", "")        # REQUANT plans of before the GELU epilogue
     h = hashlib.sha256(text.encode())
     if plan.double_buffer:
         sems = {x: _Sem(i + 3, 0xFFFF_FFF0 + 5 * i) for i, x in enumerate("LMRS")}

@@ -1,0 +1,127 @@
+"""The whole encoder as command streams (sw/jobs/encoder.py) and its kernels: the linear
+kernel's GELU epilogue, the LAYERNORM/ADD kernel over row tiles, the device-resident
+attention launch; bit-exact against the golden model on the functional and performance
+models."""
+
+import numpy as np
+import pytest
+
+from hw.config import NPUConfig
+from hw.isa import Opcode
+from sw.golden import gelu_int, matmul_int
+from sw.jobs.encoder import OPS, format_encoder_report, run_encoder_job
+from sw.kernels.eltwise import eltwise_launch, pack_layernorm_params
+from sw.kernels.linear import linear_launch
+from sw.model import ModelBackend
+from sw.perf import PerfBackend
+from sw.runtime import Device
+from tests.support import rtl_jobs
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend], ids=["model", "perf"])
+@pytest.mark.parametrize("layers", [1, 6])
+def test_encoder_is_bit_exact(backend, layers):
+    cfg = NPUConfig()
+    r = run_encoder_job(backend(cfg), config=cfg.to_dict(), seq_len=8, n_layers=layers)
+    assert r["bit_exact"], [k for k, v in r["exact"].items() if not v]
+    assert len(r["exact"]) == 1 + 5 * layers          # x0 and five tensors per layer
+    assert r["cosine"] > 0.99 and r["cosine"] == r["golden_cosine"]
+    assert [o["op"] for o in r["ops"]] == ["ln0", *OPS * layers]
+    timed = backend is PerfBackend
+    assert all((o["cycles"] > 0) == timed for o in r["ops"])
+    if timed:
+        assert r["total"]["cycles"] == sum(p["cycles"] for p in r["per_layer"])
+        assert 0 < r["total"]["utilization"] < 1
+    assert "bit-exact with the golden model: yes" in format_encoder_report(r)
+
+
+def test_encoder_pads_keys_and_runs_on_4x4():
+    """4x4 (96 element blocks per LayerNorm, several row tiles), a padded sequence (masked
+    keys, pooling over the valid tokens only)."""
+    cfg = NPUConfig(rows=4, cols=4)
+    r = run_encoder_job(ModelBackend(cfg), config=cfg.to_dict(), text="Short words.",
+                        seq_len=12, fill="pad", n_layers=2)
+    assert r["bit_exact"] and r["kv_len"] < r["tokens"] == 12
+
+
+def test_encoder_rejects_lengths_off_the_array():
+    cfg = NPUConfig()
+    with pytest.raises(ValueError, match="multiples of cols"):
+        run_encoder_job(ModelBackend(cfg), config=cfg.to_dict(), seq_len=12, n_layers=0)
+    with pytest.raises(ValueError, match="layers must be in 0..6"):
+        run_encoder_job(ModelBackend(cfg), config=cfg.to_dict(), seq_len=8, n_layers=7)
+
+
+@pytest.mark.parametrize("double_buffer", [True, False])
+def test_linear_gelu_epilogue(double_buffer):
+    """GELU instead of REQUANT at the end of a linear layer (four parameter rows per N block),
+    ragged M, K, N, both plans: bit-exact with gelu_int of the exact product."""
+    cfg = NPUConfig()
+    rng = np.random.default_rng(5)
+    m, k, n = 19, 44, 37
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    w = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    bias = rng.integers(-5000, 5000, n)
+    m1 = rng.integers(1 << 29, 1 << 30, n)
+    s1 = rng.integers(34, 38, n)
+    m2 = rng.integers(1 << 29, 1 << 30, n)
+    s2 = rng.integers(33, 36, n)
+    dev = Device(ModelBackend(cfg))
+    s = dev.default_stream
+    job = linear_launch(s, a, w, bias, m1, s1, gelu=(m2, s2), double_buffer=double_buffer)
+    assert job.plan.gelu and job.plan.p_rows == 4
+    s.synchronize()
+    want = gelu_int(matmul_int(a, w), bias, m1, s1, m2, s2)
+    assert np.array_equal(job.output(), want)
+    assert len(np.unique(want)) > 20                     # not a saturated or constant output
+    with pytest.raises(ValueError, match="relu and gelu"):
+        linear_launch(s, a, w, bias, m1, s1, relu=True, gelu=(m2, s2))
+    with pytest.raises(ValueError, match="s2 outside"):
+        linear_launch(s, a, w, bias, m1, s1, gelu=(m2, s2 + 64))
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend], ids=["model", "perf"])
+@pytest.mark.parametrize("opcode", [Opcode.LAYERNORM, Opcode.ADD])
+def test_eltwise_kernel_over_row_tiles(backend, opcode):
+    """LAYERNORM / ADD over 45 rows of 384 channels in a small scratchpad region: several
+    double-buffered row tiles (the last one short), negative gammas, an all-equal row (the
+    RTL runs the same job in tests/cosim/test_encoder_rtl.py)."""
+    r = rtl_jobs.eltwise_row_tiles(backend(NPUConfig()), opcode=opcode.name)
+    assert r["bit_exact"] and r["commands"] == 1 + 6 * 4
+
+
+def test_eltwise_kernel_rejects_what_does_not_fit():
+    cfg = NPUConfig()
+    dev = Device(ModelBackend(cfg))
+    s = dev.default_stream
+    sems = {x: dev.alloc_semaphore() for x in "LRS"}
+    buf = s.alloc(1 << 16)
+    with pytest.raises(ValueError, match="do not fit"):
+        eltwise_launch(s, Opcode.LAYERNORM, buf, buf, buf, buf, m=45, n=384, shift=16,
+                       sems=sems, spad_region=(0, 100))
+    with pytest.raises(ValueError, match="LAYERNORM or ADD"):
+        eltwise_launch(s, Opcode.GELU, buf, buf, buf, buf, m=8, n=384, shift=16, sems=sems)
+    with pytest.raises(ValueError, match="gamma outside"):
+        pack_layernorm_params(cfg, [1], [1], [1 << 31], [0])
+
+
+def test_npu_run_encoder_prints_the_table_and_traces_its_regions(tmp_path, capsys):
+    """`npu run --layers 1` on the performance model: exit 0 (bit-exact), the per-operation
+    table, and a Perfetto trace whose layer and operation regions come from the FENCE
+    timestamps and hold the engine commands."""
+    import json
+
+    from cosim.cli import main
+    trace = tmp_path / "t.json"
+    assert main(["run", "--backend", "perf", "--layers", "1", "--seq-len", "8",
+                 "--trace", str(trace), "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "ffn1_gelu" in out and "bit-exact with the golden model: yes" in out
+    ev = json.loads(trace.read_text())
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    names = [e["name"] for e in ev if e.get("ph") == "X"]
+    for region in ("embedding", "layer 0", *OPS):
+        assert names.count(region) == 1, region
+    r = json.loads((tmp_path / "r.json").read_text())
+    span = [o for o in r["ops"] if o["op"] == "qkv"][0]
+    assert span["end"] - span["start"] == span["cycles"] > 0
