@@ -48,7 +48,7 @@ from sw.perf.events import ARBITRATE, DECIDE, UPDATE
 from sw.perf.fifo import CommandFifo
 from sw.perf.functional import execute_engine
 from sw.perf.ledger import Item
-from sw.perf.memory import CP, ServedBurst, WriteGrant
+from sw.perf.memory import CP, BurstBytes, ServedBurst, WriteGrant
 
 __all__ = ["Semaphores", "Stage", "FetchUnit", "EngineQueue"]
 
@@ -255,23 +255,6 @@ class Stage:
             self.m.fences_staged -= 1
         self.cmd = None
 
-
-class _BurstBytes(Item):
-    """``bytes_read`` of a command fetch burst: one beat per cycle from its first beat."""
-
-    __slots__ = ("served", "beat")
-
-    def __init__(self, served: ServedBurst, beat: int) -> None:
-        self.served, self.beat = served, beat
-
-    @property
-    def end(self) -> int:
-        return self.served.c_last + 1
-
-    def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
-        n = self.served.taken_in(lo, hi)
-        if n > 0:
-            out["bytes_read"] += n * self.beat
 
 
 class _FenceBytes(Item):
@@ -488,7 +471,7 @@ class FetchUnit:
             self.single[q] -= 1
 
     def _granted(self, c: int, served: ServedBurst) -> None:
-        self.m.ledger.item(_BurstBytes(served, self.m.config.axi_data_bytes))
+        self.m.ledger.item(BurstBytes(served, self.m.config.axi_data_bytes))
 
     # Reader of the burst: RREADY is high in FETCH_DATA, so each beat is taken when visible;
     # command j is written into the buffer with its last beat (cycle r), readable from r + 1

@@ -49,6 +49,7 @@ from sw.dram import MIN_READ_LATENCY, MIN_WRITE_LATENCY, DramTiming
 from sw.perf.beats import BeatScheduler
 from sw.perf.draws import StallDraws
 from sw.perf.events import ARBITRATE, DECIDE, UPDATE, EventQueue
+from sw.perf.ledger import Item
 
 __all__ = ["DRAM_READ_QUEUE", "DRAM_WRITE_QUEUE", "dram_read_queue", "DMA", "CP", "WALK_LOAD",
            "WALK_STORE", "ReadChannel",
@@ -490,3 +491,22 @@ class WriteChannel:
     def _respond(self, g: WriteGrant, version: int) -> None:
         if version == g.version:
             g.writer.response(g)
+
+
+class BurstBytes(Item):
+    """``bytes_read`` of a served read burst (a command fetch burst, a walker's read): one
+    beat of ``beat`` bytes per cycle in which the R channel takes one."""
+
+    __slots__ = ("served", "beat")
+
+    def __init__(self, served: ServedBurst, beat: int) -> None:
+        self.served, self.beat = served, beat
+
+    @property
+    def end(self) -> int:
+        return self.served.c_last + 1
+
+    def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
+        n = self.served.taken_in(lo, hi)
+        if n > 0:
+            out["bytes_read"] += n * self.beat

@@ -32,28 +32,10 @@ from hw.isa import (
 )
 from hw.isa import fault_addr as _fault_addr
 from sw.perf.events import DECIDE
-from sw.perf.ledger import Item
-from sw.perf.memory import ReadChannel, ServedBurst
+from sw.perf.memory import BurstBytes, ReadChannel, ServedBurst
 
 __all__ = ["TimedTranslator"]
 
-
-class _WalkBytes(Item):
-    """``bytes_read`` of a walker read: its one beat."""
-
-    __slots__ = ("served", "beat")
-
-    def __init__(self, served: ServedBurst, beat: int) -> None:
-        self.served, self.beat = served, beat
-
-    @property
-    def end(self) -> int:
-        return self.served.c_last + 1
-
-    def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
-        n = self.served.taken_in(lo, hi)
-        if n > 0:
-            out["bytes_read"] += n * self.beat
 
 
 class _Walk:
@@ -122,7 +104,7 @@ class TimedTranslator:
         self.reads.request(self.mgr, start, 1, self, w, self._granted)
 
     def _granted(self, c: int, served: ServedBurst) -> None:
-        self.m.ledger.item(_WalkBytes(served, self.m.config.axi_data_bytes))
+        self.m.ledger.item(BurstBytes(served, self.m.config.axi_data_bytes))
 
     # -- Reader: the walker takes its beat as soon as it shows (RREADY high) -------------------
 
