@@ -168,12 +168,12 @@ def parse_workload(text: str) -> Workload:
                                 "(MiniLM's positions)")
         if kind == "minilm":
             raise WorkloadError(
-                f"workload {text!r}: the full six-layer forward pass is not available yet (it "
-                "needs residual, LayerNorm and GELU in the vector unit); use "
+                f"workload {text!r}: the six-layer forward pass is not a sweep workload yet "
+                f"(run it with `npu run --backend perf --seq-len {arg}`); use "
                 f"minilm-block:{arg}, the layer-0 self-attention block")
         return Workload("minilm-block", (int(arg),))
     raise WorkloadError(f"workload {text!r}: unknown kind {kind!r}; kinds: gemm:MxKxN, "
-                        "minilm-block:L (minilm:L later)")
+                        "minilm-block:L")
 
 
 # -- running ---------------------------------------------------------------------------------

@@ -3,7 +3,6 @@ configuration, DRAM timing, counts and sizes, sequence lengths, ``--json`` paths
 text made from module docstrings."""
 
 import argparse
-import os
 import re
 from pathlib import Path
 
@@ -131,5 +130,12 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             parser.error(f"{name} {path}: cannot make its folder ({e.strerror})")
-        if not os.access(target.parent, os.W_OK):
-            parser.error(f"{name} {path}: {target.parent} is not writable")
+        # open it for appending (nothing it holds is lost) to learn now that it can be written
+        existed = target.exists()
+        try:
+            with open(target, "a"):
+                pass
+        except OSError as e:
+            parser.error(f"{name} {path}: cannot be written ({e.strerror})")
+        if not existed:
+            target.unlink()

@@ -37,6 +37,8 @@ from cosim.cli.args import attention_len, gemm_shape, int_at_least, seq_len
     (["--json", "/"], "is a folder"),
     (["--json", "/dev/null/r.json"], "cannot make its folder"),
     (["--backend", "perf", "--trace", "/dev/null/t.json"], "cannot make its folder"),
+    # a folder that exists but takes no new file (even as root): refused before the run
+    (["--backend", "perf", "--json", "/proc/npu-kit-run.json"], "cannot be written"),
 ])
 def test_run_rejects_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:

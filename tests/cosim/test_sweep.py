@@ -338,8 +338,8 @@ def test_sweep_with_an_rtl_check(tmp_path):
 def test_workload_names():
     assert parse_workload("GEMM:1x384x1536").dims == (1, 384, 1536)
     assert parse_workload("minilm-block:128").name == "minilm-block:128"
-    for bad, why in (("gemm:0x1x1", "1..4096"), ("gemm:8x8", "MxKxN"), ("minilm:8", "not "
-                     "available"), ("minilm-block:600", "1..512"), ("conv:3", "unknown kind"),
+    for bad, why in (("gemm:0x1x1", "1..4096"), ("gemm:8x8", "MxKxN"), ("minilm:8", "not a "
+                     "sweep workload"), ("minilm-block:600", "1..512"), ("conv:3", "unknown kind"),
                      ("gemm", "KIND:ARGS")):
         with pytest.raises(WorkloadError, match=why):
             parse_workload(bad)
@@ -351,7 +351,7 @@ def test_workload_names():
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--workload", "gemm:8x8"], "expected gemm:MxKxN"),
-    (["--workload", "minilm:128"], "not available yet"),
+    (["--workload", "minilm:128"], "not a sweep workload yet"),
     (["--workload", "gemm:8x8x8", "--array", "8"], "expected ROWSxCOLS"),
     (["--workload", "gemm:8x8x8", "--spad-rows", "1000"], "power of two"),
     (["--workload", "gemm:8x8x8", "--outstanding", "two"], "not an integer"),
