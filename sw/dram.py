@@ -349,6 +349,9 @@ def _parse_pairs(items: list[str]) -> dict:
         seen[fld] = _value(key, fld, raw)
     out = {k: v for k, v in seen.items() if k != "stall"}
     if "stall" in seen:
+        if not 0 <= seen["stall"] < 1:
+            raise DramTimingError(f"stall={seen['stall']!r}: a probability in [0, 1) is needed "
+                                  "(it sets every channel's)")
         for ch in CHANNELS:
             out.setdefault(f"{ch}_stall", seen["stall"])
     return out

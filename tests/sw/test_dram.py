@@ -104,7 +104,8 @@ def test_stall_threshold_is_the_probability_rounded_to_nearest(p, fixed):
     ("bw=0", ["bytes_per_cycle", "1024"]),
     ("bw=2000", ["bytes_per_cycle", "1024"]),
     ("bw=fast", ["bw", "number"]),
-    ("stall=1", ["ar_stall", "[0, 1)"]),
+    ("stall=1", ["stall=1", "[0, 1)", "every channel"]),
+    ("stall=0.99999999999", ["ar_stall", "[0, 1)"]),      # 1 on the 32-bit stall grid
     ("b_stall=-0.1", ["b_stall", "[0, 1)"]),
     ("seed=-1", ["seed", "4294967295"]),
     ("speed=3", ["unknown", "speed", "latency"]),
