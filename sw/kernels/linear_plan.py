@@ -32,6 +32,8 @@ _MAX_M = field_max(MatmulBody, "m")                  #: rows of one MATMUL
 #: The planner stops replaying candidates on the timing model (best lower bound first) once it
 #: has replayed this many matmuls and has a plan (bounds the planning time of huge layers).
 _REPLAY_BUDGET = 100_000
+#: Steps per parameter load the planner tries besides one (:attr:`LinearPlan.p_steps`).
+_P_STEPS = 8
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -61,7 +63,7 @@ class LinearPlan:
     w_bases: tuple[int, ...] = ()    #: weight chunk buffers (``n_group * k_chunk * rows``)
     a_bases: tuple[int, ...] = ()    #: activation chunk buffers (``k_chunk * m_tile``)
     o_bases: tuple[int, ...] = ()    #: output tile buffers (``n_group * m_tile``)
-    param_rows: tuple[int, ...] = ()  #: parameter buffers (``p_rows * n_group`` acc. rows)
+    param_rows: tuple[int, ...] = ()  #: parameter buffers (``p_rows * n_group * p_steps``)
     acc_span: tuple[int, int] = (0, 0)   #: accumulator rows of the tiles, [first, end)
     snake: bool = False   #: K chunks of odd steps run backwards (reuse resident chunks)
     est_cycles: int = 0   #: the planner's timing-model estimate (0: not estimated)
@@ -71,6 +73,10 @@ class LinearPlan:
     a_fmt: int = 0        #: activation format (:class:`hw.isa.ActFormat`)
     x_base: int = 0       #: MX alignment base of the MATMULs (:mod:`hw.isa.formats`)
     gelu: bool = False    #: the epilogue is GELU (4 parameter rows per N block), not REQUANT
+    #: consecutive steps of one M tile whose parameters one DMA loads (each of the two
+    #: parameter buffers holds ``p_steps * n_group * p_rows`` rows): fewer, longer loads, so
+    #: the read latency is paid once per batch (:mod:`sw.kernels.linear_schedule`)
+    p_steps: int = 1
 
     @property
     def p_rows(self) -> int:
@@ -189,8 +195,9 @@ def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
     def at(mt: int) -> int:
         return a_tile_rows(c, fmt, mt)
     cands: set[tuple] = set()
-    for g in range(1, min(nb, c.cmd_fifo_depth) + 1):
-        avail = a_rows - 2 * fmt.p_rows * g   # rows for the tiles of two consecutive steps
+    for g, ps in ((g, ps) for g in range(1, min(nb, c.cmd_fifo_depth) + 1)
+                  for ps in sorted({1, min(_P_STEPS, _ceil_div(nb, g))})):
+        avail = a_rows - 2 * fmt.p_rows * g * ps   # rows for the tiles of two steps
         mt_cap = min(m_lim, (avail - 1) // g)
         if mt_cap < 1:
             continue
@@ -218,23 +225,23 @@ def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
                 if kb <= kbc_lim and not resident_done:      # whole K resident
                     for a_bufs in ((1,) if n_mt == 1 else (2, 1)):
                         if w_res * g * kb * wt + a_bufs * kb * at(mt) + out_rows <= s_rows:
-                            cands.add((g, mt, kb, o_bufs, a_bufs, w_res))
+                            cands.add((g, mt, kb, o_bufs, a_bufs, w_res, ps))
                             resident_done = 1
                             break
                 kbc = min(kb - 1, kbc_lim, (s_rows - out_rows) // (2 * g * wt + 2 * at(mt)))
                 if kbc > chunk_best:
-                    cands.add((g, mt, kbc, o_bufs, 2, 2))
+                    cands.add((g, mt, kbc, o_bufs, 2, 2, ps))
                     chunk_best = kbc
     order = sorted(cands, key=lambda x: (_matmul_bound(c, fmt, x[1], nb, kb), -x[1], x))
     best: tuple | None = None
     replayed = 0
-    for g, mt, kbc, o_bufs, a_bufs, w_bufs in order:
+    for g, mt, kbc, o_bufs, a_bufs, w_bufs, ps in order:
         bound = _matmul_bound(c, fmt, mt, nb, kb)
         if best is not None and (bound > best[0][0] or replayed >= _REPLAY_BUDGET):
             break
         replayed += _ceil_div(m, mt) * nb * kb      # matmuls of this candidate
         plan = _make_plan(c, fmt, s0, a0, a_rows, mt, kbc, g, o_bufs, a_bufs, w_bufs,
-                          kbc < kb)
+                          kbc < kb, ps)
         timer = Timer(c, dram)
         try:
             ops = build_program(c, plan, 0, 0, 0, 0, False)
@@ -261,9 +268,10 @@ def _matmul_bound(c: NPUConfig, fmt: LinearPlan, mt: int, nb: int, kb: int) -> i
 
 def _make_plan(c: NPUConfig, fmt: LinearPlan, s0: int, a0: int, a_rows: int, mt: int,
                kbc: int, g: int, o_bufs: int, a_bufs: int, w_bufs: int,
-               snake: bool) -> LinearPlan:
+               snake: bool, p_steps: int = 1) -> LinearPlan:
     """A double-buffered plan with the buffers laid out from ``s0`` (weights, activations,
-    output tiles) and ``a0`` (two parameter sets of ``3 g`` rows, then the tiles)."""
+    output tiles) and ``a0`` (two parameter sets of ``p_rows * g * p_steps`` rows, then the
+    tiles)."""
     m, k, n = fmt.m, fmt.k, fmt.n
     kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
     w_rows, a_rows_ = g * kbc * fmt.w_tile(c), kbc * a_tile_rows(c, fmt, mt)
@@ -272,13 +280,14 @@ def _make_plan(c: NPUConfig, fmt: LinearPlan, s0: int, a0: int, a_rows: int, mt:
     a_bases = tuple(a_start + i * a_rows_ for i in range(a_bufs))
     o_start = a_start + a_bufs * a_rows_
     o_bases = tuple(o_start + i * g * mt for i in range(o_bufs))
+    p_set = fmt.p_rows * g * p_steps
     return dataclasses.replace(
         fmt, m=m, k=k, n=n, kb=kb, nb=nb, m_tile=mt, k_chunk=kbc,
         w_base=w_bases[0], a_base=a_bases[0], o_base=o_bases[0],
         double_buffer=True, n_group=g, w_bases=w_bases, a_bases=a_bases,
-        o_bases=o_bases, param_rows=(a0, a0 + fmt.p_rows * g),
-        acc_span=(a0 + 2 * fmt.p_rows * g, a0 + a_rows), snake=snake,
-        param_row=a0, acc_row=a0 + 2 * fmt.p_rows * g)
+        o_bases=o_bases, param_rows=(a0, a0 + p_set), p_steps=p_steps,
+        acc_span=(a0 + 2 * p_set, a0 + a_rows), snake=snake,
+        param_row=a0, acc_row=a0 + 2 * p_set)
 
 
 def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: int,
@@ -286,7 +295,8 @@ def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: i
                          a_buffers: int = 2, w_buffers: int = 2, snake: bool | None = None,
                          spad_region: tuple[int, int] | None = None,
                          acc_region: tuple[int, int] | None = None, w_fmt: int = 0,
-                         a_fmt: int = 0, x_base: int = 0, gelu: bool = False) -> LinearPlan:
+                         a_fmt: int = 0, x_base: int = 0, gelu: bool = False,
+                         p_steps: int = 1) -> LinearPlan:
     """A double-buffered tiling chosen by hand (for experiments and tests; :func:`plan_linear`
     chooses one). ``snake`` defaults to ``k_chunk < KB``; one-buffer variants are correct
     but serialize the loads that reuse the buffer.
@@ -313,13 +323,14 @@ def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: i
                "buffer counts must be 1 or 2"),
               (w_buffers * n_group * k_chunk * wt + a_buffers * k_chunk * at
                + out_buffers * n_group * m_tile <= s_rows, "the buffers do not fit the scratchpad"),
-              (n_group * m_tile < a_rows - 2 * fmt.p_rows * n_group,
+              (p_steps >= 1, "p_steps must be >= 1"),
+              (n_group * m_tile < a_rows - 2 * fmt.p_rows * n_group * p_steps,
                "the tiles do not fit the accumulator")]
     for ok, why in checks:
         if not ok:
             raise ValueError(why)
     return _make_plan(c, fmt, s0, a0, a_rows, m_tile, k_chunk, n_group, out_buffers,
-                      a_buffers, w_buffers, k_chunk < kb if snake is None else snake)
+                      a_buffers, w_buffers, k_chunk < kb if snake is None else snake, p_steps)
 
 
 

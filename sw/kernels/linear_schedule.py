@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hw.config import NPUConfig
-from hw.isa import LocalMem, act_tile_rows
+from hw.isa import DmaBody, LocalMem, act_tile_rows, field_max
 from sw.kernels.linear_ops import (
     DmaOp,
     GeluOp,
@@ -156,10 +156,20 @@ class _Layout:
                       for ph, (s, ci) in enumerate(self.phases)]
         self.w_use = [w_bufs.use(ph, (self.steps[s][1], ci))
                       for ph, (s, ci) in enumerate(self.phases)]
-        # Parameters of step s load with the loads of phase p_at[s]: late enough that the
-        # requantization of step s - 2 (same buffer) has normally finished when dispatched.
+        # Parameter batches: up to p_steps consecutive steps of one M tile, one load each
+        # (their N blocks are consecutive in DRAM), alternately into the two buffers.
+        self.batch: list[int] = []                   # first step of each step's batch
+        for s, (ti, gi) in enumerate(self.steps):
+            new = gi % p.p_steps == 0 or s == 0 or self.steps[s - 1][0] != ti
+            self.batch.append(s if new else self.batch[-1])
+        self.p_buf = {}                              # batch (first step) -> buffer
+        for b in dict.fromkeys(self.batch):
+            self.p_buf[b] = len(self.p_buf) % 2
+        # The parameters of a batch load with the loads of phase p_at[first step]: late
+        # enough that the requantizations of the batch before the previous one (same buffer)
+        # have normally finished when dispatched.
         self.p_at: dict[int, list[int]] = {}
-        for s in range(len(self.steps)):
+        for s in self.p_buf:
             q = 0 if s == 0 else min(self.first[s - 1] + 2, self.first[s])
             self.p_at.setdefault(q, []).append(s)
         self.acc_span = p.acc_span
@@ -203,6 +213,7 @@ class _Program(_Layout):
         self.p_op: dict[int, DmaOp] = {}          # parameter load of each step
         self.r_after: dict[int, int] = {}         # R count once step s is requantized
         self.s_after: dict[int, int] = {}         # S count once step s is stored
+        self.s_pos: dict[int, int] = {}           # stream position after those stores
         self.r_free: dict[int, int] = {}          # R count once the rows overlap(s) are free
         self.step_matmuls: dict[int, list[MatmulOp]] = {}
 
@@ -241,14 +252,27 @@ class _Program(_Layout):
     # -- loads --------------------------------------------------------------------------------
 
     def emit_p(self, s: int) -> None:
-        """Parameters of step ``s``, after the requantizations of step ``s - 2``."""
-        _, _, j0, g = self.tile(s)
+        """Parameters of the batch that starts with step ``s``, after the requantizations of
+        the batch before the previous one (the same buffer)."""
+        steps = [t for t, b in enumerate(self.batch) if b == s]
+        _, _, j0, _ = self.tile(s)
         acc_rb, pr = self.c.acc_row_bytes, self.p.p_rows
-        wait = ("R", self.r_after[s - 2]) if s >= 2 else None
+        blocks = sum(self.tile(t)[3] for t in steps)
+        before = [b for b in self.p_buf if b < s]
+        wait = ("R", self.r_after[before[-1] - 1]) if len(before) >= 2 else None
+        rows = pr * blocks        # contiguous in DRAM: one DRAM row (long bursts) if it fits
+        one = rows * acc_rb <= field_max(DmaBody, "row_bytes")
         self.p_op[s] = self.add(DmaOp(
             store=False, tag="p", mem=LocalMem.ACC, dram_addr=self.p_addr + j0 * pr * acc_rb,
-            dram_stride=acc_rb, row_bytes=acc_rb, n_rows=pr * g,
-            local_row=self.p.param_rows[s % 2], local_stride=1, wait=wait, signal="L"))
+            dram_stride=acc_rb, row_bytes=acc_rb * (rows if one else 1),
+            n_rows=1 if one else rows, local_row=self.p.param_rows[self.p_buf[s]],
+            local_stride=1, wait=wait, signal="L"))
+
+    def param_row(self, s: int, gg: int) -> int:
+        """Accumulator row of the parameters of N block ``gg`` of step ``s``."""
+        b = self.batch[s]
+        return (self.p.param_rows[self.p_buf[b]]
+                + (self.tile(s)[2] - self.tile(b)[2] + gg) * self.p.p_rows)
 
     def emit_a(self, ph: int, off: int = 0, n: int | None = None) -> None:
         """Activations of K blocks ``off .. off + n`` of phase ``ph``'s chunk."""
@@ -399,7 +423,8 @@ class _Program(_Layout):
         _, mt, _, g = self.tile(self.phases[0][0])
         per_block = g * matmul_cycles(c, mt, 1, self.p.w_fmt, self.p.a_fmt)
         at = a_tile_rows(c, self.p, mt)
-        p_cycles = dma_cycles(c, c.acc_row_bytes, self.p.p_rows * g)
+        p_cycles = dma_cycles(c, c.acc_row_bytes, self.p.p_rows * sum(
+            self.tile(t)[3] for t, b in enumerate(self.batch) if b == 0))
         w_load, a_load = self.w_use[0][1], self.a_use[0][1]
 
         def dma(n: int, first_piece: bool, n_pieces: int) -> int:
@@ -452,15 +477,22 @@ class _Program(_Layout):
         last matmul gives up its last K block to a matmul of its own that waits; failing
         that, with two output tiles, the step's parameter load waits."""
         prev = s - len(self.p.o_bases)
+        if self.p.p_steps > 1:
+            # Step s + 1 overwrites the accumulator tile of step s - 1. With one parameter
+            # load per step that load waits for the requantizations of step s - 1 and the
+            # first matmul of step s + 1 for the load; a batched load does not, so a matmul
+            # of step s waits for the stores of step s - 1 (after its requantizations).
+            prev = s - 1
         if prev < 0:
             return
         wait = ("S", self.s_after[prev])
-        free_mm = [o for o in self.step_matmuls[s] if o.wait is None]
+        later = {id(o) for o in self.ops[self.s_pos[prev]:]}    # after those stores
+        free_mm = [o for o in self.step_matmuls[s] if o.wait is None and id(o) in later]
         if not free_mm and self.step_matmuls[s][-1].k_blocks > 1:
             free_mm = [self._split_last_block(s)]
         if free_mm:
             free_mm[-1].wait = wait
-        elif len(self.p.o_bases) == 2 and s in self.p_op:
+        elif len(self.p.o_bases) == 2 and s in self.p_op and self.p.p_steps == 1:
             self.p_op[s].wait = wait
         else:
             raise Infeasible("no matmul can wait for the output tile")
@@ -534,7 +566,7 @@ class _Program(_Layout):
         wait: Wait = ("M", self.last[s] + 1)
         pieces: list[tuple[int, int, int, int]] = []
         for n_early, (gg, lo, hi) in enumerate(early + rest, start=1):
-            param_row = self.p.param_rows[s % 2] + self.p.p_rows * gg
+            param_row = self.param_row(s, gg)
             if self.p.gelu:
                 self.add(GeluOp(acc_row=lo, spad_row=o0 + lo - acc0, n_rows=hi - lo,
                                 param_row=param_row, wait=wait, signal="R"))
@@ -557,3 +589,4 @@ class _Program(_Layout):
                 dram_stride=0, row_bytes=(hi - lo) * srb, n_rows=1, local_row=o0 + lo - acc0,
                 local_stride=0, wait=("R", r), signal="S"))
         self.s_after[s] = self.count["S"]
+        self.s_pos[s] = len(self.ops)

@@ -218,7 +218,10 @@ class Stream:
         ev = Event(self.device) if event is None else event
         word = ev._word_for(self)
         cmds = CommandList()
-        cmds.fence(addr=word.addr, timestamp=True, signal=ev.sem.id)
+        # irq: Event.synchronize sleeps in wait_irq until an interrupt, so the recording
+        # must raise one (without it the host slept to the end of its timeout whenever no
+        # other fence interrupted after the event completed)
+        cmds.fence(addr=word.addr, timestamp=True, irq=True, signal=ev.sem.id)
         self._write([cmds[0].raw], DEFAULT_TIMEOUT_CYCLES)
         ev.sem.issued += 1
         ev._last_word = word

@@ -102,8 +102,9 @@ class Event:
     """A point in a stream's work, in the idiom of CUDA events, backed by one semaphore.
 
     :meth:`record` on a stream appends a ``FENCE`` that, once every earlier command of the
-    stream retired, writes the cycle counter to a DRAM word (the event's timestamp) and
-    increments the event's semaphore. :meth:`Stream.wait_event` appends a ``WAIT`` for that
+    stream retired, writes the cycle counter to a DRAM word (the event's timestamp),
+    increments the event's semaphore and raises the fence interrupt (:meth:`synchronize`
+    sleeps until an interrupt). :meth:`Stream.wait_event` appends a ``WAIT`` for that
     value. Unlike CUDA, waiting on an event that was never recorded waits for its *first*
     recording (a never-recorded event is a bug the watchdog then reports, not a no-op).
 

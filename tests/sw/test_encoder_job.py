@@ -35,6 +35,18 @@ def test_encoder_is_bit_exact(backend, layers):
     assert "bit-exact with the golden model: yes" in format_encoder_report(r)
 
 
+def test_encoder_layers_take_the_same_cycles_on_the_perf_model():
+    """The six layers have the same shapes, so their cycles agree to within 2% (8x8, L=32,
+    ideal DRAM): the host waits on an event between layers and must wake when it completes
+    (it once slept to the end of its timeout, making two layers 49M cycles instead of 1M
+    while staying bit-exact), and the whole pass stays above 85% MAC utilization (90.6%)."""
+    cfg = NPUConfig()
+    r = run_encoder_job(PerfBackend(cfg), config=cfg.to_dict(), seq_len=32)
+    layers = [p["cycles"] for p in r["per_layer"][1:]]
+    assert len(layers) == 6 and max(layers) < 1.02 * min(layers), layers
+    assert r["total"]["utilization"] > 0.85, r["total"]
+
+
 def test_encoder_pads_keys_and_runs_on_4x4():
     """4x4 (96 element blocks per LayerNorm, several row tiles), a padded sequence (masked
     keys, pooling over the valid tokens only)."""

@@ -11,7 +11,7 @@ from hw.isa import COMMAND_BYTES, COUNTER_NAMES, Csr, ErrorCode, LocalMem, queue
 from sw.backend import Backend
 from sw.dram import DramTiming
 from sw.golden import linear_int
-from sw.kernels.linear import linear_with_stats
+from sw.kernels.linear import linear_launch, linear_with_stats
 from sw.model import ModelBackend
 from sw.perf import PerfBackend
 from sw.perf.corpus import WORKLOADS, linear_operands
@@ -265,3 +265,20 @@ def test_event_elapsed_cycles_lie_between_the_work_they_bracket_and_the_whole_ru
     assert r["run_cycles"] >= r["trace_span"] > 0
     # the fences around A add a few cycles of fetch and write, never a whole GEMM
     assert r["event_elapsed"] - (r["a_end"] - r["a_start"]) < r["a_end"] - r["a_start"]
+
+
+def test_event_synchronize_wakes_when_the_event_completes():
+    """The host sleeps in ``wait_irq`` until an interrupt: the event's recording must raise
+    one, else a host waiting on an event while nothing else interrupts sleeps to the end of
+    its timeout (it did: 48.7M idle cycles in the middle of the forward pass)."""
+    b = PerfBackend(CONFIG)
+    d = Device(b)
+    s = d.default_stream
+    a, w, bias, mult, shift = linear_operands(np.random.default_rng(2), 64, 64, 64)
+    linear_launch(s, a, w, bias, mult, shift)
+    ev = s.record()
+    assert not ev.query()             # the host waits while the device runs
+    ev.synchronize()
+    done = ev.timestamp()
+    assert done > 1000
+    assert d.cycles() - done < 100, (d.cycles(), done)
