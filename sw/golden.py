@@ -399,7 +399,7 @@ def matmul_formats(a: npt.ArrayLike, w: npt.ArrayLike, *, tile_k: int,
     // 32``. Its exact sum ``P_j = A[:, tile] @ W[tile, :]`` is aligned by
     ``d = xa[i, b] + xw[b, n] - x_base`` (:func:`mx_align`) and the aligned tiles are summed
     modulo 2**32 (int32). The spec leaves the dot product's internal precision and order to
-    the implementation (§6.2); here it is exact as long as every tile with a non-zero sum has
+    the implementation (§6.1); here it is exact as long as every tile with a non-zero sum has
     ``d >= 0`` (the *exact range*: then ``acc * 2**(x_base - 2 * (127 + 6))`` is exactly the
     real dot product of the dequantized operands), and a tile below it is rounded (to
     ``2**(x_base - 266)``, half up). The kernels pick ``x_base`` with

@@ -621,7 +621,7 @@ def quantize_mxint8(x: npt.ArrayLike, axis: int = -1) -> tuple[np.ndarray, np.nd
     ties-to-+infinity rule, which applies to the hardware's own requantization), then clamp to
     ``+-127`` (the largest element magnitude ``1 + 63/64``: -128 is never emitted). Zeros of
     either sign give 0. A block with the NaN scale gets elements 0 (the whole block is NaN
-    by §6.3; :func:`dequantize_mxint8` gives NaN for it).
+    by §5.1; :func:`dequantize_mxint8` gives NaN for it).
 
     Parameters
     ----------
@@ -655,7 +655,7 @@ def quantize_mxint8(x: npt.ArrayLike, axis: int = -1) -> tuple[np.ndarray, np.nd
 
 def dequantize_mxint8(q: npt.ArrayLike, scales: npt.ArrayLike, axis: int = -1) -> np.ndarray:
     """Real values of MXINT8 data: ``q * 2**(X - 127 - 6)`` per block (NaN for a block with the
-    NaN scale 0xFF, OCP MX v1.0 §6.3).
+    NaN scale 0xFF, OCP MX v1.0 §5.1 and §5.4.1).
 
     Returns
     -------

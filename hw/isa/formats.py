@@ -15,7 +15,7 @@ original int8 x int8 MATMUL):
   the cycle it would read weight row ``k`` and takes nibble ``k & 1``, so the weight load
   takes the same cycles as for int8 and DRAM and the scratchpad hold half the bytes.
 * :attr:`WeightFormat.MXINT8`: OCP Microscaling MXINT8 (OCP MX v1.0, §5.2 Table 1 and §5.3.4:
-  8-bit two's complement elements with an implied scale of ``2**-6``; §5.4 the E8M0 shared
+  8-bit two's complement elements with an implied scale of ``2**-6``; §5.4.1 the E8M0 shared
   scale): ``rows`` element rows as for int8, then one *exponent row* whose byte ``n`` is the
   E8M0 scale ``X[n]`` of column ``n`` for this tile (``rows + 1`` rows per tile).
 * :attr:`ActFormat.MXINT8`: activations in MXINT8: before each group of ``G =
@@ -24,8 +24,8 @@ original int8 x int8 MATMUL):
   ``m + ceil(m / G)`` rows, exponent row first.
 
 A MATMUL whose ``w_fmt`` or ``a_fmt`` is MXINT8 is an *MX command*. The MX block of the spec is
-32 elements along K (§5.1: ``k = 32``); a K tile of the array (``rows`` elements) must lie in
-one block, which the kernels arrange (``32 % rows == 0``); the hardware itself only sees one
+32 elements along K (§5.2 Table 1: ``k = 32``); a K tile of the array (``rows`` elements) must
+lie in one block, which the kernels arrange (``32 % rows == 0``); the hardware itself only sees one
 scale per tile. Alignment of the per-tile sums by their exponents (applied in the array's
 exponent stage, :class:`hw.tile.SystolicArray`) is :func:`sw.golden.mx_align`: tile ``j``
 adds ``align(P_j[i, n], xa_j[i] + xw_j[n] - x_base)`` to the accumulator, where ``P_j`` is the

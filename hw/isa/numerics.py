@@ -10,7 +10,8 @@ __all__ = ["MX_BLOCK", "E8M0_BIAS", "E8M0_NAN", "MXINT8_FRAC_BITS", "MXINT8_MAX"
            "LN_RECIP_SHIFT", "LN_VAR_BITS", "LN_MAX_ELEMS", "ln_norm_shift", "GELU_FRAC_BITS",
            "GELU_X_BITS", "GELU_TABLE_STEP_BITS", "GELU_TABLE_ENTRIES", "gelu_table"]
 
-#: OCP MX v1.0 §5.1: elements per block sharing one scale (``k``, 32 for every concrete format).
+#: OCP MX v1.0 §5.1: elements per block sharing one scale (``k``); §5.2 Table 1: 32 for every
+#: concrete format.
 MX_BLOCK = 32
 #: §5.4.1: an E8M0 scale byte ``x`` is ``2**(x - E8M0_BIAS)``, ``x`` in 0..254 ...
 E8M0_BIAS = 127
