@@ -618,8 +618,9 @@ def quantize_mxint8(x: npt.ArrayLike, axis: int = -1) -> tuple[np.ndarray, np.nd
     Rounding and saturation follow microxcaling (§6.3 recommends clamping to the element's
     largest magnitude; as read in a clause-by-clause conformance list, not in the spec PDF,
     §5.3.4 names roundTiesToEven for INT8 conversion, which this does not do), with
-    ``_quantize_elemwise_core``'s ``round="nearest"`` and ``saturate_normals=True``: round half away from zero (``sign(v) * floor(|v| + 1/2)``, not the project's
-    ties-to-+infinity rule, which applies to the hardware's own requantization), then clamp to
+    ``_quantize_elemwise_core``'s ``round="nearest"`` and ``saturate_normals=True``: round
+    half away from zero (``sign(v) * floor(|v| + 1/2)``, not the project's ties-to-+infinity
+    rule, which applies to the hardware's own requantization), then clamp to
     ``+-127`` (the largest element magnitude ``1 + 63/64``: -128 is never emitted). Zeros of
     either sign give 0. A block with the NaN scale gets elements 0 (the whole block is NaN
     by §5.1; :func:`dequantize_mxint8` gives NaN for it).

@@ -16,8 +16,9 @@ is a multiple of the row and the DMA alignment rule holds for any configuration)
   weight column block is contiguous (one DMA per group of N blocks, in DRAM rows short enough
   that a command fetch never waits long behind a burst: :func:`_w_row_blocks`).
 * Parameters: shape ``(NB, 3, acc_row_elems)`` int32: bias, multiplier, shift of the block's
-  ``cols`` channels (zero for padding channels); the ``3 G`` rows of a group of N blocks are one
-  DMA into the accumulator.
+  ``cols`` channels (zero for padding channels); the ``3 G`` rows of a group of N blocks, or
+  of ``p_steps`` consecutive groups (:attr:`LinearPlan.p_steps`), are one DMA of one DRAM row
+  (so one long burst) into the accumulator.
 * Output: shape ``(NB, M, spad_row_bytes)`` int8; ``[nb, i, :cols]`` = ``out[i, nb*cols : ...]``.
 
 Double-buffered tiling (the default; :func:`plan_linear` with ``double_buffer=True``,
@@ -29,7 +30,7 @@ own latency, :func:`matmul_latency`, overlaps the next ones), so the plan makes 
 
 * a *step* is one M tile of ``Mt`` rows and one group of ``n_group`` (G) N blocks, each with its
   own accumulator tile of ``Mt`` rows; the tiles of consecutive steps sit at opposite ends of
-  the accumulator (after two sets of ``3 G`` parameter rows) and may overlap;
+  the accumulator (after two sets of ``3 G p_steps`` parameter rows) and may overlap;
 * a *phase* is one K chunk of ``KBc`` blocks of a step: an activation chunk (``KBc * Mt``
   scratchpad rows) and a weight chunk (``G * KBc * rows`` rows), two buffers each, and
   ``G * KBc`` MATMULs accumulating over K (``accumulate`` after the first K block of the step);
@@ -362,10 +363,12 @@ def build_linear_commands_double_buffered(
       the phase that used the buffer before; they are issued during phase ``p`` (prefetch).
       A load into a buffer phase ``p`` itself used (a single activation buffer) is issued
       after phase ``p``'s matmuls. Content already in a buffer is not reloaded.
-    * Parameters of step ``s`` (2 buffers) load with phase ``min(first(s - 1) + 2,
-      first(s))`` and wait ``R`` for the requantizations of step ``s - 2``; the first matmul of
-      every phase waits ``L`` for the phase's loads (so the accumulator and parameter buffers
-      of step ``s - 2`` are free before step ``s`` overwrites them).
+    * Parameters of a batch of ``plan.p_steps`` steps (consecutive N groups of one M tile;
+      2 buffers) load with phase ``min(first(s - 1) + 2, first(s))`` of its first step ``s``
+      and wait ``R`` for the requantizations of the batch before the previous one; the first
+      matmul of every phase waits ``L`` for the phase's loads. With one step per batch that
+      makes the accumulator tile of step ``s - 2`` free before step ``s`` overwrites it; with
+      more, a matmul of step ``s - 1`` waits ``S`` for the stores of step ``s - 2`` instead.
     * Accumulator tiles of consecutive steps sit at opposite ends of the accumulator region;
       if they overlap (two full tiles do not fit), step ``s`` requantizes the overlapped rows
       first and the overwriting matmuls of those rows in step ``s + 1`` run last in their K

@@ -177,9 +177,10 @@ def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
 
     Candidates: ``n_group`` G from 1 to ``cmd_fifo_depth`` (so that the requantizations and
     stores of a step never wait in a full engine FIFO, which would hold up the dispatch of
-    the next matmuls); M tiles of nearly equal size as large as the accumulator allows
-    (``G * Mt`` rows per step, two steps' tiles at opposite ends of what the 2 x 3G parameter
-    rows leave, overlapping if need be) and the sizes at which the whole K fits in the
+    the next matmuls); parameters of one step or of up to ``_P_STEPS`` steps per load
+    (``p_steps``); M tiles of nearly equal size as large as the accumulator allows
+    (``G * Mt`` rows per step, two steps' tiles at opposite ends of what the two parameter
+    buffers of ``3 G p_steps`` rows leave, overlapping if need be) and the sizes at which the whole K fits in the
     scratchpad; for each, the whole K resident (activations loaded once per M tile, one or
     two buffers) or the largest K chunk with two activation and two weight buffers; one or
     two output tiles. Each candidate's program is replayed on the timing model
@@ -195,8 +196,8 @@ def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
     def at(mt: int) -> int:
         return a_tile_rows(c, fmt, mt)
     cands: set[tuple] = set()
-    for g, ps in ((g, ps) for g in range(1, min(nb, c.cmd_fifo_depth) + 1)
-                  for ps in sorted({1, min(_P_STEPS, _ceil_div(nb, g))})):
+    groups = range(1, min(nb, c.cmd_fifo_depth) + 1)
+    for g, ps in [(x, p) for x in groups for p in sorted({1, min(_P_STEPS, _ceil_div(nb, x))})]:
         avail = a_rows - 2 * fmt.p_rows * g * ps   # rows for the tiles of two steps
         mt_cap = min(m_lim, (avail - 1) // g)
         if mt_cap < 1:
