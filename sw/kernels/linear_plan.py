@@ -182,8 +182,9 @@ def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
     (``G * Mt`` rows per step, two steps' tiles at opposite ends of what the two parameter
     buffers of ``3 G p_steps`` rows leave, overlapping if need be) and the sizes at which the
     whole K fits in the scratchpad; for each, the whole K resident (activations loaded once
-    per M tile, one or two buffers) or the largest K chunk with two activation and two weight buffers; one or
-    two output tiles. Each candidate's program is replayed on the timing model
+    per M tile, one or two buffers) or the largest K chunk with two activation and two
+    weight buffers; one or two output tiles. Each candidate's program is replayed on the
+    timing model
     (:class:`~sw.kernels.linear_ops.Timer`, under ``dram``), most promising first (lower
     bound: its matmul cycles, :func:`_matmul_bound`), and the fastest wins; ties go to less
     DRAM traffic.
