@@ -98,8 +98,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result["modelled_cycles"] = backend.cycle
     else:
         from cosim.tb.harness import run_job
-        print(f"co-simulating the {args.config.name} NPU on Verilator "
-              f"(first run builds it, one to two minutes)...", file=sys.stderr)
+        print(f"co-simulating the {args.config.name} NPU on Verilator (a first run for a "
+              f"configuration builds it first: one to two minutes)...", file=sys.stderr)
         run = run_job(args.config, f"{workload.__name__}:{job}", job_args,
                       waves=args.waves, name="npu_run", waves_window=args.waves_window,
                       dram=args.dram, waves_format=args.waves_format,
@@ -403,8 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ValueError, OSError, NPUError, BackendError) as e:
-        # typed errors the user can act on: one line, no traceback
-        print(f"npu {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        # typed errors the user can act on: one line, no traceback; the runtime's own error
+        # classes are named (what a caller would catch), Python's ValueError/OSError are not
+        kind = "" if type(e) in (ValueError, OSError) else f"{type(e).__name__}: "
+        print(f"npu {args.command}: error: {kind}{e}", file=sys.stderr)
         return 2
     except CosimJobError as e:
         # the job failed inside the simulator: its error, and where the full traceback is

@@ -52,6 +52,7 @@ from cosim.build import (
     build_sim,
     design_blocks,
     design_tag,
+    generate_verilog,
     trace_vars,
 )
 from hw.config import NPUConfig
@@ -301,10 +302,10 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     args = dict(args or {})
     json.dumps(args)  # fail here, not in the simulator
     tag_dir = ROOT / "build" / design_tag(config, design)
+    if waves_scope:         # before the (minutes long) traced build; the Verilog is cached
+        _check_scope(waves_scope, generate_verilog(config, design))
     sim = build_sim(config, waves=waves, design=design, internal_clock=internal_clock,
                     waves_format=waves_format)
-    if waves_scope:
-        _check_scope(waves_scope, sim.verilog)
 
     with _claim_run_dir(tag_dir / "runs" / name) as run_dir:
         return _run_in(run_dir, config, job, args, timing, sim, waves, waves_format,
@@ -420,7 +421,7 @@ def _check_scope(scopes: list[str], verilog: Path) -> None:
     blocks = design_blocks(verilog)
     unknown = [s for s in scopes if s not in blocks]
     if unknown:
-        raise ValueError(f"waves_scope: no block {', '.join(map(repr, unknown))} in the "
+        raise ValueError(f"waves scope: no block {', '.join(map(repr, unknown))} in the "
                          f"design; blocks: {', '.join(blocks)}")
 
 

@@ -180,6 +180,19 @@ def test_npu_whole_run_and_scope_run(tmp_path):
         _npu("kinds_npu_scope_bad", waves_scope=["dmx"])
 
 
+def test_npu_scope_typo_is_refused_before_any_build(monkeypatch):
+    """A misspelt ``--waves-scope`` block is refused from the generated Verilog, before the
+    traced Verilator build (minutes) that it would otherwise wait for."""
+    import cosim.tb.harness as harness
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built before checking the scope")
+    monkeypatch.setattr(harness, "build_sim", no_build)
+    with pytest.raises(ValueError, match=r"no block 'dmx'"):
+        run_job(NPUConfig(), "tests.support.format_jobs:gemv_formats", name="scope_typo",
+                waves_scope=["dmx"])
+
+
 def test_npu_kernel_window(tmp_path):
     run = _npu("kinds_npu_kernel", waves_window={"kernel": "softmax", "occurrence": 1})
     _check_npu(run, tmp_path, every=20)
