@@ -354,8 +354,19 @@ class _Program(_Layout):
                 before[i](i)
             wait = ("L", block_waits[i]) if i in block_waits else None
             emitted += self._k_run(ph, i, end - i, wait, after)
-        emitted[-1].signal = "M"
-        self.count["M"] += 1
+        _, mt, _, g = self.tile(s)
+        if ph == len(self.phases) - 1 and g > 1:
+            # The last step's N blocks each signal M after their own last matmul, so that a
+            # block's requantization and store overlap the array's work on the next blocks
+            # (nothing after the last phase waits for M by phase count).
+            acc0 = self.acc_rows_of(s)[0]
+            final = {(op.acc_row - acc0) // mt: op for op in emitted}   # stream order
+            for op in final.values():
+                op.signal = "M"
+                self.count["M"] += 1
+        else:
+            emitted[-1].signal = "M"
+            self.count["M"] += 1
         self.step_matmuls.setdefault(s, []).extend(emitted)
 
     def _splits_first_block(self, s: int) -> bool:
@@ -418,30 +429,31 @@ class _Program(_Layout):
         """Estimated end and sizes (K blocks) of the first phase's load pieces, each as large
         as the timing model says still arrives before the array reaches it (at least one
         block). ``w_whole``: the weights of the whole chunk load with the first piece, else
-        each piece loads its own; the parameters of step 0 load before the second piece."""
+        each piece loads its own; the parameters of the first batch load first (before any
+        matmul writes the accumulator, where a DMA write would wait)."""
         c, wt, srb = self.c, self.wt, self.srb
         _, mt, _, g = self.tile(self.phases[0][0])
         per_block = g * matmul_cycles(c, mt, 1, self.p.w_fmt, self.p.a_fmt)
         at = a_tile_rows(c, self.p, mt)
-        p_cycles = dma_cycles(c, c.acc_row_bytes, self.p.p_rows * sum(
-            self.tile(t)[3] for t, b in enumerate(self.batch) if b == 0))
+        p_cycles = dma_cycles(c, c.acc_row_bytes * self.p.p_rows * sum(
+            self.tile(t)[3] for t, b in enumerate(self.batch) if b == 0), 1)
         w_load, a_load = self.w_use[0][1], self.a_use[0][1]
 
-        def dma(n: int, first_piece: bool, n_pieces: int) -> int:
+        def dma(n: int, first_piece: bool) -> int:
             w = 0
             if w_load and (first_piece or not w_whole):
                 w = dma_cycles(c, (nk if w_whole else n) * wt * srb, g)
             return (w + (dma_cycles(c, at * srb, n) if a_load else 0)
-                    + (p_cycles if n_pieces == 1 and not first_piece else 0))
+                    + (p_cycles if first_piece else 0))
         pieces = [1]
-        t_dma = t_start = dma(1, True, 1)    # loads done; compute start of the piece's block
+        t_dma = t_start = dma(1, True)       # loads done; compute start of the piece's block
         pos = 1
         while pos < nk:
             reach = t_start + pieces[-1] * per_block
             n = 1
-            while pos + n < nk and t_dma + dma(n + 1, False, len(pieces)) <= reach:
+            while pos + n < nk and t_dma + dma(n + 1, False) <= reach:
                 n += 1
-            t_dma += dma(n, False, len(pieces))
+            t_dma += dma(n, False)
             t_start = max(reach, t_dma)
             pieces.append(n)
             pos += n
@@ -459,7 +471,7 @@ class _Program(_Layout):
 
         def load_piece(i: int) -> None:
             j = starts.index(i)
-            if j == min(1, len(pieces) - 1):
+            if j == 0:      # before any matmul writes the accumulator (DMA writes to it wait)
                 for q in self.p_at.get(0, []):
                     self.emit_p(q)
             if self.w_use[0][1] and (j == 0 or not w_whole):
@@ -487,6 +499,16 @@ class _Program(_Layout):
             return
         wait = ("S", self.s_after[prev])
         later = {id(o) for o in self.ops[self.s_pos[prev]:]}    # after those stores
+        sig = [o for o in self.step_matmuls[s] if o.signal == "M"]
+        if len(sig) > 1 and id(sig[0]) in later and (sig[0].wait is None
+                                                      or sig[0].k_blocks > 1):
+            # The last step's blocks signal M each: the block that signals first waits (its
+            # own last K block, split off, if its matmul waits already), so every block's
+            # requantization may start after its own signal (:meth:`_block_signals`).
+            if sig[0].wait is not None:
+                sig[0] = self._split_last_block(s, sig[0])
+            sig[0].wait = wait
+            return
         free_mm = [o for o in self.step_matmuls[s] if o.wait is None and id(o) in later]
         if not free_mm and self.step_matmuls[s][-1].k_blocks > 1:
             free_mm = [self._split_last_block(s)]
@@ -497,18 +519,25 @@ class _Program(_Layout):
         else:
             raise Infeasible("no matmul can wait for the output tile")
 
-    def _split_last_block(self, s: int) -> MatmulOp:
-        """Split the last K block off step ``s``'s last matmul and return it as a new matmul
-        (with the signal), placed last in the stream so far (after the stores that step
-        ``s - 1``'s first matmul brought along, which it may wait for)."""
-        last = self.step_matmuls[s][-1]
+    def _split_last_block(self, s: int, last: MatmulOp | None = None) -> MatmulOp:
+        """Split the last K block off step ``s``'s last matmul (or off ``last``, placed right
+        after it) and return it as a new matmul (with the signal), placed last in the stream
+        so far (after the stores that step ``s - 1``'s first matmul brought along, which it
+        may wait for)."""
+        after = last
+        last = self.step_matmuls[s][-1] if last is None else last
         k = last.k_blocks - 1
         op = MatmulOp(a_row=last.a_row + k * a_tile_rows(self.c, self.p, last.m),
                       w_row=last.w_row + k * self.wt, acc_row=last.acc_row, m=last.m,
                       accumulate=True, signal=last.signal, **self._fmt())
         last.k_blocks, last.signal = k, None
-        self.ops.append(op)
-        self.step_matmuls[s].append(op)
+        if after is None:
+            self.ops.append(op)
+            self.step_matmuls[s].append(op)
+        else:
+            self.ops.insert(next(i for i, o in enumerate(self.ops) if o is after) + 1, op)
+            mm = self.step_matmuls[s]
+            mm.insert(next(i for i, o in enumerate(mm) if o is after) + 1, op)
         return op
 
     def _end_pieces(self, s: int) -> tuple[list, list]:
@@ -556,6 +585,23 @@ class _Program(_Layout):
                 lo += size
         return pieces
 
+    def _block_signals(self, s: int) -> dict[int, int]:
+        """The last step's N blocks that signal M each (:meth:`emit_matmuls`): the M count a
+        block's requantization waits for, at least that of the first signal retired after
+        the step's matmuls that wait for stores (the output tile must be free before it is
+        written). Empty if the step signals once."""
+        ops = self.step_matmuls[s]
+        pos = {id(op): i for i, op in enumerate(self.ops)}
+        sig = sorted((o for o in ops if o.signal == "M"), key=lambda o: pos[id(o)])
+        if len(sig) < 2:
+            return {}
+        base = self.count["M"] - len(sig)
+        held = max((pos[id(o)] for o in ops if o.wait is not None and o.wait[0] == "S"),
+                   default=-1)
+        guard = next(base + r + 1 for r, o in enumerate(sig) if pos[id(o)] >= held)
+        acc0, mt = self.acc_rows_of(s)[0], self.tile(s)[1]
+        return {(o.acc_row - acc0) // mt: max(base + r + 1, guard) for r, o in enumerate(sig)}
+
     def emit_end(self, s: int) -> None:
         """Requantize and store step ``s``; rows the next step overwrites first. One store per
         tile after its last piece, except for the last step's pieces (one store each)."""
@@ -564,8 +610,11 @@ class _Program(_Layout):
         o0 = self.p.o_bases[s % len(self.p.o_bases)]
         early, rest = self._end_pieces(s)
         wait: Wait = ("M", self.last[s] + 1)
+        block_m = self._block_signals(s) if s == len(self.steps) - 1 else {}
         pieces: list[tuple[int, int, int, int]] = []
         for n_early, (gg, lo, hi) in enumerate(early + rest, start=1):
+            if gg in block_m and (not pieces or pieces[-1][0] != gg):
+                wait = ("M", block_m[gg])           # the last step: its block's own signal
             param_row = self.param_row(s, gg)
             if self.p.gelu:
                 self.add(GeluOp(acc_row=lo, spad_row=o0 + lo - acc0, n_rows=hi - lo,
