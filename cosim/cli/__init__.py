@@ -1,11 +1,11 @@
 """npu: the command-line front end of the co-design kit.
 
-npu run          runs the main job: the whole layer-0 self-attention block of all-MiniLM-L6-v2
-                 (Q/K/V projections, Q.K^T, integer softmax, P.V, output projection) on real
-                 text, on the co-simulated RTL, the performance model (``--backend perf``,
-                 seconds instead of minutes, same cycles) or the functional model, under a
-                 DRAM timing (``--dram``), and prints cycles and MAC utilization per stage,
-                 SQNR/cosine against float32 and bit-exactness.
+npu run          runs the main job: all-MiniLM-L6-v2's whole six-layer forward pass on real
+                 text (``--layers N`` fewer; ``--block`` layer 0's attention block alone), on
+                 the co-simulated RTL, the performance model (``--backend perf``, seconds,
+                 same cycles) or the functional model, under a DRAM timing (``--dram``), and
+                 prints cycles and MAC utilization per layer and operation, the sentence
+                 embedding's cosine against float32 and bit-exactness.
 npu verilog      writes the NPU's Verilog, a file list and a JSON description per configuration
                  (``--lint``: Verilator lint and Icarus compile).
 npu area         FPGA cost per configuration: LUT4/FF/DSP/BRAM, Fmax, critical block.
@@ -262,7 +262,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                           "with --causal, --weights, --activations, --waves-kernel)")
     run.add_argument("--qkv-only", action="store_true",
                      help="run only layer 0's Q/K/V projections (the first main job)")
-    run.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
+    run.add_argument("--json", metavar="PATH",
+                     help="also write the figures as JSON to PATH (missing folders are made)")
     run.add_argument("--dram", type=parse_dram, default=DramTiming(), metavar="PRESET|k=v,...",
                      help=DRAM_HELP)
     run.add_argument("--waves", action="store_true",
@@ -404,8 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ValueError, OSError, NPUError, BackendError) as e:
         # typed errors the user can act on: one line, no traceback; the runtime's own error
-        # classes are named (what a caller would catch), Python's ValueError/OSError are not
-        kind = "" if type(e) in (ValueError, OSError) else f"{type(e).__name__}: "
+        # classes are named (what a caller would catch), Python's are not
+        kind = f"{type(e).__name__}: " if isinstance(e, (NPUError, BackendError)) else ""
         print(f"npu {args.command}: error: {kind}{e}", file=sys.stderr)
         return 2
     except CosimJobError as e:

@@ -3,6 +3,7 @@ configuration, DRAM timing, counts and sizes, sequence lengths, ``--json`` paths
 text made from module docstrings."""
 
 import argparse
+import os
 import re
 from pathlib import Path
 
@@ -10,7 +11,8 @@ from hw.config import ConfigParseError, NPUConfig
 from sw.dram import PRESETS, DramTiming, DramTimingError
 
 __all__ = ["parse_config", "parse_dram", "DRAM_HELP", "int_at_least", "seq_len",
-           "attention_len", "gemm_shape", "help_text", "check_dram_arg", "check_json_arg"]
+           "attention_len", "gemm_shape", "help_text", "check_dram_arg", "check_json_arg",
+           "check_out_dir"]
 
 
 def parse_config(text: str) -> NPUConfig:
@@ -112,11 +114,15 @@ def check_dram_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         parser.error("--dram needs --backend rtl or perf (the functional model is untimed)")
 
 
+#: output-file flags whose file is an image: matplotlib writes the format of the suffix
+_IMAGE_FLAGS = ("trace_png", "roofline")
+
+
 def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject a ``--json`` (``--trace``, ``--trace-png``) path that cannot be written before
-    the work starts: a folder, or a file whose folder cannot be made or written (missing
-    folders are made here)."""
-    for flag in ("json", "trace", "trace_png"):
+    """Reject a ``--json`` (``--trace``, ``--trace-png``, ``--roofline``) path that cannot be
+    written before the work starts: a folder, a file whose folder cannot be made or written
+    (missing folders are made here), or an image whose suffix matplotlib cannot write."""
+    for flag in ("json", "trace", *_IMAGE_FLAGS):
         path = getattr(args, flag, None)
         if not path:
             continue
@@ -124,6 +130,12 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         target = Path(path)
         if target.is_dir():
             parser.error(f"{name} {path}: is a folder, give a file name")
+        if flag in _IMAGE_FLAGS:
+            from matplotlib.backend_bases import FigureCanvasBase
+            formats = FigureCanvasBase.get_supported_filetypes()
+            if target.suffix[1:].lower() not in formats:
+                parser.error(f"{name} {path}: the image format is the file's suffix, one of "
+                             f"{', '.join(sorted(formats))}")
         # its folder is made now (as the file would be written later), so that a path that
         # cannot be written fails here and not after the run
         try:
@@ -139,3 +151,14 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             parser.error(f"{name} {path}: cannot be written ({e.strerror})")
         if not existed:
             target.unlink()
+
+
+def check_out_dir(parser: argparse.ArgumentParser, flag: str, path: Path) -> None:
+    """Reject an output folder (``--out``) that cannot be made or written, before the work
+    (missing folders are made here)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"{flag} {path}: cannot make the folder ({e.strerror})")
+    if not os.access(path, os.W_OK):
+        parser.error(f"{flag} {path}: the folder cannot be written")

@@ -159,6 +159,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from cosim.bench.sweep import Grid
+    from cosim.cli.args import check_out_dir
     from sw.dram import DramTiming
     if args.rtl < 0 or (args.rtl_configs is not None and args.rtl_configs < 1):
         parser.error("--rtl must be >= 0 and --rtl-configs >= 1")
@@ -177,6 +178,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                      "do not apply")
     if not 0 < args.tol < 1:
         parser.error("--tol must be in (0, 1)")
+    check_out_dir(parser, "--out", args.out)
     if args.backend == "rtl" and args.rtl:
         parser.error("--backend rtl runs every point on the RTL: --rtl does not apply")
     drams = tuple(args.dram or [DramTiming.parse("ideal")])

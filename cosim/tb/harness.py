@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import contextvars
+import difflib
 import fcntl
 import itertools
 import json
@@ -421,8 +422,11 @@ def _check_scope(scopes: list[str], verilog: Path) -> None:
     blocks = design_blocks(verilog)
     unknown = [s for s in scopes if s not in blocks]
     if unknown:
+        named = [b for b in blocks if "$" not in b]     # not the generated names
+        close = [m for s in unknown for m in difflib.get_close_matches(s, named, 2)]
+        hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
         raise ValueError(f"waves scope: no block {', '.join(map(repr, unknown))} in the "
-                         f"design; blocks: {', '.join(blocks)}")
+                         f"design; {hint}blocks: {', '.join(named)}")
 
 
 def _waves_sidecar(path: Path, fmt: str, window: dict | None, scope: list[str] | None,

@@ -39,6 +39,7 @@ from cosim.cli.args import attention_len, gemm_shape, int_at_least, seq_len
     (["--backend", "perf", "--trace", "/dev/null/t.json"], "cannot make its folder"),
     # a folder that exists but takes no new file (even as root): refused before the run
     (["--backend", "perf", "--json", "/proc/npu-kit-run.json"], "cannot be written"),
+    (["--backend", "perf", "--trace-png", "/tmp/npu-kit-trace.txt"], "the image format is"),
 ])
 def test_run_rejects_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -52,6 +53,14 @@ def test_run_reports_runtime_errors_in_one_line(capsys):
     assert main(["run", "--backend", "model", "--config", "8x8,dram_bytes=4096"]) == 2
     err = capsys.readouterr().err
     assert "OutOfMemoryError" in err and "Traceback" not in err
+
+
+def test_run_names_no_python_error_class(capsys):
+    """A ValueError of the run (a bad ``--waves-scope`` block) prints its message alone."""
+    assert main(["run", "--waves-scope", "dmaa", "--layers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "no block 'dmaa'" in err and "did you mean 'dma'?" in err
+    assert "ValueError" not in err and "$" not in err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -72,6 +81,9 @@ def test_run_reports_runtime_errors_in_one_line(capsys):
     (["fuzz", "--backend", "model", "--timed-exact"], "not with --backend model"),
     (["fuzz", "--seed", "-1"], "must be >= 0, got -1"),
     (["run", "--dram", ""], "empty DRAM timing"),
+    (["bench", "--backend", "perf", "--roofline", "/tmp/r.jpq"], "the image format is"),
+    (["sweep", "--workload", "gemm:8x8x8", "--no-area", "--out", "/dev/null/sweep"],
+     "cannot make the folder"),
 ])
 def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
