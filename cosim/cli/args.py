@@ -154,11 +154,13 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 
 def check_out_dir(parser: argparse.ArgumentParser, flag: str, path: Path) -> None:
-    """Reject an output folder (``--out``) that cannot be made or written, before the work
-    (missing folders are made here)."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        parser.error(f"{flag} {path}: cannot make the folder ({e.strerror})")
-    if not os.access(path, os.W_OK):
-        parser.error(f"{flag} {path}: the folder cannot be written")
+    """Reject an output folder (``--out``) that could not be made or written, before the work
+    and without making anything: the folder, or the nearest part of its path that exists,
+    must be a writable folder."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        parser.error(f"{flag} {path}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        parser.error(f"{flag} {path}: {existing} cannot be written")

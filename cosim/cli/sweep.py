@@ -178,7 +178,6 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                      "do not apply")
     if not 0 < args.tol < 1:
         parser.error("--tol must be in (0, 1)")
-    check_out_dir(parser, "--out", args.out)
     if args.backend == "rtl" and args.rtl:
         parser.error("--backend rtl runs every point on the RTL: --rtl does not apply")
     drams = tuple(args.dram or [DramTiming.parse("ideal")])
@@ -204,6 +203,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     clash = _find_clash(args.find or (), args.grid)
     if clash:
         parser.error(clash)
+    check_out_dir(parser, "--out", args.out)
 
 
 def _options(args: argparse.Namespace):
