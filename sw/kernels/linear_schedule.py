@@ -162,9 +162,13 @@ class _Layout:
         for s, (ti, gi) in enumerate(self.steps):
             new = gi % p.p_steps == 0 or s == 0 or self.steps[s - 1][0] != ti
             self.batch.append(s if new else self.batch[-1])
-        self.p_buf = {}                              # batch (first step) -> buffer
-        for b in dict.fromkeys(self.batch):
-            self.p_buf[b] = len(self.p_buf) % 2
+        firsts = list(dict.fromkeys(self.batch))     # the first step of each batch
+        self.p_buf = {b: i % 2 for i, b in enumerate(firsts)}       # batch -> buffer
+        # the last step of the batch before the previous one (it used the same buffer)
+        self.p_reuse = {b: firsts[i - 1] - 1 for i, b in enumerate(firsts) if i >= 2}
+        self.p_blocks = dict.fromkeys(firsts, 0)     # N blocks whose parameters it loads
+        for s, b in enumerate(self.batch):
+            self.p_blocks[b] += self.tile(s)[3]
         # The parameters of a batch load with the loads of phase p_at[first step]: late
         # enough that the requantizations of the batch before the previous one (same buffer)
         # have normally finished when dispatched.
@@ -254,13 +258,10 @@ class _Program(_Layout):
     def emit_p(self, s: int) -> None:
         """Parameters of the batch that starts with step ``s``, after the requantizations of
         the batch before the previous one (the same buffer)."""
-        steps = [t for t, b in enumerate(self.batch) if b == s]
         _, _, j0, _ = self.tile(s)
         acc_rb, pr = self.c.acc_row_bytes, self.p.p_rows
-        blocks = sum(self.tile(t)[3] for t in steps)
-        before = [b for b in self.p_buf if b < s]
-        wait = ("R", self.r_after[before[-1] - 1]) if len(before) >= 2 else None
-        rows = pr * blocks        # contiguous in DRAM: one DRAM row (long bursts) if it fits
+        wait = ("R", self.r_after[self.p_reuse[s]]) if s in self.p_reuse else None
+        rows = pr * self.p_blocks[s]  # contiguous in DRAM: one DRAM row (long bursts) if fits
         one = rows * acc_rb <= field_max(DmaBody, "row_bytes")
         self.p_op[s] = self.add(DmaOp(
             store=False, tag="p", mem=LocalMem.ACC, dram_addr=self.p_addr + j0 * pr * acc_rb,
@@ -435,8 +436,7 @@ class _Program(_Layout):
         _, mt, _, g = self.tile(self.phases[0][0])
         per_block = g * matmul_cycles(c, mt, 1, self.p.w_fmt, self.p.a_fmt)
         at = a_tile_rows(c, self.p, mt)
-        p_cycles = dma_cycles(c, c.acc_row_bytes * self.p.p_rows * sum(
-            self.tile(t)[3] for t, b in enumerate(self.batch) if b == 0), 1)
+        p_cycles = dma_cycles(c, c.acc_row_bytes * self.p.p_rows * self.p_blocks[0], 1)
         w_load, a_load = self.w_use[0][1], self.a_use[0][1]
 
         def dma(n: int, first_piece: bool) -> int:
