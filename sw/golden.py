@@ -392,7 +392,7 @@ def matmul_formats(a: npt.ArrayLike, w: npt.ArrayLike, *, tile_k: int,
                    x_base: int = 0) -> np.ndarray:
     """What the matrix engine accumulates for an MX product (OCP MX v1.0 §6.1 ``Dot`` per block,
     §6.2 ``DotGeneral`` over blocks), bit for bit; int4 weights are plain integers here
-    (:func:`sw.quant.unpack_int4`) and int8 x int8 without exponents is :func:`matmul_int`.
+    (:func:`sw.quant_formats.unpack_int4`) and int8 x int8 without exponents is :func:`matmul_int`.
 
     K is cut into tiles of ``tile_k`` (the array's ``rows``, a divisor of
     :data:`hw.isa.MX_BLOCK`) zero-padded at the end; tile ``j`` lies in block ``b = j * tile_k

@@ -185,15 +185,12 @@ def _gemm_operands(m: int, k: int, n: int, seed: int, weights: str = "int8",
     ``gemm:MxKxN``; also the :class:`sw.kernels.linear.Formats`."""
     from hw.isa import E8M0_BIAS, MXINT8_FRAC_BITS, ActFormat, WeightFormat
     from sw.kernels.linear import Formats
-    from sw.quant import (
-        channel_scales,
+    from sw.quant import channel_scales, quantize, quantize_multipliers, tensor_scale
+    from sw.quant_formats import (
         int4_channel_scales,
         mx_alignment_base,
-        quantize,
         quantize_int4,
-        quantize_multipliers,
         quantize_mxint8,
-        tensor_scale,
     )
 
     rng = np.random.default_rng(seed)

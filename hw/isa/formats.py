@@ -11,9 +11,10 @@ original int8 x int8 MATMUL):
   Byte ``n`` of packed row ``r`` holds ``W[2r, n]`` in its low nibble and ``W[2r + 1, n]`` in
   its high nibble, each a signed 4-bit two's complement value (-8..7); with an odd ``rows``
   the last high nibble is not read. The packing order is defined by
-  :func:`sw.quant.pack_int4` (its one home); the matrix engine reads packed row ``k >> 1`` in
-  the cycle it would read weight row ``k`` and takes nibble ``k & 1``, so the weight load
-  takes the same cycles as for int8 and DRAM and the scratchpad hold half the bytes.
+  :func:`sw.quant_formats.pack_int4` (its one home); the matrix engine reads packed row
+  ``k >> 1`` in the cycle it would read weight row ``k`` and takes nibble ``k & 1``, so the
+  weight load takes the same cycles as for int8 and DRAM and the scratchpad hold half the
+  bytes.
 * :attr:`WeightFormat.MXINT8`: OCP Microscaling MXINT8 (OCP MX v1.0, §5.2 Table 1 and §5.3.4:
   8-bit two's complement elements with an implied scale of ``2**-6``; §5.4.1 the E8M0 shared
   scale): ``rows`` element rows as for int8, then one *exponent row* whose byte ``n`` is the

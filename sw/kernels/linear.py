@@ -85,6 +85,14 @@ from sw.kernels.linear_ops import (
     matmul_latency,
     requant_cycles,
 )
+from sw.kernels.linear_pack import (
+    INT8_FORMATS,
+    Formats,
+    pack_activations,
+    pack_operands,
+    pack_weights,
+    weight_dram_bytes,
+)
 from sw.kernels.linear_plan import (
     LinearPlan,
     double_buffered_plan,
@@ -92,7 +100,7 @@ from sw.kernels.linear_plan import (
     plan_linear,
 )
 from sw.kernels.linear_schedule import a_dram_offset, a_dram_rows, a_tile_rows, build_program
-from sw.quant import check_accumulation, pack_int4
+from sw.quant import check_accumulation
 from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
 __all__ = ["LinearPlan", "LinearStats", "LinearJob", "Formats", "INT8_FORMATS", "plan_linear",
@@ -132,42 +140,6 @@ class LinearStats:
     utilization: float | None
     plan: LinearPlan
 
-
-
-@dataclass(frozen=True)
-class Formats:
-    """The number formats of a linear layer's operands (:mod:`hw.isa.formats`).
-
-    Attributes
-    ----------
-    weights : WeightFormat
-        ``INT8``; ``INT4`` (``W`` holds int4 values -8..7 in an int8 array, packed by the
-        kernel, :func:`sw.quant.pack_int4`); ``MXINT8`` (``W`` holds MXINT8 elements,
-        ``w_exp`` their E8M0 block scales).
-    activations : ActFormat
-        ``INT8`` or ``MXINT8`` (``A`` holds MXINT8 elements, ``a_exp`` their scales).
-    w_exp : numpy.ndarray or None
-        uint8 ``(ceil(K / 32), N)``: the scale of weight block ``b`` of column ``n``.
-    a_exp : numpy.ndarray or None
-        uint8 ``(M, ceil(K / 32))``.
-    x_base : int
-        The MX alignment base (0..1023; :func:`sw.quant.mx_alignment_base`), which the
-        requantization multipliers must account for: the accumulator is worth ``2**(x_base -
-        266)`` times the product of the element scales.
-    """
-    weights: WeightFormat = WeightFormat.INT8
-    activations: ActFormat = ActFormat.INT8
-    w_exp: np.ndarray | None = None
-    a_exp: np.ndarray | None = None
-    x_base: int = 0
-
-    @property
-    def mx(self) -> bool:
-        return (self.weights == WeightFormat.MXINT8
-                or self.activations == ActFormat.MXINT8)
-
-
-INT8_FORMATS = Formats()
 
 
 def _check_formats(config: NPUConfig, fmt: Formats, m: int, k: int, n: int,
@@ -213,73 +185,6 @@ def _check_operands(a: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: 
             raise ValueError(f"{name} must have shape ({n},), got {v.shape}")
         if v.size and (v.min() < lo or v.max() > hi):
             raise ValueError(f"{name} outside [{lo}, {hi}]")
-
-
-def _pack(config: NPUConfig, plan: LinearPlan, a: np.ndarray, w: np.ndarray,
-          bias: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, fmt: Formats | None = None,
-          gelu: tuple[np.ndarray, np.ndarray] | None = None
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    c = config
-    fmt = INT8_FORMATS if fmt is None else fmt
-    m, k, n = plan.m, plan.k, plan.n
-    srb, rows, cols = c.spad_row_bytes, c.rows, c.cols
-    k_pad, n_pad = plan.kb * rows, plan.nb * cols
-    a_pad = np.zeros((m, k_pad), dtype=np.int8)
-    a_pad[:, :k] = a
-    if plan.a_fmt == ActFormat.MXINT8:
-        a_dram = _pack_mx_activations(c, plan, a_pad, fmt.a_exp)
-    else:
-        a_dram = np.zeros((plan.kb, m, srb), dtype=np.int8)
-        a_dram[:, :, :rows] = a_pad.reshape(m, plan.kb, rows).transpose(1, 0, 2)
-    w_pad = np.zeros((k_pad, n_pad), dtype=np.int8)
-    w_pad[:k, :n] = w
-    # (NB, KB, rows, cols): tile j of N block nb
-    tiles = w_pad.reshape(plan.kb, rows, plan.nb, cols).transpose(2, 0, 1, 3)
-    wt = plan.w_tile(c)
-    w_dram = np.zeros((plan.nb, plan.kb, wt, srb), dtype=np.int8)
-    if plan.w_fmt == WeightFormat.INT4:
-        packed = pack_int4(tiles.transpose(2, 0, 1, 3).reshape(rows, -1))
-        w_dram[:, :, :, :cols] = packed.view(np.int8).reshape(wt, plan.nb, plan.kb,
-                                                              cols).transpose(1, 2, 0, 3)
-    else:
-        w_dram[:, :, :rows, :cols] = tiles
-    if plan.w_fmt == WeightFormat.MXINT8:
-        x = np.full((-(-k_pad // MX_BLOCK), n_pad), 127, np.uint8)
-        x[:fmt.w_exp.shape[0], :n] = fmt.w_exp
-        per_tile = x[np.arange(plan.kb) * rows // MX_BLOCK]          # (KB, n_pad)
-        w_dram[:, :, rows, :cols] = per_tile.reshape(plan.kb, plan.nb, cols).transpose(
-            1, 0, 2).view(np.int8)
-    w_dram = w_dram.reshape(plan.nb, plan.kb * wt, srb)
-    pr = plan.p_rows
-    p = np.zeros((pr, n_pad), dtype=np.int64)
-    p[0, :n], p[1, :n], p[2, :n] = bias, multiplier, shift
-    if gelu is not None:                 # GELU: shifts s1 | s2 << 8, then m2
-        p[2, :n] = shift | (np.asarray(gelu[1], np.int64) << 8)
-        p[3, :n] = gelu[0]
-    p_dram = np.zeros((plan.nb, pr, c.acc_row_elems), dtype="<i4")
-    p_dram[:, :, :cols] = p.reshape(pr, plan.nb, cols).transpose(1, 0, 2)
-    return a_dram, w_dram, p_dram
-
-
-def _pack_mx_activations(c: NPUConfig, plan: LinearPlan, a_pad: np.ndarray,
-                         a_exp: np.ndarray) -> np.ndarray:
-    """MXINT8 activations in DRAM: ``(KB, a_dram_rows, spad_row_bytes)``; in each K block each
-    M tile's rows in groups of ``spad_row_bytes``, every group after its exponent row
-    (:mod:`hw.isa.formats`)."""
-    m, rows, g = plan.m, c.rows, c.spad_row_bytes
-    out = np.zeros((plan.kb, a_dram_rows(c, plan), g), dtype=np.int8)
-    blocks = np.arange(plan.kb) * rows // MX_BLOCK
-    exps = a_exp.astype(np.uint8).view(np.int8)[:, blocks]            # (M, KB)
-    for i0 in range(0, m, plan.m_tile):
-        mt = min(plan.m_tile, m - i0)
-        row = a_dram_offset(c, plan, i0)
-        for q in range(0, mt, g):
-            n = min(g, mt - q)
-            out[:, row, :n] = exps[i0 + q:i0 + q + n].T
-            out[:, row + 1:row + 1 + n, :rows] = a_pad[i0 + q:i0 + q + n].reshape(
-                n, plan.kb, rows).transpose(1, 0, 2)
-            row += n + 1
-    return out
 
 
 def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_buf: Buffer,
@@ -445,33 +350,6 @@ class LinearJob:
             s.free()
 
 
-def weight_dram_bytes(config: NPUConfig, plan: LinearPlan) -> int:
-    """Bytes of the layer's weights in DRAM in the kernel's layout (padded rows; int4 packed,
-    MXINT8 with its exponent rows): ``NB * KB * weight_tile_rows * spad_row_bytes``."""
-    return plan.nb * plan.kb * plan.w_tile(config) * config.spad_row_bytes
-
-
-def pack_activations(config: NPUConfig, a: np.ndarray) -> np.ndarray:
-    """``A`` (M, K) int8 in the kernel's DRAM layout ``(KB, M, spad_row_bytes)``."""
-    m, k = a.shape
-    kb = _ceil_div(k, config.rows)
-    a_pad = np.zeros((m, kb * config.rows), dtype=np.int8)
-    a_pad[:, :k] = a
-    out = np.zeros((kb, m, config.spad_row_bytes), dtype=np.int8)
-    out[:, :, :config.rows] = a_pad.reshape(m, kb, config.rows).transpose(1, 0, 2)
-    return out
-
-
-def pack_weights(config: NPUConfig, plan: LinearPlan, w: npt.ArrayLike) -> np.ndarray:
-    """int8 weights ``W`` (K, N) in the kernel's DRAM layout for ``plan`` (int8 formats):
-    ``(NB, KB * rows, spad_row_bytes)``, what :func:`linear_launch` takes as ``w_buf``."""
-    w = np.asarray(w, np.int8)
-    if w.shape != (plan.k, plan.n):
-        raise ValueError(f"W must have shape ({plan.k}, {plan.n}), got {w.shape}")
-    z = np.zeros(plan.n, np.int64)
-    return _pack(config, plan, np.zeros((1, plan.k), np.int8), w, z, z, z)[1]
-
-
 def _check_gelu(gelu, relu: bool, shape: tuple) -> tuple[np.ndarray, np.ndarray] | None:
     """``linear_launch``'s ``gelu`` as int64 arrays, checked (ValueError)."""
     if gelu is None:
@@ -581,7 +459,7 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     elif (plan.w_fmt, plan.a_fmt, plan.x_base) != tuple(fmt_fields.values()):
         raise ValueError(f"the plan is for formats {plan.w_fmt}, {plan.a_fmt}, x_base "
                          f"{plan.x_base}, not {tuple(fmt_fields.values())}")
-    a_dram, w_dram, p_dram = _pack(c, plan, a_arr, w_arr, b_arr, m_arr, s_arr, formats,
+    a_dram, w_dram, p_dram = pack_operands(c, plan, a_arr, w_arr, b_arr, m_arr, s_arr, formats,
                                    g_arr)
     kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
     bufs: list[Buffer] = []

@@ -41,7 +41,8 @@ from hw.isa import (
 )
 from sw.golden import add_int, gelu_int, layernorm_int, mx_align, requantize_rows, softmax_int
 from sw.model.faults import BusFault
-from sw.quant import requantize, unpack_int4
+from sw.quant import requantize
+from sw.quant_formats import unpack_int4
 
 __all__ = ["CommandError", "Engines"]
 

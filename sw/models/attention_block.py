@@ -44,15 +44,8 @@ from hw.isa import (
 from sw.golden import attention_head_int, exp2_int, linear_formats
 from sw.kernels.linear import Formats
 from sw.models.minilm import DEFAULT_CALIBRATION_TEXT, MiniLM
-from sw.quant import (
-    INT8_MAX,
-    int4_channel_scales,
-    mx_alignment_base,
-    quantize,
-    quantize_int4,
-    quantize_multipliers,
-    quantize_mxint8,
-)
+from sw.quant import INT8_MAX, quantize, quantize_multipliers
+from sw.quant_formats import int4_channel_scales, mx_alignment_base, quantize_int4, quantize_mxint8
 
 __all__ = ["ATTN_OUTPUT", "BlockQuant", "tokens_for_length", "embed_ids", "float_block",
            "calibrate_block", "golden_block", "golden_block_int", "score_multiplier",
@@ -301,7 +294,7 @@ def _mx_requant(b: np.ndarray, out_scale: np.ndarray, unit: float
 
 
 def _linear_mx(x_scale, w, b, out_scale, act_mx: bool, tile_k: int) -> _Linear:
-    """MXINT8 weights (blocks of 32 along K, :func:`sw.quant.quantize_mxint8`). With int8
+    """MXINT8 weights (blocks of 32 along K, :func:`sw.quant_formats.quantize_mxint8`). With int8
     activations their scale is folded into the weights and the accumulator step is ``2**(x_base
     - 127 - 127 - 6)`` (the activation at exponent 127, ``2**0``); with MXINT8 activations the
     requantization depends on the input (:func:`projection_operands`)."""

@@ -96,7 +96,7 @@ def _mx(rng, shape, axis, edge: str | None):
             sl = [slice(None), slice(None)]
             sl[axis] = slice(32 * b, 32 * b + 32)
             x[tuple(sl)] = rng.choice([0.0, -0.0])
-    from sw.quant import quantize_mxint8
+    from sw.quant_formats import quantize_mxint8
     q, e = quantize_mxint8(x, axis=axis)
     if edge == "limits":
         e = rng.choice(np.array([0, 1, 2, 126, 127, 128, 252, 253, 254], np.uint8), size=e.shape)
@@ -111,7 +111,8 @@ def format_operands(rng, config, m: int, k: int, n: int, weights: str, activatio
     the outputs saturate), and the :class:`Formats`."""
     from sw.golden import matmul_formats, matmul_int
     from sw.kernels.linear import Formats
-    from sw.quant import mx_alignment_base, quantize_multipliers
+    from sw.quant import quantize_multipliers
+    from sw.quant_formats import mx_alignment_base
     wf, af = _W[weights], _A[activations]
     if af == ActFormat.MXINT8:
         a, a_exp = _mx(rng, (m, k), 1, edge)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sw.golden import matmul_formats, matmul_int, mx_align, mx_in_exact_range
-from sw.quant import (
+from sw.quant_formats import (
     dequantize_mxint8,
     int4_channel_scales,
     mx_alignment_base,

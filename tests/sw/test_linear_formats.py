@@ -10,7 +10,8 @@ from sw.golden import linear_formats, matmul_formats, matmul_int
 from sw.kernels.linear import Formats, linear_dram_bytes, linear_with_stats, plan_linear
 from sw.model import ModelBackend
 from sw.perf import PerfBackend
-from sw.quant import mx_alignment_base, quantize_multipliers, quantize_mxint8
+from sw.quant import quantize_multipliers
+from sw.quant_formats import mx_alignment_base, quantize_mxint8
 from sw.runtime import Device
 
 CONFIGS = [NPUConfig(rows=4, cols=4, spad_rows=256, acc_rows=64, mx=1),
