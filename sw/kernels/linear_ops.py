@@ -198,6 +198,9 @@ def command_fields(op: Op) -> dict:
 
 # -- the timing model ---------------------------------------------------------------------------
 
+#: Replays of :meth:`Timer.run` after the first, for the accumulator write port (at most).
+_ACC_REPLAYS = 3
+
 class Timer:
     """Replays a program on a timing model of the engines: each engine runs its commands in
     order, a command starts when its engine is free and its semaphore count is reached, and
@@ -212,17 +215,30 @@ class Timer:
     FIFO (``cmd_fifo_depth`` commands) has room, i.e. before the command ``cmd_fifo_depth``
     earlier on the same engine started (the fetch stalls behind the stage). Under ideal
     memory the fetch is not modelled (its cost is in the DMA overhead).
+
+    The accumulator's write port serves the matrix engine first (:class:`hw.tile.ComputeTile`):
+    a load into the accumulator writes its rows only in cycles in which no MATMUL writes it,
+    and holds the load engine until its last row is written. The matrix engine writes on
+    until it reaches a MATMUL that waits for this load or a later one (the load engine is in
+    order), so the rows are written in the gaps of the write spans of the MATMULs before that
+    one (each writes its ``m * k_blocks`` rows in the cycles before it signals), taken from
+    the previous replay: the program is replayed again while that changes the end, at most
+    :data:`_ACC_REPLAYS` times.
     """
 
     def __init__(self, config: NPUConfig, dram: DramTiming | None = None) -> None:
         self.c = config
         self.dram = None if dram is None or dram.is_ideal else dram
         self.fetch = fetch_cycles(config, self.dram)
+        self._dma: dict[tuple[int, int, bool], int] = {}   # dma_cycles by command shape
+        self._reset()
+
+    def _reset(self) -> None:
         self.free = {"load": 0, "store": 0, "matmul": 0, "requant": 0}
         self.starts: dict[str, list[int]] = {e: [] for e in self.free}
         self.done: dict[str, list[int]] = {x: [] for x in "LMRS"}
         self.bytes = {"a": 0, "w": 0, "p": 0, "out": 0}
-        self._dma: dict[tuple[int, int, bool], int] = {}   # dma_cycles by command shape
+        self.acc_writes: list[tuple] = []   # per MATMUL in order: write span [a, b), wait
 
     def cycles(self, op: Op) -> int:
         c = self.c
@@ -241,6 +257,31 @@ class Timer:
 
     def run(self, ops: list[Op]) -> int:
         """Cycles until the last engine finishes."""
+        end = self._replay(ops, None)
+        if not any(isinstance(op, DmaOp) and op.mem == LocalMem.ACC for op in ops):
+            return end
+        for _ in range(_ACC_REPLAYS):
+            writes = self.acc_writes
+            self._reset()
+            end, last = self._replay(ops, writes), end
+            if end == last:
+                break
+        return end
+
+    @staticmethod
+    def _acc_free_after(busy: list[list[int]], t: int, rows: int) -> int:
+        """The cycle after the last of ``rows`` writes that start at ``t`` and skip the
+        cycles of the ``busy`` spans."""
+        for a, b in busy:
+            if b <= t:
+                continue
+            if t + rows <= a:
+                break
+            rows -= max(0, a - t)
+            t = b
+        return t + rows
+
+    def _replay(self, ops: list[Op], writes: list[tuple] | None) -> int:
         end = 0
         fetched = 0
         depth = self.c.cmd_fifo_depth
@@ -259,6 +300,21 @@ class Timer:
             finish = t + (matmul_latency(self.c, op.m, op.k_blocks, op.w_fmt, op.a_fmt)
                           if isinstance(op, MatmulOp) else cycles)
             self.free[op.engine] = t + cycles
+            if isinstance(op, MatmulOp):
+                self.acc_writes.append((finish - op.m * op.k_blocks, finish, op.wait))
+            elif writes and isinstance(op, DmaOp) and op.mem == LocalMem.ACC and not op.store:
+                rows = op.row_bytes * op.n_rows // self.c.acc_row_bytes
+                n_load = len(self.done["L"]) + 1 if op.signal == "L" else None
+                busy = []
+                for a, b, wait in writes:           # the MATMULs before the first that waits
+                    if n_load is not None and wait is not None and wait[0] == "L" \
+                            and wait[1] >= n_load:
+                        break
+                    if busy and a <= busy[-1][1]:
+                        busy[-1][1] = max(busy[-1][1], b)
+                    else:
+                        busy.append([a, b])
+                finish = self.free[op.engine] = self._acc_free_after(busy, finish - rows, rows)
             end = max(end, finish)
             if op.signal is not None:
                 self.done[op.signal].append(finish)

@@ -177,6 +177,19 @@ class _Layout:
             q = 0 if s == 0 else min(self.first[s - 1] + 2, self.first[s])
             self.p_at.setdefault(q, []).append(s)
         self.acc_span = p.acc_span
+        # Accumulator tiles: with one parameter load per step, alternately at the two ends of
+        # the region (step s overwrites the tile of step s - 2, and its parameter load waits
+        # for that step's requantizations). A batched load does not, so the tiles rotate
+        # through one slot more than there are output tiles: step s overwrites the tile of
+        # step s - O - 1, stored (so requantized) before the out-tile wait of step s - 1
+        # (:meth:`_Program.wait_for_out_tile`) lets the matrix engine go on.
+        self.acc_slots = 0
+        if p.p_steps > 1:
+            self.acc_slots = len(p.o_bases) + 1
+            if self.acc_slots * p.m_tile * p.n_group > self.acc_span[1] - self.acc_span[0]:
+                raise Infeasible(f"{self.acc_slots} accumulator tiles of "
+                                 f"{p.m_tile * p.n_group} rows do not fit beside the batched "
+                                 "parameters")
 
     def tile(self, s: int) -> tuple[int, int, int, int]:
         """``(first row, rows, first N block, N blocks)`` of step ``s``."""
@@ -189,6 +202,9 @@ class _Layout:
         lo_end, hi_end = self.acc_span
         _, mt, _, g = self.tile(s)
         t = mt * g
+        if self.acc_slots:
+            lo = lo_end + s % self.acc_slots * self.p.m_tile * self.p.n_group
+            return lo, lo + t
         return (lo_end, lo_end + t) if s % 2 == 0 else (hi_end - t, hi_end)
 
     def overlap(self, s: int) -> tuple[int, int] | None:
@@ -489,12 +505,6 @@ class _Program(_Layout):
         last matmul gives up its last K block to a matmul of its own that waits; failing
         that, with two output tiles, the step's parameter load waits."""
         prev = s - len(self.p.o_bases)
-        if self.p.p_steps > 1:
-            # Step s + 1 overwrites the accumulator tile of step s - 1. With one parameter
-            # load per step that load waits for the requantizations of step s - 1 and the
-            # first matmul of step s + 1 for the load; a batched load does not, so a matmul
-            # of step s waits for the stores of step s - 1 (after its requantizations).
-            prev = s - 1
         if prev < 0:
             return
         wait = ("S", self.s_after[prev])

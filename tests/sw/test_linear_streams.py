@@ -72,19 +72,19 @@ def digest(config, plan) -> str:
 # (config, M, K, N, double_buffer, spad_region, acc_region): digest
 PLANNED = {
     ("16x16", 64, 64, 64, True, None, None):
-        "cebb8af8473152f607d9a5690f4167c8609518d7fceefedeaab9c4e3379621f0",
+        "645262340ef6b8f8bb6cc86afe58ef763bbdd0df3960c4d8bde8ed60ddbe245b",
     ("16x16", 64, 64, 64, False, None, None):
         "27d2ab4a811dda7f08287709581b99bb52908fbb459cff793f065cba78c04b74",
     ("16x16", 128, 128, 128, True, None, None):
-        "e48e98b911695d62922569dba89cb18ba64d3ed27a70983a4c5b18c27c5d15cf",
+        "71df39ee9ab05fc6fbc06d14916f7db436b9a53e301e2c4cb0fad8ca33dc7d72",
     ("16x16", 128, 128, 128, False, None, None):
         "bff51be07107eeec3597b35fb7d0dd3914c30e47b7dfdf6479852322dc8e985f",
     ("16x16", 256, 256, 256, True, None, None):
-        "3f1cb1a3f2cffadbf679c58a83d295a0d5b47bb8b8b9315321a07c3fd7a5404f",
+        "807278102743c2bdd36f531766dc9712eb08d966508da50208f91c650142b5ae",
     ("16x16", 256, 256, 256, False, None, None):
         "27d7c2c9d1f20f04ba7c206d1934933bbc63890c08d13396df1dc77c67f8c1f3",
     ("16x16", 512, 512, 512, True, None, None):
-        "1a117e55483ff96e1960c2144ac7cf9bdb201068c8fa289bc030b2cf81f2cb44",
+        "30a734a484f162ae2da586b208cac73c0ae3c0dfb9976552b99e0a9cb1bd26ec",
     ("16x16", 512, 512, 512, False, None, None):
         "6e9d76310af462252ca2f8c3a6d2dfa492e691819dbea552869b079f4de8c0d1",
     ("16x16", 1000, 1000, 40, True, None, None):
@@ -92,23 +92,23 @@ PLANNED = {
     ("16x16", 1000, 1000, 40, False, None, None):
         "74b250db82514c906ae69cc2989096cca253353fe92dd72ee20eed065a7e3ccf",
     ("32x32", 100, 300, 200, True, None, None):
-        "db5933f1bf1fbea31496b77ae46d1f6cdbfdbc5a4c23be23eb94794d575635a3",
+        "b05955b823e68e9e4519817a51e5e6ccdbc29f48fb134e08a3cb0baf92f81c34",
     ("32x32", 100, 300, 200, False, None, None):
         "e0369e337953f923bdc643b99b61386ebdfc78c22a31086304e0e406f77790f0",
     ("4x4", 1, 7, 9, True, None, None):
-        "928dfa6817931a61766fe1896ad4d7edab52a73367e175c2999e0c6ae10e661d",
+        "1a650489eb74533c6cc4f3c43041263506efb24dfcff5d31c79abc681af6b8b0",
     ("4x4", 1, 7, 9, False, None, None):
         "be37e1c7a863a33ca67794e87506d72d4faddf3fc0a92c1cd6880ed89047c92a",
     ("4x4", 7, 9, 384, True, None, None):
-        "aceb97570dee007bd2f4172fe7d9f6f1486047096242ce2cc8844529a6c55b70",
+        "806f92843ca41f2659efee30cb311a6f934cafd53f35cc4681492d13f92f6768",
     ("4x4", 7, 9, 384, False, None, None):
         "2372dc0afe4a3197a525c50ca714dfa6433b68a539916f55368f61154bd94325",
     ("4x4", 9, 8, 33, True, None, None):
-        "bcdc769e03c93fe3a7667e66b34bdc97c7d4c3d0ec2005bf4b1fd0be22a3cc35",
+        "e619273b6f8c64ab093d6ad48706953c3775c882b8bb24c89b4b055e1c0945a9",
     ("4x4", 9, 8, 33, False, None, None):
         "534020dcd6b5c49294ead89ecf4acc01cc01047eb22a71587539d458eaf5422e",
     ("4x4", 32, 384, 384, True, None, None):
-        "eb04a1baa4e0ca8a75873a23872d281a7a066c1eba21aad55f50ab628c58c971",
+        "358368e510e46a5534650b015027fc33dbfc6c10e53c3dc99baa219274759f9a",
     ("4x4", 32, 384, 384, False, None, None):
         "df2a15bc586be55a80f8d443ba6b3ca9334a7a861824a4081da1f4b8ba45e61c",
     ("4x4", 33, 384, 8, True, None, None):
@@ -116,15 +116,15 @@ PLANNED = {
     ("4x4", 33, 384, 8, False, None, None):
         "090faade8a45d214e26f8a09580cb107fa3f1b10b3385f977d7856fa6e9fbad5",
     ("4x4", 384, 33, 7, True, None, None):
-        "2eed07f9d75eb506aac9a38015e54f196fbf4dcadb230510d17fb35a4d3d1618",
+        "42230bb016953202d4512248140564bf450b90bc354a888ea8aaf5838055cbcf",
     ("4x4", 384, 33, 7, False, None, None):
         "5d63a19cb6539dca39cc32611d27180678e347fdd6cf4cd5cf270ea5a275327b",
     ("4x8s", 40, 30, 70, True, None, None):
-        "16eaff06414f6cef7d492a509a50e88325d2f09fccd37d679aab8d87085ca45a",
+        "49efe74060fc50052cc27da9f70277f90467e8d39a2cab3227faf65e44564011",
     ("4x8s", 40, 30, 70, False, None, None):
         "b1bec6a348a8705d8eb16222d95e851fe412bd8422e8174917443948a05b1d0c",
     ("8x4", 40, 50, 30, True, None, None):
-        "7572486cc389947fbeee652960749dcd41d69c40c80062aef5eb693c570a6b68",
+        "0b276e4174ee0a1622c78acfb8ba1e9ad3f72908826513dcadc1d6f601f1b4a2",
     ("8x4", 40, 50, 30, False, None, None):
         "75f89e88eb7344515121b6cf88389062eaa44f6a1924d5910e731725aa51e4b6",
     ("8x8", 1, 1, 1, True, None, None):
@@ -136,7 +136,7 @@ PLANNED = {
     ("8x8", 1, 384, 9, False, None, None):
         "5dba0a375238aa01d77d098b0d1b04f0ea3e02289ed555b231e35ff85403dbda",
     ("8x8", 7, 33, 384, True, None, None):
-        "53ef90f6eb1eeb2f95ea7f6722cafe18775ce1e42e97f844c1197858c12fc6da",
+        "04d67221a78c6b41be128cf01aa3cd5a305c3c340697271c92f868007ea2a526",
     ("8x8", 7, 33, 384, False, None, None):
         "975df1a2ab0ad0b4fa0a3c43693d7fbb2cd5735fa8ff2a64a091f2216e00440c",
     ("8x8", 8, 1, 1, True, None, None):
@@ -144,19 +144,19 @@ PLANNED = {
     ("8x8", 8, 1, 1, False, None, None):
         "54b482cd970887155f964de2035da5f5651f2f83cc52a3f06097489df016a4e1",
     ("8x8", 9, 384, 33, True, None, None):
-        "118c520abff83d7d8e3c058c72af2057a58cdd3ac3e143a0cbdba0d75be5527f",
+        "d1cf4d626cd152a5c32933215a64fec8cdbfc79574e0ec01cd66bb33db0bc999",
     ("8x8", 9, 384, 33, False, None, None):
         "3d8143397505546ac14f6696432ec34299990f2956d46181a035e0ffe75188f9",
     ("8x8", 32, 384, 384, True, None, None):
-        "9cb25e2782c6cb696b02f1824d278856ad06b300896d9108f7a55eb1cc6210f5",
+        "a00c87d65359950786532f8ffe049f8844e3b3f2108858eb01f194222cb6b772",
     ("8x8", 32, 384, 384, False, None, None):
         "c1517d3078ef40e3450a2f6dba6b75740ec81b83a66d3996b334b331f8e000f3",
     ("8x8", 32, 384, 1536, True, None, None):
-        "bd33fca38a8bf0aa95888074359e936fe054cd80c72fecaf043961e274b53746",
+        "f0900ac1f336fdff3122f035c40f6b7d8c0247a4ed2a0d0657a575d0257473ad",
     ("8x8", 32, 384, 1536, False, None, None):
         "c8cc1d8f77e7238ce19483b904cec445c05b911c9148b72097fbeea4cd3c5985",
     ("8x8", 32, 1536, 384, True, None, None):
-        "0e212206fcc5b9c3695c9d991a7ba391dc5a09f6d6b107cb125b5eb123ef17f1",
+        "5f9b0923e3129875aa9a1053246dfa7263d343c12b017f6f70f47903c9798d0a",
     ("8x8", 32, 1536, 384, False, None, None):
         "6f77d1e3b24fc7085cfe97bf437eab47211a77cc5ec253c1e5d480ae850a7639",
     ("8x8", 33, 9, 8, True, None, None):
@@ -164,11 +164,11 @@ PLANNED = {
     ("8x8", 33, 9, 8, False, None, None):
         "d612007a783f6c8b970ee3a3b86655829ac27adf36ebe36dd3f1663473445360",
     ("8x8", 64, 64, 64, True, None, None):
-        "cd236b9eb3fc9d7c8ae5e03a001e1b155b10526960a69cfb5188fceb3829b918",
+        "b83f57361b19623c9e6bcf7195974b9cc378a77e2e2e3b74dfdbe79a7f3be6d3",
     ("8x8", 64, 64, 64, False, None, None):
         "c3ffd38b2c65667dc90bc2b132ca57b4eb038c73e1e987809f5d4cf0028fd3af",
     ("8x8", 64, 3000, 24, True, None, None):
-        "dadf040e17788695f3089c0bcf961e0762c40c5ecd27dfd299ebeb3c1f40a2d0",
+        "1f6d244eb22e67bf77e13668506e51ac9c1d4be6018791fc4f4db7c60561a95c",
     ("8x8", 64, 3000, 24, False, None, None):
         "d0e961967ce959a47c887e76bd5796bbe4a1f8cb6effee593c5c1f2b6866e62d",
     ("8x8", 99, 108, 6, True, None, None):
@@ -176,19 +176,19 @@ PLANNED = {
     ("8x8", 99, 108, 6, False, None, None):
         "50cb4cc815e81ccf53fa2e26c1820012fc9acb0d1b8e3c5a997b412c3264f7c1",
     ("8x8", 128, 128, 128, True, None, None):
-        "a8096c2913445f465f1a39955a71c7514449fd453e532516e3aba1a75b5ac139",
+        "a85feefa42c0d8e68dda6f4bd7af0265c3f20be10a9c563debe88508c6b7b098",
     ("8x8", 128, 128, 128, False, None, None):
         "4973fed456d9c1e5fa618c698917044d39db7c5df2996d908b1a82eb57d23b5d",
     ("8x8", 128, 384, 384, True, None, None):
-        "88a301c233cb2157ae6a1a8c867fe5adbf1d6463d8de66b93b975a271f88109e",
+        "dc8e87eebbc482bb31b381cd1514bb621466234ec02d31a5afe1b66760f5f454",
     ("8x8", 128, 384, 384, False, None, None):
         "55a671b5b82469e5096575deda7bd965e5ba16d9b7ee9275ac2c14b43d6fed21",
     ("8x8", 130, 36, 37, True, None, None):
-        "a524ff75fa55d0442ac463c1dead22da8885ffb107e939e4055fcd01c210bb37",
+        "848c4cb21587e92ac510e05060ff5e92035c40b84b92cf8d9aa777fd83600c89",
     ("8x8", 130, 36, 37, False, None, None):
         "418eaef8a9970f467434523a7f61eda72124e566216874d6c36de127ee24080a",
     ("8x8", 256, 256, 256, True, None, None):
-        "21f8a5d9499638c18df8e26e7cc5998c0a97ab900510a59733982ed21c33ee27",
+        "44ce313b27ecfe5a10b35ee0ff881e485313f66042f6554f05ce55dd04092b62",
     ("8x8", 256, 256, 256, False, None, None):
         "ae8c051c36b1b8cfbb7a8f01d2a3e2ff4d16fe4f9b68e6272b722c3e30164af0",
     ("8x8", 384, 8, 7, True, None, None):
@@ -196,39 +196,39 @@ PLANNED = {
     ("8x8", 384, 8, 7, False, None, None):
         "40a6e8706d2d9770089c8bea44c0d3d02b2bbc37eb2768d96ed9fa5432efd433",
     ("8x8", 512, 512, 512, True, None, None):
-        "74bd0a8df500c81fce0907f08839c08dfb239686d10380f925aa5f464df5f34c",
+        "fa3959357dd916014ff017ce3f83c86a1f8d549ac8e6a9da7c1a96d20bcd2bd0",
     ("8x8", 512, 512, 512, False, None, None):
         "3077f3604ecbcce29be1f30ff9152e4c29d575cba2e810a71c5ec7fced5d8828",
     ("8x8", 513, 40, 40, True, None, None):
-        "d051899ea2396fd80809004413fdb18f041a97b57a08fbc3da8b530358afcf1b",
+        "1a2f6f30697831527d6046179bd0ad21fbe8500c338e37349e0c94a8cffb362c",
     ("8x8", 513, 40, 40, False, None, None):
         "0ed165e277bef34226dc89087badbd3685fbf2ba919f3724ae4a4368c74f34d6",
     ("8x8", 1024, 25, 17, True, None, None):
-        "1a57aa4752a907cf9ad6078c5fe69a00606d00609adf3cadc3ec38cfd2f7e45b",
+        "e19ff055eccda42e17560bb5923ba087f4be6bc50349798db23315308b88a58e",
     ("8x8", 1024, 25, 17, False, None, None):
         "d9d437f8fa6b2654629c51284562c1b5c52879fccab416c03ecb3b3cec9b2544",
     ("8x8", 2000, 16, 16, True, None, None):
-        "336d676247568124d99d3162cffa16adc9b3406e65b51510207032efaca4ffeb",
+        "bbcea45a747a9cb10826b0aad19eaddb6e2860bb97291603f3d35d23bb02a508",
     ("8x8", 2000, 16, 16, False, None, None):
         "0aa07b0568e48c8ab4bbfdd8314df6e9451cd1d5339219cd41da1e364b40ef9a",
     ("8x8", 5000, 64, 8, True, None, None):
-        "7908f7da9eff86ef7a03aa774b06837fe25e50d880b814d9d2b63ddad01cedc5",
+        "228637037f1ecd030c8deffefa35373cad20b5620178838ec229119547006e46",
     ("8x8", 5000, 64, 8, False, None, None):
         "aaad214984f6e17450d30dd3db66a49d2e013f7a2dcb3eb6be3488fbc5ba4473",
     ("bus128", 77, 200, 50, True, None, None):
-        "db5f5ce0b2d855ad3bccf4972a0c2843e71a5e31fa69f6fef7214884db516a6a",
+        "0dca496ba4daaefc4f670946e4a6b3f4ebea0e83f46f235c0507491a3ff0466c",
     ("bus128", 77, 200, 50, False, None, None):
         "44709ae6e409854ad83c8286c9d186be77f94801be6b972a4f6509bcf87fd246",
     ("bus32", 77, 200, 50, True, None, None):
-        "1836b065ce51e947b1a51588f87f2a44e2411ece2e5e09a6dc46a1073566d1a1",
+        "3203debd22f0087663a4b46b9c0104f3ebf1c98360e91366433a6387559e7c44",
     ("bus32", 77, 200, 50, False, None, None):
         "44709ae6e409854ad83c8286c9d186be77f94801be6b972a4f6509bcf87fd246",
     ("fifo1", 70, 90, 30, True, None, None):
-        "0d02777e75b906e7e9ed6fd5527a6d53a05b65fbf0106ba4dd4a334a26c58d1f",
+        "3c89c43df10c297e44e224bbb608b5394f4ecc6ca9c7cabe7370fdcbdecab737",
     ("fifo1", 70, 90, 30, False, None, None):
         "58a43f9ba0ed86153425703d3cd98a5012b27b3fc0327907b584c25ef1b1fec2",
     ("fifo4", 300, 100, 90, True, None, None):
-        "d103b8a7dd47bb5be2a37b326de203cad0388cc0f105bb7016587c6b0b73ace8",
+        "a3f714fdab02d4519afede91644fcee8ee219752be95c93b874581c41e49cb85",
     ("fifo4", 300, 100, 90, False, None, None):
         "38076d2262725ed3bd79201057e7155e2906deada2f296169705be792925f4f7",
     ("tiny4", 33, 384, 9, True, None, None):
@@ -260,15 +260,15 @@ PLANNED = {
     ("tiny8", 384, 7, 1, False, None, None):
         "3020c13d5f95e76be569d64b85d6b6b800e64f4f21119e40e217fca8b2db1a92",
     ("8x8", 100, 200, 50, True, (1000, 2000), (512, 512)):
-        "02b0880569caef16aad702a885331b6cf75ef2a4585671552341ef4876b3a0b0",
+        "0501ce0b213feead9737bc8d0c10c7728f3a220aef8a946bd4a6ff1ac1ba44c7",
     ("8x8", 100, 200, 50, False, (1000, 2000), (512, 512)):
         "7efc61723270e21e8ede76049af570ddac5f334d423aaf0f4eec41517e7b30ab",
     ("8x8", 64, 64, 64, True, (2048, 1024), (0, 256)):
-        "15fbf974ee096855cee4720ecdfa9f56dd452f487c2831045c24eb8c7e2516bc",
+        "cad2616dff87647d8ea13786913346e239a53251b366fe41f00c8a2738cec0a6",
     ("8x8", 64, 64, 64, False, (2048, 1024), (0, 256)):
         "d5ff607dbca188c45d95a305734faa879128e44dc79911990faf2c8b68b18be2",
     ("4x4", 33, 40, 17, True, (100, 900), (10, 300)):
-        "ca418e90ab339ed815e81d3787be111aebe23b686bdb2043158f49cd3cd379c5",
+        "349332bf8dfda699314af65364a6ad5ac85fb600c75d3629ab17578c41815715",
     ("4x4", 33, 40, 17, False, (100, 900), (10, 300)):
         "b5ab3f591f01bf345a2693f099dca12a6b90f674ebd8df3eda2749a3e8428f05",
 }
