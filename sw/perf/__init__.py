@@ -3,8 +3,9 @@
 It executes the same command streams as the functional model (:mod:`sw.model`), producing the
 same bytes in DRAM, with the hardware's decoupled semantics (per-engine queues running
 concurrently, ordered by semaphores) and the RTL's timing at command and burst granularity,
-in an event-driven simulation (:mod:`sw.perf.events`): ring fetch and per-queue arbitration
-(:mod:`sw.perf.cmdproc`), the DMA with its outstanding reads, bursts and 4 KiB splits
+in an event-driven simulation (:mod:`sw.perf.events`): ring fetch (:mod:`sw.perf.fetch`), the
+stages and engine queues (:mod:`sw.perf.cmdproc`), the semaphore unit
+(:mod:`sw.perf.semaphores`), the DMA with its outstanding reads, bursts and 4 KiB splits
 (:mod:`sw.perf.dma`), the engines (:mod:`sw.perf.engines`; cycle schedules in
 :mod:`sw.perf.timing`, on :mod:`hw.isa.timing`), the AXI arbiter and the DRAM model
 (:mod:`sw.perf.memory`), and what the host's own accesses cost (:mod:`sw.perf.host`).

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-__all__ = ["UPDATE", "DECIDE", "ARBITRATE", "EventQueue"]
+__all__ = ["UPDATE", "DECIDE", "ARBITRATE", "EventQueue", "Waker"]
 
 _push = heapq.heappush
 
@@ -109,3 +109,22 @@ class EventQueue:
                 if stop():
                     return c
         return None
+
+
+class Waker:
+    """Runs ``decide(c)`` at most once per cycle, in the DECIDE phase."""
+
+    def __init__(self, eq, decide) -> None:
+        self._eq = eq
+        self._decide = decide
+        self._at: set[int] = set()
+
+    def __call__(self, c: int) -> None:
+        at = self._at
+        if c not in at:
+            at.add(c)
+            self._eq.at(c, DECIDE, self._run, c)
+
+    def _run(self, c: int) -> None:
+        self._at.discard(c)
+        self._decide(c)

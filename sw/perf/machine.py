@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from hw.config import NPUConfig
 from hw.isa import COUNTER_NAMES, ENGINE_NAMES, PAGE_FAULTS, ErrorCode, IrqBit, LocalMem
 from sw.dram import DramTiming
-from sw.perf.cmdproc import EngineQueue, FetchUnit, Semaphores, Stage
+from sw.perf.cmdproc import EngineQueue, Stage
 from sw.perf.dma import LoadChannel, StoreChannel
 from sw.perf.engines import MatrixEngine, VectorEngine
 from sw.perf.events import DECIDE, UPDATE, EventQueue
+from sw.perf.fetch import FetchUnit
 from sw.perf.ledger import Ledger
 from sw.perf.memory import (
     CP,
@@ -29,6 +30,7 @@ from sw.perf.memory import (
     dram_read_queue,
 )
 from sw.perf.ports import BusyList
+from sw.perf.semaphores import Semaphores
 from sw.perf.translate import TimedTranslator
 
 __all__ = ["Machine", "TraceEntry", "LatchedError"]
