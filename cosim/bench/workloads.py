@@ -15,14 +15,18 @@ Names
     (:func:`sw.jobs.minilm_block.run_attention_job`: Q/K/V projections, Q.K^T, integer softmax,
     P.V, output projection; SQNR of the block output against float32). Needs a square array.
 ``minilm:L``
-    Reserved for the full six-layer forward pass (it needs the transformer layer in the vector
-    unit, DESIGN.md); rejected with a clear message until then.
+    The whole forward pass of all-MiniLM-L6-v2 on ``L`` tokens of real text
+    (:func:`sw.jobs.encoder.run_encoder_job`: embedding LayerNorm, six layers of attention,
+    residual + LayerNorm and the GELU feed-forward network, all on the NPU; SQNR and cosine of
+    the sentence embedding against float32). Needs a square array and ``L`` a multiple of
+    ``cols``; int8 only.
 
 Every workload runs in :func:`workload_job`, which takes any :class:`sw.backend.Backend` (so the
 same function is the RTL job, ``cosim.bench.workloads:workload_job``, and the performance
 model's) and returns :func:`measure`-style figures: cycles of the kernels (launch to
-completion, summed over the block's kernels), MACs, utilization, accuracy, bit-exactness against
-the golden model, every counter over the workload and the DMA bursts
+completion, summed over the block's kernels or the forward pass's operations), MACs,
+utilization, accuracy, bit-exactness against the golden model, every counter over the
+workload and the DMA bursts
 (:class:`cosim.bench.bursts.BurstProfile`).
 
 Number formats: a name may end in ``@WEIGHTS`` or ``@WEIGHTS+ACTIVATIONS`` (``FORMATS``):
@@ -72,9 +76,9 @@ class Workload:
     Attributes
     ----------
     kind : str
-        ``"gemm"`` or ``"minilm-block"``.
+        ``"gemm"``, ``"minilm-block"`` or ``"minilm"``.
     dims : tuple of int
-        ``(M, K, N)`` of a GEMM, ``(L,)`` of the MiniLM block.
+        ``(M, K, N)`` of a GEMM, ``(L,)`` of the MiniLM block or forward pass.
     fmt : str
         Number format (:data:`FORMATS`: ``"int8"``, ``"int4"``, ``"mxint8+mxint8"``, ...).
     """
@@ -98,14 +102,21 @@ class Workload:
 
     @property
     def macs(self) -> int | None:
-        """Useful MACs of a GEMM (None for the block: the job reports them)."""
+        """Useful MACs of a GEMM (None for the block and the forward pass: the job reports
+        them)."""
         return self.dims[0] * self.dims[1] * self.dims[2] if self.kind == "gemm" else None
 
     def unsupported(self, config: NPUConfig) -> str | None:
         """Why ``config`` cannot run this workload, or None."""
-        if self.kind == "minilm-block" and config.rows != config.cols:
+        if self.kind != "gemm" and config.rows != config.cols:
             return (f"{self.name} needs a square array (the transposed K load), got "
                     f"{config.rows}x{config.cols}")
+        if self.kind == "minilm":
+            if self.fmt != "int8":
+                return f"{self.name}: the forward pass runs int8 weights and activations only"
+            if self.dims[0] % config.cols:
+                return (f"{self.name}: the forward pass needs L a multiple of cols "
+                        f"({config.cols})")
         if "mxint8" in self.fmt:
             if not config.mx:
                 return f"{self.name} needs the MX exponent stage (mx=1), {config.spec} has none"
@@ -132,14 +143,13 @@ def with_format(wl: Workload, weights: str, activations: str = "int8") -> Worklo
 
 
 def parse_workload(text: str) -> Workload:
-    """Read ``gemm:MxKxN`` or ``minilm-block:L``, optionally ``@FORMAT`` (see the module
-    docstring).
+    """Read ``gemm:MxKxN``, ``minilm-block:L`` or ``minilm:L``, optionally ``@FORMAT`` (see
+    the module docstring).
 
     Raises
     ------
     WorkloadError
-        On an unknown kind or format, a malformed or out-of-range size, or ``minilm:L`` (not
-        yet).
+        On an unknown kind or format, or a malformed or out-of-range size.
     """
     text, at, fmt = text.strip().partition("@")
     if at:
@@ -166,14 +176,9 @@ def parse_workload(text: str) -> Workload:
         if not arg.isdigit() or not 1 <= int(arg) <= 512:
             raise WorkloadError(f"workload {text!r}: L must be an integer in 1..512 "
                                 "(MiniLM's positions)")
-        if kind == "minilm":
-            raise WorkloadError(
-                f"workload {text!r}: the six-layer forward pass is not a sweep workload yet "
-                f"(run it with `npu run --backend perf --seq-len {arg}`); use "
-                f"minilm-block:{arg}, the layer-0 self-attention block")
-        return Workload("minilm-block", (int(arg),))
+        return Workload(kind, (int(arg),))
     raise WorkloadError(f"workload {text!r}: unknown kind {kind!r}; kinds: gemm:MxKxN, "
-                        "minilm-block:L")
+                        "minilm-block:L, minilm:L")
 
 
 # -- running ---------------------------------------------------------------------------------
@@ -256,6 +261,18 @@ def _run_block(backend, config: NPUConfig, wl: Workload) -> dict:
             "stages": [{k: s[k] for k in ("name", "cycles", "macs")} for s in res["stages"]]}
 
 
+def _run_encoder(backend, config: NPUConfig, wl: Workload) -> dict:
+    from sw.jobs.encoder import run_encoder_job
+
+    res = run_encoder_job(backend, config=config.to_dict(), seq_len=wl.dims[0])
+    total = res["total"]
+    return {"cycles": total["cycles"], "macs": total["macs"], "sqnr_db": res["sqnr_db"],
+            "cosine": res["cosine"], "bit_exact": res["bit_exact"],
+            "weight_bytes": res["weight_bytes"], "commands": res["commands"],
+            "stages": [{"name": "embedding" if p["layer"] == "embed" else f"layer {p['layer']}",
+                        "cycles": p["cycles"], "macs": p["macs"]} for p in res["per_layer"]]}
+
+
 def workload_job(backend, *, workload: str, seed: int = 0) -> dict:
     """Run ``workload`` (a name, :func:`parse_workload`) on ``backend``; its figures.
 
@@ -267,7 +284,7 @@ def workload_job(backend, *, workload: str, seed: int = 0) -> dict:
         untimed), ``sqnr_db`` and ``cosine`` against float32, ``bit_exact`` (against the golden
         integer model), ``counters`` (every counter over the whole workload, host time between
         kernels included), ``bursts`` (:meth:`BurstProfile.to_dict`), and per stage
-        ``stages`` (the MiniLM block).
+        ``stages`` (the MiniLM block's stages, the forward pass's layers).
 
     Raises
     ------
@@ -282,7 +299,12 @@ def workload_job(backend, *, workload: str, seed: int = 0) -> dict:
     tap = BurstTap(backend, config)
     device = Device(tap, expected_config=config)
     before, b0 = device.counters(), tap.snapshot()
-    res = _run_gemm(device, wl, seed) if wl.kind == "gemm" else _run_block(tap, config, wl)
+    if wl.kind == "gemm":
+        res = _run_gemm(device, wl, seed)
+    elif wl.kind == "minilm-block":
+        res = _run_block(tap, config, wl)
+    else:
+        res = _run_encoder(tap, config, wl)
     counters = device.counters() - before
     cycles = res["cycles"]
     return {"workload": wl.name, "format": wl.fmt, "backend": backend.name,

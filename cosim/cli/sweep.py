@@ -23,11 +23,13 @@ workloads multiply points, not syntheses). Results are cached by what determines
 (--cache), so an interrupted sweep resumes and a grown grid only runs its new points.
 
 Workloads: gemm:MxKxN (float operands quantized to int8, SQNR against the float product),
-minilm-block:L (MiniLM layer-0 self-attention on L tokens of real text; square arrays);
-minilm:L (the full forward pass) is reserved for later. A workload may name its number
-format, gemm:1x384x1536@int4, minilm-block:32@mxint8+mxint8 (weights+activations), or
---weights/--activations run every workload in each format (a format axis; MXINT8 needs a
-configuration with mx=1; points a configuration cannot run are reported as unsupported).
+minilm-block:L (MiniLM layer-0 self-attention on L tokens of real text; square arrays),
+minilm:L (the whole six-layer forward pass, SQNR of the sentence embedding; square arrays,
+L a multiple of cols, int8 only; about 10 s a point on the model at L=32). A workload may
+name its number format, gemm:1x384x1536@int4, minilm-block:32@mxint8+mxint8
+(weights+activations), or --weights/--activations run every workload in each format (a
+format axis; MXINT8 needs a configuration with mx=1; points a configuration cannot run are
+reported as unsupported).
 
 Outputs in --out: sweep.json (everything, with counters and stages), sweep.csv, table.txt,
 pareto.png (and roofline.png with --roofline); the table is printed.
@@ -49,6 +51,8 @@ examples:
             --find 'latency=3..4000:slowdown<=5%' 'bw=0.25..64:slowdown<=5%'
   npu sweep --base 8x8,mx=1 --weights int8 int4 mxint8 --dram ideal ddr \\
             --workload gemm:1x384x1536 minilm-block:32 --no-area
+  npu sweep --array 8x8 16x16 --outstanding 2 4 --dram ideal lat100 --workload minilm:32 \\
+            --no-area
 """
 
 
@@ -110,7 +114,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "default ideal. The performance model times all of them as dram.sv does")
     g.add_argument("--workload", type=_workload, nargs="+", action="extend", required=True,
                    metavar="W",
-                   help="gemm:MxKxN, minilm-block:L")
+                   help="gemm:MxKxN, minilm-block:L, minilm:L")
     g.add_argument("--weights", nargs="+", choices=("int8", "int4", "mxint8"), metavar="FMT",
                    help="weight formats to run every --workload in: int8 int4 mxint8 (a format "
                         "axis; MXINT8 needs mx=1 in the configuration, e.g. --base 8x8,mx=1)")

@@ -61,7 +61,7 @@ from sw.models.encoder import (
     sentence_embedding,
 )
 from sw.models.minilm import DEFAULT_EVAL_TEXT, load_minilm
-from sw.quant import cosine, quantize
+from sw.quant import cosine, quantize, sqnr_db
 from sw.runtime import Buffer, CommandList, Device, Stream
 
 __all__ = ["OPS", "encoder_quant", "run_encoder_job", "format_encoder_report",
@@ -354,10 +354,10 @@ def run_encoder_job(backend: Backend, *, config: dict, text: str | None = None,
     dict
         ``{"backend", "config", "config_name", "text", "tokens", "kv_len", "layers",
         "ops": [{"layer", "op", "cycles", "macs", "utilization"}], "per_layer": [{"layer",
-        "cycles", "macs", "utilization"}], "total": {...}, "cosine" (sentence embedding
-        vs float32), "golden_cosine" (golden vs float32), "bit_exact", "exact" (per
-        tensor), "commands", "host"}``. Utilization is ``macs / (cycles * rows * cols)``,
-        None without cycles.
+        "cycles", "macs", "utilization"}], "total": {...}, "cosine" and "sqnr_db" (sentence
+        embedding vs float32), "golden_cosine" (golden vs float32), "weight_bytes" (the
+        layers' int8 weights), "bit_exact", "exact" (per tensor), "commands", "host"}``.
+        Utilization is ``macs / (cycles * rows * cols)``, None without cycles.
 
     Raises
     ------
@@ -398,6 +398,10 @@ def run_encoder_job(backend: Backend, *, config: dict, text: str | None = None,
         "total": {"cycles": cy, "macs": ma, "utilization": util(ma, cy)},
         "cosine": round(float(cosine(r["float_embedding"], r["embedding"])), 6),
         "golden_cosine": round(float(cosine(r["float_embedding"], r["golden_embedding"])), 6),
+        "sqnr_db": round(float(sqnr_db(r["float_embedding"], r["embedding"])), 3),
+        "weight_bytes": sum(x.size for lq in eq.layers
+                            for x in (*(lin.w for lin in lq.attn.proj.values()), lq.ffn.w1,
+                                      lq.ffn.w2)),
         "bit_exact": r["bit_exact"], "exact": r["exact"], "commands": r["commands"],
         "host": {"calibration_seconds": round(t1 - t0, 2), "run_seconds": round(t2 - t1, 2),
                  "pooling": "host (exact integer column sums over the valid tokens)",

@@ -338,20 +338,42 @@ def test_sweep_with_an_rtl_check(tmp_path):
 def test_workload_names():
     assert parse_workload("GEMM:1x384x1536").dims == (1, 384, 1536)
     assert parse_workload("minilm-block:128").name == "minilm-block:128"
-    for bad, why in (("gemm:0x1x1", "1..4096"), ("gemm:8x8", "MxKxN"), ("minilm:8", "not a "
-                     "sweep workload"), ("minilm-block:600", "1..512"), ("conv:3", "unknown kind"),
+    assert parse_workload("minilm:32").kind == "minilm"
+    for bad, why in (("gemm:0x1x1", "1..4096"), ("gemm:8x8", "MxKxN"), ("minilm:0", "1..512"),
+                     ("minilm-block:600", "1..512"), ("conv:3", "unknown kind"),
                      ("gemm", "KIND:ARGS")):
         with pytest.raises(WorkloadError, match=why):
             parse_workload(bad)
-    with pytest.raises(WorkloadError, match="square"):
-        workload_job(ModelBackend(NPUConfig(rows=4, cols=8)), workload="minilm-block:8")
+    for cfg, name, why in ((NPUConfig(rows=4, cols=8), "minilm-block:8", "square"),
+                           (NPUConfig(rows=4, cols=8), "minilm:8", "square"),
+                           (NPUConfig(), "minilm:12", "multiple of cols"),
+                           (NPUConfig(), "minilm:8@int4", "int8 .* only")):
+        with pytest.raises(WorkloadError, match=why):
+            workload_job(ModelBackend(cfg), workload=name)
+
+
+def test_forward_pass_workload_is_the_encoder_job():
+    """``minilm:L`` reports the forward pass of :func:`sw.jobs.encoder.run_encoder_job` on the
+    same backend: its total cycles and MACs, one stage per layer, every layer's int8 weights,
+    the sentence embedding's accuracy."""
+    from sw.jobs.encoder import run_encoder_job
+    cfg = NPUConfig()
+    res = workload_job(PerfBackend(cfg), workload="minilm:8")
+    direct = run_encoder_job(PerfBackend(cfg), config=cfg.to_dict(), seq_len=8)
+    assert res["bit_exact"] and res["workload"] == "minilm:8"
+    assert (res["cycles"], res["macs"]) == (direct["total"]["cycles"], direct["total"]["macs"])
+    assert res["utilization"] == pytest.approx(direct["total"]["utilization"], abs=1e-4)
+    assert [s["name"] for s in res["stages"]] == ["embedding", *(f"layer {i}" for i in range(6))]
+    assert sum(s["cycles"] for s in res["stages"]) == res["cycles"]
+    assert res["weight_bytes"] == 6 * (4 * 384 * 384 + 2 * 384 * 1536)
+    assert res["sqnr_db"] == direct["sqnr_db"] > 10 and res["cosine"] == direct["cosine"] > 0.99
 
 
 # -- command line ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--workload", "gemm:8x8"], "expected gemm:MxKxN"),
-    (["--workload", "minilm:128"], "not a sweep workload yet"),
+    (["--workload", "minilm:600"], "1..512"),
     (["--workload", "gemm:8x8x8", "--array", "8"], "expected ROWSxCOLS"),
     (["--workload", "gemm:8x8x8", "--spad-rows", "1000"], "power of two"),
     (["--workload", "gemm:8x8x8", "--outstanding", "two"], "not an integer"),
