@@ -2,7 +2,7 @@
 
 The block: Q, K, V projections of the embeddings; per head (12 of 32) scores ``Q K^T / sqrt(32)``
 with an optional key-padding and causal mask; softmax; context ``P V``; the output projection
-``attention.output.dense`` (no LayerNorm/residual). :func:`float_block` is the float32
+``attention.output.dense`` (no LayerNorm/residual). :func:`float_block` is the float
 reference, :func:`calibrate_block` the integer operands, :func:`golden_block` the bit-exact
 integer pipeline the NPU runs (what the functional model and the RTL must reproduce).
 
@@ -134,7 +134,11 @@ def _heads(model: MiniLM) -> tuple[int, int]:
 
 def float_block(model: MiniLM, x: npt.ArrayLike, kv_len: int | None = None,
                 causal: bool = False, layer: int = 0) -> dict[str, np.ndarray]:
-    """float32 reference of the block (BERT self-attention + output dense) of ``layer``.
+    """Float reference of the block (BERT self-attention + output dense) of ``layer``,
+    computed in float64 on the float32 weights and returned as float32: the scales are
+    calibrated on it, and float64 keeps them independent of the summation order (NumPy's BLAS
+    sums float32 products in an order that depends on its thread count, and the calibrated
+    multipliers then differ in a few roundings).
 
     Parameters
     ----------
@@ -152,22 +156,23 @@ def float_block(model: MiniLM, x: npt.ArrayLike, kv_len: int | None = None,
         all float32.
     """
     t = model.tensors
-    x = np.asarray(x, np.float32)
+    f64 = np.float64
+    x = np.asarray(x, np.float32).astype(f64)
     n_heads, dh = _heads(model)
     out = {}
     for name in _NAMES:
         w, b = model.projection(name, layer)
-        out[name] = x @ w.T + b
+        out[name] = x @ w.T.astype(f64) + b
     seq = x.shape[0]
     kv = seq if kv_len is None else kv_len
-    mask = np.zeros((seq, seq), np.float32)
+    mask = np.zeros((seq, seq), f64)
     mask[:, kv:] = -np.inf
     if causal:
         mask[np.triu_indices(seq, 1)] = -np.inf
-    ctx = np.zeros((seq, model.hidden), np.float32)
+    ctx = np.zeros((seq, model.hidden), f64)
     for h in range(n_heads):
         sl = slice(h * dh, (h + 1) * dh)
-        s = out["query"][:, sl] @ out["key"][:, sl].T / np.float32(math.sqrt(dh)) + mask
+        s = out["query"][:, sl] @ out["key"][:, sl].T / math.sqrt(dh) + mask
         m = s.max(axis=1, keepdims=True)
         m = np.where(np.isfinite(m), m, 0)
         e = np.exp(s - m)
@@ -176,8 +181,8 @@ def float_block(model: MiniLM, x: npt.ArrayLike, kv_len: int | None = None,
         ctx[:, sl] = p @ out["value"][:, sl]
     out["context"] = ctx
     o = attn_output_name(layer)
-    out["output"] = ctx @ t[o + ".weight"].T + t[o + ".bias"]
-    return out
+    out["output"] = ctx @ t[o + ".weight"].T.astype(f64) + t[o + ".bias"]
+    return {k: v.astype(np.float32) for k, v in out.items()}
 
 
 def score_multiplier(s_q: float, s_k: float, d: int, frac_bits: int = SOFTMAX_EXP_FRAC_BITS
