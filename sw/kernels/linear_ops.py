@@ -12,6 +12,7 @@ command derives from :mod:`hw.isa.timing`.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, fields
 
@@ -201,6 +202,7 @@ def command_fields(op: Op) -> dict:
 #: Replays of :meth:`Timer.run` after the first, for the accumulator write port (at most).
 _ACC_REPLAYS = 3
 
+
 class Timer:
     """Replays a program on a timing model of the engines: each engine runs its commands in
     order, a command starts when its engine is free and its semaphore count is reached, and
@@ -269,12 +271,10 @@ class Timer:
         return end
 
     @staticmethod
-    def _acc_free_after(busy: list[list[int]], t: int, rows: int) -> int:
+    def _acc_free_after(busy: list[list[int]], ends: list[int], t: int, rows: int) -> int:
         """The cycle after the last of ``rows`` writes that start at ``t`` and skip the
-        cycles of the ``busy`` spans."""
-        for a, b in busy:
-            if b <= t:
-                continue
+        cycles of the ``busy`` spans (sorted, disjoint; ``ends`` their ends)."""
+        for a, b in busy[bisect.bisect_right(ends, t):]:
             if t + rows <= a:
                 break
             rows -= max(0, a - t)
@@ -285,6 +285,9 @@ class Timer:
         end = 0
         fetched = 0
         depth = self.c.cmd_fifo_depth
+        busy: list[list[int]] = []      # merged write spans of writes[:cut]
+        ends: list[int] = []
+        cut = 0
         for i, op in enumerate(ops):
             cycles = self.cycles(op)
             t = self.free[op.engine]
@@ -305,16 +308,19 @@ class Timer:
             elif writes and isinstance(op, DmaOp) and op.mem == LocalMem.ACC and not op.store:
                 rows = op.row_bytes * op.n_rows // self.c.acc_row_bytes
                 n_load = len(self.done["L"]) + 1 if op.signal == "L" else None
-                busy = []
-                for a, b, wait in writes:           # the MATMULs before the first that waits
+                while cut < len(writes):        # the MATMULs before the first that waits
+                    a, b, wait = writes[cut]    # (for this load or a later one)
                     if n_load is not None and wait is not None and wait[0] == "L" \
                             and wait[1] >= n_load:
                         break
                     if busy and a <= busy[-1][1]:
-                        busy[-1][1] = max(busy[-1][1], b)
+                        busy[-1][1] = ends[-1] = max(busy[-1][1], b)
                     else:
                         busy.append([a, b])
-                finish = self.free[op.engine] = self._acc_free_after(busy, finish - rows, rows)
+                        ends.append(b)
+                    cut += 1
+                finish = self.free[op.engine] = self._acc_free_after(busy, ends, finish - rows,
+                                                                     rows)
             end = max(end, finish)
             if op.signal is not None:
                 self.done[op.signal].append(finish)

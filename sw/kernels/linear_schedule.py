@@ -198,7 +198,8 @@ class _Layout:
 
     def acc_rows_of(self, s: int) -> tuple[int, int]:
         """Accumulator rows of step s: alternately at the low and the high end of the tile
-        region, so consecutive steps overlap only if two tiles do not fit side by side."""
+        region, so consecutive steps overlap only if two tiles do not fit side by side; with
+        batched parameters in ``acc_slots`` slots in turn from the low end."""
         lo_end, hi_end = self.acc_span
         _, mt, _, g = self.tile(s)
         t = mt * g
