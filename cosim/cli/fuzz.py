@@ -13,8 +13,8 @@ writes (``--json``) the totals: streams, mismatching streams, hangs, commands by
 by code, wall time. ``--vm``: translated mode (:mod:`cosim.fuzz.generate`): queues in
 contexts with random mappings, planted page faults resumed or skipped; PARTIAL: the
 functional and performance models agree on it (``--backend model``), and 12 streams (seeds
-0-11, 8x8, ideal) agree on the RTL too, but a 40-stream RTL campaign did not finish (a
-stream the RTL does not complete, not diagnosed yet).
+0-11, 8x8, ideal) agree on the RTL too, but after seeds 12-23 in batches of 4 the RTL does
+not finish the end-of-batch memory dump (README, Known limits; not diagnosed yet).
 ``--no-shrink``: failures are reported as they are (shrinking reruns the RTL up to 400
 times per failing stream). Exit status 0 when every stream agrees, 1 otherwise.
 """
