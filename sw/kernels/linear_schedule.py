@@ -329,6 +329,12 @@ class _Program(_Layout):
                            local_row=local, local_stride=nk * wt, wait=("M", q + 1),
                            signal="L"))
             return
+        if n * wt == k_pad:       # the whole K: the group's blocks follow each other in DRAM
+            self.add(DmaOp(store=False, tag="w", mem=LocalMem.SPAD, dram_addr=dram,
+                           dram_stride=per_row * block_bytes, row_bytes=per_row * block_bytes,
+                           n_rows=g * n // per_row, local_row=local,
+                           local_stride=per_row * wt, wait=("M", q + 1), signal="L"))
+            return
         for gg in range(g):       # per N block, rows of per_row K blocks
             self.add(DmaOp(store=False, tag="w", mem=LocalMem.SPAD,
                            dram_addr=dram + gg * k_pad * srb, dram_stride=per_row * block_bytes,
@@ -640,8 +646,17 @@ class _Program(_Layout):
         self.r_after[s] = self.count["R"]
         done_at = {gg: (gg, acc0 + gg * mt, acc0 + (gg + 1) * mt, r) for gg, _, _, r in pieces}
         last = s == len(self.steps) - 1
-        stores = pieces if last else sorted(done_at.values(), key=lambda x: x[3])
         srb, m = self.srb, self.p.m
+        if last:
+            stores = pieces
+        elif mt == m and len(done_at) * mt * srb <= field_max(DmaBody, "row_bytes"):
+            # One M tile: the step's blocks follow each other in DRAM, so one store after the
+            # last requantization (the first block's store waits a block's requantization).
+            gg0 = min(done_at)
+            stores = [(gg0, acc0 + gg0 * mt, acc0 + (gg0 + len(done_at)) * mt,
+                       max(x[3] for x in done_at.values()))]
+        else:
+            stores = sorted(done_at.values(), key=lambda x: x[3])
         for gg, lo, hi, r in stores:
             self.add(DmaOp(
                 store=True, tag="out", mem=LocalMem.SPAD,

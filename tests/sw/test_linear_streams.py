@@ -76,7 +76,7 @@ PLANNED = {
     ("16x16", 64, 64, 64, False, None, None):
         "27d2ab4a811dda7f08287709581b99bb52908fbb459cff793f065cba78c04b74",
     ("16x16", 128, 128, 128, True, None, None):
-        "71df39ee9ab05fc6fbc06d14916f7db436b9a53e301e2c4cb0fad8ca33dc7d72",
+        "5ae97e4c1b2d88b11926a2711071c0b598cb776175029eec6aafb5a5d7e6b64a",
     ("16x16", 128, 128, 128, False, None, None):
         "bff51be07107eeec3597b35fb7d0dd3914c30e47b7dfdf6479852322dc8e985f",
     ("16x16", 256, 256, 256, True, None, None):
@@ -96,19 +96,19 @@ PLANNED = {
     ("32x32", 100, 300, 200, False, None, None):
         "e0369e337953f923bdc643b99b61386ebdfc78c22a31086304e0e406f77790f0",
     ("4x4", 1, 7, 9, True, None, None):
-        "1a650489eb74533c6cc4f3c43041263506efb24dfcff5d31c79abc681af6b8b0",
+        "92b3d514fbb8db17c02aca2b80c2581cf14764aa0edc764272cbe0929cf39225",
     ("4x4", 1, 7, 9, False, None, None):
         "be37e1c7a863a33ca67794e87506d72d4faddf3fc0a92c1cd6880ed89047c92a",
     ("4x4", 7, 9, 384, True, None, None):
-        "806f92843ca41f2659efee30cb311a6f934cafd53f35cc4681492d13f92f6768",
+        "de6924c178e0402d0a815f82cfe13e1a89a8c1044e1f027738fe2d8681c16931",
     ("4x4", 7, 9, 384, False, None, None):
         "2372dc0afe4a3197a525c50ca714dfa6433b68a539916f55368f61154bd94325",
     ("4x4", 9, 8, 33, True, None, None):
-        "e619273b6f8c64ab093d6ad48706953c3775c882b8bb24c89b4b055e1c0945a9",
+        "6477182641dda2c2129c0e50efaedb503170d958f225cefa9215871098a8d159",
     ("4x4", 9, 8, 33, False, None, None):
         "534020dcd6b5c49294ead89ecf4acc01cc01047eb22a71587539d458eaf5422e",
     ("4x4", 32, 384, 384, True, None, None):
-        "358368e510e46a5534650b015027fc33dbfc6c10e53c3dc99baa219274759f9a",
+        "4b8a082d01d4f5c6a37095d5a6bd808d5676f93f2b11b2fb719e86e19fea0af5",
     ("4x4", 32, 384, 384, False, None, None):
         "df2a15bc586be55a80f8d443ba6b3ca9334a7a861824a4081da1f4b8ba45e61c",
     ("4x4", 33, 384, 8, True, None, None):
@@ -136,7 +136,7 @@ PLANNED = {
     ("8x8", 1, 384, 9, False, None, None):
         "5dba0a375238aa01d77d098b0d1b04f0ea3e02289ed555b231e35ff85403dbda",
     ("8x8", 7, 33, 384, True, None, None):
-        "04d67221a78c6b41be128cf01aa3cd5a305c3c340697271c92f868007ea2a526",
+        "06d12b4efd5b394087756f687ad243ad4b256c4fbb333bcc2ae4b682c8072db3",
     ("8x8", 7, 33, 384, False, None, None):
         "975df1a2ab0ad0b4fa0a3c43693d7fbb2cd5735fa8ff2a64a091f2216e00440c",
     ("8x8", 8, 1, 1, True, None, None):
@@ -152,11 +152,11 @@ PLANNED = {
     ("8x8", 32, 384, 384, False, None, None):
         "c1517d3078ef40e3450a2f6dba6b75740ec81b83a66d3996b334b331f8e000f3",
     ("8x8", 32, 384, 1536, True, None, None):
-        "f0900ac1f336fdff3122f035c40f6b7d8c0247a4ed2a0d0657a575d0257473ad",
+        "b4cdde9c548ca8ff30e5af75bdfab3f6d8c646d1a4a881a66394c1512cf3d8a6",
     ("8x8", 32, 384, 1536, False, None, None):
         "c8cc1d8f77e7238ce19483b904cec445c05b911c9148b72097fbeea4cd3c5985",
     ("8x8", 32, 1536, 384, True, None, None):
-        "5f9b0923e3129875aa9a1053246dfa7263d343c12b017f6f70f47903c9798d0a",
+        "7f9a766d2320f4eaa37e1e534c82e39bb643c0548114b2924bab48929e028432",
     ("8x8", 32, 1536, 384, False, None, None):
         "6f77d1e3b24fc7085cfe97bf437eab47211a77cc5ec253c1e5d480ae850a7639",
     ("8x8", 33, 9, 8, True, None, None):
@@ -164,11 +164,11 @@ PLANNED = {
     ("8x8", 33, 9, 8, False, None, None):
         "d612007a783f6c8b970ee3a3b86655829ac27adf36ebe36dd3f1663473445360",
     ("8x8", 64, 64, 64, True, None, None):
-        "b83f57361b19623c9e6bcf7195974b9cc378a77e2e2e3b74dfdbe79a7f3be6d3",
+        "dbb6abefe1abc282914a178fb12e11498445aeaa7761b0b209328d4fb9cd7d46",
     ("8x8", 64, 64, 64, False, None, None):
         "c3ffd38b2c65667dc90bc2b132ca57b4eb038c73e1e987809f5d4cf0028fd3af",
     ("8x8", 64, 3000, 24, True, None, None):
-        "1f6d244eb22e67bf77e13668506e51ac9c1d4be6018791fc4f4db7c60561a95c",
+        "73bd2cf8e16a856e411626e34dfbd0c0ea3c6bd4ef7d2e5c2834e057fc093595",
     ("8x8", 64, 3000, 24, False, None, None):
         "d0e961967ce959a47c887e76bd5796bbe4a1f8cb6effee593c5c1f2b6866e62d",
     ("8x8", 99, 108, 6, True, None, None):
@@ -180,15 +180,15 @@ PLANNED = {
     ("8x8", 128, 128, 128, False, None, None):
         "4973fed456d9c1e5fa618c698917044d39db7c5df2996d908b1a82eb57d23b5d",
     ("8x8", 128, 384, 384, True, None, None):
-        "dc8e87eebbc482bb31b381cd1514bb621466234ec02d31a5afe1b66760f5f454",
+        "e26d5c416daa3cb4104278c7b6cab090b8b72fbb1002463d5e80d7a4386cdbb2",
     ("8x8", 128, 384, 384, False, None, None):
         "55a671b5b82469e5096575deda7bd965e5ba16d9b7ee9275ac2c14b43d6fed21",
     ("8x8", 130, 36, 37, True, None, None):
-        "848c4cb21587e92ac510e05060ff5e92035c40b84b92cf8d9aa777fd83600c89",
+        "037bd6f47943782abdad86b30bea02684fbbd57f1e510cf55586f189424680be",
     ("8x8", 130, 36, 37, False, None, None):
         "418eaef8a9970f467434523a7f61eda72124e566216874d6c36de127ee24080a",
     ("8x8", 256, 256, 256, True, None, None):
-        "44ce313b27ecfe5a10b35ee0ff881e485313f66042f6554f05ce55dd04092b62",
+        "50f7565ced542bd92a7af080976d5eb67d014c62b9117ce5b011242b66518dad",
     ("8x8", 256, 256, 256, False, None, None):
         "ae8c051c36b1b8cfbb7a8f01d2a3e2ff4d16fe4f9b68e6272b722c3e30164af0",
     ("8x8", 384, 8, 7, True, None, None):
@@ -220,7 +220,7 @@ PLANNED = {
     ("bus128", 77, 200, 50, False, None, None):
         "44709ae6e409854ad83c8286c9d186be77f94801be6b972a4f6509bcf87fd246",
     ("bus32", 77, 200, 50, True, None, None):
-        "3203debd22f0087663a4b46b9c0104f3ebf1c98360e91366433a6387559e7c44",
+        "df45ff6cc5e079edf0cf00636d457c460645a85d900d1f2127d7aa0482fd0b79",
     ("bus32", 77, 200, 50, False, None, None):
         "44709ae6e409854ad83c8286c9d186be77f94801be6b972a4f6509bcf87fd246",
     ("fifo1", 70, 90, 30, True, None, None):
@@ -260,15 +260,15 @@ PLANNED = {
     ("tiny8", 384, 7, 1, False, None, None):
         "3020c13d5f95e76be569d64b85d6b6b800e64f4f21119e40e217fca8b2db1a92",
     ("8x8", 100, 200, 50, True, (1000, 2000), (512, 512)):
-        "0501ce0b213feead9737bc8d0c10c7728f3a220aef8a946bd4a6ff1ac1ba44c7",
+        "f4242a885fde4dc6caa8a23f73b3cc78c9c41349a249649a731a6b98736bf3a0",
     ("8x8", 100, 200, 50, False, (1000, 2000), (512, 512)):
         "7efc61723270e21e8ede76049af570ddac5f334d423aaf0f4eec41517e7b30ab",
     ("8x8", 64, 64, 64, True, (2048, 1024), (0, 256)):
-        "cad2616dff87647d8ea13786913346e239a53251b366fe41f00c8a2738cec0a6",
+        "7279c0c4af517ca7f88827aecc58ad2e1f7b311e46331d443e7d9dd64474b83a",
     ("8x8", 64, 64, 64, False, (2048, 1024), (0, 256)):
         "d5ff607dbca188c45d95a305734faa879128e44dc79911990faf2c8b68b18be2",
     ("4x4", 33, 40, 17, True, (100, 900), (10, 300)):
-        "349332bf8dfda699314af65364a6ad5ac85fb600c75d3629ab17578c41815715",
+        "00f2bc5443ac17f65ba6a5047cb70b149513fbf9e2c31aefc74e7f74b7134050",
     ("4x4", 33, 40, 17, False, (100, 900), (10, 300)):
         "b5ab3f591f01bf345a2693f099dca12a6b90f674ebd8df3eda2749a3e8428f05",
 }
@@ -282,7 +282,7 @@ FORCED_DIGESTS = [
     "01fac61b016a2ccd3c7a6cb3b651112e1b5bd2bb93f15872d870ff2cc23e4344",
     "004687314415e9d01bc1672645b5326673377b14548142e08d6b182d2c5072a8",
     "fbcb30d1e2d5a03eae929df320822a5e2aa4514766e471501c14934c21393012",
-    "d9fd201af6487b2963d32e5b780d27b8fbfb3abbbb3f11418e55de15f7f98566",
+    "cce16902eefc940d2afe2b7e350864070a30a6d00f90d63f7763e6b7f32bfab7",
     "22e93e0b49e14613b62d75d984ffcdc0904c57fe41541f1a676474ccccbe77a8",
     "967362cfa8d66f50d01ded701400d8260fc265db584b12eab7f9c8202301a163",
     "ff13b571a75dcb7f254708564c7b157d4256184441cda8279daf326b0e5bd246",
