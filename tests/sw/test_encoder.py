@@ -85,3 +85,23 @@ def test_sentence_embedding_cosine_at_L32(encoder):
     assert got["sums"].dtype == np.int64
     assert np.allclose(got["embedding"], sentence_embedding(
         got["layers"][-1]["y2"] * eq.out_scale, kv))
+
+
+def test_calibration_does_not_depend_on_blas_threads():
+    """The calibrated integer operands are the same whether NumPy's BLAS runs on one thread
+    (as in a Ray worker of ``npu sweep``) or two: the float reference the scales come from
+    is computed in float64 (with the attention block's float32 reference, one and two
+    threads gave different multipliers and cosine 0.99184 against 0.99212)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).parents[2]
+    digests = set()
+    for threads in ("1", "2"):
+        env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
+                   MKL_NUM_THREADS=threads)
+        out = subprocess.run([sys.executable, "-m", "tests.support.calibration_digest"],
+                             cwd=root, env=env, capture_output=True, text=True, check=True)
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1, digests
