@@ -327,7 +327,11 @@ def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: i
                + out_buffers * n_group * m_tile <= s_rows, "the buffers do not fit the scratchpad"),
               (p_steps >= 1, "p_steps must be >= 1"),
               (n_group * m_tile < a_rows - 2 * fmt.p_rows * n_group * p_steps,
-               "the tiles do not fit the accumulator")]
+               "the tiles do not fit the accumulator"),
+              (p_steps == 1 or (out_buffers + 1) * n_group * m_tile
+               <= a_rows - 2 * fmt.p_rows * n_group * p_steps,
+               "with p_steps > 1 the accumulator must hold out_buffers + 1 tiles beside the "
+               "parameters")]
     for ok, why in checks:
         if not ok:
             raise ValueError(why)

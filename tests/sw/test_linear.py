@@ -270,6 +270,10 @@ def test_double_buffered_plan_rejects_what_does_not_fit():
         double_buffered_plan(DEFAULT, 2048, 8, 8, m_tile=1020, k_chunk=1)
     with pytest.raises(ValueError, match="k_chunk"):
         double_buffered_plan(DEFAULT, 8, 8, 8, m_tile=8, k_chunk=2)
+    # batched parameters rotate out_buffers + 1 accumulator tiles (3 x 384 rows do not fit)
+    with pytest.raises(ValueError, match="out_buffers \\+ 1 tiles"):
+        double_buffered_plan(DEFAULT, 128, 8, 64, m_tile=128, k_chunk=1, n_group=3, p_steps=2)
+    assert double_buffered_plan(DEFAULT, 128, 8, 64, m_tile=128, k_chunk=1, n_group=3).p_steps == 1
     dev = Device(ModelBackend(DEFAULT), DEFAULT)
     a, w, bias, mult, shift = operands(8, 8, 8, 0)
     with pytest.raises(ValueError, match="plan is for"):
