@@ -317,3 +317,33 @@ def test_kernel_accumulation_bound_matches_the_golden_model():
     with pytest.raises(AccumulatorOverflowError):
         linear_int(a1, w1, *params)
     assert dev.memory_stats() == before
+
+
+def test_timer_accumulator_port_gaps():
+    """A load into the accumulator writes its rows only in the cycles no MATMUL writes it
+    (``Timer._acc_free_after``, by hand), and in a program it waits for the array's writes
+    before it, not for those of a MATMUL that waits for it."""
+    from sw.kernels.linear_ops import DmaOp, MatmulOp, Timer, dma_cycles, matmul_latency
+    free_after = Timer._acc_free_after
+    busy = [[10, 20], [25, 30]]
+    ends = [b for _, b in busy]
+    assert free_after(busy, ends, 5, 8) == 23       # 5 rows in 5..9, 3 in 20..22
+    assert free_after(busy, ends, 0, 10) == 10      # all before the first span
+    assert free_after(busy, ends, 12, 6) == 31      # 5 rows in 20..24, 1 in 30
+    assert free_after(busy, ends, 40, 3) == 43
+    c = DEFAULT
+    rows = 6
+    load = DmaOp(store=False, tag="p", mem=LocalMem.ACC, dram_addr=0, dram_stride=0,
+                 row_bytes=rows * c.acc_row_bytes, n_rows=1, local_row=0, local_stride=0,
+                 signal="L")
+    first = MatmulOp(a_row=0, w_row=0, acc_row=100, m=64, accumulate=False, k_blocks=8)
+    after = MatmulOp(a_row=0, w_row=0, acc_row=200, m=8, accumulate=False, wait=("L", 1))
+    timer = Timer(c)
+    timer.run([first, load, after])
+    mm_end = matmul_latency(c, 64, 8)            # the first MATMUL's last write
+    assert dma_cycles(c, rows * c.acc_row_bytes, 1) < mm_end
+    assert timer.done["L"] == [mm_end + rows]    # its rows after the array's last write
+    # the same load before any MATMUL is not held
+    timer = Timer(c)
+    timer.run([load, after])
+    assert timer.done["L"] == [dma_cycles(c, rows * c.acc_row_bytes, 1)]
