@@ -337,7 +337,9 @@ def test_timer_accumulator_port_gaps():
                  row_bytes=rows * c.acc_row_bytes, n_rows=1, local_row=0, local_stride=0,
                  signal="L")
     first = MatmulOp(a_row=0, w_row=0, acc_row=100, m=64, accumulate=False, k_blocks=8)
-    after = MatmulOp(a_row=0, w_row=0, acc_row=200, m=8, accumulate=False, wait=("L", 1))
+    # streams right behind the first (if its writes counted, the load would wait for them)
+    after = MatmulOp(a_row=0, w_row=0, acc_row=200, m=64, accumulate=False, k_blocks=8,
+                     wait=("L", 1))
     timer = Timer(c)
     timer.run([first, load, after])
     mm_end = matmul_latency(c, 64, 8)            # the first MATMUL's last write
