@@ -78,7 +78,9 @@ class Translator(Elaboratable):
     in cycle ``t`` (the burst presented, no entry, no walk) starts the walk: ARVALID of the
     level-1 entry from ``t + 1``; the cycle its R beat is taken decides (a fault, or the
     level-0 entry's ARVALID from the next cycle); the cycle the level-0 beat is taken fills
-    the entry, and the burst's lookup hits from the next cycle.
+    the entry, and the burst's lookup hits from the next cycle. A walk during which a
+    ``TLB_INVALIDATE`` came fills nothing: the burst's lookup in the next cycle misses again
+    and walks again (a miss more; the burst would otherwise wait for ever).
     """
 
     def __init__(self, cfg: NPUConfig, *, write: bool, bus):
@@ -155,7 +157,11 @@ class Translator(Elaboratable):
                 m.d.sync += [held.eq(1), held_paddr.eq(self.paddr)]
             with m.If(enable & self.valid & ~self.fault):
                 m.d.sync += looked.eq(1)
-        first = enable & self.valid & ~looked & ~held & ~self.fault
+        # a lookup of the burst shown (not held, no fault): the first one counts a hit; any
+        # one that misses starts a walk, also after a walk that did not fill (a TLB_INVALIDATE
+        # came during it), which the performance model times the same way
+        lookup = enable & self.valid & ~held & ~self.fault
+        first = lookup & ~looked
         m.d.comb += self.ev_hit.eq(first & hit)
         with m.If(enable & self.valid & ~held & ~self.fault & hit & ~allowed & ~walking):
             m.d.comb += [fault_now.eq(1), fault_code_now.eq(ErrorCode.PAGE_PERMISSION)]
@@ -183,7 +189,7 @@ class Translator(Elaboratable):
         fill = Signal()
         with m.FSM(name="walk") as fsm:
             with m.State("Idle"):
-                with m.If(first & ~hit):
+                with m.If(lookup & ~hit):
                     m.d.comb += self.ev_miss.eq(1)
                     m.d.sync += [walk_vpn.eq(vpn), dropped.eq(0),
                                  pte_addr.eq(root_table + PTE_BYTES * vpn[VPN_BITS:])]

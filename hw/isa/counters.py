@@ -65,7 +65,8 @@ TLB_COUNTERS = ("hits", "misses", "walk_cycles", "faults")
 #:   :data:`ENGINE_STALLS`;
 #: * ``tlb.<client>.hits`` / ``.misses`` (bursts): per DMA channel (``load``, ``store``), the
 #:   bursts of translated commands whose first TLB lookup found / did not find their page;
-#:   a miss starts a walk (:mod:`hw.isa.vm`), so misses count walks; a lookup that faults on
+#:   a miss starts a walk (:mod:`hw.isa.vm`), so misses count walks (a burst whose walk a
+#:   ``TLB_INVALIDATE`` dropped misses and walks again, a miss more); a lookup that faults on
 #:   a permission counts as a hit;
 #: * ``tlb.<client>.walk_cycles`` (cycles): the channel's walker is walking (from the cycle
 #:   after the miss to the cycle its last entry arrives, inclusive);

@@ -69,7 +69,8 @@ may hold (unmap, a permission change, a remap) it must run ``TLB_INVALIDATE``
 either the old or the new entry. ``TLB_INVALIDATE`` is a processor command: like a
 ``BARRIER`` it waits until every earlier command of its queue retired, then invalidates every
 entry (``all``) or the entries of ``asid`` in both TLBs in one cycle; a walk in progress at
-that moment still completes its burst but does not fill its TLB.
+that moment still completes its reads but does not fill its TLB: the burst that missed is
+looked up again in the cycle after the walk's last entry arrived, misses and walks again.
 
 Page faults
 -----------
