@@ -11,10 +11,9 @@ model and the RTL (``--backend model``: the two models only),
 compares them, shrinks every failure to a reproducer file in ``--repro-dir``, and prints and
 writes (``--json``) the totals: streams, mismatching streams, hangs, commands by kind, errors
 by code, wall time. ``--vm``: translated mode (:mod:`cosim.fuzz.generate`): queues in
-contexts with random mappings, planted page faults resumed or skipped; PARTIAL: the
-functional and performance models agree on it (``--backend model``), and 12 streams (seeds
-0-11, 8x8, ideal) agree on the RTL too, but after seeds 12-23 in batches of 4 the RTL does
-not finish the end-of-batch memory dump (README, Known limits; not diagnosed yet).
+contexts with random mappings, planted page faults resumed or skipped: the functional
+and performance models agree on it (``--backend model``), and on the RTL too (seeds 0-99,
+8x8, ideal, timing exact; README, Known limits).
 ``--no-shrink``: failures are reported as they are (shrinking reruns the RTL up to 400
 times per failing stream). Exit status 0 when every stream agrees, 1 otherwise.
 """
@@ -111,8 +110,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="commands per queue at most (default 48)")
     p.add_argument("--vm", action="store_true",
                    help="translated mode: queues in contexts with random mappings, planted "
-                   "page faults (resumed or skipped); partial: the models agree, the RTL "
-                   "not yet on every stream")
+                   "page faults (resumed or skipped)")
     p.add_argument("--no-shrink", action="store_true",
                    help="report failing streams as they are (no shrinking on the RTL)")
     p.add_argument("--timed-exact", action="store_true",

@@ -19,12 +19,11 @@ skips it (a permission fault is always skipped: the TLB may hold the entry witho
 permission); which one is drawn here. Scenarios with a translated queue have no bus fault
 (not modelled on translated DMA), and translated queues no window.
 
-Status (partial): the functional and performance models agree on translated streams
+Status: the functional and performance models agree on translated streams
 (``tests/cosim/test_fuzz_models.py``, ``npu fuzz --backend model --vm``), and on the RTL
-``npu fuzz --vm --streams 12 --no-shrink`` (8x8, ideal) finds no mismatch, but after seeds
-12-23 in batches of 4 the RTL does not finish the end-of-batch memory dump (README, Known
-limits; not diagnosed yet), so the RTL fuzz test (``tests/cosim/test_fuzz.py``) runs physical streams
-only.
+``npu fuzz --vm --streams 100 --no-shrink --timed-exact`` (8x8, ideal) finds no mismatch
+and no timing difference (README, Known limits); the RTL fuzz test
+(``tests/cosim/test_fuzz.py``) runs physical streams, and replays a translated reproducer.
 
 The streams are built so that what the ISA guarantees decides the result (``docs`` in
 :mod:`cosim.fuzz`): every pair of commands that touch the same bytes or rows (one of them
