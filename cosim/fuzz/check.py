@@ -110,14 +110,22 @@ class Checker:
     def whole_check(self) -> list[str]:
         """After a batch: all of DRAM and both local memories, whole, on every backend
         (:func:`cosim.fuzz.execute.whole_state`); a difference is a write outside every
-        stream's arena and partitions, which no stream's own comparison could see."""
+        stream's arena and partitions, which no stream's own comparison could see. A dump
+        that does not finish (a device a stream left wedged) is reported here too, so the
+        batch's per-stream results are kept."""
         config = self.model.config
         ref = np.frombuffer(whole_state(self.model, config), np.uint8)
         out = []
         for name, b in (("perf", self.perf), ("rtl", self.device)):
             if b is None:
                 continue
-            diff = np.flatnonzero(np.frombuffer(whole_state(b, config), np.uint8) != ref)
+            try:
+                state = whole_state(b, config)
+            except HangError as e:      # reported with the batch's results, not instead
+                out.append(f"whole DRAM/local memory after the batch: the dump did not "
+                           f"finish on {name} ({e})")
+                continue
+            diff = np.flatnonzero(np.frombuffer(state, np.uint8) != ref)
             if diff.size:
                 out.append(f"whole DRAM/local memory after the batch: {diff.size} bytes "
                            f"differ on {name}, the first at {int(diff[0]):#x}")

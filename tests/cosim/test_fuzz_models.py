@@ -210,3 +210,24 @@ def test_model_meets_the_generator_predictions(config):
         if out:
             bad.append((seed, out[:2]))
     assert not bad, bad
+
+
+def test_a_hung_end_of_batch_dump_is_reported_not_raised(monkeypatch):
+    """A device that a stream left wedged hangs the end-of-batch dump: the batch reports it
+    among its mismatches and keeps its per-stream results (it used to raise and lose them)."""
+    import cosim.fuzz.check as check_mod
+    from cosim.fuzz.execute import HangError
+    from cosim.fuzz.jobs import make_checker, run_seeds
+    from sw.perf import PerfBackend
+    real = check_mod.whole_state
+
+    def wedged(backend, config):
+        if isinstance(backend, PerfBackend):
+            raise HangError("prologue/epilogue: no progress after 4000000 cycles")
+        return real(backend, config)
+    monkeypatch.setattr(check_mod, "whole_state", wedged)
+    checker, _ = make_checker(None, CFG)
+    res = run_seeds(checker, CFG, [1, 2])
+    assert len(res["results"]) == 2
+    (msg,) = res["batch_mismatches"]
+    assert "did not finish on perf" in msg and "no progress" in msg
