@@ -110,7 +110,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="commands per queue at most (default 48)")
     p.add_argument("--vm", action="store_true",
                    help="translated mode: queues in contexts with random mappings, planted "
-                   "page faults (resumed or skipped)")
+                   "page faults (resumed or skipped); needs tlb_entries > 0 (the default)")
     p.add_argument("--no-shrink", action="store_true",
                    help="report failing streams as they are (no shrinking on the RTL)")
     p.add_argument("--timed-exact", action="store_true",
@@ -123,4 +123,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.timed_exact and args.backend == "model":
         parser.error("--timed-exact compares the RTL with the performance model: not with "
                      "--backend model")
+    if args.vm and not args.config.tlb_entries:
+        parser.error(f"--vm runs queues in contexts: {args.config.spec} has no TLB "
+                     "(tlb_entries=0)")
 

@@ -79,6 +79,7 @@ def test_run_names_no_python_error_class(capsys):
     (["bench", "--attention-len", "9999"], "must be in 1..512"),
     (["bench", "--configs", "8x4"], "must be square"),
     (["fuzz", "--backend", "model", "--timed-exact"], "not with --backend model"),
+    (["fuzz", "--vm", "--config", "8x8,tlb_entries=0"], "has no TLB"),
     (["fuzz", "--seed", "-1"], "must be >= 0, got -1"),
     (["run", "--dram", ""], "empty DRAM timing"),
     (["bench", "--backend", "perf", "--roofline", "/tmp/r.jpq"], "the image format is"),
