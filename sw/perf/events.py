@@ -112,18 +112,19 @@ class EventQueue:
 
 
 class Waker:
-    """Runs ``decide(c)`` at most once per cycle, in the DECIDE phase."""
+    """Runs ``decide(c)`` at most once per cycle, in phase ``phase`` (default DECIDE)."""
 
-    def __init__(self, eq, decide) -> None:
+    def __init__(self, eq, decide, phase: int = DECIDE) -> None:
         self._eq = eq
         self._decide = decide
+        self._phase = phase
         self._at: set[int] = set()
 
     def __call__(self, c: int) -> None:
         at = self._at
         if c not in at:
             at.add(c)
-            self._eq.at(c, DECIDE, self._run, c)
+            self._eq.at(c, self._phase, self._run, c)
 
     def _run(self, c: int) -> None:
         self._at.discard(c)

@@ -48,7 +48,7 @@ from hw.config import NPUConfig, next_pow2
 from sw.dram import MIN_READ_LATENCY, MIN_WRITE_LATENCY, DramTiming
 from sw.perf.beats import BeatScheduler
 from sw.perf.draws import StallDraws
-from sw.perf.events import ARBITRATE, DECIDE, UPDATE, EventQueue
+from sw.perf.events import ARBITRATE, DECIDE, UPDATE, EventQueue, Waker
 from sw.perf.ledger import Item
 
 __all__ = ["DRAM_READ_QUEUE", "DRAM_WRITE_QUEUE", "dram_read_queue", "DMA", "CP", "WALK_LOAD",
@@ -209,7 +209,7 @@ class ReadChannel:
         self._prev_c = _NEG
         #: V and C of the last burst that left :attr:`bursts` (beat by beat)
         self.tail = (_NEG, _NEG)
-        self._arb_at: set[int] = set()
+        self._arbitrate_at = Waker(self.eq, self._arbitrate, ARBITRATE)
         self.beatwise = beat_timed(timing, "r")
         self.beats = None
         if self.beatwise:
@@ -224,13 +224,7 @@ class ReadChannel:
         self.pending[mgr] = _ReadRequest(mgr, start, beats, owner, tag, on_grant)
         self._arbitrate_at(max(start, self.eq.now))
 
-    def _arbitrate_at(self, c: int) -> None:
-        if c not in self._arb_at:
-            self._arb_at.add(c)
-            self.eq.at(c, ARBITRATE, self._arbitrate, c)
-
     def _arbitrate(self, c: int) -> None:
-        self._arb_at.discard(c)
         pending = self.pending
         if len(pending) == 1:                   # the common case: one manager asks
             (pick, req), = pending.items()
@@ -415,7 +409,7 @@ class WriteChannel:
         self.current: WriteGrant | None = None    # the newest grant
         #: B handshakes of the grants before the newest (the B queue's occupancy)
         self._b_hist: deque[int] = deque(maxlen=queue)
-        self._arb_at: set[int] = set()
+        self._arbitrate_at = Waker(self.eq, self._arbitrate, ARBITRATE)
         self.beats = None
         if timing.bytes_per_cycle is not None:
             self.beats = beats if beats is not None else BeatScheduler(eq, timing, None)
@@ -426,13 +420,7 @@ class WriteChannel:
         self.pending[mgr] = (start, writer, tag, beats)
         self._arbitrate_at(max(start, self.free_from, self.eq.now))
 
-    def _arbitrate_at(self, c: int) -> None:
-        if c not in self._arb_at:
-            self._arb_at.add(c)
-            self.eq.at(c, ARBITRATE, self._arbitrate, c)
-
     def _arbitrate(self, c: int) -> None:
-        self._arb_at.discard(c)
         if c < self.free_from:
             self._arbitrate_at(self.free_from)
             return

@@ -12,7 +12,7 @@ cycle ``c`` changes registers from ``c + 1`` on.
 from __future__ import annotations
 
 from hw.isa import sem_reached
-from sw.perf.events import ARBITRATE, UPDATE
+from sw.perf.events import ARBITRATE, UPDATE, Waker
 
 __all__ = ["Semaphores"]
 
@@ -39,7 +39,7 @@ class Semaphores:
         #: open offers by source key: [from cycle, sem, queue, index, answer, live]
         self._offers: dict[int, list] = {}
         self._blocked: set[int] = set()     # cycles the port takes nothing
-        self._arb_at: set[int] = set()
+        self._arbitrate_at = Waker(self.eq, self._arbitrate, ARBITRATE)
 
     def reached(self, sem: int, target: int) -> bool:
         return sem_reached(self.values[sem], target)
@@ -52,13 +52,7 @@ class Semaphores:
         self._offers[key] = [cycle, sem, queue, index, answer, live]
         self._arbitrate_at(max(cycle, self.eq.now))
 
-    def _arbitrate_at(self, c: int) -> None:
-        if c not in self._arb_at:
-            self._arb_at.add(c)
-            self.eq.at(c, ARBITRATE, self._arbitrate, c)
-
     def _arbitrate(self, c: int) -> None:
-        self._arb_at.discard(c)
         offers = self._offers
         open_ = sorted(k for k, o in offers.items() if o[0] <= c)
         taken = None
