@@ -177,15 +177,17 @@ class EngineQueue(wiring.Component):
 
     Replay
     ------
-    With ``replay`` (:mod:`hw.isa.vm`, *Page faults*): the payload of the command in the
-    engine is kept in a register from its handshake; when it retires with a page fault (and
-    its queue is not being reset) it goes into its queue's *replay slot* (a register of the
-    narrow payload), which comes before the queue's part of the store: while the slot is
-    full it is the queue's head, ready without a semaphore wait (its wait held when it was
-    first taken), taken once the queue's error is cleared. A ``resume`` pulse leaves it
-    there (the CSR block clears the error with the pulse); a ``skip`` pulse sets its
-    ``n_rows`` to 0, so the engine retires it without moving data. A reset (``flush``)
-    empties the slot; a full slot keeps ``idle`` low.
+    With ``replay`` (:mod:`hw.isa.vm`, *Page faults*): every queue has a *replay slot*, an
+    entry of a small memory of ``n_queues`` narrow payloads (LUT RAM; one write and one read
+    port, no per-queue register or multiplexer). At its handshake a command's payload is
+    written into its queue's entry (the engine runs one command at a time, so the entry still
+    holds it when it retires). When it retires with a page fault (and its queue is not being
+    reset) the slot becomes full and comes before the queue's part of the store: while full
+    it is the queue's head, ready without a semaphore wait (its wait held when it was first
+    taken), taken once the queue's error is cleared. A ``resume`` pulse leaves it there (the
+    CSR block clears the error with the pulse); a ``skip`` pulse marks it skipped: it goes
+    to the engine with ``n_rows`` 0, so the engine retires it without moving data. A reset
+    (``flush``) empties the slot; a full slot keeps ``idle`` low.
     """
 
     def __init__(self, config: NPUConfig, in_flight: int = 1, engine: str | None = None,
@@ -224,9 +226,9 @@ class EngineQueue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.config.n_queues
-        #: per queue: the replay slot (a faulted command's payload) and whether it is full
-        self._slot = [Signal(self.payload, name=f"replay{q}") for q in range(n)]
+        #: per queue: its replay slot is full (a faulted command), and was skipped
         self._slot_valid = Signal(n, name="replay_valid")
+        self._slot_skip = Signal(n, name="replay_skip")
         if not self.replay:
             m.d.comb += self._slot_valid.eq(0)
         store = self._store(m)
@@ -294,15 +296,14 @@ class EngineQueue(wiring.Component):
 
         head = Signal(self.payload, name="head")     # the replay slot's, or the store's
         m.d.comb += [st.r.addr.eq(sel * depth + st.rp[sel]), head.eq(st.r.data)]
+        if self.replay:
+            self._replay_head(m, sel, head)
         with m.Switch(sel):
             for q in range(n):
                 with m.Case(q):
                     m.d.comb += [eng.window_base.eq(self.windows_base[q]),
                                  eng.window_limit.eq(self.windows_limit[q]),
                                  eng.vm.eq(self.vms[q])]
-                    if self.replay:
-                        with m.If(self._slot_valid[q]):
-                            m.d.comb += head.eq(self._slot[q])
         # the engine's port takes the command back in the ISA's layout
         cmd = Signal(Command, name="head_cmd")
         opcode = head.opcode if "opcode" in self.payload.members else Const(
@@ -369,29 +370,39 @@ class EngineQueue(wiring.Component):
                      self.running.opcode.eq(self._record_opcode(cur.oldest))]
         return cur
 
+    def _replay_head(self, m: Module, sel, head) -> None:
+        """The head of queue ``sel`` is its replay slot while that is full (``n_rows`` 0 once
+        skipped)."""
+        m.submodules.replay = self._slots = Memory(shape=self.payload, depth=self.config.n_queues,
+                                                   init=[])
+        rd = self._slots.read_port(domain="comb")
+        rows = data.Layout.cast(DmaBody)["n_rows"]
+        m.d.comb += rd.addr.eq(sel)
+        with m.If(self._slot_valid.bit_select(sel, 1)):
+            m.d.comb += head.eq(rd.data)
+            with m.If(self._slot_skip.bit_select(sel, 1)):
+                m.d.comb += head.body[rows.offset:rows.offset + rows.width].eq(0)
+
     def _replay_slots(self, m: Module, take, sel, head, cur: _InEngine) -> None:
-        """The payload of the command in the engine is kept; a page fault moves it into its
-        queue's slot (see *Replay*); the slot empties when the engine takes it again, or on
-        a reset."""
-        running = Signal(self.payload, name="replay_running")
-        with m.If(take):
-            m.d.sync += running.eq(head)
+        """Every command taken is written into its queue's slot; a page fault at its
+        retirement makes the slot full (see *Replay*); the slot empties when the engine takes
+        it again, or on a reset."""
+        wr = self._slots.write_port()
+        m.d.comb += [wr.addr.eq(sel), wr.data.eq(head), wr.en.eq(take)]
         faulted = Signal(name="replay_fault")
         old = cur.oldest
         page_fault = self.engine.error.as_value().matches(*(c.value for c in PAGE_FAULTS))
         m.d.comb += faulted.eq(cur.valid.any() & self.engine.done & page_fault
                                & ~self.flush.bit_select(old.queue, 1) & ~old.killed)
-        rows = data.Layout.cast(DmaBody)["n_rows"]
         for q in range(self.config.n_queues):
-            slot = self._slot[q]
             with m.If(self.flush[q]):
                 m.d.sync += self._slot_valid[q].eq(0)
             with m.Elif(faulted & (old.queue == q)):
-                m.d.sync += [self._slot_valid[q].eq(1), slot.eq(running)]
+                m.d.sync += [self._slot_valid[q].eq(1), self._slot_skip[q].eq(0)]
             with m.Elif(take & (sel == q)):
                 m.d.sync += self._slot_valid[q].eq(0)
             with m.If(self.skip[q] & self._slot_valid[q]):
-                m.d.sync += slot.body[rows.offset:rows.offset + rows.width].eq(0)
+                m.d.sync += self._slot_skip[q].eq(1)
 
     def _record_opcode(self, rec):
         ops = self._opcodes()

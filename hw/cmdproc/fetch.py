@@ -546,6 +546,12 @@ class FetchUnit(wiring.Component):
         """Buffer pointers and count, HEAD, Q_FETCHED, the pending ring error and the
         single-command fetches, per queue; which queue the FSM works on."""
         depth = self.config.fetch_depth
+        # one command leaves the buffer a cycle (of queue push_queue): one increment each
+        sel = self.push_queue
+        head_next = Signal(32, name="head_next")
+        fetched_next = Signal(32, name="fetched_next")
+        m.d.comb += [head_next.eq((self.head[sel] + 1) & (self.ring_size[sel] - 1)),
+                     fetched_next.eq(self.fetched[sel] + 1)]
         for q in range(self.config.n_queues):
             written = f.written & (self.queue == q)
             loaded = f.loaded & (self.push_queue == q)
@@ -569,11 +575,8 @@ class FetchUnit(wiring.Component):
                 with m.If(written & (depth > 1)):
                     m.d.sync += f.wp[q].eq(f.wp[q] + 1)
                 with m.If(loaded):
-                    m.d.sync += [
-                        f.rp[q].eq(f.rp[q] + (depth > 1)),
-                        self.head[q].eq((self.head[q] + 1) & (self.ring_size[q] - 1)),
-                        self.fetched[q].eq(self.fetched[q] + 1),
-                    ]
+                    m.d.sync += [f.rp[q].eq(f.rp[q] + (depth > 1)),
+                                 self.head[q].eq(head_next), self.fetched[q].eq(fetched_next)]
                 with m.If((self.resume[q] | self.skip[q])
                           & f.ring_err[q].as_value().matches(*(c.value for c in PAGE_FAULTS))):
                     m.d.sync += f.ring_err[q].eq(0)     # fetched again (hw.isa.vm)
