@@ -112,7 +112,7 @@ class Workload:
             return (f"{self.name} needs a square array (the transposed K load), got "
                     f"{config.rows}x{config.cols}")
         if self.kind == "minilm":
-            if self.fmt != "int8":
+            if self.fmt != "int8":      # (a format axis of a sweep, see with_format)
                 return f"{self.name}: the forward pass runs int8 weights and activations only"
             if self.dims[0] % config.cols:
                 return (f"{self.name}: the forward pass needs L a multiple of cols "
@@ -153,10 +153,14 @@ def parse_workload(text: str) -> Workload:
     """
     text, at, fmt = text.strip().partition("@")
     if at:
+        fmt = fmt.strip().lower().removesuffix("+int8")     # int8 activations are the default
         if fmt not in FORMATS:
             raise WorkloadError(f"workload {text}@{fmt}: unknown format {fmt!r}; formats: "
                                 f"{', '.join(FORMATS)}")
         wl = parse_workload(text)
+        if wl.kind == "minilm" and fmt != "int8":
+            raise WorkloadError(f"workload {text}@{fmt}: the forward pass runs int8 weights "
+                                "and activations only")
         return Workload(wl.kind, wl.dims, fmt)
     kind, sep, arg = text.strip().partition(":")
     kind = kind.lower()

@@ -73,11 +73,21 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
     tag = f"{config.name}_{dram.name or 'custom'}"
 
     def one(k: int) -> dict:
-        if backend == "model":
-            res = _model_batch(config, batches[k], settings, dram)
-        else:
-            res = _rtl_batch(config, batches[k], settings, dram, f"fuzz_{tag}_{k}",
-                             timed_exact, shrink)
+        try:
+            if backend == "model":
+                res = _model_batch(config, batches[k], settings, dram)
+            else:
+                res = _rtl_batch(config, batches[k], settings, dram, f"fuzz_{tag}_{k}",
+                                 timed_exact, shrink)
+        except Exception as e:
+            # the pool raises a batch's exception only when the batches before it are done:
+            # say which batch it was
+            e.add_note(f"in fuzz batch {k + 1}/{len(batches)} (seeds {batches[k][0]}.."
+                       f"{batches[k][-1]})")
+            if progress:
+                progress(f"batch {k + 1}/{len(batches)} (seeds {batches[k][0]}.."
+                         f"{batches[k][-1]}) failed: {type(e).__name__}: {e}")
+            raise
         if progress:
             bad = sum(1 for r in res["results"] if not r["ok"])
             progress(f"batch {k + 1}/{len(batches)}: {len(res['results'])} streams, "

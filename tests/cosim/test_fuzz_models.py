@@ -231,3 +231,40 @@ def test_a_hung_end_of_batch_dump_is_reported_not_raised(monkeypatch):
     assert len(res["results"]) == 2
     (msg,) = res["batch_mismatches"]
     assert "did not finish on perf" in msg and "no progress" in msg
+
+
+def test_a_failing_batch_is_named(monkeypatch):
+    """An exception inside one batch of a campaign carries which batch and seeds it was (the
+    pool raises it only once the batches before it are done, after later ones printed)."""
+    import cosim.fuzz.campaign as campaign
+    from sw.dram import DramTiming
+    real = campaign._model_batch
+
+    def broken(config, seeds, settings, dram):
+        if 3 in seeds:
+            raise RuntimeError("planted")
+        return real(config, seeds, settings, dram)
+    monkeypatch.setattr(campaign, "_model_batch", broken)
+    lines = []
+    with pytest.raises(RuntimeError, match="planted") as info:
+        campaign.run_campaign(CFG, 4, dram=DramTiming(), backend="model", batch=2,
+                              progress=lines.append)
+    assert "in fuzz batch 2/2 (seeds 2..3)" in info.value.__notes__
+    assert any("batch 2/2 (seeds 2..3) failed: RuntimeError: planted" in s for s in lines)
+
+
+def test_timing_differences_fail_a_timed_exact_campaign(monkeypatch, capsys):
+    """``npu fuzz --timed-exact`` exits 1 when the RTL and the performance model differ only
+    in timing (the help promises 1 unless every stream agrees)."""
+    import cosim.fuzz.campaign as campaign
+    from cosim.cli import main
+    real = campaign.run_campaign
+
+    def timed(*args, **kwargs):
+        total = real(*args, **{**kwargs, "backend": "model", "timed_exact": False})
+        total["timed"] = [{"seed": 0, "differences": ["trace: load #3 end 41 != 40"]}]
+        return total
+    monkeypatch.setattr(campaign, "run_campaign", timed)
+    args = ["fuzz", "--streams", "1", "--config", "4x4", "--no-shrink"]
+    assert main([*args, "--timed-exact"]) == 1
+    assert "load #3 end 41 != 40" in capsys.readouterr().out

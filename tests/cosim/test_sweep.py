@@ -27,7 +27,7 @@ from cosim.bench.sweep_cache import ResultCache, key_hash, task_key
 from cosim.bench.sweep_ray import InlineExecutor, Task
 from cosim.bench.sweep_report import COLUMNS, format_table, mark_pareto, write_outputs
 from cosim.bench.sweep_tasks import model_point
-from cosim.bench.workloads import WorkloadError, parse_workload, workload_job
+from cosim.bench.workloads import WorkloadError, parse_workload, with_format, workload_job
 from cosim.cli import main
 from hw.config import NPUConfig
 from sw.dram import DramTiming
@@ -341,15 +341,21 @@ def test_workload_names():
     assert parse_workload("minilm:32").kind == "minilm"
     for bad, why in (("gemm:0x1x1", "1..4096"), ("gemm:8x8", "MxKxN"), ("minilm:0", "1..512"),
                      ("minilm-block:600", "1..512"), ("conv:3", "unknown kind"),
-                     ("gemm", "KIND:ARGS")):
+                     ("gemm", "KIND:ARGS"), ("minilm:8@int4", "int8 .* only"),
+                     ("gemm:8x8x8@int3", "unknown format")):
         with pytest.raises(WorkloadError, match=why):
             parse_workload(bad)
+    # int8 activations are the default: "+int8" may be spelled out
+    assert parse_workload("gemm:8x8x8@int4+int8").name == "gemm:8x8x8@int4"
+    assert parse_workload("gemm:8x8x8@INT8+int8").name == "gemm:8x8x8"
     for cfg, name, why in ((NPUConfig(rows=4, cols=8), "minilm-block:8", "square"),
                            (NPUConfig(rows=4, cols=8), "minilm:8", "square"),
-                           (NPUConfig(), "minilm:12", "multiple of cols"),
-                           (NPUConfig(), "minilm:8@int4", "int8 .* only")):
+                           (NPUConfig(), "minilm:12", "multiple of cols")):
         with pytest.raises(WorkloadError, match=why):
             workload_job(ModelBackend(cfg), workload=name)
+    # a format axis can still pair the forward pass with another format: refused per point
+    assert "int8 weights and activations only" in with_format(
+        parse_workload("minilm:8"), "int4").unsupported(NPUConfig())
 
 
 def test_forward_pass_workload_is_the_encoder_job():
