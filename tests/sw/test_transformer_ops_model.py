@@ -1,5 +1,5 @@
 """ADD, LAYERNORM and GELU through the runtime on the functional model and the performance
-model (the corpus workload :func:`sw.perf.corpus._transformer_ops`: negative gammas, an
+model (the corpus workload :func:`sw.perf.corpus.general._transformer_ops`: negative gammas, an
 all-equal row, a DMA load beside the vector commands) against the golden model, and
 LAYERNORM's row constants against a naive transcription of their definition."""
 

@@ -1,222 +1,29 @@
-"""The validation corpus of the performance model: backend-agnostic workloads.
-
-Each workload is a function ``run(device) -> dict`` that drives a :class:`sw.runtime.Device` on
-any backend and returns JSON-serialisable results of its own (kernel cycles reported by the
-runtime, output digests, bit-exactness). :mod:`cosim.bench.validate` runs them on the RTL and on
-:class:`sw.perf.PerfBackend` and compares their counters. Groups:
-
-* ``gemm``: the linear kernel (double-buffered and serialized) on shapes including
-  non-multiples of the array and ``M = 1``;
-* ``attention``: multi-head attention at ``L`` in {8, 32, 128}, no mask, causal, key padding;
-* ``streams``: concurrent streams ordered by events, a three-way fan-in;
-* ``sync``: a barrier-heavy stream, processor commands (NOP, WAIT, SIGNAL, BARRIER, FENCE), a
-  ring that wraps while full;
-* ``commands``: a random serialized command stream, DMA edge cases (4 KiB crossings, zero
-  lengths, one-beat rows, accumulator rows), SOFTMAX alone; GELU, ADD and LAYERNORM with a
-  DMA load into the scratchpad running beside them;
-* ``errors``: failing commands and the runtime's recovery; queue resets at every cycle offset
-  into a running stream;
-* ``main``: the layer-0 attention block of all-MiniLM-L6-v2 at ``L = 32``
-  (:func:`sw.jobs.minilm_block.run_attention_job`);
-* ``vm``: translated streams (:mod:`hw.isa.vm`): GEMMs and attention in a context (with 64 KiB
-  runs, and page by page), two contexts at once, page faults with resume and skip, unmap and
-  ``TLB_INVALIDATE``.
-* ``formats``: int4 and MXINT8 linear layers (every combination, edge cases, the int4 GEMV)
-  and back-to-back MATMULs in random formats, on 8x8 and 4x4 NPUs with the MX stage.
-"""
+"""Validation workloads of the kernels, streams, synchronization, command streams, errors and
+the main job, on the default and two other configurations."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from hw.isa import ActFormat, Csr, ErrorCode, LocalMem, WeightFormat, queue_csr, sem_csr
-from sw.runtime import CommandList, Device, DeviceError, PageFaultError
-
-__all__ = ["Workload", "WORKLOADS", "linear_operands", "attention_operands", "format_operands",
-           "format_golden"]
-
-
-@dataclass(frozen=True)
-class Workload:
-    """One validation workload: ``run(device) -> dict`` of its own results."""
-    name: str
-    group: str
-    run: Callable[[Device], dict]
-    config: dict = field(default_factory=dict)   #: NPUConfig fields (default configuration)
-
-
-def _digest(*arrays) -> str:
-    h = hashlib.sha256()
-    for a in arrays:
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()[:16]
-
-
-def linear_operands(rng: np.random.Generator, m: int, k: int, n: int):
-    """int8 A ``(m, k)``, W ``(k, n)``, int32 bias ``(n,)``, per-channel multiplier and shift
-    whose outputs use the int8 range."""
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    w = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    bias = rng.integers(-(1 << 16), 1 << 16, n, dtype=np.int32)
-    mult = rng.integers(1 << 30, 1 << 31, n, dtype=np.int64)
-    shift = np.full(n, 26 + int(np.log2(64 * 64 * np.sqrt(k))), dtype=np.int64)
-    return a, w, bias, mult, shift
-
-
-def attention_operands(rng: np.random.Generator, seq: int, heads: int, d: int):
-    """int8 Q, K, V ``(seq, heads * d)`` and per-head / per-channel scales giving softmax rows
-    with a few dominant keys."""
-    q, k, v = (rng.integers(-128, 128, (seq, heads * d), dtype=np.int8) for _ in range(3))
-    score_mult = rng.integers(1 << 15, 1 << 16, heads)
-    score_shift = np.full(heads, 16 + int(np.log2(128 * 128 * np.sqrt(d) / 3 / 16 / 16)))
-    out_mult = rng.integers(1 << 30, 1 << 31, heads * d)
-    out_shift = np.full(heads * d, 31 + 16 - 1)
-    return q, k, v, score_mult, score_shift, out_mult, out_shift
-
-
-# -- number formats -------------------------------------------------------------------------------
-
-_W = {"int8": WeightFormat.INT8, "int4": WeightFormat.INT4, "mxint8": WeightFormat.MXINT8}
-_A = {"int8": ActFormat.INT8, "mxint8": ActFormat.MXINT8}
-
-
-def _mx(rng, shape, axis, edge: str | None):
-    """MXINT8 elements and scales along ``axis``: quantized random data (``edge`` None), or
-    scales drawn from the ends of the E8M0 range with extreme elements (``"limits"``), or data
-    with all-zero blocks of both signs (``"zeros"``)."""
-    x = rng.standard_normal(shape) * np.exp2(rng.integers(-3, 4, shape[1 - axis]))[
-        (None, slice(None)) if axis == 0 else (slice(None), None)]
-    if edge == "zeros":
-        blocks = -(-shape[axis] // 32)
-        for b in rng.choice(blocks, size=max(1, blocks // 2), replace=False):
-            sl = [slice(None), slice(None)]
-            sl[axis] = slice(32 * b, 32 * b + 32)
-            x[tuple(sl)] = rng.choice([0.0, -0.0])
-    from sw.quant_formats import quantize_mxint8
-    q, e = quantize_mxint8(x, axis=axis)
-    if edge == "limits":
-        e = rng.choice(np.array([0, 1, 2, 126, 127, 128, 252, 253, 254], np.uint8), size=e.shape)
-        q = rng.choice(np.array([-127, -126, -1, 0, 1, 126, 127], np.int8), size=q.shape)
-    return q, e
-
-
-def format_operands(rng, config, m: int, k: int, n: int, weights: str, activations: str,
-                    edge: str | None = None):
-    """Quantized operands of an ``(M, K) @ (K, N)`` layer in the given formats, requantization
-    parameters that map each column onto about +-100 (``saturate``: onto +-300, so a third of
-    the outputs saturate), and the :class:`Formats`."""
-    from sw.golden import matmul_formats, matmul_int
-    from sw.kernels.linear import Formats
-    from sw.quant import quantize_multipliers
-    from sw.quant_formats import mx_alignment_base
-    wf, af = _W[weights], _A[activations]
-    if af == ActFormat.MXINT8:
-        a, a_exp = _mx(rng, (m, k), 1, edge)
-    else:
-        a, a_exp = rng.integers(-128, 128, (m, k), dtype=np.int8), None
-    if wf == WeightFormat.MXINT8:
-        w, w_exp = _mx(rng, (k, n), 0, edge)
-    elif wf == WeightFormat.INT4:
-        w, w_exp = rng.integers(-8, 8, (k, n), dtype=np.int8), None
-    else:
-        w, w_exp = rng.integers(-128, 128, (k, n), dtype=np.int8), None
-    mx = wf == WeightFormat.MXINT8 or af == ActFormat.MXINT8
-    amax = 127 if af == ActFormat.MXINT8 else 128
-    wmax = {WeightFormat.INT8: 128, WeightFormat.INT4: 8, WeightFormat.MXINT8: 127}[wf]
-    x_base = mx_alignment_base(a_exp, w_exp, k=k, tile_k=config.rows, a_max=amax,
-                               w_max=wmax) if mx else 0
-    fmt = Formats(weights=wf, activations=af, w_exp=w_exp, a_exp=a_exp, x_base=x_base)
-    acc = matmul_formats(a, w, tile_k=config.rows, xa=a_exp if af else None,
-                         xw=w_exp if wf == WeightFormat.MXINT8 else None,
-                         x_base=x_base) if mx else matmul_int(a, w)
-    peak = np.maximum(np.abs(acc).max(axis=0), 1)
-    target = 300 if edge == "saturate" else 100
-    bias = (rng.integers(-20, 20, n) * peak / 100).astype(np.int64)
-    mult, shift = quantize_multipliers(target / peak)
-    return a, w, bias, mult, shift, fmt
-
-
-def format_golden(config, a, w, bias, mult, shift, fmt) -> np.ndarray:
-    """:func:`sw.golden.linear_formats` of :func:`format_operands`' layer."""
-    from sw.golden import linear_formats
-    return linear_formats(a, w, bias, mult, shift, tile_k=config.rows, weights=fmt.weights,
-                          activations=fmt.activations, w_exp=fmt.w_exp, a_exp=fmt.a_exp,
-                          x_base=fmt.x_base)
-
-
-def _formats_gemm(cases: list) -> Callable[[Device], dict]:
-    """Linear layers in number formats: ``(M, K, N, weights, activations, edge)`` each."""
-    def run(device: Device) -> dict:
-        from sw.kernels.linear import linear_with_stats
-        rng = np.random.default_rng(15)
-        out = []
-        for m, k, n, wf, af, edge in cases:
-            a, w, bias, mult, shift, fmt = format_operands(rng, device.config, m, k, n, wf, af,
-                                                           edge)
-            got, stats = linear_with_stats(device, a, w, bias, mult, shift, formats=fmt)
-            out.append({"cycles": stats.cycles, "digest": _digest(got), "bit_exact": bool(
-                np.array_equal(got, format_golden(device.config, a, w, bias, mult, shift,
-                                                  fmt)))})
-        return {"cases": out}
-    return run
-
-
-def _formats_back_to_back(device: Device, seed: int = 3, n_commands: int = 40) -> dict:
-    """MATMULs in random formats (int8, int4, MXINT8 weights; int8, MXINT8 activations) with
-    no wait between them over random scratchpad bytes, random ``x_base``; then the
-    accumulator rows are stored. Digest of the stored rows."""
-    from hw.isa import act_tile_rows, weight_tile_rows
-    cfg = device.config
-    rng = np.random.default_rng(seed)
-    srb, arb = cfg.spad_row_bytes, cfg.acc_row_bytes
-    rows, acc_rows = 256, 48
-    g = srb
-    src = device.upload(rng.integers(0, 256, rows * srb, dtype=np.uint8))
-    out = device.alloc(acc_rows * arb)
-    cmds = CommandList()
-    sem = device.semaphore(0)
-    cmds.dma_load(mem=LocalMem.SPAD, dram_addr=src.addr, dram_stride=srb, row_bytes=srb,
-                  n_rows=rows, local_row=0, local_stride=1, signal=0)
-    for i in range(n_commands):
-        w_fmt = int(rng.integers(0, 3))
-        a_fmt = int(rng.integers(0, 2))
-        m = int(rng.choice([1, 2, g - 1, g, g + 1, 2 * g + 3]))
-        blocks = int(rng.integers(1, 4))
-        a_n, w_n = act_tile_rows(cfg, m, a_fmt), weight_tile_rows(cfg, w_fmt)
-        cmds.matmul(a_row=int(rng.integers(0, rows - blocks * a_n)),
-                    w_row=int(rng.integers(0, rows - blocks * w_n)),
-                    acc_row=int(rng.integers(0, acc_rows - m)), m=m, accumulate=i > 0,
-                    k_blocks=blocks, w_fmt=w_fmt, a_fmt=a_fmt,
-                    x_base=int(rng.choice([254, 245, 262, int(rng.integers(0, 1024))])),
-                    wait=(0, sem + 1) if i == 0 else None,
-                    signal=0 if i == n_commands - 1 else None)
-    cmds.dma_store(mem=LocalMem.ACC, dram_addr=out.addr, dram_stride=arb, row_bytes=arb,
-                   n_rows=acc_rows, local_row=0, local_stride=1, wait=(0, sem + 2))
-    device.run(cmds)
-    return {"digest": _digest(np.frombuffer(out.read(), np.uint8)), "commands": len(cmds)}
-
-
-#: The format workloads' layers: every combination, K not a multiple of 32, edge cases.
-FORMAT_CASES = [(20, 100, 24, "int4", "int8", None), (37, 70, 20, "mxint8", "mxint8", "zeros"),
-                (9, 64, 17, "mxint8", "int8", "limits"), (33, 100, 8, "int8", "mxint8", None),
-                (5, 40, 30, "int4", "mxint8", "saturate")]
-
+from hw.isa import Csr, ErrorCode, LocalMem, queue_csr
+from sw.perf.corpus.common import Workload, attention_operands, digest, linear_operands
+from sw.runtime import CommandList, Device, DeviceError
 
 # -- gemm ---------------------------------------------------------------------------------------
 
-def _gemm(m: int, k: int, n: int, *, relu: bool = False,
-          double_buffer: bool = True) -> Callable[[Device], dict]:
+def gemm_workload(m: int, k: int, n: int, *, relu: bool = False,
+                  double_buffer: bool = True) -> Callable[[Device], dict]:
+    """A workload: the int8 linear kernel on ``(m, k) x (k, n)`` random operands
+    (:func:`linear_operands`); results: kernel cycles, commands, output digest, bit-exactness."""
     def run(device: Device) -> dict:
         from sw.golden import linear_int
         from sw.kernels.linear import linear_with_stats
         a, w, bias, mult, shift = linear_operands(np.random.default_rng(m * k * n), m, k, n)
         out, st = linear_with_stats(device, a, w, bias, mult, shift, relu=relu,
                                     double_buffer=double_buffer)
-        return {"kernel_cycles": st.cycles, "commands": st.n_commands, "digest": _digest(out),
+        return {"kernel_cycles": st.cycles, "commands": st.n_commands, "digest": digest(out),
                 "bit_exact": bool(np.array_equal(out, linear_int(a, w, bias, mult, shift,
                                                                  relu=relu)))}
     return run
@@ -224,8 +31,11 @@ def _gemm(m: int, k: int, n: int, *, relu: bool = False,
 
 # -- attention ------------------------------------------------------------------------------------
 
-def _attention(seq: int, mask: str, heads: int = 2, d: int = 32,
-               stream=None) -> Callable[[Device], dict]:
+def attention_workload(seq: int, mask: str, heads: int = 2, d: int = 32,
+                       stream=None) -> Callable[[Device], dict]:
+    """A workload: multi-head attention at ``L = seq`` (``mask``: ``none``, ``causal`` or
+    ``padding``) on random operands (:func:`attention_operands`), on ``stream`` (default: a new
+    one)."""
     def run(device: Device) -> dict:
         from sw.golden import attention_head_int
         from sw.kernels.attention import attention_with_stats
@@ -243,7 +53,7 @@ def _attention(seq: int, mask: str, heads: int = 2, d: int = 32,
                                out_shift=osh[h * d:(h + 1) * d], kv_len=kv, causal=causal)
             for h in range(heads)], axis=1)
         return {"stage_cycles": {s: x["cycles"] for s, x in st.stages.items()},
-                "digest": _digest(out), "bit_exact": bool(np.array_equal(out, gold))}
+                "digest": digest(out), "bit_exact": bool(np.array_equal(out, gold))}
     return run
 
 
@@ -277,7 +87,7 @@ def _two_streams(device: Device) -> dict:
     elapsed = start.elapsed_cycles(done_a)
     for x in (job_a, job_b, job_c, start, done_a):
         x.free()
-    return {"event_elapsed": elapsed, "digest": _digest(*outs)}
+    return {"event_elapsed": elapsed, "digest": digest(*outs)}
 
 
 def _fan_in(device: Device) -> dict:
@@ -310,7 +120,7 @@ def _fan_in(device: Device) -> dict:
     outs = [j.output() for j in (*jobs, last)]
     for x in (*jobs, last, *events):
         x.free()
-    return {"timestamps": stamps, "digest": _digest(*outs)}
+    return {"timestamps": stamps, "digest": digest(*outs)}
 
 
 # -- synchronization --------------------------------------------------------------------------
@@ -336,7 +146,7 @@ def _barriers(device: Device) -> dict:
         outs += [j.output() for j in jobs]
         for j in jobs:
             j.free()
-    return {"digest": _digest(*outs)}
+    return {"digest": digest(*outs)}
 
 
 def _processor_commands(device: Device) -> dict:
@@ -433,7 +243,7 @@ def _random_stream(device: Device, seed: int = 0, n_commands: int = 60) -> dict:
                          stride=n, scale_row=60, kv_len=int(rng.integers(1, 16)), mult=3000,
                          shift=12, causal=bool(rng.integers(2)), **seq())
     device.run(cmds)
-    return {"digest": _digest(np.frombuffer(out.read(), np.uint8)), "commands": len(cmds)}
+    return {"digest": digest(np.frombuffer(out.read(), np.uint8)), "commands": len(cmds)}
 
 
 def _matmul_back_to_back(device: Device, seed: int = 1, n_commands: int = 48) -> dict:
@@ -473,7 +283,7 @@ def _matmul_back_to_back(device: Device, seed: int = 1, n_commands: int = 48) ->
     cmds.dma_store(mem=LocalMem.ACC, dram_addr=out.addr, dram_stride=arb, row_bytes=arb,
                    n_rows=acc_rows, local_row=0, local_stride=1, wait=(0, sem + 2))
     device.run(cmds)
-    return {"digest": _digest(np.frombuffer(out.read(), np.uint8)), "commands": len(cmds)}
+    return {"digest": digest(np.frombuffer(out.read(), np.uint8)), "commands": len(cmds)}
 
 
 def _dma_edges(device: Device) -> dict:
@@ -511,7 +321,7 @@ def _dma_edges(device: Device) -> dict:
     cmds.dma_store(mem=LocalMem.SPAD, dram_addr=base, dram_stride=srb, row_bytes=0,
                    n_rows=3, local_row=0, local_stride=1, **seq())
     device.run(cmds)
-    return {"digest": _digest(np.frombuffer(region.read(), np.uint8))}
+    return {"digest": digest(np.frombuffer(region.read(), np.uint8))}
 
 
 def _softmax_rows(device: Device) -> dict:
@@ -537,7 +347,7 @@ def _softmax_rows(device: Device) -> dict:
                    row_bytes=cfg.spad_row_bytes, n_rows=3 * n, local_row=200, local_stride=1,
                    **seq())
     device.run(cmds)
-    return {"digest": _digest(np.frombuffer(out.read(), np.uint8))}
+    return {"digest": digest(np.frombuffer(out.read(), np.uint8))}
 
 
 def _blocked_rows(x: np.ndarray, cols: int, srb: int) -> np.ndarray:
@@ -625,7 +435,7 @@ def _transformer_ops(device: Device) -> dict:
     exact = (np.array_equal(unblock(got[:nb * n]), want_add)
              and np.array_equal(unblock(got[nb * n:2 * nb * n]), want_ln)
              and np.array_equal(got[2 * nb * n:2 * nb * n + 16, :c], want_gelu))
-    return {"bit_exact": bool(exact), "digest": _digest(got)}
+    return {"bit_exact": bool(exact), "digest": digest(got)}
 
 
 def _reset_sweep(device: Device) -> dict:
@@ -663,7 +473,7 @@ def _reset_sweep(device: Device) -> dict:
         device.backend.run_cycles(k)
         s.reset()
         device.backend.run_cycles(200)          # in-flight commands finish
-    return {"digest": _digest(np.frombuffer(out.read(), np.uint8)), "sem": sem.value()}
+    return {"digest": digest(np.frombuffer(out.read(), np.uint8)), "sem": sem.value()}
 
 
 def _reset_sweep_full(device: Device) -> dict:
@@ -684,7 +494,7 @@ def _reset_sweep_full(device: Device) -> dict:
         idle.append(s.query())              # Q_STATUS.busy low again: nothing left behind
     s.synchronize()                          # a fence: every engine command retired
     return {"sem": device.semaphore(0), "idle": all(idle),
-            "digest": _digest(np.array(idle))}
+            "digest": digest(np.array(idle))}
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -716,8 +526,8 @@ def _errors(device: Device) -> dict:
             out.append([code, e.command_index, e.address])
         a, w, bias, mult, shift = linear_operands(rng, 5, 20, 11)
         res, _ = linear_with_stats(device, a, w, bias, mult, shift)
-        out.append(_digest(res))
-    return {"errors": out, "digest": _digest(np.array([str(x) for x in out]))}
+        out.append(digest(res))
+    return {"errors": out, "digest": digest(np.array([str(x) for x in out]))}
 
 
 # -- main job -------------------------------------------------------------------------------------
@@ -727,201 +537,39 @@ def _main_job(device: Device, seq_len: int = 32) -> dict:
     r = run_attention_job(device.backend, config=device.config.to_dict(), seq_len=seq_len)
     return {"stage_cycles": {s["name"]: s["cycles"] for s in r["stages"]},
             "bit_exact": r["bit_exact"], "sqnr_db": r["sqnr_db"],
-            "digest": _digest(np.array([r["sqnr_db"], r["cosine"]]))}
+            "digest": digest(np.array([r["sqnr_db"], r["cosine"]]))}
 
 
-# -- virtual memory -----------------------------------------------------------------------------
 
-def _vm_gemm(m: int, k: int, n: int, contiguous: bool = True) -> Callable[[Device], dict]:
-    def run(device: Device) -> dict:
-        from sw.golden import linear_int
-        from sw.kernels.linear import linear_with_stats
-        s = device.create_stream(context=device.create_context(contiguous=contiguous))
-        a, w, bias, mult, shift = linear_operands(np.random.default_rng(m * k * n), m, k, n)
-        out, st = linear_with_stats(device, a, w, bias, mult, shift, stream=s)
-        return {"kernel_cycles": st.cycles, "digest": _digest(out),
-                "bit_exact": bool(np.array_equal(out, linear_int(a, w, bias, mult, shift)))}
-    return run
-
-
-def _vm_attention(device: Device) -> dict:
-    s = device.create_stream(context=device.create_context(contiguous=False))
-    return _attention(32, "causal", stream=s)(device)
-
-
-def _vm_two_contexts(device: Device) -> dict:
-    """Two contexts run GEMMs at the same virtual addresses on two streams at once (both
-    walkers and the fetch share the read channel)."""
-    from sw.kernels.linear import linear_launch
-    cfg = device.config
-    half_s, half_a = cfg.spad_rows // 2, cfg.acc_rows // 2
-    rng = np.random.default_rng(21)
-    streams = [device.create_stream(context=device.create_context(contiguous=False))
-               for _ in range(2)]
-    jobs = []
-    for i, s in enumerate(streams):
-        a, w, bias, mult, shift = linear_operands(rng, 24, 6 * cfg.rows, 3 * cfg.cols)
-        jobs.append(linear_launch(s, a, w, bias, mult, shift,
-                                  spad_region=(i * half_s, half_s),
-                                  acc_region=(i * half_a, half_a)))
-    for s in streams:
-        s.synchronize()
-    return {"digest": _digest(*[j.output() for j in jobs]),
-            "same_va": jobs[0].out_buffer.addr == jobs[1].out_buffer.addr}
-
-
-def _vm_faults(device: Device) -> dict:
-    """A load that faults on its third row (unmapped), map and resume; a store to a read-only
-    page, skipped; unmap with TLB_INVALIDATE and remap to another page; a load that faults
-    after the unmap."""
-    from hw.isa import VM_PAGE_BYTES
-    ctx = device.create_context()
-    s = device.create_stream(context=ctx)
-    buf = ctx.alloc(3 * VM_PAGE_BYTES)
-    buf.write(bytes(range(256)) * 48)
-    ctx.unmap(buf.addr + 2 * VM_PAGE_BYTES, VM_PAGE_BYTES)
-    ro = ctx.alloc(VM_PAGE_BYTES, write=False)
-    out = {}
-
-    def run(c: CommandList) -> dict | None:
-        s.launch(c)
-        try:
-            s.synchronize()
-        except PageFaultError as e:
-            return {"kind": e.kind, "va": e.virtual_address, "index": e.command_index}
-        return None
-
-    c = CommandList()
-    c.dma_load(mem=LocalMem.SPAD, dram_addr=buf.addr + 8, dram_stride=VM_PAGE_BYTES,
-               row_bytes=40, n_rows=3, local_row=0, local_stride=5, signal=0)
-    c.dma_store(mem=LocalMem.SPAD, dram_addr=buf.addr + 64, dram_stride=40, row_bytes=40,
-                n_rows=3, local_row=0, local_stride=5, wait=(0, 1))
-    out["load"] = run(c)
-    page = device.alloc(VM_PAGE_BYTES, align=VM_PAGE_BYTES)
-    page.write(bytes([7]) * VM_PAGE_BYTES)
-    ctx.map(buf.addr + 2 * VM_PAGE_BYTES, [page.addr])
-    s.resume()
-    s.synchronize()
-    c = CommandList()
-    c.dma_store(mem=LocalMem.SPAD, dram_addr=ro.addr + 4, dram_stride=0, row_bytes=16,
-                n_rows=1, local_row=0, local_stride=0)
-    out["store"] = run(c)
-    s.skip()
-    s.synchronize()
-    ctx.unmap(buf.addr + VM_PAGE_BYTES, VM_PAGE_BYTES, stream=s)
-    c = CommandList()
-    c.dma_load(mem=LocalMem.SPAD, dram_addr=buf.addr, dram_stride=VM_PAGE_BYTES, row_bytes=8,
-               n_rows=2, local_row=20, local_stride=1)
-    out["after_unmap"] = run(c)
-    s.skip()
-    s.synchronize()
-    out["digest"] = _digest(np.frombuffer(buf.read(VM_PAGE_BYTES), np.uint8))
-    return out
-
-
-def _vm_fetch_faults(device: Device) -> dict:
-    """Faults of the command fetch (:mod:`hw.isa.vm`): a stream whose ring's second page is
-    mapped without read permission faults at the first slot there, the page gets it back
-    and the stream resumes; a fence on an unmapped page, mapped and resumed; a fence on a
-    read-only page, skipped (not written)."""
-    from hw.isa import VM_PAGE_BYTES
-    ctx = device.create_context()
-    q = next(q for q in range(device.config.n_queues) if q not in device.streams)
-    device.backend.csr_write(queue_csr(q, Csr.TAIL), 0)      # HEAD to 0: see _ring_wrap
-    device.backend.csr_write(Csr.QUEUE_RESET, 1 << q)
-    s = device.create_stream(q, context=ctx, ring_commands=2 * VM_PAGE_BYTES // 32)
-    out = {}
-
-    def run(c: CommandList) -> dict | None:
-        s.launch(c)
-        try:
-            s.synchronize()
-        except PageFaultError as e:
-            return {"kind": e.kind, "va": e.virtual_address - s.ring.addr,
-                    "index": e.command_index, "opcode": e.opcode}
-        return None
-
-    page2 = s.ring.addr + VM_PAGE_BYTES
-    (m,) = ctx.unmap(page2, VM_PAGE_BYTES, release=False)
-    ctx.map(page2, [m.pa], read=False, write=True, blocks=[m.block])
-    c = CommandList()
-    for i in range(140):
-        if i % 7:
-            c.signal(0)
-        else:
-            c.nop()
-    out["ring"] = run(c)
-    ctx.unmap(page2, VM_PAGE_BYTES, release=False)
-    ctx.map(page2, [m.pa], blocks=[m.block])
-    s.resume()
-    s.synchronize()
-    out["sem0"] = device.backend.csr_read(sem_csr(0))
-    buf = ctx.alloc(2 * VM_PAGE_BYTES)
-    buf.write(bytes(2 * VM_PAGE_BYTES))
-    (hole,) = ctx.unmap(buf.addr + VM_PAGE_BYTES, VM_PAGE_BYTES, release=False)
-    c = CommandList()
-    c.fence(addr=buf.addr + VM_PAGE_BYTES + 8, value=0x1234)
-    c.signal(1)
-    out["fence"] = run(c)
-    ctx.map(buf.addr + VM_PAGE_BYTES, [hole.pa], blocks=[hole.block])
-    s.resume()
-    s.synchronize()
-    ro = ctx.alloc(VM_PAGE_BYTES, write=False)
-    ro.write(bytes(VM_PAGE_BYTES))
-    c = CommandList()
-    c.fence(addr=ro.addr + 16, value=0x5678, signal=1)
-    out["fence_ro"] = run(c)
-    s.skip()
-    s.synchronize()
-    out["sem1"] = device.backend.csr_read(sem_csr(1))
-    out["digest"] = _digest(np.frombuffer(buf.read(), np.uint8), np.frombuffer(ro.read(),
-                                                                               np.uint8))
-    return out
-
-
-def _build() -> dict[str, Workload]:
+def workloads() -> list[Workload]:
+    """The ``gemm``, ``attention``, ``streams``, ``sync``, ``commands``, ``errors`` and ``main``
+    workloads on the default configuration."""
     ws = []
     for m, k, n in [(1, 8, 8), (1, 64, 64), (1, 384, 384), (8, 8, 8), (5, 20, 11),
                     (16, 64, 24), (17, 33, 9), (32, 64, 64), (64, 64, 64), (100, 72, 40),
                     (13, 130, 70), (128, 128, 128), (256, 256, 256), (32, 384, 384)]:
-        ws.append(Workload(f"gemm_{m}x{k}x{n}", "gemm", _gemm(m, k, n, relu=m % 2 == 1)))
+        ws.append(Workload(f"gemm_{m}x{k}x{n}", "gemm", gemm_workload(m, k, n, relu=m % 2 == 1)))
     for m, k, n in [(16, 64, 24), (40, 48, 56)]:
         ws.append(Workload(f"gemm_serial_{m}x{k}x{n}", "gemm",
-                           _gemm(m, k, n, double_buffer=False)))
+                           gemm_workload(m, k, n, double_buffer=False)))
     for seq in (8, 32, 128):
         for mask in ("none", "causal", "padding"):
-            ws.append(Workload(f"attention_L{seq}_{mask}", "attention", _attention(seq, mask)))
-    ws += [Workload("two_streams_events", "streams", _two_streams),
-           Workload("fan_in_3_streams", "streams", _fan_in),
-           Workload("barriers_8_rounds", "sync", _barriers),
-           Workload("processor_commands", "sync", _processor_commands),
-           Workload("ring_wrap_16", "sync", _ring_wrap),
-           Workload("random_stream", "commands", _random_stream),
-           Workload("matmul_back_to_back", "commands", _matmul_back_to_back),
-           Workload("dma_edges", "commands", _dma_edges),
-           Workload("softmax_rows", "commands", _softmax_rows),
-           Workload("transformer_ops", "commands", _transformer_ops),
-           Workload("errors_recovery", "errors", _errors),
-           Workload("reset_sweep", "errors", _reset_sweep),
-           Workload("reset_sweep_full_fifos", "errors", _reset_sweep_full),
-           Workload("main_minilm_block_L32", "main", _main_job),
-           Workload("vm_gemm_64x64x64", "vm", _vm_gemm(64, 64, 64)),
-           Workload("vm_gemm_pages_128x256x256", "vm", _vm_gemm(128, 256, 256, False)),
-           Workload("vm_attention_L32_causal", "vm", _vm_attention),
-           Workload("vm_two_contexts", "vm", _vm_two_contexts),
-           Workload("vm_faults", "vm", _vm_faults),
-           Workload("vm_fetch_faults", "vm", _vm_fetch_faults)]
-    ws += _other_configs()
-    mx = {"mx": 1}
-    ws += [Workload("formats_gemv_int4_1x384x1536", "formats",
-                    _formats_gemm([(1, 384, 1536, "int4", "int8", None)]), mx),
-           Workload("formats_gemm_mixed", "formats", _formats_gemm(FORMAT_CASES), mx),
-           Workload("formats_matmul_back_to_back", "formats", _formats_back_to_back, mx),
-           Workload("mx4_formats_gemm_mixed", "formats", _formats_gemm(FORMAT_CASES),
-                    {"rows": 4, "cols": 4, "mx": 1}),
-           Workload("mx4_formats_matmul_back_to_back", "formats", _formats_back_to_back,
-                    {"rows": 4, "cols": 4, "mx": 1})]
-    return {w.name: w for w in ws}
+            ws.append(Workload(f"attention_L{seq}_{mask}", "attention",
+                               attention_workload(seq, mask)))
+    return ws + [Workload("two_streams_events", "streams", _two_streams),
+                 Workload("fan_in_3_streams", "streams", _fan_in),
+                 Workload("barriers_8_rounds", "sync", _barriers),
+                 Workload("processor_commands", "sync", _processor_commands),
+                 Workload("ring_wrap_16", "sync", _ring_wrap),
+                 Workload("random_stream", "commands", _random_stream),
+                 Workload("matmul_back_to_back", "commands", _matmul_back_to_back),
+                 Workload("dma_edges", "commands", _dma_edges),
+                 Workload("softmax_rows", "commands", _softmax_rows),
+                 Workload("transformer_ops", "commands", _transformer_ops),
+                 Workload("errors_recovery", "errors", _errors),
+                 Workload("reset_sweep", "errors", _reset_sweep),
+                 Workload("reset_sweep_full_fifos", "errors", _reset_sweep_full),
+                 Workload("main_minilm_block_L32", "main", _main_job)]
 
 
 #: Two more configurations: a 4x4 array (scratchpad rows of 4 bytes, narrower than a bus beat:
@@ -934,21 +582,18 @@ OTHER_CONFIGS = {
 }
 
 
-def _other_configs() -> list[Workload]:
+def other_config_workloads() -> list[Workload]:
+    """A few of :func:`workloads` on each of :data:`OTHER_CONFIGS`."""
     ws = []
     for tag, cfg in OTHER_CONFIGS.items():
         for m, k, n in [(1, 24, 20), (20, 36, 13), (64, 64, 64)]:
-            ws.append(Workload(f"{tag}_gemm_{m}x{k}x{n}", "gemm", _gemm(m, k, n, relu=m % 2 == 1),
-                               cfg))
+            ws.append(Workload(f"{tag}_gemm_{m}x{k}x{n}", "gemm",
+                               gemm_workload(m, k, n, relu=m % 2 == 1), cfg))
         ws += [Workload(f"{tag}_attention_L16_causal", "attention",
-                        _attention(16, "causal", d=16), cfg),
+                        attention_workload(16, "causal", d=16), cfg),
                Workload(f"{tag}_two_streams_events", "streams", _two_streams, cfg),
                Workload(f"{tag}_random_stream", "commands", _random_stream, cfg),
                Workload(f"{tag}_matmul_back_to_back", "commands", _matmul_back_to_back, cfg),
                Workload(f"{tag}_dma_edges", "commands", _dma_edges, cfg),
                Workload(f"{tag}_transformer_ops", "commands", _transformer_ops, cfg)]
     return ws
-
-
-#: Every workload, by name.
-WORKLOADS = _build()
