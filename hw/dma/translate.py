@@ -3,6 +3,7 @@
 
 from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib import data
+from amaranth.lib.memory import Memory
 
 from hw.bus import AXI_BURST_INCR
 from hw.config import NPUConfig
@@ -24,10 +25,16 @@ _VPN = 32 - VM_PAGE_SHIFT            # 20 bits of virtual page number
 _RUN = log2(CONTIG_PAGES)            # low page-number bits a contiguous entry ignores
 
 
-class _Entry(data.Struct):
+class _Tag(data.Struct):
+    """What a TLB entry matches on (flip-flops: every entry is compared at once)."""
     valid: 1
     asid: 8
     vpn: _VPN
+    contig: 1
+
+
+class _Data(data.Struct):
+    """What a TLB entry gives (LUT RAM, read at the matching entry)."""
     ppn: _VPN
     read: 1
     write: 1
@@ -113,7 +120,12 @@ class Translator(Elaboratable):
         n = cfg.tlb_entries
         beat = cfg.axi_data_bytes
         lb = log2(beat)
-        entries = [Signal(_Entry, name=f"tlb{i}") for i in range(n)]
+        # entries: the tags in registers, the translations in a LUT-RAM memory of n words (one
+        # write port for fills, one combinational read port at the matching entry)
+        entries = [Signal(_Tag, name=f"tlb{i}") for i in range(n)]
+        m.submodules.tlb_data = tlb_data = Memory(shape=_Data, depth=n, init=[])
+        data_rd = tlb_data.read_port(domain="comb")
+        data_wr = tlb_data.write_port()
         fill_ptr = Signal(range(max(n, 2)))
 
         vpn = Signal(_VPN)
@@ -123,11 +135,11 @@ class Translator(Elaboratable):
 
         # -- lookup: the lowest matching entry ---------------------------------------------------
         hit = Signal()
-        sel = Signal(_Entry)
-        for e in reversed(entries):
+        for i, e in reversed(list(enumerate(entries))):
             same = Mux(e.contig, e.vpn[_RUN:] == vpn[_RUN:], e.vpn == vpn)
             with m.If(e.valid & (e.asid == self.vm.asid) & same):
-                m.d.comb += [hit.eq(1), sel.eq(e)]
+                m.d.comb += [hit.eq(1), data_rd.addr.eq(i)]
+        sel = data_rd.data
         if self.is_write is None:
             allowed = Mux(self.need_write, sel.write, sel.read)
         else:
@@ -232,12 +244,14 @@ class Translator(Elaboratable):
             m.d.sync += dropped.eq(1)
 
         # -- entries: fill round-robin, invalidate -----------------------------------------------
-        new = _Entry(Signal(_Entry))
+        new = _Tag(Signal(_Tag))
         m.d.comb += [
-            new.valid.eq(1), new.asid.eq(self.vm.asid), new.read.eq(pte.read),
-            new.write.eq(pte.write), new.contig.eq(pte.contig),
+            new.valid.eq(1), new.asid.eq(self.vm.asid), new.contig.eq(pte.contig),
             new.vpn.eq(Mux(pte.contig, Cat(Const(0, _RUN), walk_vpn[_RUN:]), walk_vpn)),
-            new.ppn.eq(Mux(pte.contig, Cat(Const(0, _RUN), pte.ppn[_RUN:]), pte.ppn)),
+            data_wr.addr.eq(fill_ptr), data_wr.en.eq(fill),     # (no fill with an invalidate)
+            data_wr.data.read.eq(pte.read), data_wr.data.write.eq(pte.write),
+            data_wr.data.contig.eq(pte.contig),
+            data_wr.data.ppn.eq(Mux(pte.contig, Cat(Const(0, _RUN), pte.ppn[_RUN:]), pte.ppn)),
         ]
         for i, e in enumerate(entries):
             with m.If(self.inv & (self.inv_all | (e.asid == self.inv_asid))):
