@@ -27,8 +27,21 @@ def _record(config: NPUConfig, opcodes: int) -> data.StructLayout:
     of several opcodes), ``signal`` (it increments ``sem``; after retiring: it still has
     to), ``sem``, ``killed`` (its queue was reset since), ``start`` (the take cycle, for the
     trace)."""
-    fields = {"queue": range(max(config.n_queues, 2)), "index": 32, "signal": 1,
-              "sem": max(1, (config.n_sems - 1).bit_length()), "killed": 1, "start": 32}
+    return data.StructLayout({**_record_flags(config).members,
+                              **_record_detail(config, opcodes).members})
+
+
+def _record_flags(config: NPUConfig) -> data.StructLayout:
+    """The fields of a record kept in registers: every record's are read at once (a reset
+    marks the records of its queue killed; a queue is idle with no record of its own)."""
+    return data.StructLayout({"queue": range(max(config.n_queues, 2)), "signal": 1,
+                              "killed": 1})
+
+
+def _record_detail(config: NPUConfig, opcodes: int) -> data.StructLayout:
+    """The fields of a record written once, at the handshake, and read only at the oldest and
+    the first record: kept in a small memory (LUT RAM) with two read ports."""
+    fields = {"index": 32, "sem": max(1, (config.n_sems - 1).bit_length()), "start": 32}
     if opcodes > 1:
         fields["opcode"] = Opcode
     return data.StructLayout(fields)
@@ -38,13 +51,17 @@ class _InEngine:
     """The records of the commands taken and not yet released, a ring of ``depth`` (names as
     in the VCD): taken at ``tail``; retired in order at ``ret`` (the oldest still in the
     engine); released in order at ``head`` (the oldest), once retired and its semaphore
-    increment (if any) taken."""
+    increment (if any) taken. The flags of every record are registers; the rest of a record
+    (:func:`_record_detail`) is in ``details``, a memory read at ``ret`` and at ``head``."""
 
-    def __init__(self, depth: int, record: data.StructLayout):
+    def __init__(self, depth: int, config: NPUConfig, opcodes: int):
         self.depth = depth
         self.valid = Signal(depth, name="in_engine")
         self.fin = Signal(depth, name="retired")
-        self.recs = [Signal(record, name=f"cur{i}", reset_less=True) for i in range(depth)]
+        self.recs = [Signal(_record_flags(config), name=f"cur{i}", reset_less=True)
+                     for i in range(depth)]
+        self.details = Memory(shape=_record_detail(config, opcodes), depth=depth, init=[])
+        record = _record(config, opcodes)
         ptr = range(max(depth, 2))                    # 0 when depth is 1
         self.head = Signal(ptr, name="cur_head")
         self.ret = Signal(ptr, name="cur_ret")
@@ -289,7 +306,8 @@ class EngineQueue(wiring.Component):
         cfg = self.config
         n, depth = cfg.n_queues, st.depth
         eng = self.engine
-        cur = _InEngine(self.in_flight, _record(cfg, len(self._opcodes())))
+        cur = _InEngine(self.in_flight, cfg, len(self._opcodes()))
+        m.submodules.records = cur.details
         last = Signal(range(max(n, 2)))
         any_ready, sel = round_robin(m, last, list(st.ready), n)
         m.d.comb += self.sem_stall.eq(~eng.busy & ~any_ready & st.blocked.any())
@@ -350,21 +368,25 @@ class EngineQueue(wiring.Component):
             with m.Switch(cur.tail):
                 for i, r in enumerate(cur.recs):
                     with m.Case(i):
-                        m.d.sync += [
-                            r.queue.eq(sel), r.index.eq(head.index),
-                            r.signal.eq(head.flags.signal), r.sem.eq(head.signal_sem),
-                            r.killed.eq(0), r.start.eq(self.cycles),
-                        ]
-                        if "opcode" in r.shape().members:
-                            m.d.sync += r.opcode.eq(opcode)
+                        m.d.sync += [r.queue.eq(sel), r.signal.eq(head.flags.signal),
+                                     r.killed.eq(0)]
+        wr = cur.details.write_port()
+        m.d.comb += [wr.addr.eq(cur.tail), wr.en.eq(take), wr.data.index.eq(head.index),
+                     wr.data.sem.eq(head.signal_sem), wr.data.start.eq(self.cycles)]
+        if "opcode" in wr.data.shape().members:
+            m.d.comb += wr.data.opcode.eq(opcode)
         for i, r in enumerate(cur.recs):
             with m.If(cur.valid[i] & self.flush.bit_select(r.queue, 1)):
                 m.d.sync += r.killed.eq(1)
         for ptr, out in ((cur.ret, cur.oldest), (cur.head, cur.first)):
+            rd = cur.details.read_port(domain="comb")
+            m.d.comb += rd.addr.eq(ptr)
+            m.d.comb += [getattr(out, k).eq(getattr(rd.data, k)) for k in rd.data.shape().members]
             with m.Switch(ptr):
                 for i, r in enumerate(cur.recs):
                     with m.Case(i):
-                        m.d.comb += out.eq(r)
+                        m.d.comb += [getattr(out, k).eq(getattr(r, k))
+                                     for k in r.shape().members]
         m.d.comb += [self.running.queue.eq(cur.oldest.queue),
                      self.running.index.eq(cur.oldest.index),
                      self.running.opcode.eq(self._record_opcode(cur.oldest))]
