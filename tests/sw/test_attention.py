@@ -192,7 +192,7 @@ def test_requantize_rows_int64_path_equals_python_integers():
     across their documented ranges (to the extremes: int32 accumulators and bias, reciprocals
     up to 2**31 - 1, multipliers up to 2**31 - 1, shifts 0..63, ReLU or not) and beyond them
     (shifts the int64 path cannot take, 64-bit values)."""
-    from sw.golden import _requantize_rows_object, requantize_rows
+    from sw.golden.core import _requantize_rows_object, requantize_rows
     rng = np.random.default_rng(12)
     i32 = (-(1 << 31), (1 << 31) - 1)
     cases = 0
