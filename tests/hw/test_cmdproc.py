@@ -372,6 +372,38 @@ def test_ring_wraps_and_runs_in_order():
     assert out["sem"] == 15
 
 
+def test_rings_of_different_sizes_wrap_each_at_its_own_size():
+    """Queue 0 runs 15 commands through a 4-slot ring while queue 1 runs 40 through a
+    16-slot ring at the same time: each queue's HEAD wraps at its own ring size (HEAD and
+    Q_FETCHED advance through one shared incrementer), every command runs once, in order."""
+    cfg = NPUConfig()
+    sizes = {0: 4, 1: 16}
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        for q, size in sizes.items():
+            await axil_write(ctx, bus, queue_csr(q, Csr.RING_SIZE), size)
+        tails = dict.fromkeys(sizes, 0)
+        for chunk in range(5):
+            for q, size in sizes.items():
+                n = 3 if q == 0 else 8
+                cmds = [engine_cmd(Opcode.MATMUL if q == 0 else Opcode.DMA_LOAD,
+                                   100 * (q + 1) + n * chunk + i) for i in range(n)]
+                tails[q] = await submit(ctx, h, mem, cmds, tail_start=tails[q], ring_size=size,
+                                        queue=q)
+            for _ in range(600):
+                if not await axil_read(ctx, bus, Csr.STATUS) & 1:
+                    break
+        for q in sizes:
+            out[q] = (await axil_read(ctx, bus, queue_csr(q, Csr.HEAD)),
+                      await axil_read(ctx, bus, queue_csr(q, Csr.Q_FETCHED)), tails[q])
+
+    log, out = run(cfg, program)
+    assert [t for e, t, _, _ in log if e == "matrix"] == [100 + i for i in range(15)]
+    assert [t for e, t, _, _ in log if e == "load"] == [200 + i for i in range(40)]
+    assert out[0] == (15 % 4, 15, 15 % 4) and out[1] == (40 % 16, 40, 40 % 16)
+
+
 def test_wait_and_signal_commands():
     cfg = NPUConfig()
 
