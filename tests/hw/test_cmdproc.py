@@ -816,6 +816,33 @@ def test_engine_queue_keeps_several_commands_in_flight():
     assert out["sems"] == [0, n1]         # the reset queue's retirements do not signal
 
 
+def test_delayed_increments_of_retired_matmuls_go_to_their_own_semaphores():
+    """MATMULs retire one a cycle and alternate between semaphores 1 and 2 while loads and
+    stores (which come first at the semaphore unit's one increment port) signal semaphore 3:
+    a retired MATMUL whose increment waits keeps its record (the oldest, ``head``) while later
+    ones retire (``ret`` moves on); each increment still goes to its own command's semaphore.
+    A 256-bit bus fetches a command a cycle, so MATMULs retire in runs of consecutive cycles."""
+    cfg = NPUConfig(axi_data_bits=256)
+    n = 16
+
+    async def program(ctx, h, mem, out):
+        bus = h.csr.bus
+        await submit(ctx, h, mem, [engine_cmd(Opcode.DMA_LOAD, 300 + t, signal=3)
+                                   for t in range(n)], ring_size=32, queue=1)
+        await submit(ctx, h, mem, [engine_cmd(Opcode.DMA_STORE, 400 + t, signal=3)
+                                   for t in range(n)], ring_size=32, queue=2)
+        await submit(ctx, h, mem, [engine_cmd(Opcode.MATMUL, t, signal=1 + t % 2)
+                                   for t in range(n)], ring_size=32, queue=0)
+        out["idle"] = await wait_idle(ctx, h, limit=2000)
+        out["sems"] = [await axil_read(ctx, bus, sem_csr(s)) for s in (1, 2, 3)]
+
+    log, out = run(cfg, program, latency={"matrix": 12, "load": 1, "store": 1},
+                   pipelined=("matrix",), ring_size=32)
+    assert out["idle"]
+    assert [t for e, t, _, _ in log if e == "matrix"] == list(range(n))
+    assert out["sems"] == [n // 2, n // 2, 2 * n]
+
+
 # -- performance counters ------------------------------------------------------------------------
 
 class _FifoModel:
