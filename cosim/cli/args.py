@@ -86,7 +86,12 @@ def positive_float(text: str) -> float:
 
 def attention_len(text: str) -> int:
     """``--attention-len``: 0 (skip) or a sequence length of :func:`seq_len`."""
-    return 0 if text.strip() == "0" else seq_len(text)
+    if text.strip() == "0":
+        return 0
+    try:
+        return seq_len(text)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{e} (or 0: no attention block)") from None
 
 
 def gemm_shape(text: str) -> list[int]:
