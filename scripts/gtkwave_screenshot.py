@@ -3,7 +3,7 @@
     .venv/bin/python scripts/gtkwave_screenshot.py [--kernel scores] [--vcd FILE]
                                                    [-o docs/gtkwave-scores.png]
 
-Without ``--vcd`` it traces the kernel's window first (``npu run --seq-len 8
+Without ``--vcd`` it traces the kernel's window first (``npu run --block --seq-len 8
 --waves-kernel NAME``), then writes the save file (``npu waves gtkw``), opens both in GTKWave
 on a virtual X display (Xvfb, 1600x900) and saves what the screen shows as a PNG.
 
@@ -27,10 +27,11 @@ SIZE = (1600, 900)
 
 
 def _trace(kernel: str) -> Path:
-    """Run the main job with a waveform of the first ``kernel`` region; return the VCD."""
+    """Run the attention block with a waveform of the first ``kernel`` region; return the
+    VCD."""
     npu = Path(sys.executable).with_name("npu")
-    subprocess.run([str(npu), "run", "--seq-len", "8", "--waves-kernel", kernel], cwd=ROOT,
-                   check=True)
+    subprocess.run([str(npu), "run", "--block", "--seq-len", "8", "--waves-kernel", kernel],
+                   cwd=ROOT, check=True)
     from cosim.tb.harness import waves_dir
     return waves_dir() / "npu_run.vcd"
 

@@ -457,8 +457,7 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         for flag, value in (("--causal", args.causal or None),
                             ("--weights", None if args.weights == "int8" else args.weights),
                             ("--activations",
-                             None if args.activations == "int8" else args.activations),
-                            ("--waves-kernel", args.waves_kernel)):
+                             None if args.activations == "int8" else args.activations)):
             if value is not None:
                 parser.error(f"{flag} applies to --block or --qkv-only, not to the encoder")
         if args.config.rows != args.config.cols:
@@ -495,6 +494,8 @@ def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.waves_kernel is not None:
         if args.waves_from is not None or args.waves_to is not None:
             parser.error("--waves-kernel and --waves-from/--waves-to exclude each other")
+        if not (args.qkv_only or args.block):
+            parser.error("--waves-kernel applies to --block or --qkv-only, not to the encoder")
         name, _, nth = args.waves_kernel.partition(":")
         if not name or (nth and (not nth.isdigit() or int(nth) < 1)):
             parser.error(f"--waves-kernel {args.waves_kernel}: expected NAME or NAME:N "
