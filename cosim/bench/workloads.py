@@ -106,14 +106,20 @@ class Workload:
         them)."""
         return self.dims[0] * self.dims[1] * self.dims[2] if self.kind == "gemm" else None
 
+    def format_refused(self) -> str | None:
+        """Why this workload cannot run in its number format on any configuration, or None."""
+        if self.kind == "minilm" and self.fmt != "int8":
+            return "the forward pass runs int8 weights and activations only"
+        return None
+
     def unsupported(self, config: NPUConfig) -> str | None:
         """Why ``config`` cannot run this workload, or None."""
         if self.kind != "gemm" and config.rows != config.cols:
             return (f"{self.name} needs a square array (the transposed K load), got "
                     f"{config.rows}x{config.cols}")
         if self.kind == "minilm":
-            if self.fmt != "int8":      # (a format axis of a sweep, see with_format)
-                return f"{self.name}: the forward pass runs int8 weights and activations only"
+            if self.format_refused():   # (a format axis of a sweep, see with_format)
+                return f"{self.name}: {self.format_refused()}"
             if self.dims[0] % config.cols:
                 return (f"{self.name}: the forward pass needs L a multiple of cols "
                         f"({config.cols})")
@@ -158,10 +164,10 @@ def parse_workload(text: str) -> Workload:
             raise WorkloadError(f"workload {text}@{fmt}: unknown format {fmt!r}; formats: "
                                 f"{', '.join(FORMATS)}")
         wl = parse_workload(text)
-        if wl.kind == "minilm" and fmt != "int8":
-            raise WorkloadError(f"workload {text}@{fmt}: the forward pass runs int8 weights "
-                                "and activations only")
-        return Workload(wl.kind, wl.dims, fmt)
+        wl = Workload(wl.kind, wl.dims, fmt)
+        if why := wl.format_refused():
+            raise WorkloadError(f"workload {text}@{fmt}: {why}")
+        return wl
     kind, sep, arg = text.strip().partition(":")
     kind = kind.lower()
     if not sep or not arg:

@@ -82,11 +82,10 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
         except Exception as e:
             # the pool raises a batch's exception only when the batches before it are done:
             # say which batch it was
-            e.add_note(f"in fuzz batch {k + 1}/{len(batches)} (seeds {batches[k][0]}.."
-                       f"{batches[k][-1]})")
+            where = f"batch {k + 1}/{len(batches)} (seeds {batches[k][0]}..{batches[k][-1]})"
+            e.add_note(f"in fuzz {where}")
             if progress:
-                progress(f"batch {k + 1}/{len(batches)} (seeds {batches[k][0]}.."
-                         f"{batches[k][-1]}) failed: {type(e).__name__}: {e}")
+                progress(f"{where} failed: {type(e).__name__}: {e}")
             raise
         if progress:
             bad = sum(1 for r in res["results"] if not r["ok"])

@@ -47,6 +47,18 @@ def mx_align(p: npt.ArrayLike, d: npt.ArrayLike) -> np.ndarray:
     return np.where(d >= 0, left, right)
 
 
+def _tile_products(a: np.ndarray, w: np.ndarray, tile_k: int) -> tuple[int, np.ndarray]:
+    """The number of K tiles ``T`` and the exact int64 product of each: ``(T, M, N)`` (K
+    zero-padded to a multiple of ``tile_k``)."""
+    (m, k), n = a.shape, w.shape[1]
+    nt = -(-k // tile_k)
+    ap = np.zeros((m, nt * tile_k), np.int64)
+    ap[:, :k] = a
+    wp = np.zeros((nt * tile_k, n), np.int64)
+    wp[:k] = w
+    return nt, np.einsum("mtk,tkn->tmn", ap.reshape(m, nt, tile_k), wp.reshape(nt, tile_k, n))
+
+
 def _tile_exponents(x: np.ndarray | None, n_tiles: int, tile_k: int, axis: int,
                     other: int) -> np.ndarray:
     """Per-K-tile E8M0 bytes from per-block ones (``axis`` = the block axis), 127 (``2**0``)
@@ -113,12 +125,7 @@ def matmul_formats(a: npt.ArrayLike, w: npt.ArrayLike, *, tile_k: int,
         raise ValueError(f"tile_k={tile_k} must divide the MX block ({MX_BLOCK})")
     m, k = a.shape
     n = w.shape[1]
-    nt = -(-k // tile_k)
-    ap = np.zeros((m, nt * tile_k), np.int64)
-    ap[:, :k] = a
-    wp = np.zeros((nt * tile_k, n), np.int64)
-    wp[:k] = w
-    p = np.einsum("mtk,tkn->tmn", ap.reshape(m, nt, tile_k), wp.reshape(nt, tile_k, n))
+    nt, p = _tile_products(a, w, tile_k)
     ea = _tile_exponents(xa, nt, tile_k, 1, m)            # (M, T)
     ew = _tile_exponents(xw, nt, tile_k, 0, n)            # (T, N)
     d = ea.T[:, :, None] + ew[:, None, :] - int(x_base)   # (T, M, N)
@@ -135,12 +142,7 @@ def mx_in_exact_range(a: npt.ArrayLike, w: npt.ArrayLike, *, tile_k: int,
     w = np.asarray(w, np.int64)
     m, k = a.shape
     n = w.shape[1]
-    nt = -(-k // tile_k)
-    ap = np.zeros((m, nt * tile_k), np.int64)
-    ap[:, :k] = a
-    wp = np.zeros((nt * tile_k, n), np.int64)
-    wp[:k] = w
-    p = np.einsum("mtk,tkn->tmn", ap.reshape(m, nt, tile_k), wp.reshape(nt, tile_k, n))
+    nt, p = _tile_products(a, w, tile_k)
     d = (_tile_exponents(xa, nt, tile_k, 1, m).T[:, :, None]
          + _tile_exponents(xw, nt, tile_k, 0, n)[:, None, :] - int(x_base))
     return bool(np.all((p == 0) | (d >= 0)))
