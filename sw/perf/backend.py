@@ -168,6 +168,25 @@ class PerfBackend(ModelBackend):
         self._spent(t0, c0)
         return out
 
+    def set_bus_fault(self, fault) -> None:
+        """Answer the bursts ``fault`` (a :class:`sw.model.faults.BusFault` or None) selects
+        with an AXI error, from the cycle after the one the host is in; takes that cycle, as
+        on the RTL (``cosim.tb.rtl_backend.RtlBackend.set_bus_fault`` drives the DRAM model's
+        fault pins at a falling edge, they latch at the next rising edge). Under random DRAM
+        backpressure, whose draws follow the cycle from reset, a host that spent no cycle here
+        would run the rest of its program a cycle early against the same draws.
+
+        Raises
+        ------
+        NotImplementedError
+            For ``mode="nth"`` (as :meth:`sw.model.ModelBackend.set_bus_fault`).
+        """
+        t0, c0 = time.perf_counter(), time.process_time()
+        f = self.host.backdoor()
+        self.machine.eq.run_through(f, ARBITRATE)
+        super().set_bus_fault(fault)
+        self._spent(t0, c0)
+
     def wait_irq(self, max_cycles: int) -> bool:
         """Run until ``irq`` is high or ``max_cycles`` cycles passed, as the RTL backend does.
 

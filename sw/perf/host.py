@@ -14,7 +14,8 @@ ReadOnly phase before each rising edge (measured on the RTL, ``cosim/bench/valid
 * **DRAM backdoor** (one ``$readmemh`` / ``$writememh``): presented in cycle ``f``, done at
   the rising edge that starts ``f + 1``; returns at the falling edge of ``f + 1``. A write with
   a partial word at either end reads those words first (one more backdoor access each; one
-  for both if they are the same word).
+  for both if they are the same word). Setting a bus fault (the DRAM model's fault pins)
+  costs the same.
 * **wait for irq**: returns at once if ``irq`` is high; else at the rising edge that raises
   it, or after ``max_cycles`` (a timer: it ends *before* the clock edge of its instant).
 * The job starts right before the falling edge of cycle 0 (the first cycle after reset, when
@@ -83,8 +84,8 @@ class HostClock:
         return f
 
     def backdoor(self) -> int:
-        """One DRAM backdoor access; returns ``f`` (memory changed / dumped at the edge that
-        starts ``f + 1``)."""
+        """One DRAM backdoor access, or a bus fault set; returns ``f`` (memory changed /
+        dumped, the fault latched, at the edge that starts ``f + 1``)."""
         f = self.falling()
         self.at_falling(f + 1)
         return f
