@@ -118,7 +118,10 @@ class Grid:
                 try:
                     out[replace(base, **changes)] = None
                 except ValueError as e:
-                    raise ValueError(f"grid point {base.spec} with {changes}: {e}") from None
+                    point = ", ".join(
+                        f"{n}={'x'.join(map(str, v)) if isinstance(v, tuple) else v}"
+                        for n, v in zip(names, values, strict=True))
+                    raise ValueError(f"grid point {point} (on base {base.spec}): {e}") from None
         return list(out)
 
     def points(self) -> list[Point]:

@@ -382,6 +382,8 @@ def test_forward_pass_workload_is_the_encoder_job():
     (["--workload", "minilm:600"], "1..512"),
     (["--workload", "gemm:8x8x8", "--array", "8"], "expected ROWSxCOLS"),
     (["--workload", "gemm:8x8x8", "--spad-rows", "1000"], "power of two"),
+    (["--workload", "gemm:8x8x8", "--array", "0x8", "--outstanding", "2"],
+     "grid point array=0x8, dma_outstanding=2 (on base 8x8): NPUConfig.rows=0"),
     (["--workload", "gemm:8x8x8", "--outstanding", "two"], "not an integer"),
     (["--workload", "gemm:8x8x8", "--workers", "0", "--address", "auto"], "--address needs Ray"),
     (["--workload", "gemm:8x8x8", "--backend", "rtl", "--rtl", "2"], "--rtl does not apply"),
