@@ -104,16 +104,18 @@ def run_seeds(checker: Checker, config, seeds: list[int], settings: dict | None 
             "batch_mismatches": checker.whole_check()}
 
 
-def replay(backend, *, scenarios: list[dict], perf: bool = True) -> list[dict]:
+def replay(backend, *, scenarios: list[dict], perf: bool = True,
+           timed_exact: bool = False) -> list[dict]:
     """Run reproducer scenarios (:meth:`Scenario.to_dict`) on every backend; per scenario
-    the mismatches (empty when the backends agree) and the errors by code."""
+    the mismatches (empty when the backends agree), the timing differences between the RTL
+    and the performance model (``timed``, with ``timed_exact``) and the errors by code."""
     checker, _ = make_checker(backend, backend.config, getattr(backend, "dram_timing", None),
-                              perf=perf)
+                              perf=perf, timed_exact=timed_exact)
     out = []
     for d in scenarios:
         s = Scenario.from_dict(d)
         v = checker.check(s)
-        out.append({"ok": v.ok, "mismatches": v.mismatches, "hang": v.hang,
+        out.append({"ok": v.ok, "mismatches": v.mismatches, "timed": v.timed, "hang": v.hang,
                     "errors": dict(v.errors), "perf": v.perf_run})
     return out
 

@@ -16,8 +16,9 @@ The rule, per AXI burst (ARM IHI 0022 A3.4: a burst of ``AxLEN + 1`` beats of
   models raise :class:`NotImplementedError`.
 
 A failing read burst carries the response on every beat (its data is poisoned: the inverted
-memory word); a failing write burst writes nothing and returns the response on B. Timing
-does not change. What the device does then is the ISA's (``hw.isa.ErrorCode.AXI_ERROR``):
+memory word); a failing write burst writes nothing and returns the response on B. The DRAM's
+timing does not change (a load channel drains the rest of its transfer after the first error
+beat, ``hw/dma/load.py``). What the device does then is the ISA's (``hw.isa.ErrorCode.AXI_ERROR``):
 the command that issued the burst fails with ``AXI_ERROR`` and its queue stops.
 """
 

@@ -18,7 +18,8 @@ Differences from the RTL (by design or not yet modelled):
   random backpressure of each channel (the same draws, cycle by cycle from reset; see
   :mod:`sw.perf.memory`). AXI error responses come only from a bus fault
   (:meth:`set_bus_fault`, :mod:`sw.model.faults`, range rule): as on the RTL they do not change
-  the timing; the fetch, the fence or the DMA command reports ``AXI_ERROR``.
+  the DRAM's timing; the fetch, the fence or the DMA command reports ``AXI_ERROR``, and a load
+  drains the rest of its transfer from the first error beat (:mod:`sw.perf.dma`).
 * Semaphore waits use :func:`hw.isa.sem_reached` and a host write to a semaphore sets it
   (the ISA contract of ``hw.isa``).
 """

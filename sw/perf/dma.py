@@ -7,7 +7,9 @@ channel realigns the R beats into words and cuts them into local rows, one step 
 steps of every burst are :class:`hw.isa.timing.Burst`'s), and a chunk that completes a local
 row waits while a higher-priority writer has the memory's write port
 (:func:`sw.perf.ports.walk`, a closed form per burst). ``done`` is 2 cycles after the last
-step: the last beat, or the flush word after it.
+step: the last beat, or the flush word after it. After the first beat with an error response
+(a bus fault) the channel only drains: every later beat of the transfer is taken the cycle it
+is shown, and no step or flush word follows (``hw/dma/load.py``, ``error``).
 
 Store: one step per cycle (a local chunk read, or the flush slot of a row whose last beat
 holds only bytes of the word before) while the 4-entry W buffer holds at most 2 beats (reads
@@ -226,6 +228,16 @@ class _LoadJob(Item):
         self.vm = 0                   # Q_VM when translated (else 0)
         self.presenting = False       # a burst is being translated (looked up or walked)
         self.fault: int | None = None  # the cycle a page fault was found
+        #: the first burst the DRAM answers with an error (a bus fault), if any
+        self.error_burst: int | None = None
+        #: burst index -> cycle of each R handshake, for the bursts from ``error_burst`` on
+        self.drain_takes: dict[int, list[int]] = {}
+
+    def drains(self, k: int, i: int) -> bool:
+        """Whether beat ``i`` of burst ``k`` comes after the transfer's first error beat (the
+        first beat of :attr:`error_burst`): the channel takes it the cycle it is shown."""
+        e = self.error_burst
+        return e is not None and (k > e or (k == e and i > 0))
 
     def count(self, lo: int, hi: int, out: dict[str, int]) -> None:
         inflight, rvalid, denied, holds = [], [], [], []
@@ -266,6 +278,8 @@ class _LoadJob(Item):
     def beat_cycles(self, b: ServedBurst, k: int) -> list[int]:
         """Cycle of each R handshake of burst ``k`` (its beats' last steps), replayed against
         its own holds (the only busy cycles that moved it)."""
+        if k in self.drain_takes:
+            return self.drain_takes[k]
         sh = self.shape(k)
         ends = tuple(b + n - 1 for b, n in zip(sh.before, sh.per_beat, strict=True))
         times, _ = walk(self.x0[k], sh.before[-1] + sh.per_beat[-1] + sh.tail, self.geo.period,
@@ -281,10 +295,11 @@ class LoadChannel:
 
     def __init__(self, config: NPUConfig, eq, reads: ReadChannel, ledger: Ledger,
                  ports: dict[LocalMem, list[BusyList]], window_of, vm_of=None,
-                 translator=None) -> None:
+                 translator=None, fault_of=lambda: None) -> None:
         self.config = config
         self.eq = eq
         self.reads = reads
+        self.fault_of = fault_of      #: the bus fault now (:class:`sw.model.faults.BusFault`)
         self.ledger = ledger
         self.ports = ports
         self.window_of = window_of
@@ -309,6 +324,10 @@ class LoadChannel:
         self.job = job = _LoadJob(t, self.plans.get(cmd.body, mem), self.ports[mem], reason,
                                   self.config.axi_data_bytes)
         job.vm = vm
+        if error == ErrorCode.AXI_ERROR:      # physical only (the model refuses bus faults
+            fault, beat = self.fault_of(), self.config.axi_data_bytes   # on translated DMA)
+            job.error_burst = next(k for k, b in enumerate(job.bursts)
+                                   if fault.hits(False, b.addr, b.beats, beat))
         self.ledger.item(job)
         self._request(job, t + T.DMA_FIRST_REQUEST)
 
@@ -363,6 +382,8 @@ class LoadChannel:
         # the data path takes its first step once the beat is shown and the previous burst's
         # steps (a flush word after its last beat, see DmaRow) are over
         x = served.v0 if k == 0 else max(served.v0, job.last_step[k - 1] + 1)
+        if job.error_burst is not None and k >= job.error_burst:
+            return self._consume_drained(job, k, served, x)
         busy = merged(job.lists, x)
         if k in job.holds:
             # re-timed while in progress: the holds so far are final even where the port's
@@ -380,6 +401,24 @@ class LoadChannel:
         if sh.beats == 1:
             return served.v0, times[0]
         return times[0] + 1, times[1]
+
+    def _consume_drained(self, job: _LoadJob, k: int, served: ServedBurst,
+                         x: int) -> tuple[int, int]:
+        """:meth:`consume` of a burst from the transfer's first error response on: beats
+        taken as they are shown (the first error beat after its own steps, which may wait
+        for the port; no flush word)."""
+        sh = job.shape(k)
+        if k == job.error_burst:
+            n = sh.per_beat[0]
+            times, holds = walk(x, n, job.geo.period, busy=merged(job.lists, x),
+                                targets=(n - 1,), **sh.pattern)
+            first = times[0]
+        else:
+            first, holds = served.v0, []
+        job.holds[k], job.x0[k] = holds, x
+        takes = job.drain_takes[k] = [first + i for i in range(sh.beats)]
+        job.last_step[k] = takes[-1]
+        return (served.v0 if sh.beats == 1 else takes[-2] + 1), takes[-1]
 
     def r_take(self, served: ServedBurst, i: int, visible: int) -> int:
         """Beat ``i`` visible from ``visible``: its steps go one per cycle from then (beat 0
@@ -402,11 +441,15 @@ class LoadChannel:
             if past:
                 busy = merge(busy + past)
         starts.append(len(holds))
+        last_beat = i == sh.beats - 1
+        if job.drains(k, i):
+            if last_beat:
+                job.last_step[k] = visible
+            return visible
         geo = job.geo
         pat = geo.pattern_from(sh.pattern, sh.before[i])
         n = sh.per_beat[i]
-        last_beat = i == sh.beats - 1
-        tail = sh.tail if last_beat else 0
+        tail = sh.tail if last_beat and k != job.error_burst else 0
         x = visible if i or not k else max(visible, job.last_step[k - 1] + 1)
         if n == 1 and not tail:           # one step: held only if it completes a local row
             take = x
@@ -431,6 +474,8 @@ class LoadChannel:
         ports (a beat that does not complete a local row would not wait for it either; the
         run stops there all the same)."""
         job, k = served.tag
+        if job.drains(k, i):
+            return job.shape(k).beats, _BIG
         starts = job.hold_from.get(k)
         if starts is not None and i < len(starts):
             now = self.eq.now

@@ -100,7 +100,8 @@ class Machine:
                             if cfg.tlb_entries else {})
         engines = {
             "load": LoadChannel(cfg, eq, self.reads, self.ledger, ports, self.window,
-                                self.vm, self.translators.get("load")),
+                                self.vm, self.translators.get("load"),
+                                lambda: model.engines.fault),
             "store": StoreChannel(cfg, eq, self.writes, self.ledger, self.window, self.vm,
                                   self.translators.get("store")),
             "matrix": MatrixEngine(cfg, self.matrix_acc),

@@ -53,9 +53,20 @@ class BusyList:
             f(a)
 
     def remove(self, owner: object, after: int) -> None:
-        """Drop ``owner``'s spans that start at or after ``after``."""
-        self.spans = [s for s in self.spans if not (s[2] is owner and s[0] >= after)]
+        """Drop ``owner``'s spans that start at or after ``after``; the listeners hear of it
+        from the first dropped span's start (a lower-priority writer held by one must move
+        back: a re-planned writer removes its spans, then adds them later)."""
+        keep, first = [], None
+        for s in self.spans:
+            if s[2] is owner and s[0] >= after:
+                first = s[0] if first is None else min(first, s[0])
+            else:
+                keep.append(s)
+        self.spans = keep
         self.version += 1
+        if first is not None:
+            for f in self.listeners:
+                f(first)
 
 
 def merged(lists: list[BusyList], x: int) -> list[tuple[int, int]]:

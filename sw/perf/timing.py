@@ -158,8 +158,7 @@ def dma_quiet_done(config: NPUConfig, body, mem: LocalMem, error: ErrorCode,
                    window: tuple[int, int], translate: bool = False) -> int | None:
     """``done - t`` of a DMA that moves nothing -- size zero or an error found by its checks
     (:func:`hw.isa.timing.dma_error_busy_cycles`) -- or None if it transfers (also with
-    ``AXI_ERROR``, whose error response does not change the transfer's timing, and with a
-    page fault, found during the transfer)."""
+    ``AXI_ERROR`` and with a page fault, both found during the transfer)."""
     if error in _TRANSFERS and body.n_rows and body.row_bytes:
         return None
     return dma_error_busy_cycles(config, error, body.dram_addr, body.dram_stride,

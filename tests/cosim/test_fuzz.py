@@ -66,11 +66,14 @@ def test_there_are_reproducers():
 @pytest.mark.parametrize("config_key", list(_reproducers()))
 def test_reproducers_replay(config_key, dram):
     """Every reproducer on the RTL and both models, under the ideal DRAM and under jitter (the
-    timing several of them were found under; the performance model times it too)."""
+    timing several of them were found under; the performance model times it too), with the
+    RTL's and the performance model's timing compared exactly (``--timed-exact``)."""
     files = _reproducers()[config_key]
     config = NPUConfig(**json.loads(config_key))
-    r = run_job(config, "cosim.fuzz.jobs:replay", {"scenarios": [d for _, d in files]},
+    r = run_job(config, "cosim.fuzz.jobs:replay",
+                {"scenarios": [d for _, d in files], "timed_exact": True},
                 name=f"fuzz_replay_{config.name}_{dram}", dram=dram)
     for (name, _), out in zip(files, r.result, strict=True):
         # ok: the backends agree, and every command failed as its file says
         assert out["ok"] and out["perf"], (name, out)
+        assert out["timed"] == [], (name, out["timed"][:2])
