@@ -1,5 +1,6 @@
 """Bus faults injected at device DRAM (``cosim/tb/dram.sv``, :mod:`sw.model.faults`): one test
-per site (ring fetch, DMA load, DMA store, fence write) and response (SLVERR, DECERR) on the
+per site (ring fetch, DMA load into the accumulator and into the scratchpad, DMA store,
+fence write) and response (SLVERR, DECERR) on the
 RTL, each showing the typed error (``AXI_ERROR`` with queue, command and address), DRAM
 unchanged outside what the failing command may write, the other stream completing, what the
 failing load left in local memory, and recovery once the fault is cleared; the functional
@@ -32,11 +33,12 @@ def runs(request, worker_id) -> tuple[NPUConfig, dict]:
 
 def _expected_error(site: str, out: dict) -> dict:
     lay = out["layout"]
-    index = {"fetch": 4, "load": 2, "store": 4, "fence": 4}[site]   # after 2 set-up commands
-    opcode = {"fetch": 0, "load": Opcode.DMA_LOAD.value, "store": Opcode.DMA_STORE.value,
+    index = {"fetch": 4, "load": 2, "load_spad": 2, "store": 4, "fence": 4}[site]  # after 2
+    opcode = {"fetch": 0, "load": Opcode.DMA_LOAD.value,                     # set-up commands
+              "load_spad": Opcode.DMA_LOAD.value, "store": Opcode.DMA_STORE.value,
               "fence": Opcode.FENCE.value}[site]
-    addr = {"fetch": out["fault"]["lo"], "load": lay["page"], "store": lay["dst_page"],
-            "fence": lay["fence"]}[site]
+    addr = {"fetch": out["fault"]["lo"], "load": lay["page"], "load_spad": lay["page"],
+            "store": lay["dst_page"], "fence": lay["fence"]}[site]
     return {"code": ErrorCode.AXI_ERROR.value, "queue": out["queues"][1], "index": index,
             "opcode": opcode, "addr": addr}
 
@@ -66,7 +68,7 @@ def test_fault_site_on_rtl(runs, case):
     assert out["recovered"], "the same work failed after the fault was cleared"
     local = config.acc_row_bytes if site == "load" else config.spad_row_bytes
     n_local = F.N_ROWS * F.ROW_BYTES // local
-    written = F.HEAD // local if site == "load" else n_local   # rows before the failing burst
+    written = F.HEAD // local if site.startswith("load") else n_local   # before the failing burst
     assert out["local_rows"] == [1] * written + [0] * (n_local - written)
 
 

@@ -18,7 +18,7 @@ from sw.model.faults import BusFault
 from sw.runtime import Device, DeviceError
 from sw.runtime.commands import CommandList
 
-SITES = ("fetch", "load", "store", "fence")
+SITES = ("fetch", "load", "load_spad", "store", "fence")
 ROW_BYTES = 512           #: bytes per DRAM row of the victim's transfer
 N_ROWS = 4
 STRIDE = 1024
@@ -30,7 +30,8 @@ OTHER_SPAD_ROW = 2048
 
 def _mem(site: str) -> LocalMem:
     """The load site fills the accumulator (local rows wider than a beat), the others the
-    scratchpad."""
+    scratchpad (``load_spad``: a load whose local rows may be narrower than a beat, so that a
+    beat takes several steps, the failing one too)."""
     return LocalMem.ACC if site == "load" else LocalMem.SPAD
 
 
@@ -71,7 +72,7 @@ def _fault(site: str, resp: str, lay: dict, ring_slot_addr: int) -> BusFault:
     if site == "fetch":
         return BusFault(reads=True, writes=False, resp=resp, lo=ring_slot_addr,
                         hi=ring_slot_addr + COMMAND_BYTES)
-    if site == "load":
+    if site in ("load", "load_spad"):
         return BusFault(reads=True, writes=False, resp=resp, lo=lay["page"] + 64,
                         hi=lay["page"] + 72)
     if site == "store":
