@@ -18,17 +18,20 @@ from sw.model import ModelBackend
 from sw.perf import PerfBackend
 from tests.support import fault_jobs as F
 
-CONFIGS = {"8x8": NPUConfig(), "4x4": NPUConfig(rows=4, cols=4)}
+#: name -> (configuration, DRAM timing); under backpressure the performance model times the
+#: R beats one by one (the other path of its load channel)
+CONFIGS = {"8x8": (NPUConfig(), "ideal"), "4x4": (NPUConfig(rows=4, cols=4), "ideal"),
+           "4x4-bp50": (NPUConfig(rows=4, cols=4), "bp50")}
 CASES = [[site, resp] for site in F.SITES for resp in ("slverr", "decerr")]
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
-def runs(request, worker_id) -> tuple[NPUConfig, dict]:
-    config = CONFIGS[request.param]
+def runs(request, worker_id) -> tuple[NPUConfig, str, dict]:
+    config, dram = CONFIGS[request.param]
     # each xdist worker that needs it runs its own simulation: a run directory per worker
     r = run_job(config, "tests.support.fault_jobs:bus_fault_sites", {"cases": CASES},
-                name=f"bus_faults_{config.name}_{worker_id}")
-    return config, {tuple(c): out for c, out in zip(CASES, r.result, strict=True)}
+                name=f"bus_faults_{request.param}_{worker_id}", dram=dram)
+    return config, dram, {tuple(c): out for c, out in zip(CASES, r.result, strict=True)}
 
 
 def _expected_error(site: str, out: dict) -> dict:
@@ -55,7 +58,7 @@ def _expected_changed(site: str, lay: dict) -> list:
 
 @pytest.mark.parametrize("case", CASES, ids=["-".join(c) for c in CASES])
 def test_fault_site_on_rtl(runs, case):
-    config, outs = runs
+    config, _, outs = runs
     site, _ = case
     out = outs[tuple(case)]
     assert out["error"] == _expected_error(site, out)
@@ -74,9 +77,9 @@ def test_fault_site_on_rtl(runs, case):
 
 @pytest.mark.parametrize("backend", ["model", "perf"])
 def test_models_report_what_the_rtl_reports(runs, backend):
-    config, outs = runs
-    make = ModelBackend if backend == "model" else PerfBackend
-    got = F.bus_fault_sites(make(config), cases=CASES)
+    config, dram, outs = runs
+    made = ModelBackend(config) if backend == "model" else PerfBackend(config, dram=dram)
+    got = F.bus_fault_sites(made, cases=CASES)
     for case, out in zip(CASES, got, strict=True):
         rtl = dict(outs[tuple(case)], hits=None)
         if backend == "model":       # untimed, and it does not read ahead
