@@ -89,6 +89,18 @@ def test_models_report_what_the_rtl_reports(runs, backend):
         assert out == rtl, f"{backend} differs from the RTL on {case}"
 
 
+def test_a_failing_last_beat_leaves_no_flush_word():
+    """The load's last burst is one failing beat that would need a flush word (4x4, 4-byte
+    rows, 3 bytes before a page): the channel drains it and is done 2 cycles later, on the
+    RTL and in the performance model (every counter), under backpressure (the model's
+    beat-by-beat path)."""
+    config = NPUConfig(rows=4, cols=4)
+    rtl = run_job(config, "tests.support.fault_jobs:failing_last_beat",
+                  name="bus_fault_last_beat", dram="bp50").result
+    assert rtl["error"] == [ErrorCode.AXI_ERROR.value, 0]
+    assert F.failing_last_beat(PerfBackend(config, dram="bp50")) == rtl
+
+
 def test_count_mode_on_rtl():
     r = run_job(NPUConfig(), "tests.support.fault_jobs:bus_fault_nth", name="bus_fault_nth")
     read, write = r.result["read"], r.result["write"]

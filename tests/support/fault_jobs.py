@@ -256,3 +256,30 @@ def first_fetch(backend) -> dict:
         return {"error": [int(getattr(e.code, "value", e.code)), e.command_index, e.address],
                 "slot": slot, "hits": backend.bus_fault_hits}
     return {"error": None, "slot": slot, "hits": backend.bus_fault_hits}
+
+
+def failing_last_beat(backend) -> dict:
+    """A DMA_LOAD of 8 bytes into the scratchpad from 3 bytes before a 4 KiB boundary, with
+    the page after the boundary faulted: its second and last burst is one failing beat, which
+    on 4x4 (4-byte local rows) would leave a flush word behind; after the error the channel
+    drains instead. Returns the error (code, index) and the counters over the launch."""
+    dev = Device(backend)
+    stream = dev.create_stream()
+    region = dev.alloc(8192, align=4096)
+    backend.mem_write(region.addr, bytes(range(256)) * 32)
+    page = region.addr + 4096
+    backend.set_bus_fault(BusFault(reads=True, writes=False, resp="slverr", lo=page,
+                                   hi=page + 4096))
+    cmds = CommandList()
+    cmds.dma_load(mem=LocalMem.SPAD, dram_addr=page - 3, dram_stride=8, row_bytes=8, n_rows=1,
+                  local_row=0, local_stride=0)
+    before = dev.counters()
+    stream.launch(cmds)
+    error = None
+    try:
+        stream.synchronize(timeout_cycles=100_000)
+    except DeviceError as e:
+        error = [int(getattr(e.code, "value", e.code)), e.command_index]
+    counters = dict(dev.counters() - before)
+    backend.set_bus_fault(None)
+    return {"error": error, "counters": counters}
