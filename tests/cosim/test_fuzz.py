@@ -1,6 +1,7 @@
 """The differential fuzzer on the RTL: a CI subset of fixed seeds on 8x8 and 4x4 (the
-functional model, the performance model and the RTL agree; the whole DRAM and local memories
-agree after each batch), and the replay of every reproducer in ``tests/data/fuzz/``.
+functional model, the performance model and the RTL agree, the performance model's timing
+too; the whole DRAM and local memories agree after each batch), and the replay of every
+reproducer in ``tests/data/fuzz/``.
 
 Run: ``pytest tests/cosim/test_fuzz.py``. The full campaigns are ``npu fuzz`` (see
 :mod:`cosim.fuzz.campaign`).
@@ -24,12 +25,15 @@ CI = [(NPUConfig(), 0, 40), (NPUConfig(rows=4, cols=4), 5000, 24)]
 @pytest.mark.parametrize("config,first,n", CI, ids=[c.name for c, _, _ in CI])
 def test_ci_subset(config, first, n):
     r = run_job(config, "cosim.fuzz.jobs:fuzz_batch",
-                {"seeds": list(range(first, first + n))}, name=f"fuzz_ci_{config.name}")
+                {"seeds": list(range(first, first + n)), "timed_exact": True},
+                name=f"fuzz_ci_{config.name}")
     res = r.result
     total = summarize(res["results"])
     failures = [(x["seed"], x["hang"], x["mismatches"][:3]) for x in res["results"]
                 if not x["ok"]]
     assert not failures, failures
+    # and the performance model's timing is the RTL's, trace entry by trace entry
+    assert [(x["seed"], x["timed"][:2]) for x in res["results"] if x["timed"]] == []
     assert res["batch_mismatches"] == []
     assert total["with_perf"] == n            # ideal DRAM: the performance model ran
     assert total["hangs"] == 0 and total["streams"] == n
