@@ -122,7 +122,7 @@ def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
                  if v is not None]
         if given:
             parser.error(f"--validate runs its own corpus on rtl and perf: {', '.join(given)} "
-                         "do not apply")
+                         f"{'does' if len(given) == 1 else 'do'} not apply")
         from cosim.bench.validate import WORKLOADS
         unknown = [n for n in args.workloads or [] if n not in WORKLOADS]
         if unknown:

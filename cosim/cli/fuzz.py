@@ -32,7 +32,7 @@ __all__ = ["add_parser", "VM_SHARE"]
 VM_SHARE = 0.6
 
 
-def _format(total: dict) -> str:
+def _format(total: dict, timed_exact: bool = False) -> str:
     lines = [f"npu fuzz: {total['streams']} streams on {total['config']} under DRAM "
              f"{total['dram']['name'] or total['dram']['spec']} ({total['backend']}"
              f"{', perf model too' if total['with_perf'] else ''}): "
@@ -56,6 +56,9 @@ def _format(total: dict) -> str:
                      f"{total['timed_differences']} streams differ")
         for t in total["timed"][:5]:
             lines.append(f"    seed {t['seed']}: {'; '.join(t['differences'][:2])}")
+    elif timed_exact and total["with_perf"]:
+        lines.append("  RTL vs performance model, timing (--timed-exact): the same in every "
+                     "stream")
     for m in total["batch_mismatches"]:
         lines.append(f"  FAIL {m}")
     for f in total["failures"][:10]:
@@ -77,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
                          progress=lambda m: print(m, file=sys.stderr, flush=True))
     if args.json:
         Path(args.json).write_text(json.dumps(total, indent=1) + "\n")
-    print(_format(total))
+    print(_format(total, args.timed_exact))
     clean = not (total["mismatching"] or total["hangs"] or total["batch_mismatches"]
                  or total["timed"])
     return 0 if clean else 1
@@ -123,6 +126,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from cosim.cli.args import check_json_arg
+    check_json_arg(parser, args)     # before the campaign, not after it
     if args.timed_exact and args.backend == "model":
         parser.error("--timed-exact compares the RTL with the performance model: not with "
                      "--backend model")

@@ -91,7 +91,7 @@ def _question(text: str):
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``npu sweep`` to the subcommands ``sub``."""
     from cosim.bench.find import FIND_HELP
-    from cosim.cli.args import int_at_least, parse_config, parse_dram
+    from cosim.cli.args import int_at_least, parse_config, parse_dram, positive_float
     from hw.config import NPUConfig
 
     sw = sub.add_parser("sweep", help="sweep designs x workloads: cycles, area, SQNR, "
@@ -128,8 +128,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also place and route (nextpnr-ecp5, LFE5U-85F) for Fmax: slow")
     a.add_argument("--no-route", action="store_true",
                    help="with --pnr: place only, Fmax is nextpnr's estimate")
-    a.add_argument("--freq", type=float, default=25.0, help="P&R target MHz (default 25)")
-    a.add_argument("--synth-timeout", type=float, metavar="MIN",
+    a.add_argument("--freq", type=positive_float, default=25.0, help="P&R target MHz (default 25)")
+    a.add_argument("--synth-timeout", type=positive_float, metavar="MIN",
                    help="stop one synthesis (or P&R) after MIN minutes; the point is reported "
                    "without area")
     a.add_argument("--rtl", type=int, default=0, metavar="N",

@@ -268,3 +268,18 @@ def test_timing_differences_fail_a_timed_exact_campaign(monkeypatch, capsys):
     args = ["fuzz", "--streams", "1", "--config", "4x4", "--no-shrink"]
     assert main([*args, "--timed-exact"]) == 1
     assert "load #3 end 41 != 40" in capsys.readouterr().out
+
+
+def test_an_exact_timed_campaign_says_so(monkeypatch, capsys):
+    """A ``--timed-exact`` campaign without a timing difference says that timing was compared
+    (not only the JSON's ``timed_differences: 0``)."""
+    import cosim.fuzz.campaign as campaign
+    from cosim.cli import main
+    real = campaign.run_campaign
+    monkeypatch.setattr(campaign, "run_campaign", lambda *a, **kw: real(
+        *a, **{**kw, "backend": "model", "timed_exact": False}))
+    args = ["fuzz", "--streams", "1", "--config", "4x4", "--no-shrink"]
+    assert main([*args, "--timed-exact"]) == 0
+    assert "timing (--timed-exact): the same in every stream" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "--timed-exact" not in capsys.readouterr().out
