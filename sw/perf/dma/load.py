@@ -18,7 +18,7 @@ from hw.config import NPUConfig
 from hw.isa import ErrorCode, LocalMem
 from sw.perf import timing as T
 from sw.perf.dma.plan import BIG as _BIG
-from sw.perf.dma.plan import Plan, PlanCache, translated_vm
+from sw.perf.dma.plan import Plan, PlanCache, present_burst, translated_vm
 from sw.perf.ledger import Item, Ledger, measure, merge, subtract, union
 from sw.perf.memory import DMA, ReadChannel, ServedBurst
 from sw.perf.ports import BusyList, first_free, merged, walk
@@ -160,17 +160,9 @@ class LoadChannel:
         self._request(job, t + T.DMA_FIRST_REQUEST)
 
     def _request(self, job: _LoadJob, start: int) -> None:
-        """Burst ``job.next`` is presented from ``start``: translated first (if the queue
-        translates), then requested."""
-        if not job.vm:
-            self._issue(job, start)
-            return
-        k = job.next
-        burst, body = job.bursts[k], job.geo.body
-        job.presenting = True
-        self.translator.present(job.vm, burst.addr, body.dram_addr + burst.row * body.dram_stride,
-                                False, start, lambda c, _pa: self._issue(job, c),
-                                lambda f, code, addr: self._fault(job, f))
+        """Burst ``job.next`` is presented from ``start`` (:func:`present_burst`)."""
+        job.presenting = True                 # until :meth:`_issue`
+        present_burst(self, job, start, write=False)
 
     def _issue(self, job: _LoadJob, start: int) -> None:
         k = job.next

@@ -179,3 +179,15 @@ def translated_vm(channel, cmd) -> int:
     vm = channel.vm_of(cmd.queue)
     return vm if unpack_fields(VmWord, vm).enable else 0
 
+
+def present_burst(channel, job, start: int, write: bool) -> None:
+    """Burst ``job.next`` of a channel's transfer is presented from cycle ``start``: translated
+    first if the queue translates (``channel.translator``, then ``channel._issue`` or, on a
+    page fault, ``channel._fault``), else requested at once (``channel._issue``)."""
+    if not job.vm:
+        channel._issue(job, start)
+        return
+    burst, body = job.bursts[job.next], job.geo.body
+    channel.translator.present(job.vm, burst.addr, body.dram_addr + burst.row * body.dram_stride,
+                               write, start, lambda c, _pa: channel._issue(job, c),
+                               lambda f, code, addr: channel._fault(job, f))

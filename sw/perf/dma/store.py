@@ -16,7 +16,7 @@ from hw.config import NPUConfig
 from hw.isa import ErrorCode, LocalMem
 from sw.perf import timing as T
 from sw.perf.dma.plan import BIG as _BIG
-from sw.perf.dma.plan import Plan, PlanCache, translated_vm
+from sw.perf.dma.plan import Plan, PlanCache, present_burst, translated_vm
 from sw.perf.ledger import Item, Ledger, measure, merge, subtract, union
 from sw.perf.memory import DMA, WriteChannel, WriteGrant
 
@@ -133,16 +133,8 @@ class StoreChannel:
         self._request(job, t + T.DMA_FIRST_REQUEST)
 
     def _request(self, job: _StoreJob, start: int) -> None:
-        """Burst ``job.next`` is presented from ``start``: translated first (if the queue
-        translates), then requested."""
-        if not job.vm:
-            self._issue(job, start)
-            return
-        k = job.next
-        burst, body = job.bursts[k], job.geo.body
-        self.translator.present(job.vm, burst.addr, body.dram_addr + burst.row * body.dram_stride,
-                                True, start, lambda c, _pa: self._issue(job, c),
-                                lambda f, code, addr: self._fault(job, f))
+        """Burst ``job.next`` is presented from ``start`` (:func:`present_burst`)."""
+        present_burst(self, job, start, write=True)
 
     def _issue(self, job: _StoreJob, start: int) -> None:
         job.aw_from.append(start)
