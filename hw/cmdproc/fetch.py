@@ -1,5 +1,5 @@
 """Ring fetch, the per-queue prefetch buffer and fence writes of the command processor
-(:class:`FetchUnit`)."""
+(:class:`FetchUnit`; the fence's FSM states are in :mod:`hw.cmdproc.fence`)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from hw.cmdproc.common import (
     FetchEntry,
     command_wait,
     engine_payload,
-    fence_body,
     round_robin,
     sem_increment,
     sem_wait,
 )
+from hw.cmdproc.fence import fence_states
 from hw.config import NPUConfig
 from hw.dma.translate import Translator
 from hw.isa import (
@@ -177,7 +177,7 @@ class FetchUnit(wiring.Component):
         with m.FSM(name="fetch") as fsm:
             self._idle(m, f, fences, fetches)
             self._fetch(m, f)
-            self._fence(m, f)
+            fence_states(self, m, f)
         self._walker_bus(m, f)
         # a reset of the current queue, or its buffer dropped, while the FSM works on it:
         # the rest of the burst is dropped (the IDLE pick clears this)
@@ -218,29 +218,6 @@ class FetchUnit(wiring.Component):
                          bus.arsize.eq(w.arsize), bus.arburst.eq(w.arburst)]
         with m.If(w.rready):
             m.d.comb += bus.rready.eq(1)
-
-    def _present(self, m: Module, f: _FetchState, addr, write: int, shown) -> tuple:
-        """Present ``addr`` to the translator while ``shown`` (a translated queue); returns
-        ``(go, paddr)``: the access may go out (at once for a physical queue), and where."""
-        if not self.config.tlb_entries:
-            return 1, addr
-        tr = f.tr
-        m.d.comb += [tr.valid.eq(shown & f.translate), tr.vaddr.eq(addr), tr.row_addr.eq(addr),
-                     tr.need_write.eq(write)]
-        return ~f.translate | tr.ok, Mux(f.translate, tr.paddr, addr)
-
-    # -- helpers -----------------------------------------------------------------------------
-
-    def _gone(self, f: _FetchState):
-        """The current queue was reset or stopped since the work began."""
-        return f.abort | f.bit(self.qclear) | f.bit(self.stop)
-
-    def _fence_fail(self, m: Module, f: _FetchState, code, addr) -> None:
-        m.d.comb += [f.fence_err.eq(~f.abort & ~f.bit(self.qclear)),
-                     f.fence_info.code.eq(code), f.fence_info.addr.eq(addr),
-                     f.fence_info.cmd.eq(f.cmd.index),
-                     f.fence_info.opcode.eq(f.cmd.opcode)]
-        m.next = "IDLE"
 
     # -- loader: prefetch buffer -> stage ------------------------------------------------------
 
@@ -388,7 +365,7 @@ class FetchUnit(wiring.Component):
         cur = self.queue
         k = self._burst_length(m, f)
         with m.State("FETCH_CHECK"):
-            with m.If(self._gone(f) | (f.fhead[cur] == self.tail[cur])):
+            with m.If(f.gone() | (f.fhead[cur] == self.tail[cur])):
                 m.next = "IDLE"
             with m.Elif(self.ring_base[cur][:5] != 0):
                 m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.MISALIGNED)]
@@ -413,7 +390,7 @@ class FetchUnit(wiring.Component):
             # a translated queue's burst waits for its page (a walk keeps the FSM here even if
             # the queue is reset meanwhile: the burst then goes out and its commands are
             # dropped); a page fault is the queue's ring error
-            go, paddr = self._present(m, f, f.ar_addr, 0, 1)
+            go, paddr = f.present(m, f.ar_addr, 0, 1)
             m.d.comb += [
                 bus.arvalid.eq(go), bus.araddr.eq(paddr), bus.arlen.eq(f.ar_len),
                 bus.arsize.eq(beat_bytes.bit_length() - 1), bus.arburst.eq(AXI_BURST_INCR),
@@ -466,79 +443,6 @@ class FetchUnit(wiring.Component):
             with m.If(~bad & opcode.as_value().matches(*(op.value for op in ops))):
                 m.d.comb += kind.eq(e + 1)
         return kind
-
-    def _fence(self, m: Module, f: _FetchState) -> None:
-        """Check the fence address, write the word, wait for the response."""
-        cfg, bus = self.config, self.bus
-        beat_bytes = cfg.axi_data_bytes
-        hdr = f.cmd
-        fence = fence_body(f.cmd)
-        lane = fence.addr[:(beat_bytes.bit_length() - 1)] if beat_bytes > 4 else 0
-        with m.State("FENCE_CHECK"):
-            with m.If(self._gone(f)):
-                m.next = "IDLE"
-            with m.Elif(f.bit(f.fence_skip)):     # Q_RESUME.skip after its page fault
-                with m.If(f.signals):             # its increment, then done (no interrupt)
-                    m.next = "FENCE_SIGNAL"
-                with m.Else():
-                    m.d.comb += self.fence_done.eq(1)
-                    m.next = "IDLE"
-            with m.Elif(fence.addr[:2] != 0):
-                self._fence_fail(m, f, ErrorCode.MISALIGNED, fence.addr)
-            with m.Elif(~f.translate & (fence.addr + 4 > cfg.dram_bytes)):
-                self._fence_fail(m, f, ErrorCode.BAD_DRAM_ADDR, fence.addr)
-            with m.Elif(~f.translate & ((fence.addr < f.win_base)
-                                        | (fence.addr + 4 > f.win_limit))):
-                self._fence_fail(m, f, ErrorCode.WINDOW, fence.addr)
-            with m.Else():
-                m.d.sync += [f.aw_done.eq(0), f.w_done.eq(0),
-                             f.word.eq(Mux(fence.timestamp, self.cycles, fence.value))]
-                m.next = "FENCE_WRITE"
-        with m.State("FENCE_WRITE"):
-            # a translated fence's AW and W wait for its page (no W beat goes out before the
-            # write is known to go); a page fault is the fence's error
-            go, paddr = self._present(m, f, fence.addr, 1, ~f.aw_done)
-            go = go | f.aw_done
-            m.d.comb += [
-                bus.awvalid.eq(~f.aw_done & go), bus.awaddr.eq(paddr), bus.awlen.eq(0),
-                bus.awsize.eq(beat_bytes.bit_length() - 1), bus.awburst.eq(AXI_BURST_INCR),
-                bus.wvalid.eq(~f.w_done & go), bus.wlast.eq(1),
-                bus.wdata.eq(f.word << (lane * 8)),
-                bus.wstrb.eq(0xF << lane),
-            ]
-            if cfg.tlb_entries:
-                m.d.comb += f.tr.handshake.eq(bus.awvalid & bus.awready)
-            aw_now = f.aw_done | (go & bus.awready)
-            w_now = f.w_done | (go & bus.wready)
-            with m.If(aw_now & w_now):
-                m.next = "FENCE_RESPONSE"
-            with m.Else():
-                m.d.sync += [f.aw_done.eq(aw_now), f.w_done.eq(w_now)]
-            if cfg.tlb_entries:
-                with m.If(~go & f.tr.fault):
-                    self._fence_fail(m, f, f.tr.fault_code, fence.addr)
-                    m.d.comb += f.fence_fault.eq(f.fence_err)
-        with m.State("FENCE_RESPONSE"):
-            m.d.comb += bus.bready.eq(1)
-            with m.If(bus.bvalid):
-                with m.If(bus.bresp != AXI_RESP_OKAY):
-                    self._fence_fail(m, f, ErrorCode.AXI_ERROR, fence.addr)
-                with m.Elif(f.abort | f.bit(self.qclear)):
-                    m.next = "IDLE"
-                with m.Elif(f.signals):
-                    m.next = "FENCE_SIGNAL"
-                with m.Else():
-                    m.d.comb += [self.fence_irq.eq(hdr.flags.irq), self.fence_done.eq(1)]
-                    m.next = "IDLE"
-        with m.State("FENCE_SIGNAL"):
-            with m.If(f.abort | f.bit(self.qclear)):
-                m.next = "IDLE"
-            with m.Else():
-                m.d.comb += self.fence_inc.valid.eq(1)
-                with m.If(self.fence_inc.ready):     # (a skipped fence: no interrupt)
-                    m.d.comb += [self.fence_irq.eq(hdr.flags.irq & ~f.bit(f.fence_skip)),
-                                 self.fence_done.eq(1)]
-                    m.next = "IDLE"
 
     # -- per-queue registers -----------------------------------------------------------------
 
@@ -664,3 +568,18 @@ class _FetchState:
     def bit(self, vec):
         """Bit ``queue`` of a per-queue vector."""
         return vec.bit_select(self.unit.queue, 1)
+
+    def gone(self):
+        """The current queue was reset or stopped since the work began."""
+        u = self.unit
+        return self.abort | self.bit(u.qclear) | self.bit(u.stop)
+
+    def present(self, m: Module, addr, write: int, shown) -> tuple:
+        """Present ``addr`` to the translator while ``shown`` (a translated queue); returns
+        ``(go, paddr)``: the access may go out (at once for a physical queue), and where."""
+        if not self.unit.config.tlb_entries:
+            return 1, addr
+        tr = self.tr
+        m.d.comb += [tr.valid.eq(shown & self.translate), tr.vaddr.eq(addr),
+                     tr.row_addr.eq(addr), tr.need_write.eq(write)]
+        return ~self.translate | tr.ok, Mux(self.translate, tr.paddr, addr)
