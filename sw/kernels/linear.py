@@ -78,6 +78,7 @@ import numpy.typing as npt
 
 from hw.config import NPUConfig
 from hw.isa import E8M0_NAN, MX_BLOCK, ActFormat, LocalMem, WeightFormat
+from sw.kernels.linear_layout import a_dram_offset, a_dram_rows, a_tile_rows, ceil_div
 from sw.kernels.linear_ops import (
     command_fields,
     dma_cycles,
@@ -99,7 +100,7 @@ from sw.kernels.linear_plan import (
     linear_dram_bytes,
     plan_linear,
 )
-from sw.kernels.linear_schedule import a_dram_offset, a_dram_rows, a_tile_rows, build_program
+from sw.kernels.linear_schedule import build_program
 from sw.quant import check_accumulation
 from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
@@ -112,9 +113,6 @@ __all__ = ["LinearPlan", "LinearStats", "LinearJob", "Formats", "INT8_FORMATS", 
 
 _SEM = 0           #: the semaphore used as the kernel's sequence counter
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -206,7 +204,7 @@ def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_
     k_pad = kb * wt
     m_x = a_dram_rows(c, plan)
     fmt = {"w_fmt": plan.w_fmt, "a_fmt": plan.a_fmt, "x_base": plan.x_base}
-    n_chunks = _ceil_div(kb, kbc)
+    n_chunks = ceil_div(kb, kbc)
     for i0 in range(0, m, mt_max):
         mt = min(mt_max, m - i0)
         at = a_tile_rows(c, plan, mt)

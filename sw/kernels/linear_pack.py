@@ -12,16 +12,13 @@ import numpy.typing as npt
 
 from hw.config import NPUConfig
 from hw.isa import MX_BLOCK, ActFormat, WeightFormat
+from sw.kernels.linear_layout import a_dram_offset, a_dram_rows, ceil_div
 from sw.kernels.linear_plan import LinearPlan
-from sw.kernels.linear_schedule import a_dram_offset, a_dram_rows
 from sw.quant_formats import pack_int4
 
 __all__ = ["Formats", "INT8_FORMATS", "pack_activations", "pack_weights", "weight_dram_bytes",
            "pack_operands"]
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -141,7 +138,7 @@ def weight_dram_bytes(config: NPUConfig, plan: LinearPlan) -> int:
 def pack_activations(config: NPUConfig, a: np.ndarray) -> np.ndarray:
     """``A`` (M, K) int8 in the kernel's DRAM layout ``(KB, M, spad_row_bytes)``."""
     m, k = a.shape
-    kb = _ceil_div(k, config.rows)
+    kb = ceil_div(k, config.rows)
     a_pad = np.zeros((m, kb * config.rows), dtype=np.int8)
     a_pad[:, :k] = a
     out = np.zeros((kb, m, config.spad_row_bytes), dtype=np.int8)

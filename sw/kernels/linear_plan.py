@@ -13,14 +13,9 @@ from dataclasses import dataclass
 from hw.config import NPUConfig
 from hw.isa import DmaBody, MatmulBody, field_max, weight_tile_rows
 from sw.dram import DramTiming
+from sw.kernels.linear_layout import Infeasible, a_dram_offset, a_dram_rows, a_tile_rows, ceil_div
 from sw.kernels.linear_ops import Timer, matmul_cycles
-from sw.kernels.linear_schedule import (
-    Infeasible,
-    a_dram_offset,
-    a_dram_rows,
-    a_tile_rows,
-    build_program,
-)
+from sw.kernels.linear_schedule import build_program
 
 __all__ = ["LinearPlan", "plan_linear", "double_buffered_plan", "linear_dram_bytes",
            "a_tile_rows", "a_dram_rows", "a_dram_offset"]
@@ -35,9 +30,6 @@ _REPLAY_BUDGET = 100_000
 #: Steps per parameter load the planner tries besides one (:attr:`LinearPlan.p_steps`).
 _P_STEPS = 8
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -134,7 +126,7 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
     c = config
     s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
     a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
-    kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    kb, nb = ceil_div(k, c.rows), ceil_div(n, c.cols)
     fmt = LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=1, k_chunk=1, w_base=0, a_base=0,
                      o_base=0, w_fmt=w_fmt, a_fmt=a_fmt, x_base=x_base, gelu=gelu)
     # Mt limits besides the scratchpad: accumulator rows and the 16-bit DMA row_bytes field
@@ -190,7 +182,7 @@ def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
     DRAM traffic.
     """
     m, k, n = fmt.m, fmt.k, fmt.n
-    kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    kb, nb = ceil_div(k, c.rows), ceil_div(n, c.cols)
     wt = fmt.w_tile(c)
     kbc_lim = _MAX_ROW_BYTES // (wt * c.spad_row_bytes)        # weight chunk row_bytes
 
@@ -198,18 +190,18 @@ def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
         return a_tile_rows(c, fmt, mt)
     cands: set[tuple] = set()
     groups = range(1, min(nb, c.cmd_fifo_depth) + 1)
-    for g, ps in [(x, p) for x in groups for p in sorted({1, min(_P_STEPS, _ceil_div(nb, x))})]:
+    for g, ps in [(x, p) for x in groups for p in sorted({1, min(_P_STEPS, ceil_div(nb, x))})]:
         avail = a_rows - 2 * fmt.p_rows * g * ps   # rows for the tiles of two steps
         mt_cap = min(m_lim, (avail - 1) // g)
         if mt_cap < 1:
             continue
-        n_g = _ceil_div(nb, g)
+        n_g = ceil_div(nb, g)
         w_res = 1 if n_g == 1 else 2
         mts = set()
         # Full-size tiles (largest first), and the largest Mt at which the whole K fits.
-        nt0 = _ceil_div(m, mt_cap)
+        nt0 = ceil_div(m, mt_cap)
         for nt in range(nt0, min(m, nt0 + 3) + 1):
-            mts.add(_ceil_div(m, nt))
+            mts.add(ceil_div(m, nt))
         for o_bufs in (1, 2):
             for a_bufs in (1, 2):
                 fit = (s_rows - w_res * g * kb * wt) // (a_bufs * kb + o_bufs * g)
@@ -218,9 +210,9 @@ def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
                     fit -= 1
                 if fit >= 1:
                     mt = min(fit, mt_cap)
-                    mts.add(_ceil_div(m, _ceil_div(m, mt)))
+                    mts.add(ceil_div(m, ceil_div(m, mt)))
         for mt in mts:
-            n_mt = _ceil_div(m, mt)
+            n_mt = ceil_div(m, mt)
             resident_done = chunk_best = 0
             for o_bufs in (2, 1):       # one output tile only if that fits more
                 out_rows = o_bufs * g * mt
@@ -241,7 +233,7 @@ def _plan_double_buffered(c: NPUConfig, fmt: LinearPlan, s0: int, s_rows: int,
         bound = _matmul_bound(c, fmt, mt, nb, kb)
         if best is not None and (bound > best[0][0] or replayed >= _REPLAY_BUDGET):
             break
-        replayed += _ceil_div(m, mt) * nb * kb      # matmuls of this candidate
+        replayed += ceil_div(m, mt) * nb * kb      # matmuls of this candidate
         plan = _make_plan(c, fmt, s0, a0, a_rows, mt, kbc, g, o_bufs, a_bufs, w_bufs,
                           kbc < kb, ps)
         timer = Timer(c, dram)
@@ -275,7 +267,7 @@ def _make_plan(c: NPUConfig, fmt: LinearPlan, s0: int, a0: int, a_rows: int, mt:
     output tiles) and ``a0`` (two parameter sets of ``p_rows * g * p_steps`` rows, then the
     tiles)."""
     m, k, n = fmt.m, fmt.k, fmt.n
-    kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    kb, nb = ceil_div(k, c.rows), ceil_div(n, c.cols)
     w_rows, a_rows_ = g * kbc * fmt.w_tile(c), kbc * a_tile_rows(c, fmt, mt)
     w_bases = tuple(s0 + i * w_rows for i in range(w_bufs))
     a_start = s0 + w_bufs * w_rows
@@ -312,7 +304,7 @@ def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: i
     c = config
     s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
     a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
-    kb, nb = _ceil_div(k, c.rows), _ceil_div(n, c.cols)
+    kb, nb = ceil_div(k, c.rows), ceil_div(n, c.cols)
     fmt = LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=1, k_chunk=1, w_base=0, a_base=0,
                      o_base=0, w_fmt=w_fmt, a_fmt=a_fmt, x_base=x_base, gelu=gelu)
     wt, at = fmt.w_tile(c), a_tile_rows(c, fmt, m_tile)
@@ -351,8 +343,8 @@ def linear_dram_bytes(config: NPUConfig, plan: LinearPlan) -> dict:
         b = t.bytes
         a, w, p, out = b["a"], b["w"], b["p"], b["out"]
     else:
-        m_tiles = _ceil_div(plan.m, plan.m_tile)
-        n_chunks = _ceil_div(plan.kb, plan.k_chunk)
+        m_tiles = ceil_div(plan.m, plan.m_tile)
+        n_chunks = ceil_div(plan.kb, plan.k_chunk)
         a = plan.kb * a_dram_rows(c, plan) * srb * (1 if n_chunks == 1 else plan.nb)
         w = m_tiles * plan.nb * plan.kb * plan.w_tile(c) * srb
         p = m_tiles * plan.nb * plan.p_rows * c.acc_row_bytes
