@@ -58,7 +58,8 @@ on different streams, each in its own ``spad_region``/``acc_region``, can run co
 (:func:`linear_launch`).
 
 Modules: :mod:`sw.kernels.linear_plan` (tiling), :mod:`sw.kernels.linear_schedule` (the
-double-buffered schedule as a typed list of operations), :mod:`sw.kernels.linear_ops` (the
+double-buffered schedule as a typed list of operations, over the tiles and buffers of
+:mod:`sw.kernels.linear_layout`), :mod:`sw.kernels.linear_ops` (the
 operations and the planner's timing model); this module packs the operands, encodes the
 command streams and launches them. Every public name is importable from here.
 
