@@ -455,33 +455,36 @@ def _memory_label(mem: dict) -> str:
 def format_bench(res: dict) -> str:
     """The printed tables of :func:`run_bench`'s result."""
     dram = res.get("dram", {}).get("name", "ideal")
+    rows = [(name, r, r["size"] or "x".join(map(str, r["shape"])))
+            for name, g in res["gemm"].items() for r in g["rows"]]
+    # columns as wide as their longest entry (configuration names, GEMV shapes), one space apart
+    cw = max([8] + [len(name) + 1 for name, _, _ in rows])
+    sw = max([5] + [len(str(label)) for _, _, label in rows])
     lines = [f"npu bench ({res['backend']} backend, DRAM {dram})", "",
              "GEMM M=K=N=size, int8, double-buffered linear kernel; bound = roofline of A+W+out "
              "bytes under the run's DRAM timing and the kernel's bursts (traf: of the bytes "
              "the tiling moves; mach: longest bursts; mem: the memory roof in B/cycle and "
              "what limits it)",
-             f"{'config':<8}{'size':>5}{'cycles':>10}{'util':>8}{'bound':>8}{'traf':>7}"
+             f"{'config':<{cw}}{'size':>{sw}}{'cycles':>10}{'util':>8}{'bound':>8}{'traf':>7}"
              f"{'mach':>7}"
              f"{'u/bnd':>7}{'OI':>7}{'mem':>13}{'mat.busy':>9}{'dma.busy':>9}{'overlap':>8}"
              f"{'B/cyc':>7}{'kcyc/s':>8}  exact  note"]
-    for name, g in res["gemm"].items():
-        for r in g["rows"]:
-            f = r["fractions"] or {}
-            ratio = "-" if r["util_over_bound"] is None else f"{r['util_over_bound']:.2f}"
-            bpc = "-" if r["kernel_bus_bytes_per_cycle"] is None \
-                else f"{r['kernel_bus_bytes_per_cycle']:.2f}"
-            sp = "-" if not r["sim_cycles_per_second"] \
-                else f"{r['sim_cycles_per_second'] / 1e3:.1f}"
-            label = r["size"] or "x".join(map(str, r["shape"]))
-            lines.append(
-                f"{name:<8}{label:>5}{r['cycles']:>10}{_pct(r['utilization']):>8}"
-                f"{_pct(r['roofline']['bound']):>8}{_pct(r.get('traffic_bound')):>7}"
-                f"{_pct(r.get('machine_bound')):>7}"
-                f"{ratio:>7}{r['roofline']['operational_intensity']:>7.1f}"
-                f"{_memory_label(r['roofline']['memory']):>13}"
-                f"{_pct(f.get('matrix_busy')):>9}{_pct(f.get('dma_busy')):>9}"
-                f"{_pct(f.get('overlap')):>8}{bpc:>7}{sp:>8}  "
-                f"{'yes' if r['bit_exact'] else 'NO':<5}  {r['why']}")
+    for name, r, label in rows:
+        f = r["fractions"] or {}
+        ratio = "-" if r["util_over_bound"] is None else f"{r['util_over_bound']:.2f}"
+        bpc = "-" if r["kernel_bus_bytes_per_cycle"] is None \
+            else f"{r['kernel_bus_bytes_per_cycle']:.2f}"
+        sp = "-" if not r["sim_cycles_per_second"] \
+            else f"{r['sim_cycles_per_second'] / 1e3:.1f}"
+        lines.append(
+            f"{name:<{cw}}{label:>{sw}}{r['cycles']:>10}{_pct(r['utilization']):>8}"
+            f"{_pct(r['roofline']['bound']):>8}{_pct(r.get('traffic_bound')):>7}"
+            f"{_pct(r.get('machine_bound')):>7}"
+            f"{ratio:>7}{r['roofline']['operational_intensity']:>7.1f}"
+            f"{_memory_label(r['roofline']['memory']):>13}"
+            f"{_pct(f.get('matrix_busy')):>9}{_pct(f.get('dma_busy')):>9}"
+            f"{_pct(f.get('overlap')):>8}{bpc:>7}{sp:>8}  "
+            f"{'yes' if r['bit_exact'] else 'NO':<5}  {r['why']}")
     lines.append("(mat.busy/dma.busy/overlap: fraction of the kernel's cycles; B/cyc: DRAM bytes "
                  "the kernel actually moves per cycle; kcyc/s: simulated kcycles per wall s)")
     att = res.get("attention")

@@ -73,6 +73,19 @@ def test_bench_on_model_writes_json_and_table(tmp_path):
     assert "4x4" in table and "bound" in table
 
 
+def test_bench_table_columns_fit_long_names_and_shapes():
+    """A long configuration name and a GEMV shape keep their columns apart (they ran together:
+    ``8x8_cmd_fifo_depth41x384x1536``)."""
+    res = run_bench([NPUConfig(rows=4, cols=4, cmd_fifo_depth=4)], [8], shapes=[(1, 24, 16)],
+                    attention_len=0, backend="model")
+    lines = format_bench(res).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("config"))
+    rows = [line.split() for line in lines[header + 1:header + 3]]
+    assert [r[:2] for r in rows] == [["4x4_cmd_fifo_depth4", "8"],
+                                     ["4x4_cmd_fifo_depth4", "1x24x16"]]
+    assert lines[header].split()[:3] == ["config", "size", "cycles"]
+
+
 def test_cli_bench_model(tmp_path, capsys):
     path = tmp_path / "b.json"
     assert main(["bench", "--backend", "model", "--configs", "4x4", "--sizes", "8",
