@@ -43,7 +43,8 @@ class ComputeTile(wiring.Component):
     cycle of latency, not transparent), each with exactly **one write port** so that FPGA
     synthesis maps it to block RAM (Yosys ``memory_libmap`` gives every read port its own copy
     of the memory, each copy a simple dual-port RAM: one write, one read; the memories carry
-    :data:`RAM_ATTRS`):
+    :data:`~hw.local_mem.RAM_ATTRS`: on the FPGA a read of a row in the cycle another port
+    writes it returns undefined data, which only a program with a data race uses):
 
     * scratchpad: ``spad_rows`` rows of ``spad_row_bytes`` int8; element ``j`` of a row is bits
       ``[8j+7:8j]``. Write port shared by, in priority order, the vector engine (REQUANT

@@ -180,6 +180,12 @@ def test_synth_ecp5_smallest_tile(bundle):
     assert array.dsp == SMALLEST.rows * SMALLEST.cols    # one MULT18X18D per PE
     assert result.cells.get("MULT18X18D", 0) >= array.dsp
     assert result.blocks["npu.tile.spad"].bram >= 1 and result.blocks["npu.tile.acc"].bram >= 1
+    # no read-during-write emulation for the non-transparent ports (hw.local_mem.RAM_ATTRS,
+    # no_rw_check): the accumulator's only flip-flops are the matrix engine's transparency
+    # bypass (a row and a match bit; with the emulation 329 FF on this configuration, not 65),
+    # the scratchpad has none of its own
+    assert result.blocks["npu.tile.acc"].ff <= SMALLEST.acc_row_bytes * 8 + 1
+    assert result.blocks["npu.tile.spad"].ff == 0
     assert result.blocks["npu.tile"] == result.total
 
 
