@@ -84,7 +84,21 @@ _MASK32 = 0xFFFFFFFF
 
 class DramTimingError(ValueError):
     """A DRAM timing value or specification string is invalid; the message names the key
-    and its allowed range (or the known presets)."""
+    and its allowed range (or the known presets).
+
+    ``field`` and ``why``: for a field value out of range, the :class:`DramTiming` field and
+    what it must be (so that :meth:`DramTiming.parse` can name the key the text used, e.g.
+    ``latency`` for ``read_latency``); None otherwise.
+    """
+
+    def __init__(self, message: str, field: str | None = None, why: str | None = None):
+        super().__init__(message)
+        self.field, self.why = field, why
+
+
+def _bad_field(key: str, value, why: str) -> DramTimingError:
+    """A field value out of range: ``key=value: why``."""
+    return DramTimingError(f"{key}={value!r}: {why}", key, why)
 
 
 @dataclass(frozen=True)
@@ -133,10 +147,10 @@ class DramTiming:
         if self.bytes_per_cycle is not None:
             bw = _number("bytes_per_cycle", self.bytes_per_cycle)
             if not 1 / BW_MAX_DENOMINATOR <= bw <= MAX_BYTES_PER_CYCLE:
-                raise DramTimingError(
-                    f"bytes_per_cycle={self.bytes_per_cycle!r}: must be in "
-                    f"[{1 / BW_MAX_DENOMINATOR}, {MAX_BYTES_PER_CYCLE:g}] bytes per cycle "
-                    "(or None for no limit)")
+                raise _bad_field("bytes_per_cycle", self.bytes_per_cycle,
+                                 f"must be in [{1 / BW_MAX_DENOMINATOR}, "
+                                 f"{MAX_BYTES_PER_CYCLE:g}] bytes per cycle (or None for no "
+                                 "limit)")
             object.__setattr__(self, "bytes_per_cycle", float(_bw_fraction(bw)))
         one = 1 << STALL_FRACTION_BITS
         for ch in CHANNELS:
@@ -144,8 +158,8 @@ class DramTiming:
             p = _number(key, getattr(self, key))
             q = round(p * one) / one
             if p < 0 or q >= 1:
-                raise DramTimingError(f"{key}={p!r}: a probability in [0, 1) is needed "
-                                      f"(at most {(one - 1) / one} after rounding to 1/{one})")
+                raise _bad_field(key, p, f"a probability in [0, 1) is needed (at most "
+                                 f"{(one - 1) / one} after rounding to 1/{one})")
             object.__setattr__(self, key, q)
         if not self.name:
             object.__setattr__(self, "name", self.spec())
@@ -197,10 +211,16 @@ class DramTiming:
                                       f"{', '.join(PRESETS)}; or key=value pairs (keys: "
                                       f"{', '.join(_KEYS)})")
             base = PRESETS[name]
-        changes = _parse_pairs(items)
+        changes, written = _parse_pairs(items)
         if not changes:
             return base
-        return dataclasses.replace(base, name=label, **changes)
+        try:
+            return dataclasses.replace(base, name=label, **changes)
+        except DramTimingError as e:
+            if e.field not in written:
+                raise
+            key, raw = written[e.field]     # say it as the text did (latency, not read_latency)
+            raise DramTimingError(f"{key}={raw}: {e.why}", e.field, e.why) from None
 
     # -- derived --------------------------------------------------------------------------------
 
@@ -313,7 +333,7 @@ class DramTiming:
 
 def _check_int(key: str, value, lo: int, hi: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise DramTimingError(f"{key}={value!r}: must be an integer in {lo}..{hi}")
+        raise _bad_field(key, value, f"must be an integer in {lo}..{hi}")
 
 
 def _bw_fraction(bw: float) -> Fraction:
@@ -322,7 +342,7 @@ def _bw_fraction(bw: float) -> Fraction:
 
 def _number(key: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise DramTimingError(f"{key}={value!r}: must be a finite number")
+        raise _bad_field(key, value, "must be a finite number")
     return float(value)
 
 
@@ -333,9 +353,11 @@ _KEYS = {"latency": "read_latency", "read_latency": "read_latency",
 _INT_FIELDS = ("read_latency", "write_latency", "seed")
 
 
-def _parse_pairs(items: list[str]) -> dict:
-    """``["latency=100", "stall=0.3"]`` -> DramTiming field values (``stall`` expanded)."""
+def _parse_pairs(items: list[str]) -> tuple[dict, dict]:
+    """``["latency=100", "stall=0.3"]`` -> DramTiming field values (``stall`` expanded), and
+    for each field the key and the value text it was written as."""
     seen: dict[str, object] = {}
+    written: dict[str, tuple[str, str]] = {}
     for item in items:
         key, eq, raw = (s.strip() for s in item.partition("="))
         if not eq:
@@ -347,14 +369,17 @@ def _parse_pairs(items: list[str]) -> dict:
         if fld in seen:
             raise DramTimingError(f"DRAM timing key {key!r} given twice")
         seen[fld] = _value(key, fld, raw)
+        written[fld] = (key, raw)
     out = {k: v for k, v in seen.items() if k != "stall"}
     if "stall" in seen:
         if not 0 <= seen["stall"] < 1:
             raise DramTimingError(f"stall={seen['stall']!r}: a probability in [0, 1) is needed "
                                   "(it sets every channel's)")
         for ch in CHANNELS:
-            out.setdefault(f"{ch}_stall", seen["stall"])
-    return out
+            if f"{ch}_stall" not in out:
+                out[f"{ch}_stall"] = seen["stall"]
+                written[f"{ch}_stall"] = written["stall"]
+    return out, written
 
 
 def _value(key: str, fld: str, raw: str):

@@ -11,7 +11,8 @@ from cosim.cli import main
 
 @pytest.mark.parametrize("argv, message", [
     (["run", "--dram", "dddr"], "unknown DRAM preset 'dddr'"),
-    (["run", "--dram", "latency=2"], "read_latency=2: must be an integer in 3..65535"),
+    (["run", "--dram", "latency=2"], "argument --dram: latency=2: must be an integer in 3..65535"),
+    (["fuzz", "--dram", "latency=-1"], "argument --dram: latency=-1: must be an integer in "),
     (["bench", "--dram", "stall=1.5"], "[0, 1)"),
     (["run", "--backend", "model", "--dram", "jitter"], "--dram needs --backend rtl"),
     (["bench", "--backend", "model", "--dram", "lat100"], "--dram needs --backend rtl"),

@@ -387,7 +387,7 @@ def test_forward_pass_workload_is_the_encoder_job():
     (["--workload", "gemm:8x8x8", "--outstanding", "two"], "not an integer"),
     (["--workload", "gemm:8x8x8", "--workers", "0", "--address", "auto"], "--address needs Ray"),
     (["--workload", "gemm:8x8x8", "--backend", "rtl", "--rtl", "2"], "--rtl does not apply"),
-    (["--workload", "gemm:8x8x8", "--dram", "latency=2"], "read_latency"),
+    (["--workload", "gemm:8x8x8", "--dram", "latency=2"], "latency=2: must be"),
     (["--workload", "gemm:8x8x8", "--no-route"], "--no-route applies to --pnr"),
     (["--workload", "gemm:8x8x8", "--rtl", "-1"], "--rtl must be >= 0"),
     (["--workload", "gemm:8x8x8", "--find", "bw=5..1:slowdown<=5%"], "0 < LO < HI"),

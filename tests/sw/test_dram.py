@@ -97,17 +97,21 @@ def test_stall_threshold_is_the_probability_rounded_to_nearest(p, fixed):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("latency=2", ["read_latency", "3..65535"]),
-    ("latency=70000", ["read_latency", "3..65535"]),
-    ("wlatency=0", ["write_latency", "1..65535"]),
+    # a value out of range is named as the text wrote it (latency, not read_latency)
+    ("latency=2", ["latency=2: ", "3..65535"]),
+    ("latency=-1", ["latency=-1: ", "3..65535"]),
+    ("jitter,latency=70000", ["latency=70000: ", "3..65535"]),
+    ("read_latency=2", ["read_latency=2: ", "3..65535"]),
+    ("wlatency=0", ["wlatency=0: ", "1..65535"]),
     ("latency=1.5", ["latency", "integer"]),
-    ("bw=0", ["bytes_per_cycle", "1024"]),
-    ("bw=2000", ["bytes_per_cycle", "1024"]),
+    ("bw=0", ["bw=0: ", "1024"]),
+    ("bw=2000", ["bw=2000: ", "1024"]),
+    ("bw=inf", ["bw=inf: ", "finite"]),
     ("bw=fast", ["bw", "number"]),
     ("stall=1", ["stall=1", "[0, 1)", "every channel"]),
-    ("stall=0.99999999999", ["ar_stall", "[0, 1)"]),      # 1 on the 32-bit stall grid
-    ("b_stall=-0.1", ["b_stall", "[0, 1)"]),
-    ("seed=-1", ["seed", "4294967295"]),
+    ("stall=0.99999999999", ["stall=0.99999999999: ", "[0, 1)"]),  # 1 on the stall grid
+    ("b_stall=-0.1", ["b_stall=-0.1: ", "[0, 1)"]),
+    ("seed=-1", ["seed=-1: ", "4294967295"]),
     ("speed=3", ["unknown", "speed", "latency"]),
     ("latency=3,latency=4", ["latency", "twice"]),
     ("dddr", ["unknown DRAM preset", "ideal", "jitter"]),
@@ -119,6 +123,9 @@ def test_bad_input_names_the_key_and_the_range(text, words):
     assert isinstance(e.value, ValueError)
     for w in words:
         assert w in str(e.value), (w, str(e.value))
+    if e.value.field is not None:       # a value out of range: the key the text used
+        assert str(e.value).startswith(tuple(f"{item.partition('=')[0]}="
+                                             for item in text.split(","))), str(e.value)
 
 
 def test_bad_field_types():
