@@ -151,9 +151,12 @@ class NPUConfig:
               "must be 32, 64, 128 or 256")
         check("axi_addr_bits", 16 <= self.axi_addr_bits <= 32, "must be in 16..32")
         check("axi_id_bits", 1 <= self.axi_id_bits <= 8, "must be in 1..8")
-        check("dram_bytes", _is_pow2(self.dram_bytes) and 4096 <= self.dram_bytes <= (1 << 31)
-              and self.dram_bytes <= (1 << self.axi_addr_bits),
-              "must be a power of two in 4096..2**31 that fits the AXI address")
+        check("dram_bytes", _is_pow2(self.dram_bytes) and 4096 <= self.dram_bytes <= (1 << 31),
+              "must be a power of two in 4096..2**31")
+        check("axi_addr_bits", self.dram_bytes <= (1 << self.axi_addr_bits),
+              f"addresses {_bytes(1 << self.axi_addr_bits)}, less than dram_bytes="
+              f"{self.dram_bytes} ({_bytes(self.dram_bytes)}): give axi_addr_bits >= "
+              f"{self.dram_bytes.bit_length() - 1} or a smaller dram_bytes")
         check("n_queues", 1 <= self.n_queues <= MAX_QUEUES,
               f"must be in 1..{MAX_QUEUES} (the CSR map has room for {MAX_QUEUES} queues' "
               "registers below the counter block)")
@@ -282,6 +285,14 @@ class NPUConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _bytes(n: int) -> str:
+    """A power-of-two size as ``64 KiB``, ``16 MiB``, ``2 GiB``."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
 
 
 def _is_pow2(n: int) -> bool:

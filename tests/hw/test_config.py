@@ -114,6 +114,12 @@ def test_parse_reads_integer_literals_and_either_x():
     ("8x8,spad_rows=16,spad_rows=32", "spad_rows is given twice"),
     ("40x40", "NPUConfig.rows=40: must be an integer in 2..32"),
     ("8x8,spad_rows=1000", "NPUConfig.spad_rows=1000: must be a power of two"),
+    # the address width is what is too small, not the (default) DRAM size
+    ("8x8,axi_addr_bits=16", "NPUConfig.axi_addr_bits=16: addresses 64 KiB, less than "
+     "dram_bytes=16777216 (16 MiB): give axi_addr_bits >= 24 or a smaller dram_bytes"),
+    ("8x8,axi_addr_bits=20,dram_bytes=0x200000", "axi_addr_bits=20: addresses 1 MiB, less "
+     "than dram_bytes=2097152 (2 MiB)"),
+    ("8x8,dram_bytes=0x3000", "NPUConfig.dram_bytes=12288: must be a power of two"),
 ])
 def test_parse_rejects_with_a_message_that_quotes_the_text(text, message):
     with pytest.raises(ConfigParseError, match="^bad configuration ") as exc:
