@@ -33,10 +33,11 @@ VM_SHARE = 0.6
 
 
 def _format(total: dict, timed_exact: bool = False) -> str:
-    lines = [f"npu fuzz: {total['streams']} streams on {total['config']} under DRAM "
+    from cosim.fuzz.compare import plural
+    lines = [f"npu fuzz: {plural(total['streams'], 'stream')} on {total['config']} under DRAM "
              f"{total['dram']['name'] or total['dram']['spec']} ({total['backend']}"
              f"{', perf model too' if total['with_perf'] else ''}): "
-             f"{total['mismatching']} mismatching, {total['hangs']} hangs, "
+             f"{total['mismatching']} mismatching, {plural(total['hangs'], 'hang')}, "
              f"{total['wall_seconds']} s",
              "  commands: " + ", ".join(f"{k} {v}" for k, v in total["commands"].items()),
              "  errors:   " + (", ".join(f"{k} {v}" for k, v in total["errors"].items())
@@ -53,7 +54,7 @@ def _format(total: dict, timed_exact: bool = False) -> str:
         lines.append(f"  performance model not run: {total['perf_skipped']}")
     if total["timed"]:
         lines.append(f"  RTL vs performance model, timing only (--timed-exact): "
-                     f"{total['timed_differences']} streams differ")
+                     f"{plural(total['timed_differences'], 'stream')} differing")
         for t in total["timed"][:5]:
             lines.append(f"    seed {t['seed']}: {'; '.join(t['differences'][:2])}")
     elif timed_exact and total["with_perf"]:

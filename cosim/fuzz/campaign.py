@@ -12,6 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from cosim.fuzz.compare import plural
 from cosim.fuzz.jobs import make_checker, run_seeds, summarize
 from cosim.fuzz.scenario import Scenario
 from hw.config import NPUConfig
@@ -89,7 +90,7 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
             raise
         if progress:
             bad = sum(1 for r in res["results"] if not r["ok"])
-            progress(f"batch {k + 1}/{len(batches)}: {len(res['results'])} streams, "
+            progress(f"batch {k + 1}/{len(batches)}: {plural(len(res['results']), 'stream')}, "
                      f"{bad} failing, {time.perf_counter() - t0:.0f} s")
         return res
 

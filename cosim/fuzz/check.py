@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cosim.fuzz.compare import compare, compare_timed
+from cosim.fuzz.compare import compare, compare_timed, plural
 from cosim.fuzz.execute import HangError, run_scenario, whole_state
 from cosim.fuzz.scenario import Scenario
 from hw.isa import ErrorCode, Opcode
@@ -127,8 +127,9 @@ class Checker:
                 continue
             diff = np.flatnonzero(np.frombuffer(state, np.uint8) != ref)
             if diff.size:
-                out.append(f"whole DRAM/local memory after the batch: {diff.size} bytes "
-                           f"differ on {name}, the first at {int(diff[0]):#x}")
+                out.append(f"whole DRAM/local memory after the batch: "
+                           f"{plural(diff.size, 'byte')} differing on {name}, the first at "
+                           f"{int(diff[0]):#x}")
         return out
 
 

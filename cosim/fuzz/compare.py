@@ -28,10 +28,17 @@ from cosim.fuzz.layout import ARENA_BASE
 from cosim.fuzz.scenario import Scenario
 from hw.isa import COMMAND_BYTES, ENGINE_NAMES, OPCODE_ENGINE, error_stage
 
-__all__ = ["compare", "compare_timed", "expected_traces", "failure_kind", "read_ahead_bytes"]
+__all__ = ["compare", "compare_timed", "expected_traces", "failure_kind", "read_ahead_bytes",
+           "plural"]
 
 _MAX_RANGES = 4
 _ENGINE_OF = {op.value: engine for op, engine in OPCODE_ENGINE.items()}
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``n`` and ``noun``, plural (``nouns``, default ``noun + "s"``) unless ``n`` is 1:
+    ``1 stream``, ``3 streams``, ``0 hangs`` (for the fuzzer's messages)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {nouns or noun + 's'}"
 
 
 def failure_kind(error: list) -> str:
@@ -71,7 +78,8 @@ def _dram(scenario: Scenario, a: Outcome, b: Outcome, timed: bool) -> list[str]:
             if c.timestamp_addr is not None:
                 diff[c.timestamp_addr - ARENA_BASE:c.timestamp_addr - ARENA_BASE + 4] = False
     if diff.any():
-        return [f"dram/local memory: {int(diff.sum())} bytes differ at {', '.join(_ranges(diff))}"]
+        return [f"dram/local memory: {plural(int(diff.sum()), 'byte')} differing at "
+                f"{', '.join(_ranges(diff))}"]
     return []
 
 
@@ -101,7 +109,8 @@ def _traces(scenario: Scenario, o: Outcome, name: str, depth: int) -> list[str]:
                                         o.traces, strict=True)):
         total = sum(len(v) for v in want.values())
         if len(got) != min(total, depth) or o.trace_overflow[e] != (total > depth):
-            out.append(f"{name}: trace of {ENGINE_NAMES[e]}: {len(got)} entries, overflow "
+            entries = plural(len(got), "entry", "entries")
+            out.append(f"{name}: trace of {ENGINE_NAMES[e]}: {entries}, overflow "
                        f"{o.trace_overflow[e]}; expected {total} retired (depth {depth})")
             continue
         for q in {*want, *(t[0] for t in got)}:

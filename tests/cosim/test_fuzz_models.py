@@ -83,7 +83,7 @@ def test_compare_catches_planted_differences():
     s, a, b = _outcomes(3)
     assert compare(s, a, b, "model") == []
     b.dram = bytes([b.dram[0] ^ 1]) + b.dram[1:]
-    assert any("dram" in m for m in compare(s, a, b, "model"))
+    assert any("dram/local memory: 1 byte differing at" in m for m in compare(s, a, b, "model"))
     _, _, b = _outcomes(3)
     b.sems[0] += 1
     assert any(m.startswith("sems") for m in compare(s, a, b, "model"))
@@ -263,11 +263,17 @@ def test_timing_differences_fail_a_timed_exact_campaign(monkeypatch, capsys):
     def timed(*args, **kwargs):
         total = real(*args, **{**kwargs, "backend": "model", "timed_exact": False})
         total["timed"] = [{"seed": 0, "differences": ["trace: load #3 end 41 != 40"]}]
+        total["timed_differences"] = 1
         return total
     monkeypatch.setattr(campaign, "run_campaign", timed)
     args = ["fuzz", "--streams", "1", "--config", "4x4", "--no-shrink"]
     assert main([*args, "--timed-exact"]) == 1
-    assert "load #3 end 41 != 40" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "load #3 end 41 != 40" in out
+    # one stream, one hang or one difference is singular
+    assert "npu fuzz: 1 stream on 4x4" in out and "0 hangs" in out
+    assert "timing only (--timed-exact): 1 stream differing" in out
+    assert "batch 1/1: 1 stream, 0 failing" in err
 
 
 def test_an_exact_timed_campaign_says_so(monkeypatch, capsys):
