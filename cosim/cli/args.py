@@ -59,9 +59,10 @@ def seq_len(text: str) -> int:
     return value
 
 
-def int_at_least(lo: int):
-    """An argparse ``type``: an integer ``>= lo`` (one home for every count, size and seed
-    argument of the CLI)."""
+def int_at_least(lo: int, hi: int | None = None, why: str = ""):
+    """An argparse ``type``: an integer ``>= lo``, and ``<= hi`` if given (``why``: the
+    reason for ``hi``, said when a value is above it) (one home for every count, size and
+    seed argument of the CLI)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -69,6 +70,9 @@ def int_at_least(lo: int):
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < lo:
             raise argparse.ArgumentTypeError(f"must be >= {lo}, got {value}")
+        if hi is not None and value > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi}, got {value}"
+                                             + (f" ({why})" if why else ""))
         return value
     return parse
 

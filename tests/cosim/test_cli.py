@@ -84,6 +84,8 @@ def test_run_names_no_python_error_class(capsys):
     (["fuzz", "--backend", "model", "--timed-exact"], "not with --backend model"),
     (["fuzz", "--vm", "--config", "8x8,tlb_entries=0"], "has no TLB"),
     (["fuzz", "--seed", "-1"], "must be >= 0, got -1"),
+    (["fuzz", "--max-commands", "2001"], "argument --max-commands: must be <= 2000, got 2001 "
+     "(a stream's time grows faster than linearly in its commands)"),
     (["fuzz", "--json", "/"], "is a folder"),
     (["sweep", "--workload", "gemm:8x8x8", "--synth-timeout", "-1"],
      "argument --synth-timeout: must be > 0, got -1"),
@@ -153,11 +155,13 @@ def test_argument_types_take_both_ends_of_their_ranges():
     of its range, and rejects one past each end."""
     ok = [(seq_len, "1", 1), (seq_len, "512", 512), (attention_len, "0", 0),
           (attention_len, "1", 1), (attention_len, "512", 512), (int_at_least(1), "1", 1),
-          (int_at_least(0), "0", 0), (gemm_shape, "1,1,1", [1, 1, 1])]
+          (int_at_least(0), "0", 0), (int_at_least(1, 9), "9", 9),
+          (gemm_shape, "1,1,1", [1, 1, 1])]
     for parse, text, value in ok:
         assert parse(text) == value, (parse, text)
     bad = [(seq_len, "0"), (seq_len, "513"), (attention_len, "513"), (attention_len, "-1"),
-           (int_at_least(1), "0"), (int_at_least(0), "-1"), (gemm_shape, "0,1,1")]
+           (int_at_least(1), "0"), (int_at_least(0), "-1"), (int_at_least(1, 9), "10"),
+           (gemm_shape, "0,1,1")]
     for parse, text in bad:
         with pytest.raises(argparse.ArgumentTypeError):
             parse(text)
