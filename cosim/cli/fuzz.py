@@ -138,7 +138,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from cosim.cli.args import check_json_arg
+    from cosim.fuzz.execute import check_dram
     check_json_arg(parser, args)     # before the campaign, not after it
+    try:
+        check_dram(args.dram, args.config, args.max_commands)
+    except ValueError as e:
+        parser.error(f"argument --dram: {e}")
     if args.timed_exact and args.backend == "model":
         parser.error("--timed-exact compares the RTL with the performance model: not with "
                      "--backend model")

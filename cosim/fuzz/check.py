@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cosim.fuzz.compare import compare, compare_timed, plural
-from cosim.fuzz.execute import HangError, run_scenario, whole_state
+from cosim.fuzz.execute import MAX_CYCLES, HangError, run_scenario, whole_state
 from cosim.fuzz.scenario import Scenario
 from hw.isa import ErrorCode, Opcode
 
@@ -62,7 +62,7 @@ class Checker:
     """
 
     def __init__(self, device, model, perf, *, timed_exact: bool = False,
-                 max_cycles: int = 4_000_000) -> None:
+                 max_cycles: int = MAX_CYCLES) -> None:
         self.device, self.model, self.perf = device, model, perf
         self.timed_exact = timed_exact
         self.max_cycles = max_cycles

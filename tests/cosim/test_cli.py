@@ -84,6 +84,14 @@ def test_run_names_no_python_error_class(capsys):
     (["fuzz", "--backend", "model", "--timed-exact"], "not with --backend model"),
     (["fuzz", "--vm", "--config", "8x8,tlb_entries=0"], "has no TLB"),
     (["fuzz", "--seed", "-1"], "must be >= 0, got -1"),
+    # DRAM timings under which streams would outlast the hang budget (--backend model, one
+    # stream: without the check the run would be short and report false hangs)
+    (["fuzz", "--backend", "model", "--streams", "1", "--dram", "stall=0.99999"],
+     "DRAM timing stall=0.99999: too slow to fuzz: a stream may take up to 99,999x"),
+    (["fuzz", "--backend", "model", "--streams", "1", "--dram", "bw=0.001"],
+     "allows 100x at 48 commands per queue"),
+    (["fuzz", "--backend", "model", "--streams", "1", "--dram", "ddr,bw=1",
+      "--max-commands", "2000"], "allows 2.4x at 2000 commands per queue"),
     (["fuzz", "--max-commands", "2001"], "argument --max-commands: must be <= 2000, got 2001 "
      "(a stream's time grows faster than linearly in its commands)"),
     (["fuzz", "--json", "/"], "is a folder"),

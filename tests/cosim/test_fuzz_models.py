@@ -212,6 +212,24 @@ def test_model_meets_the_generator_predictions(config):
     assert not bad, bad
 
 
+def test_the_slowest_dram_fuzzing_takes_runs_without_hangs():
+    """``check_dram``'s bound is where the hang budget holds: at the largest slowdown it takes
+    (100, bw=0.08 on a 64-bit bus) the performance model (the RTL's timing) runs streams and
+    the end-of-batch dump without a hang; at 8x that (bw=0.01), refused, streams hang."""
+    from cosim.fuzz.execute import check_dram, dram_slowdown
+    from cosim.fuzz.jobs import make_checker, run_seeds
+    from sw.dram import DramTiming
+    edge, slow = DramTiming.parse("bw=0.08"), DramTiming.parse("bw=0.01")
+    assert dram_slowdown(edge, CFG.axi_data_bytes) == 100
+    check_dram(edge, CFG, 48)
+    with pytest.raises(ValueError, match="too slow to fuzz"):
+        check_dram(slow, CFG, 48)
+    res = run_seeds(make_checker(None, CFG, edge)[0], CFG, list(range(6)), shrink_failures=False)
+    assert all(r["hang"] is None for r in res["results"]) and not res["batch_mismatches"]
+    res = run_seeds(make_checker(None, CFG, slow)[0], CFG, [0], shrink_failures=False)
+    assert "no progress" in res["results"][0]["hang"]
+
+
 def test_a_hung_end_of_batch_dump_is_reported_not_raised(monkeypatch):
     """A device that a stream left wedged hangs the end-of-batch dump: the batch reports it
     among its mismatches and keeps its per-stream results (it used to raise and lose them)."""
