@@ -485,7 +485,19 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          "non-square array")
         args.seq_len = args.seq_len or 32
         args.fill = args.fill or "repeat"
+    _check_job(parser, args)
     check_json_arg(parser, args)
+
+
+def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The job's own check of the configuration (the one it makes when it starts), here
+    before the Verilator build and the calibration."""
+    from sw.jobs import encoder
+    try:
+        if not (args.qkv_only or args.block):
+            encoder.check_config(args.config)
+    except ValueError as e:
+        parser.error(str(e))
 
 
 def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict | None:

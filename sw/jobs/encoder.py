@@ -62,14 +62,28 @@ from sw.models.encoder import (
 )
 from sw.models.minilm import DEFAULT_EVAL_TEXT, load_minilm
 from sw.quant import cosine, quantize, sqnr_db
-from sw.runtime import Buffer, CommandList, Device, Stream
+from sw.runtime import Buffer, CommandList, Device, Stream, check_resources
 
 __all__ = ["OPS", "encoder_quant", "run_encoder_job", "format_encoder_report",
-           "encoder_embeddings"]
+           "encoder_embeddings", "check_config", "QUEUES"]
 
 #: Operations of one layer, in order (the embedding LayerNorm ``ln0`` comes first).
 OPS = ("qkv", "attention", "out_proj", "ln1", "ffn1_gelu", "ffn2", "ln2")
 HIDDEN = 384
+#: Hardware queues a forward pass uses: the device's default stream and the encoder's own.
+QUEUES = 2
+
+
+def check_config(config: NPUConfig) -> None:
+    """Refuse, before any work, a configuration the forward pass cannot run on (too few
+    hardware queues).
+
+    Raises
+    ------
+    ValueError
+        Saying what the encoder needs and what ``config`` gives.
+    """
+    check_resources(config, "the encoder", queues=QUEUES)
 
 
 @functools.lru_cache(maxsize=2)
@@ -276,6 +290,7 @@ def encoder_embeddings(backend: Backend, texts: list[str], *, config: dict,
         float64 arithmetic), ``bit_exact`` (NPU == golden), ``tokens``, ``kv_len``.
     """
     cfg = NPUConfig(**config)
+    check_config(cfg)
     model = load_minilm()
     eq = _prefix(encoder_quant(), n_layers)
     dev = Device(backend, expected_config=cfg)
@@ -362,9 +377,11 @@ def run_encoder_job(backend: Backend, *, config: dict, text: str | None = None,
     Raises
     ------
     ValueError
-        ``seq_len`` not a multiple of ``cols``, a non-square array, ``n_layers`` out of range.
+        ``seq_len`` not a multiple of ``cols``, a non-square array, ``n_layers`` out of range,
+        or see :func:`check_config`.
     """
     cfg = NPUConfig(**config)
+    check_config(cfg)
     text = text or DEFAULT_EVAL_TEXT
     model = load_minilm()
     t0 = time.perf_counter()

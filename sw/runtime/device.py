@@ -53,10 +53,25 @@ from sw.runtime.streams import Stream
 from sw.runtime.sync import SEM_MODULUS, BlockedCommand, Event, Semaphore
 from sw.runtime.vm import Context
 
-__all__ = ["Device"]
+__all__ = ["Device", "check_resources"]
 
 _REPORTED_FIELDS = ("rows", "cols", "n_queues", "n_sems", "spad_rows", "acc_rows",
                     "axi_data_bits", "dma_outstanding", "dram_bytes", "tlb_entries", "mx")
+
+
+def check_resources(config: NPUConfig, what: str, *, queues: int = 1) -> None:
+    """Refuse, before any work, a configuration with fewer hardware queues than ``what`` (a
+    job, e.g. ``"the encoder"``) has streams at once (``queues``, one queue each, the
+    device's default stream included).
+
+    Raises
+    ------
+    ValueError
+        Saying what ``what`` needs and what ``config`` has.
+    """
+    if config.n_queues < queues:
+        raise ValueError(f"{what} needs {queues} hardware queues (a stream on each), "
+                         f"{config.spec} has {config.n_queues}")
 
 
 class Device:
@@ -221,7 +236,8 @@ class Device:
         if queue is None:
             free = [q for q in range(self.config.n_queues) if q not in self.streams]
             if not free:
-                raise ValueError(f"all {self.config.n_queues} hardware queues have a stream")
+                raise ValueError(f"every hardware queue has a stream (n_queues="
+                                 f"{self.config.n_queues})")
             queue = free[0]
         if not 0 <= queue < self.config.n_queues:
             raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")

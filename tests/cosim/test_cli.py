@@ -26,6 +26,10 @@ from cosim.cli.args import attention_len, gemm_shape, int_at_least, seq_len
     (["--block", "--layers", "2"], "--layers applies to the encoder"),
     (["--block", "--qkv-only"], "exclude each other"),
     (["--seq-len", "12"], "the encoder needs a multiple of cols=8"),
+    # what the job needs from the configuration, before the build
+    (["--config", "8x8,n_queues=1"],
+     "the encoder needs 2 hardware queues (a stream on each), 8x8,n_queues=1 has 1"),
+    (["--backend", "model", "--config", "8x8,n_queues=1"], "the encoder needs 2 hardware"),
     (["--waves-kernel", "query"], "--waves-kernel applies to --block or --qkv-only"),
     (["--backend", "model", "--waves"], "--waves needs --backend rtl"),
     (["--block", "--backend", "model", "--waves-kernel", "query"], "--waves needs --backend rtl"),

@@ -9,7 +9,7 @@ import pytest
 from hw.config import NPUConfig
 from hw.isa import Opcode
 from sw.golden import gelu_int, matmul_int
-from sw.jobs.encoder import OPS, format_encoder_report, run_encoder_job
+from sw.jobs.encoder import OPS, QUEUES, format_encoder_report, run_encoder_job
 from sw.kernels.eltwise import eltwise_launch, pack_layernorm_params
 from sw.kernels.linear import linear_launch
 from sw.model import ModelBackend
@@ -54,6 +54,18 @@ def test_encoder_pads_keys_and_runs_on_4x4():
     r = run_encoder_job(ModelBackend(cfg), config=cfg.to_dict(), text="Short words.",
                         seq_len=12, fill="pad", n_layers=2)
     assert r["bit_exact"] and r["kv_len"] < r["tokens"] == 12
+
+
+def test_encoder_says_how_many_queues_it_needs_and_that_many_suffice():
+    """The encoder needs two streams: on one hardware queue it says so (not "all 1 hardware
+    queues have a stream" from inside the run); on ``QUEUES`` it runs."""
+    one = NPUConfig(n_queues=1)
+    with pytest.raises(ValueError, match="^the encoder needs 2 hardware queues .*, "
+                                         "8x8,n_queues=1 has 1$"):
+        run_encoder_job(ModelBackend(one), config=one.to_dict(), seq_len=8, n_layers=0)
+    cfg = NPUConfig(n_queues=QUEUES)
+    assert run_encoder_job(ModelBackend(cfg), config=cfg.to_dict(), seq_len=8,
+                           n_layers=0)["bit_exact"]
 
 
 def test_encoder_rejects_lengths_off_the_array():

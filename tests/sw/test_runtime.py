@@ -219,6 +219,9 @@ def test_streams_events_and_barrier_on_the_model():
     dev = Device(ModelBackend(SMALL), SMALL, ring_commands=16)
     s0, s1 = dev.default_stream, dev.create_stream()
     assert s1.queue == 1 and dev.create_stream().queue == 2
+    dev.create_stream()
+    with pytest.raises(ValueError, match=r"^every hardware queue has a stream \(n_queues=4\)$"):
+        dev.create_stream()
     ev = dev.event()
     assert not ev.query()
     s1.wait_event(ev)              # before the record: waits for the first recording
