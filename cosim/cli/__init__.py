@@ -492,9 +492,11 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The job's own check of the configuration (the one it makes when it starts), here
     before the Verilator build and the calibration."""
-    from sw.jobs import encoder
+    from sw.jobs import encoder, minilm_block
     try:
-        if not (args.qkv_only or args.block):
+        if args.qkv_only or args.block:
+            minilm_block.check_config(args.config, block=args.block)
+        else:
             encoder.check_config(args.config)
     except ValueError as e:
         parser.error(str(e))

@@ -65,25 +65,31 @@ from sw.quant import cosine, quantize, sqnr_db
 from sw.runtime import Buffer, CommandList, Device, Stream, check_resources
 
 __all__ = ["OPS", "encoder_quant", "run_encoder_job", "format_encoder_report",
-           "encoder_embeddings", "check_config", "QUEUES"]
+           "encoder_embeddings", "check_config", "QUEUES", "SEMAPHORES"]
 
 #: Operations of one layer, in order (the embedding LayerNorm ``ln0`` comes first).
 OPS = ("qkv", "attention", "out_proj", "ln1", "ffn1_gelu", "ffn2", "ln2")
 HIDDEN = 384
 #: Hardware queues a forward pass uses: the device's default stream and the encoder's own.
 QUEUES = 2
+#: The semaphores every linear and LayerNorm launch shares (load, matmul, requant, store).
+_KERNEL_SEMS = "LMRS"
+#: Events of a forward pass: the last layer's and the one before (whose weights are freed).
+_EVENTS = 2
+#: Pool semaphores a forward pass holds at once: the kernels', the attention's, the events'.
+SEMAPHORES = len(_KERNEL_SEMS) + 1 + _EVENTS
 
 
 def check_config(config: NPUConfig) -> None:
     """Refuse, before any work, a configuration the forward pass cannot run on (too few
-    hardware queues).
+    hardware queues or pool semaphores).
 
     Raises
     ------
     ValueError
         Saying what the encoder needs and what ``config`` gives.
     """
-    check_resources(config, "the encoder", queues=QUEUES)
+    check_resources(config, "the encoder", queues=QUEUES, semaphores=SEMAPHORES)
 
 
 @functools.lru_cache(maxsize=2)
@@ -128,9 +134,9 @@ class _Encoder:
             raise ValueError(f"L={seq} and the hidden size {HIDDEN} must be multiples of "
                              f"cols={c.cols}")
         self.stream = stream
-        self.sems = {x: dev.alloc_semaphore() for x in "LMRS"}
+        self.sems = {x: dev.alloc_semaphore() for x in _KERNEL_SEMS}
         self.attn_sem = dev.alloc_semaphore()
-        self.events = [dev.event(), dev.event()]
+        self.events = [dev.event() for _ in range(_EVENTS)]
         self.marks: list[tuple[int, str, str]] = []     # (word index, layer, op)
         self.stamp_buf = dev.alloc(4 * (2 + 8 * (len(eq.layers) + 1)))
         self.n_commands = 0

@@ -12,9 +12,27 @@ from hw.config import NPUConfig
 from sw.backend import Backend
 from sw.kernels.linear import linear_with_stats
 from sw.models.minilm import DEFAULT_EVAL_TEXT, PROJECTIONS, calibrate_qkv, evaluate, load_minilm
-from sw.runtime import Device
+from sw.runtime import Device, check_resources
 
-__all__ = ["run_qkv_job", "format_report", "run_attention_job", "format_attention_report"]
+__all__ = ["run_qkv_job", "format_report", "run_attention_job", "format_attention_report",
+           "check_config", "SEMAPHORES"]
+
+#: Pool semaphores the projections and the attention block hold at once: a double-buffered
+#: linear kernel's four (load, matmul, requant, store; the attention's one comes after).
+SEMAPHORES = 4
+
+
+def check_config(config: NPUConfig, block: bool = True) -> None:
+    """Refuse, before any work, a configuration the attention block (``block``, else the
+    Q/K/V projections alone) cannot run on (too few pool semaphores).
+
+    Raises
+    ------
+    ValueError
+        Saying what the job needs and what ``config`` gives.
+    """
+    what = "the attention block" if block else "each Q/K/V projection"
+    check_resources(config, what, semaphores=SEMAPHORES)
 
 
 def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None,
@@ -44,6 +62,7 @@ def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None,
         interrupt (0 on the untimed model, where utilization is ``None``).
     """
     cfg = NPUConfig(**config)
+    check_config(cfg, block=False)
     text = text or DEFAULT_EVAL_TEXT
     model = load_minilm()
     quantized = calibrate_qkv(model)
@@ -172,6 +191,7 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
     from sw.quant import cosine, sqnr_db
 
     cfg = NPUConfig(**config)
+    check_config(cfg)
     text = text or DEFAULT_EVAL_TEXT
     model = load_minilm()
     bq = calibrate_block(model, weights=weights, activations=activations, tile_k=cfg.rows)

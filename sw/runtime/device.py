@@ -59,10 +59,13 @@ _REPORTED_FIELDS = ("rows", "cols", "n_queues", "n_sems", "spad_rows", "acc_rows
                     "axi_data_bits", "dma_outstanding", "dram_bytes", "tlb_entries", "mx")
 
 
-def check_resources(config: NPUConfig, what: str, *, queues: int = 1) -> None:
+def check_resources(config: NPUConfig, what: str, *, queues: int = 1,
+                    semaphores: int = 0) -> None:
     """Refuse, before any work, a configuration with fewer hardware queues than ``what`` (a
     job, e.g. ``"the encoder"``) has streams at once (``queues``, one queue each, the
-    device's default stream included).
+    device's default stream included), or fewer pool semaphores than it holds at once
+    (``semaphores``; the pool of :meth:`Device.alloc_semaphore` is semaphores 1 to
+    ``n_sems - 1``).
 
     Raises
     ------
@@ -72,6 +75,10 @@ def check_resources(config: NPUConfig, what: str, *, queues: int = 1) -> None:
     if config.n_queues < queues:
         raise ValueError(f"{what} needs {queues} hardware queues (a stream on each), "
                          f"{config.spec} has {config.n_queues}")
+    pool = config.n_sems - 1
+    if pool < semaphores:
+        raise ValueError(f"{what} needs {semaphores} pool semaphores at once, {config.spec} "
+                         f"leaves {pool or 'none'} (semaphore 0 is not pooled)")
 
 
 class Device:
@@ -305,7 +312,11 @@ class Device:
             If all are in use.
         """
         if not self._sem_pool:
-            raise OutOfSemaphoresError(f"all {self.config.n_sems - 1} pool semaphores in use")
+            n = self.config.n_sems
+            raise OutOfSemaphoresError(
+                f"every pool semaphore is in use (semaphores 1 to {n - 1})" if n > 1 else
+                "this configuration leaves no pool semaphores (n_sems=1: semaphore 0 is not "
+                "pooled)")
         sem = Semaphore(self, self._sem_pool.pop())
         self._sems_live[sem.id] = sem
         return sem

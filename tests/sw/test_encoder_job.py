@@ -9,7 +9,7 @@ import pytest
 from hw.config import NPUConfig
 from hw.isa import Opcode
 from sw.golden import gelu_int, matmul_int
-from sw.jobs.encoder import OPS, QUEUES, format_encoder_report, run_encoder_job
+from sw.jobs.encoder import OPS, QUEUES, SEMAPHORES, format_encoder_report, run_encoder_job
 from sw.kernels.eltwise import eltwise_launch, pack_layernorm_params
 from sw.kernels.linear import linear_launch
 from sw.model import ModelBackend
@@ -56,16 +56,22 @@ def test_encoder_pads_keys_and_runs_on_4x4():
     assert r["bit_exact"] and r["kv_len"] < r["tokens"] == 12
 
 
-def test_encoder_says_how_many_queues_it_needs_and_that_many_suffice():
-    """The encoder needs two streams: on one hardware queue it says so (not "all 1 hardware
-    queues have a stream" from inside the run); on ``QUEUES`` it runs."""
+def test_encoder_says_how_many_queues_and_semaphores_it_needs_and_that_many_suffice():
+    """The encoder needs two streams and seven pool semaphores: with fewer it says so (not
+    "all 1 hardware queues have a stream" or "all 0 pool semaphores in use" from inside the
+    run); with ``QUEUES`` queues and ``SEMAPHORES`` pool semaphores it runs."""
     one = NPUConfig(n_queues=1)
     with pytest.raises(ValueError, match="^the encoder needs 2 hardware queues .*, "
                                          "8x8,n_queues=1 has 1$"):
         run_encoder_job(ModelBackend(one), config=one.to_dict(), seq_len=8, n_layers=0)
-    cfg = NPUConfig(n_queues=QUEUES)
+    for n_sems, left in ((1, "none"), (SEMAPHORES, SEMAPHORES - 1)):
+        few = NPUConfig(n_sems=n_sems)
+        with pytest.raises(ValueError, match=f"^the encoder needs {SEMAPHORES} pool semaphores "
+                                             f"at once, 8x8,n_sems={n_sems} leaves {left} "):
+            run_encoder_job(ModelBackend(few), config=few.to_dict(), seq_len=8, n_layers=0)
+    cfg = NPUConfig(n_queues=QUEUES, n_sems=SEMAPHORES + 1)
     assert run_encoder_job(ModelBackend(cfg), config=cfg.to_dict(), seq_len=8,
-                           n_layers=0)["bit_exact"]
+                           n_layers=1)["bit_exact"]
 
 
 def test_encoder_rejects_lengths_off_the_array():

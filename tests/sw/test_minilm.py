@@ -52,3 +52,21 @@ def test_qkv_projections_on_device_sqnr(model):
         sqnr, cos = evaluate(q, x, *model.projection(name), out)
         assert sqnr >= 28.0, f"{name}: SQNR {sqnr:.2f} dB"
         assert cos >= 0.998, f"{name}: cosine {cos:.5f}"
+
+
+def test_block_jobs_say_how_many_semaphores_they_need_and_that_many_suffice():
+    """The projections and the attention block hold ``SEMAPHORES`` pool semaphores at once:
+    with fewer they say so before any work (not "all 0 pool semaphores in use" from inside
+    the run); with that many they run."""
+    from sw.jobs.minilm_block import SEMAPHORES, run_attention_job, run_qkv_job
+    few = NPUConfig(n_sems=SEMAPHORES)
+    with pytest.raises(ValueError, match=f"^the attention block needs {SEMAPHORES} pool "
+                                         f"semaphores at once, 8x8,n_sems={SEMAPHORES} leaves "
+                                         f"{SEMAPHORES - 1} "):
+        run_attention_job(ModelBackend(few), config=few.to_dict(), seq_len=8)
+    none = NPUConfig(n_sems=1)
+    with pytest.raises(ValueError, match="^each Q/K/V projection needs .*, 8x8,n_sems=1 "
+                                         "leaves none "):
+        run_qkv_job(ModelBackend(none), config=none.to_dict())
+    cfg = NPUConfig(n_sems=SEMAPHORES + 1)
+    assert run_attention_job(ModelBackend(cfg), config=cfg.to_dict(), seq_len=8)["bit_exact"]

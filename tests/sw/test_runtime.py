@@ -247,10 +247,14 @@ def test_semaphore_pool_exhaustion_is_typed():
     dev = Device(ModelBackend(SMALL), SMALL)
     sems = [dev.alloc_semaphore() for _ in range(SMALL.n_sems - 1)]
     assert sorted(s.id for s in sems) == list(range(1, SMALL.n_sems))
-    with pytest.raises(OutOfSemaphoresError):
+    with pytest.raises(OutOfSemaphoresError, match="^every pool semaphore is in use "
+                                                   r"\(semaphores 1 to 15\)$"):
         dev.alloc_semaphore()
     sems[0].free()
     assert dev.alloc_semaphore().id == sems[0].id
+    none = NPUConfig(n_sems=1)          # semaphore 0 only: no pool at all, said as such
+    with pytest.raises(OutOfSemaphoresError, match="leaves no pool semaphores"):
+        Device(ModelBackend(none), none).alloc_semaphore()
 
 
 def test_error_in_one_stream_leaves_the_other_running():
