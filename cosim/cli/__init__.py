@@ -495,9 +495,9 @@ def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     from sw.jobs import encoder, minilm_block
     try:
         if args.qkv_only or args.block:
-            minilm_block.check_config(args.config, block=args.block)
+            minilm_block.check_config(args.config, args.seq_len if args.block else None)
         else:
-            encoder.check_config(args.config)
+            encoder.check_config(args.config, args.seq_len, args.layers)
     except ValueError as e:
         parser.error(str(e))
 

@@ -47,10 +47,10 @@ import numpy as np
 from hw.config import NPUConfig
 from hw.isa import Opcode
 from sw.backend import Backend
-from sw.kernels.attention import attention_launch, pack_attention_params
-from sw.kernels.eltwise import eltwise_launch, pack_layernorm_params
+from sw.kernels.attention import attention_launch, pack_attention_params, plan_attention
+from sw.kernels.eltwise import eltwise_launch, eltwise_tile_rows, pack_layernorm_params
 from sw.kernels.linear import linear_launch, pack_activations, pack_weights, plan_linear
-from sw.models.attention_block import tokens_for_length
+from sw.models.attention_block import _heads, tokens_for_length
 from sw.models.encoder import (
     N_LAYERS,
     EncoderQuant,
@@ -80,9 +80,13 @@ _EVENTS = 2
 SEMAPHORES = len(_KERNEL_SEMS) + 1 + _EVENTS
 
 
-def check_config(config: NPUConfig) -> None:
-    """Refuse, before any work, a configuration the forward pass cannot run on (too few
-    hardware queues or pool semaphores).
+def check_config(config: NPUConfig, seq_len: int | None = None,
+                 n_layers: int = N_LAYERS) -> None:
+    """Refuse, before any work, a configuration the forward pass (of ``seq_len`` tokens and
+    ``n_layers`` layers, if given) cannot run on: too few hardware queues or pool
+    semaphores, a non-square array, ``L`` or the hidden size not a multiple of ``cols``,
+    or tensors that do not fit the local memories (the kernels' own checks:
+    :func:`sw.kernels.attention.plan_attention`, :func:`sw.kernels.eltwise.eltwise_tile_rows`).
 
     Raises
     ------
@@ -90,6 +94,18 @@ def check_config(config: NPUConfig) -> None:
         Saying what the encoder needs and what ``config`` gives.
     """
     check_resources(config, "the encoder", queues=QUEUES, semaphores=SEMAPHORES)
+    if seq_len is None:
+        return
+    c = config
+    if c.rows != c.cols:
+        raise ValueError(f"the encoder needs a square array (attention), got "
+                         f"{c.rows}x{c.cols}")
+    if HIDDEN % c.cols or seq_len % c.cols:
+        raise ValueError(f"L={seq_len} and the hidden size {HIDDEN} must be multiples of "
+                         f"cols={c.cols}")
+    eltwise_tile_rows(c, seq_len, HIDDEN // c.cols)
+    if n_layers:
+        plan_attention(c, seq_len, _heads(load_minilm())[1])
 
 
 @functools.lru_cache(maxsize=2)
@@ -127,12 +143,7 @@ class _Encoder:
                  stream: Stream) -> None:
         self.dev, self.eq, self.seq, self.kv = dev, eq, seq, kv_len
         c = self.c = dev.config
-        if c.rows != c.cols:
-            raise ValueError(f"the encoder needs a square array (attention), got "
-                             f"{c.rows}x{c.cols}")
-        if HIDDEN % c.cols or seq % c.cols:
-            raise ValueError(f"L={seq} and the hidden size {HIDDEN} must be multiples of "
-                             f"cols={c.cols}")
+        check_config(c, seq, len(eq.layers))
         self.stream = stream
         self.sems = {x: dev.alloc_semaphore() for x in _KERNEL_SEMS}
         self.attn_sem = dev.alloc_semaphore()
@@ -387,7 +398,7 @@ def run_encoder_job(backend: Backend, *, config: dict, text: str | None = None,
         or see :func:`check_config`.
     """
     cfg = NPUConfig(**config)
-    check_config(cfg)
+    check_config(cfg, seq_len, n_layers)
     text = text or DEFAULT_EVAL_TEXT
     model = load_minilm()
     t0 = time.perf_counter()

@@ -22,17 +22,24 @@ __all__ = ["run_qkv_job", "format_report", "run_attention_job", "format_attentio
 SEMAPHORES = 4
 
 
-def check_config(config: NPUConfig, block: bool = True) -> None:
-    """Refuse, before any work, a configuration the attention block (``block``, else the
-    Q/K/V projections alone) cannot run on (too few pool semaphores).
+def check_config(config: NPUConfig, seq_len: int | None = None) -> None:
+    """Refuse, before any work, a configuration the attention block of ``seq_len`` tokens
+    (None: the Q/K/V projections alone) cannot run on: too few pool semaphores, or an
+    attention that does not fit the local memories (:func:`sw.kernels.attention.plan_attention`,
+    the kernel's own check).
 
     Raises
     ------
     ValueError
         Saying what the job needs and what ``config`` gives.
     """
-    what = "the attention block" if block else "each Q/K/V projection"
+    from sw.kernels.attention import plan_attention
+    from sw.models.attention_block import _heads
+
+    what = "each Q/K/V projection" if seq_len is None else "the attention block"
     check_resources(config, what, semaphores=SEMAPHORES)
+    if seq_len is not None:
+        plan_attention(config, seq_len, _heads(load_minilm())[1])
 
 
 def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None,
@@ -62,7 +69,7 @@ def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None,
         interrupt (0 on the untimed model, where utilization is ``None``).
     """
     cfg = NPUConfig(**config)
-    check_config(cfg, block=False)
+    check_config(cfg)
     text = text or DEFAULT_EVAL_TEXT
     model = load_minilm()
     quantized = calibrate_qkv(model)
@@ -191,11 +198,11 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
     from sw.quant import cosine, sqnr_db
 
     cfg = NPUConfig(**config)
-    check_config(cfg)
     text = text or DEFAULT_EVAL_TEXT
     model = load_minilm()
-    bq = calibrate_block(model, weights=weights, activations=activations, tile_k=cfg.rows)
     ids, kv_len = tokens_for_length(model, text, seq_len, fill)
+    check_config(cfg, len(ids))
+    bq = calibrate_block(model, weights=weights, activations=activations, tile_k=cfg.rows)
     x = embed_ids(model, ids)
     ref = float_block(model, x, kv_len, causal)
     gold = golden_block(bq, x, kv_len, causal)

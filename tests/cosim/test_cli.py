@@ -34,6 +34,13 @@ from cosim.cli.args import attention_len, gemm_shape, int_at_least, seq_len
      "the encoder needs 7 pool semaphores at once, 8x8,n_sems=1 leaves none"),
     (["--backend", "model", "--block", "--config", "8x8,n_sems=4"],
      "the attention block needs 4 pool semaphores at once, 8x8,n_sems=4 leaves 3"),
+    # the kernels' own fit checks, before the build (--block spad_rows=16 failed after it)
+    (["--block", "--config", "8x8,spad_rows=16"],
+     "L=32, d=32 does not fit the local memories of 8x8_spad_rows16"),
+    (["--backend", "model", "--block", "--seq-len", "16", "--config", "8x8,acc_rows=16"],
+     "L=16, d=32 does not fit the local memories of 8x8_acc_rows16"),
+    (["--backend", "model", "--config", "8x8,spad_rows=64", "--layers", "0"],
+     "48 element blocks do not fit a scratchpad of 64 rows"),
     (["--waves-kernel", "query"], "--waves-kernel applies to --block or --qkv-only"),
     (["--backend", "model", "--waves"], "--waves needs --backend rtl"),
     (["--block", "--backend", "model", "--waves-kernel", "query"], "--waves needs --backend rtl"),
