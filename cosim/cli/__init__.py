@@ -398,9 +398,13 @@ def main(argv: list[str] | None = None) -> int:
     ``SystemExit``); typed errors of the run itself print one line and return 2; ^C prints
     one line and returns 130.
     """
-    args = build_parser().parse_args(argv)
-    if hasattr(args, "check_args"):
-        args.check_args(args)
+    try:
+        args = build_parser().parse_args(argv)
+        if hasattr(args, "check_args"):
+            args.check_args(args)
+    except KeyboardInterrupt:       # ^C while the arguments are checked (some load a model)
+        print("npu: interrupted", file=sys.stderr)
+        return 130
     try:
         return args.func(args)
     except (ValueError, OSError, NPUError, BackendError) as e:

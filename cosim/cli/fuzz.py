@@ -16,7 +16,8 @@ and performance models agree on it (``--backend model``), and on the RTL too (se
 8x8, ideal, timing exact; README, Known limits).
 ``--no-shrink``: failures are reported as they are (shrinking reruns the RTL up to 400
 times per failing stream). Exit status 0 when every stream agrees (with ``--timed-exact``
-also in timing), 1 otherwise.
+also in timing), 1 otherwise. ^C: one line, exit status 130, and ``--json`` gets the totals
+of the batches that finished (with ``interrupted``: the seed ranges done).
 """
 
 from __future__ import annotations
@@ -77,15 +78,31 @@ def _format(total: dict, timed_exact: bool = False) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cosim.fuzz.campaign import run_campaign
+    from cosim.fuzz.campaign import CampaignInterrupted, run_campaign
+    from cosim.fuzz.compare import plural
 
-    total = run_campaign(args.config, args.streams, dram=args.dram, first_seed=args.seed,
-                         backend=args.backend, batch=args.batch, jobs=args.jobs,
-                         repro_dir=Path(args.repro_dir), timed_exact=args.timed_exact,
-                         shrink=not args.no_shrink,
-                         settings={"max_commands": args.max_commands,
-                                   **({"p_vm": VM_SHARE} if args.vm else {})},
-                         progress=lambda m: print(m, file=sys.stderr, flush=True))
+    try:
+        total = run_campaign(args.config, args.streams, dram=args.dram, first_seed=args.seed,
+                             backend=args.backend, batch=args.batch, jobs=args.jobs,
+                             repro_dir=Path(args.repro_dir), timed_exact=args.timed_exact,
+                             shrink=not args.no_shrink,
+                             settings={"max_commands": args.max_commands,
+                                       **({"p_vm": VM_SHARE} if args.vm else {})},
+                             progress=lambda m: print(m, file=sys.stderr, flush=True))
+    except CampaignInterrupted as e:
+        # one line; the streams of the batches that finished go to --json
+        done = e.total
+        if done is None:
+            what = "before any batch finished" + (f"; {args.json} not written" if args.json
+                                                  else "")
+        else:
+            what = (f"after {plural(done['streams'], 'stream')} "
+                    f"({done['mismatching']} mismatching, {plural(done['hangs'], 'hang')})")
+            if args.json:
+                Path(args.json).write_text(json.dumps(done, indent=1) + "\n")
+                what += f"; {args.json} holds them"
+        print(f"npu fuzz: interrupted {what}", file=sys.stderr)
+        return 130
     if args.json:
         Path(args.json).write_text(json.dumps(total, indent=1) + "\n")
     print(_format(total, args.timed_exact))

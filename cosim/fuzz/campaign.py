@@ -1,12 +1,14 @@
 """A fuzz campaign (:func:`run_campaign`, behind ``npu fuzz``): ``streams`` seeded scenarios in
 batches, each batch one simulation (:func:`cosim.fuzz.jobs.fuzz_batch` on the RTL with the
 functional and the performance model beside it), or on the two models alone
-(``backend="model"``); totals, wall time and the reproducers of every failure.
+(``backend="model"``); totals, wall time and the reproducers of every failure. Interrupted
+(^C), it raises :class:`CampaignInterrupted` with the totals of the batches that finished.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +20,17 @@ from cosim.fuzz.scenario import Scenario
 from hw.config import NPUConfig
 from sw.dram import DramTiming
 
-__all__ = ["run_campaign", "write_reproducers"]
+__all__ = ["run_campaign", "write_reproducers", "CampaignInterrupted"]
+
+
+class CampaignInterrupted(KeyboardInterrupt):
+    """^C during :func:`run_campaign`: ``total`` holds the totals of the batches that had
+    finished (with ``"interrupted"``: the batches asked for and the seed ranges finished), or
+    None if none had."""
+
+    def __init__(self, total: dict | None) -> None:
+        super().__init__("fuzz campaign interrupted")
+        self.total = total
 
 
 def _model_batch(config: NPUConfig, seeds: list[int], settings: dict | None,
@@ -67,19 +79,35 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
         :func:`cosim.fuzz.jobs.summarize` totals plus ``config``, ``dram``, ``backend``,
         ``seeds``, ``wall_seconds``, ``perf_skipped``, ``failures`` (seed and first
         mismatches of each failing stream) and ``reproducers`` (files written).
+
+    Raises
+    ------
+    CampaignInterrupted
+        On ^C (a ``KeyboardInterrupt``), with the totals of the batches that finished. With
+        ``jobs=1`` the batches run in the calling thread, so ^C stops the running one at once
+        (on the RTL the simulator gets the signal too); with more, the running batches end
+        first (a simulator that got the ^C ends at once, a model batch runs to its end).
     """
     t0 = time.perf_counter()
     seeds = list(range(first_seed, first_seed + streams))
     batches = [seeds[i:i + batch] for i in range(0, len(seeds), batch)]
     tag = f"{config.name}_{dram.name or 'custom'}"
 
+    finished: dict[int, dict] = {}
+    stop = threading.Event()            # ^C: no further batch starts
+
     def one(k: int) -> dict:
+        if stop.is_set():
+            raise KeyboardInterrupt
         try:
             if backend == "model":
                 res = _model_batch(config, batches[k], settings, dram)
             else:
                 res = _rtl_batch(config, batches[k], settings, dram, f"fuzz_{tag}_{k}",
                                  timed_exact, shrink)
+        except KeyboardInterrupt:       # (a simulator's ^C: the signal may reach this thread
+            stop.set()                  # and the simulators before the main thread)
+            raise
         except Exception as e:
             # the pool raises a batch's exception only when the batches before it are done:
             # say which batch it was
@@ -88,20 +116,48 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
             if progress:
                 progress(f"{where} failed: {type(e).__name__}: {e}")
             raise
+        finished[k] = res
         if progress:
             bad = sum(1 for r in res["results"] if not r["ok"])
             progress(f"batch {k + 1}/{len(batches)}: {plural(len(res['results']), 'stream')}, "
                      f"{bad} failing, {time.perf_counter() - t0:.0f} s")
         return res
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        outs = list(pool.map(one, range(len(batches))))
+    def totals() -> dict:
+        outs = [finished[k] for k in sorted(finished)]
+        return _totals(outs, config, dram, backend, t0, repro_dir, tag)
+
+    try:
+        if jobs <= 1:
+            for k in range(len(batches)):
+                one(k)
+        else:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                try:
+                    list(pool.map(one, range(len(batches))))
+                except KeyboardInterrupt:
+                    stop.set()          # the running batches end, no other starts
+                    raise
+    except KeyboardInterrupt:
+        if not finished:
+            raise CampaignInterrupted(None) from None
+        total = totals()
+        total["interrupted"] = {"batches": len(batches), "finished": [
+            [batches[k][0], batches[k][-1]] for k in sorted(finished)]}
+        raise CampaignInterrupted(total) from None
+    return totals()
+
+
+def _totals(outs: list[dict], config: NPUConfig, dram: DramTiming, backend: str, t0: float,
+            repro_dir: Path | None, tag: str) -> dict:
+    """The campaign's totals over the batch results ``outs`` (see :func:`run_campaign`)."""
     results = [r for o in outs for r in o["results"]]
     repros = [d for o in outs for d in o["reproducers"]]
     total = summarize(results)
     total.update({
         "config": config.name, "dram": dram.to_dict(), "backend": backend,
-        "seeds": [first_seed, first_seed + streams - 1] if streams else [],
+        "seeds": [min(r["seed"] for r in results), max(r["seed"] for r in results)]
+        if results else [],
         "wall_seconds": round(time.perf_counter() - t0, 1),
         "perf_skipped": next((o["perf_skipped"] for o in outs if o["perf_skipped"]), None),
         "failures": [{"seed": r["seed"], "hang": r["hang"], "mismatches": r["mismatches"][:4]}

@@ -7,6 +7,8 @@ args, clock, waveform window, DRAM timing), starts the clock, resets the design,
 ``{"ok": true, "result": ..., "cycles": ..., "regions": {kernel name: count}, "region_log":
 [{"name", "occurrence", "start_cycle", "end_cycle"}, ...]}`` or
 ``{"ok": false, "error": ..., "traceback": ...}``. A failing job also fails the cocotb test.
+On ^C (SIGINT, which a terminal sends to the simulator too) the simulator writes
+``{"ok": false, "interrupted": true, ...}`` and exits at once with status 130.
 
 ``tb_top.trace_on`` (read only by traced builds) is 1 for the whole run without a window; with
 ``waves_window = {"from": cycle, "to": cycle or None}`` it is 1 over those absolute cycles; with
@@ -18,6 +20,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -63,10 +66,22 @@ def _load_job(spec: str):
     return getattr(importlib.import_module(module_name), func)
 
 
+def _exit_on_interrupt(result_path: Path):
+    """A SIGINT handler: report the interruption and end the simulator at once. Left to
+    cocotb, the KeyboardInterrupt cancels the test in its scheduler while the job's bridge
+    thread waits on the simulator, which then never exits (seen with ``npu fuzz --jobs 2``)."""
+    def handler(signum, frame) -> None:
+        result_path.write_text(json.dumps({"ok": False, "interrupted": True,
+                                           "error": "KeyboardInterrupt", "traceback": ""}))
+        os._exit(130)
+    return handler
+
+
 @cocotb.test()
 async def run_job(dut) -> None:
     spec = json.loads(Path(os.environ["NPU_COSIM_SPEC"]).read_text())
     result_path = Path(os.environ["NPU_COSIM_RESULT"])
+    signal.signal(signal.SIGINT, _exit_on_interrupt(result_path))
     outcome: dict = {"ok": False, "error": "SimulatorError",
                      "traceback": "the job did not start"}
     backend = None

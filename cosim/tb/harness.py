@@ -281,6 +281,8 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
         If the build fails.
     CosimJobError
         If the job raised; the message carries its traceback.
+    KeyboardInterrupt
+        If the job ended on one (^C reached the simulator).
     CosimError
         If the simulator crashed or ended without writing a result, or the window's kernel
         never ran.
@@ -377,6 +379,8 @@ def _run_in(run_dir: Path, config: NPUConfig, job: str, args: dict, timing: Dram
         except SystemExit:
             pass  # the runner exits under pytest when the cocotb test failed; see result.json
         except (RuntimeError, OSError) as e:
+            if _interrupted(result_path):
+                raise KeyboardInterrupt(f"simulation of {name} interrupted") from None
             raise CosimError(f"simulation of {name} could not run: {e}", log_path) from e
     dram_file.unlink(missing_ok=True)  # scratch data can be large
     Path(f"{dram_file}.out").unlink(missing_ok=True)
@@ -391,6 +395,8 @@ def _run_in(run_dir: Path, config: NPUConfig, job: str, args: dict, timing: Dram
         partial.unlink(missing_ok=True)
     if outcome is None:
         raise CosimError(f"simulation of {name} ended without a result", log_path)
+    if outcome.get("interrupted"):      # (on the simulator's status 130 it is caught above)
+        raise KeyboardInterrupt(f"simulation of {name} interrupted")
     if not outcome["ok"]:
         raise CosimJobError(job, outcome["error"], outcome["traceback"], log_path)
     if missed is not None:
@@ -402,6 +408,15 @@ def _run_in(run_dir: Path, config: NPUConfig, job: str, args: dict, timing: Dram
         recording = dict(recording, path=str(Path(record).resolve()))
     return RunResult(outcome["result"], outcome["cycles"], outcome["seconds"], sim.seconds,
                      run_dir, vcd, recording, outcome.get("cpu_seconds"), timing, info)
+
+
+def _interrupted(result_path: Path) -> bool:
+    """Whether the simulator reported a ^C (:mod:`cosim.tb.cocotb_entry`): the run is then
+    interrupted here too, not a failed job with the simulator's traceback."""
+    try:
+        return bool(json.loads(result_path.read_text()).get("interrupted"))
+    except (OSError, ValueError):
+        return False
 
 
 def _missed_kernel(window: dict | None, outcome: dict | None) -> str | None:

@@ -223,3 +223,15 @@ def test_interrupt_is_one_line(monkeypatch, capsys):
     assert main(["waves", "summarize", "x.vcd"]) == 130
     err = capsys.readouterr().err
     assert "npu waves: interrupted" in err and "Traceback" not in err
+
+
+def test_interrupt_while_the_arguments_are_checked_is_one_line(monkeypatch, capsys):
+    """^C before the work (some checks load a model, make folders): one line, status 130."""
+    import cosim.cli.args
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cosim.cli.args, "check_json_arg", interrupted)
+    assert main(["fuzz", "--json", "x.json"]) == 130
+    err = capsys.readouterr().err
+    assert err == "npu: interrupted\n"

@@ -5,6 +5,8 @@ run inside the simulator (``tests/support/cosim_jobs.py``) and come back as the 
 :class:`CosimJobError` carrying the failing assertion's traceback.
 """
 
+import time
+
 import pytest
 
 from cosim.build import WAVES_ROOT, CosimBuildError, build_sim
@@ -82,6 +84,17 @@ def test_job_exception_comes_back_with_traceback():
     assert "cosim_jobs.py" in info.value.job_traceback
     assert "in fail" in info.value.job_traceback
     assert info.value.log_path.is_file()
+
+
+def test_interrupted_simulator_ends_and_the_run_is_an_interrupt():
+    """^C reaching the simulator ends it at once and comes back as a KeyboardInterrupt, not
+    a failed job with cocotb's traceback (npu fuzz printed one; with --jobs 2 cocotb
+    cancelled the job, whose thread then kept the simulator from ever exiting)."""
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt, match="simulation of test_cosim_interrupt "
+                                                "interrupted"):
+        run("interrupt_self", name="test_cosim_interrupt")
+    assert time.perf_counter() - t0 < 60
 
 
 def test_job_result_must_be_json():

@@ -271,6 +271,38 @@ def test_a_failing_batch_is_named(monkeypatch):
     assert any("batch 2/2 (seeds 2..3) failed: RuntimeError: planted" in s for s in lines)
 
 
+@pytest.mark.parametrize("stop_at", [0, 1], ids=["first-batch", "second-batch"])
+def test_an_interrupted_campaign_says_so_in_one_line_and_keeps_what_finished(
+        stop_at, monkeypatch, capsys, tmp_path):
+    """^C during ``npu fuzz``: one line, status 130, and ``--json`` gets the streams of the
+    batches that finished (or the line says that none did and nothing was written)."""
+    import cosim.fuzz.campaign as campaign
+    from cosim.cli import main
+    real, ran = campaign._model_batch, []
+
+    def batch(config, seeds, settings, dram):
+        if len(ran) == stop_at:
+            raise KeyboardInterrupt
+        ran.append(seeds)
+        return real(config, seeds, settings, dram)
+    monkeypatch.setattr(campaign, "_model_batch", batch)
+    out = tmp_path / "f.json"
+    assert main(["fuzz", "--backend", "model", "--config", "4x4", "--streams", "6", "--batch",
+                 "2", "--no-shrink", "--json", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    if stop_at == 0:
+        assert last == f"npu fuzz: interrupted before any batch finished; {out} not written"
+        assert not out.exists()
+    else:
+        assert last == (f"npu fuzz: interrupted after 2 streams (0 mismatching, 0 hangs); "
+                        f"{out} holds them")
+        total = json.loads(out.read_text())
+        assert total["streams"] == 2 and total["seeds"] == [0, 1]
+        assert total["interrupted"] == {"batches": 3, "finished": [[0, 1]]}
+
+
 def test_timing_differences_fail_a_timed_exact_campaign(monkeypatch, capsys):
     """``npu fuzz --timed-exact`` exits 1 when the RTL and the performance model differ only
     in timing (the help promises 1 unless every stream agrees)."""

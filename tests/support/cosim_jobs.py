@@ -6,6 +6,8 @@ on the stand-in design (:mod:`tests.support.cosim_standin`) or on the real NPU. 
 traceback.
 """
 
+import os
+import signal
 import time
 
 import numpy as np
@@ -42,6 +44,15 @@ def csr_timeout(backend) -> dict:
 
 def not_json(backend) -> object:
     return {"bytes": b"\x00"}
+
+
+def interrupt_self(backend) -> dict:
+    """^C to the simulator in the middle of a job (a terminal sends it to the whole process
+    group): the simulator must end at once, reporting the interruption."""
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):               # the simulator runs on, its main thread sees it
+        backend.csr_read(Csr.ID)
+    raise AssertionError("the simulator ran on after ^C")
 
 
 def _copy(backend, *, src: int, dst: int, beats: int, burst: int, max_out: int = 4,
