@@ -1,0 +1,107 @@
+"""Same-cycle same-row collisions between a write and a read of a busy engine on the tile's
+scratchpad and accumulator (the evidence behind ``no_rw_check`` in :data:`hw.local_mem.RAM_ATTRS`).
+
+    .venv/bin/python scripts/memory_collisions.py --config 8x8 --dram bp50 --seed 50000 --streams 25
+    .venv/bin/python scripts/memory_collisions.py --vcd waves/npu_run.vcd
+
+Runs a batch of fuzz streams (``cosim.fuzz.jobs:fuzz_batch``, no shrinking) on the RTL with a
+VCD, or reads a given VCD of the NPU, and counts per (read port, write port) the rising clock
+edges at which the memory's write port writes a row (its first writer with ``en`` and, if it
+has one, ``ready``; :func:`hw.tile.compute_tile.write_arbiter`) while a non-transparent read
+port of a busy engine (its ``engine.busy``; the DMA's read ports always count) has ``en`` and
+the same address. An idle engine's read port keeps ``en`` at 1 and its data is not used. Exit
+1 if there is a collision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from cosim.waves.signals import find_npu_scope
+from cosim.waves.vcd import ClockSampler, read_header, stream
+
+#: Writers of each memory in the arbiter's priority order: (name, en, addr, ready or None).
+WRITERS = {
+    "acc": [("matrix", "matrix.acc_wr__en", "matrix.acc_wr__addr", None),
+            ("vector", "vector.acc_wr__en", "vector.acc_wr__addr", "vector.acc_wr__ready"),
+            ("dma", "acc_w__en", "acc_w__addr", "acc_w__ready")],
+    "spad": [("vector", "vector.spad_wr__en", "vector.spad_wr__addr", None),
+             ("dma", "spad_w__en", "spad_w__addr", "spad_w__ready")],
+}
+#: Non-transparent read ports: (name, en, addr, the engine's busy or None).
+READERS = {
+    "acc": [("dma", "acc_r__en", "acc_r__addr", None),
+            ("vector", "vector.acc_rd__en", "vector.acc_rd__addr", "vector.engine__busy")],
+    "spad": [("matrix activations", "matrix.spad_rd__en", "matrix.spad_rd__addr",
+              "matrix.engine__busy"),
+             ("matrix weights", "matrix.spad_w_rd__en", "matrix.spad_w_rd__addr",
+              "matrix.engine__busy"),
+             ("dma", "spad_r__en", "spad_r__addr", None),
+             ("vector", "vector.spad_rd__en", "vector.spad_rd__addr", "vector.engine__busy")],
+}
+
+
+def count_collisions(vcd: Path) -> tuple[int, Counter, dict]:
+    """``(cycles, collisions, first cycle of each)`` of a VCD of the NPU; keys
+    ``(memory, reader, writer)``."""
+    header = read_header(vcd)
+    npu = find_npu_scope(header)
+    tile = npu + ".tile."
+    names = {n for ports in (*WRITERS.values(), *READERS.values()) for p in ports
+             for n in p[1:] if n}
+    var = {n: header.find(tile + n) for n in names}
+    clock = header.get(f"{npu}.clk") or header.find(f"{npu.rsplit('.', 1)[0]}.clk")
+    counts: Counter = Counter()
+    first: dict = {}
+
+    def on_cycle(cycle: int, _time: int, values: dict) -> None:
+        def v(name):
+            return 1 if name is None else (values.get(var[name].id) or 0)
+        for mem, writers in WRITERS.items():
+            hit = next((w for w in writers if v(w[1]) and v(w[3])), None)
+            if hit is None:
+                continue
+            row = v(hit[2])
+            for reader, en, addr, busy in READERS[mem]:
+                if v(en) and v(busy) and v(addr) == row:
+                    key = (mem, reader, hit[0])
+                    counts[key] += 1
+                    first.setdefault(key, cycle)
+
+    sampler = ClockSampler(clock, var.values(), on_cycle)
+    stream(vcd, header, [clock, *var.values()], sampler.step, with_previous=True)
+    return sampler.cycles, counts, first
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--vcd", type=Path, help="read this VCD instead of running fuzz streams")
+    ap.add_argument("--config", default="8x8")
+    ap.add_argument("--dram", default="ideal")
+    ap.add_argument("--seed", type=int, default=50000, help="first seed")
+    ap.add_argument("--streams", type=int, default=25)
+    args = ap.parse_args(argv)
+    vcd = args.vcd
+    if vcd is None:
+        from cosim.tb.harness import run_job
+        from hw.config import NPUConfig
+        seeds = list(range(args.seed, args.seed + args.streams))
+        run = run_job(NPUConfig.parse(args.config), "cosim.fuzz.jobs:fuzz_batch",
+                      {"seeds": seeds, "shrink_failures": False}, waves=True,
+                      name=f"collisions_{args.seed}", dram=args.dram)
+        vcd = run.waves
+    cycles, counts, first = count_collisions(vcd)
+    print(f"{vcd}: {cycles} cycles, {sum(counts.values())} collisions")
+    for (mem, reader, writer), n in sorted(counts.items()):
+        print(f"  {mem}: {reader} read meets {writer} write: {n} (first at cycle "
+              f"{first[(mem, reader, writer)]})")
+    if args.vcd is None:
+        Path(vcd).unlink()
+    return 1 if counts else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
