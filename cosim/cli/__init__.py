@@ -391,6 +391,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subcommand(parser: argparse.ArgumentParser,
+                args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost (sub)command parser that ``args`` chose (``npu waves cut``: its own)."""
+    while True:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)),
+                   None)
+        if sub is None or getattr(args, sub.dest, None) not in sub.choices:
+            return parser
+        parser = sub.choices[getattr(args, sub.dest)]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``npu`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
 
@@ -399,7 +410,10 @@ def main(argv: list[str] | None = None) -> int:
     one line and returns 130.
     """
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:     # said by the subcommand, with its usage (argparse: the top level's)
+            _subcommand(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
         if hasattr(args, "check_args"):
             args.check_args(args)
     except KeyboardInterrupt:       # ^C while the arguments are checked (some load a model)

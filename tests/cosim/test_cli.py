@@ -8,6 +8,21 @@ from cosim.cli import main
 from cosim.cli.args import attention_len, gemm_shape, int_at_least, seq_len
 
 
+@pytest.mark.parametrize("argv", [["fuzz", "--bogus"], ["run", "--block", "--bogus"],
+                                  ["waves", "gtkw", "x.vcd", "--bogus"]])
+def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
+    """argparse names an unknown flag of a subcommand with the top level's usage (``npu:
+    error``); it is the subcommand's."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    head = "npu " + " ".join(a for a in argv if a in ("fuzz", "run", "waves", "gtkw"))
+    assert f"{head}: error: unrecognized arguments: --bogus" in err
+    assert f"usage: {head}" in err
+
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--config", "3x3x3"], "expected ROWSxCOLS"),
     (["--config", "8x8,rows=4"], "unknown parameter 'rows'"),
