@@ -21,7 +21,7 @@ test: install
 	$(BIN)/pytest -n 2 $(ARGS)
 
 lint: install
-	$(BIN)/ruff check hw sw cosim tests
+	$(BIN)/ruff check hw sw cosim tests scripts
 
 verilog: install
 	$(BIN)/npu verilog $(ARGS)

@@ -77,29 +77,43 @@ def count_collisions(vcd: Path) -> tuple[int, Counter, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cosim.cli.args import int_at_least, parse_config, parse_dram
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vcd", type=Path, help="read this VCD instead of running fuzz streams")
-    ap.add_argument("--config", default="8x8")
-    ap.add_argument("--dram", default="ideal")
-    ap.add_argument("--seed", type=int, default=50000, help="first seed")
-    ap.add_argument("--streams", type=int, default=25)
+    ap.add_argument("--vcd", type=Path, help="read this VCD of the NPU instead of running "
+                    "fuzz streams")
+    ap.add_argument("--config", type=parse_config, default="8x8",
+                    help="configuration of the fuzz streams (default 8x8)")
+    ap.add_argument("--dram", type=parse_dram, default="ideal",
+                    help="DRAM timing of the fuzz streams (default ideal)")
+    ap.add_argument("--seed", type=int_at_least(0), default=50000,
+                    help="first seed (default 50000)")
+    ap.add_argument("--streams", type=int_at_least(1), default=25,
+                    help="fuzz streams, one simulation with a VCD (default 25; the first run "
+                    "of a configuration builds its traced simulator, minutes)")
     args = ap.parse_args(argv)
-    vcd = args.vcd
+    if args.vcd is not None and not args.vcd.is_file():
+        ap.error(f"--vcd {args.vcd}: no such file")
+    vcd, what = args.vcd, f"{args.vcd}"
     if vcd is None:
         from cosim.tb.harness import run_job
-        from hw.config import NPUConfig
         seeds = list(range(args.seed, args.seed + args.streams))
-        run = run_job(NPUConfig.parse(args.config), "cosim.fuzz.jobs:fuzz_batch",
+        run = run_job(args.config, "cosim.fuzz.jobs:fuzz_batch",
                       {"seeds": seeds, "shrink_failures": False}, waves=True,
                       name=f"collisions_{args.seed}", dram=args.dram)
-        vcd = run.waves
-    cycles, counts, first = count_collisions(vcd)
-    print(f"{vcd}: {cycles} cycles, {sum(counts.values())} collisions")
+        vcd = Path(run.waves)
+        what = (f"{args.streams} fuzz streams (seeds {seeds[0]}..{seeds[-1]}) on "
+                f"{args.config.name} under DRAM {args.dram.name}")
+    try:
+        cycles, counts, first = count_collisions(vcd)
+    finally:
+        if args.vcd is None:        # the VCD is large; its sidecar goes with it
+            vcd.unlink(missing_ok=True)
+            vcd.with_suffix(".waves.json").unlink(missing_ok=True)
+    print(f"{what}: {cycles} cycles, {sum(counts.values())} collisions")
     for (mem, reader, writer), n in sorted(counts.items()):
         print(f"  {mem}: {reader} read meets {writer} write: {n} (first at cycle "
               f"{first[(mem, reader, writer)]})")
-    if args.vcd is None:
-        Path(vcd).unlink()
     return 1 if counts else 0
 
 

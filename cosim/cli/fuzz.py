@@ -56,8 +56,8 @@ def _format(total: dict, timed_exact: bool = False) -> str:
              f"{total['with_irq_pin_high']}; by queues used {total['queues']}"]
     if total.get("with_translated_queues"):
         lines.append(f"  streams with translated queues {total['with_translated_queues']}; "
-                     "page faults " + ", ".join(f"{k} {v}" for k, v in
-                                                total["page_faults"].items()))
+                     "page faults " + (", ".join(f"{k} {v}" for k, v in
+                                                 total["page_faults"].items()) or "none"))
     if total["perf_skipped"]:
         lines.append(f"  performance model not run: {total['perf_skipped']}")
     if total["timed"]:

@@ -109,6 +109,8 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
             stop.set()                  # and the simulators before the main thread)
             raise
         except Exception as e:
+            if stop.is_set():           # a simulator that ^C ended before it wrote a result:
+                raise KeyboardInterrupt from None      # interrupted, not a failing batch
             # the pool raises a batch's exception only when the batches before it are done:
             # say which batch it was
             where = f"batch {k + 1}/{len(batches)} (seeds {batches[k][0]}..{batches[k][-1]})"

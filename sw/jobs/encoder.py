@@ -48,7 +48,7 @@ from hw.config import NPUConfig
 from hw.isa import Opcode
 from sw.backend import Backend
 from sw.kernels.attention import attention_launch, pack_attention_params, plan_attention
-from sw.kernels.eltwise import eltwise_launch, eltwise_tile_rows, pack_layernorm_params
+from sw.kernels.eltwise import eltwise_fit, eltwise_launch, pack_layernorm_params
 from sw.kernels.linear import linear_launch, pack_activations, pack_weights, plan_linear
 from sw.models.attention_block import _heads, tokens_for_length
 from sw.models.encoder import (
@@ -86,7 +86,7 @@ def check_config(config: NPUConfig, seq_len: int | None = None,
     ``n_layers`` layers, if given) cannot run on: too few hardware queues or pool
     semaphores, a non-square array, ``L`` or the hidden size not a multiple of ``cols``,
     or tensors that do not fit the local memories (the kernels' own checks:
-    :func:`sw.kernels.attention.plan_attention`, :func:`sw.kernels.eltwise.eltwise_tile_rows`).
+    :func:`sw.kernels.attention.plan_attention`, :func:`sw.kernels.eltwise.eltwise_fit`).
 
     Raises
     ------
@@ -103,7 +103,7 @@ def check_config(config: NPUConfig, seq_len: int | None = None,
     if HIDDEN % c.cols or seq_len % c.cols:
         raise ValueError(f"L={seq_len} and the hidden size {HIDDEN} must be multiples of "
                          f"cols={c.cols}")
-    eltwise_tile_rows(c, seq_len, HIDDEN // c.cols)
+    eltwise_fit(c, Opcode.LAYERNORM, seq_len, HIDDEN // c.cols)
     if n_layers:
         plan_attention(c, seq_len, _heads(load_minilm())[1])
 

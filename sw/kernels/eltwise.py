@@ -24,7 +24,8 @@ import numpy.typing as npt
 from hw.isa import DmaBody, EltwiseBody, LocalMem, Opcode, eltwise_param_rows, field_max
 from sw.runtime import Buffer, CommandList, Semaphore, Stream
 
-__all__ = ["pack_layernorm_params", "pack_add_params", "eltwise_tile_rows", "eltwise_launch"]
+__all__ = ["pack_layernorm_params", "pack_add_params", "eltwise_tile_rows", "eltwise_fit",
+           "eltwise_launch"]
 
 _ROW_BYTES_LIMIT = field_max(DmaBody, "row_bytes") + 1
 
@@ -91,8 +92,28 @@ def eltwise_tile_rows(config, m: int, n_blocks: int,
     mt = min(m, rows // (6 * n_blocks), (_ROW_BYTES_LIMIT - 1) // config.spad_row_bytes,
              field_max(EltwiseBody, "stride"))
     if mt < 1:
-        raise ValueError(f"{n_blocks} element blocks do not fit a scratchpad of {rows} rows")
+        raise ValueError(f"{n_blocks} element blocks need at least {6 * n_blocks} scratchpad "
+                         f"rows (one row of each of six tensor tiles), the "
+                         f"{'scratchpad' if spad_region is None else 'region'} has {rows}")
     return mt
+
+
+def eltwise_fit(config, opcode: Opcode, m: int, n_blocks: int, acc_row: int = 0,
+                spad_region: tuple[int, int] | None = None) -> int:
+    """Check that ``opcode`` (ADD, LAYERNORM) on ``m`` rows of ``n_blocks`` element blocks fits:
+    its parameter rows (:func:`eltwise_param_rows`) from accumulator row ``acc_row``, and one
+    tile row in the scratchpad (:func:`eltwise_tile_rows`, whose rows per tile it returns).
+
+    Raises
+    ------
+    ValueError
+        Naming what does not fit, what it needs and what there is.
+    """
+    n_par = eltwise_param_rows(opcode, n_blocks)
+    if acc_row + n_par > config.acc_rows:
+        raise ValueError(f"{opcode.name} of {n_blocks} element blocks needs {n_par} parameter "
+                         f"rows from accumulator row {acc_row}, acc_rows={config.acc_rows}")
+    return eltwise_tile_rows(config, m, n_blocks, spad_region)
 
 
 def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
@@ -124,7 +145,7 @@ def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
     Raises
     ------
     ValueError
-        Bad opcode, sizes that do not fit (:func:`eltwise_tile_rows`) or shifts out of range.
+        Bad opcode, sizes that do not fit (:func:`eltwise_fit`) or shifts out of range.
     """
     if opcode not in (Opcode.LAYERNORM, Opcode.ADD):
         raise ValueError(f"eltwise_launch runs LAYERNORM or ADD, not {opcode!r}")
@@ -136,10 +157,8 @@ def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
     srb, arb = c.spad_row_bytes, c.acc_row_bytes
     nb = _ceil_div(n, c.cols)
     n_par = eltwise_param_rows(opcode, nb)
-    if acc_row + n_par > c.acc_rows:
-        raise ValueError(f"{n_par} parameter rows from row {acc_row} exceed the accumulator")
+    mt = eltwise_fit(c, opcode, m, nb, acc_row, spad_region)
     s0 = 0 if spad_region is None else spad_region[0]
-    mt = eltwise_tile_rows(c, m, nb, spad_region)
     tensor = nb * mt                       # scratchpad rows of one tensor tile
     base = {x: sems[x].target() for x in "LRS"}
     count = dict.fromkeys("LRS", 0)

@@ -55,7 +55,12 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
     (["--backend", "model", "--block", "--seq-len", "16", "--config", "8x8,acc_rows=16"],
      "L=16, d=32 does not fit the local memories of 8x8_acc_rows16"),
     (["--backend", "model", "--config", "8x8,spad_rows=64", "--layers", "0"],
-     "48 element blocks do not fit a scratchpad of 64 rows"),
+     "48 element blocks need at least 288 scratchpad rows (one row of each of six tensor "
+     "tiles), the scratchpad has 64"),
+    # the LayerNorms' parameters (failed after the build, naming no configuration field)
+    (["--backend", "model", "--config", "8x8,acc_rows=64"],
+     "LAYERNORM of 48 element blocks needs 192 parameter rows from accumulator row 0, "
+     "acc_rows=64"),
     (["--waves-kernel", "query"], "--waves-kernel applies to --block or --qkv-only"),
     (["--backend", "model", "--waves"], "--waves needs --backend rtl"),
     (["--block", "--backend", "model", "--waves-kernel", "query"], "--waves needs --backend rtl"),

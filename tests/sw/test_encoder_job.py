@@ -126,9 +126,14 @@ def test_eltwise_kernel_rejects_what_does_not_fit():
     s = dev.default_stream
     sems = {x: dev.alloc_semaphore() for x in "LRS"}
     buf = s.alloc(1 << 16)
-    with pytest.raises(ValueError, match="do not fit"):
+    with pytest.raises(ValueError, match="48 element blocks need at least 288 scratchpad "
+                       "rows .*the region has 100"):
         eltwise_launch(s, Opcode.LAYERNORM, buf, buf, buf, buf, m=45, n=384, shift=16,
                        sems=sems, spad_region=(0, 100))
+    with pytest.raises(ValueError, match="LAYERNORM of 48 element blocks needs 192 parameter "
+                       "rows from accumulator row 900, acc_rows=1024"):
+        eltwise_launch(s, Opcode.LAYERNORM, buf, buf, buf, buf, m=45, n=384, shift=16,
+                       sems=sems, acc_row=900)
     with pytest.raises(ValueError, match="LAYERNORM or ADD"):
         eltwise_launch(s, Opcode.GELU, buf, buf, buf, buf, m=8, n=384, shift=16, sems=sems)
     with pytest.raises(ValueError, match="gamma outside"):
