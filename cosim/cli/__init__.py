@@ -472,20 +472,7 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.vm and not args.block:
         parser.error("--vm applies to --block (the attention block in a device context)")
     if not (args.qkv_only or args.block):
-        for flag, value in (("--causal", args.causal or None),
-                            ("--weights", None if args.weights == "int8" else args.weights),
-                            ("--activations",
-                             None if args.activations == "int8" else args.activations)):
-            if value is not None:
-                parser.error(f"{flag} applies to --block or --qkv-only, not to the encoder")
-        if args.config.rows != args.config.cols:
-            parser.error(f"the encoder needs a square array (the transposed K load), got "
-                         f"{args.config.rows}x{args.config.cols}; use --qkv-only")
-        args.seq_len = args.seq_len or 32
-        args.fill = args.fill or "repeat"
-        if args.seq_len % args.config.cols:
-            parser.error(f"--seq-len {args.seq_len}: the encoder needs a multiple of "
-                         f"cols={args.config.cols}")
+        _check_encoder_args(parser, args)
     elif args.layers != 6:
         parser.error("--layers applies to the encoder, not to --block or --qkv-only")
     if args.qkv_only:
@@ -505,6 +492,30 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         args.fill = args.fill or "repeat"
     _check_job(parser, args)
     check_json_arg(parser, args)
+
+
+def _check_encoder_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``npu run`` of the encoder (the default job): the flags that do not apply to it, the
+    array it needs, and ``--seq-len`` (default 32) and ``--fill`` (default repeat)."""
+    from sw.jobs.encoder import HIDDEN
+    for flag, value in (("--causal", args.causal or None),
+                        ("--weights", None if args.weights == "int8" else args.weights),
+                        ("--activations",
+                         None if args.activations == "int8" else args.activations)):
+        if value is not None:
+            parser.error(f"{flag} applies to --block or --qkv-only, not to the encoder")
+    if args.config.rows != args.config.cols:
+        parser.error(f"the encoder needs a square array (the transposed K load), got "
+                     f"{args.config.rows}x{args.config.cols}; use --qkv-only")
+    given = args.seq_len is not None
+    args.seq_len = args.seq_len or 32
+    args.fill = args.fill or "repeat"
+    if HIDDEN % args.config.cols:
+        parser.error(f"the encoder needs cols to divide the hidden size {HIDDEN}, "
+                     f"{args.config.spec} has cols={args.config.cols}")
+    if args.seq_len % args.config.cols:
+        parser.error(f"--seq-len {args.seq_len}{'' if given else ' (the default)'}: the "
+                     f"encoder needs a multiple of cols={args.config.cols}")
 
 
 def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

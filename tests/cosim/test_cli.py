@@ -40,7 +40,11 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
     (["--layers", "x"], "expected a layer count in 0..6"),
     (["--block", "--layers", "2"], "--layers applies to the encoder"),
     (["--block", "--qkv-only"], "exclude each other"),
-    (["--seq-len", "12"], "the encoder needs a multiple of cols=8"),
+    (["--seq-len", "12"], "--seq-len 12: the encoder needs a multiple of cols=8"),
+    (["--config", "12x12"], "--seq-len 32 (the default): the encoder needs a multiple of "
+     "cols=12"),
+    (["--config", "7x7"], "the encoder needs cols to divide the hidden size 384, 7x7 has "
+     "cols=7"),
     # what the job needs from the configuration, before the build
     (["--config", "8x8,n_queues=1"],
      "the encoder needs 2 hardware queues (a stream on each), 8x8,n_queues=1 has 1"),
