@@ -50,7 +50,7 @@ from sw.backend import Backend
 from sw.kernels.attention import attention_launch, pack_attention_params, plan_attention
 from sw.kernels.eltwise import eltwise_fit, eltwise_launch, pack_layernorm_params
 from sw.kernels.linear import linear_launch, pack_activations, pack_weights, plan_linear
-from sw.models.attention_block import _heads, tokens_for_length
+from sw.models.attention_block import heads, tokens_for_length
 from sw.models.encoder import (
     N_LAYERS,
     EncoderQuant,
@@ -105,7 +105,7 @@ def check_config(config: NPUConfig, seq_len: int | None = None,
                          f"cols={c.cols}")
     eltwise_fit(c, Opcode.LAYERNORM, seq_len, HIDDEN // c.cols)
     if n_layers:
-        plan_attention(c, seq_len, _heads(load_minilm())[1])
+        plan_attention(c, seq_len, heads(load_minilm())[1])
 
 
 @functools.lru_cache(maxsize=2)

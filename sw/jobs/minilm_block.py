@@ -34,12 +34,12 @@ def check_config(config: NPUConfig, seq_len: int | None = None) -> None:
         Saying what the job needs and what ``config`` gives.
     """
     from sw.kernels.attention import plan_attention
-    from sw.models.attention_block import _heads
+    from sw.models.attention_block import heads
 
     what = "each Q/K/V projection" if seq_len is None else "the attention block"
     check_resources(config, what, semaphores=SEMAPHORES)
     if seq_len is not None:
-        plan_attention(config, seq_len, _heads(load_minilm())[1])
+        plan_attention(config, seq_len, heads(load_minilm())[1])
 
 
 def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None,

@@ -47,7 +47,7 @@ from sw.models.minilm import DEFAULT_CALIBRATION_TEXT, MiniLM
 from sw.quant import INT8_MAX, quantize, quantize_multipliers
 from sw.quant_formats import int4_channel_scales, mx_alignment_base, quantize_int4, quantize_mxint8
 
-__all__ = ["ATTN_OUTPUT", "BlockQuant", "tokens_for_length", "embed_ids", "float_block",
+__all__ = ["ATTN_OUTPUT", "BlockQuant", "heads", "tokens_for_length", "embed_ids", "float_block",
            "calibrate_block", "golden_block", "golden_block_int", "score_multiplier",
            "dequantize_output", "attn_output_name", "WEIGHT_FORMATS", "ACT_FORMATS",
            "projection_operands"]
@@ -127,7 +127,8 @@ def embed_ids(model: MiniLM, ids: np.ndarray) -> np.ndarray:
             + t["embeddings.LayerNorm.bias"]).astype(np.float32)
 
 
-def _heads(model: MiniLM) -> tuple[int, int]:
+def heads(model: MiniLM) -> tuple[int, int]:
+    """``(heads, head size)`` of ``model`` (12 and 32 for MiniLM-L6)."""
     h = int(model.config["num_attention_heads"])
     return h, model.hidden // h
 
@@ -158,7 +159,7 @@ def float_block(model: MiniLM, x: npt.ArrayLike, kv_len: int | None = None,
     t = model.tensors
     f64 = np.float64
     x = np.asarray(x, np.float32).astype(f64)
-    n_heads, dh = _heads(model)
+    n_heads, dh = heads(model)
     out = {}
     for name in _NAMES:
         w, b = model.projection(name, layer)
@@ -382,7 +383,7 @@ def calibrate_block(model: MiniLM,
     wf, af = WEIGHT_FORMATS[weights], ACT_FORMATS[activations]
     if af == ActFormat.MXINT8 and wf != WeightFormat.MXINT8:
         raise ValueError("MXINT8 activations are used with MXINT8 weights (--weights mxint8)")
-    n_heads, dh = _heads(model)
+    n_heads, dh = heads(model)
     xs = inputs if inputs is not None else [model.embed(s) for s in calibration_text]
     refs = [float_block(model, x, layer=layer) for x in xs]
     cat = {k: np.concatenate([r[k] for r in refs]).astype(np.float64) for k in refs[0]}
