@@ -67,7 +67,8 @@ def _blocks(text: str) -> list[str]:
     return names
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _run_job(args: argparse.Namespace):
+    """The job of ``npu run``: its module, function name, report formatter and arguments."""
     from sw.jobs import encoder, minilm_block
 
     job_args = {"text": args.text, "config": args.config.to_dict()}
@@ -86,6 +87,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         job_args |= {"seq_len": args.seq_len, "fill": args.fill, "n_layers": args.layers}
     if args.trace or args.trace_png:
         job_args["profile"] = True
+    return workload, job, fmt, job_args
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    workload, job, fmt, job_args = _run_job(args)
     start = time.perf_counter()
     if args.backend == "model":
         from sw.model import ModelBackend
@@ -522,13 +528,27 @@ def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     """The job's own check of the configuration (the one it makes when it starts), here
     before the Verilator build and the calibration."""
     from sw.jobs import encoder, minilm_block
+    from sw.runtime import check_dram
     try:
         if args.qkv_only or args.block:
             minilm_block.check_config(args.config, args.seq_len if args.block else None)
         else:
             encoder.check_config(args.config, args.seq_len, args.layers)
+        # a DRAM smaller than the default's (which holds the jobs at their default sizes):
+        # the job's need measured on the functional model, seconds instead of a failure
+        # after the Verilator build (the other backends fail as fast by themselves)
+        if args.backend == "rtl" and args.config.dram_bytes < NPUConfig().dram_bytes:
+            workload, job, _, job_args = _run_job(args)
+            job_args.pop("profile", None)
+            check_dram(args.config, _JOB_NAMES[job], lambda backend, config: getattr(
+                workload, job)(backend, **job_args | {"config": config.to_dict()}))
     except ValueError as e:
         parser.error(str(e))
+
+
+#: What ``npu run``'s jobs are called in messages.
+_JOB_NAMES = {"run_qkv_job": "the Q/K/V projection job",
+              "run_attention_job": "the attention block", "run_encoder_job": "the encoder"}
 
 
 def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict | None:

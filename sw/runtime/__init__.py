@@ -65,7 +65,7 @@ them as Perfetto traces and PNG timelines.
 
 from sw.runtime.commands import Command, CommandList, describe_command
 from sw.runtime.counters import Counters, TraceRecord
-from sw.runtime.device import Device, check_resources
+from sw.runtime.device import Device, check_dram, check_resources
 from sw.runtime.errors import (
     DEFAULT_TIMEOUT_CYCLES,
     CommandFieldError,
@@ -89,5 +89,5 @@ __all__ = [
     "describe_command", "DEFAULT_TIMEOUT_CYCLES", "Stream", "Event", "Semaphore",
     "OutOfSemaphoresError", "TraceRecord", "Counters", "UntimedCounterError", "BlockedCommand",
     "CommandFieldError", "RING_POLL_CYCLES", "RING_POLL_MAX_CYCLES", "Context",
-    "VirtualBuffer", "PageFaultError", "check_resources",
+    "VirtualBuffer", "PageFaultError", "check_resources", "check_dram",
 ]

@@ -96,6 +96,30 @@ def test_run_reports_runtime_errors_in_one_line(capsys):
     assert "OutOfMemoryError" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--qkv-only", "--config", "8x8,dram_bytes=65536"],
+     "the Q/K/V projection job needs dram_bytes=262144 or more, 8x8,dram_bytes=65536 has "
+     "dram_bytes=65536 (on the functional model it runs out of DRAM at dram_bytes=131072 and "
+     "runs at 262144)"),
+])
+def test_run_refuses_too_small_a_dram_before_the_build(argv, message, monkeypatch, capsys):
+    """A DRAM too small for the job is refused with the job's measured need before the
+    Verilator build (it failed after it, in the DRAM allocator)."""
+    import cosim.tb.harness
+
+    def build(*args, **kwargs):
+        raise AssertionError("reached the Verilator build")
+    monkeypatch.setattr(cosim.tb.harness, "run_job", build)
+    with pytest.raises(SystemExit) as exc:
+        main(["run", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    # a DRAM that holds the job goes on to the build
+    with pytest.raises(AssertionError, match="reached the Verilator build"):
+        main(["run", "--qkv-only", "--config", "8x8,dram_bytes=262144"])
+
+
 def test_run_names_no_python_error_class(capsys):
     """A ValueError of the run (a bad ``--waves-scope`` block) prints its message alone."""
     assert main(["run", "--waves-scope", "dmaa", "--layers", "0"]) == 2
