@@ -120,15 +120,20 @@ def _fmt(v, kind: str = "") -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    """The fixed-width table: one line per point, ``*`` on the Pareto front."""
+    """The fixed-width table: one line per point, ``*`` on the Pareto front; a point that did
+    not run has a note number ``[n]`` in the last column, and the notes below the table give
+    each distinct error in full (as ``sweep.json`` has it)."""
     head = ("config", "DRAM", "workload", "cycles", "util", "bound", "SQNR dB", "LUT4", "FF",
             "MULT18", "DP16KD", "RTL cycles", "model err", "")
     body = []
+    notes: dict[str, int] = {}      # error message -> note number
     for r in rows:
         if r["status"] != "ok":
+            error = r.get("error")
+            note = f"[{notes.setdefault(error, len(notes) + 1)}]" if error else ""
             body.append((r["config"], r["dram"], r["workload"], r["status"], "", "", "",
                          _fmt(r["lut4"]), _fmt(r["ff"]), _fmt(r["mult18"]), _fmt(r["dp16kd"]),
-                         "", "", (r.get("error") or "")[:60]))
+                         "", "", note))
             continue
         body.append((r["config"], r["dram"], r["workload"], str(r["cycles"]),
                      _fmt(r["utilization"], "pct"), _fmt(r["bound"], "pct"),
@@ -144,6 +149,8 @@ def format_table(rows: list[dict]) -> str:
     for b in body:
         lines.append("  ".join(v.ljust(w) if i < left or i == len(b) - 1 else v.rjust(w)
                                for i, (v, w) in enumerate(zip(b, widths, strict=True))).rstrip())
+    if notes:
+        lines += ["", *(f"[{n}] {error}" for error, n in notes.items())]
     return "\n".join(lines)
 
 

@@ -320,6 +320,22 @@ def test_unsupported_and_failed_points_are_rows_not_crashes(tmp_path, monkeypatc
         assert row["status"] == "error" and "WINDOW" in row["error"]
 
 
+def test_table_gives_errors_whole_below_it():
+    """A point that did not run has a note number in the table and its error, whole, below
+    it (the table cut errors at 60 characters, mid-word); one note per distinct error."""
+    long = ("the attention block needs a square array (the transposed K load), got 4x8; "
+            "use a square configuration")
+    other = "queue 0: WINDOW error (planted)"
+    area = {"lut4": None, "ff": None, "mult18": None, "dp16kd": None}
+    rows = [{"config": c, "dram": "ideal", "workload": w, "status": st, "error": e, **area}
+            for c, w, st, e in [("4x8", "minilm-block:8", "unsupported", long),
+                                ("4x8", "minilm-block:16", "unsupported", long),
+                                ("4x4", "gemm:8x8x8", "error", other)]]
+    lines = format_table(rows).splitlines()
+    assert [line.split()[-1] for line in lines[1:4]] == ["[1]", "[1]", "[2]"]
+    assert lines[4:] == ["", f"[1] {long}", f"[2] {other}"]
+
+
 def test_sweep_with_an_rtl_check(tmp_path):
     """One sampled point on the co-simulated 4x4: the model's error against the RTL is in the
     row and is small (the validation bench's 3% bound); the RTL result is bit-exact."""
