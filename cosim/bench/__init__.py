@@ -146,7 +146,7 @@ def gemm_sweep_job(backend, *, sizes: list[int], seed: int = 0,
             "kernel_dram_bytes": kernel_dram_bytes(cfg, p), "bursts": bursts.to_dict(),
             "wall_seconds": round(wall, 3),
         })
-    return {"backend": backend.name, "config_name": cfg.name, "gemm": rows}
+    return {"backend": backend.name, "config_name": cfg.spec, "gemm": rows}
 
 
 # -- analysis ---------------------------------------------------------------------------------
@@ -220,7 +220,7 @@ def measure_build(config: NPUConfig) -> dict:
     verilog_s = time.perf_counter() - t0
     clean = build_sim(throwaway)
     cached = build_sim(throwaway)
-    return {"config_name": throwaway.name, "build_dir": str(tag_dir),
+    return {"config_name": throwaway.spec, "build_dir": str(tag_dir),
             "verilog_seconds": round(verilog_s, 2),
             "verilator_clean_seconds": round(clean.seconds, 2), "clean_was_cached": clean.cached,
             "clean_total_seconds": round(verilog_s + clean.seconds, 2),
@@ -246,7 +246,7 @@ def measure_native(config: NPUConfig, run, recording: Path, *,
     rec = run.recording or {}
     return {
         "job": "GEMM sweep (this bench's run on the first configuration)",
-        "config_name": config.name,
+        "config_name": config.spec,
         "cycles_cocotb": run.cycles, "cycles_native": n.cycles,
         "cycles_agree": run.cycles == n.cycles,
         "replay_matches": n.ok and run.cycles == n.cycles,
@@ -306,9 +306,9 @@ def _bench_gemm(out: dict, cfg: NPUConfig, sizes: list[int], *, backend: str, se
                 f"{r.cycles} cycles) in the pure Verilator C++ harness...")
             out["cosim_speed"]["verilator_cpp_harness"] = measure_native(
                 cfg, r, rec, clean_build=build_timing)
-        run_info = _run_info(f"gemm {cfg.name}", r)
+        run_info = _run_info(f"gemm {cfg.spec}", r)
         out["cosim_speed"]["runs"].append(run_info)
-    out["gemm"][cfg.name] = {"rows": [_analyse_gemm(cfg, row, dram) for row in res["gemm"]],
+    out["gemm"][cfg.spec] = {"rows": [_analyse_gemm(cfg, row, dram) for row in res["gemm"]],
                              "n_pes": cfg.n_pes, "run": run_info}
 
 
@@ -323,9 +323,9 @@ def _bench_attention(out: dict, cfg: NPUConfig, seq_len: int, *, backend: str,
         r = run_job(cfg, "sw.jobs.minilm_block:run_attention_job", args,
                     name=f"bench_attention_L{seq_len}", dram=dram)
         res = r.result
-        run_info = _run_info(f"attention L={seq_len} {cfg.name}", r)
+        run_info = _run_info(f"attention L={seq_len} {cfg.spec}", r)
         out["cosim_speed"]["runs"].append(run_info)
-    out["attention"] = {"config_name": cfg.name, "seq_len": seq_len, "kv_len": res["kv_len"],
+    out["attention"] = {"config_name": cfg.spec, "seq_len": seq_len, "kv_len": res["kv_len"],
                         "stages": res["stages"], "bit_exact": res["bit_exact"],
                         "sqnr_db": res["sqnr_db"], "run": run_info}
 
@@ -369,7 +369,7 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
 
     out: dict = {
         "backend": backend, "sizes": list(sizes), "shapes": [list(x) for x in shapes],
-        "configs": [c.name for c in configs],
+        "configs": [c.spec for c in configs],
         "host": {"machine": platform.machine(), "python": platform.python_version()},
         "dram": dram.to_dict(),
         "roofline_definition": (
@@ -392,12 +392,12 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
             json_path.write_text(json.dumps(out, indent=2) + "\n")
 
     if backend == "rtl" and build_timing:
-        say(f"timing a clean Verilator build of a throwaway {configs[0].name} copy...")
+        say(f"timing a clean Verilator build of a throwaway {configs[0].spec} copy...")
         out["build"] = measure_build(configs[0])
         dump()
 
     for ci, cfg in enumerate(configs):
-        say(f"GEMM sweep {list(sizes)} {[list(x) for x in shapes]} on {cfg.name} ({backend}, "
+        say(f"GEMM sweep {list(sizes)} {[list(x) for x in shapes]} on {cfg.spec} ({backend}, "
             f"DRAM {dram.name})...")
         _bench_gemm(out, cfg, list(sizes), backend=backend, seed=seed, dram=dram,
                     record=backend == "rtl" and native and ci == 0, build_timing=build_timing,
@@ -405,7 +405,7 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
         dump()
 
     if attention_len:
-        say(f"MiniLM attention block L={attention_len} on {configs[0].name} ({backend})...")
+        say(f"MiniLM attention block L={attention_len} on {configs[0].spec} ({backend})...")
         _bench_attention(out, configs[0], attention_len, backend=backend, dram=dram)
         dump()
     runs = out["cosim_speed"]["runs"]
@@ -429,14 +429,14 @@ def bench_roofline_points(res: dict, configs: list[NPUConfig]) -> list[RooflineP
     dram = DramTiming.from_dict(res["dram"])
     points = []
     for cfg in configs:
-        rows = res["gemm"][cfg.name]["rows"]
+        rows = res["gemm"][cfg.spec]["rows"]
         reads = sum(r["counters"]["bytes_read"] for r in rows)
         writes = sum(r["counters"]["bytes_written"] for r in rows)
         bw = memory_roof(cfg, reads, writes, dram)["bytes_per_cycle"]
-        roof = Roof(f"{cfg.name}, {dram.name}", cfg.n_pes, bw)
+        roof = Roof(f"{cfg.spec}, {dram.name}", cfg.n_pes, bw)
         for r in rows:
             c = r["counters"]
-            points.append(gemm_point(f"{cfg.name} {'x'.join(map(str, r['shape']))}",
+            points.append(gemm_point(f"{cfg.spec} {'x'.join(map(str, r['shape']))}",
                                      *r["shape"], dram_bytes=c["bytes_read"]
                                      + c["bytes_written"], cycles=r["cycles"], roof=roof))
     return points

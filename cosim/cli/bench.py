@@ -137,6 +137,6 @@ def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     first = (args.configs or [None])[0]
     if args.attention_len != 0 and first is not None and first.rows != first.cols:
         parser.error(f"the attention block runs on the first --configs, which must be square "
-                     f"(not {first.name}); --attention-len 0 skips it")
+                     f"(not {first.spec}); --attention-len 0 skips it")
     if args.roofline and args.backend == "model":
         parser.error("--roofline needs a timed backend (rtl or perf)")

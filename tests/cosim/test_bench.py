@@ -81,8 +81,8 @@ def test_bench_table_columns_fit_long_names_and_shapes():
     lines = format_bench(res).splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("config"))
     rows = [line.split() for line in lines[header + 1:header + 3]]
-    assert [r[:2] for r in rows] == [["4x4_cmd_fifo_depth4", "8"],
-                                     ["4x4_cmd_fifo_depth4", "1x24x16"]]
+    assert [r[:2] for r in rows] == [["4x4,cmd_fifo_depth=4", "8"],
+                                     ["4x4,cmd_fifo_depth=4", "1x24x16"]]
     assert lines[header].split()[:3] == ["config", "size", "cycles"]
 
 
@@ -92,3 +92,22 @@ def test_cli_bench_model(tmp_path, capsys):
                  "--attention-len", "0", "--json", str(path)]) == 0
     assert "untimed backend" in capsys.readouterr().out
     assert json.loads(path.read_text())["sizes"] == [8]
+
+
+def test_cli_bench_names_configurations_as_configs_takes_them(tmp_path, capsys):
+    """The configuration names of the table and the JSON are what ``--configs`` accepts
+    (they were ``4x4_cmd_fifo_depth4``, which it refuses): a round trip gives the same
+    configurations."""
+    path = tmp_path / "b.json"
+    argv = ["bench", "--backend", "model", "--sizes", "8", "--attention-len", "0", "--json",
+            str(path), "--configs"]
+    assert main([*argv, "4x4,cmd_fifo_depth=4", "4x4"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(path.read_text())
+    names = doc["configs"]
+    assert names == list(doc["gemm"]) == ["4x4,cmd_fifo_depth=4", "4x4"]
+    table = out.splitlines()
+    header = next(i for i, line in enumerate(table) if line.startswith("config"))
+    assert [line.split()[0] for line in table[header + 1:header + 3]] == names
+    assert main([*argv, *names]) == 0
+    assert json.loads(path.read_text())["configs"] == names
