@@ -143,12 +143,14 @@ class Summary:
         """Human-readable report with a text timeline ``width`` characters wide."""
         c = max(self.cycles, 1)
         period = "?" if self.period is None else f"{float(self.period * self.timescale_s * 1e9):g}"
+        # every window is printed first..last, both counted (the counted ones are [a, b))
+        cycles = f"cycles {self.first_cycle}..{self.end_cycle - 1}"
         lines = [f"{self.file}: scope {self.scope}, clock period {period} ns, "
-                 f"{self.cycles} cycles (cycles {self.first_cycle}..{self.end_cycle - 1}"
-                 + (f"; CYCLES {self.counter_window[0]}..{self.counter_window[1]}"
+                 f"{self.cycles} cycles ({cycles}"
+                 + (f"; CYCLES {self.counter_window[0]}..{self.counter_window[1] - 1}"
                     if self.counter_window else "") + ")", "",
                  f"{'engine':<8} {'busy':>8} {'util':>7} {'cmds':>5} {'done':>5}  timeline "
-                 f"(cycles {self.first_cycle}..{self.end_cycle}, "
+                 f"({cycles}, "
                  f"'#' busy, '+' >50%, '.' some)"]
         for name, e in self.engines.items():
             unk = f" (+{e.unknown_cycles} x)" if e.unknown_cycles else ""

@@ -122,6 +122,7 @@ def test_counter_window_and_snapshot_pair(counter_run, tmp_path, capsys):
     exp = expected_figures(rows, 100 + RESET_CYCLES, 900 + RESET_CYCLES)
     assert s.figures() == exp and s.first_cycle == 100 + RESET_CYCLES
     assert s.counter_window == (100, 900)
+    assert "; CYCLES 100..899)" in s.format()       # both ends counted, as the cycles
     names = [k for k in exp if not k.startswith(("commands.", "axi."))]
     before = {k: (1 << 32) - 3 for k in names} | {"cycles": 100}
     after = {k: (before[k] + exp[k]) % (1 << 32) for k in names} | {"cycles": 900}
@@ -144,7 +145,7 @@ def test_counter_window_and_snapshot_pair(counter_run, tmp_path, capsys):
     pair.write_text(json.dumps({"before": before, "after": after}))
     assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair)]) == 0
     out = capsys.readouterr().out
-    assert f"{len(names)} equal, 0 different" in out and "CYCLES 100..900" in out
+    assert f"{len(names)} equal, 0 different" in out and "CYCLES 100..899" in out
     assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair),
                      "--from", "3"]) == 2
 
@@ -426,7 +427,10 @@ def test_summary_cycles_are_absolute(run, tmp_path):
     assert (inner.first_cycle, inner.cycles) == (600, 100)
     assert inner.figures() == summarize(vcd, start=600, end=700).figures() \
         == expected_figures(rows, 600, 700)
-    assert "cycles 500..799" in s.format()
+    # the header and the timeline give the window alike, both ends counted (the timeline
+    # said 500..800)
+    text = s.format()
+    assert text.count("cycles 500..799") == 2 and "500..800" not in text
 
 
 def test_fast_and_checked_summaries_agree(run):
