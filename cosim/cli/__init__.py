@@ -146,8 +146,10 @@ def _waves_line(run) -> str:
     if info.get("scope"):
         what += f", blocks {','.join(info['scope'])}"
     size = run.waves.stat().st_size / 1e6
+    save = (f"{info['gtkw']} (rewritten for this waveform)" if info.get("gtkw")
+            else f"npu waves gtkw {run.waves}")
     return (f"waveform: {run.waves} ({info.get('format', 'vcd').upper()}, {size:.1f} MB, "
-            f"{what}): {span}; save file: npu waves gtkw {run.waves}")
+            f"{what}): {span}; save file: {save}")
 
 
 def _cmd_verilog(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ Modules:
 * :mod:`cosim.waves.counters`: counters against the VCD (:func:`check_counters`,
   :func:`check_counter_snapshots`);
 * :mod:`cosim.waves.window`: :func:`cut`;
-* :mod:`cosim.waves.gtkwave`: :func:`write_gtkw`;
+* :mod:`cosim.waves.gtkwave`: :func:`write_gtkw`, :func:`refresh_gtkw`;
 * :mod:`cosim.waves.trace`: Perfetto trace and plots from command records.
 """
 
@@ -30,7 +30,14 @@ from cosim.waves.counters import (
     counter_delta,
     load_counters,
 )
-from cosim.waves.gtkwave import GTKW_GROUPS, GTKW_MARKERS, gtkw_text, load_regions, write_gtkw
+from cosim.waves.gtkwave import (
+    GTKW_GROUPS,
+    GTKW_MARKERS,
+    gtkw_text,
+    load_regions,
+    refresh_gtkw,
+    write_gtkw,
+)
 from cosim.waves.signals import (
     EngineProbes,
     NpuSignals,
@@ -45,5 +52,5 @@ __all__ = [
     "find_npu_scope", "NpuSignals", "EngineProbes", "VcdProbeError", "locate_signals",
     "EngineStats", "Summary", "summarize", "CounterCheck", "check_counters", "counter_delta",
     "check_counter_snapshots", "load_counters", "cut", "CutResult", "write_gtkw", "gtkw_text",
-    "GTKW_GROUPS", "GTKW_MARKERS", "load_regions",
+    "refresh_gtkw", "GTKW_GROUPS", "GTKW_MARKERS", "load_regions",
 ]

@@ -36,6 +36,7 @@ from cosim.waves.vcd import (
     VcdSkippedLineWarning,
     read_header,
     stream,
+    time_range,
 )
 from hw.top import PROBE_FIELDS
 from tests.support.npu_vcd_gen import (
@@ -267,6 +268,32 @@ def test_gtkw_names_vectors_declared_without_a_range(run, tmp_path):
     assert "tb_top.u_npu.mem__wstrb[7:0]\n" in text and "tb_top.u_npu.mem__arvalid\n" in text
     assert text == gtkw_text(read_header(vcd))[0].replace(str(vcd.resolve()),
                                                           str(bare.resolve()))
+
+
+def test_a_new_waveform_rewrites_its_stale_save_file(run, tmp_path):
+    """A run that writes a new ``npu_run.vcd`` rewrites the ``npu_run.gtkw`` that ``npu waves
+    gtkw`` made for the one before (GTKWave opened the new file with the old view and
+    markers); a save file written otherwise is left alone."""
+    from cosim.tb.harness import _waves_sidecar
+
+    rows, vcd = run
+    wave = tmp_path / "npu_run.vcd"
+    write_npu_vcd(wave, rows[:500])
+    write_gtkw(wave)
+    old = wave.with_suffix(".gtkw").read_text()
+    write_npu_vcd(wave, rows)                       # the next run, another length
+    region = {"name": "scores", "occurrence": 1, "start_cycle": 900, "end_cycle": 950}
+    info = _waves_sidecar(wave, "vcd", None, None, {"region_log": [region]})
+    new = wave.with_suffix(".gtkw").read_text()
+    assert info["gtkw"] == str(wave.with_suffix(".gtkw")) and new != old
+    header = read_header(wave)
+    assert new == gtkw_text(header, vcd_path=wave, regions=[region], clock_period_ns=10,
+                            span=time_range(wave, header))[0]
+    assert "[markername] Ascores\n" in new
+    own = "[*] saved by GTKWave\n"
+    wave.with_suffix(".gtkw").write_text(own)
+    assert "gtkw" not in _waves_sidecar(wave, "vcd", None, None, {})
+    assert wave.with_suffix(".gtkw").read_text() == own
 
 
 def test_missing_signal_is_a_clear_error(tmp_path):
