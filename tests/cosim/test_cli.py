@@ -283,3 +283,34 @@ def test_interrupt_while_the_arguments_are_checked_is_one_line(monkeypatch, caps
     assert main(["fuzz", "--json", "x.json"]) == 130
     err = capsys.readouterr().err
     assert err == "npu: interrupted\n"
+
+
+def test_interrupt_while_npu_loads_is_one_line(monkeypatch, capsys):
+    """^C while ``npu`` imports its packages (the first half second): one line, status 130
+    (the console script imported cosim.cli before any handler, and printed a traceback)."""
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    from cosim.entry import main as npu
+
+    root = Path(__file__).parents[2]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["npu"] == "cosim.entry:main"
+    # the entry point's module loads nothing of the CLI before main runs
+    loaded = subprocess.run([sys.executable, "-c", "import sys, cosim.entry; "
+                             "print(sorted(m for m in sys.modules if m.startswith(('cosim.', "
+                             "'hw', 'sw'))))"], cwd=root, capture_output=True, text=True,
+                            check=True).stdout
+    assert loaded.strip() == "['cosim.entry']"
+
+    class Interrupt:            # a ^C while cosim.cli is imported
+        def find_spec(self, name, path=None, target=None):
+            if name == "cosim.cli":
+                raise KeyboardInterrupt
+
+    monkeypatch.delitem(sys.modules, "cosim.cli")
+    monkeypatch.setattr(sys, "meta_path", [Interrupt(), *sys.meta_path])
+    assert npu(["run", "--help"]) == 130
+    assert capsys.readouterr().err == "npu: interrupted\n"
