@@ -46,6 +46,7 @@ import numpy as np
 
 from cosim.bench.bursts import BurstTap
 from hw.config import NPUConfig
+from sw.kernels.linear import check_mx
 from sw.runtime import Device
 
 __all__ = ["Workload", "WorkloadError", "parse_workload", "workload_job", "FORMATS",
@@ -124,10 +125,10 @@ class Workload:
                 return (f"{self.name}: the forward pass needs L a multiple of cols "
                         f"({config.cols})")
         if "mxint8" in self.fmt:
-            if not config.mx:
-                return f"{self.name} needs the MX exponent stage (mx=1), {config.spec} has none"
-            if 32 % config.rows:
-                return f"{self.name}: MXINT8 needs rows dividing 32, got {config.rows}"
+            try:
+                check_mx(config)
+            except ValueError as e:
+                return f"{self.name}: {e}"
         if (self.kind == "minilm-block" and self.activations == "mxint8"
                 and self.weights != "mxint8"):
             return f"{self.name}: the block uses MXINT8 activations with MXINT8 weights only"

@@ -533,7 +533,8 @@ def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     from sw.runtime import check_dram
     try:
         if args.qkv_only or args.block:
-            minilm_block.check_config(args.config, args.seq_len if args.block else None)
+            minilm_block.check_config(args.config, args.seq_len if args.block else None,
+                                      weights=args.weights, activations=args.activations)
         else:
             encoder.check_config(args.config, args.seq_len, args.layers)
         # a DRAM smaller than the default's (which holds the jobs at their default sizes):

@@ -10,7 +10,7 @@ import numpy as np
 
 from hw.config import NPUConfig
 from sw.backend import Backend
-from sw.kernels.linear import linear_with_stats
+from sw.kernels.linear import check_mx, linear_with_stats
 from sw.models.minilm import DEFAULT_EVAL_TEXT, PROJECTIONS, calibrate_qkv, evaluate, load_minilm
 from sw.runtime import Device, check_resources
 
@@ -22,11 +22,13 @@ __all__ = ["run_qkv_job", "format_report", "run_attention_job", "format_attentio
 SEMAPHORES = 4
 
 
-def check_config(config: NPUConfig, seq_len: int | None = None) -> None:
+def check_config(config: NPUConfig, seq_len: int | None = None, *, weights: str = "int8",
+                 activations: str = "int8") -> None:
     """Refuse, before any work, a configuration the attention block of ``seq_len`` tokens
-    (None: the Q/K/V projections alone) cannot run on: too few pool semaphores, or an
-    attention that does not fit the local memories (:func:`sw.kernels.attention.plan_attention`,
-    the kernel's own check).
+    (None: the Q/K/V projections alone) in these number formats cannot run on: too few pool
+    semaphores, an attention that does not fit the local memories
+    (:func:`sw.kernels.attention.plan_attention`, the kernel's own check), or MXINT8 on an
+    array the linear kernel cannot run it on (:func:`sw.kernels.linear.check_mx`).
 
     Raises
     ------
@@ -38,6 +40,8 @@ def check_config(config: NPUConfig, seq_len: int | None = None) -> None:
 
     what = "each Q/K/V projection" if seq_len is None else "the attention block"
     check_resources(config, what, semaphores=SEMAPHORES)
+    if "mxint8" in (weights, activations):
+        check_mx(config)
     if seq_len is not None:
         plan_attention(config, seq_len, heads(load_minilm())[1])
 
@@ -201,7 +205,7 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
     text = text or DEFAULT_EVAL_TEXT
     model = load_minilm()
     ids, kv_len = tokens_for_length(model, text, seq_len, fill)
-    check_config(cfg, len(ids))
+    check_config(cfg, len(ids), weights=weights, activations=activations)
     bq = calibrate_block(model, weights=weights, activations=activations, tile_k=cfg.rows)
     x = embed_ids(model, ids)
     ref = float_block(model, x, kv_len, causal)

@@ -107,7 +107,7 @@ from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
 
 __all__ = ["LinearPlan", "LinearStats", "LinearJob", "Formats", "INT8_FORMATS", "plan_linear",
            "linear", "linear_with_stats", "linear_launch", "pack_activations", "pack_weights",
-           "weight_dram_bytes",
+           "weight_dram_bytes", "check_mx",
            "build_linear_commands",
            "build_linear_commands_double_buffered", "double_buffered_plan", "linear_dram_bytes",
            "matmul_cycles", "matmul_latency", "requant_cycles", "dma_cycles"]
@@ -141,6 +141,24 @@ class LinearStats:
 
 
 
+def check_mx(config: NPUConfig) -> None:
+    """Refuse, before any work, a configuration the linear kernel cannot run MXINT8 on: no
+    MX exponent stage (``mx=0``), or K tiles (``rows`` deep) that straddle the
+    :data:`hw.isa.MX_BLOCK`-element blocks sharing a scale (``rows`` must divide it).
+
+    Raises
+    ------
+    ValueError
+        Saying which, with ``config``'s value.
+    """
+    if not config.mx:
+        raise ValueError(f"MXINT8 needs the MX exponent stage: configuration {config.spec} "
+                         "has mx=0 (use e.g. --config 8x8,mx=1)")
+    if MX_BLOCK % config.rows:
+        raise ValueError(f"MXINT8 needs K tiles inside the {MX_BLOCK}-element MX blocks: "
+                         f"rows must divide {MX_BLOCK}, {config.spec} has rows={config.rows}")
+
+
 def _check_formats(config: NPUConfig, fmt: Formats, m: int, k: int, n: int,
                    w: np.ndarray) -> None:
     """Typed errors for formats the configuration or the operands cannot do."""
@@ -148,12 +166,7 @@ def _check_formats(config: NPUConfig, fmt: Formats, m: int, k: int, n: int,
         raise ValueError(f"int4 weights must be in -8..7, got {w.min()}..{w.max()}")
     if not fmt.mx:
         return
-    if not config.mx:
-        raise ValueError(f"MXINT8 needs the MX exponent stage: configuration {config.spec} "
-                         "has mx=0 (use e.g. --config 8x8,mx=1)")
-    if MX_BLOCK % config.rows:
-        raise ValueError(f"MXINT8 needs K tiles inside MX blocks: rows={config.rows} must "
-                         f"divide {MX_BLOCK}")
+    check_mx(config)
     if not 0 <= fmt.x_base < 1024:
         raise ValueError(f"x_base must be in 0..1023, got {fmt.x_base}")
     nb = -(-k // MX_BLOCK)

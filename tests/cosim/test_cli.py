@@ -96,26 +96,37 @@ def test_run_reports_runtime_errors_in_one_line(capsys):
     assert "OutOfMemoryError" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--qkv-only", "--config", "8x8,dram_bytes=65536"],
-     "the Q/K/V projection job needs dram_bytes=262144 or more, 8x8,dram_bytes=65536 has "
-     "dram_bytes=65536 (on the functional model it runs out of DRAM at dram_bytes=131072 and "
-     "runs at 262144)"),
-])
-def test_run_refuses_too_small_a_dram_before_the_build(argv, message, monkeypatch, capsys):
-    """A DRAM too small for the job is refused with the job's measured need before the
-    Verilator build (it failed after it, in the DRAM allocator)."""
+@pytest.fixture
+def no_build(monkeypatch):
+    """``npu run`` on the RTL stops where the Verilator build would start."""
     import cosim.tb.harness
 
     def build(*args, **kwargs):
         raise AssertionError("reached the Verilator build")
     monkeypatch.setattr(cosim.tb.harness, "run_job", build)
+
+
+@pytest.mark.parametrize("argv, message", [
+    # the job's DRAM need, measured on the functional model (failed in the allocator)
+    (["--qkv-only", "--config", "8x8,dram_bytes=65536"],
+     "the Q/K/V projection job needs dram_bytes=262144 or more, 8x8,dram_bytes=65536 has "
+     "dram_bytes=65536 (on the functional model it runs out of DRAM at dram_bytes=131072 and "
+     "runs at 262144)"),
+    # MX blocks of 32 elements that K tiles of 6 rows straddle (failed as the job started)
+    (["--block", "--config", "6x6,mx=1", "--weights", "mxint8"],
+     "MXINT8 needs K tiles inside the 32-element MX blocks: rows must divide 32, 6x6,mx=1 "
+     "has rows=6"),
+])
+def test_run_refuses_before_the_build(argv, message, no_build, capsys):
+    """What the job cannot run is refused before the Verilator build, not after it."""
     with pytest.raises(SystemExit) as exc:
         main(["run", *argv])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
-    # a DRAM that holds the job goes on to the build
+
+
+def test_run_with_a_small_dram_that_holds_the_job_goes_on(no_build):
     with pytest.raises(AssertionError, match="reached the Verilator build"):
         main(["run", "--qkv-only", "--config", "8x8,dram_bytes=262144"])
 

@@ -43,8 +43,8 @@ def test_workload_format_names():
         parse_workload("gemm:8x8x8@fp4")
     assert "mx=1" in parse_workload("gemm:8x8x8@mxint8").unsupported(NPUConfig())
     assert parse_workload("gemm:8x8x8@mxint8").unsupported(MX8) is None
-    assert "rows dividing 32" in parse_workload("gemm:8x8x8@mxint8").unsupported(
-        NPUConfig(rows=6, cols=6, mx=1))
+    assert "rows must divide 32, 6x6,mx=1 has rows=6" in parse_workload(
+        "gemm:8x8x8@mxint8").unsupported(NPUConfig(rows=6, cols=6, mx=1))
     assert "MXINT8 weights only" in parse_workload(
         "minilm-block:8@int4+mxint8").unsupported(MX8)
 
