@@ -82,7 +82,6 @@ def check_resources(config: NPUConfig, what: str, *, queues: int = 1,
                          f"leaves {pool or 'none'} (semaphore 0 is not pooled)")
 
 
-
 def check_dram(config: NPUConfig, what: str,
                run: Callable[[Backend, NPUConfig], object]) -> None:
     """Refuse, before a slow run (the RTL), a configuration whose device DRAM is too small
