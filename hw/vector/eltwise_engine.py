@@ -7,6 +7,7 @@ from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from hw.arith import saturate
 from hw.bus import EngineSignature
 from hw.config import NPUConfig
 from hw.isa import (
@@ -183,7 +184,6 @@ class EltwiseEngine(wiring.Component):
         sum_phase = Signal()    # the FSM is in the statistics phase
         sum_s = Signal(signed(_S_BITS + 1))
         sum_q = Signal(unsigned(_Q_BITS + 1))
-        lim = 1 << (ELTWISE_X_BITS - 1)
         f = ELTWISE_OUT_FRAC_BITS
         m.d.sync += [out_valid.eq(0), x_valid.eq(0), c_valid.eq(0)]
         xs = []
@@ -192,7 +192,7 @@ class EltwiseEngine(wiring.Component):
             s = Signal(signed(41), name=f"xsum{j}")
             m.d.comb += s.eq(ra[j] + y[:40].as_signed())
             x = Signal(signed(ELTWISE_X_BITS), name=f"x{j}")
-            m.d.comb += x.eq(Mux(s > lim - 1, lim - 1, Mux(s < -lim, -lim, s)))
+            m.d.comb += x.eq(saturate(s, ELTWISE_X_BITS))
             xs.append(x)
         with m.Switch(res_kind):
             with m.Case(_K_A):
@@ -202,7 +202,7 @@ class EltwiseEngine(wiring.Component):
                     m.d.sync += out_valid.eq(1)
                     for j in range(cols):
                         o = (xs[j] + (1 << (f - 1))) >> f
-                        m.d.sync += out_reg[j].eq(Mux(o > 127, 127, o))
+                        m.d.sync += out_reg[j].eq(saturate(o, 8))
                 with m.Elif(sum_phase):
                     m.d.sync += [x_valid.eq(1), *(x_reg[j].eq(xs[j]) for j in range(cols))]
                 with m.Else():
@@ -222,7 +222,7 @@ class EltwiseEngine(wiring.Component):
                     v = Signal(signed(53), name=f"lnout{j}")
                     m.d.comb += v.eq(res.y[j][:52].as_signed() + beta_hold[j] + (1 << (f - 1)))
                     o = v >> f
-                    m.d.sync += out_reg[j].eq(Mux(o > 127, 127, Mux(o < -128, -128, o)))
+                    m.d.sync += out_reg[j].eq(saturate(o, 8))
         with m.If(x_valid):
             total = 0
             for j in range(cols):

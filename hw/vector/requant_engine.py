@@ -6,6 +6,7 @@ from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from hw.arith import saturate
 from hw.bus import EngineSignature
 from hw.config import NPUConfig
 from hw.isa import (
@@ -30,9 +31,8 @@ def gelu_lane(m: Module, v, name: str):
     ``y = clamp(v, -2**15, 2**15 - 1)``, ``g = max(y, 0) - C[(|y| + 4) >> 3]`` with the
     128-entry table :func:`hw.isa.gelu_table` (6-bit entries, a LUT ROM; 0 past its end).
     ``v`` is a signed value (the multiplier's result); returns a signed 18-bit Signal."""
-    lim = 1 << (GELU_X_BITS - 1)
     y = Signal(signed(GELU_X_BITS + 1), name=f"{name}_y")
-    m.d.comb += y.eq(Mux(v > lim - 1, lim - 1, Mux(v < -lim, -lim, v)))
+    m.d.comb += y.eq(saturate(v, GELU_X_BITS))
     u = Signal(unsigned(GELU_X_BITS), name=f"{name}_u")
     m.d.comb += u.eq(Mux(y < 0, -y, y))
     k = GELU_FRAC_BITS - GELU_TABLE_STEP_BITS
@@ -227,13 +227,11 @@ class RequantEngine(wiring.Component):
         y = Signal(data.ArrayLayout(signed(8), cfg.spad_row_bytes))
         y_valid = Signal()
         m.d.sync += [scaled_valid.eq(res_scaled), y_valid.eq(self.i_mul.valid & ~res_scaled)]
-        lo, hi = -(1 << 32), (1 << 32) - 1
         for j in range(cols):
             v = res.y[j]
             g = gelu_lane(m, v, f"gelu{j}")
-            m.d.sync += scaled[j].eq(Mux(gelu, g, Mux(v > hi, hi, Mux(v < lo, lo, v))))
-            clamped = Mux(v > 127, 127, Mux(v < -128, -128, v))
-            m.d.sync += y[j].eq(Mux(cmd.header.flags.relu & ~gelu & (v < 0), 0, clamped))
+            m.d.sync += scaled[j].eq(Mux(gelu, g, saturate(v, 33)))
+            m.d.sync += y[j].eq(Mux(cmd.header.flags.relu & ~gelu & v[-1], 0, saturate(v, 8)))
 
         # -- scratchpad write -------------------------------------------------------------------
         m.d.comb += [

@@ -14,6 +14,7 @@ from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from hw.arith import below
 from hw.bus import ArbitratedWriteSignature, EngineSignature
 from hw.config import NPUConfig
 from hw.isa import (
@@ -50,7 +51,7 @@ def exp2_lane(n, frac_bits: int = SOFTMAX_EXP_FRAC_BITS, guard_bits: int = SOFTM
     qs = q[:max_shift.bit_length() - 1] + guard_bits
     one = Const(1, 8 + guard_bits + max_shift)
     rounded = (table[f] + (one << (qs - 1).as_unsigned())) >> qs
-    return Mux(q < max_shift, rounded[:7], 0)
+    return Mux(below(q, max_shift), rounded[:7], 0)
 
 
 class SoftmaxEngine(wiring.Component):

@@ -1,0 +1,63 @@
+"""Comparisons with constants that synthesize to LUTs, not carry chains.
+
+Yosys maps ``$signed(v) > 127`` (any ``<``/``>`` with a constant) to an adder's carry chain as
+wide as ``v``: on ECP5 one ``CCU2C`` (two LUT4s' worth) per two bits. The vector unit clamps
+its lanes' 41- to 64-bit results this way several times per lane; 8x8, ``npu area --config
+8x8 --no-pnr``: 1,753 of the vector unit's 4,695 ``CCU2C`` were such compares. A clamp to a
+power-of-two range only needs to know whether the bits above the range are all equal to the
+sign (OR and AND reductions, a LUT tree), which is what :func:`saturate` builds.
+"""
+
+from amaranth.hdl import Cat, Mux, Value
+
+__all__ = ["saturate", "below"]
+
+
+def saturate(v, bits: int) -> Value:
+    """``clamp(v, -2**(bits - 1), 2**(bits - 1) - 1)`` of a signed value ``v``, as a
+    ``signed(bits)`` value.
+
+    ``v`` fits when its bits ``bits - 1`` up to its sign bit are all 0 or all 1; otherwise the
+    result is the bound on ``v``'s side (the sign bit picks it). Equal to
+    ``Mux(v > hi, hi, Mux(v < lo, lo, v))`` for every ``v``.
+
+    Raises
+    ------
+    TypeError
+        ``v`` is not a signed value (an unsigned value would need another bound).
+    ValueError
+        ``bits < 1``.
+    """
+    v = Value.cast(v)
+    if not v.shape().signed:
+        raise TypeError(f"saturate() needs a signed value, not {v.shape()!r}")
+    if not isinstance(bits, int) or bits < 1:
+        raise ValueError(f"bits must be a positive integer, not {bits!r}")
+    if len(v) <= bits:                      # always fits: sign-extend
+        return Cat(v, *([v[-1]] * (bits - len(v)))).as_signed()
+    top = v[bits - 1:]
+    sign = v[-1]
+    bound = Cat(*([~sign] * (bits - 1)), sign)
+    return Mux(top.all() | ~top.any(), v[:bits], bound).as_signed()
+
+
+def below(v, limit: int) -> Value:
+    """``v < limit`` of an unsigned value ``v`` and a constant ``limit >= 1``: a reduction of
+    ``v``'s bits from ``limit.bit_length()`` up, and a compare of the low bits only.
+
+    Raises
+    ------
+    TypeError
+        ``v`` is signed.
+    ValueError
+        ``limit < 1``.
+    """
+    v = Value.cast(v)
+    if v.shape().signed:
+        raise TypeError(f"below() needs an unsigned value, not {v.shape()!r}")
+    if not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive integer, not {limit!r}")
+    k = limit.bit_length()
+    if len(v) <= k:
+        return v < limit
+    return ~v[k:].any() & (v[:k] < limit)

@@ -1,0 +1,67 @@
+"""``hw.arith``: :func:`saturate` equals the two-compare clamp and :func:`below` the compare
+with a constant, for every boundary and its neighbours and random values of every size, in
+Amaranth's simulator."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.sim import Simulator
+
+from hw.arith import below, saturate
+
+
+def _values(rng, width: int, signed_: bool, marks: list[int]) -> list[int]:
+    lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if signed_ else (0, (1 << width) - 1)
+    vals = {lo, hi, 0, 1, -1 if signed_ else 2}
+    for x in marks:
+        vals.update(x + d for d in (-2, -1, 0, 1, 2))
+    for _ in range(300):
+        bits = int(rng.integers(1, width + 1))
+        vals.add(int(rng.integers(-(1 << (bits - 1)), 1 << (bits - 1))) if signed_
+                 else int(rng.integers(0, 1 << bits)))
+    return sorted(x for x in vals if lo <= x <= hi)
+
+
+def _check(width: int, signed_: bool, build, expect, values: list[int]):
+    m = Module()
+    v = Signal(signed(width) if signed_ else unsigned(width))
+    out = build(v)
+    y = Signal(out.shape())
+    m.d.comb += y.eq(out)
+    sim = Simulator(m)
+    bad = []
+
+    async def bench(ctx):
+        for x in values:
+            ctx.set(v, x)
+            got = ctx.get(y)
+            if got != expect(x):
+                bad.append((x, got, expect(x)))
+    sim.add_testbench(bench)
+    sim.run()
+    assert not bad, bad[:5]
+
+
+@pytest.mark.parametrize("width,bits", [(64, 8), (64, 16), (64, 33), (41, 16), (9, 8),
+                                        (45, 8), (8, 8), (5, 8), (2, 1)])
+def test_saturate_is_the_clamp(width, bits):
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    values = _values(np.random.default_rng(width * 100 + bits), width, True, [lo, hi])
+    _check(width, True, lambda v: saturate(v, bits), lambda x: min(max(x, lo), hi), values)
+
+
+@pytest.mark.parametrize("width,limit", [(41, 26), (41, 32), (41, 1), (5, 26), (12, 4095)])
+def test_below_is_the_compare(width, limit):
+    values = _values(np.random.default_rng(width + limit), width, False, [limit, 2 * limit])
+    _check(width, False, lambda v: below(v, limit), lambda x: int(x < limit), values)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(TypeError, match="signed value"):
+        saturate(Signal(8), 4)
+    with pytest.raises(ValueError, match="positive"):
+        saturate(Signal(signed(8)), 0)
+    with pytest.raises(TypeError, match="unsigned value"):
+        below(Signal(signed(8)), 4)
+    with pytest.raises(ValueError, match="positive"):
+        below(Signal(8), 0)
