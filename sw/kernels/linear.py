@@ -140,7 +140,6 @@ class LinearStats:
     plan: LinearPlan
 
 
-
 def check_mx(config: NPUConfig) -> None:
     """Refuse, before any work, a configuration the linear kernel cannot run MXINT8 on: no
     MX exponent stage (``mx=0``), or K tiles (``rows`` deep) that straddle the
