@@ -285,6 +285,20 @@ def test_transposed_matmul_and_row_scaled_requant(cfg):
         chunk = t_recips[g * c:(g + 1) * c]
         acc[70 + g] = chunk + [0] * (cfg.acc_row_elems - len(chunk))
     acc[90:93] = [t_bias, t_mult, t_shift]
+    # a third over int32 extremes, where the row scale saturates to 33 bits and the output
+    # (multiplier 1, shift 26 or 27: at most +-64) shows by how much: data rows 12.., scale
+    # row 42, parameters 93..95, output to scratchpad rows 30..
+    s_acc = [[int(v) for v in rng.integers(-(1 << 31), 1 << 31, cfg.acc_row_elems)]
+             for _ in range(c)]
+    s_acc[0][:2] = [-(1 << 31), (1 << 31) - 1]
+    s_recips = [int(v) for v in rng.integers(1 << 15, 1 << 18, c)]
+    s_recips[0] = (1 << 31) - 1
+    s_bias = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, cfg.acc_row_elems)]
+    s_bias[:2] = [-(1 << 31), (1 << 31) - 1]
+    s_shift = [26 + j % 2 for j in range(cfg.acc_row_elems)]
+    acc[12:12 + c] = s_acc
+    acc[42] = s_recips + [0] * (cfg.acc_row_elems - c)
+    acc[93:96] = [s_bias, [1] * cfg.acc_row_elems, s_shift]
 
     async def program(ctx, dut):
         r1 = await issue(ctx, dut.matrix, Opcode.MATMUL, "matmul",
@@ -295,11 +309,14 @@ def test_transposed_matmul_and_row_scaled_requant(cfg):
         r3 = await issue(ctx, dut.vector, Opcode.REQUANT, "requant",
                          dict(acc_row=100, spad_row=100, n_rows=n_ties, param_row=90,
                               scale_row=70), row_scale=1)
-        return [r1, r2, r3]
+        r4 = await issue(ctx, dut.vector, Opcode.REQUANT, "requant",
+                         dict(acc_row=12, spad_row=30, n_rows=c, param_row=93, scale_row=42),
+                         row_scale=1)
+        return [r1, r2, r3, r4]
 
     out = run_tile(cfg, acc, spad, program)
-    (e1, _, _), (e2, _, cyc2), (e3, _, cyc3) = out["results"]
-    assert e1 == e2 == e3 == ErrorCode.NONE
+    (e1, _, _), (e2, _, cyc2), (e3, _, cyc3), (e4, _, _) = out["results"]
+    assert e1 == e2 == e3 == e4 == ErrorCode.NONE
     assert cyc2 == timing.requant_busy_cycles(cfg, n_rows, row_scale=True) + ACCEPT_CYCLES
     assert cyc3 == timing.requant_busy_cycles(cfg, n_ties, row_scale=True) + ACCEPT_CYCLES
     for i in range(5):            # W[k, n] = spad[20 + n][k]
@@ -322,6 +339,15 @@ def test_transposed_matmul_and_row_scaled_requant(cfg):
             ties += tie and j < 2 and -128 < y < 127     # a tie seen unchanged at the output
     assert unsaturated >= 0.8 * n_ties * c, "the test data must leave most outputs unsaturated"
     assert ties >= 8, "the test data must contain exact ties of the row scale"
+    clamped = 0
+    for i in range(c):            # the row scale's 33-bit saturation, both signs
+        for j in range(c):
+            y = naive_row_scaled_requant_element(s_acc[i][j], s_bias[j], s_recips[i], 1,
+                                                 s_shift[j])
+            assert out["spad"][30 + i][j] == y, (i, j, s_acc[i][j], s_recips[i])
+            x = (s_acc[i][j] + s_bias[j]) * s_recips[i] >> ROW_SCALE_SHIFT
+            clamped += not -(1 << 32) <= x < 1 << 32
+    assert c <= clamped <= c * c - c, "the test data must reach the 33-bit clamp, not always"
 
 
 def test_transpose_needs_square_array():
