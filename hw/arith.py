@@ -5,10 +5,12 @@ wide as ``v``: on ECP5 one ``CCU2C`` (two LUT4s' worth) per two bits. The vector
 its lanes' 41- to 64-bit results this way several times per lane; 8x8, ``npu area --config
 8x8 --no-pnr``: 1,753 of the vector unit's 4,695 ``CCU2C`` were such compares. A clamp to a
 power-of-two range only needs to know whether the bits above the range are all equal to the
-sign (OR and AND reductions, a LUT tree), which is what :func:`saturate` builds.
+sign (OR and AND reductions, a LUT tree), which is what :func:`saturate` builds;
+:func:`below` does the same for ``v < limit`` (the softmax exponent's range, the command
+fetch's burst-length limits ``min(t, fetch_depth)`` of 32-bit distances).
 """
 
-from amaranth.hdl import Cat, Mux, Value
+from amaranth.hdl import Cat, Const, Mux, Value
 
 __all__ = ["saturate", "below"]
 
@@ -42,21 +44,20 @@ def saturate(v, bits: int) -> Value:
 
 
 def below(v, limit: int) -> Value:
-    """``v < limit`` of an unsigned value ``v`` and a constant ``limit >= 1``: a reduction of
-    ``v``'s bits from ``limit.bit_length()`` up, and a compare of the low bits only.
+    """``v < limit`` of a value ``v`` (signed or unsigned) and a constant ``limit >= 1``: the
+    sign, a reduction of ``v``'s bits from ``limit.bit_length()`` up and a compare of the low
+    bits only.
 
     Raises
     ------
-    TypeError
-        ``v`` is signed.
     ValueError
         ``limit < 1``.
     """
     v = Value.cast(v)
-    if v.shape().signed:
-        raise TypeError(f"below() needs an unsigned value, not {v.shape()!r}")
     if not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive integer, not {limit!r}")
+    if v.shape().signed:                    # negative: below; else the unsigned magnitude
+        return v[-1] | below(v[:-1], limit) if len(v) > 1 else Const(1)    # -1 or 0
     k = limit.bit_length()
     if len(v) <= k:
         return v < limit

@@ -8,6 +8,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from hw.arith import below
 from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
 from hw.cmdproc.common import (
     ENGINES,
@@ -351,7 +352,7 @@ class FetchUnit(wiring.Component):
         m.d.comb += k.eq(Mux(f.single[cur] != 0, 1, depth))
         for i, t in enumerate(terms):
             ti = Signal(range(depth + 1), name=f"burst_limit{i}")
-            m.d.comb += ti.eq(Mux(t >= depth, depth, t))
+            m.d.comb += ti.eq(Mux(below(t, depth), t, depth))     # no 32-bit carry chain
             k_next = Signal(range(depth + 1), name=f"burst_cmds{i}")
             m.d.comb += k_next.eq(Mux(ti < k, ti, k))
             k = k_next

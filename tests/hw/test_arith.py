@@ -50,10 +50,13 @@ def test_saturate_is_the_clamp(width, bits):
     _check(width, True, lambda v: saturate(v, bits), lambda x: min(max(x, lo), hi), values)
 
 
-@pytest.mark.parametrize("width,limit", [(41, 26), (41, 32), (41, 1), (5, 26), (12, 4095)])
-def test_below_is_the_compare(width, limit):
-    values = _values(np.random.default_rng(width + limit), width, False, [limit, 2 * limit])
-    _check(width, False, lambda v: below(v, limit), lambda x: int(x < limit), values)
+@pytest.mark.parametrize("width,limit,signed_", [(41, 26, False), (41, 32, False),
+                                                 (41, 1, False), (5, 26, False),
+                                                 (12, 4095, False), (33, 4, True),
+                                                 (33, 1, True), (6, 40, True), (1, 1, True)])
+def test_below_is_the_compare(width, limit, signed_):
+    values = _values(np.random.default_rng(width + limit), width, signed_, [limit, 2 * limit])
+    _check(width, signed_, lambda v: below(v, limit), lambda x: int(x < limit), values)
 
 
 def test_bad_arguments_are_refused():
@@ -61,7 +64,5 @@ def test_bad_arguments_are_refused():
         saturate(Signal(8), 4)
     with pytest.raises(ValueError, match="positive"):
         saturate(Signal(signed(8)), 0)
-    with pytest.raises(TypeError, match="unsigned value"):
-        below(Signal(signed(8)), 4)
     with pytest.raises(ValueError, match="positive"):
         below(Signal(8), 0)
