@@ -85,8 +85,9 @@ def check_config(config: NPUConfig, seq_len: int | None = None,
     """Refuse, before any work, a configuration the forward pass (of ``seq_len`` tokens and
     ``n_layers`` layers, if given) cannot run on: too few hardware queues or pool
     semaphores, a non-square array, ``L`` or the hidden size not a multiple of ``cols``,
-    or tensors that do not fit the local memories (the kernels' own checks:
-    :func:`sw.kernels.attention.plan_attention`, :func:`sw.kernels.eltwise.eltwise_fit`).
+    ``cols`` not dividing the head size (32, with layers), or tensors that do not fit the
+    local memories (the kernels' own checks: :func:`sw.kernels.attention.plan_attention`,
+    :func:`sw.kernels.eltwise.eltwise_fit`).
 
     Raises
     ------
@@ -105,7 +106,14 @@ def check_config(config: NPUConfig, seq_len: int | None = None,
                          f"cols={c.cols}")
     eltwise_fit(c, Opcode.LAYERNORM, seq_len, HIDDEN // c.cols)
     if n_layers:
-        plan_attention(c, seq_len, heads(load_minilm())[1])
+        head_dim = heads(load_minilm())[1]
+        if head_dim % c.cols:
+            # the attention takes each head's Q, K, V blocks straight from the projections'
+            # output, head h from block h * head_dim / cols on
+            raise ValueError(f"the encoder needs cols to divide the head size {head_dim}, "
+                             f"cols={c.cols} does not (--block runs the attention block on "
+                             "any square array)")
+        plan_attention(c, seq_len, head_dim)
 
 
 @functools.lru_cache(maxsize=2)

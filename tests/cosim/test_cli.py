@@ -116,6 +116,12 @@ def no_build(monkeypatch):
     (["--block", "--config", "6x6,mx=1", "--weights", "mxint8"],
      "MXINT8 needs K tiles inside the 32-element MX blocks: rows must divide 32, 6x6,mx=1 "
      "has rows=6"),
+    # the encoder's attention reads each head's blocks from the projections' output: with
+    # cols not dividing the head size 32 it ran and was not bit-exact (cosine 0.107 at 6x6)
+    (["--config", "6x6", "--seq-len", "30"],
+     "the encoder needs cols to divide the head size 32, cols=6 does not"),
+    (["--config", "12x12", "--seq-len", "36", "--backend", "perf"],
+     "the encoder needs cols to divide the head size 32, cols=12 does not"),
 ])
 def test_run_refuses_before_the_build(argv, message, no_build, capsys):
     """What the job cannot run is refused before the Verilator build, not after it."""
