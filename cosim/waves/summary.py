@@ -318,5 +318,13 @@ def _check_counted(path: Path, sig: NpuSignals, edges: _Edges, tally: Tally,
                        "the dump)")
     if not tally.cycles:
         first, last = edges.seen if edges.seen else (None, None)
-        raise VcdEmptyError(f"{path}: no cycle of the file is in the window "
-                            f"[{start}, {end}) (the file holds cycles {first}..{last})")
+        if start is not None and end is not None:
+            window = f"[{start}, {end})"
+        else:
+            window = f"from cycle {start} on" if start is not None else f"before cycle {end}"
+        # the reading stops at the window's end: the file's last cycle is known only if the
+        # window was still open at the end of the file
+        held = (f"the file starts at cycle {first}" if end is not None and end <= first
+                else f"the file holds cycles {first}..{last}")
+        raise VcdEmptyError(f"{path}: no cycle of the file is in the window {window} "
+                            f"({held})")

@@ -512,6 +512,12 @@ def test_header_only_and_empty_windows_exit_2(run, tmp_path, capsys):
         summarize(vcd, start=5000, end=6000)
     capsys.readouterr()
     assert npu_main(["waves", "summarize", str(vcd), "--from", "5000"]) == 2
-    assert "no cycle of the file is in the window" in capsys.readouterr().err
+    assert ("no cycle of the file is in the window from cycle 5000 on (the file holds cycles "
+            "0..1999)") in capsys.readouterr().err
+    # a window before the file: its reading stops at the first cycle, the end is not known
+    # (it said the file held cycles 0..0, and 'None' for an open end)
+    with pytest.raises(VcdEmptyError, match=r"in the window before cycle 0 \(the file starts "
+                                            r"at cycle 0\)"):
+        summarize(vcd, end=0)
     with pytest.raises(ValueError, match="empty"):
         summarize(vcd, start=10, end=10)
