@@ -294,6 +294,9 @@ def _report(args: argparse.Namespace, doc: dict) -> int:
         print(f"npu sweep: no point can run: {unsupported[0]['error']}", file=sys.stderr)
         return 1
     bad = [r for r in doc["rows"] if r["bit_exact"] is False or r["rtl_bit_exact"] is False]
+    if bad:
+        print(f"npu sweep: {len(bad)} of {len(doc['rows'])} points not bit-exact with the "
+              "golden model (see the table's SQNR column)", file=sys.stderr)
     return 1 if bad or failed else 0
 
 

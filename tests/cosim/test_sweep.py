@@ -453,6 +453,19 @@ def test_cli_sweep_exits_1_when_a_point_fails(tmp_path, capsys, monkeypatch):
     assert "1 of 1 points failed" in capsys.readouterr().err
 
 
+def test_cli_sweep_says_why_it_exits_1_on_a_point_not_bit_exact(tmp_path, capsys,
+                                                                monkeypatch):
+    """A point that runs but differs from the golden model exits 1 with a line saying so
+    (it exited 1 with no word of why)."""
+    import sw.golden
+    real = sw.golden.linear_formats
+    monkeypatch.setattr(sw.golden, "linear_formats", lambda *a, **k: real(*a, **k) + 1)
+    argv = ["sweep", "--array", "4x4", "--workload", "gemm:8x16x8", "--no-area", "--workers",
+            "0", "--no-progress", "--cache", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
+    assert main(argv) == 1
+    assert "1 of 1 points not bit-exact with the golden model" in capsys.readouterr().err
+
+
 def test_cli_sweep_with_no_supported_point_fails(tmp_path, capsys):
     argv = ["sweep", "--array", "8x4", "--workload", "minilm-block:8", "--no-area", "--workers",
             "0", "--no-progress", "--cache", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
