@@ -104,7 +104,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result["modelled_cycles"] = backend.cycle
     else:
         from cosim.tb.harness import run_job
-        print(f"co-simulating the {args.config.name} NPU on Verilator (a first run for a "
+        print(f"co-simulating the {args.config.spec} NPU on Verilator (a first run for a "
               f"configuration builds it first: one to two minutes)...", file=sys.stderr)
         run = run_job(args.config, f"{workload.__name__}:{job}", job_args,
                       waves=args.waves, name="npu_run", waves_window=args.waves_window,

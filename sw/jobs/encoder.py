@@ -434,7 +434,7 @@ def run_encoder_job(backend: Backend, *, config: dict, text: str | None = None,
         per_layer.append({"layer": layer, "cycles": cy, "macs": ma, "utilization": util(ma, cy)})
     cy, ma = sum(o["cycles"] for o in ops), sum(o["macs"] for o in ops)
     result = {
-        "backend": backend.name, "config": cfg.to_dict(), "config_name": cfg.name,
+        "backend": backend.name, "config": cfg.to_dict(), "config_name": cfg.spec,
         "text": text, "tokens": int(len(ids)), "kv_len": int(kv), "layers": len(eq.layers),
         "ops": ops, "per_layer": per_layer,
         "total": {"cycles": cy, "macs": ma, "utilization": util(ma, cy)},

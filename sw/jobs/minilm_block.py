@@ -96,7 +96,7 @@ def run_qkv_job(backend: Backend, *, config: dict, text: str | None = None,
     return {
         "backend": backend.name,
         "config": cfg.to_dict(),
-        "config_name": cfg.name,
+        "config_name": cfg.spec,
         "text": text,
         "tokens": int(x.shape[0]),
         "kernels": kernels,
@@ -259,7 +259,7 @@ def run_attention_job(backend: Backend, *, config: dict, text: str | None = None
     rc, tc = ref["context"][:kv_len], (ctx * bq.ctx_scale)[:kv_len]
     tlb = {k: v for k, v in moved.items() if k.startswith("tlb.")} if virtual_memory else {}
     return {
-        "backend": backend.name, "config": cfg.to_dict(), "config_name": cfg.name,
+        "backend": backend.name, "config": cfg.to_dict(), "config_name": cfg.spec,
         "text": text, "tokens": int(len(ids)), "kv_len": int(kv_len), "causal": causal,
         "weights": weights, "activations": activations, "stages": stages, "kernels": kernels,
         "weight_bytes": int(weight_bytes),

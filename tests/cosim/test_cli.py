@@ -137,6 +137,14 @@ def test_run_with_a_small_dram_that_holds_the_job_goes_on(no_build):
         main(["run", "--qkv-only", "--config", "8x8,dram_bytes=262144"])
 
 
+def test_run_names_the_configuration_as_config_takes_it(capsys):
+    """The report names the NPU as ``--config`` spells it (it printed
+    ``4x4_dma_outstanding2``, which ``--config`` refuses)."""
+    assert main(["run", "--backend", "perf", "--qkv-only",
+                 "--config", "4x4,dma_outstanding=2"]) == 0
+    assert "NPU 4x4,dma_outstanding=2 (perf backend)" in capsys.readouterr().out
+
+
 def test_run_names_no_python_error_class(capsys):
     """A ValueError of the run (a bad ``--waves-scope`` block) prints its message alone."""
     assert main(["run", "--waves-scope", "dmaa", "--layers", "0"]) == 2
