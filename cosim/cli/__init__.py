@@ -20,9 +20,11 @@ npu waves        summarize, cut, group and export VCD waveforms of runs.
 """
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -41,7 +43,7 @@ from cosim.tb.harness import CosimError, CosimJobError
 from hw.config import NPUConfig
 from sw.backend import BackendError
 from sw.dram import DramTiming
-from sw.runtime import NPUError
+from sw.runtime import NPUError, OutOfMemoryError
 
 __all__ = ["main", "build_parser", "parse_config"]
 
@@ -433,7 +435,15 @@ def main(argv: list[str] | None = None) -> int:
         # typed errors the user can act on: one line, no traceback; the runtime's own error
         # classes are named (what a caller would catch), Python's are not
         kind = f"{type(e).__name__}: " if isinstance(e, (NPUError, BackendError)) else ""
-        print(f"npu {args.command}: error: {kind}{e}", file=sys.stderr)
+        hint = ""
+        config = getattr(args, "config", None)
+        if isinstance(e, OutOfMemoryError) and isinstance(config, NPUConfig):
+            hint = f" (device DRAM: dram_bytes={config.dram_bytes}"
+            with contextlib.suppress(ValueError):       # no larger DRAM the configuration takes
+                hint += (f"; give a larger one in --config, e.g. "
+                         f"{replace(config, dram_bytes=2 * config.dram_bytes).spec}")
+            hint += ")"
+        print(f"npu {args.command}: error: {kind}{e}{hint}", file=sys.stderr)
         return 2
     except CosimJobError as e:
         # the job failed inside the simulator: its error, and where the full traceback is

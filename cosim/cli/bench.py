@@ -134,6 +134,12 @@ def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     if args.workloads:
         parser.error("--workloads applies to --validate")
     check_dram_arg(parser, args)
+    if args.configs:
+        specs = [c.spec for c in args.configs]
+        same = sorted({s for s in specs if specs.count(s) > 1})
+        if same:        # the table and the JSON are keyed by configuration
+            parser.error(f"--configs names {', '.join(same)} more than once (a key=value equal "
+                         "to the default is the default)")
     first = (args.configs or [None])[0]
     if args.attention_len != 0 and first is not None and first.rows != first.cols:
         parser.error(f"the attention block runs on the first --configs, which must be square "

@@ -94,6 +94,9 @@ def test_run_reports_runtime_errors_in_one_line(capsys):
     assert main(["run", "--backend", "model", "--config", "8x8,dram_bytes=4096"]) == 2
     err = capsys.readouterr().err
     assert "OutOfMemoryError" in err and "Traceback" not in err
+    # and says what to change
+    assert ("(device DRAM: dram_bytes=4096; give a larger one in --config, e.g. "
+            "8x8,dram_bytes=8192)") in err
 
 
 @pytest.fixture
@@ -168,6 +171,9 @@ def test_run_names_no_python_error_class(capsys):
     (["bench", "--sizes", "-64"], "must be >= 1, got -64"),
     (["bench", "--attention-len", "9999"], "got 9999 (or 0: no attention block)"),
     (["bench", "--attention-len", "-1"], "(or 0: no attention block)"),
+    # the same configuration twice ran twice into one table row and one JSON key
+    (["bench", "--configs", "8x8", "8x8,dma_outstanding=4"],
+     "--configs names 8x8 more than once"),
     (["bench", "--configs", "8x4"], "must be square"),
     (["fuzz", "--backend", "model", "--timed-exact"], "not with --backend model"),
     (["fuzz", "--vm", "--config", "8x8,tlb_entries=0"], "has no TLB"),
