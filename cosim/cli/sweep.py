@@ -224,12 +224,13 @@ def _options(args: argparse.Namespace):
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from cosim.bench.sweep import make_executor, run_sweep
     from cosim.bench.sweep_ray import RayStartError
+    from cosim.fuzz.compare import plural
 
     options = _options(args)
     grid = args.grid
-    print(f"npu sweep: {len(grid.configs())} hardware configurations x {len(grid.drams)} DRAM "
-          f"timings x {len(grid.workloads)} workloads = {len(grid.points())} points",
-          file=sys.stderr, flush=True)
+    print(f"npu sweep: {plural(len(grid.configs()), 'hardware configuration')} x "
+          f"{plural(len(grid.drams), 'DRAM timing')} x {plural(len(grid.workloads), 'workload')} "
+          f"= {plural(len(grid.points()), 'point')}", file=sys.stderr, flush=True)
     executor = None
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:

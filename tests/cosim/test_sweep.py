@@ -463,7 +463,10 @@ def test_cli_sweep_says_why_it_exits_1_on_a_point_not_bit_exact(tmp_path, capsys
     argv = ["sweep", "--array", "4x4", "--workload", "gemm:8x16x8", "--no-area", "--workers",
             "0", "--no-progress", "--cache", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
     assert main(argv) == 1
-    assert "1 of 1 points not bit-exact with the golden model" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "1 of 1 points not bit-exact with the golden model" in err
+    # and the grid in the singular where it is one (it said '1 hardware configurations')
+    assert "1 hardware configuration x 1 DRAM timing x 1 workload = 1 point\n" in err
 
 
 def test_cli_sweep_with_no_supported_point_fails(tmp_path, capsys):
