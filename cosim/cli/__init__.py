@@ -468,6 +468,9 @@ ATTENTION_KERNELS = (*PROJECTION_KERNELS, "scores", "softmax", "context", "outpu
 def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject bad ``npu run`` arguments before minutes of build and simulation."""
     check_dram_arg(parser, args)
+    if args.qkv_only and args.block:
+        parser.error("--qkv-only and --block exclude each other")
+    _check_job_options(parser, args)
     args.waves_window = _waves_window(parser, args)
     if args.waves_window is not None or args.waves_scope:
         args.waves = True
@@ -485,23 +488,9 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"mxint8 needs the MX exponent stage: --config {args.config.spec},mx=1")
     if args.activations == "mxint8" and args.weights != "mxint8":
         parser.error("--activations mxint8 needs --weights mxint8")
-    if args.qkv_only and args.block:
-        parser.error("--qkv-only and --block exclude each other")
-    if args.vm and not args.block:
-        parser.error("--vm applies to --block (the attention block in a device context)")
     if not (args.qkv_only or args.block):
         _check_encoder_args(parser, args)
-    elif args.layers != 6:
-        parser.error("--layers applies to the encoder, not to --block or --qkv-only")
-    if args.qkv_only:
-        for flag, value in (("--seq-len", args.seq_len), ("--fill", args.fill),
-                            ("--causal", args.causal or None),
-                            ("--weights", None if args.weights == "int8" else args.weights),
-                            ("--activations",
-                             None if args.activations == "int8" else args.activations)):
-            if value is not None:
-                parser.error(f"{flag} applies to the attention block, not to --qkv-only")
-    else:
+    if not args.qkv_only:
         if args.config.rows != args.config.cols:
             parser.error(f"attention needs a square array (the transposed K load), got "
                          f"{args.config.rows}x{args.config.cols}; use --qkv-only for a "
@@ -512,16 +501,31 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     check_json_arg(parser, args)
 
 
+#: The ``npu run`` options that only some jobs take: option -> the jobs (one home for the
+#: "applies to" messages).
+_JOB_OPTIONS = {"--seq-len": ("--block", "the encoder"), "--fill": ("--block", "the encoder"),
+                "--causal": ("--block",), "--weights": ("--block",),
+                "--activations": ("--block",), "--vm": ("--block",),
+                "--layers": ("the encoder",), "--waves-kernel": ("--block", "--qkv-only")}
+
+
+def _check_job_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse an option the chosen job (``--block``, ``--qkv-only`` or the encoder) does not
+    take, naming the jobs that take it (:data:`_JOB_OPTIONS`)."""
+    job = "--block" if args.block else "--qkv-only" if args.qkv_only else "the encoder"
+    given = {"--seq-len": args.seq_len is not None, "--fill": args.fill is not None,
+             "--causal": args.causal, "--weights": args.weights != "int8",
+             "--activations": args.activations != "int8", "--vm": args.vm,
+             "--layers": args.layers != 6, "--waves-kernel": args.waves_kernel is not None}
+    for flag, jobs in _JOB_OPTIONS.items():
+        if given[flag] and job not in jobs:
+            parser.error(f"{flag} applies to {' and '.join(jobs)}, not to {job}")
+
+
 def _check_encoder_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``npu run`` of the encoder (the default job): the flags that do not apply to it, the
-    array it needs, and ``--seq-len`` (default 32) and ``--fill`` (default repeat)."""
+    """``npu run`` of the encoder (the default job): the array it needs, and ``--seq-len``
+    (default 32) and ``--fill`` (default repeat)."""
     from sw.jobs.encoder import HIDDEN
-    for flag, value in (("--causal", args.causal or None),
-                        ("--weights", None if args.weights == "int8" else args.weights),
-                        ("--activations",
-                         None if args.activations == "int8" else args.activations)):
-        if value is not None:
-            parser.error(f"{flag} applies to --block or --qkv-only, not to the encoder")
     if args.config.rows != args.config.cols:
         parser.error(f"the encoder needs a square array (the transposed K load), got "
                      f"{args.config.rows}x{args.config.cols}; use --qkv-only")
@@ -570,8 +574,6 @@ def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.waves_kernel is not None:
         if args.waves_from is not None or args.waves_to is not None:
             parser.error("--waves-kernel and --waves-from/--waves-to exclude each other")
-        if not (args.qkv_only or args.block):
-            parser.error("--waves-kernel applies to --block or --qkv-only, not to the encoder")
         name, _, nth = args.waves_kernel.partition(":")
         if not name or (nth and (not nth.isdigit() or int(nth) < 1)):
             parser.error(f"--waves-kernel {args.waves_kernel}: expected NAME or NAME:N "

@@ -33,9 +33,12 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
     (["--seq-len", "0"], "1..512"),
     (["--seq-len", "513"], "1..512"),
     (["--text", " "], "--text is empty"),
-    (["--qkv-only", "--causal"], "not to --qkv-only"),
-    (["--causal"], "--causal applies to --block or --qkv-only, not to the encoder"),
-    (["--weights", "int4"], "--weights applies to --block or --qkv-only"),
+    (["--qkv-only", "--causal"], "--causal applies to --block, not to --qkv-only"),
+    # --seq-len is the encoder's too (it said "applies to the attention block")
+    (["--qkv-only", "--seq-len", "8"], "--seq-len applies to --block and the encoder, not to "
+     "--qkv-only"),
+    (["--causal"], "--causal applies to --block, not to the encoder"),
+    (["--weights", "int4"], "--weights applies to --block, not to the encoder"),
     (["--layers", "7"], "expected a layer count in 0..6"),
     (["--layers", "x"], "expected a layer count in 0..6"),
     (["--block", "--layers", "2"], "--layers applies to the encoder"),
@@ -65,14 +68,15 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
     (["--backend", "model", "--config", "8x8,acc_rows=64"],
      "LAYERNORM of 48 element blocks needs 192 parameter rows from accumulator row 0, "
      "acc_rows=64"),
-    (["--waves-kernel", "query"], "--waves-kernel applies to --block or --qkv-only"),
+    (["--waves-kernel", "query"], "--waves-kernel applies to --block and --qkv-only, not to "
+     "the encoder"),
     (["--backend", "model", "--waves"], "--waves needs --backend rtl"),
     (["--block", "--backend", "model", "--waves-kernel", "query"], "--waves needs --backend rtl"),
     (["--block", "--waves-kernel", "query", "--waves-to", "9"], "exclude each other"),
     (["--block", "--waves-kernel", "query:0"], "NAME:N with N >= 1"),
     (["--block", "--waves-kernel", "nosuch"],
      "no kernel 'nosuch' in this run; kernels: query, key"),
-    (["--waves-kernel", "ffn1_gelu"], "--waves-kernel applies to --block or --qkv-only"),
+    (["--waves-kernel", "ffn1_gelu"], "--waves-kernel applies to --block and --qkv-only"),
     (["--qkv-only", "--waves-kernel", "softmax"], "kernels: query, key, value"),
     (["--waves-from", "10", "--waves-to", "5"], "need 0 <= from < to"),
     (["--json", "/"], "is a folder"),
