@@ -50,8 +50,9 @@ def test_workload_format_names():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--weights", "mxint8"], "mx=1"),
-    (["--config", "8x8,mx=1", "--activations", "mxint8"], "needs --weights mxint8"),
+    (["--block", "--weights", "mxint8"], "mx=1"),
+    (["--block", "--config", "8x8,mx=1", "--activations", "mxint8"], "needs --weights mxint8"),
+    (["--weights", "mxint8"], "--weights applies to --block, not to the encoder"),
     (["--qkv-only", "--weights", "int4"], "--weights applies to --block, not to --qkv-only"),
 ])
 def test_run_format_flags_refused(argv, message, capsys):
