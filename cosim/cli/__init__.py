@@ -557,6 +557,9 @@ def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         if args.backend == "rtl" and args.config.dram_bytes < NPUConfig().dram_bytes:
             workload, job, _, job_args = _run_job(args)
             job_args.pop("profile", None)
+            print(f"checking that {_JOB_NAMES[job]} fits dram_bytes={args.config.dram_bytes} "
+                  "on the functional model (below the default DRAM; seconds)...",
+                  file=sys.stderr, flush=True)
             check_dram(args.config, _JOB_NAMES[job], lambda backend, config: getattr(
                 workload, job)(backend, **job_args | {"config": config.to_dict()}))
     except ValueError as e:

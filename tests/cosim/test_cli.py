@@ -139,9 +139,12 @@ def test_run_refuses_before_the_build(argv, message, no_build, capsys):
     assert message in err and "Traceback" not in err
 
 
-def test_run_with_a_small_dram_that_holds_the_job_goes_on(no_build):
+def test_run_with_a_small_dram_that_holds_the_job_goes_on(no_build, capsys):
     with pytest.raises(AssertionError, match="reached the Verilator build"):
         main(["run", "--qkv-only", "--config", "8x8,dram_bytes=262144"])
+    # the check says what it does while it runs (it was silent for up to half a minute)
+    assert ("checking that the Q/K/V projection job fits dram_bytes=262144 on the functional "
+            "model") in capsys.readouterr().err
 
 
 def test_run_names_the_configuration_as_config_takes_it(capsys):
