@@ -63,9 +63,10 @@ command trace (``Device(backend, profile=True)``), :mod:`~sw.runtime.profile_exp
 them as Perfetto traces and PNG timelines.
 """
 
+from sw.runtime.checks import check_dram, check_resources
 from sw.runtime.commands import Command, CommandList, describe_command
 from sw.runtime.counters import Counters, TraceRecord
-from sw.runtime.device import Device, check_dram, check_resources
+from sw.runtime.device import Device
 from sw.runtime.errors import (
     DEFAULT_TIMEOUT_CYCLES,
     CommandFieldError,
