@@ -1,7 +1,7 @@
 """Per-queue command FIFOs in front of one engine (:class:`EngineQueue`)."""
 
 from amaranth import Cat, Const, Module, Mux, ResetInserter, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -16,6 +16,7 @@ from hw.cmdproc.common import (
     sem_wait,
 )
 from hw.config import NPUConfig
+from hw.fifo import BlockRamFIFO
 from hw.isa import PAGE_FAULTS, Command, DmaBody, ErrorCode, Opcode, TraceEntry
 
 __all__ = ["EngineQueue"]
@@ -482,7 +483,7 @@ class EngineQueue(wiring.Component):
         retire = (cur.valid & ~cur.fin).any() & eng.done
         size = TraceEntry.as_shape().size
         m.submodules.trace = trace = ResetInserter(self.clear_all)(
-            fifo.SyncFIFOBuffered(width=size, depth=self.config.trace_depth))
+            BlockRamFIFO(width=size, depth=self.config.trace_depth))
         entry = TraceEntry(Signal(size))
         m.d.comb += [
             entry.index.eq(cur.oldest.index), entry.queue.eq(cur.oldest.queue),
