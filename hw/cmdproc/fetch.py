@@ -134,8 +134,10 @@ class FetchUnit(wiring.Component):
     fence_done, fence_irq : ``Out(1)``
         The fence of ``queue`` completed.
     fence_inc : ``Out(stream.Signature(sem_increment(config)))``
-    err : ``Out(n_queues)``, err_info : ``Out(ArrayLayout(ErrorReport, n_queues))``
-        Per queue, an error (one-cycle pulse) of the loader or the fence.
+    load_err : ``Out(1)``, load_err_info : ``Out(ErrorReport)``
+        An error of the loader (one-cycle pulse), of queue ``push_queue``.
+    fence_err : ``Out(1)``, fence_err_info : ``Out(ErrorReport)``
+        An error of the fence (one-cycle pulse), of queue ``queue``.
     active : ``Out(n_queues)``
         Per queue: the FSM works on it (not ``IDLE``).
     """
@@ -163,7 +165,8 @@ class FetchUnit(wiring.Component):
             "room": In(data.ArrayLayout(n, len(ENGINES))), "dispatch": Out(len(ENGINES)),
             "fence_done": Out(1), "fence_irq": Out(1),
             "fence_inc": Out(stream.Signature(sem_increment(config))),
-            "err": Out(n), "err_info": Out(data.ArrayLayout(ErrorReport, n)),
+            "load_err": Out(1), "load_err_info": Out(ErrorReport),
+            "fence_err": Out(1), "fence_err_info": Out(ErrorReport),
             "active": Out(n),
         })
 
@@ -287,12 +290,9 @@ class FetchUnit(wiring.Component):
                 for e in range(len(ENGINES)):
                     with m.If(kind == e + 1):
                         m.d.comb += self.dispatch[e].eq(1)
-        m.d.comb += f.load_sel.eq(sel)
-        for q in range(n):
-            with m.If(f.fence_err & (self.queue == q)):
-                m.d.comb += [self.err[q].eq(1), self.err_info[q].eq(f.fence_info)]
-            with m.If(f.load_err & (sel == q)):
-                m.d.comb += [self.err[q].eq(1), self.err_info[q].eq(f.load_info)]
+        m.d.comb += [f.load_sel.eq(sel), self.load_err.eq(f.load_err),
+                     self.load_err_info.eq(f.load_info), self.fence_err.eq(f.fence_err),
+                     self.fence_err_info.eq(f.fence_info)]
 
     # -- fetch FSM ---------------------------------------------------------------------------
 

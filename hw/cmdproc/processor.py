@@ -231,10 +231,12 @@ class CommandProcessor(wiring.Component):
         ]
 
     def _errors(self, m: Module, fetch: FetchUnit, queues: dict) -> None:
-        """Per queue: the fetch unit's own error, else the first engine's (in order)."""
+        """Per queue: the first of its errors this cycle in the order the loader, the fence,
+        then the engines (in :data:`ENGINES` order)."""
+        sources = [(fetch.load_err, fetch.push_queue, fetch.load_err_info),
+                   (fetch.fence_err, fetch.queue, fetch.fence_err_info)]
+        sources += [(eq.err_set, eq.err_queue, eq.err_info) for eq in queues.values()]
         for q in range(self.config.n_queues):
-            for eq in reversed(list(queues.values())):
-                with m.If(eq.err_set & (eq.err_queue == q)):
-                    m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(eq.err_info)]
-            with m.If(fetch.err[q]):
-                m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(fetch.err_info[q])]
+            for valid, queue, report in reversed(sources):
+                with m.If(valid & (queue == q)):
+                    m.d.comb += [self.err_set[q].eq(1), self.err_info[q].eq(report)]
