@@ -148,8 +148,15 @@ def _waves_line(run) -> str:
     if info.get("scope"):
         what += f", blocks {','.join(info['scope'])}"
     size = run.waves.stat().st_size / 1e6
-    save = (f"{info['gtkw']} (rewritten for this waveform)" if info.get("gtkw")
-            else f"npu waves gtkw {run.waves}")
+    from cosim.waves import foreign_gtkw
+    gtkw = run.waves.with_suffix(".gtkw")
+    if info.get("gtkw"):
+        save = f"{info['gtkw']} (rewritten for this waveform)"
+    elif foreign_gtkw(gtkw):        # saved from GTKWave: kept, and npu waves gtkw keeps it
+        save = (f"{gtkw} (not written by npu waves gtkw: kept; the NPU's signal groups: "
+                f"npu waves gtkw {run.waves} -o {run.waves.with_suffix('.npu.gtkw')})")
+    else:
+        save = f"npu waves gtkw {run.waves}"
     return (f"waveform: {run.waves} ({info.get('format', 'vcd').upper()}, {size:.1f} MB, "
             f"{what}): {span}; save file: {save}")
 

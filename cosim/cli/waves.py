@@ -3,7 +3,7 @@
 ::
 
     npu waves summarize FILE [--from C1] [--to C2] [--counters JSON] [--json OUT]
-    npu waves gtkw FILE [-o OUT.gtkw]
+    npu waves gtkw FILE [-o OUT.gtkw] [--force]
     npu waves cut FILE.vcd --from C1 --to C2 [-o OUT.vcd] [--time]
     npu waves trace FILE [-o OUT.json] [--png OUT.png] [--cycle-ns NS]
 
@@ -12,14 +12,16 @@ them (``npu run --waves-from``), whatever window of the run the file holds. ``--
 takes counter values over the window, or a snapshot pair ``{"before": dev.counters(),
 "after": dev.counters()}`` of the same traced run, whose difference is checked exactly over
 the cycles between the two snapshots. ``gtkw`` writes a save file zoomed to the file, with
-markers at the run's kernel regions (from ``<stem>.waves.json`` beside it).
+markers at the run's kernel regions (from ``<stem>.waves.json`` beside it); it does not
+overwrite a save file it did not write (saved from GTKWave) unless given ``--force``.
 
 The tools read the NPU's named probes (``hw.top.PROBE_FIELDS``); a file traced before the
 hardware had them is refused with a message naming the missing probes.
 
 Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable, empty or
-header-only file, an empty window, or a missing signal or probe (the message says which
-line or signal). Malformed value lines are skipped with a warning naming them.
+header-only file, an empty window, a missing signal or probe (the message says which
+line or signal), or a save file of one's own in the way. Malformed value lines are skipped
+with a warning naming them.
 """
 
 from __future__ import annotations
@@ -63,9 +65,14 @@ def _summarize(args: argparse.Namespace) -> int:
 
 
 def _gtkw(args: argparse.Namespace) -> int:
-    from cosim.waves import write_gtkw
+    from cosim.waves import GtkwExistsError, write_gtkw
 
-    out, notes = write_gtkw(args.file, args.out)
+    try:
+        out, notes = write_gtkw(args.file, args.out, force=args.force)
+    except GtkwExistsError as e:
+        print(f"npu waves gtkw: {e}: not overwritten; --force overwrites it, -o writes "
+              "another file", file=sys.stderr)
+        return 2
     print(out)
     for m in notes:
         print(f"note: {m}", file=sys.stderr)
@@ -149,9 +156,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                   "channels, host CSR port), every engine's named probes and "
                                   "the counter sources in groups, zoomed to the file's time "
                                   "range, with a marker at the start of each kernel region "
-                                  "of the run (<stem>.waves.json).")
+                                  "of the run (<stem>.waves.json). A save file there that it "
+                                  "did not write (saved from GTKWave) is kept unless --force.")
     g.add_argument("file")
-    g.add_argument("-o", "--out", default=None)
+    g.add_argument("-o", "--out", default=None, help="default <stem>.gtkw beside the input")
+    g.add_argument("--force", action="store_true",
+                   help="overwrite the output even if it is a save file that npu waves gtkw "
+                        "did not write (one saved from GTKWave: its view and signals are lost)")
     g.set_defaults(func=_guard(_gtkw))
 
     c = ws.add_parser("cut", help="copy a cycle window of a VCD into a smaller VCD",
