@@ -20,8 +20,9 @@ hardware had them is refused with a message naming the missing probes.
 
 Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable, empty or
 header-only file, an empty window, a missing signal or probe (the message says which
-line or signal), or a save file of one's own in the way. Malformed value lines are skipped
-with a warning naming them.
+line or signal), an output file that is a folder or in a folder that does not exist, or a
+save file of one's own in the way. Malformed value lines are skipped with a warning naming
+them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 __all__ = ["add_parser"]
@@ -121,6 +123,22 @@ def _guard(func):
     return run
 
 
+def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
+                   args: argparse.Namespace) -> None:
+    """Refuse an output file (``flags``: dest -> option) that is a folder or whose folder does
+    not exist, before the input is read (a missing folder was reported as a missing file)."""
+    for dest, flag in flags.items():
+        path = getattr(args, dest)
+        if path is None:
+            continue
+        folder = Path(path).parent
+        if Path(path).is_dir():
+            parser.error(f"{flag} {path}: is a folder, give a file name")
+        if not folder.is_dir():
+            parser.error(f"{flag} {path}: the output folder {folder} "
+                         f"{'is not a folder' if folder.exists() else 'does not exist'}")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``waves`` command (with its subcommands) to the ``npu`` parser."""
     from cosim.cli.args import help_text, int_at_least
@@ -149,7 +167,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
     s.add_argument("--width", type=int_at_least(10), default=60,
                    help="timeline width in characters (at least 10)")
-    s.set_defaults(func=_guard(_summarize))
+    s.set_defaults(func=_guard(_summarize),
+                   check_args=partial(_check_outputs, s, {"json": "--json"}))
 
     g = ws.add_parser("gtkw", help="write a GTKWave save file grouping the NPU's signals",
                       description="Write <file>.gtkw (or -o): the NPU's ports (clock, AXI "
@@ -163,7 +182,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--force", action="store_true",
                    help="overwrite the output even if it is a save file that npu waves gtkw "
                         "did not write (one saved from GTKWave: its view and signals are lost)")
-    g.set_defaults(func=_guard(_gtkw))
+    g.set_defaults(func=_guard(_gtkw), check_args=partial(_check_outputs, g, {"out": "-o"}))
 
     c = ws.add_parser("cut", help="copy a cycle window of a VCD into a smaller VCD",
                       description="Stream FILE and write the window [--from, --to) with the "
@@ -178,7 +197,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="C1 and C2 are VCD time units, not cycles (both included)")
     c.add_argument("-o", "--out", default=None,
                    help="output (default <stem>.<C1>-<C2>.vcd beside the input)")
-    c.set_defaults(func=_guard(_cut))
+    c.set_defaults(func=_guard(_cut), check_args=partial(_check_outputs, c, {"out": "-o"}))
 
     t = ws.add_parser("trace", help="Perfetto/Chrome trace (and PNG timeline) from a VCD",
                       description="Command records from the VCD (the engines' take, done, "
@@ -189,4 +208,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--png", default=None, help="also draw a PNG timeline")
     t.add_argument("--cycle-ns", type=float, default=1.0,
                    help="ns per cycle in the trace (default 1: the viewer's ns are cycles)")
-    t.set_defaults(func=_guard(_trace))
+    t.set_defaults(func=_guard(_trace),
+                   check_args=partial(_check_outputs, t, {"out": "-o", "png": "--png"}))
