@@ -48,15 +48,17 @@ from sw.runtime import NPUError, OutOfMemoryError
 __all__ = ["main", "build_parser", "parse_config"]
 
 
-def _layers(text: str) -> int:
-    """``--layers``: 0..6."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= 6:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a layer count in 0..6")
-    return n
+def _layers(most: int):
+    """The ``--layers`` type: a layer count in ``0..most``."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = -1
+        if not 0 <= n <= most:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a layer count in 0..{most}")
+        return n
+    return parse
 
 
 def _blocks(text: str) -> list[str]:
@@ -230,6 +232,8 @@ _CONFIG_HELP = "ROWSxCOLS[,key=value...]"
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
+    from sw.models.encoder import N_LAYERS
+
     run = sub.add_parser(
         "run", help="run all-MiniLM-L6-v2's forward pass (or one block) on the NPU",
         description="Quantize all-MiniLM-L6-v2 (scales calibrated on other text, never on the "
@@ -271,9 +275,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--activations", choices=("int8", "mxint8"), default="int8",
                      help="number format of the Q/K/V projections' input: int8 (per tensor) "
                           "or mxint8 (with --weights mxint8) (default %(default)s)")
-    run.add_argument("--layers", type=_layers, default=6, metavar="N",
-                     help="run the first N encoder layers (0..6; 0: the embedding LayerNorm "
-                          "only) (default %(default)s)")
+    run.add_argument("--layers", type=_layers(N_LAYERS), default=N_LAYERS, metavar="N",
+                     help=f"run the first N encoder layers (0..{N_LAYERS}; 0: the embedding "
+                          "LayerNorm only) (default %(default)s)")
     run.add_argument("--block", action="store_true",
                      help="run only layer 0's self-attention block (the earlier main job; "
                           "with --causal, --weights, --activations, --waves-kernel)")
@@ -518,14 +522,12 @@ _JOB_OPTIONS = {"--seq-len": ("--block", "the encoder"), "--fill": ("--block", "
 
 def _check_job_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse an option the chosen job (``--block``, ``--qkv-only`` or the encoder) does not
-    take, naming the jobs that take it (:data:`_JOB_OPTIONS`)."""
+    take, naming the jobs that take it (:data:`_JOB_OPTIONS`); an option is given if its
+    value is not the parser's default."""
     job = "--block" if args.block else "--qkv-only" if args.qkv_only else "the encoder"
-    given = {"--seq-len": args.seq_len is not None, "--fill": args.fill is not None,
-             "--causal": args.causal, "--weights": args.weights != "int8",
-             "--activations": args.activations != "int8", "--vm": args.vm,
-             "--layers": args.layers != 6, "--waves-kernel": args.waves_kernel is not None}
     for flag, jobs in _JOB_OPTIONS.items():
-        if given[flag] and job not in jobs:
+        dest = flag[2:].replace("-", "_")
+        if getattr(args, dest) != parser.get_default(dest) and job not in jobs:
             parser.error(f"{flag} applies to {' and '.join(jobs)}, not to {job}")
 
 

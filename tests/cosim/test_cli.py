@@ -94,6 +94,27 @@ def test_run_rejects_bad_arguments(argv, message, capsys):
     assert message in err and "Traceback" not in err
 
 
+def test_run_layer_count_is_the_encoders(monkeypatch, capsys):
+    """--layers takes its range and default from the encoder's layer count
+    (sw.models.encoder.N_LAYERS; it had a literal 6 in three places): with four layers, 5 is
+    refused, and --block refuses --layers 3 but not --layers 4 (the default, not given)."""
+    import sw.models.encoder
+    from cosim.cli import _check_job_options, _subcommand, build_parser
+
+    monkeypatch.setattr(sw.models.encoder, "N_LAYERS", 4)
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--layers", "5"])
+    assert "expected a layer count in 0..4" in capsys.readouterr().err
+    assert parser.parse_args(["run"]).layers == 4
+    args = parser.parse_args(["run", "--block", "--layers", "4"])
+    _check_job_options(_subcommand(parser, args), args)
+    args = parser.parse_args(["run", "--block", "--layers", "3"])
+    with pytest.raises(SystemExit):
+        _check_job_options(_subcommand(parser, args), args)
+    assert "--layers applies to the encoder, not to --block" in capsys.readouterr().err
+
+
 def test_run_reports_runtime_errors_in_one_line(capsys):
     assert main(["run", "--backend", "model", "--config", "8x8,dram_bytes=4096"]) == 2
     err = capsys.readouterr().err
