@@ -499,16 +499,15 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"mxint8 needs the MX exponent stage: --config {args.config.spec},mx=1")
     if args.activations == "mxint8" and args.weights != "mxint8":
         parser.error("--activations mxint8 needs --weights mxint8")
-    if not (args.qkv_only or args.block):
-        _check_encoder_args(parser, args)
-    if not args.qkv_only:
+    default_len = args.seq_len is None
+    if not args.qkv_only:       # the attention block and the encoder
         if args.config.rows != args.config.cols:
             parser.error(f"attention needs a square array (the transposed K load), got "
                          f"{args.config.rows}x{args.config.cols}; use --qkv-only for a "
                          "non-square array")
         args.seq_len = args.seq_len or 32
         args.fill = args.fill or "repeat"
-    _check_job(parser, args)
+    _check_job(parser, args, default_len=default_len)
     check_json_arg(parser, args)
 
 
@@ -531,27 +530,12 @@ def _check_job_options(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error(f"{flag} applies to {' and '.join(jobs)}, not to {job}")
 
 
-def _check_encoder_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``npu run`` of the encoder (the default job): the array it needs, and ``--seq-len``
-    (default 32) and ``--fill`` (default repeat)."""
-    from sw.jobs.encoder import HIDDEN
-    if args.config.rows != args.config.cols:
-        parser.error(f"the encoder needs a square array (the transposed K load), got "
-                     f"{args.config.rows}x{args.config.cols}; use --qkv-only")
-    given = args.seq_len is not None
-    args.seq_len = args.seq_len or 32
-    args.fill = args.fill or "repeat"
-    if HIDDEN % args.config.cols:
-        parser.error(f"the encoder needs cols to divide the hidden size {HIDDEN}, "
-                     f"{args.config.spec} has cols={args.config.cols}")
-    if args.seq_len % args.config.cols:
-        parser.error(f"--seq-len {args.seq_len}{'' if given else ' (the default)'}: the "
-                     f"encoder needs a multiple of cols={args.config.cols}")
-
-
-def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace, *,
+               default_len: bool) -> None:
     """The job's own check of the configuration (the one it makes when it starts), here
-    before the Verilator build and the calibration."""
+    before the Verilator build and the calibration. A message about the sequence length
+    ``L`` says that ``L`` is ``--seq-len`` (and its default if it was not given:
+    ``default_len``)."""
     from sw.jobs import encoder, minilm_block
     from sw.runtime import check_dram
     try:
@@ -572,7 +556,10 @@ def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             check_dram(args.config, _JOB_NAMES[job], lambda backend, config: getattr(
                 workload, job)(backend, **job_args | {"config": config.to_dict()}))
     except ValueError as e:
-        parser.error(str(e))
+        note = ""
+        if f"L={args.seq_len}" in str(e):
+            note = f" (L: --seq-len{f', {args.seq_len} by default' if default_len else ''})"
+        parser.error(f"{e}{note}")
 
 
 #: What ``npu run``'s jobs are called in messages.

@@ -43,9 +43,11 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
     (["--layers", "x"], "expected a layer count in 0..6"),
     (["--block", "--layers", "2"], "--layers applies to the encoder"),
     (["--block", "--qkv-only"], "exclude each other"),
-    (["--seq-len", "12"], "--seq-len 12: the encoder needs a multiple of cols=8"),
-    (["--config", "12x12"], "--seq-len 32 (the default): the encoder needs a multiple of "
-     "cols=12"),
+    # the job's own checks (the CLI made them too), L named as the option that sets it
+    (["--seq-len", "12"], "the encoder needs a sequence length that is a multiple of cols=8, "
+     "L=12 is not (L: --seq-len)\n"),
+    (["--config", "12x12"], "the encoder needs a sequence length that is a multiple of "
+     "cols=12, L=32 is not (L: --seq-len, 32 by default)\n"),
     (["--config", "7x7"], "the encoder needs cols to divide the hidden size 384, 7x7 has "
      "cols=7"),
     # what the job needs from the configuration, before the build
@@ -58,7 +60,8 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
      "the attention block needs 4 pool semaphores at once, 8x8,n_sems=4 leaves 3"),
     # the kernels' own fit checks, before the build (--block spad_rows=16 failed after it)
     (["--block", "--config", "8x8,spad_rows=16"],
-     "L=32, d=32 does not fit the local memories of 8x8_spad_rows16"),
+     "L=32, d=32 does not fit the local memories of 8x8_spad_rows16 (L: --seq-len, 32 by "
+     "default)\n"),
     (["--backend", "model", "--block", "--seq-len", "16", "--config", "8x8,acc_rows=16"],
      "L=16, d=32 does not fit the local memories of 8x8_acc_rows16"),
     (["--backend", "model", "--config", "8x8,spad_rows=64", "--layers", "0"],
