@@ -149,8 +149,9 @@ class DramTiming:
             if not 1 / BW_MAX_DENOMINATOR <= bw <= MAX_BYTES_PER_CYCLE:
                 raise _bad_field("bytes_per_cycle", self.bytes_per_cycle,
                                  f"must be in [{1 / BW_MAX_DENOMINATOR}, "
-                                 f"{MAX_BYTES_PER_CYCLE:g}] bytes per cycle (or None for no "
-                                 "limit)")
+                                 f"{MAX_BYTES_PER_CYCLE:g}] bytes per cycle"
+                                 f"{' (that would let no data through)' if bw <= 0 else ''}; "
+                                 "for no bandwidth limit leave bw out or give bw=none")
             object.__setattr__(self, "bytes_per_cycle", float(_bw_fraction(bw)))
         one = 1 << STALL_FRACTION_BITS
         for ch in CHANNELS:
@@ -179,7 +180,8 @@ class DramTiming:
         ``wlatency`` or ``write_latency``
             write-response latency, cycles (int, 1..65535)
         ``bw`` or ``bytes_per_cycle``
-            peak bandwidth, bytes per cycle (number, (0, 1024]; ``none`` for no limit)
+            peak bandwidth, bytes per cycle (number, [0.001, 1024]; ``none``, the
+            default, for no limit)
         ``stall``
             the backpressure probability of every channel (number, [0, 1))
         ``ar_stall``, ``r_stall``, ``aw_stall``, ``w_stall``, ``b_stall``
@@ -273,15 +275,17 @@ class DramTiming:
         return ",".join(parts) or "ideal"
 
     def describe(self) -> str:
-        """One line for reports, e.g. ``"lat100: read latency 100 cycles, write 1, bandwidth
-        bus, no backpressure"``."""
-        bw = "bus" if self.bytes_per_cycle is None else f"{self.bytes_per_cycle:g} B/cycle"
+        """One line for reports, e.g. ``"lat100: read latency 100 cycles, write latency 1, no
+        bandwidth limit (R and W one bus beat per cycle each), no backpressure"``."""
+        bw = ("no bandwidth limit (R and W one bus beat per cycle each)"
+              if self.bytes_per_cycle is None
+              else f"bandwidth {self.bytes_per_cycle:g} B/cycle")
         stalls = ", ".join(f"{ch.upper()} {self.stall(ch):.0%}" for ch in CHANNELS
                            if self.stall(ch))
         bp = f"backpressure {stalls} (seed {self.seed})" if stalls else "no backpressure"
         head = self.name if self.name == self.spec() else f"{self.name} ({self.spec()})"
         return (f"{head}: read latency {self.read_latency} cycles, write latency "
-                f"{self.write_latency}, bandwidth {bw}, {bp}")
+                f"{self.write_latency}, {bw}, {bp}")
 
     def to_dict(self) -> dict:
         """JSON-ready fields, with ``name`` and the canonical ``spec``."""

@@ -330,6 +330,15 @@ def _bench_attention(out: dict, cfg: NPUConfig, seq_len: int, *, backend: str,
                         "sqnr_db": res["sqnr_db"], "run": run_info}
 
 
+def _gemm_list(sizes, shapes) -> str:
+    """The GEMMs of a sweep in words, only the kinds there are: ``"sizes 64, 128; shapes
+    1x384x1536"``."""
+    parts = [f"sizes {', '.join(map(str, sizes))}"] if sizes else []
+    if shapes:
+        parts.append(f"shapes {', '.join('x'.join(map(str, s)) for s in shapes)}")
+    return "; ".join(parts) or "no GEMM"
+
+
 def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int = 128,
               backend: str = "rtl", build_timing: bool = True, seed: int = 0,
               native: bool = True, progress=None, json_path: Path | None = None,
@@ -397,7 +406,7 @@ def run_bench(configs: list[NPUConfig], sizes: list[int], *, attention_len: int 
         dump()
 
     for ci, cfg in enumerate(configs):
-        say(f"GEMM sweep {list(sizes)} {[list(x) for x in shapes]} on {cfg.spec} ({backend}, "
+        say(f"GEMM sweep: {_gemm_list(sizes, shapes)} on {cfg.spec} ({backend}, "
             f"DRAM {dram.name})...")
         _bench_gemm(out, cfg, list(sizes), backend=backend, seed=seed, dram=dram,
                     record=backend == "rtl" and native and ci == 0, build_timing=build_timing,

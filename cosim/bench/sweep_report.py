@@ -121,8 +121,8 @@ def _fmt(v, kind: str = "") -> str:
 
 def format_table(rows: list[dict]) -> str:
     """The fixed-width table: one line per point, ``*`` on the Pareto front; a point that did
-    not run has a note number ``[n]`` in the last column, and the notes below the table give
-    each distinct error in full (as ``sweep.json`` has it)."""
+    not run has its status and a note number in the cycles column (``unsupported [1]``), and
+    the notes below the table give each distinct error in full (as ``sweep.json`` has it)."""
     head = ("config", "DRAM", "workload", "cycles", "util", "bound", "SQNR dB", "LUT4", "FF",
             "MULT18", "DP16KD", "RTL cycles", "model err", "")
     body = []
@@ -130,10 +130,10 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         if r["status"] != "ok":
             error = r.get("error")
-            note = f"[{notes.setdefault(error, len(notes) + 1)}]" if error else ""
-            body.append((r["config"], r["dram"], r["workload"], r["status"], "", "", "",
+            note = f" [{notes.setdefault(error, len(notes) + 1)}]" if error else ""
+            body.append((r["config"], r["dram"], r["workload"], r["status"] + note, "", "", "",
                          _fmt(r["lut4"]), _fmt(r["ff"]), _fmt(r["mult18"]), _fmt(r["dp16kd"]),
-                         "", "", note))
+                         "", "", ""))
             continue
         body.append((r["config"], r["dram"], r["workload"], str(r["cycles"]),
                      _fmt(r["utilization"], "pct"), _fmt(r["bound"], "pct"),

@@ -48,15 +48,17 @@ from sw.runtime import NPUError, OutOfMemoryError
 __all__ = ["main", "build_parser", "parse_config"]
 
 
-def _layers(text: str) -> int:
-    """``--layers``: 0..6."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= 6:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a layer count in 0..6")
-    return n
+def _layers(most: int):
+    """The ``--layers`` type: a layer count in ``0..most``."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = -1
+        if not 0 <= n <= most:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a layer count in 0..{most}")
+        return n
+    return parse
 
 
 def _blocks(text: str) -> list[str]:
@@ -148,8 +150,15 @@ def _waves_line(run) -> str:
     if info.get("scope"):
         what += f", blocks {','.join(info['scope'])}"
     size = run.waves.stat().st_size / 1e6
-    save = (f"{info['gtkw']} (rewritten for this waveform)" if info.get("gtkw")
-            else f"npu waves gtkw {run.waves}")
+    from cosim.waves import foreign_gtkw
+    gtkw = run.waves.with_suffix(".gtkw")
+    if info.get("gtkw"):
+        save = f"{info['gtkw']} (rewritten for this waveform)"
+    elif foreign_gtkw(gtkw):        # saved from GTKWave: kept, and npu waves gtkw keeps it
+        save = (f"{gtkw} (not written by npu waves gtkw: kept; the NPU's signal groups: "
+                f"npu waves gtkw {run.waves} -o {run.waves.with_suffix('.npu.gtkw')})")
+    else:
+        save = f"npu waves gtkw {run.waves}"
     return (f"waveform: {run.waves} ({info.get('format', 'vcd').upper()}, {size:.1f} MB, "
             f"{what}): {span}; save file: {save}")
 
@@ -223,6 +232,8 @@ _CONFIG_HELP = "ROWSxCOLS[,key=value...]"
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
+    from sw.models.encoder import N_LAYERS
+
     run = sub.add_parser(
         "run", help="run all-MiniLM-L6-v2's forward pass (or one block) on the NPU",
         description="Quantize all-MiniLM-L6-v2 (scales calibrated on other text, never on the "
@@ -264,9 +275,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--activations", choices=("int8", "mxint8"), default="int8",
                      help="number format of the Q/K/V projections' input: int8 (per tensor) "
                           "or mxint8 (with --weights mxint8) (default %(default)s)")
-    run.add_argument("--layers", type=_layers, default=6, metavar="N",
-                     help="run the first N encoder layers (0..6; 0: the embedding LayerNorm "
-                          "only) (default %(default)s)")
+    run.add_argument("--layers", type=_layers(N_LAYERS), default=N_LAYERS, metavar="N",
+                     help=f"run the first N encoder layers (0..{N_LAYERS}; 0: the embedding "
+                          "LayerNorm only) (default %(default)s)")
     run.add_argument("--block", action="store_true",
                      help="run only layer 0's self-attention block (the earlier main job; "
                           "with --causal, --weights, --activations, --waves-kernel)")
@@ -488,16 +499,15 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"mxint8 needs the MX exponent stage: --config {args.config.spec},mx=1")
     if args.activations == "mxint8" and args.weights != "mxint8":
         parser.error("--activations mxint8 needs --weights mxint8")
-    if not (args.qkv_only or args.block):
-        _check_encoder_args(parser, args)
-    if not args.qkv_only:
+    default_len = args.seq_len is None
+    if not args.qkv_only:       # the attention block and the encoder
         if args.config.rows != args.config.cols:
             parser.error(f"attention needs a square array (the transposed K load), got "
                          f"{args.config.rows}x{args.config.cols}; use --qkv-only for a "
                          "non-square array")
         args.seq_len = args.seq_len or 32
         args.fill = args.fill or "repeat"
-    _check_job(parser, args)
+    _check_job(parser, args, default_len=default_len)
     check_json_arg(parser, args)
 
 
@@ -511,38 +521,21 @@ _JOB_OPTIONS = {"--seq-len": ("--block", "the encoder"), "--fill": ("--block", "
 
 def _check_job_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse an option the chosen job (``--block``, ``--qkv-only`` or the encoder) does not
-    take, naming the jobs that take it (:data:`_JOB_OPTIONS`)."""
+    take, naming the jobs that take it (:data:`_JOB_OPTIONS`); an option is given if its
+    value is not the parser's default."""
     job = "--block" if args.block else "--qkv-only" if args.qkv_only else "the encoder"
-    given = {"--seq-len": args.seq_len is not None, "--fill": args.fill is not None,
-             "--causal": args.causal, "--weights": args.weights != "int8",
-             "--activations": args.activations != "int8", "--vm": args.vm,
-             "--layers": args.layers != 6, "--waves-kernel": args.waves_kernel is not None}
     for flag, jobs in _JOB_OPTIONS.items():
-        if given[flag] and job not in jobs:
+        dest = flag[2:].replace("-", "_")
+        if getattr(args, dest) != parser.get_default(dest) and job not in jobs:
             parser.error(f"{flag} applies to {' and '.join(jobs)}, not to {job}")
 
 
-def _check_encoder_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``npu run`` of the encoder (the default job): the array it needs, and ``--seq-len``
-    (default 32) and ``--fill`` (default repeat)."""
-    from sw.jobs.encoder import HIDDEN
-    if args.config.rows != args.config.cols:
-        parser.error(f"the encoder needs a square array (the transposed K load), got "
-                     f"{args.config.rows}x{args.config.cols}; use --qkv-only")
-    given = args.seq_len is not None
-    args.seq_len = args.seq_len or 32
-    args.fill = args.fill or "repeat"
-    if HIDDEN % args.config.cols:
-        parser.error(f"the encoder needs cols to divide the hidden size {HIDDEN}, "
-                     f"{args.config.spec} has cols={args.config.cols}")
-    if args.seq_len % args.config.cols:
-        parser.error(f"--seq-len {args.seq_len}{'' if given else ' (the default)'}: the "
-                     f"encoder needs a multiple of cols={args.config.cols}")
-
-
-def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace, *,
+               default_len: bool) -> None:
     """The job's own check of the configuration (the one it makes when it starts), here
-    before the Verilator build and the calibration."""
+    before the Verilator build and the calibration. A message about the sequence length
+    ``L`` says that ``L`` is ``--seq-len`` (and its default if it was not given:
+    ``default_len``)."""
     from sw.jobs import encoder, minilm_block
     from sw.runtime import check_dram
     try:
@@ -563,7 +556,10 @@ def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             check_dram(args.config, _JOB_NAMES[job], lambda backend, config: getattr(
                 workload, job)(backend, **job_args | {"config": config.to_dict()}))
     except ValueError as e:
-        parser.error(str(e))
+        note = ""
+        if f"L={args.seq_len}" in str(e):
+            note = f" (L: --seq-len{f', {args.seq_len} by default' if default_len else ''})"
+        parser.error(f"{e}{note}")
 
 
 #: What ``npu run``'s jobs are called in messages.

@@ -43,7 +43,8 @@ def parse_dram(text: str) -> DramTiming:
 
 
 DRAM_HELP = (f"DRAM timing (rtl and perf): a preset ({' '.join(PRESETS)}) "
-             "and/or key=value pairs: latency, wlatency (cycles), bw (bytes/cycle), stall, "
+             "and/or key=value pairs: latency, wlatency (cycles), bw (bytes/cycle; none: no "
+             "limit), stall, "
              "ar_stall, r_stall, aw_stall, w_stall, b_stall (probability), seed; e.g. "
              "latency=100,bw=4,stall=0.3,seed=1 (see sw/dram.py; default ideal)")
 

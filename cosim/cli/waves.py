@@ -3,7 +3,7 @@
 ::
 
     npu waves summarize FILE [--from C1] [--to C2] [--counters JSON] [--json OUT]
-    npu waves gtkw FILE [-o OUT.gtkw]
+    npu waves gtkw FILE [-o OUT.gtkw] [--force]
     npu waves cut FILE.vcd --from C1 --to C2 [-o OUT.vcd] [--time]
     npu waves trace FILE [-o OUT.json] [--png OUT.png] [--cycle-ns NS]
 
@@ -12,14 +12,17 @@ them (``npu run --waves-from``), whatever window of the run the file holds. ``--
 takes counter values over the window, or a snapshot pair ``{"before": dev.counters(),
 "after": dev.counters()}`` of the same traced run, whose difference is checked exactly over
 the cycles between the two snapshots. ``gtkw`` writes a save file zoomed to the file, with
-markers at the run's kernel regions (from ``<stem>.waves.json`` beside it).
+markers at the run's kernel regions (from ``<stem>.waves.json`` beside it); it does not
+overwrite a save file it did not write (saved from GTKWave) unless given ``--force``.
 
 The tools read the NPU's named probes (``hw.top.PROBE_FIELDS``); a file traced before the
 hardware had them is refused with a message naming the missing probes.
 
 Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable, empty or
-header-only file, an empty window, or a missing signal or probe (the message says which
-line or signal). Malformed value lines are skipped with a warning naming them.
+header-only file, an empty window, a missing signal or probe (the message says which
+line or signal), an output file that is a folder or in a folder that does not exist, or a
+save file of one's own in the way. Malformed value lines are skipped with a warning naming
+them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 __all__ = ["add_parser"]
@@ -63,9 +67,14 @@ def _summarize(args: argparse.Namespace) -> int:
 
 
 def _gtkw(args: argparse.Namespace) -> int:
-    from cosim.waves import write_gtkw
+    from cosim.waves import GtkwExistsError, write_gtkw
 
-    out, notes = write_gtkw(args.file, args.out)
+    try:
+        out, notes = write_gtkw(args.file, args.out, force=args.force)
+    except GtkwExistsError as e:
+        print(f"npu waves gtkw: {e}: not overwritten; --force overwrites it, -o writes "
+              "another file", file=sys.stderr)
+        return 2
     print(out)
     for m in notes:
         print(f"note: {m}", file=sys.stderr)
@@ -114,6 +123,22 @@ def _guard(func):
     return run
 
 
+def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
+                   args: argparse.Namespace) -> None:
+    """Refuse an output file (``flags``: dest -> option) that is a folder or whose folder does
+    not exist, before the input is read (a missing folder was reported as a missing file)."""
+    for dest, flag in flags.items():
+        path = getattr(args, dest)
+        if path is None:
+            continue
+        folder = Path(path).parent
+        if Path(path).is_dir():
+            parser.error(f"{flag} {path}: is a folder, give a file name")
+        if not folder.is_dir():
+            parser.error(f"{flag} {path}: the output folder {folder} "
+                         f"{'is not a folder' if folder.exists() else 'does not exist'}")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``waves`` command (with its subcommands) to the ``npu`` parser."""
     from cosim.cli.args import help_text, int_at_least
@@ -142,17 +167,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
     s.add_argument("--width", type=int_at_least(10), default=60,
                    help="timeline width in characters (at least 10)")
-    s.set_defaults(func=_guard(_summarize))
+    s.set_defaults(func=_guard(_summarize),
+                   check_args=partial(_check_outputs, s, {"json": "--json"}))
 
     g = ws.add_parser("gtkw", help="write a GTKWave save file grouping the NPU's signals",
                       description="Write <file>.gtkw (or -o): the NPU's ports (clock, AXI "
                                   "channels, host CSR port), every engine's named probes and "
                                   "the counter sources in groups, zoomed to the file's time "
                                   "range, with a marker at the start of each kernel region "
-                                  "of the run (<stem>.waves.json).")
+                                  "of the run (<stem>.waves.json). A save file there that it "
+                                  "did not write (saved from GTKWave) is kept unless --force.")
     g.add_argument("file")
-    g.add_argument("-o", "--out", default=None)
-    g.set_defaults(func=_guard(_gtkw))
+    g.add_argument("-o", "--out", default=None, help="default <stem>.gtkw beside the input")
+    g.add_argument("--force", action="store_true",
+                   help="overwrite the output even if it is a save file that npu waves gtkw "
+                        "did not write (one saved from GTKWave: its view and signals are lost)")
+    g.set_defaults(func=_guard(_gtkw), check_args=partial(_check_outputs, g, {"out": "-o"}))
 
     c = ws.add_parser("cut", help="copy a cycle window of a VCD into a smaller VCD",
                       description="Stream FILE and write the window [--from, --to) with the "
@@ -167,7 +197,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="C1 and C2 are VCD time units, not cycles (both included)")
     c.add_argument("-o", "--out", default=None,
                    help="output (default <stem>.<C1>-<C2>.vcd beside the input)")
-    c.set_defaults(func=_guard(_cut))
+    c.set_defaults(func=_guard(_cut), check_args=partial(_check_outputs, c, {"out": "-o"}))
 
     t = ws.add_parser("trace", help="Perfetto/Chrome trace (and PNG timeline) from a VCD",
                       description="Command records from the VCD (the engines' take, done, "
@@ -178,4 +208,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--png", default=None, help="also draw a PNG timeline")
     t.add_argument("--cycle-ns", type=float, default=1.0,
                    help="ns per cycle in the trace (default 1: the viewer's ns are cycles)")
-    t.set_defaults(func=_guard(_trace))
+    t.set_defaults(func=_guard(_trace),
+                   check_args=partial(_check_outputs, t, {"out": "-o", "png": "--png"}))

@@ -19,7 +19,8 @@ Modules:
 * :mod:`cosim.waves.counters`: counters against the VCD (:func:`check_counters`,
   :func:`check_counter_snapshots`);
 * :mod:`cosim.waves.window`: :func:`cut`;
-* :mod:`cosim.waves.gtkwave`: :func:`write_gtkw`, :func:`refresh_gtkw`;
+* :mod:`cosim.waves.gtkwave`: :func:`write_gtkw`, :func:`refresh_gtkw`,
+  :func:`foreign_gtkw`;
 * :mod:`cosim.waves.trace`: Perfetto trace and plots from command records.
 """
 
@@ -33,6 +34,8 @@ from cosim.waves.counters import (
 from cosim.waves.gtkwave import (
     GTKW_GROUPS,
     GTKW_MARKERS,
+    GtkwExistsError,
+    foreign_gtkw,
     gtkw_text,
     load_regions,
     refresh_gtkw,
@@ -52,5 +55,6 @@ __all__ = [
     "find_npu_scope", "NpuSignals", "EngineProbes", "VcdProbeError", "locate_signals",
     "EngineStats", "Summary", "summarize", "CounterCheck", "check_counters", "counter_delta",
     "check_counter_snapshots", "load_counters", "cut", "CutResult", "write_gtkw", "gtkw_text",
-    "refresh_gtkw", "GTKW_GROUPS", "GTKW_MARKERS", "load_regions",
+    "refresh_gtkw", "foreign_gtkw", "GtkwExistsError", "GTKW_GROUPS", "GTKW_MARKERS",
+    "load_regions",
 ]

@@ -99,11 +99,14 @@ def check_config(config: NPUConfig, seq_len: int | None = None,
         return
     c = config
     if c.rows != c.cols:
-        raise ValueError(f"the encoder needs a square array (attention), got "
+        raise ValueError(f"the encoder needs a square array (the transposed K load), got "
                          f"{c.rows}x{c.cols}")
-    if HIDDEN % c.cols or seq_len % c.cols:
-        raise ValueError(f"L={seq_len} and the hidden size {HIDDEN} must be multiples of "
-                         f"cols={c.cols}")
+    if HIDDEN % c.cols:
+        raise ValueError(f"the encoder needs cols to divide the hidden size {HIDDEN}, "
+                         f"{c.spec} has cols={c.cols}")
+    if seq_len % c.cols:
+        raise ValueError(f"the encoder needs a sequence length that is a multiple of "
+                         f"cols={c.cols}, L={seq_len} is not")
     eltwise_fit(c, Opcode.LAYERNORM, seq_len, HIDDEN // c.cols)
     if n_layers:
         head_dim = heads(load_minilm())[1]

@@ -86,6 +86,23 @@ def test_bench_table_columns_fit_long_names_and_shapes():
     assert lines[header].split()[:3] == ["config", "size", "cycles"]
 
 
+def test_bench_progress_names_only_the_gemms_there_are(capsys):
+    """The progress line lists the square sizes and the shapes in words, and only the kinds
+    there are (it printed ``GEMM sweep [8] [] on ...`` and ``[[1, 24, 16]]``)."""
+    said = []
+    res = run_bench([NPUConfig(rows=4, cols=4)], [], shapes=[(1, 24, 16)], attention_len=0,
+                    backend="model", progress=said.append)
+    assert said[0] == "GEMM sweep: shapes 1x24x16 on 4x4 (model, DRAM ideal)..."
+    assert [r["shape"] for r in res["gemm"]["4x4"]["rows"]] == [[1, 24, 16]]
+    argv = ["bench", "--backend", "model", "--configs", "4x4", "--attention-len", "0",
+            "--sizes", "8", "16"]
+    assert main(argv) == 0
+    assert "GEMM sweep: sizes 8, 16 on 4x4 (model, DRAM ideal)...\n" in capsys.readouterr().err
+    assert main([*argv, "--shapes", "1,24,16", "2,8,8"]) == 0
+    assert ("GEMM sweep: sizes 8, 16; shapes 1x24x16, 2x8x8 on 4x4 (model, DRAM ideal)...\n"
+            in capsys.readouterr().err)
+
+
 def test_cli_bench_model(tmp_path, capsys):
     path = tmp_path / "b.json"
     assert main(["bench", "--backend", "model", "--configs", "4x4", "--sizes", "8",

@@ -43,9 +43,11 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
     (["--layers", "x"], "expected a layer count in 0..6"),
     (["--block", "--layers", "2"], "--layers applies to the encoder"),
     (["--block", "--qkv-only"], "exclude each other"),
-    (["--seq-len", "12"], "--seq-len 12: the encoder needs a multiple of cols=8"),
-    (["--config", "12x12"], "--seq-len 32 (the default): the encoder needs a multiple of "
-     "cols=12"),
+    # the job's own checks (the CLI made them too), L named as the option that sets it
+    (["--seq-len", "12"], "the encoder needs a sequence length that is a multiple of cols=8, "
+     "L=12 is not (L: --seq-len)\n"),
+    (["--config", "12x12"], "the encoder needs a sequence length that is a multiple of "
+     "cols=12, L=32 is not (L: --seq-len, 32 by default)\n"),
     (["--config", "7x7"], "the encoder needs cols to divide the hidden size 384, 7x7 has "
      "cols=7"),
     # what the job needs from the configuration, before the build
@@ -58,7 +60,8 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
      "the attention block needs 4 pool semaphores at once, 8x8,n_sems=4 leaves 3"),
     # the kernels' own fit checks, before the build (--block spad_rows=16 failed after it)
     (["--block", "--config", "8x8,spad_rows=16"],
-     "L=32, d=32 does not fit the local memories of 8x8_spad_rows16"),
+     "L=32, d=32 does not fit the local memories of 8x8_spad_rows16 (L: --seq-len, 32 by "
+     "default)\n"),
     (["--backend", "model", "--block", "--seq-len", "16", "--config", "8x8,acc_rows=16"],
      "L=16, d=32 does not fit the local memories of 8x8_acc_rows16"),
     (["--backend", "model", "--config", "8x8,spad_rows=64", "--layers", "0"],
@@ -92,6 +95,27 @@ def test_run_rejects_bad_arguments(argv, message, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_run_layer_count_is_the_encoders(monkeypatch, capsys):
+    """--layers takes its range and default from the encoder's layer count
+    (sw.models.encoder.N_LAYERS; it had a literal 6 in three places): with four layers, 5 is
+    refused, and --block refuses --layers 3 but not --layers 4 (the default, not given)."""
+    import sw.models.encoder
+    from cosim.cli import _check_job_options, _subcommand, build_parser
+
+    monkeypatch.setattr(sw.models.encoder, "N_LAYERS", 4)
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--layers", "5"])
+    assert "expected a layer count in 0..4" in capsys.readouterr().err
+    assert parser.parse_args(["run"]).layers == 4
+    args = parser.parse_args(["run", "--block", "--layers", "4"])
+    _check_job_options(_subcommand(parser, args), args)
+    args = parser.parse_args(["run", "--block", "--layers", "3"])
+    with pytest.raises(SystemExit):
+        _check_job_options(_subcommand(parser, args), args)
+    assert "--layers applies to the encoder, not to --block" in capsys.readouterr().err
 
 
 def test_run_reports_runtime_errors_in_one_line(capsys):
@@ -170,6 +194,19 @@ def test_run_names_no_python_error_class(capsys):
     (["area", "--no-pnr", "--no-route"], "give one of them"),
     (["waves", "summarize", "x.vcd", "--width", "-5"], "must be >= 10, got -5"),
     (["waves"], "the following arguments are required: COMMAND"),
+    # an output folder that does not exist (said "no such file"), before the input is read
+    (["waves", "gtkw", "x.vcd", "-o", "/nonexistent/dir/x.gtkw"],
+     "npu waves gtkw: error: -o /nonexistent/dir/x.gtkw: the output folder /nonexistent/dir "
+     "does not exist"),
+    (["waves", "gtkw", "x.vcd", "-o", "/dev/null/x.gtkw"],
+     "the output folder /dev/null is not a folder"),
+    (["waves", "gtkw", "x.vcd", "-o", "/"], "-o /: is a folder, give a file name"),
+    (["waves", "cut", "x.vcd", "--from", "1", "--to", "2", "-o", "/nonexistent/c.vcd"],
+     "-o /nonexistent/c.vcd: the output folder /nonexistent does not exist"),
+    (["waves", "trace", "x.vcd", "--png", "/nonexistent/t.png"],
+     "--png /nonexistent/t.png: the output folder /nonexistent does not exist"),
+    (["waves", "summarize", "x.vcd", "--json", "/nonexistent/s.json"],
+     "--json /nonexistent/s.json: the output folder /nonexistent does not exist"),
     (["sweep", "--workload", "gemm:8x8x8", "--backend", "rtl", "--find",
       "latency=3..400:slowdown<=5%"], "--backend rtl do not apply"),
     (["area", "--device", "xyz"], "invalid choice: 'xyz'"),

@@ -14,6 +14,10 @@ from cosim.cli import main
     (["run", "--dram", "latency=2"], "argument --dram: latency=2: must be an integer in 3..65535"),
     (["fuzz", "--dram", "latency=-1"], "argument --dram: latency=-1: must be an integer in "),
     (["bench", "--dram", "stall=1.5"], "[0, 1)"),
+    # bw=0 in words (it said "(or None for no limit)", a word --dram does not take)
+    (["run", "--dram", "bw=0"], "argument --dram: bw=0: must be in [0.001, 1024] bytes per "
+     "cycle (that would let no data through); for no bandwidth limit leave bw out or give "
+     "bw=none"),
     (["run", "--backend", "model", "--dram", "jitter"], "--dram needs --backend rtl"),
     (["bench", "--backend", "model", "--dram", "lat100"], "--dram needs --backend rtl"),
 ])
@@ -23,6 +27,14 @@ def test_bad_dram_arguments_are_rejected_before_work(argv, message, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_dram_help_says_how_to_give_no_bandwidth_limit():
+    from cosim.cli.args import DRAM_HELP
+    from sw.dram import DramTiming
+
+    assert "bw (bytes/cycle; none: no limit)" in DRAM_HELP
+    assert DramTiming.parse("bw=none").bytes_per_cycle is None
 
 
 def test_bench_under_jitter_states_it_and_replays(tmp_path, capsys):

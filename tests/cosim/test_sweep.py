@@ -322,7 +322,9 @@ def test_unsupported_and_failed_points_are_rows_not_crashes(tmp_path, monkeypatc
 
 def test_table_gives_errors_whole_below_it():
     """A point that did not run has a note number in the table and its error, whole, below
-    it (the table cut errors at 60 characters, mid-word); one note per distinct error."""
+    it (the table cut errors at 60 characters, mid-word); one note per distinct error. The
+    number is beside the point's status, in the cycles column (it was in the last column,
+    where it read as the model error's)."""
     long = ("the attention block needs a square array (the transposed K load), got 4x8; "
             "use a square configuration")
     other = "queue 0: WINDOW error (planted)"
@@ -332,7 +334,10 @@ def test_table_gives_errors_whole_below_it():
                                 ("4x8", "minilm-block:16", "unsupported", long),
                                 ("4x4", "gemm:8x8x8", "error", other)]]
     lines = format_table(rows).splitlines()
-    assert [line.split()[-1] for line in lines[1:4]] == ["[1]", "[1]", "[2]"]
+    assert [line.split()[3:5] for line in lines[1:4]] == [
+        ["unsupported", "[1]"], ["unsupported", "[1]"], ["error", "[2]"]]
+    end = lines[0].index("cycles") + len("cycles")          # the column's right edge
+    assert [line.index("]") + 1 for line in lines[1:4]] == [end] * 3
     assert lines[4:] == ["", f"[1] {long}", f"[2] {other}"]
 
 

@@ -62,6 +62,8 @@ def test_spec_and_dict_round_trip(text):
     assert DramTiming.parse(t.spec()) == t
     assert DramTiming.from_dict(t.to_dict()) == t
     assert t.spec() in t.describe()
+    assert ("no bandwidth limit (R and W one bus beat per cycle each)" in t.describe()) == (
+        t.bytes_per_cycle is None)     # in words (it said "bandwidth bus")
 
 
 def test_bandwidth_is_an_exact_fraction():
@@ -104,8 +106,10 @@ def test_stall_threshold_is_the_probability_rounded_to_nearest(p, fixed):
     ("read_latency=2", ["read_latency=2: ", "3..65535"]),
     ("wlatency=0", ["wlatency=0: ", "1..65535"]),
     ("latency=1.5", ["latency", "integer"]),
-    ("bw=0", ["bw=0: ", "1024"]),
-    ("bw=2000", ["bw=2000: ", "1024"]),
+    # in words: what 0 would mean, and how to say "no limit" (it said "or None")
+    ("bw=0", ["bw=0: ", "[0.001, 1024]", "would let no data through",
+              "for no bandwidth limit leave bw out or give bw=none"]),
+    ("bw=2000", ["bw=2000: ", "1024", "for no bandwidth limit leave bw out or give bw=none"]),
     ("bw=inf", ["bw=inf: ", "finite"]),
     ("bw=fast", ["bw", "number"]),
     ("stall=1", ["stall=1", "[0, 1)", "every channel"]),
@@ -121,6 +125,7 @@ def test_bad_input_names_the_key_and_the_range(text, words):
     with pytest.raises(DramTimingError) as e:
         DramTiming.parse(text)
     assert isinstance(e.value, ValueError)
+    assert "None" not in str(e.value)       # Python's word, not one the text can use
     for w in words:
         assert w in str(e.value), (w, str(e.value))
     if e.value.field is not None:       # a value out of range: the key the text used

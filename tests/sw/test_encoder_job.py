@@ -9,7 +9,14 @@ import pytest
 from hw.config import NPUConfig
 from hw.isa import Opcode
 from sw.golden import gelu_int, matmul_int
-from sw.jobs.encoder import OPS, QUEUES, SEMAPHORES, format_encoder_report, run_encoder_job
+from sw.jobs.encoder import (
+    OPS,
+    QUEUES,
+    SEMAPHORES,
+    check_config,
+    format_encoder_report,
+    run_encoder_job,
+)
 from sw.kernels.eltwise import eltwise_launch, pack_layernorm_params
 from sw.kernels.linear import linear_launch
 from sw.model import ModelBackend
@@ -76,10 +83,25 @@ def test_encoder_says_how_many_queues_and_semaphores_it_needs_and_that_many_suff
 
 def test_encoder_rejects_lengths_off_the_array():
     cfg = NPUConfig()
-    with pytest.raises(ValueError, match="multiples of cols"):
+    with pytest.raises(ValueError, match="a sequence length that is a multiple of cols=8, "
+                                         "L=12 is not"):
         run_encoder_job(ModelBackend(cfg), config=cfg.to_dict(), seq_len=12, n_layers=0)
     with pytest.raises(ValueError, match="layers must be in 0..6"):
         run_encoder_job(ModelBackend(cfg), config=cfg.to_dict(), seq_len=8, n_layers=7)
+
+
+@pytest.mark.parametrize("spec, seq_len, message", [
+    ("4x8", 32, "the encoder needs a square array (the transposed K load), got 4x8"),
+    ("7x7", 28, "the encoder needs cols to divide the hidden size 384, 7x7 has cols=7"),
+    ("12x12", 32, "the encoder needs a sequence length that is a multiple of cols=12, L=32 "
+     "is not"),
+])
+def test_check_config_says_what_the_encoder_needs(spec, seq_len, message):
+    """The job's own check, one condition at a time, in the words ``npu run`` shows (the CLI
+    made these checks a second time, with clearer messages than the job's)."""
+    with pytest.raises(ValueError) as e:
+        check_config(NPUConfig.parse(spec), seq_len)
+    assert str(e.value) == message
 
 
 @pytest.mark.parametrize("double_buffer", [True, False])

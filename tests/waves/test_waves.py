@@ -14,6 +14,7 @@ from cosim.cli import main as npu_main
 from cosim.waves import (
     GTKW_GROUPS,
     GTKW_MARKERS,
+    GtkwExistsError,
     VcdProbeError,
     check_counter_snapshots,
     check_counters,
@@ -294,6 +295,47 @@ def test_a_new_waveform_rewrites_its_stale_save_file(run, tmp_path):
     wave.with_suffix(".gtkw").write_text(own)
     assert "gtkw" not in _waves_sidecar(wave, "vcd", None, None, {})
     assert wave.with_suffix(".gtkw").read_text() == own
+
+
+def test_gtkw_keeps_a_save_file_of_ones_own(run, tmp_path, capsys):
+    """``npu waves gtkw`` rewrites a save file it wrote but not one saved from GTKWave (it
+    overwrote it, and a traced run's hint suggested the command beside it): exit 2 naming the
+    file and --force, which overwrites it; the traced run's hint then names another file."""
+    from types import SimpleNamespace
+
+    from cosim.cli import _waves_line
+    from cosim.tb.harness import _waves_sidecar
+
+    rows, _ = run
+    wave = tmp_path / "npu_run.vcd"
+    write_npu_vcd(wave, rows[:300])
+    gtkw = wave.with_suffix(".gtkw")
+
+    def hint() -> str:
+        info = _waves_sidecar(wave, "vcd", None, None, {})
+        return _waves_line(SimpleNamespace(waves=wave, waves_info=info)).split("save file: ")[1]
+
+    assert hint() == f"npu waves gtkw {wave}"               # none yet
+    assert npu_main(["waves", "gtkw", str(wave)]) == 0
+    assert npu_main(["waves", "gtkw", str(wave)]) == 0      # its own: rewritten
+    assert hint() == f"{gtkw} (rewritten for this waveform)"
+    own = "[*] saved by GTKWave\n"
+    gtkw.write_text(own)
+    capsys.readouterr()
+    assert npu_main(["waves", "gtkw", str(wave)]) == 2
+    assert capsys.readouterr().err == (
+        f"npu waves gtkw: {gtkw} is a save file that npu waves gtkw did not write (saved from "
+        "GTKWave?): not overwritten; --force overwrites it, -o writes another file\n")
+    assert gtkw.read_text() == own
+    with pytest.raises(GtkwExistsError):
+        write_gtkw(wave)
+    assert gtkw.read_text() == own
+    assert hint() == (f"{gtkw} (not written by npu waves gtkw: kept; the NPU's signal groups: "
+                      f"npu waves gtkw {wave} -o {tmp_path / 'npu_run.npu.gtkw'})")
+    assert npu_main(["waves", "gtkw", str(wave), "-o", str(tmp_path / "npu_run.npu.gtkw")]) == 0
+    assert gtkw.read_text() == own
+    assert npu_main(["waves", "gtkw", str(wave), "--force"]) == 0
+    assert gtkw.read_text() == write_gtkw(wave, tmp_path / "fresh.gtkw")[0].read_text()
 
 
 def test_missing_signal_is_a_clear_error(tmp_path):
