@@ -15,11 +15,11 @@ Layout of one configuration's folder (``build/fpga/<config name>/`` by default):
     npu.v, files.f, config.json        the Verilog bundle (:func:`write_verilog`)
     lint/verilator.log, lint/iverilog.log
     <family>/synth.ys, synth.log, netlist.json, stat.json, stat.txt
-    ecp5/pnr.log, pnr_report.json, npu.config
+    ecp5/pnr.log, pnr_report.json, npu.config, congestion/ (router2's heatmaps)
 
 The report parsers (:func:`parse_yosys_stat`, :func:`parse_memory_mapping`,
-:func:`parse_nextpnr_report`, :func:`parse_nextpnr_log`) work on text and JSON alone, so they
-are tested on saved tool output (``tests/data/``).
+:func:`parse_nextpnr_report`, :func:`parse_nextpnr_log`, :func:`parse_congestion`) work on
+text, JSON and CSV alone, so they are tested on saved tool output (``tests/data/``).
 
 Modules, in the order a flow uses them (every public name is also importable from here):
 
@@ -42,7 +42,10 @@ from cosim.fpga.pnr import (
     ECP5_PACKAGE,
     PathStep,
     PnrResult,
+    RoutingFailed,
+    format_congestion,
     pack_bitstream,
+    parse_congestion,
     parse_nextpnr_log,
     parse_nextpnr_report,
     place_route,
@@ -80,7 +83,8 @@ __all__ = [
     "lint_verilator", "compile_icarus", "synthesize", "place_route", "pack_bitstream", "area",
     "format_area_table", "parse_yosys_stat", "parse_memory_mapping", "parse_nextpnr_report",
     "parse_nextpnr_log", "block_of", "TILE_MEMORIES", "check_memories", "blocks_from_netlist",
-    "KEY_BLOCKS", "BLOCKS_METHOD", "ECP5_DEVICE", "ECP5_DEVICES",
+    "KEY_BLOCKS", "BLOCKS_METHOD", "ECP5_DEVICE", "ECP5_DEVICES", "RoutingFailed",
+    "parse_congestion", "format_congestion",
     # public names that were importable before the split into modules
     "ECP5_PACKAGE", "LINT_WAIVERS", "PathStep", "Resources", "config_description",
     "harness_cost", "top_ports", "write_pnr_harness",

@@ -33,6 +33,8 @@ class AreaRow:
     LUT RAM are normal); ``memory_problems`` is :func:`check_memories` of the tile's memories
     (ECP5 and iCE40; empty when they are in RAM primitives). ``notes`` are the synthesis
     runs' :attr:`SynthResult.notes` (e.g. an ABC9 failure and the fallback to ABC).
+    ``congestion`` is router2's overuse per block when routing did not finish
+    (:func:`~cosim.fpga.pnr.parse_congestion`; ``error`` then has it in one line).
     """
     config: str
     family: str
@@ -54,6 +56,7 @@ class AreaRow:
     blocks_hier: dict[str, dict] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    congestion: dict | None = None
     directory: str = ""
 
     def to_dict(self) -> dict:
@@ -117,6 +120,7 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
                             timeout=timeout, route=route)
         except FpgaToolError as e:
             row.error = str(e)      # the tool's last log lines and the log's path
+            row.congestion = getattr(e, "congestion", None)   # routing did not finish
             seconds["pnr" if route else "place"] = None
         else:
             seconds["pnr" if route else "place"] = round(p.seconds, 2)

@@ -20,7 +20,8 @@ from cosim.fpga.synth import block_of
 from cosim.fpga.tools import FpgaToolError, find_tool, run_tool
 
 __all__ = ["ECP5_DEVICE", "ECP5_DEVICES", "ECP5_PACKAGE", "PathStep", "PnrResult",
-           "place_route", "pack_bitstream", "parse_nextpnr_report", "parse_nextpnr_log"]
+           "RoutingFailed", "place_route", "pack_bitstream", "parse_nextpnr_report",
+           "parse_nextpnr_log", "parse_congestion", "format_congestion"]
 
 #: Default ECP5 part: LFE5U-85F in the CABGA381 package, as on the ULX3S 85F.
 ECP5_DEVICE = "85k"
@@ -36,6 +37,21 @@ class PathStep:
     cell: str
     block: str
     delay_ns: float
+
+
+class RoutingFailed(FpgaToolError):
+    """nextpnr did not finish routing (it failed, or ``timeout`` stopped it).
+
+    Attributes
+    ----------
+    congestion : dict or None
+        :func:`parse_congestion` of router2's last heatmap (None if it wrote none).
+    """
+
+    def __init__(self, message: str, log_path: Path | None, congestion: dict | None):
+        RuntimeError.__init__(self, message)     # ``message`` names the log already
+        self.log_path = log_path
+        self.congestion = congestion
 
 
 @dataclass(frozen=True)
@@ -76,7 +92,9 @@ def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5
     Without ``lpf`` the design's ports are left to nextpnr (no pin constraints); Fmax is then
     an estimate of the core, not of a board. The run is deterministic for a given ``seed``.
     Routing uses nextpnr's ``router2`` (router1, the ECP5 default, had routed 10% of the 4x4
-    NPU's 176k arcs after 4.5 minutes).
+    NPU's 176k arcs after 4.5 minutes), which writes a congestion heatmap per iteration into
+    ``congestion/`` beside the log: when routing does not finish, :class:`RoutingFailed`
+    says which blocks' nets the overused wires were on (:func:`parse_congestion`).
 
     Parameters
     ----------
@@ -101,7 +119,10 @@ def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5
     ToolMissingError
         If nextpnr-ecp5 is not installed.
     FpgaToolError
-        If the design does not fit the device or routing fails (the message names the log).
+        If the design does not fit the device (the message names the log).
+    RoutingFailed
+        If routing fails or ``timeout`` stops it after placement (the message names the log
+        and the blocks with the most overuse).
     """
     nextpnr = find_tool("nextpnr-ecp5")
     netlist = Path(netlist).resolve()
@@ -122,10 +143,22 @@ def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5
         cmd += ["--lpf", "pins.lpf"]
     else:
         cmd += ["--lpf-allow-unconstrained"]
-    if not route:
+    heatmaps = out_dir / "congestion"
+    shutil.rmtree(heatmaps, ignore_errors=True)
+    if route:
+        heatmaps.mkdir()
+        cmd += ["--router2-heatmap", f"{heatmaps.name}/iter"]
+    else:
         cmd += ["--no-route"]
-    seconds = run_tool(cmd, out_dir / "nextpnr.out", cwd=out_dir, what="nextpnr-ecp5",
-                       timeout=timeout)
+    try:
+        seconds = run_tool(cmd, out_dir / "nextpnr.out", cwd=out_dir, what="nextpnr-ecp5",
+                           timeout=timeout)
+    except FpgaToolError as e:
+        congestion = parse_congestion(heatmaps) if route else None
+        if congestion is None:
+            raise
+        raise RoutingFailed(f"{e}\n{format_congestion(congestion)}", e.log_path,
+                            congestion) from e
     if not report.is_file():
         raise FpgaToolError("nextpnr wrote no report", log)
     parsed = parse_nextpnr_report(json.loads(report.read_text()))
@@ -233,3 +266,72 @@ def parse_nextpnr_log(log: str) -> dict:
     return {"fmax_mhz": min(by_clock.values()) if by_clock else None,
             "fmax_by_clock": by_clock, "utilization": util}
 
+
+
+# -- router2's congestion heatmaps --------------------------------------------------------------
+
+def parse_congestion(folder: Path) -> dict | None:
+    """Per-block overuse of router2's last congestion heatmap in ``folder``.
+
+    nextpnr's ``--router2-heatmap PREFIX`` writes, after each routing iteration ``i``,
+    ``PREFIX_congestion_by_net_<i>.csv``: per net, how many of the wires it uses are overused
+    (used by more than one net). Each net counts for the Amaranth block of its name
+    (:func:`~cosim.fpga.synth.block_of`, after the bit index and Yosys' ``$<n>`` suffixes);
+    nets outside the NPU (the P&R harness' ``ins``/``outs`` shift registers) count as
+    ``harness``. The sum over nets counts an overused wire once per net on it.
+
+    Returns
+    -------
+    dict or None
+        ``iteration`` (the last one with a heatmap), ``overuse`` (the sum over nets) and
+        ``blocks`` (``{block: overuse}``, largest first); None if there is no heatmap or it
+        shows no overuse.
+    """
+    files = {}
+    for f in Path(folder).glob("*congestion_by_net_*.csv"):
+        m = re.search(r"_(\d+)\.csv$", f.name)
+        if m:
+            files[int(m.group(1))] = f
+    if not files:
+        return None
+    last = max(files)
+    blocks: Counter = Counter()
+    for line in files[last].read_text(errors="replace").splitlines():
+        name, _, count = line.rpartition(",")
+        if not name or not count.strip().isdigit():
+            continue
+        name = re.sub(r"\$\d+|\[\d+\]$", "", name)
+        block = block_of(name) if name.startswith(("dut.", "npu.")) else "harness"
+        blocks[block] += int(count)
+    total = sum(blocks.values())
+    if not total:
+        return None
+    return {"iteration": last, "overuse": total, "blocks": dict(blocks.most_common())}
+
+
+def format_congestion(congestion: dict, *, depth: int = 2, top: int = 6) -> str:
+    """One line: the blocks ``depth`` levels below the NPU with the most overuse, in per cent
+    of :func:`parse_congestion`'s ``overuse``, each with its largest sub-blocks; e.g. ``"router2
+    overuse at iteration 12 (11,396 net-wires) by block: cmdproc 62% (fetch 25%, semaphores
+    11%), csr 19%, ..."``."""
+    total = congestion["overuse"]
+
+    def rollup(level: int, under: str = "npu") -> Counter:
+        out: Counter = Counter()
+        for block, n in congestion["blocks"].items():
+            parts = block.split(".")
+            if block.startswith(under + ".") or (under == "npu" and block in ("npu", "harness")):
+                out[".".join(parts[:level]) if len(parts) >= level else block] += n
+        return out
+
+    def pct(n: int) -> str:
+        return f"{100 * n / total:.0f}%"
+
+    items = []
+    for block, n in rollup(depth).most_common(top):
+        nested = rollup(depth + 1, block).most_common(3) if block.startswith("npu.") else []
+        subs = [f"{b.split('.')[-1]} {pct(k)}" for b, k in nested if 100 * k / total >= 1]
+        label = "top level" if block == "npu" else block.removeprefix("npu.")
+        items.append(f"{label} {pct(n)}" + (f" ({', '.join(subs)})" if subs else ""))
+    return (f"router2 overuse at iteration {congestion['iteration']} ({total:,} net-wires) "
+            f"by block: {', '.join(items)}")

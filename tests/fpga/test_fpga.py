@@ -11,10 +11,12 @@ with the NPU's hierarchy (``npu > tile > matrix > array`` and a scratchpad;
 """
 
 import gc
+import importlib
 import json
 import os
 import shutil
 import subprocess
+import types
 import warnings
 from pathlib import Path
 
@@ -30,7 +32,9 @@ from cosim.fpga import (
     compile_icarus,
     find_tool,
     format_area_table,
+    format_congestion,
     lint_verilator,
+    parse_congestion,
     parse_memory_mapping,
     parse_nextpnr_log,
     parse_nextpnr_report,
@@ -262,6 +266,87 @@ def test_parse_nextpnr_log():
     report = parse_nextpnr_report(json.loads((DATA / "nextpnr_report.json").read_text()))
     assert parsed["fmax_mhz"] == pytest.approx(report["fmax_mhz"], abs=0.01)
     assert "TRELLIS_COMB" in parsed["utilization"]
+
+
+def _heatmaps(folder: Path) -> Path:
+    """router2's heatmaps of two iterations (12: a saved one of the 4x4 NPU, trimmed to its
+    400 most overused nets and some of the harness' and counters'; 2: a stand-in), as
+    ``--router2-heatmap congestion/iter`` names them."""
+    folder.mkdir(exist_ok=True)
+    shutil.copyfile(DATA / "router2_congestion_by_net_12.csv",
+                    folder / "iter_congestion_by_net_12.csv")
+    (folder / "iter_congestion_by_net_2.csv").write_text("dut.dma.load_control.x[0],99999\n")
+    (folder / "iter_congestion_by_wiretype_12.csv").write_text("type,bound=0\n")
+    return folder
+
+
+def test_parse_congestion_sums_overuse_per_block(tmp_path):
+    rows = [line.rsplit(",", 1) for line in
+            (DATA / "router2_congestion_by_net_12.csv").read_text().splitlines()]
+    c = parse_congestion(_heatmaps(tmp_path / "congestion"))
+    assert c["iteration"] == 12                 # the last iteration, not the last file name
+    assert c["overuse"] == sum(int(n) for _, n in rows)
+    assert sum(c["blocks"].values()) == c["overuse"]
+    harness = sum(int(n) for name, n in rows if not name.startswith("dut."))
+    assert harness and c["blocks"]["harness"] == harness
+    # Yosys' $<n> suffix (``counters$558.count_...``) does not hide the block
+    counters = sum(int(n) for name, n in rows if name.startswith("dut.counters$"))
+    assert counters and c["blocks"]["npu.counters"] == counters
+    fetch = sum(int(n) for name, n in rows if name.startswith("dut.cmdproc.fetch."))
+    assert sum(n for b, n in c["blocks"].items() if b.startswith("npu.cmdproc.fetch")) == fetch
+    line = format_congestion(c)
+    cmdproc = sum(n for b, n in c["blocks"].items() if b.startswith("npu.cmdproc"))
+    assert line.startswith(f"router2 overuse at iteration 12 ({c['overuse']:,} net-wires) by "
+                           f"block: cmdproc {100 * cmdproc / c['overuse']:.0f}% (fetch ")
+    assert ", csr " in line and "top level" in line and "harness" in line
+    assert parse_congestion(tmp_path / "none") is None
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "iter_congestion_by_net_3.csv").write_text("dut.csr.x[0],0\n")
+    assert parse_congestion(empty) is None
+
+
+def test_place_route_reports_congestion_when_routing_fails(tmp_path, monkeypatch):
+    """A routing failure (or timeout) raises RoutingFailed with the last heatmap's blocks;
+    ``npu area`` keeps them in its row; a failure without heatmaps is the tool's error."""
+    area_mod = importlib.import_module("cosim.fpga.area")   # cosim.fpga.area is the function
+    pnr = importlib.import_module("cosim.fpga.pnr")
+
+    heatmaps = {"write": True}
+
+    def fake_run_tool(cmd, log, *, cwd, what, timeout=None):
+        i = cmd.index("--router2-heatmap")
+        prefix = Path(cwd) / cmd[i + 1]
+        if heatmaps["write"]:
+            _heatmaps(prefix.parent)
+        raise FpgaToolError(f"{what} timed out after {timeout} s", Path(cwd) / "pnr.log")
+
+    monkeypatch.setattr(pnr, "find_tool", lambda name: name)
+    monkeypatch.setattr(pnr, "run_tool", fake_run_tool)
+    netlist = tmp_path / "netlist.json"
+    netlist.write_text("{}")
+    with pytest.raises(pnr.RoutingFailed) as e:
+        pnr.place_route(netlist, timeout=60)
+    assert e.value.congestion["iteration"] == 12
+    assert "timed out after 60 s" in str(e.value) and "by block: cmdproc" in str(e.value)
+    assert e.value.log_path == tmp_path / "pnr.log"
+    heatmaps["write"] = False                   # e.g. placement failed: nothing to add
+    with pytest.raises(FpgaToolError) as e:
+        pnr.place_route(netlist)
+    assert not isinstance(e.value, pnr.RoutingFailed)
+    assert not (tmp_path / "congestion" / "iter_congestion_by_net_12.csv").exists()
+
+    heatmaps["write"] = True
+    flat = types.SimpleNamespace(
+        netlist=netlist, seconds=1.0, notes=[], memories=[], memories_not_in_bram=[],
+        blocks={}, total=types.SimpleNamespace(lut4=1, ff=1, dsp=0, bram=0, lutram=0))
+    monkeypatch.setattr(area_mod, "synthesize", lambda *a, **k: flat)
+    monkeypatch.setattr(area_mod, "harness_cost", lambda text: {})
+    monkeypatch.setattr(area_mod, "check_memories", lambda memories: [])
+    row = area_mod.area(NPUConfig(rows=2, cols=2, n_queues=1), out_dir=tmp_path / "v",
+                        blocks=False)
+    assert row.congestion["iteration"] == 12 and "by block: cmdproc" in row.error
+    assert "by block: cmdproc" in format_area_table([row])
 
 
 @pytest.mark.parametrize("cell, block", [
