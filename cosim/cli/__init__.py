@@ -186,6 +186,10 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
     return status
 
 
+def _say(name: str, line: str) -> None:
+    print(f"{name}: {line}", file=sys.stderr, flush=True)
+
+
 def _cmd_area(args: argparse.Namespace) -> int:
     from cosim.fpga import FpgaToolError, area, format_area_table
 
@@ -197,7 +201,8 @@ def _cmd_area(args: argparse.Namespace) -> int:
                              blocks=not args.no_blocks, hier=args.hier, freq_mhz=args.freq,
                              out_dir=Path(args.out) / config.name, device=args.device,
                              route=not args.no_route,
-                             timeout=args.timeout * 60 if args.timeout else None))
+                             timeout=args.timeout * 60 if args.timeout else None,
+                             progress=partial(_say, config.name)))
         except FpgaToolError as e:
             print(f"{config.name}: {e}", file=sys.stderr)
             return 1

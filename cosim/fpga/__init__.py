@@ -44,6 +44,7 @@ from cosim.fpga.pnr import (
     PnrResult,
     RoutingFailed,
     format_congestion,
+    nextpnr_progress,
     pack_bitstream,
     parse_congestion,
     parse_nextpnr_log,
@@ -65,7 +66,7 @@ from cosim.fpga.synth import (
     parse_yosys_stat,
     synthesize,
 )
-from cosim.fpga.tools import FpgaToolError, ToolMissingError, find_tool
+from cosim.fpga.tools import FpgaToolError, ToolMissingError, find_tool, run_logged
 from cosim.fpga.verilog import (
     FPGA_ROOT,
     LINT_WAIVERS,
@@ -84,7 +85,7 @@ __all__ = [
     "format_area_table", "parse_yosys_stat", "parse_memory_mapping", "parse_nextpnr_report",
     "parse_nextpnr_log", "block_of", "TILE_MEMORIES", "check_memories", "blocks_from_netlist",
     "KEY_BLOCKS", "BLOCKS_METHOD", "ECP5_DEVICE", "ECP5_DEVICES", "RoutingFailed",
-    "parse_congestion", "format_congestion",
+    "parse_congestion", "format_congestion", "nextpnr_progress", "run_logged",
     # public names that were importable before the split into modules
     "ECP5_PACKAGE", "LINT_WAIVERS", "PathStep", "Resources", "config_description",
     "harness_cost", "top_ports", "write_pnr_harness",

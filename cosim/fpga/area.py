@@ -8,6 +8,7 @@ optionally a hierarchy-preserving synthesis, and for ECP5 place and route) into 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
          hier: bool = False, out_dir: Path | None = None, freq_mhz: float = 50.0,
          device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
          timeout: float | None = None, route: bool = True,
-         abc9: bool | None = None) -> AreaRow:
+         abc9: bool | None = None,
+         progress: Callable[[str], None] | None = None) -> AreaRow:
     """Synthesize (and for ECP5, place and route) one configuration; one :class:`AreaRow`.
 
     With ``pnr`` the flat synthesis is of :func:`write_pnr_harness`'s ``pnr_top`` (the NPU has
@@ -86,6 +88,9 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     tile memory that did not map to RAM primitives (:attr:`AreaRow.memory_problems`, see
     :func:`check_memories`; ``npu area`` then exits with status 1).
 
+    ``progress`` (optional) is called with a short line at the start of each step and, while
+    nextpnr runs, at each of its steps (:func:`~cosim.fpga.pnr.nextpnr_progress`).
+
     Raises
     ------
     ToolMissingError
@@ -93,6 +98,7 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     FpgaToolError
         If synthesis fails.
     """
+    say = progress or (lambda line: None)
     t0 = time.perf_counter()
     bundle = write_verilog(config, out_dir)
     seconds = {"verilog": round(time.perf_counter() - t0, 2)}
@@ -115,9 +121,11 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
         seconds["synth_hier"] = round(h.seconds, 2)
         row.blocks_hier = {name: asdict(res) for name, res in sorted(h.blocks.items())}
     if pnr and family == "ecp5":
+        say(f"synthesized in {flat.seconds:.0f} s; placing{' and routing' if route else ''} "
+            f"on ECP5 {device} with nextpnr-ecp5")
         try:
             p = place_route(flat.netlist, device=device, package=package, freq_mhz=freq_mhz,
-                            timeout=timeout, route=route)
+                            timeout=timeout, route=route, progress=progress)
         except FpgaToolError as e:
             row.error = str(e)      # the tool's last log lines and the log's path
             row.congestion = getattr(e, "congestion", None)   # routing did not finish

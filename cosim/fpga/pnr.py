@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from cosim.fpga.tools import FpgaToolError, find_tool, run_tool
 
 __all__ = ["ECP5_DEVICE", "ECP5_DEVICES", "ECP5_PACKAGE", "PathStep", "PnrResult",
            "RoutingFailed", "place_route", "pack_bitstream", "parse_nextpnr_report",
-           "parse_nextpnr_log", "parse_congestion", "format_congestion"]
+           "parse_nextpnr_log", "parse_congestion", "format_congestion", "nextpnr_progress"]
 
 #: Default ECP5 part: LFE5U-85F in the CABGA381 package, as on the ULX3S 85F.
 ECP5_DEVICE = "85k"
@@ -86,7 +87,8 @@ class PnrResult:
 
 def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
                 freq_mhz: float = 50.0, out_dir: Path | None = None, lpf: Path | None = None,
-                seed: int = 1, timeout: float | None = None, route: bool = True) -> PnrResult:
+                seed: int = 1, timeout: float | None = None, route: bool = True,
+                progress: Callable[[str], None] | None = None) -> PnrResult:
     """Place and route an ECP5 netlist with nextpnr-ecp5; estimate Fmax.
 
     Without ``lpf`` the design's ports are left to nextpnr (no pin constraints); Fmax is then
@@ -113,6 +115,9 @@ def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5
     route : bool
         False: stop after placement (``--no-route``); Fmax is then nextpnr's post-placement
         estimate (delays predicted from distances) and there is no critical path.
+    progress : callable, optional
+        Called with a short line at each step of the run (:func:`nextpnr_progress`: the
+        placer's phases, each router2 iteration's overused wires, Fmax), while it runs.
 
     Raises
     ------
@@ -152,7 +157,7 @@ def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5
         cmd += ["--no-route"]
     try:
         seconds = run_tool(cmd, out_dir / "nextpnr.out", cwd=out_dir, what="nextpnr-ecp5",
-                           timeout=timeout)
+                           timeout=timeout, progress=progress and _filtered(progress))
     except FpgaToolError as e:
         congestion = parse_congestion(heatmaps) if route else None
         if congestion is None:
@@ -266,6 +271,43 @@ def parse_nextpnr_log(log: str) -> dict:
     return {"fmax_mhz": min(by_clock.values()) if by_clock else None,
             "fmax_by_clock": by_clock, "utilization": util}
 
+
+
+_PROGRESS = [
+    (re.compile(r"Running main analytical placer"), lambda m: "placing (HeAP)"),
+    (re.compile(r"HeAP Placer Time: ([\d.]+)s"), lambda m: f"HeAP done in {float(m[1]):.0f} s"),
+    (re.compile(r"Running simulated annealing placer"),
+     lambda m: "refining the placement (simulated annealing)"),
+    (re.compile(r"SA placement time ([\d.]+)s"),
+     lambda m: f"placement refined in {float(m[1]):.0f} s"),
+    (re.compile(r"Running router2"), lambda m: "routing (router2)"),
+    (re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)"),
+     lambda m: f"router2 iteration {m[1]}: {int(m[2]):,} overused wires"),
+    (re.compile(r"Router\d time ([\d.]+)s"), lambda m: f"routed in {float(m[1]):.0f} s"),
+    (re.compile(r"Max frequency for clock .*?: ([\d.]+) MHz \((?:PASS|FAIL) at ([\d.]+) MHz"),
+     lambda m: f"Fmax {float(m[1]):.1f} MHz (target {float(m[2]):.1f})"),
+    (re.compile(r"^ERROR: (.*)"), lambda m: f"error: {m[1]}"),
+]
+
+
+def nextpnr_progress(line: str) -> str | None:
+    """A short progress line for a line of nextpnr-ecp5's log, or None for the lines that
+    are not a step of the run: ``"Info:     iter=12 wires=791805 overused=5527 ..."`` gives
+    ``"router2 iteration 12: 5,527 overused wires"``; the placer's phases and their times,
+    the start and end of routing, Fmax and errors likewise."""
+    for pattern, say in _PROGRESS:
+        m = pattern.search(line)
+        if m:
+            return say(m)
+    return None
+
+
+def _filtered(progress: Callable[[str], None]) -> Callable[[str], None]:
+    def report(line: str) -> None:
+        said = nextpnr_progress(line)
+        if said:
+            progress(said)
+    return report
 
 
 # -- router2's congestion heatmaps --------------------------------------------------------------

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["FpgaToolError", "ToolMissingError", "find_tool", "run_logged", "run_tool",
@@ -70,31 +71,72 @@ def find_tool(name: str) -> Path:
 
 
 def run_logged(cmd: list, log: Path, *, what: str, cwd: Path | None = None,
-               env: dict[str, str] | None = None,
-               timeout: float | None = None) -> tuple[int, float]:
+               env: dict[str, str] | None = None, timeout: float | None = None,
+               progress: Callable[[str], None] | None = None,
+               poll_s: float = 2.0) -> tuple[int, float]:
     """Run ``cmd`` with stdout and stderr into ``log`` (first line: the command); return its
-    exit status and wall seconds.
+    exit status and wall seconds. With ``progress``, each line the tool writes is passed to
+    it while the tool runs (read from the log every ``poll_s`` seconds, and once at the end).
 
     Raises
     ------
     FpgaToolError
-        On a timeout (``what`` names the tool in the message).
+        On a timeout (``what`` names the tool in the message); the tool is stopped.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(log, "w") as f:
         f.write("# " + " ".join(str(c) for c in cmd) + "\n")
         f.flush()
+        start = f.tell()
+        proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=f,
+                                stderr=subprocess.STDOUT)
+        lines = _LogLines(log, start) if progress else None
         try:
-            proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, stdout=f,
-                                  stderr=subprocess.STDOUT, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired as e:
-            raise FpgaToolError(f"{what} timed out after {timeout} s", log) from e
+            while True:
+                left = None if timeout is None else timeout - (time.perf_counter() - t0)
+                wait = poll_s if progress else left
+                if left is not None and wait is not None:
+                    wait = min(wait, max(left, 0.0))
+                try:
+                    proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    if left is not None and left <= wait:
+                        proc.kill()
+                        proc.wait()
+                        raise FpgaToolError(f"{what} timed out after {timeout} s", log) \
+                            from None
+                finally:
+                    if lines:
+                        for line in lines.new():
+                            progress(line)
+        except BaseException:
+            if proc.poll() is None:     # ^C or an error of ``progress``: stop the tool
+                proc.kill()
+                proc.wait()
+            raise
     return proc.returncode, time.perf_counter() - t0
 
 
+class _LogLines:
+    """The complete lines a running tool appended to its log since the last call."""
+
+    def __init__(self, log: Path, start: int):
+        self.log, self.pos, self.rest = log, start, ""
+
+    def new(self) -> list[str]:
+        with open(self.log, errors="replace") as f:
+            f.seek(self.pos)
+            text = f.read()
+            self.pos = f.tell()
+        *lines, self.rest = (self.rest + text).split("\n")
+        return lines
+
+
 def run_tool(cmd: list, log: Path, *, cwd: Path | None = None, what: str,
-             timeout: float | None = None) -> float:
+             timeout: float | None = None,
+             progress: Callable[[str], None] | None = None) -> float:
     """Run ``cmd`` with stdout and stderr into ``log``; return wall seconds.
 
     Raises
@@ -102,7 +144,8 @@ def run_tool(cmd: list, log: Path, *, cwd: Path | None = None, what: str,
     FpgaToolError
         On a non-zero exit status or a timeout; the message has the log's last lines.
     """
-    returncode, seconds = run_logged(cmd, log, what=what, cwd=cwd, timeout=timeout)
+    returncode, seconds = run_logged(cmd, log, what=what, cwd=cwd, timeout=timeout,
+                                     progress=progress)
     if returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-15:]
         raise FpgaToolError(f"{what} failed with exit status {returncode}:\n"

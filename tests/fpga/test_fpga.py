@@ -16,6 +16,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import time
 import types
 import warnings
 from pathlib import Path
@@ -34,11 +36,13 @@ from cosim.fpga import (
     format_area_table,
     format_congestion,
     lint_verilator,
+    nextpnr_progress,
     parse_congestion,
     parse_memory_mapping,
     parse_nextpnr_log,
     parse_nextpnr_report,
     parse_yosys_stat,
+    run_logged,
     synthesize,
     write_pnr_harness,
     write_verilog,
@@ -314,9 +318,12 @@ def test_place_route_reports_congestion_when_routing_fails(tmp_path, monkeypatch
 
     heatmaps = {"write": True}
 
-    def fake_run_tool(cmd, log, *, cwd, what, timeout=None):
+    def fake_run_tool(cmd, log, *, cwd, what, timeout=None, progress=None):
         i = cmd.index("--router2-heatmap")
         prefix = Path(cwd) / cmd[i + 1]
+        if progress:
+            progress("Info:     iter=3 wires=753789 overused=24863 overuse=25900 archfail=NA")
+            progress("Info: Checksum: 0x1234")
         if heatmaps["write"]:
             _heatmaps(prefix.parent)
         raise FpgaToolError(f"{what} timed out after {timeout} s", Path(cwd) / "pnr.log")
@@ -325,8 +332,10 @@ def test_place_route_reports_congestion_when_routing_fails(tmp_path, monkeypatch
     monkeypatch.setattr(pnr, "run_tool", fake_run_tool)
     netlist = tmp_path / "netlist.json"
     netlist.write_text("{}")
+    said = []
     with pytest.raises(pnr.RoutingFailed) as e:
-        pnr.place_route(netlist, timeout=60)
+        pnr.place_route(netlist, timeout=60, progress=said.append)
+    assert said == ["router2 iteration 3: 24,863 overused wires"]
     assert e.value.congestion["iteration"] == 12
     assert "timed out after 60 s" in str(e.value) and "by block: cmdproc" in str(e.value)
     assert e.value.log_path == tmp_path / "pnr.log"
@@ -343,10 +352,59 @@ def test_place_route_reports_congestion_when_routing_fails(tmp_path, monkeypatch
     monkeypatch.setattr(area_mod, "synthesize", lambda *a, **k: flat)
     monkeypatch.setattr(area_mod, "harness_cost", lambda text: {})
     monkeypatch.setattr(area_mod, "check_memories", lambda memories: [])
+    said.clear()
     row = area_mod.area(NPUConfig(rows=2, cols=2, n_queues=1), out_dir=tmp_path / "v",
-                        blocks=False)
+                        blocks=False, progress=said.append)
+    assert said == ["synthesized in 1 s; placing and routing on ECP5 85k with nextpnr-ecp5",
+                    "router2 iteration 3: 24,863 overused wires"]
     assert row.congestion["iteration"] == 12 and "by block: cmdproc" in row.error
     assert "by block: cmdproc" in format_area_table([row])
+
+
+@pytest.mark.parametrize("line, said", [
+    ("Info: Running main analytical placer, max placement attempts per cell = 433165461.",
+     "placing (HeAP)"),
+    ("Info: HeAP Placer Time: 244.84s", "HeAP done in 245 s"),
+    ("Info: Running simulated annealing placer for refinement.",
+     "refining the placement (simulated annealing)"),
+    ("Info: SA placement time 512.01s", "placement refined in 512 s"),
+    ("Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 23.62 MHz (FAIL at 25.00 MHz)",
+     "Fmax 23.6 MHz (target 25.0)"),
+    ("Info: Running router2...", "routing (router2)"),
+    ("Info:     iter=12 wires=791805 overused=5527 overuse=5612 archfail=NA",
+     "router2 iteration 12: 5,527 overused wires"),
+    ("Info: Router2 time 1021.50s", "routed in 1022 s"),
+    ("ERROR: Failed to route arc 3 of net 'x'.", "error: Failed to route arc 3 of net 'x'."),
+    ("Info:     at iteration #10: temp = 0.000000, timing cost = 1234, wirelen = 5678", None),
+    ("Info: Packing LUTs...", None),
+])
+def test_nextpnr_progress_lines(line, said):
+    assert nextpnr_progress(line) == said
+
+
+def test_run_logged_passes_lines_while_the_tool_runs(tmp_path):
+    """``progress`` gets each line as the tool writes it (not only at the end); a timeout
+    stops the tool and still passes what it wrote."""
+    script = ("import sys, time\n"
+              "for i in range(int(sys.argv[1])):\n"
+              "    time.sleep(float(sys.argv[2]) * (i > 0))\n"
+              "    print(f'line {i}', flush=True)\n")      # the last line just before exit
+    got = []
+    t0 = time.perf_counter()
+    code, seconds = run_logged([sys.executable, "-c", script, "4", "0.4"], tmp_path / "a.log",
+                               what="fake", progress=lambda s: got.append(
+                                   (s, time.perf_counter() - t0)), poll_s=0.05)
+    assert code == 0 and [s for s, _ in got] == [f"line {i}" for i in range(4)]
+    assert got[0][1] < seconds - 0.5            # the first line came while the tool ran
+    assert (tmp_path / "a.log").read_text().endswith("".join(f"{s}\n" for s, _ in got))
+    got.clear()
+    with pytest.raises(FpgaToolError, match="fake timed out after 1.0 s"):
+        run_logged([sys.executable, "-c", script, "100", "0.2"], tmp_path / "b.log",
+                   what="fake", timeout=1.0, progress=lambda s: got.append((s, 0)), poll_s=0.1)
+    assert 2 <= len(got) <= 7 and got[0][0] == "line 0"
+    size = (tmp_path / "b.log").stat().st_size
+    time.sleep(0.6)
+    assert (tmp_path / "b.log").stat().st_size == size      # the tool was stopped
 
 
 @pytest.mark.parametrize("cell, block", [
