@@ -363,8 +363,9 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
                          "hours")
     ar.add_argument("--timeout", type=positive_float, metavar="MIN",
                     help="stop any one tool run (synthesis, place and route) after MIN minutes; "
-                         "a stopped place and route is reported in the table and the sweep goes "
-                         "on (default: no limit)")
+                         "a stopped place and route is reported in the table, with the blocks "
+                         "whose nets router2 could not route yet, and the sweep goes on "
+                         "(default: no limit)")
     ar.add_argument("--no-blocks", action="store_true",
                     help="leave out the per-block table (cells of the flat netlist attributed "
                          "by hierarchical name; costs no extra synthesis)")
