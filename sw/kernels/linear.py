@@ -152,7 +152,7 @@ def check_mx(config: NPUConfig) -> None:
     """
     if not config.mx:
         raise ValueError(f"MXINT8 needs the MX exponent stage: configuration {config.spec} "
-                         "has mx=0 (use e.g. --config 8x8,mx=1)")
+                         f"has mx=0 ({config.spec},mx=1 has it)")
     if MX_BLOCK % config.rows:
         raise ValueError(f"MXINT8 needs K tiles inside the {MX_BLOCK}-element MX blocks: "
                          f"rows must divide {MX_BLOCK}, {config.spec} has rows={config.rows}")

@@ -546,9 +546,10 @@ class Device:
                 blocked = self.diagnose()
                 report = "; ".join(str(b) for b in blocked) or "no unsatisfied semaphore wait"
                 raise DeviceTimeoutError(
-                    f"{what}: no completion after {timeout_cycles} cycles; deadlock report: "
-                    f"{report}; " + ", ".join(f"{k}={v:#x}" for k, v in self.status().items()),
-                    blocked)
+                    f"{what}: no completion after {timeout_cycles} cycles (deadlocked, or "
+                    "slower than that budget, e.g. under a very slow DRAM timing); deadlock "
+                    f"report: {report}; "
+                    + ", ".join(f"{k}={v:#x}" for k, v in self.status().items()), blocked)
             step = remaining if poll_cycles is None else min(remaining, poll_cycles)
             horizon = None if self.profiler is None else self.profiler.poll()
             if horizon is not None:

@@ -46,8 +46,12 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
     # the job's own checks (the CLI made them too), L named as the option that sets it
     (["--seq-len", "12"], "the encoder needs a sequence length that is a multiple of cols=8, "
      "L=12 is not (L: --seq-len)\n"),
-    (["--config", "12x12"], "the encoder needs a sequence length that is a multiple of "
-     "cols=12, L=32 is not (L: --seq-len, 32 by default)\n"),
+    (["--config", "16x16", "--seq-len", "24"], "the encoder needs a sequence length that "
+     "is a multiple of cols=16, L=24 is not (L: --seq-len)\n"),
+    # the condition no L can meet comes first (it was said only after --seq-len 36)
+    (["--config", "12x12"], "the encoder needs cols to divide the head size 32, cols=12 does "
+     "not (the attention block alone runs on any square array: npu run --block, sweep "
+     "workload minilm-block:L)\n"),
     (["--config", "7x7"], "the encoder needs cols to divide the hidden size 384, 7x7 has "
      "cols=7"),
     # what the job needs from the configuration, before the build
@@ -248,6 +252,37 @@ def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
         main(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_waves_refuse_the_input_as_output(tmp_path, monkeypatch, capsys):
+    """``-o``/``--json`` naming the input waveform overwrote it (exit 0); a ``.waves.json``
+    of the wrong shape gave a traceback."""
+    monkeypatch.chdir(tmp_path)
+    wave = tmp_path / "w.vcd"
+    wave.write_text("$timescale 1ns $end\n")
+    for argv in (["trace", "w.vcd", "-o", "w.vcd"], ["summarize", "w.vcd", "--json", "./w.vcd"],
+                 ["gtkw", "w.vcd", "-o", str(wave), "--force"], ["cut", "w.vcd", "--from", "0",
+                                                                 "--to", "1", "-o", "w.vcd"]):
+        with pytest.raises(SystemExit) as e:
+            main(["waves", *argv])
+        assert e.value.code == 2, argv
+        assert "that is the input waveform" in capsys.readouterr().err, argv
+    assert wave.read_text() == "$timescale 1ns $end\n"
+    from cosim.waves import load_regions
+    for text in ("[1, 2]", '{"regions": 5}', "{not json", '{"regions": [{"name": "x"}]}'):
+        (tmp_path / "w.waves.json").write_text(text)
+        with pytest.raises(ValueError, match="w.waves.json"):
+            load_regions(wave)
+    (tmp_path / "w.waves.json").write_text(
+        '{"regions": [{"name": "qkv", "start_cycle": 5}], "clock_period_ns": 10}')
+    assert load_regions(wave) == ([{"name": "qkv", "start_cycle": 5}], 10)
+
+
+@pytest.mark.parametrize("clock", ["inf", "nan", "0", "-5"])
+def test_board_refuses_a_clock_that_is_not_a_positive_number(clock, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["board", "--clock-mhz", clock, "--out", "/nonexistent/board"])
+    assert e.value.code == 2 and "--clock-mhz" in capsys.readouterr().err
 
 
 def test_board_rejects_a_clock_the_pll_cannot_make(capsys):

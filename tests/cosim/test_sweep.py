@@ -371,9 +371,13 @@ def test_workload_names():
     assert parse_workload("gemm:8x8x8@INT8+int8").name == "gemm:8x8x8"
     for cfg, name, why in ((NPUConfig(rows=4, cols=8), "minilm-block:8", "square"),
                            (NPUConfig(rows=4, cols=8), "minilm:8", "square"),
-                           (NPUConfig(), "minilm:12", "multiple of cols")):
+                           (NPUConfig(), "minilm:12", "multiple of cols"),
+                           # the encoder's own check: a 6x6 point was an error, not unsupported
+                           (NPUConfig(rows=6, cols=6), "minilm:12", "divide the head size 32")):
         with pytest.raises(WorkloadError, match=why):
             workload_job(ModelBackend(cfg), workload=name)
+    assert "divide the head size 32" in parse_workload("minilm:12").unsupported(
+        NPUConfig(rows=6, cols=6))
     # a format axis can still pair the forward pass with another format: refused per point
     assert "int8 weights and activations only" in with_format(
         parse_workload("minilm:8"), "int4").unsupported(NPUConfig())

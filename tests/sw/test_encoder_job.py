@@ -93,8 +93,12 @@ def test_encoder_rejects_lengths_off_the_array():
 @pytest.mark.parametrize("spec, seq_len, message", [
     ("4x8", 32, "the encoder needs a square array (the transposed K load), got 4x8"),
     ("7x7", 28, "the encoder needs cols to divide the hidden size 384, 7x7 has cols=7"),
-    ("12x12", 32, "the encoder needs a sequence length that is a multiple of cols=12, L=32 "
-     "is not"),
+    # the head size first: no L helps a 12x12 (L=36 would only hit it next)
+    ("12x12", 32, "the encoder needs cols to divide the head size 32, cols=12 does not (the "
+     "attention block alone runs on any square array: npu run --block, sweep workload "
+     "minilm-block:L)"),
+    ("8x8", 12, "the encoder needs a sequence length that is a multiple of cols=8, L=12 is "
+     "not"),
 ])
 def test_check_config_says_what_the_encoder_needs(spec, seq_len, message):
     """The job's own check, one condition at a time, in the words ``npu run`` shows (the CLI
