@@ -595,8 +595,9 @@ def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.waves_from is not None or args.waves_to is not None:
         first = args.waves_from or 0
         if first < 0 or (args.waves_to is not None and args.waves_to <= first):
-            parser.error(f"--waves-from/--waves-to: need 0 <= from < to, got {first} and "
-                         f"{args.waves_to}")
+            to = "no end" if args.waves_to is None else args.waves_to
+            parser.error(f"--waves-from/--waves-to: need 0 <= from < to, got from {first}, "
+                         f"to {to}")
         return {"from": first, "to": args.waves_to}
     return None
 

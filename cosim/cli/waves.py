@@ -101,7 +101,8 @@ def _trace(args: argparse.Namespace) -> int:
     out = Path(args.out or src.with_suffix(".trace.json"))
     write_chrome_trace(out, s.records(), cycle_ns=args.cycle_ns,
                        metadata={"source": str(src), "figures": s.figures()})
-    print(f"{out}: {len(s.records())} commands (open in https://ui.perfetto.dev)")
+    n = len(s.records())
+    print(f"{out}: {n} command{'' if n == 1 else 's'} (open in https://ui.perfetto.dev)")
     if args.png:
         timeline_png(args.png, s.records(), title=src.name,
                      busy={k: e.intervals for k, e in s.engines.items()})

@@ -85,7 +85,8 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
      "no kernel 'nosuch' in this run; kernels: query, key"),
     (["--waves-kernel", "ffn1_gelu"], "--waves-kernel applies to --block and --qkv-only"),
     (["--qkv-only", "--waves-kernel", "softmax"], "kernels: query, key, value"),
-    (["--waves-from", "10", "--waves-to", "5"], "need 0 <= from < to"),
+    (["--waves-from", "10", "--waves-to", "5"], "need 0 <= from < to, got from 10, to 5"),
+    (["--waves-from", "-1"], "need 0 <= from < to, got from -1, to no end"),   # said "None"
     (["--json", "/"], "is a folder"),
     (["--json", "/dev/null/r.json"], "cannot make its folder"),
     (["--backend", "perf", "--trace", "/dev/null/t.json"], "cannot make its folder"),
