@@ -40,10 +40,13 @@ class BlockRamFIFO(Elaboratable):
     """
 
     def __init__(self, width: int, depth: int):
-        if not isinstance(width, int) or width < 1:
-            raise ValueError(f"width must be a positive integer, not {width!r}")
-        if not isinstance(depth, int) or depth < 2:
-            raise ValueError(f"depth must be an integer >= 2, not {depth!r}")
+        for bad, what in ((not isinstance(width, int) or width < 1,
+                           f"width must be a positive integer, not {width!r}"),
+                          (not isinstance(depth, int) or depth < 2,
+                           f"depth must be an integer >= 2, not {depth!r}")):
+            if bad:
+                self._MustUse__silence = True       # not elaboratable: no unused warning
+                raise ValueError(what)
         self.width, self.depth = width, depth
         self.w_data = Signal(width)
         self.w_en = Signal()
