@@ -93,6 +93,7 @@ def _cut(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
+    from cosim.fuzz.compare import plural
     from cosim.waves import summarize
     from cosim.waves.trace import timeline_png, write_chrome_trace
 
@@ -101,8 +102,7 @@ def _trace(args: argparse.Namespace) -> int:
     out = Path(args.out or src.with_suffix(".trace.json"))
     write_chrome_trace(out, s.records(), cycle_ns=args.cycle_ns,
                        metadata={"source": str(src), "figures": s.figures()})
-    n = len(s.records())
-    print(f"{out}: {n} command{'' if n == 1 else 's'} (open in https://ui.perfetto.dev)")
+    print(f"{out}: {plural(len(s.records()), 'command')} (open in https://ui.perfetto.dev)")
     if args.png:
         timeline_png(args.png, s.records(), title=src.name,
                      busy={k: e.intervals for k, e in s.engines.items()})

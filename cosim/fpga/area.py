@@ -98,7 +98,6 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     FpgaToolError
         If synthesis fails.
     """
-    say = progress or (lambda line: None)
     t0 = time.perf_counter()
     bundle = write_verilog(config, out_dir)
     seconds = {"verilog": round(time.perf_counter() - t0, 2)}
@@ -121,8 +120,9 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
         seconds["synth_hier"] = round(h.seconds, 2)
         row.blocks_hier = {name: asdict(res) for name, res in sorted(h.blocks.items())}
     if pnr and family == "ecp5":
-        say(f"synthesized in {flat.seconds:.0f} s; placing{' and routing' if route else ''} "
-            f"on ECP5 {device} with nextpnr-ecp5")
+        if progress:
+            progress(f"synthesized in {flat.seconds:.0f} s; placing"
+                     f"{' and routing' if route else ''} on ECP5 {device} with nextpnr-ecp5")
         try:
             p = place_route(flat.netlist, device=device, package=package, freq_mhz=freq_mhz,
                             timeout=timeout, route=route, progress=progress)

@@ -272,7 +272,6 @@ def parse_nextpnr_log(log: str) -> dict:
             "fmax_by_clock": by_clock, "utilization": util}
 
 
-
 _PROGRESS = [
     (re.compile(r"Running main analytical placer"), lambda m: "placing (HeAP)"),
     (re.compile(r"HeAP Placer Time: ([\d.]+)s"), lambda m: f"HeAP done in {float(m[1]):.0f} s"),

@@ -95,16 +95,13 @@ def run_logged(cmd: list, log: Path, *, what: str, cwd: Path | None = None,
         try:
             while True:
                 left = None if timeout is None else timeout - (time.perf_counter() - t0)
-                wait = poll_s if progress else left
-                if left is not None and wait is not None:
-                    wait = min(wait, max(left, 0.0))
+                wait = left if progress is None else poll_s if left is None else \
+                    min(poll_s, max(left, 0.0))
                 try:
                     proc.wait(wait)
                     break
                 except subprocess.TimeoutExpired:
-                    if left is not None and left <= wait:
-                        proc.kill()
-                        proc.wait()
+                    if left is not None and left <= wait:   # the handler below stops it
                         raise FpgaToolError(f"{what} timed out after {timeout} s", log) \
                             from None
                 finally:
@@ -112,7 +109,7 @@ def run_logged(cmd: list, log: Path, *, what: str, cwd: Path | None = None,
                         for line in lines.new():
                             progress(line)
         except BaseException:
-            if proc.poll() is None:     # ^C or an error of ``progress``: stop the tool
+            if proc.poll() is None:     # a timeout, ^C or an error of ``progress``
                 proc.kill()
                 proc.wait()
             raise
