@@ -548,12 +548,15 @@ def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace, *,
     ``default_len``)."""
     from sw.jobs import encoder, minilm_block
     from sw.runtime import check_dram
-    try:
+
+    def check(seq_len: int | None) -> None:
         if args.qkv_only or args.block:
-            minilm_block.check_config(args.config, args.seq_len if args.block else None,
+            minilm_block.check_config(args.config, seq_len if args.block else None,
                                       weights=args.weights, activations=args.activations)
         else:
-            encoder.check_config(args.config, args.seq_len, args.layers)
+            encoder.check_config(args.config, seq_len, args.layers)
+    try:
+        check(args.seq_len)
         # a DRAM smaller than the default's (which holds the jobs at their default sizes):
         # the job's need measured on the functional model, seconds instead of a failure
         # after the Verilator build (the other backends fail as fast by themselves)
@@ -568,8 +571,23 @@ def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace, *,
     except ValueError as e:
         note = ""
         if f"L={args.seq_len}" in str(e):
-            note = f" (L: --seq-len{f', {args.seq_len} by default' if default_len else ''})"
+            note = f"L: --seq-len{f', {args.seq_len} by default' if default_len else ''}"
+            largest = _largest_len(check)
+            if largest is not None and largest < args.seq_len:
+                note += f"; the largest L {args.config.spec} takes is {largest}"
+            note = f" ({note})"
         parser.error(f"{e}{note}")
+
+
+def _largest_len(check) -> int | None:
+    """The largest sequence length (up to MiniLM's positions) that the job's configuration
+    check ``check(L)`` accepts; None if it accepts none."""
+    from sw.models.attention_block import MAX_POSITIONS
+    for length in range(MAX_POSITIONS, 0, -1):
+        with contextlib.suppress(ValueError):
+            check(length)
+            return length
+    return None
 
 
 #: What ``npu run``'s jobs are called in messages.

@@ -50,13 +50,16 @@ DRAM_HELP = (f"DRAM timing (rtl and perf): a preset ({' '.join(PRESETS)}) "
 
 
 def seq_len(text: str) -> int:
-    """``--seq-len``: 1..512 tokens (MiniLM has 512 position embeddings)."""
+    """``--seq-len``: 1..512 tokens (MiniLM has 512 position embeddings:
+    :data:`sw.models.attention_block.MAX_POSITIONS`)."""
+    from sw.models.attention_block import MAX_POSITIONS
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= value <= 512:
-        raise argparse.ArgumentTypeError(f"must be in 1..512 (MiniLM's positions), got {value}")
+    if not 1 <= value <= MAX_POSITIONS:
+        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_POSITIONS} (MiniLM's positions), "
+                                         f"got {value}")
     return value
 
 
