@@ -150,13 +150,16 @@ def _waves_line(run) -> str:
     if info.get("scope"):
         what += f", blocks {','.join(info['scope'])}"
     size = run.waves.stat().st_size / 1e6
-    from cosim.waves import foreign_gtkw
-    gtkw = run.waves.with_suffix(".gtkw")
-    if info.get("gtkw"):
-        save = f"{info['gtkw']} (rewritten for this waveform)"
-    elif foreign_gtkw(gtkw):        # saved from GTKWave: kept, and npu waves gtkw keeps it
+    from cosim.waves import foreign_gtkw, npu_gtkw
+    gtkw, ours = run.waves.with_suffix(".gtkw"), npu_gtkw(run.waves)
+    rewritten = info.get("gtkw", [])
+    if foreign_gtkw(gtkw):          # saved from GTKWave: kept, and npu waves gtkw keeps it
+        groups = (f"{ours}, rewritten for this waveform" if str(ours) in rewritten
+                  else f"npu waves gtkw {run.waves} -o {ours}")
         save = (f"{gtkw} (not written by npu waves gtkw: kept; the NPU's signal groups: "
-                f"npu waves gtkw {run.waves} -o {run.waves.with_suffix('.npu.gtkw')})")
+                f"{groups})")
+    elif rewritten:
+        save = f"{', '.join(rewritten)} (rewritten for this waveform)"
     else:
         save = f"npu waves gtkw {run.waves}"
     return (f"waveform: {run.waves} ({info.get('format', 'vcd').upper()}, {size:.1f} MB, "

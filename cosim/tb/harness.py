@@ -446,9 +446,10 @@ def _check_scope(scopes: list[str], verilog: Path) -> None:
 
 def _waves_sidecar(path: Path, fmt: str, window: dict | None, scope: list[str] | None,
                    outcome: dict) -> dict:
-    """Write ``<name>.waves.json`` beside a waveform and return what it holds; a save file
-    ``npu waves gtkw`` wrote beside an earlier waveform of that name is rewritten for this
-    one (:func:`cosim.waves.refresh_gtkw`; ``"gtkw"`` in the result, not in the file)."""
+    """Write ``<name>.waves.json`` beside a waveform and return what it holds; the save files
+    ``npu waves gtkw`` wrote beside an earlier waveform of that name are rewritten for this
+    one (:func:`cosim.waves.refresh_gtkw`; ``"gtkw"``, a list of paths, in the result, not in
+    the file)."""
     from cosim.tb.rtl_backend import CLOCK_PERIOD_NS
     from cosim.waves import refresh_gtkw
     from cosim.waves.vcd import read_header, time_range
@@ -463,7 +464,7 @@ def _waves_sidecar(path: Path, fmt: str, window: dict | None, scope: list[str] |
             "window": window, "scope": scope, "regions": outcome.get("region_log", [])}
     path.with_suffix(".waves.json").write_text(json.dumps(info, indent=1) + "\n")
     gtkw = refresh_gtkw(path)       # after the sidecar: its markers are this run's regions
-    return info if gtkw is None else info | {"gtkw": str(gtkw)}
+    return info | {"gtkw": [str(g) for g in gtkw]} if gtkw else info
 
 
 def run_on_rtl(config: NPUConfig, job: str, args: dict | None = None, *, name: str,

@@ -20,7 +20,7 @@ Modules:
   :func:`check_counter_snapshots`);
 * :mod:`cosim.waves.window`: :func:`cut`;
 * :mod:`cosim.waves.gtkwave`: :func:`write_gtkw`, :func:`refresh_gtkw`,
-  :func:`foreign_gtkw`;
+  :func:`foreign_gtkw`, :func:`npu_gtkw`;
 * :mod:`cosim.waves.trace`: Perfetto trace and plots from command records.
 """
 
@@ -38,6 +38,7 @@ from cosim.waves.gtkwave import (
     foreign_gtkw,
     gtkw_text,
     load_regions,
+    npu_gtkw,
     refresh_gtkw,
     write_gtkw,
 )
@@ -56,5 +57,5 @@ __all__ = [
     "EngineStats", "Summary", "summarize", "CounterCheck", "check_counters", "counter_delta",
     "check_counter_snapshots", "load_counters", "cut", "CutResult", "write_gtkw", "gtkw_text",
     "refresh_gtkw", "foreign_gtkw", "GtkwExistsError", "GTKW_GROUPS", "GTKW_MARKERS",
-    "load_regions",
+    "load_regions", "npu_gtkw",
 ]

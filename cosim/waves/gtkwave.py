@@ -22,7 +22,7 @@ from cosim.waves.vcd import VcdHeader, VcdVar, read_header, time_range
 from hw.isa import ENGINE_NAMES
 from hw.top import PROBE_FIELDS, RESOURCE_STALLS, probe_name, stall_source_name
 
-__all__ = ["GTKW_GROUPS", "GTKW_MARKERS", "gtkw_text", "write_gtkw", "refresh_gtkw",
+__all__ = ["GTKW_GROUPS", "GTKW_MARKERS", "gtkw_text", "write_gtkw", "refresh_gtkw", "npu_gtkw",
            "foreign_gtkw", "GtkwExistsError", "load_regions"]
 
 _AXI = {"AR": ["arvalid", "arready", "arid", "araddr", "arlen", "arsize", "arburst"],
@@ -243,19 +243,27 @@ def write_gtkw(vcd: Path | str, out: Path | str | None = None, *,
     return out, notes
 
 
-def refresh_gtkw(wave: Path | str) -> Path | None:
-    """Rewrite the save file beside a newly written waveform (``<stem>.gtkw``) if
-    :func:`write_gtkw` made it, for an earlier file of that name (GTKWave would open the new
-    file with the old run's view, markers and signals); a save file written otherwise
-    (saved from GTKWave, a layout of one's own) is left as it is.
+def npu_gtkw(wave: Path | str) -> Path:
+    """``<stem>.npu.gtkw``: where the NPU's signal groups go beside a waveform whose
+    ``<stem>.gtkw`` is a save file of one's own (what a traced run suggests for ``npu waves
+    gtkw -o``, and what :func:`refresh_gtkw` rewrites with ``<stem>.gtkw``)."""
+    return Path(wave).with_suffix(".npu.gtkw")
+
+
+def refresh_gtkw(wave: Path | str) -> list[Path]:
+    """Rewrite the save files beside a newly written waveform (``<stem>.gtkw`` and
+    :func:`npu_gtkw`'s ``<stem>.npu.gtkw``) that :func:`write_gtkw` made, for an earlier file
+    of that name (GTKWave would open the new file with the old run's view, markers and
+    signals); a save file written otherwise (saved from GTKWave, a layout of one's own) is
+    left as it is.
 
     Returns
     -------
-    Path or None
-        The rewritten save file, or None if there was none of :func:`write_gtkw`'s.
+    list of Path
+        The rewritten save files (none if there was none of :func:`write_gtkw`'s).
     """
-    gtkw = Path(wave).with_suffix(".gtkw")
-    return write_gtkw(wave, gtkw)[0] if _ours(gtkw) else None
+    ours = [g for g in (Path(wave).with_suffix(".gtkw"), npu_gtkw(wave)) if _ours(g)]
+    return [write_gtkw(wave, g)[0] for g in ours]
 
 
 def foreign_gtkw(path: Path | str) -> bool:

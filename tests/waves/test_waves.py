@@ -286,7 +286,7 @@ def test_a_new_waveform_rewrites_its_stale_save_file(run, tmp_path):
     region = {"name": "scores", "occurrence": 1, "start_cycle": 900, "end_cycle": 950}
     info = _waves_sidecar(wave, "vcd", None, None, {"region_log": [region]})
     new = wave.with_suffix(".gtkw").read_text()
-    assert info["gtkw"] == str(wave.with_suffix(".gtkw")) and new != old
+    assert info["gtkw"] == [str(wave.with_suffix(".gtkw"))] and new != old
     header = read_header(wave)
     assert new == gtkw_text(header, vcd_path=wave, regions=[region], clock_period_ns=10,
                             span=time_range(wave, header))[0]
@@ -332,7 +332,17 @@ def test_gtkw_keeps_a_save_file_of_ones_own(run, tmp_path, capsys):
     assert gtkw.read_text() == own
     assert hint() == (f"{gtkw} (not written by npu waves gtkw: kept; the NPU's signal groups: "
                       f"npu waves gtkw {wave} -o {tmp_path / 'npu_run.npu.gtkw'})")
-    assert npu_main(["waves", "gtkw", str(wave), "-o", str(tmp_path / "npu_run.npu.gtkw")]) == 0
+    npu = tmp_path / "npu_run.npu.gtkw"
+    assert npu_main(["waves", "gtkw", str(wave), "-o", str(npu)]) == 0
+    assert gtkw.read_text() == own
+    # the next run rewrites the save file the hint suggested (it was left stale, zoomed and
+    # marked for the run before) and says so; the one of one's own is still kept
+    write_npu_vcd(wave, rows[:400])
+    stale = npu.read_text()
+    assert hint() == (f"{gtkw} (not written by npu waves gtkw: kept; the NPU's signal groups: "
+                      f"{npu}, rewritten for this waveform)")
+    assert npu.read_text() != stale
+    assert npu.read_text() == write_gtkw(wave, tmp_path / "fresh.gtkw")[0].read_text()
     assert gtkw.read_text() == own
     assert npu_main(["waves", "gtkw", str(wave), "--force"]) == 0
     assert gtkw.read_text() == write_gtkw(wave, tmp_path / "fresh.gtkw")[0].read_text()
