@@ -19,10 +19,10 @@ The tools read the NPU's named probes (``hw.top.PROBE_FIELDS``); a file traced b
 hardware had them is refused with a message naming the missing probes.
 
 Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable, empty or
-header-only file, an empty window, a missing signal or probe (the message says which
-line or signal), an output file that is a folder or in a folder that does not exist, or a
-save file of one's own in the way. Malformed value lines are skipped with a warning naming
-them.
+header-only file, a folder given as a file, an empty window, a missing signal or probe (the
+message says which line or signal), an output file that is a folder or in a folder that does
+not exist, or a save file of one's own in the way. Malformed value lines are skipped with a
+warning naming them.
 """
 
 from __future__ import annotations
@@ -118,6 +118,10 @@ def _guard(func):
         except FileNotFoundError as e:
             print(f"npu waves {args.waves_command}: no such file: {e.filename}", file=sys.stderr)
             return 2
+        except IsADirectoryError as e:     # e.g. a default output name that is a folder
+            print(f"npu waves {args.waves_command}: {e.filename} is a folder, not a file",
+                  file=sys.stderr)
+            return 2
         except (VcdError, ValueError, TypeError) as e:
             print(f"npu waves {args.waves_command}: {e}", file=sys.stderr)
             return 2
@@ -126,9 +130,12 @@ def _guard(func):
 
 def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
                    args: argparse.Namespace) -> None:
-    """Refuse an output file (``flags``: dest -> option) that is the input waveform, a folder
-    or in a folder that does not exist, before the input is read (a missing folder was
-    reported as a missing file; the input given as the output was overwritten)."""
+    """Refuse an input waveform that is a folder, and an output file (``flags``: dest ->
+    option) that is the input waveform, a folder or in a folder that does not exist, before
+    the input is read (a folder was reported as ``[Errno 21]``, a missing folder as a
+    missing file; the input given as the output was overwritten)."""
+    if Path(args.file).is_dir():
+        parser.error(f"{args.file} is a folder; give a waveform file (VCD or FST)")
     for dest, flag in flags.items():
         path = getattr(args, dest)
         if path is None:

@@ -285,6 +285,27 @@ def test_waves_refuse_the_input_as_output(tmp_path, monkeypatch, capsys):
     assert load_regions(wave) == ([{"name": "qkv", "start_cycle": 5}], 10)
 
 
+@pytest.mark.parametrize("argv", [["gtkw"], ["summarize"], ["trace"],
+                                  ["cut", "--from", "0", "--to", "1"]])
+def test_waves_refuse_a_folder_as_the_waveform(argv, tmp_path, capsys):
+    """A folder given as the input said ``[Errno 21] Is a directory``."""
+    with pytest.raises(SystemExit) as e:
+        main(["waves", argv[0], str(tmp_path), *argv[1:]])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path} is a folder; give a waveform file (VCD or FST)" in err
+    assert "Errno" not in err
+
+
+def test_waves_gtkw_refuses_a_folder_as_its_default_output(tmp_path, capsys):
+    wave = tmp_path / "w.vcd"
+    wave.write_text("$timescale 1ns $end\n")
+    (tmp_path / "w.gtkw").mkdir()
+    assert main(["waves", "gtkw", str(wave)]) == 2
+    assert capsys.readouterr().err == (f"npu waves gtkw: {tmp_path / 'w.gtkw'} is a folder, "
+                                       "not a file\n")
+
+
 @pytest.mark.parametrize("clock", ["inf", "nan", "0", "-5"])
 def test_board_refuses_a_clock_that_is_not_a_positive_number(clock, capsys):
     with pytest.raises(SystemExit) as e:
