@@ -12,7 +12,7 @@ from sw.dram import PRESETS, DramTiming, DramTimingError
 
 __all__ = ["parse_config", "parse_dram", "DRAM_HELP", "int_at_least", "seq_len",
            "attention_len", "gemm_shape", "help_text", "check_dram_arg", "check_json_arg",
-           "check_out_dir"]
+           "check_out_dir", "check_image_suffix"]
 
 
 def parse_config(text: str) -> NPUConfig:
@@ -144,11 +144,7 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         if target.is_dir():
             parser.error(f"{name} {path}: is a folder, give a file name")
         if flag in _IMAGE_FLAGS:
-            from matplotlib.backend_bases import FigureCanvasBase
-            formats = FigureCanvasBase.get_supported_filetypes()
-            if target.suffix[1:].lower() not in formats:
-                parser.error(f"{name} {path}: the image format is the file's suffix, one of "
-                             f"{', '.join(sorted(formats))}")
+            check_image_suffix(parser, name, path)
         # its folder is made now (as the file would be written later), so that a path that
         # cannot be written fails here and not after the run
         try:
@@ -164,6 +160,16 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             parser.error(f"{name} {path}: cannot be written ({e.strerror})")
         if not existed:
             target.unlink()
+
+
+def check_image_suffix(parser: argparse.ArgumentParser, flag: str, path: str) -> None:
+    """Reject an image path (``flag``: its option) whose suffix matplotlib cannot write (the
+    format is the suffix), before anything is written."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if Path(path).suffix[1:].lower() not in formats:
+        parser.error(f"{flag} {path}: the image format is the file's suffix, one of "
+                     f"{', '.join(sorted(formats))}")
 
 
 def check_out_dir(parser: argparse.ArgumentParser, flag: str, path: Path) -> None:

@@ -128,6 +128,10 @@ def _guard(func):
     return run
 
 
+#: Output options whose file is an image (matplotlib writes the format of the suffix).
+_IMAGES = ("png",)
+
+
 def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
                    args: argparse.Namespace) -> None:
     """Refuse an input waveform that is a folder, and an output file (``flags``: dest ->
@@ -151,6 +155,9 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
         if not folder.is_dir():
             parser.error(f"{flag} {path}: the output folder {folder} "
                          f"{'is not a folder' if folder.exists() else 'does not exist'}")
+        if dest in _IMAGES:     # before the trace JSON is written (it was, then refused)
+            from cosim.cli.args import check_image_suffix
+            check_image_suffix(parser, flag, path)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

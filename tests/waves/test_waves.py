@@ -423,6 +423,18 @@ def test_cli(run, tmp_path, capsys):
     assert "bad.vcd:1: bad $timescale" in capsys.readouterr().err
 
 
+def test_trace_checks_the_image_suffix_before_writing(run, tmp_path, capsys):
+    """``npu waves trace --png t.txt`` wrote the JSON trace, then refused the suffix."""
+    _, vcd = run
+    out = tmp_path / "t.json"
+    with pytest.raises(SystemExit) as e:
+        npu_main(["waves", "trace", str(vcd), "-o", str(out), "--png", str(tmp_path / "t.txt")])
+    assert e.value.code == 2
+    assert f"--png {tmp_path / 't.txt'}: the image format is the file's suffix" \
+        in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 RECORDS = [
     {"queue": 0, "index": 0, "engine": "load", "opcode": 1, "start_cycle": 10, "end_cycle": 40},
     {"queue": 0, "index": 1, "engine": "matrix", "opcode": 3, "start_cycle": 40,
