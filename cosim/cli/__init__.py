@@ -32,6 +32,7 @@ from cosim.cli.args import (
     DRAM_HELP,
     check_dram_arg,
     check_json_arg,
+    check_out_dir,
     help_text,
     parse_config,
     parse_dram,
@@ -337,7 +338,7 @@ def _add_verilog(sub: argparse._SubParsersAction) -> None:
                      help="also lint with verilator --lint-only -Wall (waivers: "
                           "cosim/fpga/lint_waivers.vlt) and compile with Icarus; exit 1 if not "
                           "clean")
-    ver.set_defaults(func=_cmd_verilog)
+    ver.set_defaults(func=_cmd_verilog, check_args=partial(_check_out_arg, ver))
 
 
 def _add_area(sub: argparse._SubParsersAction) -> None:
@@ -402,7 +403,7 @@ def _add_board(sub: argparse._SubParsersAction) -> None:
                          "D MHz (e.g. 10, 12.5, 20, 25, 30; a frequency it cannot make is "
                          "rejected with the nearest one); default %(default)s; the build fails "
                          "if routing misses it")
-    bd.set_defaults(func=_cmd_board)
+    bd.set_defaults(func=_cmd_board, check_args=partial(_check_out_arg, bd))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -623,9 +624,16 @@ def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     return None
 
 
+def _check_out_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An ``--out`` folder that cannot be made or written (a file, say) is refused before the
+    Verilog generation, synthesis or build (it failed after them)."""
+    check_out_dir(parser, "--out", Path(args.out))
+
+
 def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject bad ``npu area`` arguments before synthesis starts."""
     check_json_arg(parser, args)
+    _check_out_arg(parser, args)
     if args.no_pnr and args.no_route:
         parser.error("--no-route places without routing, --no-pnr skips place and route: "
                      "give one of them")

@@ -253,6 +253,11 @@ def test_run_names_no_python_error_class(capsys):
     (["bench", "--backend", "perf", "--roofline", "/tmp/r.jpq"], "the image format is"),
     (["sweep", "--workload", "gemm:8x8x8", "--no-area", "--out", "/dev/null/sweep"],
      "/dev/null is not a folder"),
+    # an --out that cannot be a folder failed after the Verilog generation, synthesis or
+    # build (npu board: with a traceback)
+    (["verilog", "--out", "/dev/null"], "--out /dev/null: /dev/null is not a folder"),
+    (["area", "--out", "/dev/null/fpga"], "--out /dev/null/fpga: /dev/null is not a folder"),
+    (["board", "--out", "/dev/null", "--no-bitstream"], "/dev/null is not a folder"),
 ])
 def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
