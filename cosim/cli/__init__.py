@@ -40,6 +40,7 @@ from cosim.cli.args import (
     seq_len,
 )
 from cosim.fpga.pnr import ECP5_DEVICE, ECP5_DEVICES
+from cosim.fpga.synth import FAMILIES
 from cosim.tb.harness import CosimError, CosimJobError
 from hw.config import NPUConfig
 from sw.backend import BackendError
@@ -356,12 +357,13 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
     ar.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
                     help=f"one or more configurations, each {_CONFIG_HELP} "
                          "(default 8x8; e.g. 4x4 or 2x2,n_queues=1)")
-    ar.add_argument("--family", choices=("ecp5", "ice40", "generic"), default="ecp5",
+    ar.add_argument("--family", choices=tuple(FAMILIES), default="ecp5",
                     help="ecp5: synth_ecp5, then nextpnr-ecp5 (default); ice40: synth_ice40 "
                          "-dsp (UltraPlus SB_MAC16), synthesis only; generic: 4-input LUTs and "
                          "flip-flops, no DSP or block RAM, synthesis only")
-    ar.add_argument("--device", default=ECP5_DEVICE, choices=ECP5_DEVICES,
-                    help="nextpnr-ecp5 device (default %(default)s, the ULX3S 85F's part)")
+    ar.add_argument("--device", default=None, choices=ECP5_DEVICES,
+                    help=f"nextpnr-ecp5 device, for --family ecp5 with place and route "
+                         f"(default {ECP5_DEVICE}, the ULX3S 85F's part)")
     ar.add_argument("--freq", type=positive_float, default=25.0,
                     help="P&R target clock in MHz (default %(default)s, the ULX3S clock)")
     ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
@@ -637,6 +639,14 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     if args.no_pnr and args.no_route:
         parser.error("--no-route places without routing, --no-pnr skips place and route: "
                      "give one of them")
+    if args.device is not None and args.family != "ecp5":     # it was ignored
+        parser.error(f"--device {args.device}: --family {args.family} is synthesis only and "
+                     f"takes no device; the devices are ECP5's, for place and route with "
+                     f"--family ecp5: {', '.join(ECP5_DEVICES)}")
+    if args.device is not None and args.no_pnr:
+        parser.error(f"--device {args.device} is the part nextpnr-ecp5 places on: not with "
+                     "--no-pnr")
+    args.device = args.device or ECP5_DEVICE
 
 
 if __name__ == "__main__":

@@ -221,6 +221,12 @@ def test_run_names_no_python_error_class(capsys):
     (["sweep", "--workload", "gemm:8x8x8", "--backend", "rtl", "--find",
       "latency=3..400:slowdown<=5%"], "--backend rtl do not apply"),
     (["area", "--device", "xyz"], "invalid choice: 'xyz'"),
+    # a device of another family (ice40 and generic are synthesis only) was ignored
+    (["area", "--family", "ice40", "--device", "25k"],
+     "--device 25k: --family ice40 is synthesis only and takes no device; the devices are "
+     "ECP5's, for place and route with --family ecp5: 12k, 25k, 45k, 85k, um-25k"),
+    (["area", "--family", "generic", "--device", "85k"], "--family generic is synthesis only"),
+    (["area", "--no-pnr", "--device", "45k"], "not with --no-pnr"),
     (["bench", "--json", "/"], "is a folder"),
     (["bench", "--sizes", "0"], "must be >= 1, got 0"),
     (["bench", "--sizes", "-64"], "must be >= 1, got -64"),
