@@ -162,15 +162,18 @@ def _check_range(q: Question) -> None:
     dom = q.domain()
     if dom == []:
         raise FindError(f"--find {q.text!r}: no {q.param} value in {q.lo:g}..{q.hi:g}")
-    try:
-        if q.is_dram:
-            for v in (q.lo, q.hi):
+    for v in (q.lo, q.hi) if q.is_dram else (dom[0], dom[-1]):
+        try:
+            if q.is_dram:
                 DramTiming(**{DRAM_PARAMS[q.param][0]: v if q.param == "bw" else int(v)})
-        else:
-            for v in (dom[0], dom[-1]):
+            else:
                 NPUConfig(**{q.param: v})
-    except ValueError as e:
-        raise FindError(f"--find {q.text!r}: {e}") from None
+        except ValueError as e:
+            # said as the question says it (latency, not DramTiming's read_latency; spad_rows,
+            # not NPUConfig.spad_rows): the value, then why (NPUConfig's "field=value: why")
+            why = getattr(e, "why", None) or str(e).partition(": ")[2] or str(e)
+            shown = f"{v:g}" if q.param == "bw" else int(v)
+            raise FindError(f"--find {q.text!r}: {q.param}={shown}: {why}") from None
 
 
 def _round_bw(v: float) -> float:

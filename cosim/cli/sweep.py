@@ -88,6 +88,12 @@ def _question(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+#: The grid's hardware axes: NPUConfig field -> the option that gives its values.
+_AXIS_FLAGS = {"spad_rows": "--spad-rows", "acc_rows": "--acc-rows",
+               "axi_data_bits": "--axi-bits", "dma_outstanding": "--outstanding",
+               "n_queues": "--queues"}
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``npu sweep`` to the subcommands ``sub``."""
     from cosim.bench.find import FIND_HELP
@@ -103,9 +109,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    metavar="CFG", help="base configurations, ROWSxCOLS[,key=value...] "
                    "(default 8x8); the axes below replace their fields")
     g.add_argument("--array", type=_array, nargs="+", metavar="RxC", help="array sizes")
-    for flag, field in (("--spad-rows", "spad_rows"), ("--acc-rows", "acc_rows"),
-                        ("--axi-bits", "axi_data_bits"), ("--outstanding", "dma_outstanding"),
-                        ("--queues", "n_queues")):
+    for field, flag in _AXIS_FLAGS.items():
         g.add_argument(flag, type=_int_list_type(flag), nargs="+", dest=field, metavar="N",
                        help=f"values of {field}")
     g.add_argument("--dram", type=parse_dram, nargs="+", action="extend", metavar="TIMING",
@@ -187,10 +191,8 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     drams = tuple(args.dram or [DramTiming.parse("ideal")])
     if len(set(drams)) < len(drams):
         parser.error("--dram: the same timing given twice")
-    axes = {k: v for k, v in (("array", args.array), ("spad_rows", args.spad_rows),
-                              ("acc_rows", args.acc_rows), ("axi_data_bits", args.axi_data_bits),
-                              ("dma_outstanding", args.dma_outstanding),
-                              ("n_queues", args.n_queues)) if v}
+    axes = {k: v for k, v in (("array", args.array),
+                              *((f, getattr(args, f)) for f in _AXIS_FLAGS)) if v}
     workloads = list(args.workload)
     if args.weights or args.activations:
         from cosim.bench.workloads import with_format
@@ -326,8 +328,10 @@ def _find_clash(questions, grid) -> str | None:
                     return (f"--find {q.text!r} bisects {q.param}, which --dram {d.name} sets "
                             f"too; leave it out of --dram")
         elif len({getattr(c, q.param) for c in grid.configs()}) > 1:
-            return (f"--find {q.text!r} bisects {q.param}, which the grid varies; give one "
-                    f"value (or none) for it")
+            how = (_AXIS_FLAGS[q.param] if len(set(grid.axes.get(q.param, ()))) > 1
+                   else "--base")
+            return (f"--find {q.text!r} bisects {q.param}, which the grid varies ({how}); "
+                    f"give one value (or none) for it")
     return None
 
 

@@ -401,7 +401,9 @@ def test_waves_and_sweep_say_what_is_wrong_in_one_line(tmp_path, capsys):
         (["--dram", "latency=50", "--find", "latency=3..400:slowdown<=5%"],
          "bisects latency, which --dram latency=50 sets too"),
         (["--outstanding", "2", "4", "--find", "dma_outstanding=2..8:slowdown<=5%"],
-         "bisects dma_outstanding, which the grid varies"),
+         "bisects dma_outstanding, which the grid varies (--outstanding); give one value"),
+        (["--base", "8x8", "8x8,n_queues=2", "--find", "n_queues=1..4:compute-bound"],
+         "bisects n_queues, which the grid varies (--base)"),
     ]:
         with pytest.raises(SystemExit) as exc:     # refused with the other argument checks
             main(["sweep", "--base", "8x8", "--workload", "gemm:8x8x8", "--workers", "0",

@@ -78,6 +78,23 @@ def test_question_parsing():
             parse_question(bad)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("latency=1..400:slowdown<=5%", "latency=1: must be an integer in 3..65535"),
+    ("latency=3..100000000:slowdown<=5%", "latency=100000000: must be an integer"),
+    ("bw=0.001..100000:slowdown<=5%", "bw=100000: must be in [0.001, 1024] bytes per cycle"),
+    ("spad_rows=1..64:compute-bound", "spad_rows=1: must be a power of two in 16..65536"),
+    ("n_queues=1..99:compute-bound", "n_queues=99: must be in 1..16"),
+])
+def test_out_of_range_questions_say_the_parameter_as_asked(text, message):
+    """An out-of-range end was named by the internal field (read_latency=1,
+    bytes_per_cycle=100000.0, NPUConfig.spad_rows=1), not as the question wrote it."""
+    with pytest.raises(FindError) as e:
+        parse_question(text)
+    assert str(e.value).startswith(f"--find {text!r}: {message}")
+    for internal in ("read_latency", "bytes_per_cycle", "NPUConfig"):
+        assert internal not in str(e.value)
+
+
 def test_reference_points():
     q = parse_question("latency=3..900:slowdown<=5%")
     c, d = point_for(q, NPUConfig(), DramTiming.parse("lat100"), None)
