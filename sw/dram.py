@@ -377,8 +377,9 @@ def _parse_pairs(items: list[str]) -> tuple[dict, dict]:
     out = {k: v for k, v in seen.items() if k != "stall"}
     if "stall" in seen:
         if not 0 <= seen["stall"] < 1:
-            raise DramTimingError(f"stall={seen['stall']!r}: a probability in [0, 1) is needed "
-                                  "(it sets every channel's)")
+            key, raw = written["stall"]     # as written (stall=1, not the float's 1.0)
+            raise DramTimingError(f"{key}={raw}: a probability in [0, 1) is needed (it sets "
+                                  "every channel's)")
         for ch in CHANNELS:
             if f"{ch}_stall" not in out:
                 out[f"{ch}_stall"] = seen["stall"]

@@ -112,7 +112,9 @@ def test_stall_threshold_is_the_probability_rounded_to_nearest(p, fixed):
     ("bw=2000", ["bw=2000: ", "1024", "for no bandwidth limit leave bw out or give bw=none"]),
     ("bw=inf", ["bw=inf: ", "finite"]),
     ("bw=fast", ["bw", "number"]),
-    ("stall=1", ["stall=1", "[0, 1)", "every channel"]),
+    # as written: it said stall=1.0 (the float it was read as)
+    ("stall=1", ["stall=1: ", "[0, 1)", "every channel"]),
+    ("stall=2e0", ["stall=2e0: ", "[0, 1)"]),
     ("stall=0.99999999999", ["stall=0.99999999999: ", "[0, 1)"]),  # 1 on the stall grid
     ("b_stall=-0.1", ["b_stall=-0.1: ", "[0, 1)"]),
     ("seed=-1", ["seed=-1: ", "4294967295"]),
