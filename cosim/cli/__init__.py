@@ -408,6 +408,19 @@ def _add_board(sub: argparse._SubParsersAction) -> None:
     bd.set_defaults(func=_cmd_board, check_args=partial(_check_out_arg, bd))
 
 
+#: The distribution this kit is installed as (``[project] name`` in pyproject.toml).
+DISTRIBUTION = "npu-kit"
+
+
+def _version() -> str:
+    """The installed kit's version (its package metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return f"(unknown: {DISTRIBUTION} is not installed; pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``sweep``,
     ``fuzz`` and ``waves``."""
@@ -419,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="npu", description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_verilog, _add_area, _add_board, add_bench_parser):
         add(sub)

@@ -465,3 +465,18 @@ def test_interrupt_while_npu_loads_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(sys, "meta_path", [Interrupt(), *sys.meta_path])
     assert npu(["run", "--help"]) == 130
     assert capsys.readouterr().err == "npu: interrupted\n"
+
+
+def test_version_is_the_installed_kits(capsys):
+    """``npu --version`` (there was none): the version of the package metadata, of the
+    distribution that pyproject.toml names."""
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"npu {project['project']['version']}\n"
+    from cosim.cli import DISTRIBUTION
+    assert project["project"]["name"] == DISTRIBUTION
