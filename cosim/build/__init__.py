@@ -44,7 +44,7 @@ from sw.perf.memory import DRAM_READ_QUEUE, dram_read_queue
 __all__ = [
     "ROOT", "BUILD_ROOT", "WAVES_ROOT", "DEFAULT_DESIGN", "CosimBuildError", "SimBuild",
     "generate_verilog", "build_sim", "verilator_root", "WAVES_FORMATS", "TB_SCOPE",
-    "NPU_SCOPE", "design_blocks", "trace_vars",
+    "NPU_SCOPE", "design_blocks", "trace_vars", "sim_is_built",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,6 +183,28 @@ def _load_design(design: str):
         raise CosimBuildError(f"cannot import the design {design!r}: {e}") from e
 
 
+def _stamped(product: Path, stamp: Path, digest: str) -> bool:
+    """Whether ``product`` is there and was made from the inputs of ``digest`` (its stamp)."""
+    return product.is_file() and stamp.is_file() and stamp.read_text() == digest
+
+
+def _verilog_plan(config: NPUConfig, design: str,
+                  out_dir: Path | None = None) -> tuple[Path, Path, str]:
+    """:func:`generate_verilog`'s ``npu.v``, its stamp file and the digest of its inputs."""
+    mod_file = _design_file(design)
+    out_dir = Path(out_dir) if out_dir is not None else BUILD_ROOT / design_tag(config, design)
+    from importlib.metadata import version
+    h = hashlib.sha256()
+    h.update(design.encode())
+    h.update(json.dumps(config.to_dict(), sort_keys=True).encode())
+    h.update(version("amaranth").encode())
+    sources = list((ROOT / "hw").rglob("*.py"))
+    if mod_file not in sources:
+        sources.append(mod_file)
+    _hash_files(h, sources)
+    return out_dir / "npu.v", out_dir / "npu.v.hash", h.hexdigest()
+
+
 def generate_verilog(config: NPUConfig, design: str = DEFAULT_DESIGN, *,
                      out_dir: Path | None = None) -> Path:
     """Write the Verilog of ``design(config)`` as module ``npu`` to ``build/<tag>/npu.v``
@@ -209,23 +231,10 @@ def generate_verilog(config: NPUConfig, design: str = DEFAULT_DESIGN, *,
     CosimBuildError
         If the design cannot be imported or converted.
     """
-    mod_file = _design_file(design)
-    out_dir = Path(out_dir) if out_dir is not None else BUILD_ROOT / design_tag(config, design)
-    out = out_dir / "npu.v"
-    stamp = out_dir / "npu.v.hash"
-
-    from importlib.metadata import version
-    h = hashlib.sha256()
-    h.update(design.encode())
-    h.update(json.dumps(config.to_dict(), sort_keys=True).encode())
-    h.update(version("amaranth").encode())
-    sources = list((ROOT / "hw").rglob("*.py"))
-    if mod_file not in sources:
-        sources.append(mod_file)
-    _hash_files(h, sources)
-    digest = h.hexdigest()
-    if out.is_file() and stamp.is_file() and stamp.read_text() == digest:
+    out, stamp, digest = _verilog_plan(config, design, out_dir)
+    if _stamped(out, stamp, digest):
         return out
+    out_dir = out.parent
 
     from amaranth.back import verilog
     cls = _load_design(design)
@@ -324,19 +333,31 @@ def _check_lz4() -> None:
                               "apt-get install liblz4-dev (or trace to VCD)")
 
 
-def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool,
-               public_all: bool, waves_format: str, t0: float) -> SimBuild:
-    verilog = generate_verilog(config, design)
-    root = verilator_root()
-    if shutil.which("g++") is None or shutil.which("make") is None or shutil.which("perl") is None:
-        raise CosimBuildError("building with Verilator needs g++, make and perl on PATH")
-    fst = waves and waves_format == "fst"
-    if fst:
-        _check_lz4()
+@dataclass(frozen=True)
+class _SimPlan:
+    """What :func:`_build_sim` builds from a generated ``npu.v``, and the digest of it."""
+    build_dir: Path
+    sources: list
+    parameters: dict
+    build_args: list
+    defines: dict
+    digest: str
 
+    @property
+    def exe(self) -> Path:
+        return self.build_dir / "tb_top"
+
+    @property
+    def stamp(self) -> Path:
+        return self.build_dir / "build.hash"
+
+
+def _sim_plan(config: NPUConfig, verilog: Path, waves: bool, internal_clock: bool,
+              public_all: bool, waves_format: str) -> _SimPlan:
+    root = verilator_root()
+    fst = waves and waves_format == "fst"
     variant = "sim" + ("-waves" if waves else "") + ("-fst" if fst else "") \
         + ("" if internal_clock else "-extclk") + ("-public" if public_all else "")
-    build_dir = verilog.parent / variant
     sources = [TB_DIR / "dram.sv", TB_DIR / "axi_checker.sv", TB_DIR / "tb_top.sv", verilog]
     vlt = TB_DIR / "tb_top.vlt"
     if not public_all:
@@ -360,10 +381,34 @@ def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool
     h.update(json.dumps([str(root), parameters, build_args, defines, waves, public_all,
                          sys.version]).encode())
     _hash_files(h, [p for p in sources] + [Path(__file__).resolve(), TRACED_MAIN])
-    digest = h.hexdigest()
-    stamp = build_dir / "build.hash"
-    exe = build_dir / "tb_top"
-    if exe.is_file() and stamp.is_file() and stamp.read_text() == digest:
+    return _SimPlan(verilog.parent / variant, sources, parameters, build_args, defines,
+                    h.hexdigest())
+
+
+def sim_is_built(config: NPUConfig, *, waves: bool = False, design: str = DEFAULT_DESIGN,
+                 internal_clock: bool = True, public_all: bool = False,
+                 waves_format: str = "vcd") -> bool:
+    """Whether :func:`build_sim` with these arguments would return a cached simulator
+    (nothing to generate or build), judged by the same stamps it checks; seconds cheaper
+    than it (so that a caller can say whether a build is coming)."""
+    verilog, stamp, digest = _verilog_plan(config, design)
+    if not _stamped(verilog, stamp, digest):
+        return False
+    plan = _sim_plan(config, verilog, waves, internal_clock, public_all,
+                     waves_format if waves else "vcd")
+    return _stamped(plan.exe, plan.stamp, plan.digest)
+
+
+def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool,
+               public_all: bool, waves_format: str, t0: float) -> SimBuild:
+    verilog = generate_verilog(config, design)
+    if shutil.which("g++") is None or shutil.which("make") is None or shutil.which("perl") is None:
+        raise CosimBuildError("building with Verilator needs g++, make and perl on PATH")
+    if waves and waves_format == "fst":
+        _check_lz4()
+    plan = _sim_plan(config, verilog, waves, internal_clock, public_all, waves_format)
+    build_dir, stamp, exe = plan.build_dir, plan.stamp, plan.exe
+    if _stamped(exe, stamp, plan.digest):
         return SimBuild(build_dir, verilog, config, waves, time.perf_counter() - t0, True,
                         waves_format)
 
@@ -373,8 +418,9 @@ def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool
     runner = _runner_class()()
     runner.public_all = public_all
     try:
-        runner.build(sources=sources, hdl_toplevel="tb_top", build_dir=build_dir,
-                     parameters=parameters, defines=defines, build_args=build_args,
+        runner.build(sources=plan.sources, hdl_toplevel="tb_top", build_dir=build_dir,
+                     parameters=plan.parameters, defines=plan.defines,
+                     build_args=plan.build_args,
                      waves=waves, timescale=("1ns", "1ps"), log_file=log)
     except (RuntimeError, SystemExit, OSError) as e:
         tail = log.read_text(errors="replace").splitlines()[-30:] if log.is_file() else []
@@ -382,7 +428,7 @@ def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool
                               + "\n".join(tail), log) from e
     if not exe.is_file():
         raise CosimBuildError(f"Verilator build produced no {exe}", log)
-    stamp.write_text(digest)
+    stamp.write_text(plan.digest)
     return SimBuild(build_dir, verilog, config, waves, time.perf_counter() - t0, False,
                     waves_format)
 

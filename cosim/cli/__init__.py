@@ -109,9 +109,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result["model_seconds"] = round(backend.sim_seconds, 2)
         result["modelled_cycles"] = backend.cycle
     else:
+        from cosim.build import sim_is_built
         from cosim.tb.harness import run_job
-        print(f"co-simulating the {args.config.spec} NPU on Verilator (a first run for a "
-              f"configuration builds it first: one to two minutes)...", file=sys.stderr)
+        built = sim_is_built(args.config, waves=args.waves, waves_format=args.waves_format)
+        build = "" if built else (" (building its simulator first, for this configuration"
+                                  f"{' traced' if args.waves else ''}: one to two minutes)")
+        print(f"co-simulating the {args.config.spec} NPU on Verilator{build}...",
+              file=sys.stderr)
         run = run_job(args.config, f"{workload.__name__}:{job}", job_args,
                       waves=args.waves, name="npu_run", waves_window=args.waves_window,
                       dram=args.dram, waves_format=args.waves_format,

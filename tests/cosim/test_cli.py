@@ -174,6 +174,21 @@ def test_run_refuses_before_the_build(argv, message, no_build, capsys):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("built", [True, False])
+def test_run_says_it_builds_only_when_it_will(built, no_build, monkeypatch, capsys):
+    """The banner said that a first run builds the simulator on every run, built or not."""
+    import cosim.build
+    monkeypatch.setattr(cosim.build, "sim_is_built", lambda config, **kw: built,
+                        raising=False)     # absent before: fail on the banner, not here
+    with pytest.raises(AssertionError, match="reached the Verilator build"):
+        main(["run", "--layers", "0"])
+    err = capsys.readouterr().err
+    assert "co-simulating the 8x8 NPU on Verilator" in err
+    assert ("build" in err) is not built
+    assert ("building its simulator first, for this configuration: one to two minutes"
+            in err) is not built
+
+
 def test_run_with_a_small_dram_that_holds_the_job_goes_on(no_build, capsys):
     with pytest.raises(AssertionError, match="reached the Verilator build"):
         main(["run", "--qkv-only", "--config", "8x8,dram_bytes=262144"])

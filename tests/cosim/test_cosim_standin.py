@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cosim.build import WAVES_ROOT, CosimBuildError, build_sim
+from cosim.build import WAVES_ROOT, CosimBuildError, build_sim, sim_is_built
 from cosim.tb.harness import CosimJobError, run_job, run_on_rtl, waves_dir
 from hw.config import NPUConfig
 from hw.isa import CSR_ID_VALUE
@@ -23,11 +23,15 @@ def run(job: str, args: dict | None = None, *, name: str, **kw):
     return run_job(CONFIG, f"tests.support.cosim_jobs:{job}", args, name=name, design=DESIGN, **kw)
 
 
-def test_build_is_cached():
+def test_build_is_cached(tmp_path, monkeypatch):
     build_sim(CONFIG, design=DESIGN)
+    assert sim_is_built(CONFIG, design=DESIGN)      # what npu run's banner asks
     again = build_sim(CONFIG, design=DESIGN)
     assert again.cached
     assert (again.build_dir / "tb_top").is_file()
+    import cosim.build
+    monkeypatch.setattr(cosim.build, "BUILD_ROOT", tmp_path)     # nothing built there
+    assert not sim_is_built(CONFIG, design=DESIGN)
 
 
 def test_csr_id_and_cycles():
