@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 from hw.bus import AXI4Signature
 from hw.config import NPUConfig
 from hw.dma.translate import Translator
-from hw.isa import CONTIG_PAGES, VM_PAGE_SHIFT, VPN_BITS
+from hw.isa import CONTIG_PAGES, VM_PAGE_SHIFT, VPN_BITS, ErrorCode
 from tests.support.amaranth_axi import AxiMemory
 
 CFG = NPUConfig()
@@ -28,9 +28,9 @@ class _Harness(Elaboratable):
         return m
 
 
-def _pte(ppn: int, contig: bool = False) -> bytes:
+def _pte(ppn: int, contig: bool = False, read: bool = True) -> bytes:
     # Pte: valid, read, write, contig, 8 bits of padding, ppn (hw.isa.Pte)
-    return struct.pack("<I", 1 | 2 | 4 | (contig << 3) | (ppn << 12))
+    return struct.pack("<I", 1 | (read << 1) | 4 | (contig << 3) | (ppn << 12))
 
 
 def test_two_entries_covering_a_page_the_lowest_one_translates():
@@ -85,3 +85,61 @@ def test_two_entries_covering_a_page_the_lowest_one_translates():
     assert seen == {"single": (0x100 << VM_PAGE_SHIFT) + 0x40,
                     "run": (0x201 << VM_PAGE_SHIFT) + 0x40,
                     "both": (0x100 << VM_PAGE_SHIFT) + 0x80}
+
+
+def test_two_entries_covering_a_page_the_lowest_ones_permission_applies():
+    """As above, but the single-page entry (TLB entry 0) has no read permission and the run's
+    (entry 1) has: a read of page 0x20 faults with PAGE_PERMISSION (entry 0 decides, as it
+    translates), while page 0x21 (entry 1 alone) reads."""
+    h = _Harness()
+    mem = AxiMemory(h.bus, 1 << 22, CFG.axi_data_bytes, seed=0)
+    vpn0 = 0x20
+    level1 = (ROOT << VM_PAGE_SHIFT) + 4 * (vpn0 >> VPN_BITS)
+    mem.mem[level1:level1 + 4] = _pte(L0)
+    level0 = (L0 << VM_PAGE_SHIFT) + 4 * (vpn0 & ((1 << VPN_BITS) - 1))
+    mem.mem[level0:level0 + 4] = _pte(0x100, read=False)
+    seen = {}
+
+    async def start(ctx):
+        ctx.set(h.tr.start, 1)
+        await ctx.tick()
+        ctx.set(h.tr.start, 0)
+
+    async def lookup(ctx, vaddr):
+        """The physical address of a read of ``vaddr``, or its fault's ErrorCode."""
+        ctx.set(h.tr.valid, 1)
+        ctx.set(h.tr.vaddr, vaddr)
+        ctx.set(h.tr.row_addr, vaddr)
+        for _ in range(200):
+            if ctx.get(h.tr.ok) or ctx.get(h.tr.fault):
+                break
+            await ctx.tick()
+        if ctx.get(h.tr.ok):
+            result = ctx.get(h.tr.paddr)
+            ctx.set(h.tr.handshake, 1)
+        else:
+            result = ErrorCode(ctx.get(h.tr.fault_code))
+        await ctx.tick()
+        ctx.set(h.tr.handshake, 0)
+        ctx.set(h.tr.valid, 0)
+        await ctx.tick()
+        await start(ctx)            # the next command: a fault is cleared
+        return result
+
+    async def tb(ctx):
+        ctx.set(h.tr.vm, {"enable": 1, "asid": 3, "root": ROOT})
+        await start(ctx)
+        seen["single"] = await lookup(ctx, (vpn0 << VM_PAGE_SHIFT) + 0x40)   # fills entry 0
+        for i in range(CONTIG_PAGES):
+            mem.mem[level0 + 4 * i:level0 + 4 * i + 4] = _pte(0x200 + i, contig=True)
+        seen["run"] = await lookup(ctx, ((vpn0 + 1) << VM_PAGE_SHIFT) + 0x40)  # entry 1
+        seen["both"] = await lookup(ctx, (vpn0 << VM_PAGE_SHIFT) + 0x80)
+
+    sim = Simulator(h)
+    sim.add_clock(1e-8)
+    sim.add_testbench(mem.run_reads, background=True)
+    sim.add_testbench(tb)
+    sim.run()
+    assert seen == {"single": ErrorCode.PAGE_PERMISSION,
+                    "run": (0x201 << VM_PAGE_SHIFT) + 0x40,
+                    "both": ErrorCode.PAGE_PERMISSION}
