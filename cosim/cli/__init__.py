@@ -234,10 +234,16 @@ def _cmd_area(args: argparse.Namespace) -> int:
 
 
 def _cmd_board(args: argparse.Namespace) -> int:
+    from cosim.fpga import FpgaToolError
     from cosim.fpga.board import build_board
 
-    result = build_board(args.config, out_dir=Path(args.out), bitstream=not args.no_bitstream,
-                         clock_hz=round(args.clock_mhz * 1e6))
+    try:
+        result = build_board(args.config, out_dir=Path(args.out),
+                             bitstream=not args.no_bitstream,
+                             clock_hz=round(args.clock_mhz * 1e6))
+    except FpgaToolError as e:      # one line and the tool's log, as npu area
+        print(f"npu board: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(result, indent=2))
     return 0
 
@@ -246,6 +252,7 @@ _CONFIG_HELP = "ROWSxCOLS[,key=value...]"
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
+    from sw.models.attention_block import MAX_POSITIONS
     from sw.models.encoder import N_LAYERS
 
     run = sub.add_parser(
@@ -273,8 +280,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                      help="evaluation sentence (default: a built-in sentence that is not "
                           "part of the calibration text)")
     run.add_argument("--seq-len", type=seq_len, default=None, metavar="L",
-                     help="sequence length in tokens, 1..512: the tokenized text is truncated, "
-                          "or repeated (see --fill) to L tokens (default 32)")
+                     help=f"sequence length in tokens, 1..{MAX_POSITIONS}: the tokenized "
+                          "text is truncated, or repeated (see --fill) to L tokens (default 32)")
     run.add_argument("--fill", choices=("repeat", "pad"), default=None,
                      help="reach --seq-len by repeating the text (default) or by [PAD] tokens "
                           "masked as keys (key-padding mask)")
@@ -661,6 +668,12 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         parser.error(f"--device {args.device}: --family {args.family} is synthesis only and "
                      f"takes no device; the devices are ECP5's, for place and route with "
                      f"--family ecp5: {', '.join(ECP5_DEVICES)}")
+    for flag, given in (("--freq", args.freq != parser.get_default("freq")),
+                        ("--no-route", args.no_route)):
+        if given and (args.family != "ecp5" or args.no_pnr):    # they were ignored
+            without = f"--family {args.family} (synthesis only)" if args.family != "ecp5" \
+                else "--no-pnr"
+            parser.error(f"{flag} is for nextpnr's place and route: not with {without}")
     if args.device is not None and args.no_pnr:
         parser.error(f"--device {args.device} is the part nextpnr-ecp5 places on: not with "
                      "--no-pnr")

@@ -242,6 +242,12 @@ def test_run_names_no_python_error_class(capsys):
      "ECP5's, for place and route with --family ecp5: 12k, 25k, 45k, 85k, um-25k"),
     (["area", "--family", "generic", "--device", "85k"], "--family generic is synthesis only"),
     (["area", "--no-pnr", "--device", "45k"], "not with --no-pnr"),
+    # nextpnr's options without nextpnr were ignored
+    (["area", "--family", "ice40", "--freq", "30"],
+     "--freq is for nextpnr's place and route: not with --family ice40 (synthesis only)"),
+    (["area", "--family", "generic", "--no-route"], "--no-route is for nextpnr's place"),
+    (["area", "--no-pnr", "--freq", "40"], "--freq is for nextpnr's place and route: not with "
+     "--no-pnr"),
     (["bench", "--json", "/"], "is a folder"),
     (["bench", "--sizes", "0"], "must be >= 1, got 0"),
     (["bench", "--sizes", "-64"], "must be >= 1, got -64"),
@@ -495,3 +501,18 @@ def test_version_is_the_installed_kits(capsys):
     assert capsys.readouterr().out == f"npu {project['project']['version']}\n"
     from cosim.cli import DISTRIBUTION
     assert project["project"]["name"] == DISTRIBUTION
+
+
+def test_board_reports_a_failed_tool_in_one_line(monkeypatch, tmp_path, capsys):
+    """A failed board build (synthesis, place and route, the bitstream) printed a traceback;
+    it says what failed and where the log is, exit 1, as ``npu area``."""
+    import cosim.fpga.board
+    from cosim.fpga import FpgaToolError
+
+    def fail(*args, **kwargs):
+        raise FpgaToolError("nextpnr-ecp5 failed (exit 1)", tmp_path / "pnr.log")
+    monkeypatch.setattr(cosim.fpga.board, "build_board", fail)
+    assert main(["board", "--out", str(tmp_path / "b"), "--no-bitstream"]) == 1
+    err = capsys.readouterr().err
+    assert f"npu board: nextpnr-ecp5 failed (exit 1) (log: {tmp_path / 'pnr.log'})" in err
+    assert "Traceback" not in err
