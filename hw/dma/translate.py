@@ -26,19 +26,18 @@ _RUN = log2(CONTIG_PAGES)            # low page-number bits a contiguous entry i
 
 
 class _Tag(data.Struct):
-    """What a TLB entry matches on, and its permissions (flip-flops: every entry is compared
-    at once, and whether a burst may go out does not wait for the translation's memory)."""
+    """What a TLB entry matches on (flip-flops: every entry is compared at once)."""
     valid: 1
     asid: 8
     vpn: _VPN
     contig: 1
-    read: 1
-    write: 1
 
 
 class _Data(data.Struct):
-    """What a TLB entry gives (LUT RAM, read at the matching entry): the physical page."""
+    """What a TLB entry gives (LUT RAM, read at the matching entry)."""
     ppn: _VPN
+    read: 1
+    write: 1
     contig: 1
 
 
@@ -134,26 +133,17 @@ class Translator(Elaboratable):
         m.d.comb += [vpn.eq(self.vaddr[VM_PAGE_SHIFT:]), off.eq(self.vaddr[:VM_PAGE_SHIFT])]
         enable = self.vm.enable
 
-        # -- lookup: the lowest matching entry, as a one-hot ``first`` (its permission is an
-        # AND-OR of the entries' registers; only the physical page waits for the memory) ------
+        # -- lookup: the lowest matching entry ---------------------------------------------------
         hit = Signal()
-        first = Signal(n)
-        seen = Const(0)
-        for i, e in enumerate(entries):
+        for i, e in reversed(list(enumerate(entries))):
             same = Mux(e.contig, e.vpn[_RUN:] == vpn[_RUN:], e.vpn == vpn)
-            match = e.valid & (e.asid == self.vm.asid) & same
-            m.d.comb += first[i].eq(match & ~seen)
-            seen = seen | match
-        m.d.comb += [hit.eq(first.any()),
-                     data_rd.addr.eq(Cat(Cat(first[i] for i in range(n) if i >> b & 1).any()
-                                         for b in range(len(data_rd.addr))))]
-        perm_read = (first & Cat(e.read for e in entries)).any()
-        perm_write = (first & Cat(e.write for e in entries)).any()
-        if self.is_write is None:
-            allowed = Mux(self.need_write, perm_write, perm_read)
-        else:
-            allowed = perm_write if self.is_write else perm_read
+            with m.If(e.valid & (e.asid == self.vm.asid) & same):
+                m.d.comb += [hit.eq(1), data_rd.addr.eq(i)]
         sel = data_rd.data
+        if self.is_write is None:
+            allowed = Mux(self.need_write, sel.write, sel.read)
+        else:
+            allowed = sel.write if self.is_write else sel.read
         page = Mux(sel.contig, Cat(vpn[:_RUN], sel.ppn[_RUN:]), sel.ppn)
 
         # -- a burst shown and not taken keeps its translation (AXI) ------------------------------
@@ -258,8 +248,8 @@ class Translator(Elaboratable):
         m.d.comb += [
             new.valid.eq(1), new.asid.eq(self.vm.asid), new.contig.eq(pte.contig),
             new.vpn.eq(Mux(pte.contig, Cat(Const(0, _RUN), walk_vpn[_RUN:]), walk_vpn)),
-            new.read.eq(pte.read), new.write.eq(pte.write),
             data_wr.addr.eq(fill_ptr), data_wr.en.eq(fill),     # (no fill with an invalidate)
+            data_wr.data.read.eq(pte.read), data_wr.data.write.eq(pte.write),
             data_wr.data.contig.eq(pte.contig),
             data_wr.data.ppn.eq(Mux(pte.contig, Cat(Const(0, _RUN), pte.ppn[_RUN:]), pte.ppn)),
         ]
