@@ -79,6 +79,10 @@ STALL_FRACTION_BITS = 32
 #: Channels with random backpressure, in the model's generator order.
 CHANNELS = ("ar", "r", "aw", "w", "b")
 
+#: Ideal cycles of a command stream per extra cycle of DRAM latency it waits
+#: (:meth:`DramTiming.slowdown`).
+_CYCLES_PER_LATENCY = 300
+
 _MASK32 = 0xFFFFFFFF
 
 
@@ -258,6 +262,29 @@ class DramTiming:
         if channel not in CHANNELS:
             raise DramTimingError(f"unknown channel {channel!r}; channels: {CHANNELS}")
         return getattr(self, f"{channel}_stall")
+
+    def slowdown(self, bus_bytes: int) -> float:
+        """At most how many times as long as under ideal DRAM a command stream takes under
+        this timing (>= 1; an estimate, on the safe side in every case measured): the slowest
+        beat, ``1 / (1 - p)`` of the most stalled channel or ``bus_bytes /
+        bytes_per_cycle``, times ``1 + extra latency / 300`` (the larger of the read latency
+        above :data:`MIN_READ_LATENCY` and the write latency above :data:`MIN_WRITE_LATENCY`;
+        a stream meets about one latency per 300 of its ideal cycles: measured on the fuzz
+        streams, which take at most 200x as long under ``latency=65535`` as under ideal, 35x
+        under 10000). Used to size cycle budgets (the runtime's default wait, the fuzzer's
+        hang budget).
+
+        Parameters
+        ----------
+        bus_bytes : int
+            The AXI data bus width in bytes (``NPUConfig.axi_data_bytes``).
+        """
+        stall = max(self.stall(ch) for ch in CHANNELS)
+        beat = max(1 / (1 - stall),
+                   1.0 if self.bytes_per_cycle is None else bus_bytes / self.bytes_per_cycle)
+        latency = max(self.read_latency - MIN_READ_LATENCY,
+                      self.write_latency - MIN_WRITE_LATENCY)
+        return max(1.0, beat) * (1 + latency / _CYCLES_PER_LATENCY)
 
     def spec(self) -> str:
         """Canonical specification: ``"ideal"`` or the ``key=value`` pairs that differ from

@@ -53,11 +53,11 @@ from hw.isa import (
     trace_csr,
     unpack_fields,
 )
-from sw.dram import CHANNELS, MIN_READ_LATENCY, MIN_WRITE_LATENCY, DramTiming
+from sw.dram import DramTiming
 from sw.model.faults import BusFault
 
 __all__ = ["run_scenario", "whole_state", "Outcome", "HangError", "UNTIMED_COUNTERS",
-           "MAX_CYCLES", "MAX_SLOWDOWN", "dram_slowdown", "check_dram"]
+           "MAX_CYCLES", "MAX_SLOWDOWN", "check_dram"]
 
 UNTIMED_COUNTERS = tuple(c for c in COUNTER_NAMES if c not in TIMING_COUNTERS)
 POLL_FIRST, POLL_MAX = 32, 1024
@@ -68,35 +68,19 @@ POLL_FIRST, POLL_MAX = 32, 1024
 #: model, which matches the RTL cycle for cycle); 623,086 at 2,000 commands per queue (22
 #: streams, 8x8).
 MAX_CYCLES = 4_000_000
-#: The slowest DRAM (:func:`dram_slowdown`) the hang budget allows at the default 48 commands
-#: per queue, proportionally less for longer streams (:func:`check_dram`). Measured on the
-#: performance model, 40 streams each: at a slowdown of 100 the longest stream took 825,000
-#: cycles in all (stall=0.99), 902,000 (bw=0.08), 1,702,000 (latency=29700) on 8x8 and
+#: The slowest DRAM (:meth:`sw.dram.DramTiming.slowdown`) the hang budget allows at the
+#: default 48 commands per queue, proportionally less for longer streams (:func:`check_dram`).
+#: Measured on the performance model, 40 streams each: at a slowdown of 100 the longest stream
+#: took 825,000 cycles in all (stall=0.99), 902,000 (bw=0.08), 1,702,000 (latency=29700) on 8x8 and
 #: 2,684,000 (stall=0.99, 20 streams) on 32x32; at bw=0.01 (800) 24 of 40 streams hung.
 MAX_SLOWDOWN = 100
-#: Ideal cycles of a fuzz stream per extra cycle of DRAM latency it waits (measured: 40
-#: streams take at most 200x as long under latency=65535 as under ideal, 35x under 10000).
-_CYCLES_PER_LATENCY = 300
-
-
-def dram_slowdown(dram: DramTiming, bus_bytes: int) -> float:
-    """At most how many times as long as under ideal DRAM a fuzz stream takes under
-    ``dram`` (an estimate, on the safe side in every case measured): the slowest beat,
-    ``1 / (1 - p)`` of the most stalled channel or ``bus_bytes / bytes_per_cycle``, times
-    ``1 + extra latency / 300`` (the larger of the read latency above 3 and the write latency
-    above 1; a stream meets about one latency per 300 of its ideal cycles)."""
-    stall = max(dram.stall(ch) for ch in CHANNELS)
-    beat = max(1 / (1 - stall),
-               1.0 if dram.bytes_per_cycle is None else bus_bytes / dram.bytes_per_cycle)
-    latency = max(dram.read_latency - MIN_READ_LATENCY, dram.write_latency - MIN_WRITE_LATENCY)
-    return max(1.0, beat) * (1 + latency / _CYCLES_PER_LATENCY)
 
 
 def check_dram(dram: DramTiming, config: NPUConfig, max_commands: int) -> None:
     """Refuse a DRAM timing under which streams of up to ``max_commands`` commands per queue
     could outlast the hang budget (:data:`MAX_CYCLES`) and be reported as hangs: its
-    :func:`dram_slowdown` must be at most :data:`MAX_SLOWDOWN` x 48 / ``max_commands``
-    (:data:`MAX_SLOWDOWN` up to 48).
+    :meth:`~sw.dram.DramTiming.slowdown` must be at most :data:`MAX_SLOWDOWN` x 48 /
+    ``max_commands`` (:data:`MAX_SLOWDOWN` up to 48).
 
     Raises
     ------
@@ -106,7 +90,7 @@ def check_dram(dram: DramTiming, config: NPUConfig, max_commands: int) -> None:
     from cosim.fuzz.generate import GeneratorSettings
     default = GeneratorSettings.max_commands
     limit = MAX_SLOWDOWN * min(1.0, default / max_commands)
-    slowdown = dram_slowdown(dram, config.axi_data_bytes)
+    slowdown = dram.slowdown(config.axi_data_bytes)
     if slowdown > limit:
         raise ValueError(
             f"DRAM timing {dram.name}: too slow to fuzz: a stream may take up to "

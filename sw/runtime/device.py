@@ -322,7 +322,7 @@ class Device:
             c = CommandList()
             c.barrier(signal=sem.id)
             c.wait(sem.id, target)
-            s._write([x.raw for x in c], DEFAULT_TIMEOUT_CYCLES)
+            s._write([x.raw for x in c], None)
         sem.issued += len(streams)
 
     # -- memory -----------------------------------------------------------------------------------
@@ -529,11 +529,24 @@ class Device:
         # an error on a queue nobody waits for here: stop it from waking wait_irq
         self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE)
 
-    def _wait_until(self, done: Callable[[], bool], timeout_cycles: int, what: str,
+    @property
+    def default_timeout_cycles(self) -> int:
+        """The budget of a wait (:meth:`synchronize`, a full ring, an event) given no
+        ``timeout_cycles``: :data:`DEFAULT_TIMEOUT_CYCLES` times the slowdown of the backend's
+        DRAM timing (:meth:`sw.dram.DramTiming.slowdown`; 1 without one), so that work that
+        fits the budget under ideal DRAM also fits it under a slow timing (cycles)."""
+        slowdown = (1.0 if self.dram_timing is None
+                    else self.dram_timing.slowdown(self.config.axi_data_bytes))
+        return math.ceil(DEFAULT_TIMEOUT_CYCLES * slowdown)
+
+    def _wait_until(self, done: Callable[[], bool], timeout_cycles: int | None, what: str,
                     streams: list[Stream], poll_cycles: int | None = None,
                     max_poll_cycles: int | None = None) -> None:
         """Wait for ``done()``, waking on interrupts or every ``poll_cycles`` (doubling up to
-        ``max_poll_cycles`` after each wake-up if given); raise after ``timeout_cycles``."""
+        ``max_poll_cycles`` after each wake-up if given); raise after ``timeout_cycles``
+        (None: :attr:`default_timeout_cycles`)."""
+        if timeout_cycles is None:
+            timeout_cycles = self.default_timeout_cycles
         start = self.cycles()
         spent = 0  # lower bound of cycles waited, for backends whose counter does not move
         while True:
@@ -546,8 +559,8 @@ class Device:
                 blocked = self.diagnose()
                 report = "; ".join(str(b) for b in blocked) or "no unsatisfied semaphore wait"
                 raise DeviceTimeoutError(
-                    f"{what}: no completion after {timeout_cycles} cycles (deadlocked, or "
-                    "slower than that budget, e.g. under a very slow DRAM timing); deadlock "
+                    f"{what}: no completion after {timeout_cycles:,} cycles (deadlocked, or "
+                    "slower than that budget: give a larger timeout_cycles); deadlock "
                     f"report: {report}; "
                     + ", ".join(f"{k}={v:#x}" for k, v in self.status().items()), blocked)
             step = remaining if poll_cycles is None else min(remaining, poll_cycles)
@@ -588,18 +601,18 @@ class Device:
         return self.default_stream.commands_submitted
 
     def launch(self, commands: Iterable[Command | bytes], *,
-               timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> None:
+               timeout_cycles: int | None = None) -> None:
         """:meth:`Stream.launch` on the default stream, unordered (as the single-queue runtime:
         the caller's semaphores order the work)."""
         self.default_stream.launch(commands, timeout_cycles=timeout_cycles, ordered=False)
 
-    def synchronize(self, timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES, *,
+    def synchronize(self, timeout_cycles: int | None = None, *,
                     timeout: int | None = None) -> int:
         """:meth:`Stream.synchronize` of the default stream; returns the cycles elapsed."""
         return self.default_stream.synchronize(timeout_cycles, timeout=timeout)
 
     def run(self, commands: Iterable[Command | bytes],
-            timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> int:
+            timeout_cycles: int | None = None) -> int:
         """:meth:`launch` then :meth:`synchronize`; returns the cycles elapsed."""
         self.launch(commands, timeout_cycles=timeout_cycles)
         return self.synchronize(timeout_cycles)

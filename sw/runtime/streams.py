@@ -20,7 +20,6 @@ from hw.isa import (
     unpack_fields,
 )
 from sw.runtime.commands import Command, CommandList
-from sw.runtime.errors import DEFAULT_TIMEOUT_CYCLES
 from sw.runtime.memory import Allocator, ArenaBuffer, Buffer
 from sw.runtime.sync import Event
 
@@ -142,7 +141,7 @@ class Stream:
     # -- submission -------------------------------------------------------------------------
 
     def launch(self, commands: Iterable[Command | bytes], *,
-               timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES, ordered: bool = True) -> None:
+               timeout_cycles: int | None = None, ordered: bool = True) -> None:
         """Append ``commands`` to the stream and ring the doorbell.
 
         With ``ordered`` (default), a ``BARRIER`` goes first if the stream has unsynchronized
@@ -169,7 +168,7 @@ class Stream:
             self._need_barrier = True
         self._write(raws, timeout_cycles)
 
-    def _write(self, raws: list[bytes], timeout_cycles: int) -> None:
+    def _write(self, raws: list[bytes], timeout_cycles: int | None) -> None:
         dev = self.device
         if dev.profiler is not None:      # drain the command trace if it could overflow
             dev.profiler.poll(raws)
@@ -222,7 +221,7 @@ class Stream:
         # must raise one (without it the host slept to the end of its timeout whenever no
         # other fence interrupted after the event completed)
         cmds.fence(addr=word.addr, timestamp=True, irq=True, signal=ev.sem.id)
-        self._write([cmds[0].raw], DEFAULT_TIMEOUT_CYCLES)
+        self._write([cmds[0].raw], None)
         ev.sem.issued += 1
         ev._last_word = word
         ev.recorded_on = self
@@ -233,7 +232,7 @@ class Stream:
         completed (its latest recording, or its first if it was never recorded)."""
         cmds = CommandList()
         cmds.wait(event.sem.id, event.target)
-        self._write([cmds[0].raw], DEFAULT_TIMEOUT_CYCLES)
+        self._write([cmds[0].raw], None)
 
     def query(self) -> bool:
         """True if every command launched on this stream retired (``Q_STATUS.busy`` low).
@@ -247,7 +246,7 @@ class Stream:
         status = self.device.backend.csr_read(queue_csr(self.queue, Csr.Q_STATUS))
         return not unpack_fields(StatusWord, status).busy
 
-    def synchronize(self, timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES, *,
+    def synchronize(self, timeout_cycles: int | None = None, *,
                     timeout: int | None = None) -> int:
         """Wait until every command launched on this stream retired.
 
@@ -256,8 +255,9 @@ class Stream:
 
         Parameters
         ----------
-        timeout_cycles, timeout : int
-            Budget in device clock cycles (``timeout`` is an alias).
+        timeout_cycles, timeout : int, optional
+            Budget in device clock cycles (``timeout`` is an alias); by default
+            :attr:`Device.default_timeout_cycles` (scaled by the DRAM timing's slowdown).
 
         Returns
         -------

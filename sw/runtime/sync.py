@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hw.isa import sem_reached
-from sw.runtime.errors import DEFAULT_TIMEOUT_CYCLES, NPUError
+from sw.runtime.errors import NPUError
 
 if TYPE_CHECKING:
     from sw.runtime.device import Device
@@ -139,7 +139,7 @@ class Event:
             self.recorded_on._check_error()
         return sem_reached(self.sem.value(), self.target)
 
-    def synchronize(self, timeout_cycles: int = DEFAULT_TIMEOUT_CYCLES) -> None:
+    def synchronize(self, timeout_cycles: int | None = None) -> None:
         """Wait until the event completed.
 
         Raises

@@ -216,11 +216,11 @@ def test_the_slowest_dram_fuzzing_takes_runs_without_hangs():
     """``check_dram``'s bound is where the hang budget holds: at the largest slowdown it takes
     (100, bw=0.08 on a 64-bit bus) the performance model (the RTL's timing) runs streams and
     the end-of-batch dump without a hang; at 8x that (bw=0.01), refused, streams hang."""
-    from cosim.fuzz.execute import check_dram, dram_slowdown
+    from cosim.fuzz.execute import check_dram
     from cosim.fuzz.jobs import make_checker, run_seeds
     from sw.dram import DramTiming
     edge, slow = DramTiming.parse("bw=0.08"), DramTiming.parse("bw=0.01")
-    assert dram_slowdown(edge, CFG.axi_data_bytes) == 100
+    assert edge.slowdown(CFG.axi_data_bytes) == 100
     check_dram(edge, CFG, 48)
     with pytest.raises(ValueError, match="too slow to fuzz"):
         check_dram(slow, CFG, 48)

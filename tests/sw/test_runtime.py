@@ -471,3 +471,32 @@ def test_register_fields_from_model_to_runtime():
         (2, 5, Opcode.MATMUL.value, ErrorCode.BAD_SIZE)
     status = unpack_fields(REGISTER_STRUCTS["STATUS"], be.csr_read(Csr.STATUS))
     assert status.busy and not status.error
+
+
+def test_the_default_wait_budget_grows_with_a_slow_dram():
+    """A wait without ``timeout_cycles`` has DEFAULT_TIMEOUT_CYCLES times the DRAM timing's
+    slowdown: a 64x256x128 GEMM at 0.001 B/cycle (about 63.6M cycles, more than the ideal
+    DRAM's 50M budget) completes (it raised DeviceTimeoutError after 50M cycles); an explicit
+    budget is kept as given."""
+    from sw.dram import DramTiming
+    from sw.kernels.linear import linear_with_stats
+    from sw.perf import PerfBackend
+    from sw.runtime import DEFAULT_TIMEOUT_CYCLES
+
+    cfg = NPUConfig()
+    assert Device(PerfBackend(cfg)).default_timeout_cycles == DEFAULT_TIMEOUT_CYCLES
+    assert Device(ModelBackend(cfg), cfg).default_timeout_cycles == DEFAULT_TIMEOUT_CYCLES
+    slow = DramTiming.parse("bw=0.001")
+    assert slow.slowdown(cfg.axi_data_bytes) == cfg.axi_data_bytes / 0.001
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (64, 256), dtype=np.int8)
+    w = rng.integers(-128, 128, (256, 128), dtype=np.int8)
+    params = (np.zeros(128, np.int32), np.full(128, 1 << 20, np.int32),
+              np.full(128, 24, np.int32))
+    dev = Device(PerfBackend(cfg, dram=slow))
+    assert dev.default_timeout_cycles == 8_000 * DEFAULT_TIMEOUT_CYCLES
+    _, stats = linear_with_stats(dev, a, w, *params)
+    assert stats.cycles > DEFAULT_TIMEOUT_CYCLES
+    dev = Device(PerfBackend(cfg, dram=slow))
+    with pytest.raises(DeviceTimeoutError, match="no completion after 1,000,000 cycles"):
+        linear_with_stats(dev, a, w, *params, timeout_cycles=1_000_000)
