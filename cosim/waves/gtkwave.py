@@ -281,5 +281,5 @@ def _ours(gtkw: Path) -> bool | None:
             return f.readline().rstrip("\n") == _GTKW_HEAD
     except FileNotFoundError:
         return None
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, IsADirectoryError):    # not a save file of ours: kept
         return False

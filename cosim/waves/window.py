@@ -74,6 +74,9 @@ def _check_window(start: int, end: int, unit: str) -> None:
         raise ValueError(f"window start {start} is negative (cycles and VCD times start at 0)")
     if end < start:
         raise ValueError(f"window end {end} is before its start {start}")
+    if unit == "cycle" and end == start:      # [start, end): no cycle
+        raise ValueError(f"the cycle window {start}..{end} is empty (its end is excluded: "
+                         f"--to {start + 1} for cycle {start} alone)")
 
 
 def _window_times(src: Path, header: VcdHeader, start: int, end: int, unit: str,
@@ -194,7 +197,8 @@ def cut(src: Path | str, dst: Path | str, start: int, end: int, *, unit: str = "
     Raises
     ------
     ValueError
-        If ``start < 0``, ``end < start``, ``unit`` is unknown, ``dst`` is ``src``, or the
+        If ``start < 0``, ``end < start`` (or ``end == start`` in cycles: an empty window),
+        ``unit`` is unknown, ``dst`` is ``src``, or the
         window lies outside the file's times (``dst`` is then left as it was).
     VcdFormatError, VcdSignalError
     """

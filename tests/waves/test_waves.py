@@ -167,6 +167,10 @@ def test_cut_keeps_window_exactly(run, tmp_path):
     assert summarize(z.out).figures() == expected_figures(rows, 0, 9)
     with pytest.raises(ValueError, match="before its start"):
         cut(vcd, tmp_path / "x.vcd", 10, 5)
+    # [C, C) holds no cycle (it wrote a file and reported an end time before its start)
+    with pytest.raises(ValueError, match="the cycle window 500..500 is empty"):
+        cut(vcd, tmp_path / "x.vcd", 500, 500)
+    assert not (tmp_path / "x.vcd").exists()
     with pytest.raises(ValueError, match="window start -100 is negative"):
         cut(vcd, tmp_path / "x.vcd", -100, 50)
     with pytest.raises(ValueError, match="negative cycle"):
@@ -295,6 +299,10 @@ def test_a_new_waveform_rewrites_its_stale_save_file(run, tmp_path):
     wave.with_suffix(".gtkw").write_text(own)
     assert "gtkw" not in _waves_sidecar(wave, "vcd", None, None, {})
     assert wave.with_suffix(".gtkw").read_text() == own
+    # a folder of that name is not ours either (the run raised IsADirectoryError at its end)
+    wave.with_suffix(".gtkw").unlink()
+    wave.with_suffix(".gtkw").mkdir()
+    assert "gtkw" not in _waves_sidecar(wave, "vcd", None, None, {})
 
 
 def test_gtkw_keeps_a_save_file_of_ones_own(run, tmp_path, capsys):
