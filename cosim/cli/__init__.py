@@ -605,7 +605,7 @@ def _check_job(parser: argparse.ArgumentParser, args: argparse.Namespace, *,
             note = f"L: --seq-len{f', {args.seq_len} by default' if default_len else ''}"
             largest = _largest_len(check)
             if largest is not None and largest < args.seq_len:
-                note += f"; the largest L {args.config.spec} takes is {largest}"
+                note += f"; the largest L {args.config.spec}'s local memories take is {largest}"
             note = f" ({note})"
         parser.error(f"{e}{note}")
 

@@ -12,6 +12,7 @@ hardware. A name of a group that the file lacks is reported, never an error.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 from fractions import Fraction
@@ -228,9 +229,13 @@ def write_gtkw(vcd: Path | str, out: Path | str | None = None, *,
     GtkwExistsError
         If ``out`` is a save file of another origin and ``force`` is false (nothing is
         written).
+    IsADirectoryError
+        If ``out`` is a folder (before the waveform is read).
     """
     vcd = Path(vcd)
     out = vcd.with_suffix(".gtkw") if out is None else Path(out)
+    if out.is_dir():                # before reading the waveform
+        raise IsADirectoryError(errno.EISDIR, "is a folder", str(out))
     if not force and foreign_gtkw(out):
         raise GtkwExistsError(out)
     header = read_header(vcd)
@@ -275,11 +280,11 @@ def foreign_gtkw(path: Path | str) -> bool:
 
 def _ours(gtkw: Path) -> bool | None:
     """Whether :func:`write_gtkw` wrote the save file ``gtkw`` (its first line); None if there
-    is none."""
+    is none (no such file, or a folder of that name: writing it fails then)."""
     try:
         with gtkw.open() as f:
             return f.readline().rstrip("\n") == _GTKW_HEAD
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         return None
-    except (UnicodeDecodeError, IsADirectoryError):    # not a save file of ours: kept
+    except UnicodeDecodeError:
         return False

@@ -161,9 +161,11 @@ def no_build(monkeypatch):
     # a length the local memories cannot hold: the refusal names the largest that fits (a
     # user tried lengths down from 512 one by one)
     (["--seq-len", "504"], "does not fit the local memories of 8x8 (L: --seq-len; the largest "
-                           "L 8x8 takes is 496)"),
-    (["--seq-len", "500"], "L=500 is not (L: --seq-len; the largest L 8x8 takes is 496)"),
-    (["--block", "--config", "4x4", "--seq-len", "250"], "the largest L 4x4 takes is 248"),
+                           "L 8x8's local memories take is 496)"),
+    (["--seq-len", "500"], "L=500 is not (L: --seq-len; the largest L 8x8's local memories take "
+     "is 496)"),
+    (["--block", "--config", "4x4", "--seq-len", "250"],
+     "the largest L 4x4's local memories take is 248"),
 ])
 def test_run_refuses_before_the_build(argv, message, no_build, capsys):
     """What the job cannot run is refused before the Verilator build, not after it."""
