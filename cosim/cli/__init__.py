@@ -310,9 +310,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                      help=DRAM_HELP)
     run.add_argument("--waves", action="store_true",
                      help="write a VCD of the whole run to waves/npu_run.vcd (rtl only). Large and "
-                          "slow: about 1.3 GB and 8x the run time even at --seq-len 8 (the "
-                          "projections dominate); prefer a window (--waves-kernel, "
-                          "--waves-from/--waves-to)")
+                          "slow: about 0.85 GB for --block at --seq-len 8 (the projections "
+                          "dominate); prefer a window (--waves-kernel, --waves-from/--waves-to)")
     run.add_argument("--waves-kernel", metavar="NAME[:N]",
                      help="trace only the N-th (from 1, default 1) run of kernel NAME: query, key, "
                           "value, output (projections), scores, softmax, context (attention, "
@@ -524,13 +523,17 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--qkv-only and --block exclude each other")
     _check_job_options(parser, args)
     args.waves_window = _waves_window(parser, args)
+    whole = args.waves                  # --waves itself (a window or scope sets it too)
     if args.waves_window is not None or args.waves_scope:
         args.waves = True
     if args.waves_format != "vcd" and not args.waves:
         parser.error("--waves-format applies to a traced run (--waves, --waves-kernel, "
                      "--waves-from/--waves-to, --waves-scope)")
     if args.waves and args.backend != "rtl":
-        parser.error("--waves needs --backend rtl")
+        given = [flag for flag, on in (("--waves", whole), ("--waves-kernel", args.waves_kernel),
+                                       ("--waves-scope", args.waves_scope)) if on]
+        given.append("--waves-from/--waves-to")
+        parser.error(f"{given[0]}: tracing needs --backend rtl")
     if (args.trace or args.trace_png) and args.backend == "model":
         parser.error("--trace and --trace-png need a timed backend (the functional model has "
                      "no cycles)")

@@ -162,7 +162,7 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``waves`` command (with its subcommands) to the ``npu`` parser."""
-    from cosim.cli.args import help_text, int_at_least
+    from cosim.cli.args import help_text, int_at_least, positive_float
     w = sub.add_parser("waves", help="summarize, cut, group and export VCD waveforms of runs",
                        description=help_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -227,7 +227,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("file")
     t.add_argument("-o", "--out", default=None, help="default <stem>.trace.json")
     t.add_argument("--png", default=None, help="also draw a PNG timeline")
-    t.add_argument("--cycle-ns", type=float, default=1.0,
+    t.add_argument("--cycle-ns", type=positive_float, default=1.0,
                    help="ns per cycle in the trace (default 1: the viewer's ns are cycles)")
     t.set_defaults(func=_guard(_trace),
                    check_args=partial(_check_outputs, t, {"out": "-o", "png": "--png"}))

@@ -77,8 +77,11 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
      "acc_rows=64"),
     (["--waves-kernel", "query"], "--waves-kernel applies to --block and --qkv-only, not to "
      "the encoder"),
-    (["--backend", "model", "--waves"], "--waves needs --backend rtl"),
-    (["--block", "--backend", "model", "--waves-kernel", "query"], "--waves needs --backend rtl"),
+    (["--backend", "model", "--waves"], "--waves: tracing needs --backend rtl"),
+    # named the option given (it said --waves for any of them)
+    (["--block", "--backend", "model", "--waves-kernel", "query"],
+     "--waves-kernel: tracing needs --backend rtl"),
+    (["--backend", "perf", "--waves-from", "5"], "--waves-from/--waves-to: tracing needs"),
     (["--block", "--waves-kernel", "query", "--waves-to", "9"], "exclude each other"),
     (["--block", "--waves-kernel", "query:0"], "NAME:N with N >= 1"),
     (["--block", "--waves-kernel", "nosuch"],
@@ -248,6 +251,7 @@ def test_run_names_no_python_error_class(capsys):
     (["area", "--family", "ice40", "--freq", "30"],
      "--freq is for nextpnr's place and route: not with --family ice40 (synthesis only)"),
     (["area", "--family", "generic", "--no-route"], "--no-route is for nextpnr's place"),
+    (["waves", "trace", "w.vcd", "--cycle-ns", "0"], "argument --cycle-ns: must be > 0, got 0"),
     (["area", "--no-pnr", "--freq", "40"], "--freq is for nextpnr's place and route: not with "
      "--no-pnr"),
     (["bench", "--json", "/"], "is a folder"),
