@@ -29,11 +29,12 @@ def top_ports(verilog_text: str, top: str = "npu") -> list[tuple[str, str, int]]
 
 
 def harness_cost(verilog_text: str, top: str = "npu") -> dict[str, int]:
-    """Flip-flops the :func:`write_pnr_harness` adds (input chain, output registers, ``sout``)."""
+    """Flip-flops the :func:`write_pnr_harness` adds (input chain, output registers, ``sout``,
+    the two reset registers)."""
     ports = [p for p in top_ports(verilog_text, top) if p[1] not in ("clk", "rst")]
     ins = sum(w for d, _, w in ports if d == "input")
     outs = sum(w for d, _, w in ports if d == "output")
-    return {"input_bits": ins, "output_bits": outs, "ff": ins + outs + 1}
+    return {"input_bits": ins, "output_bits": outs, "ff": ins + outs + 3}  # + sout, rst_q
 
 
 def write_pnr_harness(verilog: Path, top: str = "npu") -> Path:
@@ -44,9 +45,11 @@ def write_pnr_harness(verilog: Path, top: str = "npu") -> Path:
     every input, every output is registered and XOR-reduced into register ``sout``. All NPU
     paths stay register to register, nothing is optimised away, and the harness adds
     :func:`harness_cost` flip-flops and an XOR tree. ``clk`` and ``rst`` stay pins; ``rst``
-    reaches the NPU through an ECP5 ``DCCA`` buffer, so nextpnr puts it on a global network
-    instead of fabric routing (about 8,500 flip-flop loads in the 4x4 NPU; that alone did not
-    make the 4x4 NPU routable).
+    is registered twice and reaches the NPU through an ECP5 ``DCCA`` buffer, so nextpnr puts
+    it on a global network instead of fabric routing (about 8,500 flip-flop loads in the 4x4
+    NPU; that alone did not make the 4x4 NPU routable). The registers make the ``DCCA``'s
+    input a fabric net: router2 found no route from an unconstrained reset pad to the
+    ``DCCA`` on a 4x4 with 2 queues (the pad at X0/Y11, the ``DCCA`` at X0/Y0).
     """
     text = verilog.read_text()
     ports = [p for p in top_ports(text, top) if p[1] not in ("clk", "rst")]
@@ -59,8 +62,10 @@ def write_pnr_harness(verilog: Path, top: str = "npu") -> Path:
              f"  reg [{outs - 1}:0] outs_q = {outs}'d0;",
              f"  always @(posedge clk) chain <= {{chain[{ins - 2}:0], sin}};",
              "  always @(posedge clk) begin outs_q <= outs; sout <= ^outs_q; end",
+             "  reg [1:0] rst_q = 2'b11;",
+             "  always @(posedge clk) rst_q <= {rst_q[0], rst};",
              "  wire rst_global;",
-             "  DCCA rst_dcca (.CLKI(rst), .CE(1'b1), .CLKO(rst_global));",
+             "  DCCA rst_dcca (.CLKI(rst_q[1]), .CE(1'b1), .CLKO(rst_global));",
              f"  {top} dut (", "    .clk(clk),", "    .rst(rst_global),"]
     i = o = 0
     conns = []

@@ -544,7 +544,8 @@ def test_board_clock_the_pll_cannot_make():
 def test_pnr_harness_elaborates_with_reset_on_a_global(bundle):
     harness = write_pnr_harness(bundle.verilog)
     text = harness.read_text()
-    assert "DCCA rst_dcca (.CLKI(rst), .CE(1'b1), .CLKO(rst_global));" in text
+    assert "always @(posedge clk) rst_q <= {rst_q[0], rst};" in text
+    assert "DCCA rst_dcca (.CLKI(rst_q[1]), .CE(1'b1), .CLKO(rst_global));" in text
     assert ".rst(rst_global)" in text
     # the WebAssembly Yosys reads below its working directory: run in the bundle's folder
     (bundle.directory / "check.ys").write_text(
