@@ -20,9 +20,9 @@ hardware had them is refused with a message naming the missing probes.
 
 Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable, empty or
 header-only file, a folder given as a file, an empty window, a missing signal or probe (the
-message says which line or signal), an output file that is a folder or in a folder that does
-not exist, or a save file of one's own in the way. Malformed value lines are skipped with a
-warning naming them.
+message says which line or signal), an output file that is a folder, in a folder that does
+not exist or named as a waveform (.vcd, .fst: cut's output alone is one), or a save file of
+one's own in the way. Malformed value lines are skipped with a warning naming them.
 """
 
 from __future__ import annotations
@@ -131,13 +131,18 @@ def _guard(func):
 #: Output options whose file is an image (matplotlib writes the format of the suffix).
 _IMAGES = ("png",)
 
+#: Suffixes of waveform files (the formats the tools read): no output but ``cut``'s has one.
+WAVEFORM_SUFFIXES = (".vcd", ".fst")
+
 
 def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
-                   args: argparse.Namespace) -> None:
+                   args: argparse.Namespace, *, waveform: bool = False) -> None:
     """Refuse an input waveform that is a folder, and an output file (``flags``: dest ->
-    option) that is the input waveform, a folder or in a folder that does not exist, before
-    the input is read (a folder was reported as ``[Errno 21]``, a missing folder as a
-    missing file; the input given as the output was overwritten)."""
+    option) that is the input waveform, a folder or in a folder that does not exist, or
+    that has a waveform's suffix (:data:`WAVEFORM_SUFFIXES`) unless the output is a
+    waveform (``waveform``: ``cut``'s), before the input is read (a folder was reported as
+    ``[Errno 21]``, a missing folder as a missing file; the input given as the output, or
+    another waveform, was overwritten)."""
     if Path(args.file).is_dir():
         parser.error(f"{args.file} is a folder; give a waveform file (VCD or FST)")
     for dest, flag in flags.items():
@@ -152,6 +157,10 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
         if Path(path).exists() and Path(args.file).exists() \
                 and Path(path).samefile(args.file):
             parser.error(f"{flag} {path}: that is the input waveform; give another file")
+        suffix = Path(path).suffix.lower()
+        if suffix in WAVEFORM_SUFFIXES and not waveform:
+            parser.error(f"{flag} {path}: {suffix} is a waveform's suffix and this writes no "
+                         "waveform; give another file name")
         if not folder.is_dir():
             parser.error(f"{flag} {path}: the output folder {folder} "
                          f"{'is not a folder' if folder.exists() else 'does not exist'}")
@@ -218,7 +227,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="C1 and C2 are VCD time units, not cycles (both included)")
     c.add_argument("-o", "--out", default=None,
                    help="output (default <stem>.<C1>-<C2>.vcd beside the input)")
-    c.set_defaults(func=_guard(_cut), check_args=partial(_check_outputs, c, {"out": "-o"}))
+    c.set_defaults(func=_guard(_cut),
+                   check_args=partial(_check_outputs, c, {"out": "-o"}, waveform=True))
 
     t = ws.add_parser("trace", help="Perfetto/Chrome trace (and PNG timeline) from a VCD",
                       description="Command records from the VCD (the engines' take, done, "

@@ -323,6 +323,29 @@ def test_waves_refuse_the_input_as_output(tmp_path, monkeypatch, capsys):
     assert load_regions(wave) == ([{"name": "qkv", "start_cycle": 5}], 10)
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["trace", "w.vcd", "-o", "c.vcd"], "-o"),
+    (["gtkw", "w.vcd", "-o", "c.VCD", "--force"], "-o"),
+    (["gtkw", "w.vcd", "-o", "c.fst"], "-o"),
+    (["summarize", "w.vcd", "--json", "c.fst"], "--json"),
+])
+def test_waves_refuse_a_waveform_name_for_other_outputs(argv, flag, tmp_path, monkeypatch,
+                                                        capsys):
+    """``trace -o c.vcd`` overwrote another waveform with JSON, ``gtkw -o c.vcd --force``
+    with a save file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w.vcd").write_text("$timescale 1ns $end\n")
+    other = tmp_path / argv[argv.index(flag) + 1]
+    other.write_text("another waveform\n")
+    with pytest.raises(SystemExit) as e:
+        main(["waves", *argv])
+    assert e.value.code == 2
+    suffix = other.suffix.lower()
+    assert (f"{flag} {other.name}: {suffix} is a waveform's suffix and this writes no "
+            "waveform; give another file name") in capsys.readouterr().err
+    assert other.read_text() == "another waveform\n"
+
+
 @pytest.mark.parametrize("argv", [["gtkw"], ["summarize"], ["trace"],
                                   ["cut", "--from", "0", "--to", "1"]])
 def test_waves_refuse_a_folder_as_the_waveform(argv, tmp_path, capsys):
