@@ -197,10 +197,11 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     if args.no_pnr and args.no_route:
         parser.error("--no-route places without routing, --no-pnr skips place and route: "
                      "give one of them")
+    devices = (f"the devices are ECP5's, for place and route with --family ecp5: "
+               f"{', '.join(ECP5_DEVICES)}")
     if args.device is not None and args.family != "ecp5":     # it was ignored
         parser.error(f"--device {args.device}: --family {args.family} is synthesis only and "
-                     f"takes no device; the devices are ECP5's, for place and route with "
-                     f"--family ecp5: {', '.join(ECP5_DEVICES)}")
+                     f"takes no device; {devices}")
     for flag, given in (("--freq", args.freq != parser.get_default("freq")),
                         ("--no-route", args.no_route)):
         if given and (args.family != "ecp5" or args.no_pnr):    # they were ignored
@@ -209,5 +210,5 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
             parser.error(f"{flag} is for nextpnr's place and route: not with {without}")
     if args.device is not None and args.no_pnr:
         parser.error(f"--device {args.device} is the part nextpnr-ecp5 places on: not with "
-                     "--no-pnr")
+                     f"--no-pnr; {devices}")
     args.device = args.device or ECP5_DEVICE

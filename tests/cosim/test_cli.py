@@ -246,7 +246,10 @@ def test_run_names_no_python_error_class(capsys):
      "--device 25k: --family ice40 is synthesis only and takes no device; the devices are "
      "ECP5's, for place and route with --family ecp5: 12k, 25k, 45k, 85k, um-25k"),
     (["area", "--family", "generic", "--device", "85k"], "--family generic is synthesis only"),
-    (["area", "--no-pnr", "--device", "45k"], "not with --no-pnr"),
+    # named the devices as the line above does (it named none)
+    (["area", "--no-pnr", "--device", "45k"], "--device 45k is the part nextpnr-ecp5 places "
+     "on: not with --no-pnr; the devices are ECP5's, for place and route with --family ecp5: "
+     "12k, 25k, 45k, 85k, um-25k"),
     # nextpnr's options without nextpnr were ignored
     (["area", "--family", "ice40", "--freq", "30"],
      "--freq is for nextpnr's place and route: not with --family ice40 (synthesis only)"),
