@@ -87,7 +87,10 @@ def _cut(args: argparse.Namespace) -> int:
     src = Path(args.file)
     out = args.out or src.with_name(f"{src.stem}.{args.start}-{args.end}{src.suffix}")
     r = cut(src, out, args.start, args.end, unit="time" if args.time else "cycle")
-    print(f"{r.out}: time {r.start_time}..{r.end_time}, read {r.bytes_in} bytes, "
+    # the window as given, first..last (as summarize prints it); its times too
+    cycles = "" if args.time else (f"cycles {args.start}..{args.end - 1} "
+                                   f"({args.end - args.start} cycles), ")
+    print(f"{r.out}: {cycles}time {r.start_time}..{r.end_time}, read {r.bytes_in} bytes, "
           f"wrote {r.bytes_out}")
     return 0
 

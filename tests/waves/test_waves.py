@@ -419,8 +419,12 @@ def test_cli(run, tmp_path, capsys):
     counters.write_text(json.dumps({"cycles": 1}))
     assert npu_main(["waves", "summarize", str(vcd), "--counters", str(counters)]) == 1
     assert npu_main(["waves", "gtkw", str(vcd), "-o", str(tmp_path / "g.gtkw")]) == 0
+    capsys.readouterr()
     assert npu_main(["waves", "cut", str(vcd), "--from", "10", "--to", "20",
                      "-o", str(tmp_path / "c.vcd")]) == 0
+    # the window in cycles, as given (it said time units alone)
+    assert re.match(rf"{tmp_path / 'c.vcd'}: cycles 10..19 \(10 cycles\), time \d+..\d+, ",
+                    capsys.readouterr().out)
     assert npu_main(["waves", "trace", str(vcd), "-o", str(tmp_path / "t.json"),
                      "--png", str(tmp_path / "t.png")]) == 0
     assert (tmp_path / "t.png").read_bytes()[:8] == PNG_MAGIC
