@@ -22,6 +22,7 @@ npu waves        summarize, cut, group and export VCD waveforms of runs.
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -306,8 +307,25 @@ def main(argv: list[str] | None = None) -> int:
 
     Bad arguments exit with status 2 and a one-line message before any work (argparse's
     ``SystemExit``); typed errors of the run itself print one line and return 2; ^C prints
-    one line and returns 130.
+    one line and returns 130; a reader of the output that has gone (``npu ... | head``)
+    ends the run quietly with status 1, the rest of the output discarded.
     """
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()      # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:
+        # as Python's "Note on SIGPIPE" advises: stdout to devnull, so that the exit's own
+        # flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
+    """:func:`main` but a closed standard output."""
     try:
         parser = build_parser()
         args, unknown = parser.parse_known_args(argv)
@@ -320,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     try:
         return args.func(args)
+    except BrokenPipeError:     # main's (it is an OSError, but no error of the run)
+        raise
     except (ValueError, OSError, NPUError, BackendError) as e:
         # typed errors the user can act on: one line, no traceback; the runtime's own error
         # classes are named (what a caller would catch), Python's are not

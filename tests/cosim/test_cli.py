@@ -400,6 +400,28 @@ def test_verilog_lint_without_icarus_skips_it(tmp_path, monkeypatch, capsys):
     assert "verilator: clean" in out and "icarus: skipped, iverilog not found" in out
 
 
+def closed_pipe_stdout(monkeypatch):
+    """Standard output to a pipe whose reader has gone (``npu ... | head`` after ``head``
+    exits); returns the stream."""
+    import os
+    import sys
+    read, write = os.pipe()
+    os.close(read)
+    stream = open(write, "w")      # noqa: SIM115 (closed by the test)
+    monkeypatch.setattr(sys, "stdout", stream)
+    return stream
+
+
+def test_a_closed_output_pipe_ends_quietly(monkeypatch, capsys):
+    """``npu ... | head`` printed ``[Errno 32] Broken pipe`` (here: ``--help``, while the
+    arguments are parsed)."""
+    stream = closed_pipe_stdout(monkeypatch)
+    assert main(["--help"]) == 1
+    stream.write("more")            # now to /dev/null: the exit's flush does not fail
+    stream.close()
+    assert capsys.readouterr().err == ""
+
+
 def test_help_texts_carry_no_rst_markup():
     """Every ``--help`` (``npu`` and each subcommand, nested ones too) is plain text: no
     ````literal````, ``:role:`` or ``::`` block marker from the docstrings it is made of."""

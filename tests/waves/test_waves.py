@@ -435,6 +435,15 @@ def test_cli(run, tmp_path, capsys):
     assert "bad.vcd:1: bad $timescale" in capsys.readouterr().err
 
 
+def test_summary_into_a_closed_pipe_ends_quietly(run, monkeypatch, capsys):
+    """``npu waves summarize run.vcd | head`` printed ``[Errno 32] Broken pipe``, exit 2."""
+    from tests.cosim.test_cli import closed_pipe_stdout
+    stream = closed_pipe_stdout(monkeypatch)
+    assert npu_main(["waves", "summarize", str(run[1])]) == 1
+    stream.close()
+    assert capsys.readouterr().err == ""
+
+
 def test_trace_checks_the_image_suffix_before_writing(run, tmp_path, capsys):
     """``npu waves trace --png t.txt`` wrote the JSON trace, then refused the suffix."""
     _, vcd = run
