@@ -35,6 +35,7 @@ from cosim.cli.args import (
     check_dram_arg,
     check_json_arg,
     help_text,
+    output_path,
     parse_config,
     parse_dram,
     seq_len,
@@ -223,7 +224,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                           "with --causal, --weights, --activations, --waves-kernel)")
     run.add_argument("--qkv-only", action="store_true",
                      help="run only layer 0's Q/K/V projections (the first main job)")
-    run.add_argument("--json", metavar="PATH",
+    run.add_argument("--json", type=output_path, metavar="PATH",
                      help="also write the figures as JSON to PATH (missing folders are made)")
     run.add_argument("--dram", type=parse_dram, default=DramTiming(), metavar="PRESET|k=v,...",
                      help=DRAM_HELP)
@@ -247,11 +248,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                      help="trace only these blocks of the NPU (e.g. dma,cmdproc; dotted "
                           "paths such as dma.load_mover), plus its ports and named probes; "
                           "implies --waves")
-    run.add_argument("--trace", metavar="FILE.json",
+    run.add_argument("--trace", type=output_path, metavar="FILE.json",
                      help="write a Perfetto trace of the run, no VCD needed (timed backends): "
                           "the engines' hardware command trace, one track per engine, a slice "
                           "per command, the kernel regions on top; 1 us in the viewer = 1 cycle")
-    run.add_argument("--trace-png", metavar="FILE.png",
+    run.add_argument("--trace-png", type=output_path, metavar="FILE.png",
                      help="draw the same timeline to a PNG (timed backends)")
     run.set_defaults(func=_cmd_run, check_args=partial(_check_run_args, run))
 

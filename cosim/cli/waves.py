@@ -153,8 +153,6 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
         if path is None:
             continue
         folder = Path(path).parent
-        if not str(path):
-            parser.error(f"{flag}: give a file name")
         if Path(path).is_dir():
             parser.error(f"{flag} {path}: is a folder, give a file name")
         if Path(path).exists() and Path(args.file).exists() \
@@ -174,7 +172,7 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``waves`` command (with its subcommands) to the ``npu`` parser."""
-    from cosim.cli.args import help_text, int_at_least, positive_float
+    from cosim.cli.args import help_text, int_at_least, output_path, positive_float
     w = sub.add_parser("waves", help="summarize, cut, group and export VCD waveforms of runs",
                        description=help_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -197,7 +195,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "a snapshot pair {\"before\": ..., \"after\": ...} of "
                         "Device.counters(), checked over its own window (CYCLES before.cycles "
                         "to after.cycles)")
-    s.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
+    s.add_argument("--json", type=output_path, metavar="OUT",
+                   help="also write the summary as JSON")
     s.add_argument("--width", type=int_at_least(10), default=60,
                    help="timeline width in characters (at least 10)")
     s.set_defaults(func=_guard(_summarize),
@@ -211,7 +210,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                   "of the run (<stem>.waves.json). A save file there that it "
                                   "did not write (saved from GTKWave) is kept unless --force.")
     g.add_argument("file")
-    g.add_argument("-o", "--out", default=None, help="default <stem>.gtkw beside the input")
+    g.add_argument("-o", "--out", type=output_path, default=None,
+                   help="default <stem>.gtkw beside the input")
     g.add_argument("--force", action="store_true",
                    help="overwrite the output even if it is a save file that npu waves gtkw "
                         "did not write (one saved from GTKWave: its view and signals are lost)")
@@ -228,7 +228,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the window ends before this absolute cycle")
     c.add_argument("--time", action="store_true",
                    help="C1 and C2 are VCD time units, not cycles (both included)")
-    c.add_argument("-o", "--out", default=None,
+    c.add_argument("-o", "--out", type=output_path, default=None,
                    help="output (default <stem>.<C1>-<C2>.vcd beside the input)")
     c.set_defaults(func=_guard(_cut),
                    check_args=partial(_check_outputs, c, {"out": "-o"}, waveform=True))
@@ -238,8 +238,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                   "queue, index and opcode probes) as a traceEvents JSON for "
                                   "ui.perfetto.dev.")
     t.add_argument("file")
-    t.add_argument("-o", "--out", default=None, help="default <stem>.trace.json")
-    t.add_argument("--png", default=None, help="also draw a PNG timeline")
+    t.add_argument("-o", "--out", type=output_path, default=None,
+                   help="default <stem>.trace.json")
+    t.add_argument("--png", type=output_path, default=None, help="also draw a PNG timeline")
     t.add_argument("--cycle-ns", type=positive_float, default=1.0,
                    help="ns per cycle in the trace (default 1: the viewer's ns are cycles)")
     t.set_defaults(func=_guard(_trace),

@@ -302,6 +302,25 @@ def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["verilog"], "--out"), (["area"], "--out"), (["board"], "--out"), (["area"], "--json"),
+    (["run"], "--json"), (["run"], "--trace"), (["run"], "--trace-png"), (["bench"], "--json"),
+    (["bench"], "--roofline"), (["fuzz"], "--json"),
+    (["sweep", "--workload", "gemm:8x8x8"], "--out"),
+    (["sweep", "--workload", "gemm:8x8x8"], "--cache"),
+    (["waves", "trace", "x.vcd"], "-o/--out"), (["waves", "trace", "x.vcd"], "--png"),
+    (["waves", "summarize", "x.vcd"], "--json"),
+])
+def test_an_empty_output_path_is_refused_as_it_is_parsed(argv, flag, capsys):
+    """``--out ''`` wrote into the current folder, ``--json ''`` was ignored."""
+    from cosim.cli import build_parser
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([*argv, flag.split("/")[0], ""])
+    assert e.value.code == 2
+    assert (f"argument {flag}: the path is empty; give a file or folder name"
+            in capsys.readouterr().err)
+
+
 def test_waves_refuse_the_input_as_output(tmp_path, monkeypatch, capsys):
     """``-o``/``--json`` naming the input waveform overwrote it (exit 0); a ``.waves.json``
     of the wrong shape gave a traceback."""
