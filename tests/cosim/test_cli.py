@@ -1,6 +1,10 @@
 """The CLI rejects bad arguments up front, with one-line messages (no build, no traceback)."""
 
 import argparse
+import contextlib
+import os
+import signal
+import sys
 
 import pytest
 
@@ -419,25 +423,29 @@ def test_verilog_lint_without_icarus_skips_it(tmp_path, monkeypatch, capsys):
     assert "verilator: clean" in out and "icarus: skipped, iverilog not found" in out
 
 
-def closed_pipe_stdout(monkeypatch):
+@contextlib.contextmanager
+def closed_pipe_stdout():
     """Standard output to a pipe whose reader has gone (``npu ... | head`` after ``head``
-    exits); returns the stream."""
-    import os
-    import sys
+    exits), SIGPIPE ignored as Python starts (vcdvcd's import resets it to the default, which
+    would end pytest); yields the stream."""
     read, write = os.pipe()
     os.close(read)
-    stream = open(write, "w")      # noqa: SIM115 (closed by the test)
-    monkeypatch.setattr(sys, "stdout", stream)
-    return stream
+    handler, saved = signal.signal(signal.SIGPIPE, signal.SIG_IGN), sys.stdout
+    try:
+        with open(write, "w") as stream:
+            sys.stdout = stream
+            yield stream
+    finally:
+        sys.stdout = saved
+        signal.signal(signal.SIGPIPE, handler)
 
 
-def test_a_closed_output_pipe_ends_quietly(monkeypatch, capsys):
+def test_a_closed_output_pipe_ends_quietly(capsys):
     """``npu ... | head`` printed ``[Errno 32] Broken pipe`` (here: ``--help``, while the
     arguments are parsed)."""
-    stream = closed_pipe_stdout(monkeypatch)
-    assert main(["--help"]) == 1
-    stream.write("more")            # now to /dev/null: the exit's flush does not fail
-    stream.close()
+    with closed_pipe_stdout() as stream:
+        assert main(["--help"]) == 1
+        stream.write("more")        # now to /dev/null: the exit's flush does not fail
     assert capsys.readouterr().err == ""
 
 

@@ -435,12 +435,11 @@ def test_cli(run, tmp_path, capsys):
     assert "bad.vcd:1: bad $timescale" in capsys.readouterr().err
 
 
-def test_summary_into_a_closed_pipe_ends_quietly(run, monkeypatch, capsys):
+def test_summary_into_a_closed_pipe_ends_quietly(run, capsys):
     """``npu waves summarize run.vcd | head`` printed ``[Errno 32] Broken pipe``, exit 2."""
     from tests.cosim.test_cli import closed_pipe_stdout
-    stream = closed_pipe_stdout(monkeypatch)
-    assert npu_main(["waves", "summarize", str(run[1])]) == 1
-    stream.close()
+    with closed_pipe_stdout():
+        assert npu_main(["waves", "summarize", str(run[1])]) == 1
     assert capsys.readouterr().err == ""
 
 
