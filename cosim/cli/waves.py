@@ -37,7 +37,13 @@ __all__ = ["add_parser"]
 
 
 def _summarize(args: argparse.Namespace) -> int:
-    from cosim.waves import check_counters, counter_delta, load_counters, summarize
+    from cosim.waves import (
+        check_counters,
+        counter_delta,
+        counter_values,
+        load_counters,
+        summarize,
+    )
 
     counters = load_counters(args.counters) if args.counters else None
     if counters is not None and {"before", "after"} <= set(counters):
@@ -48,11 +54,13 @@ def _summarize(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         before, after = counters["before"], counters["after"]
-        s = summarize(args.file, start=int(before["cycles"]), end=int(after["cycles"]),
-                      unit="counter")
+        window = {"start": int(before["cycles"]), "end": int(after["cycles"]), "unit": "counter"}
         counters = counter_delta(before, after)
     else:
-        s = summarize(args.file, start=args.start, end=args.end)
+        window = {"start": args.start, "end": args.end}
+    if counters is not None:
+        counter_values(counters)        # an unknown name is refused before the VCD is read
+    s = summarize(args.file, **window)
     print(s.format(width=args.width))
     status = 0
     if counters is not None:
