@@ -307,7 +307,8 @@ class DramTiming:
         bw = ("no bandwidth limit (R and W one bus beat per cycle each)"
               if self.bytes_per_cycle is None
               else f"bandwidth {self.bytes_per_cycle:g} B/cycle")
-        stalls = ", ".join(f"{ch.upper()} {self.stall(ch):.0%}" for ch in CHANNELS
+        # as many digits as the probability has (0.1% was said as 0%, 99.999% as 100%)
+        stalls = ", ".join(f"{ch.upper()} {100 * self.stall(ch):g}%" for ch in CHANNELS
                            if self.stall(ch))
         bp = f"backpressure {stalls} (seed {self.seed})" if stalls else "no backpressure"
         head = self.name if self.name == self.spec() else f"{self.name} ({self.spec()})"

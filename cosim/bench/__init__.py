@@ -508,8 +508,9 @@ def format_bench(res: dict) -> str:
     if sp["runs"]:
         lines += ["", "co-simulation speed (cocotb + Verilator, full NPU, whole job incl. host "
                       "Python)"]
+        rw = max([28] + [len(r["run"]) + 1 for r in sp["runs"]])   # configuration names
         for r in sp["runs"]:
-            lines.append(f"  {r['run']:<28}{r['cycles']:>10} cycles {r['job_seconds']:>8.1f} s "
+            lines.append(f"  {r['run']:<{rw}}{r['cycles']:>10} cycles {r['job_seconds']:>8.1f} s "
                          f"{r['cycles_per_second']:>9.0f} cycles/s")
         nat = sp["verilator_cpp_harness"]
         if isinstance(nat, dict):
@@ -524,12 +525,13 @@ def format_bench(res: dict) -> str:
                 f"{nat['cycles_native']} cycles, {nat['checks']} checks, "
                 + ("replay matches bit for bit, cycles agree)" if nat["replay_matches"]
                    else f"REPLAY MISMATCH: {nat['first_mismatch']})"),
-                f"  {'':<28}{'wall cycles/s':>14}{'cpu cycles/s':>14}",
-                f"  {'cocotb + Python runtime':<28}{cps(nat['cocotb_cycles_per_second']):>14}"
+                f"  {'':<{rw}}{'wall cycles/s':>14}{'cpu cycles/s':>14}",
+                f"  {'cocotb + Python runtime':<{rw}}{cps(nat['cocotb_cycles_per_second']):>14}"
                 f"{cps(nat['cocotb_cpu_cycles_per_second']):>14}",
-                f"  {'native C++ replay':<28}{cps(nat['native_cycles_per_second']):>14}"
+                f"  {'native C++ replay':<{rw}}{cps(nat['native_cycles_per_second']):>14}"
                 f"{cps(nat['native_cpu_cycles_per_second']):>14}",
-                f"  {'ratio cocotb / native':<28}{rat(nat['ratio']):>14}{rat(nat['ratio_cpu']):>14}"
+                f"  {'ratio cocotb / native':<{rw}}{rat(nat['ratio']):>14}"
+                f"{rat(nat['ratio_cpu']):>14}"
                 f"   (target >= {nat['target_ratio']}x: "
                 f"{'met' if nat['meets_target'] else 'NOT met'})",
                 f"  native harness build: {nat['native_build_seconds']} s"

@@ -22,6 +22,7 @@ npu waves        summarize, cut, group and export VCD waveforms of runs.
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -34,6 +35,7 @@ from cosim.cli.args import (
     check_dram_arg,
     check_json_arg,
     help_text,
+    output_path,
     parse_config,
     parse_dram,
     seq_len,
@@ -222,7 +224,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                           "with --causal, --weights, --activations, --waves-kernel)")
     run.add_argument("--qkv-only", action="store_true",
                      help="run only layer 0's Q/K/V projections (the first main job)")
-    run.add_argument("--json", metavar="PATH",
+    run.add_argument("--json", type=output_path, metavar="PATH",
                      help="also write the figures as JSON to PATH (missing folders are made)")
     run.add_argument("--dram", type=parse_dram, default=DramTiming(), metavar="PRESET|k=v,...",
                      help=DRAM_HELP)
@@ -246,11 +248,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                      help="trace only these blocks of the NPU (e.g. dma,cmdproc; dotted "
                           "paths such as dma.load_mover), plus its ports and named probes; "
                           "implies --waves")
-    run.add_argument("--trace", metavar="FILE.json",
+    run.add_argument("--trace", type=output_path, metavar="FILE.json",
                      help="write a Perfetto trace of the run, no VCD needed (timed backends): "
                           "the engines' hardware command trace, one track per engine, a slice "
                           "per command, the kernel regions on top; 1 us in the viewer = 1 cycle")
-    run.add_argument("--trace-png", metavar="FILE.png",
+    run.add_argument("--trace-png", type=output_path, metavar="FILE.png",
                      help="draw the same timeline to a PNG (timed backends)")
     run.set_defaults(func=_cmd_run, check_args=partial(_check_run_args, run))
 
@@ -306,8 +308,25 @@ def main(argv: list[str] | None = None) -> int:
 
     Bad arguments exit with status 2 and a one-line message before any work (argparse's
     ``SystemExit``); typed errors of the run itself print one line and return 2; ^C prints
-    one line and returns 130.
+    one line and returns 130; a reader of the output that has gone (``npu ... | head``)
+    ends the run quietly with status 1, the rest of the output discarded.
     """
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()      # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:
+        # as Python's "Note on SIGPIPE" advises: stdout to devnull, so that the exit's own
+        # flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
+    """:func:`main` but a closed standard output."""
     try:
         parser = build_parser()
         args, unknown = parser.parse_known_args(argv)
@@ -320,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     try:
         return args.func(args)
+    except BrokenPipeError:     # main's (it is an OSError, but no error of the run)
+        raise
     except (ValueError, OSError, NPUError, BackendError) as e:
         # typed errors the user can act on: one line, no traceback; the runtime's own error
         # classes are named (what a caller would catch), Python's are not

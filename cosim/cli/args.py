@@ -12,7 +12,7 @@ from sw.dram import PRESETS, DramTiming, DramTimingError
 
 __all__ = ["CONFIG_HELP", "parse_config", "parse_dram", "DRAM_HELP", "int_at_least", "seq_len",
            "attention_len", "gemm_shape", "help_text", "check_dram_arg", "check_json_arg",
-           "check_out_dir", "check_image_suffix"]
+           "check_out_dir", "check_image_suffix", "output_path", "output_folder"]
 
 
 #: How ``--config`` is written, for help texts.
@@ -94,6 +94,26 @@ def positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
+
+
+def output_path(text: str) -> str:
+    """An argparse ``type`` for an output file or folder (``--out``, ``--json``, ...): the
+    path as given.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        On an empty path (``--out ''`` wrote into the current folder, ``--json ''`` was
+        ignored).
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("the path is empty; give a file or folder name")
+    return text
+
+
+def output_folder(text: str) -> Path:
+    """:func:`output_path` as a :class:`~pathlib.Path` (``npu sweep --out``, ``--cache``)."""
+    return Path(output_path(text))
 
 
 def attention_len(text: str) -> int:

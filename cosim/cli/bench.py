@@ -14,6 +14,7 @@ from cosim.cli.args import (
     check_json_arg,
     gemm_shape,
     int_at_least,
+    output_path,
     parse_config,
     parse_dram,
 )
@@ -89,7 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="rtl: co-simulation (default); perf: the performance model (no "
                          "co-simulation speed or build timing); model: the untimed functional "
                          "model (for testing the bench itself)")
-    be.add_argument("--roofline", metavar="PNG",
+    be.add_argument("--roofline", type=output_path, metavar="PNG",
                     help="also draw the measured GEMMs against the compute and memory roofs "
                          "of their configuration and DRAM timing (rtl and perf)")
     be.add_argument("--validate", action="store_true",
@@ -104,8 +105,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="skip the clean/cached Verilator build timing")
     be.add_argument("--no-native", action="store_true",
                     help="skip the replay of the GEMM run in the pure Verilator C++ harness")
-    be.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH "
-                                                   "(rewritten after every step)")
+    be.add_argument("--json", type=output_path, metavar="PATH",
+                    help="write the figures as JSON to PATH (rewritten after every step)")
     be.add_argument("--dram", type=parse_dram, default=DramTiming(), metavar="PRESET|k=v,...",
                     help=DRAM_HELP)
     be.set_defaults(func=_cmd_bench, check_args=partial(_check_bench_args, be))

@@ -11,6 +11,7 @@ from cosim.cli.args import (
     CONFIG_HELP,
     check_json_arg,
     check_out_dir,
+    output_path,
     parse_config,
     positive_float,
 )
@@ -110,7 +111,8 @@ def _add_verilog(sub: argparse._SubParsersAction) -> None:
     ver.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
                      help=f"one or more configurations, each {CONFIG_HELP} "
                           "(default 8x8; e.g. 4x4 or 16x16,spad_rows=8192)")
-    ver.add_argument("--out", default="build/verilog", help="output folder (default %(default)s)")
+    ver.add_argument("--out", type=output_path, default="build/verilog",
+                     help="output folder (default %(default)s)")
     ver.add_argument("--lint", action="store_true",
                      help="also lint with verilator --lint-only -Wall (waivers: "
                           "cosim/fpga/lint_waivers.vlt) and compile with Icarus; exit 1 if not "
@@ -158,8 +160,10 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
     ar.add_argument("--hier", action="store_true",
                     help="also run a hierarchy-preserving synthesis (-noflatten, ECP5 "
                          "-noabc9) and print its per-module table (slow; for comparison)")
-    ar.add_argument("--out", default="build/fpga", help="output folder (default %(default)s)")
-    ar.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
+    ar.add_argument("--out", type=output_path, default="build/fpga",
+                    help="output folder (default %(default)s)")
+    ar.add_argument("--json", type=output_path, metavar="PATH",
+                    help="also write the table as JSON to PATH")
     ar.set_defaults(func=_cmd_area, check_args=partial(_check_area_args, ar))
 
 
@@ -174,7 +178,8 @@ def _add_board(sub: argparse._SubParsersAction) -> None:
     bd.add_argument("--config", type=parse_config, default=parse_config(BOARD_CONFIG),
                     help=f"configuration (default {BOARD_CONFIG}: the smallest array, one "
                          "command queue; see BOARD_CONFIG in hw/board/npu_board.py)")
-    bd.add_argument("--out", default="build/board", help="output folder (default %(default)s)")
+    bd.add_argument("--out", type=output_path, default="build/board",
+                    help="output folder (default %(default)s)")
     bd.add_argument("--no-bitstream", action="store_true", help="stop after place and route")
     bd.add_argument("--clock-mhz", type=positive_float, default=DEFAULT_CLOCK_HZ / 1e6,
                     help="NPU clock made by the ECP5 PLL from the 25 MHz oscillator, 25 x M / "
@@ -197,10 +202,11 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     if args.no_pnr and args.no_route:
         parser.error("--no-route places without routing, --no-pnr skips place and route: "
                      "give one of them")
+    devices = (f"the devices are ECP5's, for place and route with --family ecp5: "
+               f"{', '.join(ECP5_DEVICES)}")
     if args.device is not None and args.family != "ecp5":     # it was ignored
         parser.error(f"--device {args.device}: --family {args.family} is synthesis only and "
-                     f"takes no device; the devices are ECP5's, for place and route with "
-                     f"--family ecp5: {', '.join(ECP5_DEVICES)}")
+                     f"takes no device; {devices}")
     for flag, given in (("--freq", args.freq != parser.get_default("freq")),
                         ("--no-route", args.no_route)):
         if given and (args.family != "ecp5" or args.no_pnr):    # they were ignored
@@ -209,5 +215,5 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
             parser.error(f"{flag} is for nextpnr's place and route: not with {without}")
     if args.device is not None and args.no_pnr:
         parser.error(f"--device {args.device} is the part nextpnr-ecp5 places on: not with "
-                     "--no-pnr")
+                     f"--no-pnr; {devices}")
     args.device = args.device or ECP5_DEVICE

@@ -113,7 +113,14 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``npu fuzz``."""
-    from cosim.cli.args import DRAM_HELP, help_text, int_at_least, parse_config, parse_dram
+    from cosim.cli.args import (
+        DRAM_HELP,
+        help_text,
+        int_at_least,
+        output_path,
+        parse_config,
+        parse_dram,
+    )
     from hw.config import NPUConfig
     from sw.dram import DramTiming
 
@@ -127,7 +134,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=parse_config, default=NPUConfig(), metavar="CFG",
                    help="configuration, e.g. 4x4 or 8x8,n_queues=2 (default 8x8)")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="first seed (default 0)")
-    p.add_argument("--json", metavar="PATH", help="write the totals as JSON")
+    p.add_argument("--json", type=output_path, metavar="PATH", help="write the totals as JSON")
     p.add_argument("--backend", choices=("rtl", "model"), default="rtl",
                    help="model: the functional against the performance model only")
     p.add_argument("--batch", type=int_at_least(1), default=200,

@@ -97,7 +97,13 @@ _AXIS_FLAGS = {"spad_rows": "--spad-rows", "acc_rows": "--acc-rows",
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``npu sweep`` to the subcommands ``sub``."""
     from cosim.bench.find import FIND_HELP
-    from cosim.cli.args import int_at_least, parse_config, parse_dram, positive_float
+    from cosim.cli.args import (
+        int_at_least,
+        output_folder,
+        parse_config,
+        parse_dram,
+        positive_float,
+    )
     from hw.config import NPUConfig
 
     sw = sub.add_parser("sweep", help="sweep designs x workloads: cycles, area, SQNR, "
@@ -154,9 +160,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="local Ray workers (default one per core); 0: no Ray, in this process")
     r.add_argument("--address", metavar="ADDR",
                    help="use an existing Ray cluster (e.g. auto or ray://host:10001)")
-    r.add_argument("--cache", type=Path, metavar="DIR",
+    r.add_argument("--cache", type=output_folder, metavar="DIR",
                    help="result cache (default build/sweep/cache)")
-    r.add_argument("--out", type=Path, default=Path("build/sweep/out"), metavar="DIR",
+    r.add_argument("--out", type=output_folder, default=Path("build/sweep/out"), metavar="DIR",
                    help="output folder (default build/sweep/out)")
     r.add_argument("--roofline", action="store_true",
                    help="also draw roofline.png: every point against its configuration's "

@@ -20,9 +20,9 @@ hardware had them is refused with a message naming the missing probes.
 
 Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable, empty or
 header-only file, a folder given as a file, an empty window, a missing signal or probe (the
-message says which line or signal), an output file that is a folder or in a folder that does
-not exist, or a save file of one's own in the way. Malformed value lines are skipped with a
-warning naming them.
+message says which line or signal), an output file that is a folder, in a folder that does
+not exist or named as a waveform (.vcd, .fst: cut's output alone is one), or a save file of
+one's own in the way. Malformed value lines are skipped with a warning naming them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,13 @@ __all__ = ["add_parser"]
 
 
 def _summarize(args: argparse.Namespace) -> int:
-    from cosim.waves import check_counters, counter_delta, load_counters, summarize
+    from cosim.waves import (
+        check_counters,
+        counter_delta,
+        counter_values,
+        load_counters,
+        summarize,
+    )
 
     counters = load_counters(args.counters) if args.counters else None
     if counters is not None and {"before", "after"} <= set(counters):
@@ -48,11 +54,13 @@ def _summarize(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         before, after = counters["before"], counters["after"]
-        s = summarize(args.file, start=int(before["cycles"]), end=int(after["cycles"]),
-                      unit="counter")
+        window = {"start": int(before["cycles"]), "end": int(after["cycles"]), "unit": "counter"}
         counters = counter_delta(before, after)
     else:
-        s = summarize(args.file, start=args.start, end=args.end)
+        window = {"start": args.start, "end": args.end}
+    if counters is not None:
+        counter_values(counters)        # an unknown name is refused before the VCD is read
+    s = summarize(args.file, **window)
     print(s.format(width=args.width))
     status = 0
     if counters is not None:
@@ -87,7 +95,10 @@ def _cut(args: argparse.Namespace) -> int:
     src = Path(args.file)
     out = args.out or src.with_name(f"{src.stem}.{args.start}-{args.end}{src.suffix}")
     r = cut(src, out, args.start, args.end, unit="time" if args.time else "cycle")
-    print(f"{r.out}: time {r.start_time}..{r.end_time}, read {r.bytes_in} bytes, "
+    # the window as given, first..last (as summarize prints it); its times too
+    cycles = "" if args.time else (f"cycles {args.start}..{args.end - 1} "
+                                   f"({args.end - args.start} cycles), ")
+    print(f"{r.out}: {cycles}time {r.start_time}..{r.end_time}, read {r.bytes_in} bytes, "
           f"wrote {r.bytes_out}")
     return 0
 
@@ -131,13 +142,18 @@ def _guard(func):
 #: Output options whose file is an image (matplotlib writes the format of the suffix).
 _IMAGES = ("png",)
 
+#: Suffixes of waveform files (the formats the tools read): no output but ``cut``'s has one.
+WAVEFORM_SUFFIXES = (".vcd", ".fst")
+
 
 def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
-                   args: argparse.Namespace) -> None:
+                   args: argparse.Namespace, *, waveform: bool = False) -> None:
     """Refuse an input waveform that is a folder, and an output file (``flags``: dest ->
-    option) that is the input waveform, a folder or in a folder that does not exist, before
-    the input is read (a folder was reported as ``[Errno 21]``, a missing folder as a
-    missing file; the input given as the output was overwritten)."""
+    option) that is the input waveform, a folder or in a folder that does not exist, or
+    that has a waveform's suffix (:data:`WAVEFORM_SUFFIXES`) unless the output is a
+    waveform (``waveform``: ``cut``'s), before the input is read (a folder was reported as
+    ``[Errno 21]``, a missing folder as a missing file; the input given as the output, or
+    another waveform, was overwritten)."""
     if Path(args.file).is_dir():
         parser.error(f"{args.file} is a folder; give a waveform file (VCD or FST)")
     for dest, flag in flags.items():
@@ -145,13 +161,15 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
         if path is None:
             continue
         folder = Path(path).parent
-        if not str(path):
-            parser.error(f"{flag}: give a file name")
         if Path(path).is_dir():
             parser.error(f"{flag} {path}: is a folder, give a file name")
         if Path(path).exists() and Path(args.file).exists() \
                 and Path(path).samefile(args.file):
             parser.error(f"{flag} {path}: that is the input waveform; give another file")
+        suffix = Path(path).suffix.lower()
+        if suffix in WAVEFORM_SUFFIXES and not waveform:
+            parser.error(f"{flag} {path}: {suffix} is a waveform's suffix and this writes no "
+                         "waveform; give another file name")
         if not folder.is_dir():
             parser.error(f"{flag} {path}: the output folder {folder} "
                          f"{'is not a folder' if folder.exists() else 'does not exist'}")
@@ -162,7 +180,7 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``waves`` command (with its subcommands) to the ``npu`` parser."""
-    from cosim.cli.args import help_text, int_at_least, positive_float
+    from cosim.cli.args import help_text, int_at_least, output_path, positive_float
     w = sub.add_parser("waves", help="summarize, cut, group and export VCD waveforms of runs",
                        description=help_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -185,7 +203,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "a snapshot pair {\"before\": ..., \"after\": ...} of "
                         "Device.counters(), checked over its own window (CYCLES before.cycles "
                         "to after.cycles)")
-    s.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
+    s.add_argument("--json", type=output_path, metavar="OUT",
+                   help="also write the summary as JSON")
     s.add_argument("--width", type=int_at_least(10), default=60,
                    help="timeline width in characters (at least 10)")
     s.set_defaults(func=_guard(_summarize),
@@ -199,7 +218,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                   "of the run (<stem>.waves.json). A save file there that it "
                                   "did not write (saved from GTKWave) is kept unless --force.")
     g.add_argument("file")
-    g.add_argument("-o", "--out", default=None, help="default <stem>.gtkw beside the input")
+    g.add_argument("-o", "--out", type=output_path, default=None,
+                   help="default <stem>.gtkw beside the input")
     g.add_argument("--force", action="store_true",
                    help="overwrite the output even if it is a save file that npu waves gtkw "
                         "did not write (one saved from GTKWave: its view and signals are lost)")
@@ -216,17 +236,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the window ends before this absolute cycle")
     c.add_argument("--time", action="store_true",
                    help="C1 and C2 are VCD time units, not cycles (both included)")
-    c.add_argument("-o", "--out", default=None,
+    c.add_argument("-o", "--out", type=output_path, default=None,
                    help="output (default <stem>.<C1>-<C2>.vcd beside the input)")
-    c.set_defaults(func=_guard(_cut), check_args=partial(_check_outputs, c, {"out": "-o"}))
+    c.set_defaults(func=_guard(_cut),
+                   check_args=partial(_check_outputs, c, {"out": "-o"}, waveform=True))
 
     t = ws.add_parser("trace", help="Perfetto/Chrome trace (and PNG timeline) from a VCD",
                       description="Command records from the VCD (the engines' take, done, "
                                   "queue, index and opcode probes) as a traceEvents JSON for "
                                   "ui.perfetto.dev.")
     t.add_argument("file")
-    t.add_argument("-o", "--out", default=None, help="default <stem>.trace.json")
-    t.add_argument("--png", default=None, help="also draw a PNG timeline")
+    t.add_argument("-o", "--out", type=output_path, default=None,
+                   help="default <stem>.trace.json")
+    t.add_argument("--png", type=output_path, default=None, help="also draw a PNG timeline")
     t.add_argument("--cycle-ns", type=positive_float, default=1.0,
                    help="ns per cycle in the trace (default 1: the viewer's ns are cycles)")
     t.set_defaults(func=_guard(_trace),

@@ -29,6 +29,7 @@ from cosim.waves.counters import (
     check_counter_snapshots,
     check_counters,
     counter_delta,
+    counter_values,
     load_counters,
 )
 from cosim.waves.gtkwave import (
@@ -55,7 +56,7 @@ from cosim.waves.window import CutResult, cut
 __all__ = [
     "find_npu_scope", "NpuSignals", "EngineProbes", "VcdProbeError", "locate_signals",
     "EngineStats", "Summary", "summarize", "CounterCheck", "check_counters", "counter_delta",
-    "check_counter_snapshots", "load_counters", "cut", "CutResult", "write_gtkw", "gtkw_text",
-    "refresh_gtkw", "foreign_gtkw", "GtkwExistsError", "GTKW_GROUPS", "GTKW_MARKERS",
-    "load_regions", "npu_gtkw",
+    "counter_values", "check_counter_snapshots", "load_counters", "cut", "CutResult",
+    "write_gtkw", "gtkw_text", "refresh_gtkw", "foreign_gtkw", "GtkwExistsError", "GTKW_GROUPS",
+    "GTKW_MARKERS", "load_regions", "npu_gtkw",
 ]

@@ -12,11 +12,18 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from cosim.waves.signals import AXI_CHANNELS
 from cosim.waves.summary import Summary, summarize
-from hw.isa import COUNTER_BITS
+from hw.isa import COUNTER_BITS, COUNTER_NAMES, ENGINE_NAMES
 
 __all__ = ["CounterCheck", "check_counters", "counter_delta", "check_counter_snapshots",
-           "load_counters"]
+           "load_counters", "KNOWN_COUNTERS", "counter_values"]
+
+#: The names a counters file may hold: ``cycles``, the counter block's
+#: (:data:`hw.isa.COUNTER_NAMES`), and the figures only the VCD has (commands taken per engine,
+#: handshakes per AXI channel).
+KNOWN_COUNTERS = ("cycles", *COUNTER_NAMES, *(f"commands.{e}" for e in ENGINE_NAMES),
+                  *(f"axi.{ch}" for ch in AXI_CHANNELS))
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,8 @@ class CounterCheck:
     mismatched : dict
         Name -> ``(vcd_value, counter_value)``.
     unchecked : list of str
-        Counters the VCD summary has no figure for.
+        Known counters the VCD summary has no figure for (the TLB's; those of engines or
+        stall sources the file does not hold).
     """
     matched: dict[str, int]
     mismatched: dict[str, tuple[int, int]]
@@ -39,7 +47,7 @@ class CounterCheck:
     @property
     def ok(self) -> bool:
         """No counter differs and at least one was compared (a check of only names the VCD
-        cannot measure, e.g. misspelt ones, checked nothing)."""
+        cannot measure checked nothing)."""
         return not self.mismatched and bool(self.matched)
 
     def format(self) -> str:
@@ -66,6 +74,30 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+def counter_values(counters: dict) -> dict[str, int]:
+    """Counter name -> value of a counters object, nested dicts flattened with ``.``
+    (``{"busy": {"load": 12}}`` is ``busy.load``).
+
+    Raises
+    ------
+    ValueError
+        If a name is not one of :data:`KNOWN_COUNTERS` (the message names it and lists
+        them; a misspelt name was reported as unchecked and its check passed).
+    TypeError
+        If a counter value is not an integer.
+    """
+    values = _flatten(counters)
+    unknown = [k for k in values if k not in KNOWN_COUNTERS]
+    if unknown:
+        raise ValueError(f"unknown counter{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))}; the counters are: "
+                         f"{', '.join(KNOWN_COUNTERS)}")
+    for k, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"counter {k!r} must be an integer, not {v!r}")
+    return values
+
+
 def check_counters(summary: Summary, counters: dict) -> CounterCheck:
     """Compare the summary's figures with hardware counter values of the same run.
 
@@ -74,7 +106,8 @@ def check_counters(summary: Summary, counters: dict) -> CounterCheck:
     summary : Summary
     counters : dict
         Counter name -> integer value; nested dicts are flattened with ``.``
-        (``{"busy": {"load": 12}}`` is ``busy.load``). Names as in :meth:`Summary.figures`.
+        (``{"busy": {"load": 12}}`` is ``busy.load``). Names of :data:`KNOWN_COUNTERS`, as in
+        :meth:`Summary.figures`.
 
     Returns
     -------
@@ -83,14 +116,12 @@ def check_counters(summary: Summary, counters: dict) -> CounterCheck:
 
     Raises
     ------
-    TypeError
-        If a counter value is not an integer.
+    ValueError, TypeError
+        As :func:`counter_values`.
     """
     figs = summary.figures()
     matched, mismatched, unchecked = {}, {}, []
-    for k, v in _flatten(counters).items():
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"counter {k!r} must be an integer, not {v!r}")
+    for k, v in counter_values(counters).items():
         if k not in figs:
             unchecked.append(k)
         elif figs[k] == v:
@@ -129,6 +160,8 @@ def check_counter_snapshots(vcd: Path | str, before: dict, after: dict, *,
     ------
     KeyError
         If a snapshot has no ``cycles``.
+    ValueError, TypeError
+        As :func:`counter_values`.
     VcdError, VcdFormatError, VcdSignalError
         As :func:`summarize` with ``unit="counter"``.
     """

@@ -86,6 +86,20 @@ def test_bench_table_columns_fit_long_names_and_shapes():
     assert lines[header].split()[:3] == ["config", "size", "cycles"]
 
 
+def test_bench_speed_table_fits_long_configuration_names():
+    """The co-simulation speed table's run column takes the longest run (``attention L=32
+    8x8,dma_outstanding=2`` pushed its figures out of their columns)."""
+    res = run_bench([NPUConfig(rows=4, cols=4)], [8], attention_len=0, backend="model")
+    res["cosim_speed"]["runs"] = [
+        {"run": run, "cycles": cycles, "job_seconds": 1.0, "cycles_per_second": cycles}
+        for run, cycles in (("gemm 8x8", 100), ("attention L=32 8x8,dma_outstanding=2",
+                                                 123456))]
+    lines = [line for line in format_bench(res).splitlines() if line.endswith("cycles/s")]
+    assert len(lines) == 2
+    assert lines[0].index(" cycles ") == lines[1].index(" cycles ")
+    assert "8x8,dma_outstanding=2 " in lines[1]
+
+
 def test_bench_progress_names_only_the_gemms_there_are(capsys):
     """The progress line lists the square sizes and the shapes in words, and only the kinds
     there are (it printed ``GEMM sweep [8] [] on ...`` and ``[[1, 24, 16]]``)."""

@@ -1,6 +1,10 @@
 """The CLI rejects bad arguments up front, with one-line messages (no build, no traceback)."""
 
 import argparse
+import contextlib
+import os
+import signal
+import sys
 
 import pytest
 
@@ -246,7 +250,10 @@ def test_run_names_no_python_error_class(capsys):
      "--device 25k: --family ice40 is synthesis only and takes no device; the devices are "
      "ECP5's, for place and route with --family ecp5: 12k, 25k, 45k, 85k, um-25k"),
     (["area", "--family", "generic", "--device", "85k"], "--family generic is synthesis only"),
-    (["area", "--no-pnr", "--device", "45k"], "not with --no-pnr"),
+    # named the devices as the line above does (it named none)
+    (["area", "--no-pnr", "--device", "45k"], "--device 45k is the part nextpnr-ecp5 places "
+     "on: not with --no-pnr; the devices are ECP5's, for place and route with --family ecp5: "
+     "12k, 25k, 45k, 85k, um-25k"),
     # nextpnr's options without nextpnr were ignored
     (["area", "--family", "ice40", "--freq", "30"],
      "--freq is for nextpnr's place and route: not with --family ice40 (synthesis only)"),
@@ -299,6 +306,25 @@ def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["verilog"], "--out"), (["area"], "--out"), (["board"], "--out"), (["area"], "--json"),
+    (["run"], "--json"), (["run"], "--trace"), (["run"], "--trace-png"), (["bench"], "--json"),
+    (["bench"], "--roofline"), (["fuzz"], "--json"),
+    (["sweep", "--workload", "gemm:8x8x8"], "--out"),
+    (["sweep", "--workload", "gemm:8x8x8"], "--cache"),
+    (["waves", "trace", "x.vcd"], "-o/--out"), (["waves", "trace", "x.vcd"], "--png"),
+    (["waves", "summarize", "x.vcd"], "--json"),
+])
+def test_an_empty_output_path_is_refused_as_it_is_parsed(argv, flag, capsys):
+    """``--out ''`` wrote into the current folder, ``--json ''`` was ignored."""
+    from cosim.cli import build_parser
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([*argv, flag.split("/")[0], ""])
+    assert e.value.code == 2
+    assert (f"argument {flag}: the path is empty; give a file or folder name"
+            in capsys.readouterr().err)
+
+
 def test_waves_refuse_the_input_as_output(tmp_path, monkeypatch, capsys):
     """``-o``/``--json`` naming the input waveform overwrote it (exit 0); a ``.waves.json``
     of the wrong shape gave a traceback."""
@@ -321,6 +347,29 @@ def test_waves_refuse_the_input_as_output(tmp_path, monkeypatch, capsys):
     (tmp_path / "w.waves.json").write_text(
         '{"regions": [{"name": "qkv", "start_cycle": 5}], "clock_period_ns": 10}')
     assert load_regions(wave) == ([{"name": "qkv", "start_cycle": 5}], 10)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["trace", "w.vcd", "-o", "c.vcd"], "-o"),
+    (["gtkw", "w.vcd", "-o", "c.VCD", "--force"], "-o"),
+    (["gtkw", "w.vcd", "-o", "c.fst"], "-o"),
+    (["summarize", "w.vcd", "--json", "c.fst"], "--json"),
+])
+def test_waves_refuse_a_waveform_name_for_other_outputs(argv, flag, tmp_path, monkeypatch,
+                                                        capsys):
+    """``trace -o c.vcd`` overwrote another waveform with JSON, ``gtkw -o c.vcd --force``
+    with a save file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w.vcd").write_text("$timescale 1ns $end\n")
+    other = tmp_path / argv[argv.index(flag) + 1]
+    other.write_text("another waveform\n")
+    with pytest.raises(SystemExit) as e:
+        main(["waves", *argv])
+    assert e.value.code == 2
+    suffix = other.suffix.lower()
+    assert (f"{flag} {other.name}: {suffix} is a waveform's suffix and this writes no "
+            "waveform; give another file name") in capsys.readouterr().err
+    assert other.read_text() == "another waveform\n"
 
 
 @pytest.mark.parametrize("argv", [["gtkw"], ["summarize"], ["trace"],
@@ -372,6 +421,32 @@ def test_verilog_lint_without_icarus_skips_it(tmp_path, monkeypatch, capsys):
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "verilator: clean" in out and "icarus: skipped, iverilog not found" in out
+
+
+@contextlib.contextmanager
+def closed_pipe_stdout():
+    """Standard output to a pipe whose reader has gone (``npu ... | head`` after ``head``
+    exits), SIGPIPE ignored as Python starts (vcdvcd's import resets it to the default, which
+    would end pytest); yields the stream."""
+    read, write = os.pipe()
+    os.close(read)
+    handler, saved = signal.signal(signal.SIGPIPE, signal.SIG_IGN), sys.stdout
+    try:
+        with open(write, "w") as stream:
+            sys.stdout = stream
+            yield stream
+    finally:
+        sys.stdout = saved
+        signal.signal(signal.SIGPIPE, handler)
+
+
+def test_a_closed_output_pipe_ends_quietly(capsys):
+    """``npu ... | head`` printed ``[Errno 32] Broken pipe`` (here: ``--help``, while the
+    arguments are parsed)."""
+    with closed_pipe_stdout() as stream:
+        assert main(["--help"]) == 1
+        stream.write("more")        # now to /dev/null: the exit's flush does not fail
+    assert capsys.readouterr().err == ""
 
 
 def test_help_texts_carry_no_rst_markup():

@@ -66,6 +66,15 @@ def test_spec_and_dict_round_trip(text):
         t.bytes_per_cycle is None)     # in words (it said "bandwidth bus")
 
 
+@pytest.mark.parametrize("text, stalls", [
+    ("stall=1e-3", "AR 0.1%, R 0.1%, AW 0.1%, W 0.1%, B 0.1%"),     # said 0%
+    ("r_stall=0.99999", "R 99.999%"),                              # said 100%
+    ("ar_stall=0.3,b_stall=0.07", "AR 30%, B 7%"),
+])
+def test_describe_keeps_a_stall_probabilitys_digits(text, stalls):
+    assert f"backpressure {stalls} (seed " in DramTiming.parse(text).describe()
+
+
 def test_bandwidth_is_an_exact_fraction():
     assert DramTiming(bytes_per_cycle=2.5).bw_fraction == (5, 2)
     assert DramTiming(bytes_per_cycle=4.8).bw_fraction == (24, 5)

@@ -85,16 +85,23 @@ def test_counters_check(run):
     s = summarize(vcd)
     exp = expected_figures(rows)
     good = check_counters(s, {"cycles": exp["cycles"], "busy": {"load": exp["busy.load"]},
-                              "bytes_read": exp["bytes_read"], "stall.matrix.no_input": 7})
-    assert good.ok and good.unchecked == ["stall.matrix.no_input"] and len(good.matched) == 3
+                              "bytes_read": exp["bytes_read"], "tlb.load.hits": 7})
+    assert good.ok and good.unchecked == ["tlb.load.hits"] and len(good.matched) == 3
     bad = check_counters(s, {"cycles": exp["cycles"] + 1, "axi.w": exp["axi.w"]})
     assert not bad.ok and bad.mismatched == {"cycles": (exp["cycles"], exp["cycles"] + 1)}
     assert "MISMATCH cycles" in bad.format()
     with pytest.raises(TypeError, match="must be an integer"):
         check_counters(s, {"cycles": "12"})
-    # only names the VCD has no figure for (a typo) compared nothing: not a pass
-    typo = check_counters(s, {"cycels": exp["cycles"]})
-    assert not typo.ok and typo.unchecked == ["cycels"] and "nothing compared" in typo.format()
+    # only names the VCD has no figure for compared nothing: not a pass
+    none = check_counters(s, {"tlb.store.faults": 0})
+    assert not none.ok and none.unchecked == ["tlb.store.faults"]
+    assert "nothing compared" in none.format()
+    # a name that is no counter (a typo) is an error naming it and the counters (it was
+    # reported unchecked, and the check of the others passed)
+    with pytest.raises(ValueError, match=r"^unknown counters 'cycels', 'stall.matrix.spad'; the "
+                                         r"counters are: cycles, bytes_read, .*, axi\.b$"):
+        check_counters(s, {"cycels": exp["cycles"], "busy.load": exp["busy.load"],
+                           "stall": {"matrix": {"spad": 0}}})
 
 
 @pytest.fixture(scope="module")
@@ -418,9 +425,20 @@ def test_cli(run, tmp_path, capsys):
     assert json.loads((tmp_path / "s.json").read_text())["figures"] == exp
     counters.write_text(json.dumps({"cycles": 1}))
     assert npu_main(["waves", "summarize", str(vcd), "--counters", str(counters)]) == 1
+    counters.write_text(json.dumps({"cycles": exp["cycles"], "cycels": 1}))
+    capsys.readouterr()
+    assert npu_main(["waves", "summarize", str(vcd), "--counters", str(counters)]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""        # refused before the VCD is read
+    assert out.err.startswith("npu waves summarize: unknown counter 'cycels'; the counters "
+                              "are: cycles, bytes_read, ")
     assert npu_main(["waves", "gtkw", str(vcd), "-o", str(tmp_path / "g.gtkw")]) == 0
+    capsys.readouterr()
     assert npu_main(["waves", "cut", str(vcd), "--from", "10", "--to", "20",
                      "-o", str(tmp_path / "c.vcd")]) == 0
+    # the window in cycles, as given (it said time units alone)
+    assert re.match(rf"{tmp_path / 'c.vcd'}: cycles 10..19 \(10 cycles\), time \d+..\d+, ",
+                    capsys.readouterr().out)
     assert npu_main(["waves", "trace", str(vcd), "-o", str(tmp_path / "t.json"),
                      "--png", str(tmp_path / "t.png")]) == 0
     assert (tmp_path / "t.png").read_bytes()[:8] == PNG_MAGIC
@@ -429,6 +447,14 @@ def test_cli(run, tmp_path, capsys):
     capsys.readouterr()
     assert npu_main(["waves", "summarize", str(bad)]) == 2
     assert "bad.vcd:1: bad $timescale" in capsys.readouterr().err
+
+
+def test_summary_into_a_closed_pipe_ends_quietly(run, capsys):
+    """``npu waves summarize run.vcd | head`` printed ``[Errno 32] Broken pipe``, exit 2."""
+    from tests.cosim.test_cli import closed_pipe_stdout
+    with closed_pipe_stdout():
+        assert npu_main(["waves", "summarize", str(run[1])]) == 1
+    assert capsys.readouterr().err == ""
 
 
 def test_trace_checks_the_image_suffix_before_writing(run, tmp_path, capsys):
