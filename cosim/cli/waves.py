@@ -54,8 +54,12 @@ def _summarize(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         before, after = counters["before"], counters["after"]
-        window = {"start": int(before["cycles"]), "end": int(after["cycles"]), "unit": "counter"}
         counters = counter_delta(before, after)
+        if "cycles" not in counters:
+            print("npu waves summarize: the counter snapshot pair has no 'cycles' (its window)",
+                  file=sys.stderr)
+            return 2
+        window = {"start": int(before["cycles"]), "end": int(after["cycles"]), "unit": "counter"}
     else:
         window = {"start": args.start, "end": args.end}
     if counters is not None:
@@ -93,7 +97,7 @@ def _cut(args: argparse.Namespace) -> int:
     from cosim.waves import cut
 
     src = Path(args.file)
-    out = args.out or src.with_name(f"{src.stem}.{args.start}-{args.end}{src.suffix}")
+    out = args.out or src.with_name(f"{src.stem}.{args.start}-{args.end}.vcd")   # of an FST too
     r = cut(src, out, args.start, args.end, unit="time" if args.time else "cycle")
     # the window as given, first..last (as summarize prints it); its times too
     cycles = "" if args.time else (f"cycles {args.start}..{args.end - 1} "
@@ -150,10 +154,10 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
                    args: argparse.Namespace, *, waveform: bool = False) -> None:
     """Refuse an input waveform that is a folder, and an output file (``flags``: dest ->
     option) that is the input waveform, a folder or in a folder that does not exist, or
-    that has a waveform's suffix (:data:`WAVEFORM_SUFFIXES`) unless the output is a
-    waveform (``waveform``: ``cut``'s), before the input is read (a folder was reported as
+    that has a waveform's suffix (:data:`WAVEFORM_SUFFIXES`) unless the output is a VCD
+    (``waveform``: ``cut``'s), before the input is read (a folder was reported as
     ``[Errno 21]``, a missing folder as a missing file; the input given as the output, or
-    another waveform, was overwritten)."""
+    another waveform, was overwritten; ``cut -o x.fst`` wrote VCD text)."""
     if Path(args.file).is_dir():
         parser.error(f"{args.file} is a folder; give a waveform file (VCD or FST)")
     for dest, flag in flags.items():
@@ -170,6 +174,8 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
         if suffix in WAVEFORM_SUFFIXES and not waveform:
             parser.error(f"{flag} {path}: {suffix} is a waveform's suffix and this writes no "
                          "waveform; give another file name")
+        if waveform and suffix in WAVEFORM_SUFFIXES and suffix != ".vcd":
+            parser.error(f"{flag} {path}: this writes a VCD; give a .vcd name")
         if not folder.is_dir():
             parser.error(f"{flag} {path}: the output folder {folder} "
                          f"{'is not a folder' if folder.exists() else 'does not exist'}")

@@ -137,11 +137,22 @@ def counter_delta(before: dict, after: dict) -> dict[str, int]:
 
     Raises
     ------
-    KeyError
-        If a name of ``after`` is missing in ``before``.
+    ValueError
+        If a name of ``after`` is missing in ``before``, or a value is not an integer (the
+        message names them).
     """
-    return {k: (int(v) - int(before[k])) % (1 << COUNTER_BITS.get(k, 32))
-            for k, v in after.items()}
+    missing = [k for k in after if k not in before]
+    if missing:
+        raise ValueError(f"counter snapshot pair: {', '.join(map(repr, missing))} in 'after' "
+                         "but not in 'before'")
+    out = {}
+    for k, v in after.items():
+        try:
+            out[k] = (int(v) - int(before[k])) % (1 << COUNTER_BITS.get(k, 32))
+        except (TypeError, ValueError):
+            raise ValueError(f"counter snapshot pair: {k!r} is {before[k]!r} before and {v!r} "
+                             "after; give integers") from None
+    return out
 
 
 def check_counter_snapshots(vcd: Path | str, before: dict, after: dict, *,

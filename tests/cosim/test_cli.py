@@ -372,6 +372,17 @@ def test_waves_refuse_a_waveform_name_for_other_outputs(argv, flag, tmp_path, mo
     assert other.read_text() == "another waveform\n"
 
 
+def test_waves_cut_writes_only_a_vcd(tmp_path, capsys):
+    """``cut -o x.fst`` wrote VCD text into an FST-named file."""
+    (tmp_path / "w.vcd").write_text("$timescale 1ns $end\n")
+    with pytest.raises(SystemExit) as e:
+        main(["waves", "cut", str(tmp_path / "w.vcd"), "--from", "0", "--to", "1",
+              "-o", str(tmp_path / "x.fst")])
+    assert e.value.code == 2
+    assert "x.fst: this writes a VCD; give a .vcd name" in capsys.readouterr().err
+    assert not (tmp_path / "x.fst").exists()
+
+
 @pytest.mark.parametrize("argv", [["gtkw"], ["summarize"], ["trace"],
                                   ["cut", "--from", "0", "--to", "1"]])
 def test_waves_refuse_a_folder_as_the_waveform(argv, tmp_path, capsys):

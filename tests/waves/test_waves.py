@@ -157,6 +157,15 @@ def test_counter_window_and_snapshot_pair(counter_run, tmp_path, capsys):
     assert f"{len(names)} equal, 0 different" in out and "CYCLES 100..899" in out
     assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair),
                      "--from", "3"]) == 2
+    # a name only in "after", or a value that is no integer: one line, exit 2 (a traceback)
+    missing = {"before": {k: v for k, v in before.items() if k != "busy.load"}, "after": after}
+    not_int = {"before": before | {"busy.load": "x"}, "after": after}
+    for bad in (missing, not_int):
+        pair.write_text(json.dumps(bad))
+        capsys.readouterr()
+        assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair)]) == 2
+        err = capsys.readouterr().err
+        assert "counter snapshot pair: 'busy.load'" in err and "Traceback" not in err
 
 
 def test_cut_keeps_window_exactly(run, tmp_path):
