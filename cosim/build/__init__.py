@@ -44,7 +44,7 @@ from sw.perf.memory import DRAM_READ_QUEUE, dram_read_queue
 __all__ = [
     "ROOT", "BUILD_ROOT", "WAVES_ROOT", "DEFAULT_DESIGN", "CosimBuildError", "SimBuild",
     "generate_verilog", "build_sim", "verilator_root", "WAVES_FORMATS", "TB_SCOPE",
-    "NPU_SCOPE", "design_blocks", "trace_vars", "sim_is_built",
+    "NPU_SCOPE", "design_blocks", "trace_vars", "sim_build_state",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -385,18 +385,22 @@ def _sim_plan(config: NPUConfig, verilog: Path, waves: bool, internal_clock: boo
                     h.hexdigest())
 
 
-def sim_is_built(config: NPUConfig, *, waves: bool = False, design: str = DEFAULT_DESIGN,
-                 internal_clock: bool = True, public_all: bool = False,
-                 waves_format: str = "vcd") -> bool:
-    """Whether :func:`build_sim` with these arguments would return a cached simulator
-    (nothing to generate or build), judged by the same stamps it checks; seconds cheaper
-    than it (so that a caller can say whether a build is coming)."""
+def sim_build_state(config: NPUConfig, *, waves: bool = False, design: str = DEFAULT_DESIGN,
+                    internal_clock: bool = True, public_all: bool = False,
+                    waves_format: str = "vcd") -> str:
+    """What :func:`build_sim` with these arguments will do, judged by the same stamps it
+    checks (seconds cheaper than it, so that a caller can say whether a build is coming):
+    ``"built"`` (nothing), ``"verilog"`` (the hardware sources changed since the simulator
+    was built from its Verilog: the Verilog is regenerated, about 10 s, and the simulator
+    rebuilt only if the Verilog changed) or ``"build"`` (the simulator is built)."""
     verilog, stamp, digest = _verilog_plan(config, design)
-    if not _stamped(verilog, stamp, digest):
-        return False
+    if not verilog.is_file():
+        return "build"
     plan = _sim_plan(config, verilog, waves, internal_clock, public_all,
                      waves_format if waves else "vcd")
-    return _stamped(plan.exe, plan.stamp, plan.digest)
+    if not _stamped(plan.exe, plan.stamp, plan.digest):
+        return "build"
+    return "built" if _stamped(verilog, stamp, digest) else "verilog"
 
 
 def _build_sim(config: NPUConfig, waves: bool, design: str, internal_clock: bool,

@@ -108,11 +108,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result["model_seconds"] = round(backend.sim_seconds, 2)
         result["modelled_cycles"] = backend.cycle
     else:
-        from cosim.build import sim_is_built
+        from cosim.build import sim_build_state
         from cosim.tb.harness import run_job
-        built = sim_is_built(args.config, waves=args.waves, waves_format=args.waves_format)
-        build = "" if built else (" (building its simulator first, for this configuration"
-                                  f"{' traced' if args.waves else ''}: one to two minutes)")
+        state = sim_build_state(args.config, waves=args.waves, waves_format=args.waves_format)
+        build = {"built": "",
+                 "verilog": " (the hardware sources changed: regenerating its Verilog, about "
+                            "10 s, then rebuilding its simulator only if the Verilog changed)",
+                 "build": " (building its simulator first, for this configuration"
+                          f"{' traced' if args.waves else ''}: one to two minutes)"}[state]
         print(f"co-simulating the {args.config.spec} NPU on Verilator{build}...",
               file=sys.stderr)
         run = run_job(args.config, f"{workload.__name__}:{job}", job_args,

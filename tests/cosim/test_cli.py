@@ -183,19 +183,22 @@ def test_run_refuses_before_the_build(argv, message, no_build, capsys):
     assert message in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("built", [True, False])
-def test_run_says_it_builds_only_when_it_will(built, no_build, monkeypatch, capsys):
-    """The banner said that a first run builds the simulator on every run, built or not."""
+@pytest.mark.parametrize("state", ["built", "verilog", "build"])
+def test_run_says_it_builds_only_when_it_will(state, no_build, monkeypatch, capsys):
+    """The banner said that a first run builds the simulator on every run, built or not, and
+    after a hardware edit that left the Verilog as it was (a 10 s regeneration)."""
     import cosim.build
-    monkeypatch.setattr(cosim.build, "sim_is_built", lambda config, **kw: built,
+    monkeypatch.setattr(cosim.build, "sim_build_state", lambda config, **kw: state,
                         raising=False)     # absent before: fail on the banner, not here
     with pytest.raises(AssertionError, match="reached the Verilator build"):
         main(["run", "--layers", "0"])
     err = capsys.readouterr().err
     assert "co-simulating the 8x8 NPU on Verilator" in err
-    assert ("build" in err) is not built
     assert ("building its simulator first, for this configuration: one to two minutes"
-            in err) is not built
+            in err) is (state == "build")
+    assert ("regenerating its Verilog, about 10 s, then rebuilding its simulator only if the "
+            "Verilog changed" in err) is (state == "verilog")
+    assert ("build" in err) is (state != "built")
 
 
 def test_run_with_a_small_dram_that_holds_the_job_goes_on(no_build, capsys):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cosim.build import WAVES_ROOT, CosimBuildError, build_sim, sim_is_built
+from cosim.build import WAVES_ROOT, CosimBuildError, build_sim, sim_build_state
 from cosim.tb.harness import CosimJobError, run_job, run_on_rtl, waves_dir
 from hw.config import NPUConfig
 from hw.isa import CSR_ID_VALUE
@@ -25,13 +25,19 @@ def run(job: str, args: dict | None = None, *, name: str, **kw):
 
 def test_build_is_cached(tmp_path, monkeypatch):
     build_sim(CONFIG, design=DESIGN)
-    assert sim_is_built(CONFIG, design=DESIGN)      # what npu run's banner asks
+    assert sim_build_state(CONFIG, design=DESIGN) == "built"    # what npu run's banner asks
     again = build_sim(CONFIG, design=DESIGN)
     assert again.cached
     assert (again.build_dir / "tb_top").is_file()
     import cosim.build
+    # a hardware source edited (its digest changes): the Verilog is regenerated first
+    real = cosim.build._verilog_plan
+    monkeypatch.setattr(cosim.build, "_verilog_plan",
+                        lambda *a, **k: (*real(*a, **k)[:2], "edited"))
+    assert sim_build_state(CONFIG, design=DESIGN) == "verilog"
+    monkeypatch.setattr(cosim.build, "_verilog_plan", real)
     monkeypatch.setattr(cosim.build, "BUILD_ROOT", tmp_path)     # nothing built there
-    assert not sim_is_built(CONFIG, design=DESIGN)
+    assert sim_build_state(CONFIG, design=DESIGN) == "build"
 
 
 def test_csr_id_and_cycles():
