@@ -138,13 +138,14 @@ def counter_delta(before: dict, after: dict) -> dict[str, int]:
     Raises
     ------
     ValueError
-        If a name of ``after`` is missing in ``before``, or a value is not an integer (the
-        message names them).
+        If a name is in one snapshot only, or a value is not an integer (the message names
+        them).
     """
-    missing = [k for k in after if k not in before]
-    if missing:
-        raise ValueError(f"counter snapshot pair: {', '.join(map(repr, missing))} in 'after' "
-                         "but not in 'before'")
+    for a, b, name in ((after, before, "'after'"), (before, after, "'before'")):
+        missing = [k for k in a if k not in b]
+        if missing:
+            raise ValueError(f"counter snapshot pair: {', '.join(map(repr, missing))} in "
+                             f"{name} only; give both snapshots the same names")
     out = {}
     for k, v in after.items():
         try:
@@ -184,11 +185,30 @@ def check_counter_snapshots(vcd: Path | str, before: dict, after: dict, *,
 def load_counters(path: Path | str) -> dict:
     """Read a counters JSON file: an object of integers, possibly nested, or a snapshot pair
     ``{"before": {...}, "after": {...}}`` of ``Device.counters()`` (see
-    :func:`check_counter_snapshots`)."""
+    :func:`check_counter_snapshots`).
+
+    Raises
+    ------
+    ValueError
+        If the file is not JSON, not an object, an empty object, or a snapshot pair without
+        one of its halves or with a half that is not an object.
+    """
     try:
         data = json.loads(Path(path).read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not JSON ({e})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: counters must be a JSON object")
+    if not data:
+        raise ValueError(f"{path}: no counters in it")
+    halves = {"before", "after"} & set(data)
+    if halves:
+        if halves != {"before", "after"}:
+            (missing,) = {"before", "after"} - halves
+            raise ValueError(f"{path}: a snapshot pair needs 'before' and 'after'; it has no "
+                             f"{missing!r}")
+        for half in ("before", "after"):
+            if not isinstance(data[half], dict):
+                raise ValueError(f"{path}: {half!r} must be an object of counters, not "
+                                 f"{json.dumps(data[half])}")
     return data

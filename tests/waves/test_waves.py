@@ -160,12 +160,23 @@ def test_counter_window_and_snapshot_pair(counter_run, tmp_path, capsys):
     # a name only in "after", or a value that is no integer: one line, exit 2 (a traceback)
     missing = {"before": {k: v for k, v in before.items() if k != "busy.load"}, "after": after}
     not_int = {"before": before | {"busy.load": "x"}, "after": after}
-    for bad in (missing, not_int):
+    # and a name only in "before" (it was left out of the check without a word), half a pair
+    # ("unknown counter 'before.cycles'"), a half that is no object, an empty file (exit 1)
+    only_before = {"before": before, "after": {k: v for k, v in after.items()
+                                                if k != "busy.load"}}
+    for bad, message in ((missing, "counter snapshot pair: 'busy.load' in 'after' only"),
+                         (not_int, "counter snapshot pair: 'busy.load' is 'x' before"),
+                         (only_before, "counter snapshot pair: 'busy.load' in 'before' only"),
+                         ({"before": before}, "a snapshot pair needs 'before' and 'after'; "
+                                              "it has no 'after'"),
+                         ({"before": None, "after": after}, "'before' must be an object of "
+                                                            "counters, not null"),
+                         ({}, "no counters in it")):
         pair.write_text(json.dumps(bad))
         capsys.readouterr()
         assert npu_main(["waves", "summarize", str(vcd), "--counters", str(pair)]) == 2
         err = capsys.readouterr().err
-        assert "counter snapshot pair: 'busy.load'" in err and "Traceback" not in err
+        assert message in err and "Traceback" not in err
 
 
 def test_cut_keeps_window_exactly(run, tmp_path):
