@@ -34,6 +34,7 @@ from cosim.cli.args import (
     DRAM_HELP,
     check_dram_arg,
     check_json_arg,
+    dram_line,
     help_text,
     output_path,
     parse_config,
@@ -115,7 +116,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                  "verilog": " (the hardware sources changed: regenerating its Verilog, about "
                             "10 s, then rebuilding its simulator only if the Verilog changed)",
                  "build": " (building its simulator first, for this configuration"
-                          f"{' traced' if args.waves else ''}: one to two minutes)"}[state]
+                          f"{', traced' if args.waves else ''}: one to two minutes)"}[state]
         print(f"co-simulating the {args.config.spec} NPU on Verilator{build}...",
               file=sys.stderr)
         run = run_job(args.config, f"{workload.__name__}:{job}", job_args,
@@ -130,7 +131,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if "profile" in result:
         from sw.runtime.profile_export import write_outputs
         print(write_outputs(result.pop("profile"), args.trace, args.trace_png))
-    print(f"DRAM timing: {args.dram.describe()}")
+    print(dram_line(args.dram, args.backend))
     print(fmt(result))
     if "waves" in result:
         print(result["waves"])

@@ -12,7 +12,8 @@ from sw.dram import PRESETS, DramTiming, DramTimingError
 
 __all__ = ["CONFIG_HELP", "parse_config", "parse_dram", "DRAM_HELP", "int_at_least", "seq_len",
            "attention_len", "gemm_shape", "help_text", "check_dram_arg", "check_json_arg",
-           "check_out_dir", "check_image_suffix", "output_path", "output_folder"]
+           "check_out_dir", "check_image_suffix", "output_path", "output_folder", "dram_line",
+           "WAVEFORM_SUFFIXES"]
 
 
 #: How ``--config`` is written, for help texts.
@@ -96,6 +97,19 @@ def positive_float(text: str) -> float:
     return value
 
 
+#: Suffixes of waveform files (the formats ``npu waves`` reads): no output but ``npu waves
+#: cut``'s (a VCD) has one.
+WAVEFORM_SUFFIXES = (".vcd", ".fst")
+
+
+def dram_line(dram: DramTiming, backend: str) -> str:
+    """The ``DRAM timing: ...`` line of a run's report: the timing's description, or that the
+    functional model (``backend == "model"``) has none (it printed ``ideal: read latency 3
+    cycles ...`` while refusing ``--dram``)."""
+    return "DRAM timing: " + ("none: the functional model is untimed" if backend == "model"
+                              else dram.describe())
+
+
 def output_path(text: str) -> str:
     """An argparse ``type`` for an output file or folder (``--out``, ``--json``, ...): the
     path as given.
@@ -107,7 +121,7 @@ def output_path(text: str) -> str:
         ignored).
     """
     if not text:
-        raise argparse.ArgumentTypeError("the path is empty; give a file or folder name")
+        raise argparse.ArgumentTypeError("the path is empty; give a name")
     return text
 
 
@@ -157,8 +171,10 @@ _IMAGE_FLAGS = ("trace_png", "roofline")
 
 def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject a ``--json`` (``--trace``, ``--trace-png``, ``--roofline``) path that cannot be
-    written before the work starts: a folder, a file whose folder cannot be made or written
-    (missing folders are made here), or an image whose suffix matplotlib cannot write."""
+    written before the work starts: a folder, a name with a waveform's suffix
+    (:data:`WAVEFORM_SUFFIXES`: ``--trace x.vcd`` wrote JSON there), a file whose folder
+    cannot be made or written (missing folders are made here), or an image whose suffix
+    matplotlib cannot write."""
     for flag in ("json", "trace", *_IMAGE_FLAGS):
         path = getattr(args, flag, None)
         if not path:
@@ -167,6 +183,9 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         target = Path(path)
         if target.is_dir():
             parser.error(f"{name} {path}: is a folder, give a file name")
+        if target.suffix.lower() in WAVEFORM_SUFFIXES:
+            parser.error(f"{name} {path}: {target.suffix} is a waveform's suffix and this "
+                         "writes no waveform; give another file name")
         if flag in _IMAGE_FLAGS:
             check_image_suffix(parser, name, path)
         # its folder is made now (as the file would be written later), so that a path that

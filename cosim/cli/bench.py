@@ -12,6 +12,7 @@ from cosim.cli.args import (
     attention_len,
     check_dram_arg,
     check_json_arg,
+    dram_line,
     gemm_shape,
     int_at_least,
     output_path,
@@ -39,7 +40,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                     progress=lambda m: print(m, file=sys.stderr, flush=True),
                     json_path=Path(args.json) if args.json else None, dram=args.dram,
                     roofline_path=Path(args.roofline) if args.roofline else None)
-    print(f"DRAM timing: {args.dram.describe()}")
+    print(dram_line(args.dram, args.backend))
     print(format_bench(res))
     for path in (args.json, args.roofline):
         if path:

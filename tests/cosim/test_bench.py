@@ -121,7 +121,11 @@ def test_cli_bench_model(tmp_path, capsys):
     path = tmp_path / "b.json"
     assert main(["bench", "--backend", "model", "--configs", "4x4", "--sizes", "8",
                  "--attention-len", "0", "--json", str(path)]) == 0
-    assert "untimed backend" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "untimed backend" in out
+    # the functional model has no DRAM timing (it printed ideal's while refusing --dram)
+    assert "DRAM timing: none: the functional model is untimed" in out
+    assert "read latency" not in out
     assert json.loads(path.read_text())["sizes"] == [8]
 
 

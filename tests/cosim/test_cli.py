@@ -324,8 +324,23 @@ def test_an_empty_output_path_is_refused_as_it_is_parsed(argv, flag, capsys):
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args([*argv, flag.split("/")[0], ""])
     assert e.value.code == 2
-    assert (f"argument {flag}: the path is empty; give a file or folder name"
+    assert (f"argument {flag}: the path is empty; give a name"
             in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv, flag, name", [
+    (["run", "--backend", "perf", "--block"], "--trace", "x.vcd"),
+    (["run"], "--json", "x.fst"), (["bench", "--backend", "perf"], "--json", "x.VCD"),
+])
+def test_report_outputs_refuse_a_waveform_name(argv, flag, name, tmp_path, capsys):
+    """``npu run --trace x.vcd`` wrote a Perfetto JSON named as a waveform (npu waves
+    trace -o x.vcd is refused)."""
+    with pytest.raises(SystemExit) as e:
+        main([*argv, flag, str(tmp_path / name)])
+    assert e.value.code == 2
+    assert (f"{name}: {name[1:]} is a waveform's suffix and this writes no waveform"
+            in capsys.readouterr().err)
+    assert not (tmp_path / name).exists()
 
 
 def test_waves_refuse_the_input_as_output(tmp_path, monkeypatch, capsys):
@@ -375,15 +390,16 @@ def test_waves_refuse_a_waveform_name_for_other_outputs(argv, flag, tmp_path, mo
     assert other.read_text() == "another waveform\n"
 
 
-def test_waves_cut_writes_only_a_vcd(tmp_path, capsys):
-    """``cut -o x.fst`` wrote VCD text into an FST-named file."""
+@pytest.mark.parametrize("name", ["x.fst", "x.vcd.gz", "x.gtkw"])
+def test_waves_cut_writes_only_a_vcd(name, tmp_path, capsys):
+    """``cut -o x.fst`` (or ``.vcd.gz``, ``.gtkw``) wrote VCD text under that name."""
     (tmp_path / "w.vcd").write_text("$timescale 1ns $end\n")
     with pytest.raises(SystemExit) as e:
         main(["waves", "cut", str(tmp_path / "w.vcd"), "--from", "0", "--to", "1",
-              "-o", str(tmp_path / "x.fst")])
+              "-o", str(tmp_path / name)])
     assert e.value.code == 2
-    assert "x.fst: this writes a VCD; give a .vcd name" in capsys.readouterr().err
-    assert not (tmp_path / "x.fst").exists()
+    assert f"{name}: this writes a VCD; give a .vcd name" in capsys.readouterr().err
+    assert not (tmp_path / name).exists()
 
 
 @pytest.mark.parametrize("argv", [["gtkw"], ["summarize"], ["trace"],
