@@ -100,9 +100,14 @@ def _cut(args: argparse.Namespace) -> int:
     src = Path(args.file)
     out = args.out or src.with_name(f"{src.stem}.{args.start}-{args.end}.vcd")   # of an FST too
     r = cut(src, out, args.start, args.end, unit="time" if args.time else "cycle")
-    # the window as given, first..last (as summarize prints it); its times too
-    cycles = "" if args.time else (f"cycles {args.start}..{args.end - 1} "
-                                   f"({args.end - args.start} cycles), ")
+    # the cycles it holds, first..last (as summarize prints them); its times too
+    cycles = ""
+    if r.cycles is not None:
+        a, b = r.cycles
+        cycles = f"cycles {a}..{b} ({b - a + 1} cycles"
+        if r.cycles != (args.start, args.end - 1):
+            cycles += f" of the {args.end - args.start} asked: the file holds no more"
+        cycles += "), "
     print(f"{r.out}: {cycles}time {r.start_time}..{r.end_time}, read {r.bytes_in} bytes, "
           f"wrote {r.bytes_out}")
     return 0

@@ -34,15 +34,21 @@ class CutResult:
     ----------
     out : Path
     start_time, end_time : int
-        The window in VCD time units (inclusive).
+        The times the cut holds, in VCD time units (inclusive): from its first timestamp (the
+        window's start, or the source's first time if that is later) to the window's end, or
+        the source's last time if that is earlier.
     bytes_in, bytes_out : int
         Bytes read from the source (up to the window end) and written.
+    cycles : tuple of int, optional
+        For a window in cycles: the first and last cycle it holds (fewer than asked where the
+        source begins later or ends earlier); None for a window in time units.
     """
     out: Path
     start_time: int
     end_time: int
     bytes_in: int
     bytes_out: int
+    cycles: tuple[int, int] | None = None
 
 
 def _clock_timing(path: Path, header: VcdHeader, clock: VcdVar) -> tuple[int, int]:
@@ -79,16 +85,13 @@ def _check_window(start: int, end: int, unit: str) -> None:
                          f"--to {start + 1} for cycle {start} alone)")
 
 
-def _window_times(src: Path, header: VcdHeader, start: int, end: int, unit: str,
-                  clock: str | None) -> tuple[int, int]:
-    """The window ``[t0, t1]`` in time units: for cycles, from the rising edge that ends
-    cycle ``start`` to just before the one that ends cycle ``end``."""
-    if unit == "time":
-        return start, end
+def _cycle_clock(src: Path, header: VcdHeader, clock: str | None) -> tuple[int, int, int]:
+    """``(first, period, c0)``: the time of the first rising edge of the clock, the period,
+    and the cycle that edge ends; the edge that ends cycle ``c`` is at
+    ``first + (c - c0) * period``."""
     clk = header.find(clock) if clock else locate_signals(header).clock
     first, period = _clock_timing(src, header, clk)
-    c0 = int(edge_cycles(np.array([first]), period)[0])
-    return first + (start - c0) * period, first + (end - c0) * period - 1
+    return first, period, int(edge_cycles(np.array([first]), period)[0])
 
 
 class _Cutter:
@@ -103,6 +106,8 @@ class _Cutter:
         self.state: dict[str, str] = {}   # identifier code -> value without its prefix
         self.emitting = False
         self.before: int | None = None    # last timestamp before the window
+        self.first: int | None = None     # the $dumpvars' timestamp (the cut's first)
+        self.last: int | None = None      # last timestamp written
 
     def run(self, body: VcdBody) -> None:
         for kind, a, b in body:
@@ -135,17 +140,21 @@ class _Cutter:
     def time(self, t: int) -> None:
         if not self.emitting and t >= self.t0:
             self.emitting = True
-            at = self.t0 if self.before is None else self.before
+            # the values at the window's start: those of the last time before it, or (the
+            # window opens before the file) the file's first
+            at = t if self.before is None else self.before
             self.dump_state(at)
             if at == t:         # no earlier time: do not repeat the timestamp
                 return
         if self.emitting:
             self.out.write(f"#{t}\n")
+            self.last = t
         else:
             self.before = t
 
     def dump_state(self, t: int) -> None:
         out = self.out
+        self.first = self.last = t
         out.write(f"#{t}\n$dumpvars\n")
         for ident, var in self.vars.items():
             v = self.state.get(ident)
@@ -210,14 +219,23 @@ def cut(src: Path | str, dst: Path | str, start: int, end: int, *, unit: str = "
     if header.format != "vcd":
         raise VcdError(f"{src}: cut copies VCD text; this is an {header.format.upper()} file "
                        "(trace the window with npu run --waves-from/--waves-to instead)")
-    t0, t1 = _window_times(src, header, start, end, unit, clock)
+    if unit == "time":
+        t0, t1 = start, end
+    else:
+        first, period, c0 = _cycle_clock(src, header, clock)
+        t0, t1 = first + (start - c0) * period, first + (end - c0) * period - 1
     comment = f"$comment window {t0}..{t1} ({start}..{end} {unit}s) of {src.name} $end\n"
     part = dst.with_name(dst.name + ".part")    # dst is replaced only by a whole cut
     try:
         with VcdBody(src, header) as body, \
                 open(part, "w", encoding="utf-8", errors="surrogateescape") as out:
-            _Cutter(header, out, t0, t1, comment).run(body)
+            cutter = _Cutter(header, out, t0, t1, comment)
+            cutter.run(body)
         part.replace(dst)
     finally:
         part.unlink(missing_ok=True)
-    return CutResult(dst, t0, t1, body.chars, dst.stat().st_size)
+    held = (cutter.first, min(t1, cutter.last))
+    cycles = None
+    if unit == "cycle":     # the rising edges the cut holds
+        cycles = (max(start, c0), min(end - 1, c0 + (held[1] - first) // period))
+    return CutResult(dst, *held, body.chars, dst.stat().st_size, cycles)

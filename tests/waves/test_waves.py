@@ -213,7 +213,7 @@ def test_cut_keeps_window_exactly(run, tmp_path):
     with pytest.raises(ValueError, match=f"starts after the file's end \\(it ends at #{end}\\)"):
         cut(vcd, keep, end + 1, end + 50, unit="time")
     assert keep.read_text() == "previous\n" and not list(tmp_path.glob("*.part"))
-    assert cut(vcd, tmp_path / "last.vcd", end, end + 50, unit="time").end_time == end + 50
+    assert cut(vcd, tmp_path / "last.vcd", end, end + 50, unit="time").end_time == end
     late = tmp_path / "late.vcd"      # a file that starts at #100
     late.write_text("$timescale 1ns $end\n$var wire 1 ! a $end\n$enddefinitions $end\n"
                     "#100\n1!\n#200\n0!\n")
@@ -459,6 +459,14 @@ def test_cli(run, tmp_path, capsys):
     # the window in cycles, as given (it said time units alone)
     assert re.match(rf"{tmp_path / 'c.vcd'}: cycles 10..19 \(10 cycles\), time \d+..\d+, ",
                     capsys.readouterr().out)
+    # a window past the file's end: the cycles it holds (it claimed the window asked, and
+    # the time of a cycle the file does not have)
+    last = summarize(vcd).end_cycle - 1
+    assert npu_main(["waves", "cut", str(vcd), "--from", str(last - 4), "--to",
+                     str(last + 1000), "-o", str(tmp_path / "e.vcd")]) == 0
+    assert (f"cycles {last - 4}..{last} (5 cycles of the 1004 asked: the file holds no more)"
+            in capsys.readouterr().out)
+    assert summarize(tmp_path / "e.vcd").cycles == 5
     assert npu_main(["waves", "trace", str(vcd), "-o", str(tmp_path / "t.json"),
                      "--png", str(tmp_path / "t.png")]) == 0
     assert (tmp_path / "t.png").read_bytes()[:8] == PNG_MAGIC
