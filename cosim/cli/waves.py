@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from functools import partial
 from pathlib import Path
 
@@ -134,8 +135,15 @@ def _trace(args: argparse.Namespace) -> int:
 def _guard(func):
     def run(args: argparse.Namespace) -> int:
         from cosim.waves.vcd import VcdError
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            # one line, as the errors (Python's form named the reader's source line)
+            print(f"npu waves {args.waves_command}: warning: {message}", file=sys.stderr)
+
         try:
-            return func(args)
+            with warnings.catch_warnings():
+                warnings.showwarning = show
+                return func(args)
         except FileNotFoundError as e:
             print(f"npu waves {args.waves_command}: no such file: {e.filename}", file=sys.stderr)
             return 2
@@ -153,7 +161,6 @@ def _guard(func):
 _IMAGES = ("png",)
 
 
-
 def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
                    args: argparse.Namespace, *, waveform: bool = False) -> None:
     """Refuse an input waveform that is a folder, and an output file (``flags``: dest ->
@@ -161,7 +168,9 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
     that has a waveform's suffix (:data:`cosim.cli.args.WAVEFORM_SUFFIXES`) unless the
     output is a VCD (``waveform``: ``cut``'s), before the input is read (a folder was reported as
     ``[Errno 21]``, a missing folder as a missing file; the input given as the output, or
-    another waveform, was overwritten; ``cut -o x.fst`` wrote VCD text)."""
+    another waveform, was overwritten; ``cut -o x.fst`` wrote VCD text), or that is the
+    run's ``<stem>.waves.json`` beside the input (``trace -o`` overwrote it, and gtkw lost
+    its markers)."""
     if Path(args.file).is_dir():
         parser.error(f"{args.file} is a folder; give a waveform file (VCD or FST)")
     for dest, flag in flags.items():
@@ -174,6 +183,9 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
         if Path(path).exists() and Path(args.file).exists() \
                 and Path(path).samefile(args.file):
             parser.error(f"{flag} {path}: that is the input waveform; give another file")
+        if Path(path).resolve() == Path(args.file).with_suffix(".waves.json").resolve():
+            parser.error(f"{flag} {path}: that is the run's record beside the waveform (its "
+                         "kernel regions, gtkw's markers); give another file")
         suffix = Path(path).suffix.lower()
         from cosim.cli.args import WAVEFORM_SUFFIXES
         if suffix in WAVEFORM_SUFFIXES and not waveform:

@@ -196,8 +196,9 @@ class Summary:
 def _check_window(unit: str, start: int | None, end: int | None) -> None:
     if unit not in ("cycle", "counter"):
         raise ValueError(f"unit must be 'cycle' or 'counter', not {unit!r}")
-    if any(x is not None and x < 0 for x in (start, end)):
-        raise ValueError(f"the window [{start}, {end}) has a negative cycle")
+    for name, x in (("start", start), ("end", end)):
+        if x is not None and x < 0:
+            raise ValueError(f"the window's {name} {x} is negative (cycles start at 0)")
     if unit == "counter" and (start is None or end is None):
         raise ValueError("a window in counter cycles needs both start and end")
     if unit == "counter" and start < 1:
@@ -314,8 +315,8 @@ def _check_counted(path: Path, sig: NpuSignals, edges: _Edges, tally: Tally,
                             "nothing to summarize (an empty or header-only file?)")
     if unit == "counter" and tally.cycles != end - start:
         raise VcdError(f"{path}: the counter window [{start}, {end}) has {end - start} "
-                       f"cycles, the file holds {tally.cycles} of them (CYCLES x, or outside "
-                       "the dump)")
+                       f"cycles, the file holds {tally.cycles} of them (the traced run did "
+                       "not reach the counters' cycle count or the file does not hold it)")
     if not tally.cycles:
         first, last = edges.seen if edges.seen else (None, None)
         if start is not None and end is not None:

@@ -343,6 +343,21 @@ def test_report_outputs_refuse_a_waveform_name(argv, flag, name, tmp_path, capsy
     assert not (tmp_path / name).exists()
 
 
+@pytest.mark.parametrize("argv", [["trace", "-o"], ["gtkw", "-o"], ["summarize", "--json"]])
+def test_waves_keep_the_runs_record(argv, tmp_path, capsys):
+    """``trace -o <stem>.waves.json`` overwrote the run's record, and gtkw then wrote a save
+    file without markers."""
+    (tmp_path / "w.vcd").write_text("$timescale 1ns $end\n")
+    record = tmp_path / "w.waves.json"
+    record.write_text('{"cycles": [0, 1]}\n')
+    with pytest.raises(SystemExit) as e:
+        main(["waves", argv[0], str(tmp_path / "w.vcd"), argv[1], str(record)])
+    assert e.value.code == 2
+    assert "w.waves.json: that is the run's record beside the waveform" in \
+        capsys.readouterr().err
+    assert record.read_text() == '{"cycles": [0, 1]}\n'
+
+
 def test_waves_refuse_the_input_as_output(tmp_path, monkeypatch, capsys):
     """``-o``/``--json`` naming the input waveform overwrote it (exit 0); a ``.waves.json``
     of the wrong shape gave a traceback."""

@@ -200,7 +200,7 @@ def test_cut_keeps_window_exactly(run, tmp_path):
     assert not (tmp_path / "x.vcd").exists()
     with pytest.raises(ValueError, match="window start -100 is negative"):
         cut(vcd, tmp_path / "x.vcd", -100, 50)
-    with pytest.raises(ValueError, match="negative cycle"):
+    with pytest.raises(ValueError, match="the window.s start -5 is negative"):
         summarize(vcd, start=-5)
     size = vcd.stat().st_size
     with pytest.raises(ValueError, match="is the file being cut"):
@@ -236,6 +236,18 @@ def test_cut_skips_malformed_lines(tmp_path):
     stream(r.out, h, h.vars, lambda t, v: got.update({t: dict(v)}))
     assert got[10] == {"!": 1, '"': 0b00000011, "#": 0.5}
     assert got[20] == {"!": 1, '"': 0b00000100, "#": 2.0}
+
+
+@pytest.mark.filterwarnings("default")     # as a user's Python shows them (not errors)
+def test_cli_warns_in_one_line(tmp_path, capsys):
+    """A skipped line is one ``warning:`` line of the subcommand (Python's form named the
+    reader's source file and line, and echoed its code)."""
+    src = DATA / "vcd_malformed_lines.vcd"
+    assert npu_main(["waves", "cut", str(src), "--from", "5", "--to", "25", "--time",
+                     "-o", str(tmp_path / "c.vcd")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 7 and all(e.startswith("npu waves cut: warning: ") for e in err)
+    assert not any(".py:" in e for e in err)
 
 
 def test_gtkw_groups_from_hierarchy(run, tmp_path):
