@@ -131,7 +131,7 @@ def _kernel_table(kernels: list[dict], title: str, width: int) -> list[str]:
     for k in kernels:
         util = "-" if k["utilization"] is None else f"{100 * k['utilization']:.1f}%"
         shape = "x".join(str(v) for v in k["shape"])
-        lines.append(f"{k['name']:<{width}}{shape:>16}{k['cycles']:>10}{util:>8}"
+        lines.append(f"{k['name']:<{width}}{shape:>16}{k['cycles']:>10,}{util:>8}"
                      f"{k['sqnr_db']:>9.2f}{k['cosine']:>10.5f}  "
                      f"{'yes' if k['bit_exact'] else 'NO'}")
     return lines
@@ -289,7 +289,7 @@ def format_attention_report(result: dict) -> str:
     for s in result["stages"]:
         u = "n/a" if s["utilization"] is None else f"{100 * s['utilization']:.1f}%"
         la = "" if s["launches"] is None else str(s["launches"])
-        lines.append(f"{s['name']:<13}{s['cycles']:>10}{s['macs']:>12}{u:>8}{la:>10}")
+        lines.append(f"{s['name']:<13}{s['cycles']:>10,}{s['macs']:>12,}{u:>8}{la:>10}")
     lines += ["", f"context SQNR {result['context_sqnr_db']:.2f} dB; block output vs float32: "
               f"SQNR {result['sqnr_db']:.2f} dB, cosine {result['cosine']:.5f}; "
               f"bit-exact with the golden model: {'yes' if result['bit_exact'] else 'NO'}"]
