@@ -99,7 +99,7 @@ def _cut(args: argparse.Namespace) -> int:
     from cosim.waves import cut
 
     src = Path(args.file)
-    out = args.out or src.with_name(f"{src.stem}.{args.start}-{args.end}.vcd")   # of an FST too
+    out = args.out or src.with_name(f"{src.stem}.{args.start}-{args.end}.vcd")
     r = cut(src, out, args.start, args.end, unit="time" if args.time else "cycle")
     # the cycles it holds, first..last (as summarize prints them); its times too
     cycles = ""

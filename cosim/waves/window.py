@@ -108,6 +108,7 @@ class _Cutter:
         self.before: int | None = None    # last timestamp before the window
         self.first: int | None = None     # the $dumpvars' timestamp (the cut's first)
         self.last: int | None = None      # last timestamp written
+        self.file_end: int | None = None  # the file's last timestamp, if it ends in the window
 
     def run(self, body: VcdBody) -> None:
         for kind, a, b in body:
@@ -134,6 +135,7 @@ class _Cutter:
                         else f"ends at #{self.before}")
                 raise ValueError(f"the window {self.t0}..{self.t1} (time units) starts after "
                                  f"the file's end (it {last})")
+            self.file_end = self.last
         if not self.emitting:
             self.dump_state(self.t0 if self.before is None else self.before)
 
@@ -234,7 +236,7 @@ def cut(src: Path | str, dst: Path | str, start: int, end: int, *, unit: str = "
         part.replace(dst)
     finally:
         part.unlink(missing_ok=True)
-    held = (cutter.first, min(t1, cutter.last))
+    held = (max(t0, cutter.first), t1 if cutter.file_end is None else min(t1, cutter.file_end))
     cycles = None
     if unit == "cycle":     # the rising edges the cut holds
         cycles = (max(start, c0), min(end - 1, c0 + (held[1] - first) // period))

@@ -220,6 +220,11 @@ def test_cut_keeps_window_exactly(run, tmp_path):
     with pytest.raises(ValueError, match="ends before the file's first time #100"):
         cut(late, keep, 10, 50, unit="time")
     assert keep.read_text() == "previous\n"
+    # the times a cut holds: the window, less what lies before or after the file
+    for window, held in (((120, 150), (120, 150)), ((150, 500), (150, 200)),
+                         ((50, 150), (100, 150))):
+        r = cut(late, tmp_path / "held.vcd", *window, unit="time")
+        assert (r.start_time, r.end_time) == held and r.cycles is None
 
 
 def test_cut_skips_malformed_lines(tmp_path):
