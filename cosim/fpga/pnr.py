@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cosim.fpga.synth import block_of
+from cosim.fpga.synth import block_of, net_blocks
 from cosim.fpga.tools import FpgaToolError, find_tool, run_tool
 
 __all__ = ["ECP5_DEVICE", "ECP5_DEVICES", "ECP5_PACKAGE", "PathStep", "PnrResult",
@@ -159,7 +159,7 @@ def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5
         seconds = run_tool(cmd, out_dir / "nextpnr.out", cwd=out_dir, what="nextpnr-ecp5",
                            timeout=timeout, progress=progress and _filtered(progress))
     except FpgaToolError as e:
-        congestion = parse_congestion(heatmaps) if route else None
+        congestion = parse_congestion(heatmaps, netlist) if route else None
         if congestion is None:
             raise
         raise RoutingFailed(f"{e}\n{format_congestion(congestion)}", e.log_path,
@@ -311,15 +311,19 @@ def _filtered(progress: Callable[[str], None]) -> Callable[[str], None]:
 
 # -- router2's congestion heatmaps --------------------------------------------------------------
 
-def parse_congestion(folder: Path) -> dict | None:
+def parse_congestion(folder: Path, netlist: dict | Path | None = None) -> dict | None:
     """Per-block overuse of router2's last congestion heatmap in ``folder``.
 
     nextpnr's ``--router2-heatmap PREFIX`` writes, after each routing iteration ``i``,
     ``PREFIX_congestion_by_net_<i>.csv``: per net, how many of the wires it uses are overused
-    (used by more than one net). Each net counts for the Amaranth block of its name
-    (:func:`~cosim.fpga.synth.block_of`, after the bit index and Yosys' ``$<n>`` suffixes);
-    nets outside the NPU (the P&R harness' ``ins``/``outs`` shift registers) count as
-    ``harness``. The sum over nets counts an overused wire once per net on it.
+    (used by more than one net). With ``netlist`` (the Yosys JSON that nextpnr placed), each
+    net counts for the block of the cell that drives it (:func:`~cosim.fpga.synth.
+    net_blocks`): a net's name is often another block's (the CSR block's read multiplexer
+    is named after the memories it selects from). Otherwise, and for a net the netlist does
+    not name (or a ``netlist`` that cannot be read as one), it counts for the Amaranth block
+    of its name (:func:`~cosim.fpga.synth.block_of`, after the bit index and Yosys' ``$<n>``
+    suffixes). Nets outside the NPU (the P&R harness' ``ins``/``outs`` shift registers) count
+    as ``harness``. The sum over nets counts an overused wire once per net on it.
 
     Returns
     -------
@@ -336,13 +340,23 @@ def parse_congestion(folder: Path) -> dict | None:
     if not files:
         return None
     last = max(files)
+    driven = {}
+    if netlist is not None:
+        try:
+            driven = net_blocks(netlist, "ecp5")
+        except (OSError, ValueError, KeyError):     # not Yosys' netlist: by names alone
+            driven = {}
     blocks: Counter = Counter()
     for line in files[last].read_text(errors="replace").splitlines():
         name, _, count = line.rpartition(",")
         if not name or not count.strip().isdigit():
             continue
-        name = re.sub(r"\$\d+|\[\d+\]$", "", name)
-        block = block_of(name) if name.startswith(("dut.", "npu.")) else "harness"
+        if not name.startswith(("dut.", "npu.")):
+            block = "harness"
+        elif name in driven:
+            block = driven[name]
+        else:
+            block = block_of(re.sub(r"\$\d+|\[\d+\]$", "", name))
         blocks[block] += int(count)
     total = sum(blocks.values())
     if not total:

@@ -21,7 +21,8 @@ from pathlib import Path
 from cosim.fpga.harness import write_pnr_harness
 from cosim.fpga.tools import FpgaToolError, find_tool, run_tool
 
-__all__ = ["FAMILIES", "TILE_MEMORIES", "KEY_BLOCKS", "BLOCKS_METHOD", "MemoryMapping",
+__all__ = ["FAMILIES", "TILE_MEMORIES", "KEY_BLOCKS", "BLOCKS_METHOD", "cell_blocks", "net_blocks",
+           "MemoryMapping",
            "Resources", "SynthResult", "check_memories", "synthesize", "blocks_from_netlist",
            "block_of", "parse_yosys_stat", "parse_memory_mapping"]
 
@@ -41,6 +42,12 @@ _CELLS = {
               "dsp": {"SB_MAC16": 1}, "bram": {"SB_RAM40_4K": 1}, "lutram": {}},
     "generic": {"lut4": {"$lut": 1}, "ff": {}, "dsp": {"$mul": 1}, "bram": {}, "lutram": {}},
 }
+
+
+#: Combinational logic cell types per family: what :func:`blocks_from_netlist` walks through
+#: to find what a memory's reader feeds.
+_LOGIC = {"ecp5": {"LUT4", "CCU2C", "PFUMX", "L6MUX21"}, "ice40": {"SB_LUT4", "SB_CARRY"},
+          "generic": {"$lut"}}
 
 
 # -- synthesis ----------------------------------------------------------------------------------
@@ -357,9 +364,11 @@ KEY_BLOCKS = {
 BLOCKS_METHOD = ("cells of the flat synthesis netlist (the P&R input) attributed "
                  "to the Amaranth block whose Verilog module holds their source line "
                  "(flip-flops, memories) or whose flip-flop they were named after (their "
-                 "next-state logic), else to the deepest block or memory that prefixes "
-                 "their hierarchical name (blocks known from Yosys' $scopeinfo cells); a "
-                 "block includes its sub-blocks; cells with neither count for 'npu' only")
+                 "next-state logic); logic named after a memory's output (its readers) to "
+                 "the block that holds the registers it feeds, if outside the memory's; "
+                 "else to the deepest block or memory that prefixes their hierarchical "
+                 "name (blocks known from Yosys' $scopeinfo cells); a block includes its "
+                 "sub-blocks; cells with neither count for 'npu' only")
 
 
 def _unescape(name: str) -> str:
@@ -414,7 +423,12 @@ def blocks_from_netlist(netlist: dict | Path, family: str, *, top: str | None = 
     for every block above it. This attributes exactly the cells that are placed and routed,
     without a second, hierarchy-preserving synthesis (which loses cross-block optimisation
     and, for ECP5, cannot use ABC9). Cells whose name has no known prefix (rare) count for
-    ``npu`` only, so ``blocks['npu']`` is the whole design.
+    ``npu`` only, so ``blocks['npu']`` is the whole design. Two kinds of names mislead, and
+    the netlist places those cells instead: a register of a sub-block that drives its
+    parent's wire (:func:`_blocks_by_source`: its source line), and logic named after a
+    memory's output, which is the logic that reads it wherever it sits
+    (:func:`_memory_readers`: the block of what it feeds; the CSR block's read multiplexer
+    was counted in the semaphore unit and the matrix engine's retire FIFO, 2.6k LUT4 at 8x8).
 
     Parameters
     ----------
@@ -428,17 +442,74 @@ def blocks_from_netlist(netlist: dict | Path, family: str, *, top: str | None = 
     memories : list of str
         Further block names (``npu.tile.spad``...) to attribute memory primitives to.
     """
+    cells, paths, root = _cell_paths(netlist, family, top, memories)
+    counts: dict[str, Counter] = {}
+    for name, path in paths.items():
+        for depth in range(len(path) + 1):
+            key = ".".join([root, *path[:depth]])
+            counts.setdefault(key, Counter())[cells[name]["type"]] += 1
+    # Amaranth suffixes a block's name with ``$<n>`` when it clashes with a signal's
+    # (``stage$378``): the blocks are listed under their plain names where that is unique
+    plain = {k: re.sub(r"\$\d+", "", k) for k in counts}
+    clash = {v for v in plain.values() if list(plain.values()).count(v) > 1}
+    return {(plain[k] if plain[k] not in clash else k): Resources.from_cells(family, dict(v))
+            for k, v in sorted(counts.items())}
+
+
+def cell_blocks(netlist: dict | Path, family: str, *, top: str | None = None,
+                memories: list[str] = ()) -> dict[str, str]:
+    """The block of every cell of a flat Yosys JSON netlist, ``{cell name: "npu.csr"}``, as
+    :func:`blocks_from_netlist` attributes them (same parameters); :func:`cosim.fpga.pnr.
+    parse_congestion` places a net by the block of the cell that drives it."""
+    _, paths, root = _cell_paths(netlist, family, top, memories)
+    return {name: ".".join([root, *path]) for name, path in paths.items()}
+
+
+def net_blocks(netlist: dict | Path, family: str) -> dict[str, str]:
+    """``{net name as nextpnr writes it ("dut.csr.x[3]", one bit): block of the cell that
+    drives it}`` for the nets of the top module of a flat Yosys JSON netlist (blocks as
+    :func:`cell_blocks` gives them, without Amaranth's ``$<n>`` suffixes). Nets that no cell
+    drives (the top's inputs) are left out."""
     if not isinstance(netlist, dict):
         netlist = json.loads(Path(netlist).read_text())
-    modules = netlist.get("modules") or {}
-    if top is None:
-        # write_json gives the attribute as a binary string ("000...1") or an integer
-        tops = [n for n, m in modules.items()
-                if str(m.get("attributes", {}).get("top", "0")).strip("0") not in ("", "'")]
-        if len(tops) != 1:
-            raise ValueError(f"cannot tell the top module (candidates {tops})")
-        top = tops[0]
-    cells = modules[top]["cells"]
+    where = cell_blocks(netlist, family)
+    driver: dict[int, str] = {}
+    top = netlist["modules"][_top_module(netlist)]
+    for name, cell in top["cells"].items():
+        for b in _port_bits(cell, "output") if name in where else ():
+            driver[b] = re.sub(r"\$\d+", "", where[name])
+    out = {}
+    for name, net in top.get("netnames", {}).items():
+        name = name.replace("\\", "")
+        bits = net.get("bits", [])
+        for i, b in enumerate(bits):
+            if isinstance(b, int) and b in driver:
+                out[name if len(bits) == 1 else f"{name}[{i}]"] = driver[b]
+    return out
+
+
+def _top_module(netlist: dict) -> str:
+    """The module of a Yosys JSON netlist with the ``top`` attribute.
+
+    Raises
+    ------
+    ValueError
+        If not exactly one module has it."""
+    # write_json gives the attribute as a binary string ("000...1") or an integer
+    tops = [n for n, m in (netlist.get("modules") or {}).items()
+            if str(m.get("attributes", {}).get("top", "0")).strip("0") not in ("", "'")]
+    if len(tops) != 1:
+        raise ValueError(f"cannot tell the top module (candidates {tops})")
+    return tops[0]
+
+
+def _cell_paths(netlist: dict | Path, family: str, top: str | None, memories
+                ) -> tuple[dict, dict[str, list[str]], str]:
+    """``(cells, {cell: block path under the root}, root)`` of :func:`blocks_from_netlist`."""
+    if not isinstance(netlist, dict):
+        netlist = json.loads(Path(netlist).read_text())
+    top = top if top is not None else _top_module(netlist)
+    cells = netlist["modules"][top]["cells"]
     # block names are under "npu" (also for the pnr_top harness), or under a block synthesized
     # on its own (top "npu.tile")
     root = top.lstrip("\\") if top.lstrip("\\").startswith("npu.") else "npu"
@@ -453,7 +524,7 @@ def blocks_from_netlist(netlist: dict | Path, family: str, *, top: str | None = 
             if r is not None:
                 ranges.append((*r, path))
     by_src = _blocks_by_source(cells, ranges)
-    counts: dict[str, Counter] = {}
+    paths: dict[str, list[str]] = {}
     for name, cell in cells.items():
         if cell["type"] == "$scopeinfo":
             continue
@@ -462,15 +533,94 @@ def blocks_from_netlist(netlist: dict | Path, family: str, *, top: str | None = 
             path = _cell_path(name)[:-1]
             while path and tuple(path) not in known:
                 path.pop()
-        for depth in range(len(path) + 1):
-            key = ".".join([root, *path[:depth]])
-            counts.setdefault(key, Counter())[cell["type"]] += 1
-    # Amaranth suffixes a block's name with ``$<n>`` when it clashes with a signal's
-    # (``stage$378``): the blocks are listed under their plain names where that is unique
-    plain = {k: re.sub(r"\$\d+", "", k) for k in counts}
-    clash = {v for v in plain.values() if list(plain.values()).count(v) > 1}
-    return {(plain[k] if plain[k] not in clash else k): Resources.from_cells(family, dict(v))
-            for k, v in sorted(counts.items())}
+        paths[name] = path
+    paths.update(_memory_readers(cells, family, paths))
+    return cells, paths, root
+
+
+def _named_after(name: str, names) -> str | None:
+    """The longest prefix of ``name``, cut at an ``_``, that is in ``names`` (techmapping and
+    ABC name a cell after a wire it drives or reads, ``<wire>_DI_LUT4_Z``), or None."""
+    cut = len(name)
+    while cut > 0:
+        if name[:cut] in names:
+            return name[:cut]
+        cut = name.rfind("_", 0, cut)
+    return None
+
+
+def _memory_readers(cells: dict, family: str, paths: dict[str, list[str]]
+                    ) -> dict[str, list[str]]:
+    """The block of each logic cell named after a RAM primitive's output (a distributed-RAM
+    or block RAM cell, ``cmdproc.semaphores.values.0.0_DO_1_LUT4_C``): the logic that reads
+    the memory, which may sit in any block (a CSR read multiplexer is named after the
+    semaphore memory it selects from). Such a cell belongs to the deepest block that holds
+    everything its output reaches through logic (flip-flops, multipliers, each in its block
+    of ``paths``; a RAM's inputs are its writer's logic and do not count), if that block is
+    neither inside the memory's nor above it; other cells keep their block. Returns
+    ``{cell name: path}`` for the cells it moves."""
+    table, logic = _CELLS[family], _LOGIC[family]
+    rams = {_unescape(n): n for n, c in cells.items()
+            if c["type"] in table["bram"] or c["type"] in table["lutram"]}
+    targets = {}                # reader cell -> the block of the RAM it is named after
+    for n, c in cells.items():
+        ram = _named_after(_unescape(n), rams) if c["type"] in logic else None
+        if ram is not None:
+            targets[n] = paths[rams[ram]]
+    readers: dict[int, list[str]] = {}
+    for n, c in (cells.items() if targets else ()):
+        for b in _port_bits(c, "input"):
+            readers.setdefault(b, []).append(n)
+    ram_cells = set(rams.values())
+
+    def fanout(n: str) -> list[str]:
+        return [r for b in _port_bits(cells[n], "output") for r in readers.get(b, ())]
+
+    # the deepest block holding what each logic cell reaches: post-order over the logic
+    # (a DAG; a combinational loop, if any, is cut where the walk meets a cell in progress)
+    reach: dict[str, list[str] | None] = {}
+    open_: set[str] = set()
+    for start in targets:
+        stack = [start]
+        while stack:
+            n = stack[-1]
+            if n in reach:
+                stack.pop()
+            elif n not in open_:
+                open_.add(n)
+                stack += [k for k in fanout(n)
+                          if cells[k]["type"] in logic and k not in reach and k not in open_]
+            else:
+                stack.pop()
+                reach[n] = _common_path(
+                    reach.get(k) if cells[k]["type"] in logic else paths.get(k)
+                    for k in fanout(n) if k not in ram_cells)
+    return {n: r for n, mem in targets.items()
+            if (r := reach[n]) and r[:len(mem)] != mem and mem[:len(r)] != r}
+
+
+def _port_bits(cell: dict, direction: str) -> list[int]:
+    """The net bits on a netlist cell's ports of ``direction`` (``"input"``/``"output"``),
+    without constants."""
+    dirs = cell.get("port_directions", {})
+    return [b for port, bits in cell.get("connections", {}).items()
+            if dirs.get(port) == direction for b in bits if isinstance(b, int)]
+
+
+def _common_path(paths) -> list[str] | None:
+    """The longest common prefix of the block paths (None entries skipped; None if none)."""
+    out = None
+    for p in paths:
+        if p is None:
+            continue
+        if out is None:
+            out = list(p)
+        else:
+            k = 0
+            while k < min(len(out), len(p)) and out[k] == p[k]:
+                k += 1
+            del out[k:]
+    return out
 
 
 def _src_range(src: str) -> tuple[str, int, int] | None:
@@ -502,16 +652,9 @@ def _blocks_by_source(cells: dict, ranges: list) -> dict[str, list[str]]:
             placed[_unescape(name)] = list(starts[i][3])
     out = {}
     for name in cells:
-        plain = _unescape(name)
-        path = placed.get(plain)
-        cut = len(plain)
-        while path is None and cut > 0:
-            cut = plain.rfind("_", 0, cut)
-            if cut <= 0:
-                break
-            path = placed.get(plain[:cut])
-        if path is not None:
-            out[name] = path
+        key = _named_after(_unescape(name), placed)
+        if key is not None:
+            out[name] = placed[key]
     return out
 
 

@@ -491,6 +491,75 @@ def test_blocks_from_netlist_by_source_line():
     assert blocks["npu.cmdproc"] == Resources(lut4=4, ff=2)
 
 
+def _reader_netlist() -> dict:
+    """A flat netlist (inside the P&R harness) whose LUTs are named after the semaphore
+    unit's value memory, as ABC names a memory's readers: one chain feeds the CSR block's
+    read-data register, one the semaphore unit's own register, one both, one the unit and
+    its parent, one only a block RAM's write data."""
+    def cell(kind, ins=(), outs=()):
+        return {"type": kind, "port_directions": {"A": "input", "Z": "output"},
+                "connections": {"A": list(ins), "Z": list(outs)}}
+    mem = "dut.cmdproc.semaphores.values.0.0"
+    cells = {
+        "dut.cmdproc": {"type": "$scopeinfo"}, "dut.cmdproc.semaphores": {"type": "$scopeinfo"},
+        "dut.csr": {"type": "$scopeinfo"}, "dut.tile": {"type": "$scopeinfo"},
+        mem: cell("TRELLIS_DPR16X4", outs=[10]),
+        # a chain of two LUTs to the CSR block's register: the CSR's read multiplexer
+        f"{mem}_DO_1_LUT4_C": cell("LUT4", ins=[10], outs=[11]),
+        f"{mem}_DO_1_LUT4_C_Z_LUT4_D": cell("LUT4", ins=[11, "0"], outs=[12]),
+        "dut.csr.rdata_TRELLIS_FF_Q": cell("TRELLIS_FF", ins=[12], outs=[13]),
+        # the semaphore unit's own compare
+        f"{mem}_DO_2_LUT4_Z": cell("CCU2C", ins=[10], outs=[14]),
+        "dut.cmdproc.semaphores.ready_TRELLIS_FF_Q": cell("TRELLIS_FF", ins=[14]),
+        # shared by both: stays where its name puts it
+        f"{mem}_DO_3_LUT4_Z": cell("LUT4", ins=[10], outs=[15]),
+        "dut.csr.other_TRELLIS_FF_Q": cell("TRELLIS_FF", ins=[15]),
+        "dut.cmdproc.semaphores.valid_TRELLIS_FF_Q": cell("TRELLIS_FF", ins=[15]),
+        # feeds the semaphore unit and its parent: not moved above the memory's block
+        f"{mem}_DO_5_LUT4_Z": cell("LUT4", ins=[10], outs=[17]),
+        "dut.cmdproc.stage_valid_TRELLIS_FF_Q": cell("TRELLIS_FF", ins=[17]),
+        "dut.cmdproc.semaphores.busy_TRELLIS_FF_Q": cell("TRELLIS_FF", ins=[17]),
+        # feeds only a RAM's write data (its writer's logic), so nothing tells
+        f"{mem}_DO_4_LUT4_Z": cell("LUT4", ins=[10], outs=[16]),
+        "dut.tile.acc.0.0": cell("DP16KD", ins=[16]),
+    }
+    netnames = {"dut.csr.rdata": {"bits": [13, 12]}, "dut.sem_value": {"bits": [10]},
+                "dut.x": {"bits": [11]}, "dut.mixed": {"bits": [14, 11]}}
+    top = {"attributes": {"top": "00000000000000000000000000000001"}, "cells": cells,
+           "netnames": netnames}
+    return {"modules": {"pnr_top": top, "npu": {"cells": {}}}}
+
+
+def test_blocks_from_netlist_places_a_memorys_readers_by_what_they_feed():
+    """A LUT named after a memory's output is the logic that reads it: it counts for the
+    block whose registers it feeds (the CSR's read multiplexer was counted in the semaphore
+    unit), unless that block is the memory's own, above it, or unknown."""
+    from cosim.fpga import blocks_from_netlist
+    blocks = blocks_from_netlist(_reader_netlist(), "ecp5")
+    assert blocks["npu.csr"] == Resources(lut4=2, ff=2)
+    assert blocks["npu.cmdproc.semaphores"] == Resources(lut4=5, ff=3, lutram=1)
+    assert blocks["npu.cmdproc"] == Resources(lut4=5, ff=4, lutram=1)
+    assert blocks["npu"] == Resources(lut4=7, ff=6, bram=1, lutram=1)
+
+
+def test_parse_congestion_by_the_block_that_drives_a_net(tmp_path):
+    """With the placed netlist, an overused net counts for the block of its driver (the
+    CSR's read-multiplexer nets are named after the semaphore memory); nets the netlist
+    does not drive keep the block of their name."""
+    folder = tmp_path / "congestion"
+    folder.mkdir()
+    (folder / "iter_congestion_by_net_4.csv").write_text(
+        "dut.x,5\ndut.csr.rdata[1],2\ndut.csr.rdata[0],1\ndut.sem_value,3\n"
+        "dut.mixed[0],7\ndut.mixed[1],9\ndut.dma.y[2],4\nins_q[0],1\n")
+    by_name = parse_congestion(folder)["blocks"]
+    assert by_name == {"npu": 24, "npu.csr": 3, "npu.dma": 4, "harness": 1}
+    driven = parse_congestion(folder, _reader_netlist())["blocks"]
+    assert driven == {"npu.csr": 17, "npu.cmdproc.semaphores": 10, "npu.dma": 4, "harness": 1}
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")                    # not a netlist: by names, no error
+    assert parse_congestion(folder, bad)["blocks"] == by_name
+
+
 @pytest.mark.parametrize("mhz", [10, 12.5, 20, 25, 50])
 def test_ecp5_pll_settings_in_range(mhz):
     p = ecp5_pll(25e6, mhz * 1e6)
