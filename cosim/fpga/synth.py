@@ -21,10 +21,9 @@ from pathlib import Path
 from cosim.fpga.harness import write_pnr_harness
 from cosim.fpga.tools import FpgaToolError, find_tool, run_tool
 
-__all__ = ["FAMILIES", "TILE_MEMORIES", "KEY_BLOCKS", "BLOCKS_METHOD", "cell_blocks", "net_blocks",
-           "MemoryMapping",
+__all__ = ["FAMILIES", "TILE_MEMORIES", "KEY_BLOCKS", "BLOCKS_METHOD", "MemoryMapping",
            "Resources", "SynthResult", "check_memories", "synthesize", "blocks_from_netlist",
-           "block_of", "parse_yosys_stat", "parse_memory_mapping"]
+           "cell_blocks", "net_blocks", "block_of", "parse_yosys_stat", "parse_memory_mapping"]
 
 #: Yosys synthesis command per family.
 FAMILIES = {"ecp5": "synth_ecp5", "ice40": "synth_ice40 -dsp", "generic": "synth -lut 4"}
@@ -427,8 +426,9 @@ def blocks_from_netlist(netlist: dict | Path, family: str, *, top: str | None = 
     the netlist places those cells instead: a register of a sub-block that drives its
     parent's wire (:func:`_blocks_by_source`: its source line), and logic named after a
     memory's output, which is the logic that reads it wherever it sits
-    (:func:`_memory_readers`: the block of what it feeds; the CSR block's read multiplexer
-    was counted in the semaphore unit and the matrix engine's retire FIFO, 2.6k LUT4 at 8x8).
+    (:func:`_memory_readers`: the block of what it feeds; the CSR block's read multiplexer,
+    named after the semaphore memories and the matrix engine's retire FIFO, had been counted
+    in those blocks).
 
     Parameters
     ----------
@@ -567,8 +567,10 @@ def _memory_readers(cells: dict, family: str, paths: dict[str, list[str]]
         ram = _named_after(_unescape(n), rams) if c["type"] in logic else None
         if ram is not None:
             targets[n] = paths[rams[ram]]
+    if not targets:
+        return {}
     readers: dict[int, list[str]] = {}
-    for n, c in (cells.items() if targets else ()):
+    for n, c in cells.items():
         for b in _port_bits(c, "input"):
             readers.setdefault(b, []).append(n)
     ram_cells = set(rams.values())
