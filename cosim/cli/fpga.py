@@ -58,7 +58,7 @@ def _say(name: str, line: str) -> None:
 def _cmd_area(args: argparse.Namespace) -> int:
     from cosim.fpga import FpgaToolError, area, format_area_table
 
-    rows = []
+    rows, failed = [], []
     for config in args.config:
         print(f"synthesizing {config.name} for {args.family}...", file=sys.stderr)
         try:
@@ -68,16 +68,22 @@ def _cmd_area(args: argparse.Namespace) -> int:
                              route=not args.no_route,
                              timeout=args.timeout * 60 if args.timeout else None,
                              progress=partial(_say, config.name)))
-        except FpgaToolError as e:
+        except FpgaToolError as e:      # the sweep goes on; the status says it failed
             print(f"{config.name}: {e}", file=sys.stderr)
-            return 1
+            failed.append(config.name)
+            continue
         if args.json:   # written after each configuration, so a long sweep keeps its rows
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(json.dumps([r.to_dict() for r in rows], indent=2)
                                        + "\n")
-    print(format_area_table(rows))
-    if args.json:
+    if rows:
+        print(format_area_table(rows))
+    if args.json and rows:
         print(f"wrote {args.json}")
+    if failed:
+        print("npu area: synthesis or place and route stopped with an error for "
+              + ", ".join(failed), file=sys.stderr)
+        return 1
     if any(r.memory_problems for r in rows):
         print("npu area: a tile memory did not map to RAM primitives (see MEMORY CHECK FAILED)",
               file=sys.stderr)
@@ -152,11 +158,11 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
     ar.add_argument("--timeout", type=positive_float, metavar="MIN",
                     help="stop any one tool run (synthesis, place and route) after MIN minutes; "
                          "a stopped place and route is reported in the table, with the blocks "
-                         "whose nets router2 could not route yet, and the sweep goes on "
-                         "(default: no limit)")
+                         "whose nets router2 could not route yet, and the sweep goes on (as "
+                         "it does after a failed synthesis; exit status 1) (default: no limit)")
     ar.add_argument("--no-blocks", action="store_true",
                     help="leave out the per-block table (cells of the flat netlist attributed "
-                         "by hierarchical name; costs no extra synthesis)")
+                         "to blocks, as its method line says; costs no extra synthesis)")
     ar.add_argument("--hier", action="store_true",
                     help="also run a hierarchy-preserving synthesis (-noflatten, ECP5 "
                          "-noabc9) and print its per-module table (slow; for comparison)")

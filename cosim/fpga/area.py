@@ -180,12 +180,14 @@ def format_area_table(rows: list[AreaRow]) -> str:
 
 def _block_lines(blocks: dict[str, dict]) -> list[str]:
     """The per-block table: :data:`KEY_BLOCKS` first (sub-blocks indented under their
-    block), then every block up to 3 levels below the top, each with its sub-blocks."""
+    block), the logic no block holds (named after the NPU's own ports, e.g. the AXI
+    manager's outputs), then every block up to 3 levels below the top, each with its
+    sub-blocks."""
     lines = [f"  {'block':<22} {'path':<32} {'LUT4':>7} {'FF':>7} {'DSP':>4} {'BRAM':>5} "
              f"{'LUTRAM':>6}"]
 
-    def line(label, name):
-        b = blocks[name]
+    def line(label, name, b=None):
+        b = blocks[name] if b is None else b
         lines.append(f"  {label:<22} {name:<32} {b['lut4']:>7} {b['ff']:>7} {b['dsp']:>4} "
                      f"{b['bram']:>5} {b['lutram']:>6}")
     if "npu" in blocks:
@@ -193,6 +195,12 @@ def _block_lines(blocks: dict[str, dict]) -> list[str]:
     for label, name in KEY_BLOCKS.items():
         if name in blocks:
             line(label, name)
+    if "npu" in blocks:                 # what no block holds: the total less its blocks
+        own = dict(blocks["npu"])
+        for name, b in blocks.items():
+            if name.count(".") == 1 and name.split(".")[0] == "npu":
+                own = {k: v - b.get(k, 0) for k, v in own.items()}
+        line("top level, no block", "npu (own cells)", own)
     lines.append("  every block (a block includes the blocks below it):")
     for name in blocks:
         if name != "npu" and name.count(".") <= 3:

