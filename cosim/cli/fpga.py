@@ -208,6 +208,10 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     if args.no_pnr and args.no_route:
         parser.error("--no-route places without routing, --no-pnr skips place and route: "
                      "give one of them")
+    names = [c.name for c in args.config]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:       # e.g. 2x2 and 2x2,n_queues=4 (the default): one folder, one row
+        parser.error(f"--config names the same configuration twice: {', '.join(twice)}")
     devices = (f"the devices are ECP5's, for place and route with --family ecp5: "
                f"{', '.join(ECP5_DEVICES)}")
     if args.device is not None and args.family != "ecp5":     # it was ignored

@@ -230,6 +230,8 @@ def test_run_names_no_python_error_class(capsys):
     (["area", "--freq", "-1"], "argument --freq: must be > 0, got -1"),
     (["area", "--timeout", "-1"], "argument --timeout: must be > 0, got -1"),
     (["area", "--no-pnr", "--no-route"], "give one of them"),
+    (["area", "--config", "2x2", "4x4", "2x2,n_queues=4"],
+     "names the same configuration twice: 2x2"),
     (["waves", "summarize", "x.vcd", "--width", "-5"], "must be >= 10, got -5"),
     (["waves"], "the following arguments are required: COMMAND"),
     # an output folder that does not exist (said "no such file"), before the input is read
