@@ -26,7 +26,8 @@ Modules, in the order a flow uses them (every public name is also importable fro
 ========================  =========================================================
 :mod:`cosim.fpga.tools`   finding the tools, running them with a log, their errors
 :mod:`cosim.fpga.verilog` the Verilog bundle, Verilator lint, Icarus compile
-:mod:`cosim.fpga.synth`   Yosys synthesis, resources per block, Yosys report parsers
+:mod:`cosim.fpga.synth`   Yosys synthesis and its report parsers
+:mod:`cosim.fpga.blocks`  resources per Amaranth block of a flat netlist
 :mod:`cosim.fpga.harness` the core-only place-and-route harness (``pnr_top``)
 :mod:`cosim.fpga.pnr`     nextpnr-ecp5 place and route, ecppack, nextpnr report parsers
 :mod:`cosim.fpga.area`    ``npu area``: one configuration's cost, the printed table
@@ -35,6 +36,16 @@ Modules, in the order a flow uses them (every public name is also importable fro
 """
 
 from cosim.fpga.area import AreaRow, area, format_area_table
+from cosim.fpga.blocks import (
+    BLOCKS_METHOD,
+    KEY_BLOCKS,
+    TILE_MEMORIES,
+    Resources,
+    block_of,
+    blocks_from_netlist,
+    cell_blocks,
+    net_blocks,
+)
 from cosim.fpga.harness import harness_cost, top_ports, write_pnr_harness
 from cosim.fpga.pnr import (
     ECP5_DEVICE,
@@ -52,15 +63,9 @@ from cosim.fpga.pnr import (
     place_route,
 )
 from cosim.fpga.synth import (
-    BLOCKS_METHOD,
     FAMILIES,
-    KEY_BLOCKS,
-    TILE_MEMORIES,
     MemoryMapping,
-    Resources,
     SynthResult,
-    block_of,
-    blocks_from_netlist,
     check_memories,
     parse_memory_mapping,
     parse_yosys_stat,
@@ -84,6 +89,7 @@ __all__ = [
     "lint_verilator", "compile_icarus", "synthesize", "place_route", "pack_bitstream", "area",
     "format_area_table", "parse_yosys_stat", "parse_memory_mapping", "parse_nextpnr_report",
     "parse_nextpnr_log", "block_of", "TILE_MEMORIES", "check_memories", "blocks_from_netlist",
+    "cell_blocks", "net_blocks",
     "KEY_BLOCKS", "BLOCKS_METHOD", "ECP5_DEVICE", "ECP5_DEVICES", "RoutingFailed",
     "parse_congestion", "format_congestion", "nextpnr_progress", "run_logged",
     # public names that were importable before the split into modules

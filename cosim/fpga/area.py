@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cosim.fpga.blocks import BLOCKS_METHOD, KEY_BLOCKS
 from cosim.fpga.harness import harness_cost
 from cosim.fpga.pnr import ECP5_DEVICE, ECP5_PACKAGE, place_route
-from cosim.fpga.synth import BLOCKS_METHOD, FAMILIES, KEY_BLOCKS, check_memories, synthesize
+from cosim.fpga.synth import FAMILIES, check_memories, synthesize
 from cosim.fpga.tools import FpgaToolError
 from cosim.fpga.verilog import write_verilog
 from hw.config import NPUConfig

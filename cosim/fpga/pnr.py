@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cosim.fpga.synth import block_of, net_blocks
+from cosim.fpga.blocks import block_of, net_blocks
 from cosim.fpga.tools import FpgaToolError, find_tool, run_tool
 
 __all__ = ["ECP5_DEVICE", "ECP5_DEVICES", "ECP5_PACKAGE", "PathStep", "PnrResult",
@@ -317,11 +317,11 @@ def parse_congestion(folder: Path, netlist: dict | Path | None = None) -> dict |
     nextpnr's ``--router2-heatmap PREFIX`` writes, after each routing iteration ``i``,
     ``PREFIX_congestion_by_net_<i>.csv``: per net, how many of the wires it uses are overused
     (used by more than one net). With ``netlist`` (the Yosys JSON that nextpnr placed), each
-    net counts for the block of the cell that drives it (:func:`~cosim.fpga.synth.
+    net counts for the block of the cell that drives it (:func:`~cosim.fpga.blocks.
     net_blocks`): a net's name is often another block's (the CSR block's read multiplexer
     is named after the memories it selects from). Otherwise, and for a net the netlist does
     not name (or a ``netlist`` that cannot be read as one), it counts for the Amaranth block
-    of its name (:func:`~cosim.fpga.synth.block_of`, after the bit index and Yosys' ``$<n>``
+    of its name (:func:`~cosim.fpga.blocks.block_of`, after the bit index and Yosys' ``$<n>``
     suffixes). Nets outside the NPU (the P&R harness' ``ins``/``outs`` shift registers) count
     as ``harness``. The sum over nets counts an overused wire once per net on it.
 
