@@ -1,15 +1,34 @@
-"""Performance counter block: free-running event counters with an atomic snapshot.
+"""Performance counter block: event counters in block RAM with an atomic snapshot.
 
 Which events are counted, and what each one means, is defined once by
 :data:`hw.isa.COUNTER_NAMES` (names, units, definitions) and wired up in
 :func:`hw.top.connect_counters` (the signals behind each definition). This block only counts:
 counter ``i`` adds ``inc[i]`` at every clock edge, wrapping modulo 2**32; a ``snapshot`` pulse
-copies every counter and the 64-bit cycle count into the snapshot registers that the CSR
-block reads (``Csr.CNT_*``), all at the same edge.
+takes every counter and the 64-bit cycle count at the same edge, and the CSR block reads the
+snapshot through one memory read port (``Csr.CNT_*``).
+
+How (a hybrid counter bank, as in the "counter cache" designs of Zhao, Xu and Iyer, "Design
+and performance analysis of a DRAM-based statistics counter array architecture", ANCS 2009):
+the 32-bit counts live in a memory of ``N = len(COUNTER_NAMES)`` words; beside it each counter
+has a small pending count of the increments since it was last folded in. One counter is
+folded in per cycle, round-robin, so a pending count holds at most ``N`` cycles of
+increments (``N * axi_data_bytes``, a few bits). The value of counter ``i`` is always
+``count[i] + pending[i]``.
+
+A snapshot in cycle ``s`` moves every pending count into a second set of small registers
+(``pending_snap``) at the edge ending ``s`` and restarts the pending counts; over the next
+``N`` cycles (:data:`hw.isa.SNAPSHOT_CYCLES`, ``busy`` high) the round-robin visits every
+counter once more and writes ``count + pending_snap`` -- the counter's value in cycle ``s``
+-- into the snapshot memory. The snapshot is as atomic as copying all counters at one edge;
+only reading it must wait for the ``N`` cycles, which the CSR block does by holding the
+``CNT_SNAPSHOT`` write's response. The point is the FPGA: ``2 * N * 32`` flip-flops of counts
+and snapshots and an ``N``-input 32-bit read multiplexer become two memories and ``2 * N``
+narrow pending counts.
 """
 
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.config import NPUConfig
@@ -22,7 +41,7 @@ COUNTER_WIDTH = 32
 
 
 class PerfCounters(wiring.Component):
-    """One 32-bit counter per name of :data:`hw.isa.COUNTER_NAMES`, plus snapshot registers.
+    """One 32-bit counter per name of :data:`hw.isa.COUNTER_NAMES` and a snapshot of them all.
 
     Parameters
     ----------
@@ -37,15 +56,22 @@ class PerfCounters(wiring.Component):
     cycles : ``In(64)``
         The free-running cycle counter (``CYCLES``).
     snapshot : ``In(1)``
-        One-cycle pulse: at the end of this cycle ``values`` and ``cycles_snap`` take the
-        current counts (not including this cycle's increments) and ``cycles``.
-    values : ``Out(ArrayLayout(32, len(COUNTER_NAMES)))``
-        The counts at the last snapshot (0 before the first).
+        One-cycle pulse: the snapshot takes the counts of this cycle (not including its
+        increments) and ``cycles``. Ignored while ``busy``.
+    busy : ``Out(1)``
+        The snapshot is being written: high for the :data:`hw.isa.SNAPSHOT_CYCLES` cycles
+        after the ``snapshot`` pulse; the snapshot memory reads the new values from the cycle
+        it falls.
+    rd_index : ``In(range(len(COUNTER_NAMES)))``, rd_en : ``In(1)``
+        Snapshot memory read port: with ``rd_en`` in cycle ``c``, ``rd_data`` holds counter
+        ``rd_index``'s snapshot from cycle ``c + 1`` until the next read.
+    rd_data : ``Out(32)``
     cycles_snap : ``Out(64)``
         ``cycles`` at the last snapshot.
 
     So a snapshot in cycle ``s`` holds, for every counter, the sum of its increments over the
-    cycles ``c < s`` since reset (modulo 2**32), and ``cycles_snap = cycles(s)``.
+    cycles ``c < s`` since reset (modulo 2**32; 0 before the first snapshot), and
+    ``cycles_snap = cycles(s)``.
     """
 
     def __init__(self, config: NPUConfig):
@@ -57,23 +83,65 @@ class PerfCounters(wiring.Component):
             "inc": In(data.ArrayLayout(range(config.axi_data_bytes + 1), n)),
             "cycles": In(64),
             "snapshot": In(1),
-            "values": Out(data.ArrayLayout(COUNTER_WIDTH, n)),
+            "busy": Out(1),
+            "rd_index": In(range(n)),
+            "rd_en": In(1),
+            "rd_data": Out(COUNTER_WIDTH),
             "cycles_snap": Out(64),
         })
 
     def elaborate(self, platform):
         m = Module()
+        n = len(COUNTER_NAMES)
+        # a pending count holds the increments of at most n cycles (one visit every n)
+        width = (n * self.config.axi_data_bytes).bit_length()
 
-        # -- live counters: add every cycle ----------------------------------------------------
-        live = []
-        for i, name in enumerate(COUNTER_NAMES):
-            count = Signal(COUNTER_WIDTH, name=f"count_{name.replace('.', '_')}")
-            m.d.sync += count.eq(count + self.inc[i])
-            live.append(count)
+        m.submodules.counts = counts = Memory(shape=COUNTER_WIDTH, depth=n, init=[])
+        m.submodules.snaps = snaps = Memory(shape=COUNTER_WIDTH, depth=n, init=[])
+        count_rd = counts.read_port(transparent_for=())
+        count_wr = counts.write_port()
+        snap_wr = snaps.write_port()
+        snap_rd = snaps.read_port(transparent_for=())
+        m.d.comb += [snap_rd.addr.eq(self.rd_index), snap_rd.en.eq(self.rd_en),
+                     self.rd_data.eq(snap_rd.data)]
 
-        # -- snapshot: everything at the same edge ---------------------------------------------
-        with m.If(self.snapshot):
-            m.d.sync += self.cycles_snap.eq(self.cycles)
-            for i, count in enumerate(live):
-                m.d.sync += self.values[i].eq(count)
+        pending = [Signal(width, name=f"pending{i}") for i in range(n)]
+        pending_snap = [Signal(width, name=f"pending_snap{i}") for i in range(n)]
+        visit = Signal(range(n), name="visit")      # folded in this cycle (read last cycle)
+        left = Signal(range(n + 1), name="snap_left")   # visits of the snapshot round to go
+        m.d.comb += self.busy.eq(left != 0)
+        take = self.snapshot & ~self.busy
+
+        # -- the round-robin: read count[visit + 1] now, fold in count[visit] ------------------
+        nxt = Mux(visit == n - 1, 0, visit + 1)
+        m.d.sync += visit.eq(nxt)
+        m.d.comb += count_rd.addr.eq(nxt)
+        base = Signal(COUNTER_WIDTH, name="snap_value")     # count[visit] + pending_snap[visit]
+        p_visit = Signal(width, name="pending_visit")
+        s_visit = Signal(width, name="pending_snap_visit")
+        with m.Switch(visit):
+            for i in range(n):
+                with m.Case(i):
+                    m.d.comb += [p_visit.eq(pending[i]), s_visit.eq(pending_snap[i])]
+        m.d.comb += [
+            base.eq(count_rd.data + s_visit),
+            count_wr.addr.eq(visit), count_wr.en.eq(1), count_wr.data.eq(base + p_visit),
+            snap_wr.addr.eq(visit), snap_wr.en.eq(self.busy), snap_wr.data.eq(base),
+        ]
+        for i in range(n):
+            here = visit == i
+            with m.If(take):
+                # the pending count of a counter folded in this cycle is already in count
+                m.d.sync += [pending_snap[i].eq(Mux(here, 0, pending[i])),
+                             pending[i].eq(self.inc[i])]
+            with m.Elif(here):
+                m.d.sync += [pending_snap[i].eq(0), pending[i].eq(self.inc[i])]
+            with m.Else():
+                m.d.sync += pending[i].eq(pending[i] + self.inc[i])
+
+        # -- the snapshot round: the next n visits write the snapshot memory --------------------
+        with m.If(take):
+            m.d.sync += [left.eq(n), self.cycles_snap.eq(self.cycles)]
+        with m.Elif(self.busy):
+            m.d.sync += left.eq(left - 1)
         return m

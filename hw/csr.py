@@ -84,11 +84,15 @@ class CsrBlock(wiring.Component):
         or :func:`hw.isa.sem_last_csr`), its value and last-signaller record.
     cycles : ``Out(64)``
         Free-running cycle counter (also readable at ``CYCLES_LO``/``CYCLES_HI``).
-    counters : ``In(ArrayLayout(32, len(COUNTER_NAMES)))``, counters_cycles : ``In(64)``
-        The last snapshot of the counter block (:class:`hw.counters.PerfCounters`), read at
-        ``Csr.CNT_*``.
-    snapshot : ``Out(1)``
-        One-cycle pulse in the cycle a ``CNT_SNAPSHOT`` write takes effect.
+    counter_index : ``Out(range(len(COUNTER_NAMES)))``, counter_rd : ``Out(1)``,
+    counter_value : ``In(32)``, counters_cycles : ``In(64)``
+        The snapshot of the counter block (:class:`hw.counters.PerfCounters`), read at
+        ``Csr.CNT_*``: a read of a counter register presents its index (in
+        ``COUNTER_NAMES``) with ``counter_rd`` in the AR cycle and answers the value that
+        ``counter_value`` holds in the next cycle.
+    snapshot : ``Out(1)``, snapshot_busy : ``In(1)``
+        One-cycle pulse in the cycle a ``CNT_SNAPSHOT`` write takes effect; the write's
+        response waits while the counter block reports ``snapshot_busy``.
     trace, trace_valid, trace_overflow : ``In``; trace_pop : ``Out(4)``
         The engines' trace FIFOs; ``trace_pop[e]`` pulses on a ``TRACE_POP`` write.
         ``TRACE_INFO`` of an empty FIFO reads ``index`` and ``queue`` 0 (as the functional
@@ -116,8 +120,9 @@ class CsrBlock(wiring.Component):
             "sem_rd": Out(range(max(config.n_sems, 2))), "sem_value": In(32),
             "sem_last": In(SemLast),
             "cycles": Out(64),
-            "counters": In(data.ArrayLayout(32, len(COUNTER_NAMES))),
-            "counters_cycles": In(64), "snapshot": Out(1),
+            "counter_index": Out(range(len(COUNTER_NAMES))), "counter_rd": Out(1),
+            "counter_value": In(32), "counters_cycles": In(64),
+            "snapshot": Out(1), "snapshot_busy": In(1),
             "trace": In(data.ArrayLayout(TraceEntry, n_eng)),
             "trace_valid": In(n_eng), "trace_overflow": In(n_eng), "trace_pop": Out(n_eng),
         })
@@ -221,8 +226,6 @@ class CsrBlock(wiring.Component):
             Csr.CNT_CYCLES_LO: self.counters_cycles[:32],
             Csr.CNT_CYCLES_HI: self.counters_cycles[32:],
         }
-        for i, name in enumerate(COUNTER_NAMES):
-            regs[counter_csr(name)] = self.counters[i]
         for e in range(len(ENGINES)):
             regs[trace_csr(e, Csr.TRACE_START)] = self.trace[e].start
             regs[trace_csr(e, Csr.TRACE_END)] = self.trace[e].end
@@ -244,9 +247,12 @@ class CsrBlock(wiring.Component):
 
     def _read(self, m: Module, st: _State, regs: dict) -> None:
         """One read at a time; the value is taken in the AR cycle (reading ``CYCLES_LO``
-        latches ``CYCLES_HI``); unmapped offsets read 0."""
+        latches ``CYCLES_HI``), a counter's from the counter block's snapshot memory, which
+        answers in the next cycle; unmapped offsets read 0."""
         bus = self.bus
         value = Signal(32)
+        value_q = Signal(32, name="read_value")
+        counter = Signal(name="counter_read")     # this read's value is the counter block's
         # both semaphore regions are 4 * 256 bytes: the word address's low bits name it
         m.d.comb += self.sem_rd.eq(bus.araddr[2:10])
         with m.Switch(bus.araddr[2:]):
@@ -259,16 +265,21 @@ class CsrBlock(wiring.Component):
                 m.d.comb += value.eq(self.sem_value)
             with m.Case(*(sem_last_csr(s) >> 2 for s in range(n))):
                 m.d.comb += value.eq(self.sem_last)
+            for i, name in enumerate(COUNTER_NAMES):
+                with m.Case(counter_csr(name) >> 2):
+                    m.d.comb += [self.counter_index.eq(i),
+                                 self.counter_rd.eq(bus.arvalid & bus.arready)]
         with m.FSM(name="read"):
             with m.State("IDLE"):
                 m.d.comb += bus.arready.eq(1)
                 with m.If(bus.arvalid):
-                    m.d.sync += bus.rdata.eq(value)
+                    m.d.sync += [value_q.eq(value), counter.eq(self.counter_rd)]
                     with m.If(bus.araddr[2:] == Csr.CYCLES_LO >> 2):
                         m.d.sync += st.cycles_hi_latch.eq(self.cycles[32:])
                     m.next = "RESPOND"
             with m.State("RESPOND"):
-                m.d.comb += [bus.rvalid.eq(1), bus.rresp.eq(0)]
+                m.d.comb += [bus.rvalid.eq(1), bus.rresp.eq(0),
+                             bus.rdata.eq(Mux(counter, self.counter_value, value_q))]
                 with m.If(bus.rready):
                     m.next = "IDLE"
 
@@ -293,9 +304,9 @@ class CsrBlock(wiring.Component):
                     with m.Switch(aw_addr[2:]):
                         self._write_cases(m, st, w_data, irq_clear)
                     m.next = "RESPOND"
-            with m.State("RESPOND"):
-                m.d.comb += [bus.bvalid.eq(1), bus.bresp.eq(0)]
-                with m.If(bus.bready):
+            with m.State("RESPOND"):        # held while the counter block writes a snapshot
+                m.d.comb += [bus.bvalid.eq(~self.snapshot_busy), bus.bresp.eq(0)]
+                with m.If(bus.bready & ~self.snapshot_busy):
                     m.next = "COLLECT"
 
     def _write_cases(self, m: Module, st: _State, w_data: Signal, irq_clear: Signal) -> None:

@@ -174,13 +174,15 @@ def counter_events(m: Module, cp: CommandProcessor, mem, dma_stall, tile_stall, 
 def connect_counters(m: Module, counters: PerfCounters, csr: CsrBlock, cp: CommandProcessor,
                      mem, dma_stall, tile_stall, dma_tlb) -> None:
     """Wire the counter block: increments from :func:`counter_events`, cycle count and
-    snapshot pulse from the CSR block, snapshot values back to it."""
+    snapshot pulse from the CSR block, which reads the snapshot through the block's port."""
     events = counter_events(m, cp, mem, dma_stall, tile_stall, dma_tlb)
     for i, name in enumerate(COUNTER_NAMES):
         m.d.comb += counters.inc[i].eq(events[name])
     m.d.comb += [
         counters.cycles.eq(csr.cycles), counters.snapshot.eq(csr.snapshot),
-        csr.counters.eq(counters.values), csr.counters_cycles.eq(counters.cycles_snap),
+        csr.snapshot_busy.eq(counters.busy), counters.rd_index.eq(csr.counter_index),
+        counters.rd_en.eq(csr.counter_rd), csr.counter_value.eq(counters.rd_data),
+        csr.counters_cycles.eq(counters.cycles_snap),
     ]
 
 

@@ -5,7 +5,8 @@ from hw.isa.registers import Csr
 from hw.isa.vm import TLB_CLIENTS
 
 __all__ = ["STALL_REASONS", "ENGINE_STALLS", "TLB_COUNTERS", "COUNTER_NAMES",
-           "TIMING_COUNTERS", "COUNTER_BITS", "counter_csr", "engine_counter_csr"]
+           "TIMING_COUNTERS", "COUNTER_BITS", "SNAPSHOT_CYCLES", "counter_csr",
+           "engine_counter_csr"]
 
 
 #: Stall reasons, in register order (``Csr.CNT_STALL + 4 * index``):
@@ -83,6 +84,12 @@ TIMING_COUNTERS = ("cycles", "dma_busy", "overlap",
                    *(n for n in COUNTER_NAMES if n.startswith(("busy.", "stall."))),
                    *(f"tlb.{t}.walk_cycles" for t in TLB_CLIENTS if t != "fetch"),
                    *(n for n in COUNTER_NAMES if n.startswith("tlb.fetch.")))
+
+#: Cycles a snapshot takes to write (:class:`hw.counters.PerfCounters` folds one counter a
+#: cycle into its snapshot memory): a ``CNT_SNAPSHOT`` write that takes effect in cycle ``s``
+#: (the snapshot's instant) has its write response (B) held until the snapshot reads back,
+#: ``SNAPSHOT_CYCLES`` cycles later than another register's write.
+SNAPSHOT_CYCLES = len(COUNTER_NAMES)
 
 #: Width of each counter in bits: they wrap modulo ``2 ** COUNTER_BITS[name]``.
 COUNTER_BITS = {"cycles": 64, **dict.fromkeys(COUNTER_NAMES, 32)}

@@ -32,6 +32,7 @@ from hw.config import NPUConfig
 from hw.isa import (
     COUNTER_NAMES,
     ENGINE_NAMES,
+    SNAPSHOT_CYCLES,
     Csr,
     ErrorWord,
     QueueErrorWord,
@@ -129,7 +130,7 @@ class PerfBackend(ModelBackend):
         if not 0 <= value <= _MASK32:
             raise BackendError(f"CSR value {value!r} is not a 32-bit unsigned value")
         t0, c0 = time.perf_counter(), time.process_time()
-        f = self.host.csr_write()
+        f = self.host.csr_write(SNAPSHOT_CYCLES if offset == Csr.CNT_SNAPSHOT else 0)
         self._write(offset, value, f + 1)
         self._spent(t0, c0)
 

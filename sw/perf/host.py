@@ -10,7 +10,8 @@ ReadOnly phase before each rising edge (measured on the RTL, ``cosim/bench/valid
   register's in cycle ``f``; returns at the falling edge of ``f + 2``.
 * **CSR write**: presented in cycle ``f``; takes effect in cycle ``f + 1`` (registers change
   from ``f + 2``; a ``CNT_SNAPSHOT`` snapshots in ``f + 1``); returns at the falling edge of
-  ``f + 3``.
+  ``f + 3``, a ``CNT_SNAPSHOT`` :data:`hw.isa.SNAPSHOT_CYCLES` later (the counter block
+  writes its snapshot memory meanwhile).
 * **DRAM backdoor** (one ``$readmemh`` / ``$writememh``): presented in cycle ``f``, done at
   the rising edge that starts ``f + 1``; returns at the falling edge of ``f + 1``. A write with
   a partial word at either end reads those words first (one more backdoor access each; one
@@ -77,10 +78,11 @@ class HostClock:
         self.at_falling(f + 2)
         return f
 
-    def csr_write(self) -> int:
-        """Returns the cycle ``f`` of the write's AW/W handshake (effect in ``f + 1``)."""
+    def csr_write(self, held: int = 0) -> int:
+        """Returns the cycle ``f`` of the write's AW/W handshake (effect in ``f + 1``); the
+        response comes ``held`` cycles late (``SNAPSHOT_CYCLES`` for ``CNT_SNAPSHOT``)."""
         f = self.falling()
-        self.at_falling(f + 3)
+        self.at_falling(f + 3 + held)
         return f
 
     def backdoor(self) -> int:

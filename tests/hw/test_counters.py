@@ -1,22 +1,31 @@
 """hw.counters.PerfCounters alone: what a snapshot holds, against a scalar running sum."""
 
 import numpy as np
+import pytest
 from amaranth.sim import Simulator
 
 from hw.config import NPUConfig
 from hw.counters import COUNTER_WIDTH, PerfCounters
-from hw.isa import COUNTER_NAMES
+from hw.isa import COUNTER_NAMES, SNAPSHOT_CYCLES
 
 
-def test_snapshot_holds_the_increments_of_the_cycles_before_it():
+@pytest.mark.parametrize("cycles, snaps, seed", [
+    # 42 falls while the snapshot of 41 is written (ignored); the last one right after it
+    (160, (3, 41, 42, 42 + SNAPSHOT_CYCLES), 5),
+    (400, (17, 250), 6),                          # the pending counts near their bound
+], ids=["back-to-back", "long-gaps"])
+def test_snapshot_holds_the_increments_of_the_cycles_before_it(cycles, snaps, seed):
     """A snapshot in cycle ``s`` holds, per counter, the sum of ``inc`` over cycles ``c < s``
-    (not its own cycle's increment) and ``cycles_snap = cycles(s)``; the values hold until the
-    next snapshot. Every snapshot here falls in a cycle with non-zero increments."""
+    (not its own cycle's increment) and ``cycles_snap = cycles(s)``: ``busy`` is high for
+    exactly ``SNAPSHOT_CYCLES`` cycles after it, and from then on every counter reads back its
+    snapshot through the read port (one cycle after ``rd_en``) until the next snapshot. A
+    snapshot pulse while ``busy`` is ignored. Increments are random up to a bus beat, with a
+    stretch of three rounds at the bound, where a pending count too narrow would wrap."""
     cfg = NPUConfig(rows=2, cols=2)
     n = len(COUNTER_NAMES)
-    rng = np.random.default_rng(5)
-    incs = rng.integers(1, cfg.axi_data_bytes + 1, size=(40, n))
-    snaps = {3, 4, 17, 39}
+    rng = np.random.default_rng(seed)
+    incs = rng.integers(0, cfg.axi_data_bytes + 1, size=(cycles, n))
+    incs[100:100 + 3 * n] = cfg.axi_data_bytes       # a stretch at the bound
     dut = PerfCounters(cfg)
     sim = Simulator(dut)
     sim.add_clock(1e-6)
@@ -24,17 +33,29 @@ def test_snapshot_holds_the_increments_of_the_cycles_before_it():
     async def tb(ctx):
         total = np.zeros(n, dtype=np.int64)
         want = ([0] * n, 0)
-        for c in range(len(incs)):
+        busy_until = -1
+        for c in range(cycles):
             for i in range(n):
                 ctx.set(dut.inc[i], int(incs[c, i]))
             ctx.set(dut.cycles, 1000 + c)
             ctx.set(dut.snapshot, int(c in snaps))
+            assert ctx.get(dut.busy) == (c <= busy_until), f"busy in cycle {c}"
+            if not ctx.get(dut.busy):
+                # read every counter back, one a cycle, while the counts go on
+                i = c % n
+                ctx.set(dut.rd_index, i)
+                ctx.set(dut.rd_en, 1)
+            else:
+                ctx.set(dut.rd_en, 0)
             await ctx.tick()
-            if c in snaps:
+            if c in snaps and c > busy_until:
                 want = ([int(v) % (1 << COUNTER_WIDTH) for v in total], 1000 + c)
+                busy_until = c + SNAPSHOT_CYCLES
             total += incs[c]
-            got = [ctx.get(dut.values[i]) for i in range(n)]
-            assert (got, ctx.get(dut.cycles_snap)) == want, f"after cycle {c}"
+            assert ctx.get(dut.cycles_snap) == want[1]
+            if ctx.get(dut.rd_en) and c > busy_until:
+                assert ctx.get(dut.rd_data) == want[0][c % n], \
+                    f"{COUNTER_NAMES[c % n]} read in cycle {c}"
 
     sim.add_testbench(tb)
     sim.run()
