@@ -188,6 +188,11 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                          "writes no waveform; give another file name")
         if flag in _IMAGE_FLAGS:
             check_image_suffix(parser, name, path)
+        existing = target.parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            parser.error(f"{name} {path}: {existing} is not a folder")
         # its folder is made now (as the file would be written later), so that a path that
         # cannot be written fails here and not after the run
         try:

@@ -202,8 +202,8 @@ def _check_out_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 
 def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject bad ``npu area`` arguments before synthesis starts."""
-    check_json_arg(parser, args)
+    """Reject bad ``npu area`` arguments before synthesis starts (``--json``'s folder, made by
+    its check, last: nothing is made for a refused command)."""
     _check_out_arg(parser, args)
     if args.no_pnr and args.no_route:
         parser.error("--no-route places without routing, --no-pnr skips place and route: "
@@ -226,4 +226,5 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     if args.device is not None and args.no_pnr:
         parser.error(f"--device {args.device} is the part nextpnr-ecp5 places on: not with "
                      f"--no-pnr; {devices}")
+    check_json_arg(parser, args)
     args.device = args.device or ECP5_DEVICE

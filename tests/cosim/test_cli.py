@@ -95,8 +95,8 @@ def test_unknown_arguments_are_named_by_their_subcommand(argv, capsys):
     (["--waves-from", "10", "--waves-to", "5"], "need 0 <= from < to, got from 10, to 5"),
     (["--waves-from", "-1"], "need 0 <= from < to, got from -1, to no end"),   # said "None"
     (["--json", "/"], "is a folder"),
-    (["--json", "/dev/null/r.json"], "cannot make its folder"),
-    (["--backend", "perf", "--trace", "/dev/null/t.json"], "cannot make its folder"),
+    (["--json", "/dev/null/r.json"], "/dev/null is not a folder"),
+    (["--backend", "perf", "--trace", "/dev/null/t.json"], "/dev/null is not a folder"),
     # a folder that exists but takes no new file (even as root): refused before the run
     (["--backend", "perf", "--json", "/proc/npu-kit-run.json"], "cannot be written"),
     (["--backend", "perf", "--trace-png", "/tmp/npu-kit-trace.txt"], "the image format is"),
@@ -309,6 +309,16 @@ def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
         main(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_refused_area_command_makes_no_json_folder(tmp_path, capsys):
+    """``--json``'s check makes the file's folder; a command refused for another reason (two
+    flags that conflict) made it before it was refused."""
+    folder = tmp_path / "new"
+    with pytest.raises(SystemExit) as exc:
+        main(["area", "--no-pnr", "--no-route", "--json", str(folder / "a.json")])
+    assert exc.value.code == 2 and "give one of them" in capsys.readouterr().err
+    assert not folder.exists()
 
 
 @pytest.mark.parametrize("argv, flag", [
