@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.bus import AXI4LiteSignature
@@ -131,6 +132,7 @@ class CsrBlock(wiring.Component):
         m = Module()
         n = self.config.n_queues
         st = _State(n)
+        m.submodules.host_regs = st.host_regs
 
         m.d.sync += self.cycles.eq(self.cycles + 1)
         m.d.comb += self.irq.eq((st.irq_status & st.irq_enable).any())
@@ -229,57 +231,64 @@ class CsrBlock(wiring.Component):
         for e in range(len(ENGINES)):
             regs[trace_csr(e, Csr.TRACE_START)] = self.trace[e].start
             regs[trace_csr(e, Csr.TRACE_END)] = self.trace[e].end
-        for q in range(cfg.n_queues):
+        for q in range(cfg.n_queues):      # the host-written ones read their copy (_read)
             regs.update({
-                queue_csr(q, Csr.RING_BASE): self.ring_base[q],
-                queue_csr(q, Csr.RING_SIZE): self.ring_size[q],
                 queue_csr(q, Csr.HEAD): self.head[q],
-                queue_csr(q, Csr.TAIL): self.tail[q],
-                queue_csr(q, Csr.WINDOW_BASE): self.window_base[q],
-                queue_csr(q, Csr.WINDOW_LIMIT): self.window_limit[q],
                 queue_csr(q, Csr.Q_ERR_CMD): st.q_err[q].cmd,
                 queue_csr(q, Csr.Q_ERR_ADDR): st.q_err[q].addr,
                 queue_csr(q, Csr.Q_FETCHED): self.fetched[q],
-                queue_csr(q, Csr.Q_VM): self.vm[q],
             })
         regs.update(self._packed(m, st))
         return regs
 
     def _read(self, m: Module, st: _State, regs: dict) -> None:
         """One read at a time; the value is taken in the AR cycle (reading ``CYCLES_LO``
-        latches ``CYCLES_HI``), a counter's from the counter block's snapshot memory, which
-        answers in the next cycle; unmapped offsets read 0."""
+        latches ``CYCLES_HI``; a counter's comes from the counter block's snapshot memory,
+        which answers in the next cycle); unmapped offsets read 0."""
         bus = self.bus
         value = Signal(32)
-        value_q = Signal(32, name="read_value")
-        counter = Signal(name="counter_read")     # this read's value is the counter block's
+        # the read's value: from the multiplexer below (0), the counter block's snapshot
+        # memory (1, it answers in the next cycle), the semaphore unit's read port (2, value;
+        # 3, record; registered apart, off the multiplexer)
+        source, source_q = Signal(range(4)), Signal(range(4), name="read_source")
+        value_q = Signal(32, name="read_value", reset_less=True)
+        sem_q = Signal(32, name="read_sem_value", reset_less=True)
+        sem_last_q = Signal(32, name="read_sem_last", reset_less=True)
         # both semaphore regions are 4 * 256 bytes: the word address's low bits name it
         m.d.comb += self.sem_rd.eq(bus.araddr[2:10])
+        copy = st.host_regs.read_port(domain="comb")
+        m.d.comb += copy.addr.eq(self._host_reg_slot(m, bus.araddr))
         with m.Switch(bus.araddr[2:]):
+            with m.Case(*(queue_csr(q, reg) >> 2 for q in range(self.config.n_queues)
+                          for reg, _ in self._host_regs())):
+                m.d.comb += value.eq(Mux(st.host_written.bit_select(copy.addr, 1), copy.data, 0))
             for offset, reg in regs.items():
                 with m.Case(offset >> 2):
                     m.d.comb += value.eq(reg)
-            # the semaphores through the read port: one input of the multiplexer per region
             n = self.config.n_sems
             with m.Case(*(sem_csr(s) >> 2 for s in range(n))):
-                m.d.comb += value.eq(self.sem_value)
+                m.d.comb += source.eq(2)
             with m.Case(*(sem_last_csr(s) >> 2 for s in range(n))):
-                m.d.comb += value.eq(self.sem_last)
+                m.d.comb += source.eq(3)
             for i, name in enumerate(COUNTER_NAMES):
                 with m.Case(counter_csr(name) >> 2):
-                    m.d.comb += [self.counter_index.eq(i),
+                    m.d.comb += [self.counter_index.eq(i), source.eq(1),
                                  self.counter_rd.eq(bus.arvalid & bus.arready)]
         with m.FSM(name="read"):
             with m.State("IDLE"):
                 m.d.comb += bus.arready.eq(1)
                 with m.If(bus.arvalid):
-                    m.d.sync += [value_q.eq(value), counter.eq(self.counter_rd)]
+                    m.d.sync += [value_q.eq(value), source_q.eq(source),
+                                 sem_q.eq(self.sem_value), sem_last_q.eq(self.sem_last)]
                     with m.If(bus.araddr[2:] == Csr.CYCLES_LO >> 2):
                         m.d.sync += st.cycles_hi_latch.eq(self.cycles[32:])
                     m.next = "RESPOND"
             with m.State("RESPOND"):
-                m.d.comb += [bus.rvalid.eq(1), bus.rresp.eq(0),
-                             bus.rdata.eq(Mux(counter, self.counter_value, value_q))]
+                m.d.comb += [bus.rvalid.eq(1), bus.rresp.eq(0)]
+                with m.Switch(source_q):
+                    for i, v in enumerate((value_q, self.counter_value, sem_q, sem_last_q)):
+                        with m.Case(i):
+                            m.d.comb += bus.rdata.eq(v)
                 with m.If(bus.rready):
                     m.next = "IDLE"
 
@@ -292,6 +301,8 @@ class CsrBlock(wiring.Component):
         w_data = Signal(32)
         w_have = Signal()
         m.d.comb += self.sem_set_value.eq(w_data)
+        st.host_copy = copy = st.host_regs.write_port()
+        m.d.comb += [copy.addr.eq(self._host_reg_slot(m, aw_addr)), copy.data.eq(w_data)]
         with m.FSM(name="write"):
             with m.State("COLLECT"):
                 m.d.comb += [bus.awready.eq(~aw_have), bus.wready.eq(~w_have)]
@@ -309,18 +320,40 @@ class CsrBlock(wiring.Component):
                 with m.If(bus.bready & ~self.snapshot_busy):
                     m.next = "COLLECT"
 
+    def _host_regs(self) -> list:
+        """The queue registers only the host writes, (offset in the queue's block, register):
+        each also has a copy in ``_State.host_regs`` that host reads read, so that they are
+        not inputs of the read multiplexer. ``Q_VM`` is writable only with a TLB."""
+        regs = [(Csr.RING_BASE, self.ring_base), (Csr.RING_SIZE, self.ring_size),
+                (Csr.TAIL, self.tail), (Csr.WINDOW_BASE, self.window_base),
+                (Csr.WINDOW_LIMIT, self.window_limit)]
+        return regs + ([(Csr.Q_VM, self.vm)] if self.config.tlb_entries else [])
+
+    def _host_reg_slot(self, m: Module, addr) -> Signal:
+        """The slot in ``_State.host_regs`` of a queue register's byte address ``addr``:
+        ``8 * queue`` plus the register's index in :meth:`_host_regs` (any other offset maps
+        to some slot; only the offsets of :meth:`_host_regs` read or write it)."""
+        qb = _queue_bits(self.config.n_queues)
+        slot = Signal(3 + qb)
+        queue = addr[6:] - Csr.QUEUE_BASE // Csr.QUEUE_STRIDE
+        m.d.comb += slot[3:].eq(queue[:qb])
+        with m.Switch(addr[2:6]):
+            for i, (reg, _) in enumerate(self._host_regs()):
+                with m.Case(reg >> 2):
+                    m.d.comb += slot[:3].eq(i)
+        return slot
+
     def _write_cases(self, m: Module, st: _State, w_data: Signal, irq_clear: Signal) -> None:
         """The effect of a write, per register (inside the switch on the word address)."""
         n = self.config.n_queues
+        copy = st.host_copy
         for q in range(n):
-            for reg, target in ((Csr.RING_BASE, self.ring_base), (Csr.RING_SIZE, self.ring_size),
-                                (Csr.TAIL, self.tail), (Csr.WINDOW_BASE, self.window_base),
-                                (Csr.WINDOW_LIMIT, self.window_limit)):
+            for reg, target in self._host_regs():
                 with m.Case(queue_csr(q, reg) >> 2):
-                    m.d.sync += target[q].eq(w_data)
+                    m.d.sync += [target[q].eq(w_data),
+                                 st.host_written.bit_select(copy.addr, 1).eq(1)]
+                    m.d.comb += copy.en.eq(1)
             if self.config.tlb_entries:
-                with m.Case(queue_csr(q, Csr.Q_VM) >> 2):
-                    m.d.sync += self.vm[q].eq(w_data)
                 with m.Case(queue_csr(q, Csr.Q_RESUME) >> 2):
                     word = ResumeWord(w_data)
                     faulted = st.q_err[q].code.matches(*(c.value for c in PAGE_FAULTS))
@@ -347,10 +380,21 @@ class CsrBlock(wiring.Component):
             m.d.comb += self.snapshot.eq(1)
 
 
+def _queue_bits(n_queues: int) -> int:
+    return max(1, (n_queues - 1).bit_length())
+
+
 class _State:
     """Registers of the CSR block (names as in the VCD)."""
 
     def __init__(self, n_queues: int):
+        # the host-written queue registers' copy (LUT RAM: its read port is its multiplexer),
+        # 8 slots per queue, and which slots were written since reset (the registers reset
+        # to 0, the memory does not)
+        depth = 8 << _queue_bits(n_queues)
+        self.host_regs = Memory(shape=32, depth=depth, init=[])
+        self.host_written = Signal(depth, name="host_written")
+        self.host_copy = None       # its write port (CsrBlock._write)
         self.q_err = [Signal(ErrorReport, name=f"q_err{q}") for q in range(n_queues)]
         self.first = Signal(ErrorReport, name="first")      # first error of any queue
         self.first_queue = Signal(8, name="first_queue")
