@@ -34,10 +34,22 @@ from amaranth.lib.wiring import In, Out
 from hw.config import NPUConfig
 from hw.isa import COUNTER_NAMES
 
-__all__ = ["PerfCounters", "COUNTER_WIDTH"]
+__all__ = ["PerfCounters", "COUNTER_WIDTH", "cycle_counter"]
 
 #: Width of every event counter (bits); ``cycles`` is 64-bit (the CSR block's ``CYCLES``).
 COUNTER_WIDTH = 32
+
+
+def cycle_counter(m: Module, width: int, name: str) -> Signal:
+    """A free-running ``width``-bit cycle count, 0 in the first cycle after reset and one up at
+    every edge: the CSR block's ``CYCLES`` (:attr:`hw.isa.Csr.CYCLES_LO`), and each copy of it
+    that a block far from the CSR block keeps for itself (the command processor's engine
+    queues and fence, the counter block), equal to ``CYCLES`` modulo ``2**width`` in every
+    cycle. Register duplication: a 64-bit count fanned out to blocks all over the chip costs
+    more routing than a counter per block."""
+    count = Signal(width, name=name)
+    m.d.sync += count.eq(count + 1)
+    return count
 
 
 class PerfCounters(wiring.Component):

@@ -17,6 +17,7 @@ from amaranth.lib.wiring import In, Out
 from hw.bus import AXI4LiteSignature
 from hw.cmdproc import ENGINES, ErrorReport
 from hw.config import NPUConfig
+from hw.counters import cycle_counter
 from hw.isa import (
     COUNTER_NAMES,
     CSR_ID_VALUE,
@@ -134,7 +135,7 @@ class CsrBlock(wiring.Component):
         st = _State(n)
         m.submodules.host_regs = st.host_regs
 
-        m.d.sync += self.cycles.eq(self.cycles + 1)
+        m.d.comb += self.cycles.eq(cycle_counter(m, 64, "cycle_count"))
         m.d.comb += self.irq.eq((st.irq_status & st.irq_enable).any())
         for q in range(n):
             m.d.comb += self.stop[q].eq(st.q_err[q].code != 0)

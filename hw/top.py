@@ -22,7 +22,7 @@ from hw.bus import AXI4LiteSignature, AXI4Signature
 from hw.bus.arbiter import AXI4Arbiter
 from hw.cmdproc import CommandProcessor
 from hw.config import NPUConfig
-from hw.counters import PerfCounters
+from hw.counters import PerfCounters, cycle_counter
 from hw.csr import CSR_ADDR_BITS, CsrBlock
 from hw.dma import DMA
 from hw.isa import COUNTER_NAMES, ENGINE_NAMES, TLB_CLIENTS, TLB_COUNTERS
@@ -110,7 +110,6 @@ def connect_csr(m: Module, csr: CsrBlock, cp: CommandProcessor) -> None:
         csr.err_set.eq(cp.err_set), csr.err_info.eq(cp.err_info),
         csr.fence_irq.eq(cp.fence_irq),
         cp.sem_rd.eq(csr.sem_rd), csr.sem_value.eq(cp.sem_value), csr.sem_last.eq(cp.sem_last),
-        cp.cycles.eq(csr.cycles[:32]),
         csr.trace.eq(cp.trace), csr.trace_valid.eq(cp.trace_valid),
         csr.trace_overflow.eq(cp.trace_overflow), cp.trace_pop.eq(csr.trace_pop),
     ]
@@ -179,7 +178,8 @@ def connect_counters(m: Module, counters: PerfCounters, csr: CsrBlock, cp: Comma
     for i, name in enumerate(COUNTER_NAMES):
         m.d.comb += counters.inc[i].eq(events[name])
     m.d.comb += [
-        counters.cycles.eq(csr.cycles), counters.snapshot.eq(csr.snapshot),
+        counters.cycles.eq(cycle_counter(m, 64, "counters_cycles")),
+        counters.snapshot.eq(csr.snapshot),
         csr.snapshot_busy.eq(counters.busy), counters.rd_index.eq(csr.counter_index),
         counters.rd_en.eq(csr.counter_rd), csr.counter_value.eq(counters.rd_data),
         csr.counters_cycles.eq(counters.cycles_snap),

@@ -12,6 +12,7 @@ from hw.cmdproc.fetch import FetchTlbEvents, FetchUnit
 from hw.cmdproc.semaphores import SemaphoreUnit
 from hw.cmdproc.stage import Stage
 from hw.config import NPUConfig
+from hw.counters import cycle_counter
 from hw.isa import COMMAND_BYTES, SemLast, TraceEntry, engine_in_flight
 
 __all__ = ["CommandProcessor"]
@@ -60,8 +61,6 @@ class CommandProcessor(wiring.Component):
         what last incremented it (:class:`hw.isa.SemLast`).
     busy : ``Out(n_queues)``
         Per queue: holds commands not yet retired.
-    cycles : ``In(32)``
-        Cycle counter (fence timestamps and traces).
     sem_stall : ``Out(4)``
         Per engine (order of :data:`ENGINES`): the ``sem`` stall condition of its
         :class:`EngineQueue` (for the counters of :mod:`hw.counters`).
@@ -104,7 +103,6 @@ class CommandProcessor(wiring.Component):
             "sem_rd": In(range(max(config.n_sems, 2))), "sem_value": Out(32),
             "sem_last": Out(SemLast),
             "busy": Out(n),
-            "cycles": In(32),
             "sem_stall": Out(n_eng),
             "running": Out(data.ArrayLayout(RunningCommand, n_eng)),
             "trace": Out(data.ArrayLayout(TraceEntry, n_eng)),
@@ -184,7 +182,8 @@ class CommandProcessor(wiring.Component):
             fetch.tlb_inv.eq(self.tlb_inv), fetch.tlb_inv_all.eq(self.tlb_inv_all),
             fetch.tlb_inv_asid.eq(self.tlb_inv_asid), self.tlb.eq(fetch.tlb),
             self.head.eq(fetch.head), self.fetched.eq(fetch.fetched),
-            fetch.stop.eq(self.stop), fetch.qclear.eq(self.qclear), fetch.cycles.eq(self.cycles),
+            fetch.stop.eq(self.stop), fetch.qclear.eq(self.qclear),
+            fetch.cycles.eq(cycle_counter(m, 32, "fetch_cycles")),
             fetch.stage.eq(stage.stage),
             fetch.stage_valid.eq(stage.valid), fetch.fence_ready.eq(stage.fence_ready),
             stage.queue.eq(fetch.queue), stage.push.eq(fetch.push),
@@ -222,7 +221,8 @@ class CommandProcessor(wiring.Component):
         wiring.connect(m, eq.engine, wiring.flipped(port))
         m.d.comb += [
             eq.stop.eq(self.stop), eq.flush.eq(self.qclear),
-            eq.clear_all.eq(self.sem_clear), eq.cycles.eq(self.cycles),
+            eq.clear_all.eq(self.sem_clear),
+            eq.cycles.eq(cycle_counter(m, 32, f"{list(ENGINES)[e]}_cycles")),
             eq.windows_base.eq(self.window_base), eq.windows_limit.eq(self.window_limit),
             eq.vms.eq(self.vm), eq.resume.eq(self.resume), eq.skip.eq(self.skip),
             self.trace[e].eq(eq.trace), self.trace_valid[e].eq(eq.trace_valid),
