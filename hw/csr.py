@@ -250,11 +250,13 @@ class CsrBlock(wiring.Component):
         value = Signal(32)
         # the read's value: from the multiplexer below (0), the counter block's snapshot
         # memory (1, it answers in the next cycle), the semaphore unit's read port (2, value;
-        # 3, record; registered apart, off the multiplexer)
-        source, source_q = Signal(range(4)), Signal(range(4), name="read_source")
+        # 3, record) or the host-written queue registers' copy (4), each registered apart
+        # and off the multiplexer
+        source, source_q = Signal(range(5)), Signal(range(5), name="read_source")
         value_q = Signal(32, name="read_value", reset_less=True)
         sem_q = Signal(32, name="read_sem_value", reset_less=True)
         sem_last_q = Signal(32, name="read_sem_last", reset_less=True)
+        copy_q = Signal(32, name="read_host_reg", reset_less=True)
         # both semaphore regions are 4 * 256 bytes: the word address's low bits name it
         m.d.comb += self.sem_rd.eq(bus.araddr[2:10])
         copy = st.host_regs.read_port(domain="comb")
@@ -262,7 +264,7 @@ class CsrBlock(wiring.Component):
         with m.Switch(bus.araddr[2:]):
             with m.Case(*(queue_csr(q, reg) >> 2 for q in range(self.config.n_queues)
                           for reg, _ in self._host_regs())):
-                m.d.comb += value.eq(Mux(st.host_written.bit_select(copy.addr, 1), copy.data, 0))
+                m.d.comb += source.eq(4)
             for offset, reg in regs.items():
                 with m.Case(offset >> 2):
                     m.d.comb += value.eq(reg)
@@ -280,14 +282,17 @@ class CsrBlock(wiring.Component):
                 m.d.comb += bus.arready.eq(1)
                 with m.If(bus.arvalid):
                     m.d.sync += [value_q.eq(value), source_q.eq(source),
-                                 sem_q.eq(self.sem_value), sem_last_q.eq(self.sem_last)]
+                                 sem_q.eq(self.sem_value), sem_last_q.eq(self.sem_last),
+                                 copy_q.eq(Mux(st.host_written.bit_select(copy.addr, 1),
+                                               copy.data, 0))]
                     with m.If(bus.araddr[2:] == Csr.CYCLES_LO >> 2):
                         m.d.sync += st.cycles_hi_latch.eq(self.cycles[32:])
                     m.next = "RESPOND"
             with m.State("RESPOND"):
                 m.d.comb += [bus.rvalid.eq(1), bus.rresp.eq(0)]
                 with m.Switch(source_q):
-                    for i, v in enumerate((value_q, self.counter_value, sem_q, sem_last_q)):
+                    for i, v in enumerate((value_q, self.counter_value, sem_q, sem_last_q,
+                                           copy_q)):
                         with m.Case(i):
                             m.d.comb += bus.rdata.eq(v)
                 with m.If(bus.rready):
