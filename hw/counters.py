@@ -7,10 +7,11 @@ counter ``i`` adds ``inc[i]`` at every clock edge, wrapping modulo 2**32; a ``sn
 takes every counter and the 64-bit cycle count at the same edge, and the CSR block reads the
 snapshot through one memory read port (``Csr.CNT_*``).
 
-How (a hybrid counter bank, as in the "counter cache" designs of Zhao, Xu and Iyer, "Design
-and performance analysis of a DRAM-based statistics counter array architecture", ANCS 2009):
-the 32-bit counts live in a memory of ``N = len(COUNTER_NAMES)`` words; beside it each counter
-has a small pending count of the increments since it was last folded in. One counter is
+How (a hybrid counter array: small counters in registers, periodically folded into wide
+ones in a memory, as in Shah, Iyer, Prabhakar and McKeown, "Maintaining statistics counters
+in router line cards", IEEE Micro 22(1), 2002): the 32-bit counts live in a memory of
+``N = len(COUNTER_NAMES)`` words; beside it each counter has a small pending count of the
+increments since it was last folded in. One counter is
 folded in per cycle, round-robin, so a pending count holds at most ``N`` cycles of
 increments (``N * axi_data_bytes``, a few bits). The value of counter ``i`` is always
 ``count[i] + pending[i]``.
