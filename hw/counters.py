@@ -43,11 +43,12 @@ COUNTER_WIDTH = 32
 
 def cycle_counter(m: Module, width: int, name: str) -> Signal:
     """A free-running ``width``-bit cycle count, 0 in the first cycle after reset and one up at
-    every edge: the CSR block's ``CYCLES`` (:attr:`hw.isa.Csr.CYCLES_LO`), and each copy of it
-    that a block far from the CSR block keeps for itself (the command processor's engine
-    queues and fence, the counter block), equal to ``CYCLES`` modulo ``2**width`` in every
-    cycle. Register duplication: a 64-bit count fanned out to blocks all over the chip costs
-    more routing than a counter per block."""
+    every edge: the CSR block's ``CYCLES`` (:attr:`hw.isa.Csr.CYCLES_LO`), and the copies of it
+    made for blocks far from the CSR block (by :class:`hw.cmdproc.CommandProcessor` for its
+    engine queues and fence, by :func:`hw.top.connect_counters` for the counter block's
+    ``cycles``), equal to ``CYCLES`` modulo ``2**width`` in every cycle. Register duplication:
+    a 64-bit count fanned out to blocks all over the chip costs more routing than a counter per
+    block."""
     count = Signal(width, name=name)
     m.d.sync += count.eq(count + 1)
     return count

@@ -94,7 +94,8 @@ class CsrBlock(wiring.Component):
         ``counter_value`` holds in the next cycle.
     snapshot : ``Out(1)``, snapshot_busy : ``In(1)``
         One-cycle pulse in the cycle a ``CNT_SNAPSHOT`` write takes effect; the write's
-        response waits while the counter block reports ``snapshot_busy``.
+        response, and any read (AR), waits while the counter block reports
+        ``snapshot_busy``, so no read sees a snapshot half written.
     trace, trace_valid, trace_overflow : ``In``; trace_pop : ``Out(4)``
         The engines' trace FIFOs; ``trace_pop[e]`` pulses on a ``TRACE_POP`` write.
         ``TRACE_INFO`` of an empty FIFO reads ``index`` and ``queue`` 0 (as the functional
@@ -278,9 +279,9 @@ class CsrBlock(wiring.Component):
                     m.d.comb += [self.counter_index.eq(i), source.eq(1),
                                  self.counter_rd.eq(bus.arvalid & bus.arready)]
         with m.FSM(name="read"):
-            with m.State("IDLE"):
-                m.d.comb += bus.arready.eq(1)
-                with m.If(bus.arvalid):
+            with m.State("IDLE"):       # no read while the counter block writes a snapshot
+                m.d.comb += bus.arready.eq(~self.snapshot_busy)
+                with m.If(bus.arvalid & ~self.snapshot_busy):
                     m.d.sync += [value_q.eq(value), source_q.eq(source),
                                  sem_q.eq(self.sem_value), sem_last_q.eq(self.sem_last),
                                  copy_q.eq(Mux(st.host_written.bit_select(copy.addr, 1),

@@ -174,12 +174,11 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     written before the work starts: a folder, a name with a waveform's suffix
     (:data:`WAVEFORM_SUFFIXES`: ``--trace x.vcd`` wrote JSON there), a file whose folder
     cannot be made or written (missing folders are made here), or an image whose suffix
-    matplotlib cannot write."""
-    for flag in ("json", "trace", *_IMAGE_FLAGS):
-        path = getattr(args, flag, None)
-        if not path:
-            continue
-        name = "--" + flag.replace("_", "-")
+    matplotlib cannot write. Every path is checked before any folder is made, and commands
+    call this check last, so a refused command makes nothing."""
+    given = [("--" + flag.replace("_", "-"), flag, getattr(args, flag))
+             for flag in ("json", "trace", *_IMAGE_FLAGS) if getattr(args, flag, None)]
+    for name, flag, path in given:
         target = Path(path)
         if target.is_dir():
             parser.error(f"{name} {path}: is a folder, give a file name")
@@ -193,6 +192,8 @@ def check_json_arg(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             existing = existing.parent
         if not existing.is_dir():
             parser.error(f"{name} {path}: {existing} is not a folder")
+    for name, _, path in given:
+        target = Path(path)
         # its folder is made now (as the file would be written later), so that a path that
         # cannot be written fails here and not after the run
         try:

@@ -114,8 +114,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject bad ``npu bench`` arguments before any build."""
+    """Reject bad ``npu bench`` arguments before any build (``--json``'s folder, made by its
+    check, last)."""
+    _check_bench_flags(parser, args)
     check_json_arg(parser, args)
+
+
+def _check_bench_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.validate:
         given = [flag for flag, v in (("--sizes", args.sizes), ("--configs", args.configs),
                                       ("--attention-len", args.attention_len),

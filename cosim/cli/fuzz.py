@@ -163,7 +163,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from cosim.cli.args import check_json_arg
     from cosim.fuzz.execute import check_dram
-    check_json_arg(parser, args)     # before the campaign, not after it
     try:
         check_dram(args.dram, args.config, args.max_commands)
     except ValueError as e:
@@ -174,4 +173,6 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.vm and not args.config.tlb_entries:
         parser.error(f"--vm runs queues in contexts: {args.config.spec} has no TLB "
                      "(tlb_entries=0)")
+    check_json_arg(parser, args)     # before the campaign, not after it; last, as it makes
+    # the file's folder
 

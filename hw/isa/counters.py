@@ -87,8 +87,9 @@ TIMING_COUNTERS = ("cycles", "dma_busy", "overlap",
 
 #: Cycles a snapshot takes to write (:class:`hw.counters.PerfCounters` folds one counter a
 #: cycle into its snapshot memory): a ``CNT_SNAPSHOT`` write that takes effect in cycle ``s``
-#: (the snapshot's instant) has its write response (B) held until the snapshot reads back,
-#: ``SNAPSHOT_CYCLES`` cycles later than another register's write.
+#: (the snapshot's instant) has its write response (B) ``SNAPSHOT_CYCLES`` cycles later than
+#: another register's write, when the snapshot is complete; a read issued meanwhile is held
+#: (AR not accepted) until then.
 SNAPSHOT_CYCLES = len(COUNTER_NAMES)
 
 #: Width of each counter in bits: they wrap modulo ``2 ** COUNTER_BITS[name]``.

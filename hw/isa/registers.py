@@ -89,7 +89,8 @@ class Csr:
     * ``CNT_SNAPSHOT`` (write-only, any value): copies every counter and ``CYCLES`` into the
       snapshot in one clock edge, so one snapshot is one instant of the device. Its write
       response comes :data:`hw.isa.SNAPSHOT_CYCLES` cycles later than another register's:
-      the counter block writes the snapshot into its memory one counter a cycle.
+      the counter block writes the snapshot into its memory one counter a cycle, and a read
+      issued meanwhile is not accepted until it is done.
       The write takes effect in the cycle ``s`` in which the CSR block accepts it (the cycle
       after both AW and W were taken); ``CNT_CYCLES`` then reads ``s`` (the value of
       ``CYCLES`` in that cycle) and every other counter holds what happened in the cycles

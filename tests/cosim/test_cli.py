@@ -311,13 +311,20 @@ def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_a_refused_area_command_makes_no_json_folder(tmp_path, capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["area", "--no-pnr", "--no-route"], "give one of them"),
+    (["bench", "--validate", "--configs", "4x4"], "--configs does not apply"),
+    (["fuzz", "--timed-exact", "--backend", "model"], "not with --backend model"),
+    (["fuzz", "--vm", "--config", "4x4,tlb_entries=0"], "has no TLB"),
+    (["run", "--backend", "perf", "--trace", "t.vcd"], "is a waveform's suffix"),
+])
+def test_a_refused_command_makes_no_json_folder(argv, message, tmp_path, capsys):
     """``--json``'s check makes the file's folder; a command refused for another reason (two
-    flags that conflict) made it before it was refused."""
+    flags that conflict, a bad ``--trace`` beside it) made it before it was refused."""
     folder = tmp_path / "new"
     with pytest.raises(SystemExit) as exc:
-        main(["area", "--no-pnr", "--no-route", "--json", str(folder / "a.json")])
-    assert exc.value.code == 2 and "give one of them" in capsys.readouterr().err
+        main([*argv, "--json", str(folder / "a.json")])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
     assert not folder.exists()
 
 

@@ -133,3 +133,53 @@ def test_queue_registers_read_back_what_the_host_wrote(config):
 
     sim.add_testbench(tb)
     sim.run()
+
+
+def test_a_read_issued_during_a_snapshot_waits_for_it():
+    """A host that reads a counter before the ``CNT_SNAPSHOT`` write's response (AXI4-Lite
+    allows it) must not see the snapshot half written: AR is not accepted while the counter
+    block writes it (``SNAPSHOT_CYCLES``), then the read returns the new snapshot. Every
+    counter adds 1 a cycle, so each reads the snapshot's cycle, as ``CNT_CYCLES_LO`` does."""
+    from amaranth import Module
+
+    from hw.counters import PerfCounters
+    from hw.isa import COUNTER_NAMES, SNAPSHOT_CYCLES, counter_csr
+    cfg = NPUConfig(rows=2, cols=2)
+    m = Module()
+    m.submodules.csr = csr = CsrBlock(cfg)
+    m.submodules.counters = cnt = PerfCounters(cfg)
+    m.d.comb += [cnt.cycles.eq(csr.cycles), cnt.snapshot.eq(csr.snapshot),
+                 csr.snapshot_busy.eq(cnt.busy), cnt.rd_index.eq(csr.counter_index),
+                 cnt.rd_en.eq(csr.counter_rd), csr.counter_value.eq(cnt.rd_data),
+                 csr.counters_cycles.eq(cnt.cycles_snap)]
+    m.d.comb += [cnt.inc[i].eq(1) for i in range(len(COUNTER_NAMES))]
+    bus = csr.bus
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+
+    async def tb(ctx):
+        for _ in range(5):
+            await ctx.tick()
+        await _write(ctx, bus, Csr.CNT_SNAPSHOT, 1)     # acts in the next cycle
+        ctx.set(bus.bready, 0)
+        ctx.set(bus.araddr, counter_csr(COUNTER_NAMES[-1]))
+        ctx.set(bus.arvalid, 1)
+        ctx.set(bus.rready, 1)
+        await ctx.tick()                                # the snapshot's edge
+        held = 0
+        while not ctx.get(bus.arready):
+            assert not ctx.get(bus.bvalid)
+            held += 1
+            await ctx.tick()
+        assert held == SNAPSHOT_CYCLES and ctx.get(bus.bvalid)
+        await ctx.tick()
+        ctx.set(bus.arvalid, 0)
+        assert ctx.get(bus.rvalid)
+        value = ctx.get(bus.rdata)
+        await ctx.tick()
+        ctx.set(bus.bready, 1)
+        await ctx.tick()
+        assert value == await _read(ctx, bus, Csr.CNT_CYCLES_LO) > 0
+
+    sim.add_testbench(tb)
+    sim.run()
