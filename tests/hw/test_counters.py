@@ -9,19 +9,20 @@ from hw.counters import COUNTER_WIDTH, PerfCounters
 from hw.isa import COUNTER_NAMES, SNAPSHOT_CYCLES
 
 
-@pytest.mark.parametrize("cycles, snaps, seed", [
+@pytest.mark.parametrize("cycles, snaps, seed, bus_bits", [
     # 42 falls while the snapshot of 41 is written (ignored); the last one right after it
-    (160, (3, 41, 42, 42 + SNAPSHOT_CYCLES), 5),
-    (400, (17, 250), 6),                          # the pending counts near their bound
-], ids=["back-to-back", "long-gaps"])
-def test_snapshot_holds_the_increments_of_the_cycles_before_it(cycles, snaps, seed):
+    (160, (3, 41, 42, 42 + SNAPSHOT_CYCLES), 5, 64),
+    (400, (17, 250), 6, 64),                      # the pending counts near their bound
+    (400, (17, 250), 7, 256),                     # 32 bytes a beat: wider pending counts
+], ids=["back-to-back", "long-gaps", "256-bit-bus"])
+def test_snapshot_holds_the_increments_of_the_cycles_before_it(cycles, snaps, seed, bus_bits):
     """A snapshot in cycle ``s`` holds, per counter, the sum of ``inc`` over cycles ``c < s``
     (not its own cycle's increment) and ``cycles_snap = cycles(s)``: ``busy`` is high for
     exactly ``SNAPSHOT_CYCLES`` cycles after it, and from then on every counter reads back its
     snapshot through the read port (one cycle after ``rd_en``) until the next snapshot. A
     snapshot pulse while ``busy`` is ignored. Increments are random up to a bus beat, with a
     stretch of three rounds at the bound, where a pending count too narrow would wrap."""
-    cfg = NPUConfig(rows=2, cols=2)
+    cfg = NPUConfig(rows=2, cols=2, axi_data_bits=bus_bits)
     n = len(COUNTER_NAMES)
     rng = np.random.default_rng(seed)
     incs = rng.integers(0, cfg.axi_data_bytes + 1, size=(cycles, n))
