@@ -116,8 +116,12 @@ class PerfCounters(wiring.Component):
         count_wr = counts.write_port()
         snap_wr = snaps.write_port()
         snap_rd = snaps.read_port(transparent_for=())
+        # a reset clears registers, not memories: a word counts only once written since reset
+        # (a visit writes every count; a snapshot round every snapshot)
+        counted = Signal(n, name="counted")
+        snapped = Signal(name="snapped")              # a snapshot was written since reset
         m.d.comb += [snap_rd.addr.eq(self.rd_index), snap_rd.en.eq(self.rd_en),
-                     self.rd_data.eq(snap_rd.data)]
+                     self.rd_data.eq(Mux(snapped, snap_rd.data, 0))]
 
         pending = [Signal(width, name=f"pending{i}") for i in range(n)]
         pending_snap = [Signal(width, name=f"pending_snap{i}") for i in range(n)]
@@ -138,10 +142,11 @@ class PerfCounters(wiring.Component):
                 with m.Case(i):
                     m.d.comb += [p_visit.eq(pending[i]), s_visit.eq(pending_snap[i])]
         m.d.comb += [
-            base.eq(count_rd.data + s_visit),
+            base.eq(Mux(counted.bit_select(visit, 1), count_rd.data, 0) + s_visit),
             count_wr.addr.eq(visit), count_wr.en.eq(1), count_wr.data.eq(base + p_visit),
             snap_wr.addr.eq(visit), snap_wr.en.eq(self.busy), snap_wr.data.eq(base),
         ]
+        m.d.sync += counted.bit_select(visit, 1).eq(1)
         for i in range(n):
             here = visit == i
             with m.If(take):
@@ -158,4 +163,6 @@ class PerfCounters(wiring.Component):
             m.d.sync += [left.eq(n), self.cycles_snap.eq(self.cycles)]
         with m.Elif(self.busy):
             m.d.sync += left.eq(left - 1)
+            with m.If(left == 1):
+                m.d.sync += snapped.eq(1)
         return m
