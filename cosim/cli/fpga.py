@@ -64,6 +64,7 @@ def _cmd_area(args: argparse.Namespace) -> int:
         try:
             rows.append(area(config, family=args.family, pnr=not args.no_pnr,
                              blocks=not args.no_blocks, hier=args.hier, freq_mhz=args.freq,
+                             seed=args.seed,
                              out_dir=Path(args.out) / config.name, device=args.device,
                              route=not args.no_route,
                              timeout=args.timeout * 60 if args.timeout else None,
@@ -150,6 +151,9 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
                          f"(default {ECP5_DEVICE}, the ULX3S 85F's part)")
     ar.add_argument("--freq", type=positive_float, default=25.0,
                     help="P&R target clock in MHz (default %(default)s, the ULX3S clock)")
+    ar.add_argument("--seed", type=int, default=1,
+                    help="nextpnr's placement seed (default %(default)s); a configuration near "
+                         "the device's routing limit may route with one seed and not another")
     ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
     ar.add_argument("--no-route", action="store_true",
                     help="place but do not route: Fmax is nextpnr's post-placement estimate "
@@ -218,6 +222,7 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         parser.error(f"--device {args.device}: --family {args.family} is synthesis only and "
                      f"takes no device; {devices}")
     for flag, given in (("--freq", args.freq != parser.get_default("freq")),
+                        ("--seed", args.seed != parser.get_default("seed")),
                         ("--no-route", args.no_route)):
         if given and (args.family != "ecp5" or args.no_pnr):    # they were ignored
             without = f"--family {args.family} (synthesis only)" if args.family != "ecp5" \

@@ -68,7 +68,7 @@ class AreaRow:
 def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: bool = True,
          hier: bool = False, out_dir: Path | None = None, freq_mhz: float = 50.0,
          device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
-         timeout: float | None = None, route: bool = True,
+         timeout: float | None = None, route: bool = True, seed: int = 1,
          abc9: bool | None = None,
          progress: Callable[[str], None] | None = None) -> AreaRow:
     """Synthesize (and for ECP5, place and route) one configuration; one :class:`AreaRow`.
@@ -90,7 +90,9 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     :func:`check_memories`; ``npu area`` then exits with status 1).
 
     ``progress`` (optional) is called with a short line at the start of each step and, while
-    nextpnr runs, at each of its steps (:func:`~cosim.fpga.pnr.nextpnr_progress`).
+    nextpnr runs, at each of its steps (:func:`~cosim.fpga.pnr.nextpnr_progress`). ``seed`` is
+    nextpnr's placement seed (:func:`place_route`): a design near the device's routing limit
+    can route with one seed and not with another.
 
     Raises
     ------
@@ -126,7 +128,7 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
                      f"{' and routing' if route else ''} on ECP5 {device} with nextpnr-ecp5")
         try:
             p = place_route(flat.netlist, device=device, package=package, freq_mhz=freq_mhz,
-                            timeout=timeout, route=route, progress=progress)
+                            timeout=timeout, route=route, seed=seed, progress=progress)
         except FpgaToolError as e:
             row.error = str(e)      # the tool's last log lines and the log's path
             row.congestion = getattr(e, "congestion", None)   # routing did not finish
