@@ -64,7 +64,8 @@ __all__ = [
     "ACCEPT_CYCLES", "matmul_busy_cycles", "matmul_issue_cycles", "matmul_in_flight",
     "engine_in_flight", "MatmulTimes", "MatmulTimeline", "matmul_retire_cycles",
     "command_retire_cycles", "retire_window_cycles", "requant_busy_cycles",
-    "softmax_busy_cycles", "softmax_row_cycles", "VECTOR_MUL_LATENCY", "REQUANT_LATENCY",
+    "softmax_busy_cycles", "softmax_max_cycles", "softmax_max_folds", "softmax_row_cycles",
+    "VECTOR_MUL_LATENCY", "REQUANT_LATENCY",
     "REQUANT_ROW_SCALE_LATENCY", "SOFTMAX_EXP_LATENCY", "command_busy_cycles", *_dma,
     "gelu_busy_cycles", "ADD_LATENCY", "ELTWISE_CHECK_CYCLES", "LN_NORM_LATENCY",
     "LN_MUL_NQ_CYCLES",
@@ -507,27 +508,49 @@ def eltwise_busy_cycles(config: NPUConfig, opcode, n_rows: int, n_blocks: int, *
     return ELTWISE_CHECK_CYCLES + 2 * (n_rows * n_blocks - 1) + ADD_LATENCY + 1 + 1
 
 
+def softmax_max_folds(config: NPUConfig) -> int:
+    """Fold steps of the SOFTMAX row max: ``ceil(log2(cols))``.
+
+    The max pass keeps a running max per lane (one 32-bit compare per lane per block, so the
+    accumulator's read data meets one compare, not a tree over the lanes; the tree was the
+    routed critical path of the 4x4, 34.9 ns). After the pass, each fold step halves the
+    lanes, ``max[j] = max(max[2j], max[2j + 1])``, one register level per step, until lane 0
+    holds the row max.
+    """
+    return (config.cols - 1).bit_length()
+
+
+def softmax_max_cycles(config: NPUConfig, n_blocks: int) -> int:
+    """Cycles of the ``MAX_READ`` state of one score row: ``n_blocks + 1 + max(1, folds)``.
+
+    A read per cycle (``n_blocks``), the last block's data into the per-lane maxima (1), then
+    the :func:`softmax_max_folds` fold steps; the last fold's cycle is the state's last (at
+    least one cycle after the last data, to see that no block is in flight).
+    """
+    return n_blocks + 1 + max(1, softmax_max_folds(config))
+
+
 def softmax_row_cycles(config: NPUConfig, n_blocks: int) -> int:
     """Cycles of one score row of a SOFTMAX of ``n_blocks`` blocks when its reciprocal write
-    does not wait: ``2 * n_blocks + 45``.
+    does not wait: ``2 * n_blocks + 44 + max(1, softmax_max_folds(config))``.
 
     FSM states (``hw/vector/softmax_engine.py``): ``ROW_START`` 1; ``MAX_READ``
-    ``n_blocks + 2`` (a read per cycle, the last block's data, then the max register);
-    ``EXP_READ`` ``n_blocks + 6`` (a read per cycle and the exponent pipeline,
-    :data:`SOFTMAX_EXP_LATENCY` = 6 cycles from the last read to the last P write, which is in
-    the state's last cycle); ``DIV_START`` 1; ``DIVIDE`` ``SOFTMAX_RECIP_BITS + 2`` (one
-    quotient bit per cycle of the ``SOFTMAX_RECIP_BITS + 1``-bit restoring divider, then the
-    reciprocal latch); ``ROW_END`` 1 (plus one per cycle its reciprocal-row write waits for
-    the accumulator port).
+    :func:`softmax_max_cycles`; ``EXP_READ`` ``n_blocks + 6`` (a read per cycle and the
+    exponent pipeline, :data:`SOFTMAX_EXP_LATENCY` = 6 cycles from the last read to the last
+    P write, which is in the state's last cycle); ``DIV_START`` 1; ``DIVIDE``
+    ``SOFTMAX_RECIP_BITS + 2`` (one quotient bit per cycle of the ``SOFTMAX_RECIP_BITS +
+    1``-bit restoring divider, then the reciprocal latch); ``ROW_END`` 1 (plus one per cycle
+    its reciprocal-row write waits for the accumulator port).
     """
-    return 1 + (n_blocks + 2) + (n_blocks + SOFTMAX_EXP_LATENCY) + 1 + (SOFTMAX_RECIP_BITS + 2) + 1
+    return (1 + softmax_max_cycles(config, n_blocks) + (n_blocks + SOFTMAX_EXP_LATENCY) + 1
+            + (SOFTMAX_RECIP_BITS + 2) + 1)
 
 
 def softmax_busy_cycles(config: NPUConfig, n_rows: int, n_blocks: int, *, error: bool = False,
                         acc_write_waits: int = 0) -> int:
     """Busy cycles of one SOFTMAX of ``n_rows`` score rows of ``n_blocks`` blocks
     (:class:`hw.vector.SoftmaxEngine`): ``CHECK`` 1, :func:`softmax_row_cycles` per row,
-    ``RETIRE`` 1, so ``2 + n_rows * (2 * n_blocks + 45)``.
+    ``RETIRE`` 1.
 
     ``acc_write_waits`` is the number of cycles the reciprocal-row writes (one after every
     ``cols`` rows and after the last) wait in ``ROW_END`` because the matrix engine writes the

@@ -27,6 +27,7 @@ from hw.isa import (
     Opcode,
     softmax_exp_table,
 )
+from hw.isa.timing import softmax_max_folds
 from hw.local_mem import check_config, check_rows
 from hw.vector.rounding_multiplier import mul_request_layout, mul_result_layout
 
@@ -61,7 +62,8 @@ class SoftmaxEngine(wiring.Component):
 
     1. ``MAX``: read the ``n_blocks`` accumulator rows of the row (one per cycle), mask each
        lane (key ``k = b * cols + j`` is valid if ``k < kv_len`` and, if causal,
-       ``k <= q_offset + i``) and keep the running max of the valid scores;
+       ``k <= q_offset + i``) and keep a running max per lane of the valid scores, then fold
+       the lanes into one row max (:func:`hw.isa.timing.softmax_max_folds` steps);
     2. ``EXP``: read them again; per lane (``cols`` parallel lanes): ``d = max - s`` (33 bits),
        ``n = (d * mult + rnd) >> shift`` (on the vector unit's shared
        :class:`~hw.vector.RoundingMultiplier`: ``o_mul`` / ``i_mul``), ``p = exp2(n)``
@@ -171,28 +173,30 @@ class SoftmaxEngine(wiring.Component):
         for j in range(cols):
             k = iss_key + j
             m.d.sync += valid[j].eq((k < kv_len) & (~body.causal | (k <= limit)))
-        mx = Signal(signed(32))
-        # max(mx, valid lanes) as a tree of named signals. Every intermediate is a Signal:
-        # Amaranth's lowering copies a shared subexpression at each use, so a chain like
-        # ``Mux(acc[j] > prev, acc[j], prev)`` would grow as 2**cols (15 MB of Verilog at
-        # 16x16). An invalid lane counts as INT32_MIN, which never exceeds mx.
-        level = [mx]
+        # Running max per lane, then fold steps (hw.isa.timing.softmax_max_folds): the read
+        # data meets one compare (an invalid lane counts as INT32_MIN, which never exceeds
+        # its lane's max), not a tree over the lanes (the 4x4's routed critical path, 34.9 ns).
+        # A fold step sets lane j to max(lane 2j, lane 2j + 1); after the last, lane 0 holds
+        # the row max.
+        lmx = Signal(data.ArrayLayout(signed(32), cols))
+        fold = Signal()                  # MAX_READ: a fold step (no block returns)
         for j in range(cols):
-            lane = Signal(signed(32), name=f"max_in{j}")
-            m.d.comb += lane.eq(Mux(valid[j], acc[j], -(1 << 31)))
-            level.append(lane)
-        depth = 0
-        while len(level) > 1:
-            nxt = []
-            for i in range(0, len(level) - 1, 2):
-                a, b = level[i], level[i + 1]
-                win = Signal(signed(32), name=f"max_t{depth}_{i // 2}")
-                m.d.comb += win.eq(Mux(b > a, b, a))
-                nxt.append(win)
-            if len(level) % 2:
-                nxt.append(level[-1])
-            level, depth = nxt, depth + 1
-        lane_max = level[0]
+            x, y = Signal(signed(32), name=f"max_x{j}"), Signal(signed(32), name=f"max_y{j}")
+            with m.If(fold):
+                if 2 * j < cols:
+                    m.d.comb += [x.eq(lmx[2 * j]),
+                                 y.eq(lmx[2 * j + 1] if 2 * j + 1 < cols else lmx[2 * j])]
+                else:                    # lanes past the folded half keep their value
+                    m.d.comb += [x.eq(lmx[j]), y.eq(lmx[j])]
+            with m.Else():
+                m.d.comb += [x.eq(lmx[j]), y.eq(Mux(valid[j], acc[j], -(1 << 31)))]
+            # (the exponent pass's blocks come back here too: the same scores, none above
+            # the row max, so lane 0 keeps it)
+            with m.If(ret | fold):
+                m.d.sync += lmx[j].eq(Mux(y > x, y, x))
+        mx = lmx[0]
+        folds = softmax_max_folds(cfg)
+        fold_step = Signal(range(folds + 1))
 
         # -- pass 2: exponent pipeline -------------------------------------------------------------
         # The returning block goes straight into the shared multiplier: d = max - s (33 bits,
@@ -281,7 +285,7 @@ class SoftmaxEngine(wiring.Component):
 
             with m.State("ROW_START"):
                 m.d.sync += [issued.eq(0), rd_addr.eq(body.acc_row + row), iss_key.eq(0),
-                             mx.eq(-(1 << 31))]
+                             fold_step.eq(0), *(lmx[j].eq(-(1 << 31)) for j in range(cols))]
                 m.next = "MAX_READ"
 
             with m.State("MAX_READ"):
@@ -289,9 +293,13 @@ class SoftmaxEngine(wiring.Component):
                     m.d.comb += self.acc_rd.en.eq(1)
                     m.d.sync += [issued.eq(issued + 1), rd_addr.eq(rd_addr + body.stride),
                                  ret.eq(1), iss_key.eq(iss_key + cols)]
-                with m.If(ret):
-                    m.d.sync += mx.eq(lane_max)
-                with m.If((issued == body.n_blocks) & ~ret):
+                # every block returned: the fold steps, the last one in the state's last
+                # cycle (hw.isa.timing.softmax_max_cycles)
+                returned = (issued == body.n_blocks) & ~ret
+                with m.If(returned & (fold_step != folds)):
+                    m.d.comb += fold.eq(1)
+                    m.d.sync += fold_step.eq(fold_step + 1)
+                with m.If(returned & (fold_step == folds - 1)):     # folds >= 1: cols >= 2
                     m.d.sync += [issued.eq(0), rd_addr.eq(body.acc_row + row), iss_key.eq(0),
                                  wr_addr.eq(body.spad_row + row), written.eq(0), row_sum.eq(0),
                                  exp_phase.eq(1)]

@@ -129,7 +129,7 @@ class VectorEngine:
         (re)registered on the ports."""
         cols, nb = self.config.cols, sm.n_blocks
         busy = merged([self.matrix_busy], sm.t)
-        p0, p1 = T.softmax_p_writes(nb)
+        p0, p1 = T.softmax_p_writes(self.config, nb)
         rs = sm.t + T.SOFTMAX_START
         sm.stalls, sm.p_writes, sm.recip = [], [], []
         for i in range(sm.n_rows):

@@ -38,6 +38,7 @@ from hw.isa.timing import (
     ln_stats_cycles,
     matmul_busy_cycles,
     requant_busy_cycles,
+    softmax_max_cycles,
     softmax_row_cycles,
 )
 
@@ -130,12 +131,12 @@ def eltwise_writes(config: NPUConfig, opcode: int, n_rows: int, n_blocks: int) -
 SOFTMAX_START = 2
 
 
-def softmax_p_writes(n_blocks: int) -> tuple[int, int]:
+def softmax_p_writes(config: NPUConfig, n_blocks: int) -> tuple[int, int]:
     """Scratchpad (P block) write cycles of one row as ``[start, end)`` offsets from the row's
-    ROW_START cycle: ROW_START 1 and MAX_READ ``n_blocks + 2``, then EXP_READ reads a block per
-    cycle and writes block ``b`` :data:`hw.isa.timing.SOFTMAX_EXP_LATENCY` cycles after its
-    read."""
-    first_read = 1 + n_blocks + 2
+    ROW_START cycle: ROW_START 1 and MAX_READ (:func:`hw.isa.timing.softmax_max_cycles`), then
+    EXP_READ reads a block per cycle and writes block ``b``
+    :data:`hw.isa.timing.SOFTMAX_EXP_LATENCY` cycles after its read."""
+    first_read = 1 + softmax_max_cycles(config, n_blocks)
     return first_read + SOFTMAX_EXP_LATENCY, first_read + n_blocks + SOFTMAX_EXP_LATENCY
 
 

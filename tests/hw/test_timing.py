@@ -175,7 +175,7 @@ def test_command_busy_cycles_dispatches_on_the_encoded_command():
             timing.dma_load_busy_cycles(cfg, 4096 - 16, 64, 64, 3),
             timing.dma_store_busy_cycles(cfg, 0, 0, 64, 2, mem=1)]
     assert [timing.command_busy_cycles(cfg, c.raw) for c in list(cmds)[:5]] == want
-    assert want == [17 + 8 + 8 + 4, 2 * 12 + 16, 2 + 5 * (2 * 3 + 45),
+    assert want == [17 + 8 + 8 + 4, 2 * 12 + 16, 2 + 5 * (2 * 3 + 44 + 3),
                     6 + (2 + 6 + 8 + 8) + 4, 2 * 8 + 2 * 2 + 5]
     assert timing.command_busy_cycles(cfg, cmds[0].raw, ErrorCode.BAD_LOCAL_ADDR) == 2
     with pytest.raises(ValueError, match="does not run on an engine"):
