@@ -30,9 +30,10 @@ class VectorUnit(wiring.Component):
     time, so at most one of them is busy; the memory ports and the shared
     :class:`~hw.vector.RoundingMultiplier` (one 33x31 multiplier, four 18x18 DSPs, and one
     rounding shifter per lane: REQUANT's multiplier and row scale, GELU's two passes,
-    SOFTMAX's exponent, ADD's and LAYERNORM's products) are multiplexed by which one is busy
-    (no extra latency). An engine is busy until its last result has left the multiplier, so
-    every result goes to the engine that asked for it.
+    SOFTMAX's exponent, ADD's and LAYERNORM's products) are shared: the memory ports are
+    multiplexed by which one is busy, the multiplier's requests ORed (an engine's request is
+    all zeros while its ``valid`` is low), with no extra latency. An engine is busy until its
+    last result has left the multiplier, so every result goes to the engine that asked for it.
 
     Members
     -------
@@ -106,12 +107,17 @@ class VectorUnit(wiring.Component):
                          self.spad_wr.addr.eq(rq.spad_wr.addr),
                          self.spad_wr.data.eq(rq.spad_wr.data)]
         # -- shared multiplier -------------------------------------------------------------------
-        with m.If(el.engine.busy):
-            m.d.comb += [mul.i.valid.eq(el.o_mul.valid), mul.i.payload.eq(el.o_mul.payload)]
-        with m.Elif(sm.engine.busy):
-            m.d.comb += [mul.i.valid.eq(sm.o_mul.valid), mul.i.payload.eq(sm.o_mul.payload)]
-        with m.Else():
-            m.d.comb += [mul.i.valid.eq(rq.o_mul.valid), mul.i.payload.eq(rq.o_mul.payload)]
+        # One engine at a time requests, and an engine's request is all zeros while its valid
+        # is low (the element-wise engine's by construction, the others' gated here): the
+        # requests are ORed, not multiplexed by the busy engine (no select fanning out to
+        # every operand bit of every lane).
+        width = len(mul.i.payload.as_value())
+        m.d.comb += [
+            mul.i.valid.eq(rq.o_mul.valid | sm.o_mul.valid | el.o_mul.valid),
+            mul.i.payload.eq(rq.o_mul.payload.as_value() & rq.o_mul.valid.replicate(width)
+                             | sm.o_mul.payload.as_value() & sm.o_mul.valid.replicate(width)
+                             | el.o_mul.payload.as_value()),
+        ]
         m.d.comb += [rq.i_mul.payload.eq(mul.o.payload), sm.i_mul.payload.eq(mul.o.payload),
                      el.i_mul.payload.eq(mul.o.payload),
                      rq.i_mul.valid.eq(mul.o.valid & ~sm.engine.busy & ~el.engine.busy),
