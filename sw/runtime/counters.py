@@ -77,8 +77,20 @@ class Counters(dict[str, int]):
         raise KeyError(key)
 
     def __sub__(self, other: Counters) -> Counters:
+        """``self - other``, counter by counter, modulo each counter's width.
+
+        Raises
+        ------
+        ValueError
+            If one snapshot is from a timed backend and the other from an untimed one (two
+            different devices: their difference means nothing).
+        """
         if not isinstance(other, Counters):
             return NotImplemented
+        if self.timed != other.timed:
+            kinds = {True: "a timed backend (rtl or perf)", False: "an untimed backend (model)"}
+            raise ValueError(f"cannot subtract a snapshot from {kinds[other.timed]} from one "
+                             f"from {kinds[self.timed]}: take both on the same device")
         return Counters({k: (v - other[k]) % (1 << COUNTER_BITS[k]) for k, v in self.items()},
                         timed=self.timed)
 

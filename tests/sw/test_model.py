@@ -472,3 +472,7 @@ def test_untimed_counters_count_commands_and_dram_bytes():
     wrapped = Counters({"cycles": 5, "busy.load": 3}) - Counters({"cycles": 10,
                                                                   "busy.load": 2**32 - 1})
     assert wrapped == {"cycles": 2**64 - 5, "busy.load": 4} and wrapped.timed
+    timed = Counters({"cycles": 5, **before})
+    for a, b in ((timed, before), (before, timed)):     # not two snapshots of one device
+        with pytest.raises(ValueError, match="cannot subtract a snapshot from an? (un)?timed"):
+            a - b
