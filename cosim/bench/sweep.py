@@ -45,6 +45,7 @@ from cosim.bench.sweep_ray import InlineExecutor, RayExecutor, Task
 from cosim.bench.sweep_tasks import with_roofline
 from cosim.bench.workloads import Workload
 from cosim.build import BUILD_ROOT
+from cosim.fpga.pnr import PNR_FREQ_MHZ
 from hw.config import NPUConfig
 from sw.dram import DramTiming
 
@@ -163,7 +164,7 @@ class SweepOptions:
     area: bool = True
     pnr: bool = False
     route: bool = True
-    freq_mhz: float = 25.0
+    freq_mhz: float = PNR_FREQ_MHZ
     synth_timeout: float | None = None
     rtl: int = 0
     rtl_configs: int | None = None

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cosim.bench.bursts import BurstProfile
 from cosim.bench.roofline import attainable, memory_roof
+from cosim.fpga.pnr import PNR_FREQ_MHZ
 from hw.config import NPUConfig
 from sw.dram import DramTiming
 
@@ -78,7 +79,7 @@ def model_point(config: str, dram: str, workload: str, seed: int = 0) -> dict:
 
 
 def area_point(config: str, workdir: str, *, pnr: bool = False, route: bool = True,
-               freq_mhz: float = 25.0, timeout: float | None = None) -> dict:
+               freq_mhz: float = PNR_FREQ_MHZ, timeout: float | None = None) -> dict:
     """ECP5 synthesis (classic ABC mapping for every configuration alike) of ``config`` in
     ``workdir``; with ``pnr``, nextpnr-ecp5 placement (and routing with ``route``) for Fmax.
 

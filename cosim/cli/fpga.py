@@ -15,7 +15,7 @@ from cosim.cli.args import (
     parse_config,
     positive_float,
 )
-from cosim.fpga.pnr import ECP5_DEVICE, ECP5_DEVICES
+from cosim.fpga.pnr import ECP5_DEVICE, ECP5_DEVICES, PNR_FREQ_MHZ
 from cosim.fpga.synth import FAMILIES
 from hw.config import NPUConfig
 
@@ -149,7 +149,7 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
     ar.add_argument("--device", default=None, choices=ECP5_DEVICES,
                     help=f"nextpnr-ecp5 device, for --family ecp5 with place and route "
                          f"(default {ECP5_DEVICE}, the ULX3S 85F's part)")
-    ar.add_argument("--freq", type=positive_float, default=25.0,
+    ar.add_argument("--freq", type=positive_float, default=PNR_FREQ_MHZ,
                     help="P&R target clock in MHz (default %(default)s, the ULX3S clock)")
     ar.add_argument("--seed", type=int, default=1,
                     help="nextpnr's placement seed (default %(default)s); a configuration near "

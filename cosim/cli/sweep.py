@@ -104,6 +104,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         parse_dram,
         positive_float,
     )
+    from cosim.fpga.pnr import PNR_FREQ_MHZ
     from hw.config import NPUConfig
 
     sw = sub.add_parser("sweep", help="sweep designs x workloads: cycles, area, SQNR, "
@@ -138,7 +139,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also place and route (nextpnr-ecp5, LFE5U-85F) for Fmax: slow")
     a.add_argument("--no-route", action="store_true",
                    help="with --pnr: place only, Fmax is nextpnr's estimate")
-    a.add_argument("--freq", type=positive_float, default=25.0, help="P&R target MHz (default 25)")
+    a.add_argument("--freq", type=positive_float, default=PNR_FREQ_MHZ,
+                   help="P&R target MHz (default %(default)s)")
     a.add_argument("--synth-timeout", type=positive_float, metavar="MIN",
                    help="stop one synthesis (or P&R) after MIN minutes; the point is reported "
                    "without area")

@@ -51,6 +51,7 @@ from cosim.fpga.pnr import (
     ECP5_DEVICE,
     ECP5_DEVICES,
     ECP5_PACKAGE,
+    PNR_FREQ_MHZ,
     PathStep,
     PnrResult,
     RoutingFailed,
@@ -90,7 +91,7 @@ __all__ = [
     "format_area_table", "parse_yosys_stat", "parse_memory_mapping", "parse_nextpnr_report",
     "parse_nextpnr_log", "block_of", "TILE_MEMORIES", "check_memories", "blocks_from_netlist",
     "cell_blocks", "net_blocks",
-    "KEY_BLOCKS", "BLOCKS_METHOD", "ECP5_DEVICE", "ECP5_DEVICES", "RoutingFailed",
+    "KEY_BLOCKS", "BLOCKS_METHOD", "ECP5_DEVICE", "ECP5_DEVICES", "PNR_FREQ_MHZ", "RoutingFailed",
     "parse_congestion", "format_congestion", "nextpnr_progress", "run_logged",
     # public names that were importable before the split into modules
     "ECP5_PACKAGE", "LINT_WAIVERS", "PathStep", "Resources", "config_description",

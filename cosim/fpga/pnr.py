@@ -20,7 +20,7 @@ from pathlib import Path
 from cosim.fpga.blocks import block_of, net_blocks
 from cosim.fpga.tools import FpgaToolError, find_tool, run_tool
 
-__all__ = ["ECP5_DEVICE", "ECP5_DEVICES", "ECP5_PACKAGE", "PathStep", "PnrResult",
+__all__ = ["ECP5_DEVICE", "ECP5_DEVICES", "ECP5_PACKAGE", "PNR_FREQ_MHZ", "PathStep", "PnrResult",
            "RoutingFailed", "place_route", "pack_bitstream", "parse_nextpnr_report",
            "parse_nextpnr_log", "parse_congestion", "format_congestion", "nextpnr_progress"]
 
@@ -30,6 +30,9 @@ ECP5_DEVICE = "85k"
 ECP5_DEVICES = ("12k", "25k", "45k", "85k", "um-25k", "um-45k", "um-85k", "um5g-25k",
                 "um5g-45k", "um5g-85k")
 ECP5_PACKAGE = "CABGA381"
+#: Default place-and-route target clock in MHz: the ULX3S's 25 MHz oscillator. Routing does not
+#: fail when it is missed (``--timing-allow-fail``); it steers nextpnr's timing-driven placement.
+PNR_FREQ_MHZ = 25.0
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,9 @@ class PnrResult:
 
 
 def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
-                freq_mhz: float = 50.0, out_dir: Path | None = None, lpf: Path | None = None,
-                seed: int = 1, timeout: float | None = None, route: bool = True,
+                freq_mhz: float = PNR_FREQ_MHZ, out_dir: Path | None = None,
+                lpf: Path | None = None, seed: int = 1, timeout: float | None = None,
+                route: bool = True,
                 progress: Callable[[str], None] | None = None) -> PnrResult:
     """Place and route an ECP5 netlist with nextpnr-ecp5; estimate Fmax.
 
