@@ -162,11 +162,8 @@ class MatrixEngine(wiring.Component):
             width=_Retire.as_shape().size, depth=matmul_in_flight(cfg))
 
         # -- next command: take, check, move on ------------------------------------------------
-        # The checks are made on the command as it is taken and registered with it: the
-        # check's multiplier and compares stay off the path from the next-command register
-        # to the issue stage's start (the 4x4's routed critical path, 36.8 ns).
         nxt, nxt_valid = Signal(Command), Signal()
-        check = Signal(_Retire)
+        check = self._check(m, nxt)
         issue_free = Signal()
         go = Signal()           # the next command leaves its register this cycle
         m.d.comb += [
@@ -175,8 +172,7 @@ class MatrixEngine(wiring.Component):
             retire.w_en.eq(go), retire.w_data.eq(check),
         ]
         with m.If(self.engine.cmd.valid & ~nxt_valid):
-            m.d.sync += [nxt.eq(self.engine.cmd.payload), nxt_valid.eq(1),
-                         check.eq(self._check(m, self.engine.cmd.payload))]
+            m.d.sync += [nxt.eq(self.engine.cmd.payload), nxt_valid.eq(1)]
         with m.If(go):
             m.d.sync += nxt_valid.eq(0)
 
@@ -195,7 +191,7 @@ class MatrixEngine(wiring.Component):
         return m
 
     def _check(self, m: Module, cmd) -> data.View:
-        """The checks of ``cmd`` (combinational; the command the engine takes)."""
+        """The checks of the command in the next-command register (combinational)."""
         cfg = self.config
         body = cmd.body.matmul
         out = Signal(_Retire)
