@@ -11,6 +11,7 @@ from cosim.cli.args import (
     CONFIG_HELP,
     check_json_arg,
     check_out_dir,
+    int_at_least,
     output_path,
     parse_config,
     positive_float,
@@ -151,7 +152,8 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
                          f"(default {ECP5_DEVICE}, the ULX3S 85F's part)")
     ar.add_argument("--freq", type=positive_float, default=PNR_FREQ_MHZ,
                     help="P&R target clock in MHz (default %(default)s, the ULX3S clock)")
-    ar.add_argument("--seed", type=int, default=1,
+    ar.add_argument("--seed", type=int_at_least(0, 2**64 - 1, "nextpnr's seed is 64-bit"),
+                    default=1,
                     help="nextpnr's placement seed (default %(default)s); a configuration near "
                          "the device's routing limit may route with one seed and not another")
     ar.add_argument("--no-pnr", action="store_true", help="synthesis only")

@@ -37,6 +37,7 @@ class AreaRow:
     runs' :attr:`SynthResult.notes` (e.g. an ABC9 failure and the fallback to ABC).
     ``congestion`` is router2's overuse per block when routing did not finish
     (:func:`~cosim.fpga.pnr.parse_congestion`; ``error`` then has it in one line).
+    ``seed`` is nextpnr's placement seed (None without place and route).
     """
     config: str
     family: str
@@ -60,6 +61,7 @@ class AreaRow:
     error: str | None = None
     congestion: dict | None = None
     directory: str = ""
+    seed: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -123,6 +125,7 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
         seconds["synth_hier"] = round(h.seconds, 2)
         row.blocks_hier = {name: asdict(res) for name, res in sorted(h.blocks.items())}
     if pnr and family == "ecp5":
+        row.seed = seed
         if progress:
             progress(f"synthesized in {flat.seconds:.0f} s; placing"
                      f"{' and routing' if route else ''} on ECP5 {device} with nextpnr-ecp5")

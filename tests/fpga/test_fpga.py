@@ -676,3 +676,22 @@ def test_area_sweep_goes_on_after_a_failed_configuration(tmp_path, monkeypatch, 
     assert "4x4: yosys timed out after 60 s" in captured.err
     assert "stopped with an error for 4x4" in captured.err
     assert [r["config"] for r in json.loads(out.read_text())] == ["2x2", "8x8"]
+
+
+def test_area_passes_the_seed_to_place_and_route(tmp_path, monkeypatch):
+    """``npu area --seed N`` reaches :func:`cosim.fpga.area` (and so nextpnr's ``--seed``);
+    without it the seed is 1."""
+    from cosim.cli import main
+    from cosim.fpga import AreaRow
+
+    seen = []
+
+    def fake_area(config, **kw):
+        seen.append(kw["seed"])
+        return AreaRow(config.name, "ecp5", 100, 50, 4, 0, 8, seed=kw["seed"])
+    monkeypatch.setattr("cosim.fpga.area", fake_area)
+    for args, want in (([], 1), (["--seed", "7"], 7)):
+        out = tmp_path / f"a{want}.json"
+        assert main(["area", "--config", "2x2", *args, "--out", str(tmp_path / "v"),
+                     "--json", str(out)]) == 0
+        assert seen[-1] == want and json.loads(out.read_text())[0]["seed"] == want
