@@ -281,7 +281,7 @@ class CsrBlock(wiring.Component):
         with m.FSM(name="read"):
             with m.State("IDLE"):       # no read while the counter block writes a snapshot
                 m.d.comb += bus.arready.eq(~self.snapshot_busy)
-                with m.If(bus.arvalid & ~self.snapshot_busy):
+                with m.If(bus.arvalid & bus.arready):
                     m.d.sync += [value_q.eq(value), source_q.eq(source),
                                  sem_q.eq(self.sem_value), sem_last_q.eq(self.sem_last),
                                  copy_q.eq(Mux(st.host_written.bit_select(copy.addr, 1),

@@ -176,23 +176,19 @@ class SoftmaxEngine(wiring.Component):
         # Running max per lane, then fold steps (hw.isa.timing.softmax_max_folds): the read
         # data meets one compare (an invalid lane counts as INT32_MIN, which never exceeds
         # its lane's max), not a tree over the lanes (the 4x4's routed critical path, 34.9 ns).
-        # A fold step sets lane j to max(lane 2j, lane 2j + 1); after the last, lane 0 holds
-        # the row max.
+        # A fold step sets lane j < cols / 2 to max(lane 2j, lane 2j + 1) (the lanes past
+        # that half are left as they are); after the last, lane 0 holds the row max.
         lmx = Signal(data.ArrayLayout(signed(32), cols))
         fold = Signal()                  # MAX_READ: a fold step (no block returns)
         for j in range(cols):
             x, y = Signal(signed(32), name=f"max_x{j}"), Signal(signed(32), name=f"max_y{j}")
-            with m.If(fold):
-                if 2 * j < cols:
-                    m.d.comb += [x.eq(lmx[2 * j]),
-                                 y.eq(lmx[2 * j + 1] if 2 * j + 1 < cols else lmx[2 * j])]
-                else:                    # lanes past the folded half keep their value
-                    m.d.comb += [x.eq(lmx[j]), y.eq(lmx[j])]
-            with m.Else():
-                m.d.comb += [x.eq(lmx[j]), y.eq(Mux(valid[j], acc[j], -(1 << 31)))]
+            m.d.comb += [x.eq(lmx[j]), y.eq(Mux(valid[j], acc[j], -(1 << 31)))]
+            if 2 * j < cols:
+                with m.If(fold):
+                    m.d.comb += [x.eq(lmx[2 * j]), y.eq(lmx[min(2 * j + 1, cols - 1)])]
             # (the exponent pass's blocks come back here too: the same scores, none above
             # the row max, so lane 0 keeps it)
-            with m.If(ret | fold):
+            with m.If(ret | (fold & (2 * j < cols))):
                 m.d.sync += lmx[j].eq(Mux(y > x, y, x))
         mx = lmx[0]
         folds = softmax_max_folds(cfg)
