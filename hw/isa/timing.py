@@ -86,6 +86,11 @@ _CHECK_RETIRE = 2
 
 # -- matrix engine --------------------------------------------------------------------------------
 
+#: Cycles from a MATMUL's handshake to the first cycle it can leave the next-command register:
+#: the register loads (1), then the checks of the command it holds are registered (1), so no
+#: check (a 17x17 product, range compares) sits in front of the issue stage's start.
+_MATMUL_CHECK = 2
+
 #: Cycles from an activation row's scratchpad read to its entry into the array: the read port's
 #: latency and the activation register (which puts the weight swap one cycle after the first
 #: weight row is written, as :class:`hw.tile.SystolicArray` needs).
@@ -117,28 +122,27 @@ def matmul_busy_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
     (:mod:`hw.isa.formats`) on an idle matrix engine (:class:`hw.tile.MatrixEngine`): from the
     cycle after its handshake to its ``done``.
 
-    Stages (``hw/tile/matrix_engine.py``): ``CHECK`` 1 (the command in the next-command
-    register); the issue stage from the next cycle, :func:`matmul_issue_cycles` ``P`` per K
-    block, which reads weight row ``k`` in its cycle ``k`` and activation row ``i`` in cycle
-    ``i`` (int8; MX commands: see :func:`hw.isa.matmul_lead` and :func:`hw.isa.act_row_offset`);
-    for the last block's last row, 2 cycles to the array (scratchpad read latency, the
-    activation register), the array ``rows + cols - 1``, the accumulator write 1; ``done`` 1
-    cycle after the last write. Total ``(B - 1) * P + m + rows + cols + 4`` for ``B`` blocks
-    of int8 or int4 weights and int8 activations (an MX command adds 1, and ``(m - 1) //
-    spad_row_bytes`` more for MXINT8 activations); ``flags.accumulate`` and
-    ``flags.transpose`` change nothing.
+    Stages (``hw/tile/matrix_engine.py``): ``CHECK`` 2 (the command in the next-command
+    register, its checks registered); the issue stage from the next cycle,
+    :func:`matmul_issue_cycles` ``P`` per K block, which reads weight row ``k`` in its cycle
+    ``k`` and activation row ``i`` in cycle ``i`` (int8; MX commands: see
+    :func:`hw.isa.matmul_lead` and :func:`hw.isa.act_row_offset`); for the last block's last
+    row, 2 cycles to the array (scratchpad read latency, the activation register), the array
+    ``rows + cols - 1``, the accumulator write 1; ``done`` 1 cycle after the last write. Total
+    ``(B - 1) * P + m + rows + cols + 5`` for ``B`` blocks of int8 or int4 weights and int8
+    activations (an MX command adds 1, and ``(m - 1) // spad_row_bytes`` more for MXINT8
+    activations); ``flags.accumulate`` and ``flags.transpose`` change nothing.
 
     ``m == 0`` and a failing command (``error``: ``BAD_OPCODE``, ``BAD_SIZE``,
-    ``BAD_LOCAL_ADDR``) take ``CHECK`` and their retire cycle: 2.
+    ``BAD_LOCAL_ADDR``) take ``CHECK`` and their retire cycle: 3.
 
     Back-to-back MATMULs overlap (:class:`MatmulTimeline`): this is the latency of one
     command, not the cycles between two.
     """
     if error or m == 0:
-        return _CHECK_RETIRE
-    blocks = k_blocks
-    # CHECK, then the issue stage from t + 2: the last block's last write, then done
-    last_block = 2 + (blocks - 1) * _matmul_period(config, m, w_fmt, a_fmt)
+        return _MATMUL_CHECK + 1
+    # CHECK, then the issue stage from t + 3: the last block's last write, then done
+    last_block = _MATMUL_CHECK + 1 + (k_blocks - 1) * _matmul_period(config, m, w_fmt, a_fmt)
     return _matmul_first_write(config, last_block + _act_read_cycle(config, m - 1, w_fmt,
                                                                     a_fmt)) + 1
 
@@ -181,14 +185,17 @@ def matmul_issue_cycles(config: NPUConfig, m: int, k_blocks: int = 1, *, w_fmt: 
 def matmul_in_flight(config: NPUConfig) -> int:
     """Most MATMULs the matrix engine holds at once (taken, not yet retired), the depth of its
     retire FIFO and of the command processor's in-flight records for it:
-    ``3 + (rows + cols + 2) // max(rows, cols)`` (5 on 8x8).
+    ``3 + (rows + cols + 2) // max(3, rows, cols)`` (5 on 8x8, 5 on 2x2).
 
-    Enough that the limit never delays a handshake of back-to-back MATMULs: command ``i`` is
-    taken when command ``i - 1`` enters the issue stage, ``(D - 1) * P`` cycles after command
-    ``i - D`` did, which retires ``m + rows + cols + 2 <= P + rows + cols + 2`` cycles after
-    that (``P = matmul_issue_cycles >= max(m, rows, cols)``).
+    Enough that the limit never delays a handshake of back-to-back MATMULs, and one fewer
+    would (:class:`MatmulTimeline`): command ``i`` is taken when command ``i - 1`` enters the
+    issue stage, ``(D - 1) * Q`` cycles after command ``i - D`` did, which retires ``m + rows
+    + cols + 2 <= Q + rows + cols + 2`` cycles after that (``Q = max(3, P)`` apart: ``P =
+    matmul_issue_cycles >= max(m, rows, cols)``, and 3 is a command's least time in the
+    next-command register and its handshake).
     """
-    return 3 + (config.rows + config.cols + 2) // max(config.rows, config.cols)
+    least = _MATMUL_CHECK + 1
+    return 3 + (config.rows + config.cols + 2) // max(least, config.rows, config.cols)
 
 
 def engine_in_flight(config: NPUConfig, engine: str) -> int:
@@ -256,11 +263,11 @@ class MatmulTimeline:
 
     Rules (cycle ``t`` the handshake of a command):
 
-    * the next-command register holds it from ``t + 1`` (``cmd.ready`` is low meanwhile) and
-      checks it in every cycle there; it leaves in cycle ``x``: a failing or empty command at
-      once (``x = t + 1``), any other once the issue stage is free or in the last cycle of
-      the previous command's issue (``x = max(t + 1, a' + P' - 1)``); the engine takes the next
-      command from ``x + 1``;
+    * the next-command register holds it from ``t + 1`` (``cmd.ready`` is low meanwhile), its
+      checks are registered from ``t + 2``; it leaves in cycle ``x``: a failing or empty
+      command at once (``x = t + 2``), any other once the issue stage is free or in the last
+      cycle of the previous command's issue (``x = max(t + 2, a' + P' - 1)``); the engine
+      takes the next command from ``x + 1``;
     * a command that runs enters the issue stage at ``a = x + 1`` for
       :func:`matmul_issue_cycles` cycles, ``P = max(m, rows, cols)`` per K block (other
       formats: see there), and K block ``j`` writes accumulator row ``i`` in cycle ``a + j *
@@ -303,7 +310,7 @@ class MatmulTimeline:
                              f"{self.accept_from()}")
         c = self.config
         prev_done = self._done[-1] if self._done else -1
-        x = t + 1
+        x = t + _MATMUL_CHECK
         first = period = blocks = 0
         groups: tuple[tuple[int, int], ...] = ()
         if error or m == 0:
@@ -352,7 +359,7 @@ def matmul_retire_cycles(config: NPUConfig, m: int, *, k_blocks: int = 1,
     Not the cycles between two ``done`` pulses: MATMULs retire in order, one per cycle at
     most, and after a long command a short one may retire one cycle later (8x8: ``m = 8``,
     then ``m = 1``). What holds is the sum over a window (:class:`MatmulTimeline`'s rules):
-    a MATMUL taken in cycle ``t`` enters the issue stage at ``a >= t + 2``, after the issue
+    a MATMUL taken in cycle ``t`` enters the issue stage at ``a >= t + 3``, after the issue
     of the previous one, holds it ``P = matmul_issue_cycles`` cycles, and retires after its
     last write, ``a + (k_blocks - 1) * max(m, rows, cols) + rows + cols + 2 + m > a + P``.
     So the MATMULs taken after a cycle ``T0`` and retired by ``T1`` have issue stages one

@@ -77,9 +77,11 @@ class MatrixEngine(wiring.Component):
     Pipeline (back-to-back commands overlap; timing in :class:`hw.isa.timing.MatmulTimeline`)
     ----------------------------------------------------------------------------------------
     * **Next command**: the engine takes a command whenever this register is empty (also while
-      earlier commands run) and checks it there. A failing or empty command goes straight to
-      the retire FIFO; any other moves on to the issue stage once that is free, or in the last
-      cycle of the command it holds.
+      earlier commands run) and checks it there, the checks registered (they leave the
+      register's second cycle free of them: the next cycle's issue start does not wait on a
+      17x17 product and the range compares). From then on a failing or empty command goes
+      straight to the retire FIFO; any other moves on to the issue stage once that is free,
+      or in the last cycle of the command it holds.
     * **Issue**: :func:`hw.isa.matmul_issue_cycles` cycles, ``max(m, rows, cols)`` per K
       block; in its cycle ``k`` of block ``j`` it reads weight row ``w_row + j * rows + k``
       (``k < rows``, on ``spad_w_rd``) and activation row ``a_row + j * m + k`` (``k < m``,
@@ -119,7 +121,7 @@ class MatrixEngine(wiring.Component):
     stage takes :func:`hw.isa.matmul_issue_cycles` per K block.
 
     Latency of a command on an idle engine: :func:`hw.isa.timing.matmul_busy_cycles`
-    (``m + rows + cols + 4`` for int8 and int4; failing commands and ``m == 0``: 2).
+    (``m + rows + cols + 5`` for int8 and int4; failing commands and ``m == 0``: 3).
 
     Errors (checked in this order, nothing is written): opcode other than MATMUL ->
     ``BAD_OPCODE`` (``error_addr`` 0); ``m == 0``: nothing; a transposed MATMUL on a non-square
@@ -161,16 +163,18 @@ class MatrixEngine(wiring.Component):
         m.submodules.retire_fifo = retire = fifo.SyncFIFO(
             width=_Retire.as_shape().size, depth=matmul_in_flight(cfg))
 
-        # -- next command: take, check, move on ------------------------------------------------
+        # -- next command: take, check (registered), move on -----------------------------------
         nxt, nxt_valid = Signal(Command), Signal()
-        check = self._check(m, nxt)
+        check = Signal(_Retire, reset_less=True)    # nxt's checks, from its second cycle
+        checked = Signal()                          # ... check holds them
         issue_free = Signal()
         go = Signal()           # the next command leaves its register this cycle
         m.d.comb += [
             self.engine.cmd.ready.eq(~nxt_valid),
-            go.eq(nxt_valid & retire.w_rdy & (check.skip | issue_free)),
+            go.eq(checked & retire.w_rdy & (check.skip | issue_free)),
             retire.w_en.eq(go), retire.w_data.eq(check),
         ]
+        m.d.sync += [check.eq(self._check(m, nxt)), checked.eq(nxt_valid & ~go)]
         with m.If(self.engine.cmd.valid & ~nxt_valid):
             m.d.sync += [nxt.eq(self.engine.cmd.payload), nxt_valid.eq(1)]
         with m.If(go):
@@ -191,7 +195,7 @@ class MatrixEngine(wiring.Component):
         return m
 
     def _check(self, m: Module, cmd) -> data.View:
-        """The checks of the command in the next-command register (combinational)."""
+        """The checks of ``cmd`` (the next-command register), combinational."""
         cfg = self.config
         body = cmd.body.matmul
         out = Signal(_Retire)

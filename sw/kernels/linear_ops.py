@@ -52,7 +52,7 @@ def matmul_cycles(config: NPUConfig, m: int, k_blocks: int = 1, w_fmt: int = 0,
 def matmul_latency(config: NPUConfig, m: int, k_blocks: int = 1, w_fmt: int = 0,
                    a_fmt: int = 0) -> int:
     """Cycles from a MATMUL's handshake to the first cycle its semaphore increment is seen:
-    ``hw.isa.matmul_busy_cycles + ACCEPT_CYCLES`` (``m + rows + cols + 5`` for one int8
+    ``hw.isa.matmul_busy_cycles + ACCEPT_CYCLES`` (``m + rows + cols + 6`` for one int8
     block)."""
     return matmul_busy_cycles(config, m, k_blocks=k_blocks, w_fmt=w_fmt,
                               a_fmt=a_fmt) + ACCEPT_CYCLES

@@ -36,7 +36,6 @@ from hw.isa.timing import (
     gelu_busy_cycles,
     ln_row_cycles,
     ln_stats_cycles,
-    matmul_busy_cycles,
     requant_busy_cycles,
     softmax_max_cycles,
     softmax_row_cycles,
@@ -53,9 +52,9 @@ __all__ = [
     "fifo_write_to_head",
 ]
 
-#: ``done - t`` of a compute command that retires from its CHECK state (size zero or an
+#: ``done - t`` of a vector command that retires from its CHECK state (size zero or an
 #: error): CHECK and RETIRE.
-QUICK_RETIRE = matmul_busy_cycles(NPUConfig(), 0)
+QUICK_RETIRE = requant_busy_cycles(NPUConfig(), 0)
 
 
 # -- matrix engine --------------------------------------------------------------------------------

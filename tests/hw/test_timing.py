@@ -94,7 +94,7 @@ def test_matmul_busy_cycles(cfg):
                                                  error=failed), body
         # the engine takes the next command as soon as this one left its check stage
         assert period == timing.MatmulTimeline(cfg).take(0, body["m"], error=failed).accept_from
-        assert period == 2 < busy + ACCEPT_CYCLES or failed or body["m"] == 0
+        assert period == 3 < busy + ACCEPT_CYCLES or failed or body["m"] == 0
     error, busy, _ = results[-1]
     assert error == ErrorCode.BAD_OPCODE and busy == timing.matmul_busy_cycles(cfg, 7, error=True)
 
@@ -175,9 +175,9 @@ def test_command_busy_cycles_dispatches_on_the_encoded_command():
             timing.dma_load_busy_cycles(cfg, 4096 - 16, 64, 64, 3),
             timing.dma_store_busy_cycles(cfg, 0, 0, 64, 2, mem=1)]
     assert [timing.command_busy_cycles(cfg, c.raw) for c in list(cmds)[:5]] == want
-    assert want == [17 + 8 + 8 + 4, 2 * 12 + 16, 2 + 5 * (2 * 3 + 44 + 3),
+    assert want == [17 + 8 + 8 + 5, 2 * 12 + 16, 2 + 5 * (2 * 3 + 44 + 3),
                     6 + (2 + 6 + 8 + 8) + 4, 2 * 8 + 2 * 2 + 5]
-    assert timing.command_busy_cycles(cfg, cmds[0].raw, ErrorCode.BAD_LOCAL_ADDR) == 2
+    assert timing.command_busy_cycles(cfg, cmds[0].raw, ErrorCode.BAD_LOCAL_ADDR) == 3
     with pytest.raises(ValueError, match="does not run on an engine"):
         timing.command_busy_cycles(cfg, cmds[5].raw)
 
