@@ -27,7 +27,8 @@ verilog: install
 	$(BIN)/npu verilog $(ARGS)
 
 # FPGA cost of the reference configurations (about 20-30 minutes each); placed, not routed:
-# these sizes do not route (see README); ARGS adds options
+# the 4x4 and 8x8 do not route yet and 16x16 does not fit the LFE5U-85F's multipliers (see
+# README's FPGA section); ARGS adds options
 AREA_CONFIGS ?= 4x4 8x8 16x16
 area: install
 	$(BIN)/npu area --config $(AREA_CONFIGS) --no-route --json build/fpga/area.json $(ARGS)
