@@ -9,10 +9,13 @@ matrix engine: the planner's MATMUL cost became the back-to-back period
 (:func:`sw.kernels.linear.matmul_cycles`) and consecutive K blocks became one MATMUL
 (``k_blocks``); and again for the parameter loads: one DRAM row per load (one long burst
 instead of a burst per accumulator row) and the parameters of up to eight steps in one load
-(``LinearPlan.p_steps``). The serialized plans' streams are unchanged."""
+(``LinearPlan.p_steps``). The serialized plans' streams are unchanged. The planner's cycle
+estimate (``LinearPlan.est_cycles``) is left out of the digest: it follows the engine timing,
+and the stream is what must not change."""
 
 import hashlib
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -56,6 +59,7 @@ def digest(config, plan) -> str:
         text = text.replace(f", {name}=0", "")
     text = text.replace(", gelu=False", "")        # REQUANT plans of before the GELU epilogue
     text = text.replace(", p_steps=1", "")         # one parameter load per step
+    text = re.sub(r", est_cycles=\d+", "", text)   # the planner's estimate, not the stream
     h = hashlib.sha256(text.encode())
     if plan.double_buffer:
         sems = {x: _Sem(i + 3, 0xFFFF_FFF0 + 5 * i) for i, x in enumerate("LMRS")}
@@ -72,222 +76,222 @@ def digest(config, plan) -> str:
 # (config, M, K, N, double_buffer, spad_region, acc_region): digest
 PLANNED = {
     ("16x16", 64, 64, 64, True, None, None):
-        "645262340ef6b8f8bb6cc86afe58ef763bbdd0df3960c4d8bde8ed60ddbe245b",
+        "402338e6ec3a5aaa7b641a8267d730512828288e69c49d4efb569325aa580582",
     ("16x16", 64, 64, 64, False, None, None):
-        "27d2ab4a811dda7f08287709581b99bb52908fbb459cff793f065cba78c04b74",
+        "8d609d26f6c0ed0a7634696fa5b7bc2e1cc473c4f43fb4394485c8b845365203",
     ("16x16", 128, 128, 128, True, None, None):
-        "5ae97e4c1b2d88b11926a2711071c0b598cb776175029eec6aafb5a5d7e6b64a",
+        "000d1bca0a271139c85a725e37757d39b1bbd0f9834be24b79c5d54096e7b063",
     ("16x16", 128, 128, 128, False, None, None):
-        "bff51be07107eeec3597b35fb7d0dd3914c30e47b7dfdf6479852322dc8e985f",
+        "6b4c955f6dcea3e53dae5e3828c9f438e2a07f65ebac0b8e5ad0d3145ef690d1",
     ("16x16", 256, 256, 256, True, None, None):
-        "807278102743c2bdd36f531766dc9712eb08d966508da50208f91c650142b5ae",
+        "4c7cf2c4752bc299b54431c7940be6d4e79ac361f521bf5e3872ee11719f3b75",
     ("16x16", 256, 256, 256, False, None, None):
-        "27d7c2c9d1f20f04ba7c206d1934933bbc63890c08d13396df1dc77c67f8c1f3",
+        "eb285112b2cf6edc5fb9a4fd25380b8d1cf202748f48ba7a9d03e898a16fe7c9",
     ("16x16", 512, 512, 512, True, None, None):
-        "30a734a484f162ae2da586b208cac73c0ae3c0dfb9976552b99e0a9cb1bd26ec",
+        "974de803d4c5939d594a9084706e93cb6e80e8ac366df7042503d733118db069",
     ("16x16", 512, 512, 512, False, None, None):
-        "6e9d76310af462252ca2f8c3a6d2dfa492e691819dbea552869b079f4de8c0d1",
+        "c4c33da820f2d0bc6a523bb6e0f3d3c1cc78e548d832d5b0af88c92d8cf46543",
     ("16x16", 1000, 1000, 40, True, None, None):
-        "ea2f3f9eaa7528f3d6b4ba6803216bf6a4b53ac27d0ad4dcf6b44609d124886c",
+        "c33a1657f7ecd640e8b7ce7a92b69911aa583a3c8b11e587b8216d8dfa5a661e",
     ("16x16", 1000, 1000, 40, False, None, None):
-        "74b250db82514c906ae69cc2989096cca253353fe92dd72ee20eed065a7e3ccf",
+        "3e95c5b4c3babe37906a23e8b740d19616261a6ea30c85c65cab54a5e0b789a1",
     ("32x32", 100, 300, 200, True, None, None):
-        "b05955b823e68e9e4519817a51e5e6ccdbc29f48fb134e08a3cb0baf92f81c34",
+        "806f9c5c8d58eae53f565870fdf0a344969aab33597806f5eb194486e6d97189",
     ("32x32", 100, 300, 200, False, None, None):
-        "e0369e337953f923bdc643b99b61386ebdfc78c22a31086304e0e406f77790f0",
+        "6a24fdc1e4f51212e63d44f8018af3f87e77119cacd52456fb96623383dcc1b6",
     ("4x4", 1, 7, 9, True, None, None):
-        "92b3d514fbb8db17c02aca2b80c2581cf14764aa0edc764272cbe0929cf39225",
+        "1e1d30f96f346ec57188e946bf7bfb314f87018148b4d7e9e9ac0d8d3edeb3b1",
     ("4x4", 1, 7, 9, False, None, None):
-        "be37e1c7a863a33ca67794e87506d72d4faddf3fc0a92c1cd6880ed89047c92a",
+        "06eb46262d774ace5d7ef887663b3cc28c3d1ab949a4ddcb8bd30a54d0993874",
     ("4x4", 7, 9, 384, True, None, None):
-        "de6924c178e0402d0a815f82cfe13e1a89a8c1044e1f027738fe2d8681c16931",
+        "0d75b0ef67de7cf463adad371ce6d4a3a53f6edd7c79fddea291786d0ec9e8ee",
     ("4x4", 7, 9, 384, False, None, None):
-        "2372dc0afe4a3197a525c50ca714dfa6433b68a539916f55368f61154bd94325",
+        "294e152d5f491d97a51ce1d31bed15b3295a229d0eee00490e400c904aebb514",
     ("4x4", 9, 8, 33, True, None, None):
-        "6477182641dda2c2129c0e50efaedb503170d958f225cefa9215871098a8d159",
+        "6bd53f8ed1200e116bdfba6be6773d2600cd0dd19629cf9254a66d48143bfaa4",
     ("4x4", 9, 8, 33, False, None, None):
-        "534020dcd6b5c49294ead89ecf4acc01cc01047eb22a71587539d458eaf5422e",
+        "37f25daac8b79db78d15136e9ae24884f471d19e9cacba0ca48dad5a00657a62",
     ("4x4", 32, 384, 384, True, None, None):
-        "4b8a082d01d4f5c6a37095d5a6bd808d5676f93f2b11b2fb719e86e19fea0af5",
+        "59436acb331ab0620ce0f540b730e0a4980a3ea084e06a0bd9ac720ff63b96bd",
     ("4x4", 32, 384, 384, False, None, None):
-        "df2a15bc586be55a80f8d443ba6b3ca9334a7a861824a4081da1f4b8ba45e61c",
+        "e3666fbd60926b6de339a888660d5fc00ede536d924881d29a2f8ad06fe1b027",
     ("4x4", 33, 384, 8, True, None, None):
-        "26ca3c34c04016e19419888bfb54d814718c90f3b344163be360965fba8cbc1b",
+        "c223660f4eaa9c533235c2a5b1d057738f7147eac8d4a95d454d3f7820edc7b5",
     ("4x4", 33, 384, 8, False, None, None):
-        "090faade8a45d214e26f8a09580cb107fa3f1b10b3385f977d7856fa6e9fbad5",
+        "1cc0e62686d9c5856e0bbffebca1eba595b8178f218433ce9bd7f36cee04bfda",
     ("4x4", 384, 33, 7, True, None, None):
-        "42230bb016953202d4512248140564bf450b90bc354a888ea8aaf5838055cbcf",
+        "f4ab49e2b24b8ee882ac0b64a940197cabbbdc74484a81b94b454ee1a22467da",
     ("4x4", 384, 33, 7, False, None, None):
-        "5d63a19cb6539dca39cc32611d27180678e347fdd6cf4cd5cf270ea5a275327b",
+        "6562e92204b51e7fbfded22b2332ce39752e49df8019bd0de1af305ebeba0ed0",
     ("4x8s", 40, 30, 70, True, None, None):
-        "49efe74060fc50052cc27da9f70277f90467e8d39a2cab3227faf65e44564011",
+        "fed4b17261d73dd610d0523ab7773d800d32a88c8dfcb18d097f0e1970213de6",
     ("4x8s", 40, 30, 70, False, None, None):
-        "b1bec6a348a8705d8eb16222d95e851fe412bd8422e8174917443948a05b1d0c",
+        "375a48a000d4ddf626d5d24ec9f6c8a7a0b6220bdae0368bed7e69288afc94bb",
     ("8x4", 40, 50, 30, True, None, None):
-        "0b276e4174ee0a1622c78acfb8ba1e9ad3f72908826513dcadc1d6f601f1b4a2",
+        "36569c301438d2c0bbe6bce18ba2468cb201956113d18f6e654d8b25e7880b8a",
     ("8x4", 40, 50, 30, False, None, None):
-        "75f89e88eb7344515121b6cf88389062eaa44f6a1924d5910e731725aa51e4b6",
+        "e0bf9f3f2fa89db6673762d7851e7f91909ecd2a4f0d7e15295e182d4146da4f",
     ("8x8", 1, 1, 1, True, None, None):
-        "89cfc65530c3b8ee9662fa04222e174e1ec665ffeef2636d93af92deb537f025",
+        "10432c3b3f6e900a29d4dc9741f56ccb0921a13aa1af046e98beb0f43efa8f6e",
     ("8x8", 1, 1, 1, False, None, None):
-        "2edaa838dd1b1da8df2ea170fc263c42e949d54ac7c6ae72d105d0900463cf70",
+        "cdeda0334b69053517b1f8e0eeb7c064f5bc7fd144c3e184f0aed67e4081693a",
     ("8x8", 1, 384, 9, True, None, None):
-        "53f628989eefada8a6b829d1d35b5fe7bcbd9bfbbb5ff48df1b2c1e6c87f51f1",
+        "98d762f06f9ae734e728da75856fce3ebedb269bc8e386361ec8c2710501caba",
     ("8x8", 1, 384, 9, False, None, None):
-        "5dba0a375238aa01d77d098b0d1b04f0ea3e02289ed555b231e35ff85403dbda",
+        "fd26526c2c2bd008b696cc5b74e685e60929c0d77efbf454324c2ed9bb54a66b",
     ("8x8", 7, 33, 384, True, None, None):
-        "06d12b4efd5b394087756f687ad243ad4b256c4fbb333bcc2ae4b682c8072db3",
+        "6cd41718217375d4d8d99b1f5ec879bf2cc1c0654046297a9182f9126e92a7be",
     ("8x8", 7, 33, 384, False, None, None):
-        "975df1a2ab0ad0b4fa0a3c43693d7fbb2cd5735fa8ff2a64a091f2216e00440c",
+        "c95991de1b4c737c7c4834f6500f2c90e6db5713d01f5bfdee4b56666bd9d521",
     ("8x8", 8, 1, 1, True, None, None):
-        "63afd096c265be451f5815516ce75c33a9093022da5fc317b1cca4b11b220b10",
+        "c61892fbd298b1fd621f0bd3e50fdbc1e6b4d69023430ccd81a57f2ab66ff4f2",
     ("8x8", 8, 1, 1, False, None, None):
-        "54b482cd970887155f964de2035da5f5651f2f83cc52a3f06097489df016a4e1",
+        "33cf8b3cfc7c544d1c022b3dbe51e3695c73102503348b327d04769b4221617a",
     ("8x8", 9, 384, 33, True, None, None):
-        "d1cf4d626cd152a5c32933215a64fec8cdbfc79574e0ec01cd66bb33db0bc999",
+        "74c38462de1f3f9ff6771f88ac9eb84e5f17f822fc6283ebdd5471c2bd07d236",
     ("8x8", 9, 384, 33, False, None, None):
-        "3d8143397505546ac14f6696432ec34299990f2956d46181a035e0ffe75188f9",
+        "d247d9cf91c022566f1d897ed8a6d93f448a4d65312f693eff9af4355d83226a",
     ("8x8", 32, 384, 384, True, None, None):
-        "a00c87d65359950786532f8ffe049f8844e3b3f2108858eb01f194222cb6b772",
+        "7c7ac9d064f807773e1363aa146561069db30dda503b655ae581c0b9bf76f930",
     ("8x8", 32, 384, 384, False, None, None):
-        "c1517d3078ef40e3450a2f6dba6b75740ec81b83a66d3996b334b331f8e000f3",
+        "10295cf12331d91908bc2fe33d021d0afade3b03358967af18d1be2682ff4d37",
     ("8x8", 32, 384, 1536, True, None, None):
-        "b4cdde9c548ca8ff30e5af75bdfab3f6d8c646d1a4a881a66394c1512cf3d8a6",
+        "79f82f69b1cc44b3e806f1a449f31f679b0b5d1c996e4175a42d81cee5d0035b",
     ("8x8", 32, 384, 1536, False, None, None):
-        "c8cc1d8f77e7238ce19483b904cec445c05b911c9148b72097fbeea4cd3c5985",
+        "6bd5236b57950c288de5aa4c9cf1752e1252679a497d378411f4218a6317e6b6",
     ("8x8", 32, 1536, 384, True, None, None):
-        "7f9a766d2320f4eaa37e1e534c82e39bb643c0548114b2924bab48929e028432",
+        "a9b0a4e7efcf980d80e113853d599911797cecfc7d63c9362b01d66ef69897fb",
     ("8x8", 32, 1536, 384, False, None, None):
-        "6f77d1e3b24fc7085cfe97bf437eab47211a77cc5ec253c1e5d480ae850a7639",
+        "a98f8eb631d08f94c94f12fde0f99f5049ff078a47a35b203ce570c6ab20985d",
     ("8x8", 33, 9, 8, True, None, None):
-        "e90e3def32db080cda0e79e8316f9ae805567d0623387d72462eabf575cf4a8c",
+        "4ba71a67e06accd3928028a38c1096a5e6e7b23c710d75dc8b30a75bfe47f4af",
     ("8x8", 33, 9, 8, False, None, None):
-        "d612007a783f6c8b970ee3a3b86655829ac27adf36ebe36dd3f1663473445360",
+        "c15a7583976cf3bf3abf8e2f00704a72136b69b8954ff6a2947b9e9070869e4d",
     ("8x8", 64, 64, 64, True, None, None):
-        "dbb6abefe1abc282914a178fb12e11498445aeaa7761b0b209328d4fb9cd7d46",
+        "c143fc5d131b213603948d97e7e4604004a10c34debde9aa0e295573a6465ee9",
     ("8x8", 64, 64, 64, False, None, None):
-        "c3ffd38b2c65667dc90bc2b132ca57b4eb038c73e1e987809f5d4cf0028fd3af",
+        "9a90948264edd53604d2d98b71d2da5013fa79d16a018f0c2673eab7f33502ca",
     ("8x8", 64, 3000, 24, True, None, None):
-        "73bd2cf8e16a856e411626e34dfbd0c0ea3c6bd4ef7d2e5c2834e057fc093595",
+        "3da6c5c8e0f678b4be6799b4c5ca04e003fcbef4da0f5dc4c9c43801e4fed0a3",
     ("8x8", 64, 3000, 24, False, None, None):
-        "d0e961967ce959a47c887e76bd5796bbe4a1f8cb6effee593c5c1f2b6866e62d",
+        "0c660ce81abf0497491e8e81f74b0b51131d49434b23e370bb94b411f30db70b",
     ("8x8", 99, 108, 6, True, None, None):
-        "52b3f725cf28399b0fc7e6f3e360939bd5a6ec6dfa76e1c53d0939bc80ae07d5",
+        "4ecf3161af6aeb0de612cd9a5ce89904602b9ef339497ac70838b504b1ac83fe",
     ("8x8", 99, 108, 6, False, None, None):
-        "50cb4cc815e81ccf53fa2e26c1820012fc9acb0d1b8e3c5a997b412c3264f7c1",
+        "37fd737fe889a592fb25ee5a4a2e27137fbb885fa5737e488f148d60aa0ae4fd",
     ("8x8", 128, 128, 128, True, None, None):
-        "a85feefa42c0d8e68dda6f4bd7af0265c3f20be10a9c563debe88508c6b7b098",
+        "5cbdac3341ecb015be00cf48ca1c6c21c5b6748a925c18e83b449b2031c0a71d",
     ("8x8", 128, 128, 128, False, None, None):
-        "4973fed456d9c1e5fa618c698917044d39db7c5df2996d908b1a82eb57d23b5d",
+        "e93f8070f6e164b3b96423a4ccafa65aeec82882e80cffc53ca762e41f5ef7f4",
     ("8x8", 128, 384, 384, True, None, None):
-        "e26d5c416daa3cb4104278c7b6cab090b8b72fbb1002463d5e80d7a4386cdbb2",
+        "07ea4e8873ae3431124920ab4046c68f7aaf1244caea852d49260f55b7b502e7",
     ("8x8", 128, 384, 384, False, None, None):
-        "55a671b5b82469e5096575deda7bd965e5ba16d9b7ee9275ac2c14b43d6fed21",
+        "9503624bb0f6b6ae0c20f9f0705c7c9648371499cf822c96a173c28e7991cae7",
     ("8x8", 130, 36, 37, True, None, None):
-        "037bd6f47943782abdad86b30bea02684fbbd57f1e510cf55586f189424680be",
+        "f7d30d2a3c7420c63abd433043e0eb66380d55003137e8c18e109a0ecd000375",
     ("8x8", 130, 36, 37, False, None, None):
-        "418eaef8a9970f467434523a7f61eda72124e566216874d6c36de127ee24080a",
+        "7125974e073092ec857e43283e51b8357ecf5cd4688b9b33f80f8d2515da372b",
     ("8x8", 256, 256, 256, True, None, None):
-        "50f7565ced542bd92a7af080976d5eb67d014c62b9117ce5b011242b66518dad",
+        "60946a512ec24919e24ac276196fab5b1c2b0b211b921a184eb744b2218fea5a",
     ("8x8", 256, 256, 256, False, None, None):
-        "ae8c051c36b1b8cfbb7a8f01d2a3e2ff4d16fe4f9b68e6272b722c3e30164af0",
+        "9adbb9e53b2deace55f21ac6fa3ec2fd4728d5fe073c0c38ece4a2863e109801",
     ("8x8", 384, 8, 7, True, None, None):
-        "59449d3f9b9e3ad0036aea2035e44b5f1c7929510879af862142905cf9b7514d",
+        "4447129581f569a738ebf140e6276fb35b7d2ff2e94d338b2cbddfe844c89e07",
     ("8x8", 384, 8, 7, False, None, None):
-        "40a6e8706d2d9770089c8bea44c0d3d02b2bbc37eb2768d96ed9fa5432efd433",
+        "0b1521793531af684cc96862282621551210948cbc07fd0c12f7dedc3cbfc534",
     ("8x8", 512, 512, 512, True, None, None):
-        "fa3959357dd916014ff017ce3f83c86a1f8d549ac8e6a9da7c1a96d20bcd2bd0",
+        "f64b8106223cd7eb2ded94e463b2e9c670072b977f77fcda07446771f3f81934",
     ("8x8", 512, 512, 512, False, None, None):
-        "3077f3604ecbcce29be1f30ff9152e4c29d575cba2e810a71c5ec7fced5d8828",
+        "c3fc3d7ede9bf2ba5eb0cca70963ea34d388da553e9ab98eecd92801bf17023f",
     ("8x8", 513, 40, 40, True, None, None):
-        "1a2f6f30697831527d6046179bd0ad21fbe8500c338e37349e0c94a8cffb362c",
+        "e03f9bc2217d2990df12008e2400eba7d145d9db6e206a98a32346a2da283ca0",
     ("8x8", 513, 40, 40, False, None, None):
-        "0ed165e277bef34226dc89087badbd3685fbf2ba919f3724ae4a4368c74f34d6",
+        "fd997fd6d3d807f50a335f47e1f753e18db61f11f5a41d0347cacd4342f41577",
     ("8x8", 1024, 25, 17, True, None, None):
-        "e19ff055eccda42e17560bb5923ba087f4be6bc50349798db23315308b88a58e",
+        "b5375e58a51cf84ddde889f97512bb0ddc5fe9421fd810bf54f2c6858e938f9a",
     ("8x8", 1024, 25, 17, False, None, None):
-        "d9d437f8fa6b2654629c51284562c1b5c52879fccab416c03ecb3b3cec9b2544",
+        "7245d0630cd7df71954cfa5f54a229a962f154019f0020b8ff784baa453d8767",
     ("8x8", 2000, 16, 16, True, None, None):
-        "bbcea45a747a9cb10826b0aad19eaddb6e2860bb97291603f3d35d23bb02a508",
+        "2986ab81843405e33e40c049b73d7b6482b1c9c32c461e566f78990072746457",
     ("8x8", 2000, 16, 16, False, None, None):
-        "0aa07b0568e48c8ab4bbfdd8314df6e9451cd1d5339219cd41da1e364b40ef9a",
+        "0adb316554faea48abad6d20e54dfe1a97beee547d5760051cd317f926efd4eb",
     ("8x8", 5000, 64, 8, True, None, None):
-        "228637037f1ecd030c8deffefa35373cad20b5620178838ec229119547006e46",
+        "4e9e748e317806b6769dd54b2a45415151ad78311e7d802d68fcc4e3b4800062",
     ("8x8", 5000, 64, 8, False, None, None):
-        "aaad214984f6e17450d30dd3db66a49d2e013f7a2dcb3eb6be3488fbc5ba4473",
+        "90bd15051ff126c84e0e250300b346973abdad3e9129de995bff92f48e8791ad",
     ("bus128", 77, 200, 50, True, None, None):
-        "0dca496ba4daaefc4f670946e4a6b3f4ebea0e83f46f235c0507491a3ff0466c",
+        "d959ae9b682cb38a6ffabaa54dae934dcb7dee64519ef684ffbf35b613b95179",
     ("bus128", 77, 200, 50, False, None, None):
-        "44709ae6e409854ad83c8286c9d186be77f94801be6b972a4f6509bcf87fd246",
+        "5e8365015c11555c296f8396f3369a6af365a95a35a006d3bca90749af5f42ff",
     ("bus32", 77, 200, 50, True, None, None):
-        "df45ff6cc5e079edf0cf00636d457c460645a85d900d1f2127d7aa0482fd0b79",
+        "38c09e5ed4386b5b89336ddffe9ae56790e11abb57a9b64a8f552af05ba1c630",
     ("bus32", 77, 200, 50, False, None, None):
-        "44709ae6e409854ad83c8286c9d186be77f94801be6b972a4f6509bcf87fd246",
+        "5e8365015c11555c296f8396f3369a6af365a95a35a006d3bca90749af5f42ff",
     ("fifo1", 70, 90, 30, True, None, None):
-        "3c89c43df10c297e44e224bbb608b5394f4ecc6ca9c7cabe7370fdcbdecab737",
+        "1270b9dd2dbd671ed313d6ea375607afbe797447e50d1329f83e85cf3ee72ab4",
     ("fifo1", 70, 90, 30, False, None, None):
-        "58a43f9ba0ed86153425703d3cd98a5012b27b3fc0327907b584c25ef1b1fec2",
+        "4d80c1ec6f990c128daae8de12a5c6ceaeedd338854f59334a6252d4b0f96267",
     ("fifo4", 300, 100, 90, True, None, None):
-        "a3f714fdab02d4519afede91644fcee8ee219752be95c93b874581c41e49cb85",
+        "09f37e8db633fa8edc9bc3bd23dbf90fb78cbaa72b2af5156e2cdb0e4135a2b1",
     ("fifo4", 300, 100, 90, False, None, None):
-        "38076d2262725ed3bd79201057e7155e2906deada2f296169705be792925f4f7",
+        "9f8bbb3b9bdf2e8478ff116eac3dc235b6518ea3da7e5a3af0147f4ffb8cb30d",
     ("tiny4", 33, 384, 9, True, None, None):
-        "c2efb9299ad8d29652491427ce89d8e103198c2ce420fb7c14cc050d433aff60",
+        "9d9ac588ef1364017fd9b949d7d47ab61260048223e4397617d505122c17ccfc",
     ("tiny4", 33, 384, 9, False, None, None):
-        "4e62d50bf14542c1b119be59cb52e42953c03296791b49a42877d36009d19e1a",
+        "64c695d728dbd441dbc98e42f84b5f57fe45a61dd4cddb297287d4a4d205a7b5",
     ("tiny4", 45, 4, 61, True, None, None):
-        "6e9f41745461b2a487865f73629eaeb695720c11f0fe432bc660cb872632f148",
+        "1436dd0a5fdd2e3f837900538cf7e89b797f178bdc1608adf22bf00c7b65ccf5",
     ("tiny4", 45, 4, 61, False, None, None):
-        "4c7c2ba3aab184866b31f73caf23414e1e71a13ec11412cdb2a7ddef8f66d184",
+        "09249725a7038f325b49ecf1d6e678226c505ceaba3d3931ec67d13809312b68",
     ("tiny4", 90, 112, 24, True, None, None):
-        "6f6ec64ad458c4b99730b4593d9283dacbfa3d3e5485520440270462ed9f2610",
+        "e4172897333155aeb731c78c61d7afcf7be56d927ab8c3679a095da57198a600",
     ("tiny4", 90, 112, 24, False, None, None):
-        "86ecebfbb888e1989678c7f3184d4270d8e8e4dd40962a15b8ef8dabb824ac4a",
+        "8b3af56da1ce9abd9698257a5450ff5f950320bbabfb12646c8370e6bb4cea07",
     ("tiny4", 200, 200, 30, True, None, None):
-        "427781599d696604db12be91fc63b81fc075915d79f2d265d185f24c30253a26",
+        "77f33eac2458c7091e79dd106902df84213c0d55b2579f27aa47806cddbe4c1f",
     ("tiny4", 200, 200, 30, False, None, None):
-        "b6f0e8c131ae075614d3932ad24b6aa7af794ba05d34896a15f04748575dfd54",
+        "5396343d8e52a3aa120a663418e1cc4839bd93abca5cadfd66b3f0e6e16222a0",
     ("tiny8", 3, 500, 3, True, None, None):
-        "c7d686becf88c0369e95a4b3267bc22551cdfd0a83cb4ec3d1c2a7c29b8b2a22",
+        "ebf9a5424e9e2a44acd2f8e3fd232666e63498caa68c5975798f0e69f1d47ae9",
     ("tiny8", 3, 500, 3, False, None, None):
-        "9b82f4ae74465fb680313e994a84afc31f64fda68ae60f33c52d99b9e0794978",
+        "f206a8b1f760e8ee265f829f2ad6b852b53431228928eeb9d5030b3184ce4bcc",
     ("tiny8", 33, 384, 9, True, None, None):
-        "44895222a351710c9a00c0cbc14dafe86e88a44fcba838c11869a7eca5241d03",
+        "bb5ea053f960743ce994e379793c997bf1a1d61aaee35e6260ac7d92f1262b4c",
     ("tiny8", 33, 384, 9, False, None, None):
-        "533329d8b6e6a9742178132c23c045731d3c0e0734ee6095d50b630b3bf084e5",
+        "433f9433d3164db926aa4b470bc2ea41e4dd68ec851cd926375fd65d84e12e1b",
     ("tiny8", 384, 7, 1, True, None, None):
-        "eb0cda7c13b8b89e805972bb6e7291ff501a6d54209e61907f7788f80ea7f609",
+        "d136044d7ef87986edd152521cac5922dfe629147ba886e0192bb492f9341383",
     ("tiny8", 384, 7, 1, False, None, None):
-        "3020c13d5f95e76be569d64b85d6b6b800e64f4f21119e40e217fca8b2db1a92",
+        "5a3664a7ab112933964b6a107d606a285abf288003188276391495168449a0c4",
     ("8x8", 100, 200, 50, True, (1000, 2000), (512, 512)):
-        "f4242a885fde4dc6caa8a23f73b3cc78c9c41349a249649a731a6b98736bf3a0",
+        "61d5fec9bc7827b43232d1e94337be951a900b2344665f64fd80f04d6ee03223",
     ("8x8", 100, 200, 50, False, (1000, 2000), (512, 512)):
-        "7efc61723270e21e8ede76049af570ddac5f334d423aaf0f4eec41517e7b30ab",
+        "52a33ffb7c4e037b78afac061cfe8d2d95324f8fe775f75552f245af61c30d9b",
     ("8x8", 64, 64, 64, True, (2048, 1024), (0, 256)):
-        "7279c0c4af517ca7f88827aecc58ad2e1f7b311e46331d443e7d9dd64474b83a",
+        "f944f0def30d4f715a13620cbddfd5a8225041a0814e382fb86c4decb2804075",
     ("8x8", 64, 64, 64, False, (2048, 1024), (0, 256)):
-        "d5ff607dbca188c45d95a305734faa879128e44dc79911990faf2c8b68b18be2",
+        "488c6a397ee1b88de42850c073032fb9c0b820c73bc1ab9773d0610a3d19977c",
     ("4x4", 33, 40, 17, True, (100, 900), (10, 300)):
-        "00f2bc5443ac17f65ba6a5047cb70b149513fbf9e2c31aefc74e7f74b7134050",
+        "ca6e969254db76c4b491638e1b29e0ed0dabc5e2282a3ca3486ead09a019b1ed",
     ("4x4", 33, 40, 17, False, (100, 900), (10, 300)):
-        "b5ab3f591f01bf345a2693f099dca12a6b90f674ebd8df3eda2749a3e8428f05",
+        "d289d7aa9742236dc827a2d71b179ecdb009cf73d1f952ce0a01d4aeb76a12b3",
 }
 
 #: digests of the FORCED tilings of test_linear, in order
 FORCED_DIGESTS = [
-    "98a393bdf6e1c57bfeb1c1f0c72c6026b7443a07a7d1680b5c7beb78b3c0a1fc",
-    "697d2e6917b2fe294c2f11739e108b166364a2448816cdff581cf52d37677cd9",
-    "15e4f152a0770c0fe4b963833650f2e228717b3c5586389d4f941c52480b4958",
-    "e2191648a296945e0349120dc74f86fb358aa5f45a38940d58758228b09db29a",
-    "01fac61b016a2ccd3c7a6cb3b651112e1b5bd2bb93f15872d870ff2cc23e4344",
-    "004687314415e9d01bc1672645b5326673377b14548142e08d6b182d2c5072a8",
-    "fbcb30d1e2d5a03eae929df320822a5e2aa4514766e471501c14934c21393012",
-    "cce16902eefc940d2afe2b7e350864070a30a6d00f90d63f7763e6b7f32bfab7",
-    "22e93e0b49e14613b62d75d984ffcdc0904c57fe41541f1a676474ccccbe77a8",
-    "967362cfa8d66f50d01ded701400d8260fc265db584b12eab7f9c8202301a163",
-    "ff13b571a75dcb7f254708564c7b157d4256184441cda8279daf326b0e5bd246",
-    "a47ad27bba05a4176f3d766c68fec19e22b1aeb8bfe863e7633e9548805e5746",
-    "3a52743e3d4025d4ea71564e5f015aa4f6103168d15f44626e4f5d84f850268d",
+    "cbc2055b4d41b59fc16076fd116fea8f267720c9680ba02634798a423bf0bc7c",
+    "54364c53e02ad9b13071fc59c454d255271141a21331389fa23faf7d84d50499",
+    "f649a7def93669adc9c5f39b846b1cff959acff6b850ebefe4041684b2b4ad41",
+    "77331442d8544bc8ebf199a9d5eefab1b40a523184f64f95994f2dcb405bc04d",
+    "fc12c4410ee526accaab4cd9d5fd7c5aaea52bba75f2abfc03d09e1463c99564",
+    "03f1d7f1fbf365670c22a825b04bb1f3224f11160ec33b61e785efb188ea9374",
+    "f2fea642630be5a053c674671f40d14a1ec884ab4746f147dd0f64d7961b34da",
+    "588a482f528d68d9261a32ac169fe311d5f8bbd3d2709a3e7310bf33d62963ed",
+    "cc89c2a8a0e1bd46e54038e49d8f9e1e75cf820fe7e2314e6e0a6548531da012",
+    "70ebc171a76de8c2c9cd2cc07084aec9412dcf9d26128ba31154cab51271a532",
+    "206635592e579208afde3ca1e83d7c7ca3a063e7098e5b3395078c343e5bb23c",
+    "7d053fd9a95cfe237e909684f33d4a32360b54b51abe5320d333150980fab28b",
+    "0010bec3fd80aaf743b25abacc8137db051e80721c043bb393c3d7e88f44029f",
 ]
 
 
