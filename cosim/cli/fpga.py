@@ -16,7 +16,7 @@ from cosim.cli.args import (
     parse_config,
     positive_float,
 )
-from cosim.fpga.pnr import ECP5_DEVICE, ECP5_DEVICES, PNR_FREQ_MHZ
+from cosim.fpga.pnr import ECP5_DEVICE, ECP5_DEVICES, PNR_FREQ_MHZ, PNR_SEED
 from cosim.fpga.synth import FAMILIES
 from hw.config import NPUConfig
 
@@ -150,11 +150,11 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
     ar.add_argument("--device", default=None, choices=ECP5_DEVICES,
                     help=f"nextpnr-ecp5 device, for --family ecp5 with place and route "
                          f"(default {ECP5_DEVICE}, the ULX3S 85F's part)")
-    ar.add_argument("--freq", type=positive_float, default=PNR_FREQ_MHZ,
-                    help="P&R target clock in MHz (default %(default)s, the ULX3S clock)")
+    ar.add_argument("--freq", type=positive_float, default=None,
+                    help=f"P&R target clock in MHz (default {PNR_FREQ_MHZ:g}, the ULX3S clock)")
     ar.add_argument("--seed", type=int_at_least(0, 2**64 - 1, "nextpnr's seed is 64-bit"),
-                    default=1,
-                    help="nextpnr's placement seed (default %(default)s); a configuration near "
+                    default=None,
+                    help=f"nextpnr's placement seed (default {PNR_SEED}); a configuration near "
                          "the device's routing limit may route with one seed and not another")
     ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
     ar.add_argument("--no-route", action="store_true",
@@ -223,8 +223,7 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     if args.device is not None and args.family != "ecp5":     # it was ignored
         parser.error(f"--device {args.device}: --family {args.family} is synthesis only and "
                      f"takes no device; {devices}")
-    for flag, given in (("--freq", args.freq != parser.get_default("freq")),
-                        ("--seed", args.seed != parser.get_default("seed")),
+    for flag, given in (("--freq", args.freq is not None), ("--seed", args.seed is not None),
                         ("--no-route", args.no_route)):
         if given and (args.family != "ecp5" or args.no_pnr):    # they were ignored
             without = f"--family {args.family} (synthesis only)" if args.family != "ecp5" \
@@ -235,3 +234,5 @@ def _check_area_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
                      f"--no-pnr; {devices}")
     check_json_arg(parser, args)
     args.device = args.device or ECP5_DEVICE
+    args.freq = PNR_FREQ_MHZ if args.freq is None else args.freq
+    args.seed = PNR_SEED if args.seed is None else args.seed

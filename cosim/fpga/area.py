@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cosim.fpga.blocks import BLOCKS_METHOD, KEY_BLOCKS
 from cosim.fpga.harness import harness_cost
-from cosim.fpga.pnr import ECP5_DEVICE, ECP5_PACKAGE, PNR_FREQ_MHZ, place_route
+from cosim.fpga.pnr import ECP5_DEVICE, ECP5_PACKAGE, PNR_FREQ_MHZ, PNR_SEED, place_route
 from cosim.fpga.synth import FAMILIES, check_memories, synthesize
 from cosim.fpga.tools import FpgaToolError
 from cosim.fpga.verilog import write_verilog
@@ -70,7 +70,7 @@ class AreaRow:
 def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: bool = True,
          hier: bool = False, out_dir: Path | None = None, freq_mhz: float = PNR_FREQ_MHZ,
          device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
-         timeout: float | None = None, route: bool = True, seed: int = 1,
+         timeout: float | None = None, route: bool = True, seed: int = PNR_SEED,
          abc9: bool | None = None,
          progress: Callable[[str], None] | None = None) -> AreaRow:
     """Synthesize (and for ECP5, place and route) one configuration; one :class:`AreaRow`.

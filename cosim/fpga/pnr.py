@@ -20,8 +20,8 @@ from pathlib import Path
 from cosim.fpga.blocks import block_of, net_blocks
 from cosim.fpga.tools import FpgaToolError, find_tool, run_tool
 
-__all__ = ["ECP5_DEVICE", "ECP5_DEVICES", "ECP5_PACKAGE", "PNR_FREQ_MHZ", "PathStep", "PnrResult",
-           "RoutingFailed", "place_route", "pack_bitstream", "parse_nextpnr_report",
+__all__ = ["ECP5_DEVICE", "ECP5_DEVICES", "ECP5_PACKAGE", "PNR_FREQ_MHZ", "PNR_SEED", "PathStep",
+           "PnrResult", "RoutingFailed", "place_route", "pack_bitstream", "parse_nextpnr_report",
            "parse_nextpnr_log", "parse_congestion", "format_congestion", "nextpnr_progress"]
 
 #: Default ECP5 part: LFE5U-85F in the CABGA381 package, as on the ULX3S 85F.
@@ -33,6 +33,8 @@ ECP5_PACKAGE = "CABGA381"
 #: Default place-and-route target clock in MHz: the ULX3S's 25 MHz oscillator. Routing does not
 #: fail when it is missed (``--timing-allow-fail``); it steers nextpnr's timing-driven placement.
 PNR_FREQ_MHZ = 25.0
+#: nextpnr's placement seed unless one is given (``npu area --seed``).
+PNR_SEED = 1
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ class PnrResult:
 
 def place_route(netlist: Path, *, device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
                 freq_mhz: float = PNR_FREQ_MHZ, out_dir: Path | None = None,
-                lpf: Path | None = None, seed: int = 1, timeout: float | None = None,
+                lpf: Path | None = None, seed: int = PNR_SEED, timeout: float | None = None,
                 route: bool = True,
                 progress: Callable[[str], None] | None = None) -> PnrResult:
     """Place and route an ECP5 netlist with nextpnr-ecp5; estimate Fmax.

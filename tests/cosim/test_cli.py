@@ -265,10 +265,10 @@ def test_run_names_no_python_error_class(capsys):
     (["area", "--family", "generic", "--no-route"], "--no-route is for nextpnr's place"),
     (["area", "--seed", str(2**64)], "must be <= 18446744073709551615"),
     (["area", "--seed", "-1"], "must be >= 0, got -1"),
-    (["area", "--no-pnr", "--seed", "3"], "--seed is for nextpnr's place and route: not with "
+    (["area", "--no-pnr", "--seed", "1"], "--seed is for nextpnr's place and route: not with "
                                           "--no-pnr"),
     (["waves", "trace", "w.vcd", "--cycle-ns", "0"], "argument --cycle-ns: must be > 0, got 0"),
-    (["area", "--no-pnr", "--freq", "40"], "--freq is for nextpnr's place and route: not with "
+    (["area", "--no-pnr", "--freq", "25"], "--freq is for nextpnr's place and route: not with "
      "--no-pnr"),
     (["bench", "--json", "/"], "is a folder"),
     (["bench", "--sizes", "0"], "must be >= 1, got 0"),
