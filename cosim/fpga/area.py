@@ -67,6 +67,12 @@ class AreaRow:
         return asdict(self)
 
 
+def _pnr_dir(netlist: Path, seed: int) -> Path:
+    """Where :func:`area` has nextpnr write for placement seed ``seed``: the netlist's folder
+    for :data:`PNR_SEED`, else its sub-folder ``seed<N>``."""
+    return netlist.parent if seed == PNR_SEED else netlist.parent / f"seed{seed}"
+
+
 def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: bool = True,
          hier: bool = False, out_dir: Path | None = None, freq_mhz: float = PNR_FREQ_MHZ,
          device: str = ECP5_DEVICE, package: str = ECP5_PACKAGE,
@@ -94,7 +100,10 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     ``progress`` (optional) is called with a short line at the start of each step and, while
     nextpnr runs, at each of its steps (:func:`~cosim.fpga.pnr.nextpnr_progress`). ``seed`` is
     nextpnr's placement seed (:func:`place_route`): a design near the device's routing limit
-    can route with one seed and not with another.
+    can route with one seed and not with another. nextpnr's files go beside the netlist
+    (``<out_dir>/ecp5-pnr/``), those of a seed other than :data:`PNR_SEED` into a folder of
+    their own (``ecp5-pnr/seed<N>/``), so that runs of several seeds into one ``out_dir`` keep
+    each one's log, report and congestion maps.
 
     Raises
     ------
@@ -131,7 +140,8 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
                      f"{' and routing' if route else ''} on ECP5 {device} with nextpnr-ecp5")
         try:
             p = place_route(flat.netlist, device=device, package=package, freq_mhz=freq_mhz,
-                            timeout=timeout, route=route, seed=seed, progress=progress)
+                            timeout=timeout, route=route, seed=seed, progress=progress,
+                            out_dir=_pnr_dir(flat.netlist, seed))
         except FpgaToolError as e:
             row.error = str(e)      # the tool's last log lines and the log's path
             row.congestion = getattr(e, "congestion", None)   # routing did not finish

@@ -359,6 +359,11 @@ def test_place_route_reports_congestion_when_routing_fails(tmp_path, monkeypatch
                     "router2 iteration 3: 24,863 overused wires"]
     assert row.congestion["iteration"] == 12 and "by block: cmdproc" in row.error
     assert "by block: cmdproc" in format_area_table([row])
+    # another placement seed keeps its files apart (seed 1's stay where they were)
+    row = area_mod.area(NPUConfig(rows=2, cols=2, n_queues=1), out_dir=tmp_path / "v",
+                        blocks=False, seed=5)
+    assert row.seed == 5 and str(tmp_path / "seed5" / "pnr.log") in row.error
+    assert (tmp_path / "seed5" / "congestion").is_dir() and (tmp_path / "congestion").is_dir()
 
 
 @pytest.mark.parametrize("line, said", [
