@@ -16,12 +16,14 @@ folded in per cycle, round-robin, so a pending count holds at most ``N`` cycles 
 increments (``N * axi_data_bytes``, a few bits). The value of counter ``i`` is always
 ``count[i] + pending[i]``.
 
-A snapshot in cycle ``s`` moves every pending count into a second set of small registers
-(``pending_snap``) at the edge ending ``s`` and restarts the pending counts; over the next
-``N`` cycles (:data:`hw.isa.SNAPSHOT_CYCLES`, ``busy`` high) the round-robin visits every
-counter once more and writes ``count + pending_snap`` -- the counter's value in cycle ``s``
--- into the snapshot memory. The snapshot is as atomic as copying all counters at one edge;
-only reading it must wait for the ``N`` cycles, which the CSR block does by holding the
+The inputs (increments, snapshot pulse, cycle count) are registered first, so everything
+below runs one cycle behind them. A snapshot in cycle ``s`` moves every pending count into a
+second set of small registers (``pending_snap``) at the edge ending ``s + 1`` and restarts the
+pending counts; over the ``N`` cycles after that (``busy`` high for all ``N + 1``,
+:data:`hw.isa.SNAPSHOT_CYCLES`) the round-robin visits every counter once more and writes
+``count + pending_snap`` -- the counter's value in cycle ``s`` -- into the snapshot memory.
+The snapshot is as atomic as copying all counters at one edge; only reading it must wait for
+the ``N + 1`` cycles, which the CSR block does by holding the
 ``CNT_SNAPSHOT`` write's response. The point is the FPGA: ``2 * N * 32`` flip-flops of counts
 and snapshots and an ``N``-input 32-bit read multiplexer become two memories and ``2 * N``
 narrow pending counts.
@@ -81,7 +83,7 @@ class PerfCounters(wiring.Component):
         ``rd_index``'s snapshot from cycle ``c + 1`` until the next read.
     rd_data : ``Out(32)``
     cycles_snap : ``Out(64)``
-        ``cycles`` at the last snapshot.
+        ``cycles`` at the last snapshot (the new value by the time ``busy`` falls).
 
     So a snapshot in cycle ``s`` holds, for every counter, the sum of its increments over the
     cycles ``c < s`` since reset (modulo 2**32; 0 before the first snapshot), and
@@ -127,8 +129,15 @@ class PerfCounters(wiring.Component):
         pending_snap = [Signal(width, name=f"pending_snap{i}") for i in range(n)]
         visit = Signal(range(n), name="visit")      # folded in this cycle (read last cycle)
         left = Signal(range(n + 1), name="snap_left")   # visits of the snapshot round to go
-        m.d.comb += self.busy.eq(left != 0)
-        take = self.snapshot & ~self.busy
+        # the inputs registered: the events come from all over the chip (the AXI handshakes
+        # behind the byte counts), so none of their logic goes on into the pending counts;
+        # the snapshot pulse and the cycle count are delayed alike, so the snapshot is the same
+        inc = Signal.like(self.inc, name="inc_r")
+        take = Signal(name="snapshot_r")
+        cycles = Signal(64, name="cycles_r")
+        m.d.sync += [inc.eq(self.inc), take.eq(self.snapshot & ~self.busy),
+                     cycles.eq(self.cycles)]
+        m.d.comb += self.busy.eq(take | (left != 0))
 
         # -- the round-robin: read count[visit + 1] now, fold in count[visit] ------------------
         nxt = Mux(visit == n - 1, 0, visit + 1)
@@ -144,7 +153,7 @@ class PerfCounters(wiring.Component):
         m.d.comb += [
             base.eq(Mux(counted.bit_select(visit, 1), count_rd.data, 0) + s_visit),
             count_wr.addr.eq(visit), count_wr.en.eq(1), count_wr.data.eq(base + p_visit),
-            snap_wr.addr.eq(visit), snap_wr.en.eq(self.busy), snap_wr.data.eq(base),
+            snap_wr.addr.eq(visit), snap_wr.en.eq(left != 0), snap_wr.data.eq(base),
         ]
         m.d.sync += counted.bit_select(visit, 1).eq(1)
         for i in range(n):
@@ -152,16 +161,16 @@ class PerfCounters(wiring.Component):
             with m.If(take):
                 # the pending count of a counter folded in this cycle is already in count
                 m.d.sync += [pending_snap[i].eq(Mux(here, 0, pending[i])),
-                             pending[i].eq(self.inc[i])]
+                             pending[i].eq(inc[i])]
             with m.Elif(here):
-                m.d.sync += [pending_snap[i].eq(0), pending[i].eq(self.inc[i])]
+                m.d.sync += [pending_snap[i].eq(0), pending[i].eq(inc[i])]
             with m.Else():
-                m.d.sync += pending[i].eq(pending[i] + self.inc[i])
+                m.d.sync += pending[i].eq(pending[i] + inc[i])
 
         # -- the snapshot round: the next n visits write the snapshot memory --------------------
         with m.If(take):
-            m.d.sync += [left.eq(n), self.cycles_snap.eq(self.cycles)]
-        with m.Elif(self.busy):
+            m.d.sync += [left.eq(n), self.cycles_snap.eq(cycles)]
+        with m.Elif(left != 0):
             m.d.sync += left.eq(left - 1)
             with m.If(left == 1):
                 m.d.sync += snapped.eq(1)

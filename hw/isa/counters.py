@@ -85,12 +85,12 @@ TIMING_COUNTERS = ("cycles", "dma_busy", "overlap",
                    *(f"tlb.{t}.walk_cycles" for t in TLB_CLIENTS if t != "fetch"),
                    *(n for n in COUNTER_NAMES if n.startswith("tlb.fetch.")))
 
-#: Cycles a snapshot takes to write (:class:`hw.counters.PerfCounters` folds one counter a
-#: cycle into its snapshot memory): a ``CNT_SNAPSHOT`` write that takes effect in cycle ``s``
-#: (the snapshot's instant) has its write response (B) ``SNAPSHOT_CYCLES`` cycles later than
-#: another register's write, when the snapshot is complete; a read issued meanwhile is held
-#: (AR not accepted) until then.
-SNAPSHOT_CYCLES = len(COUNTER_NAMES)
+#: Cycles a snapshot takes to write (:class:`hw.counters.PerfCounters` registers its inputs, then
+#: folds one counter a cycle into its snapshot memory): a ``CNT_SNAPSHOT`` write that takes effect
+#: in cycle ``s`` (the snapshot's instant) has its write response (B) ``SNAPSHOT_CYCLES`` cycles
+#: later than another register's write, when the snapshot is complete; a read issued meanwhile is
+#: held (AR not accepted) until then.
+SNAPSHOT_CYCLES = 1 + len(COUNTER_NAMES)
 
 #: Width of each counter in bits: they wrap modulo ``2 ** COUNTER_BITS[name]``.
 COUNTER_BITS = {"cycles": 64, **dict.fromkeys(COUNTER_NAMES, 32)}

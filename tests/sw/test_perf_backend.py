@@ -29,48 +29,50 @@ CONFIG = NPUConfig()
 #: counter block writes it; re-measured for SOFTMAX's per-lane running max: ``busy.vector`` 2
 #: cycles more per score row, ``softmax_max_folds`` 3 against the old tree's 1 cycle;
 #: re-measured for the MATMUL checks registered: a MATMUL leaves the next-command register a
-#: cycle later, so ``busy.matrix`` 1 more per MATMUL that waits for none before it), measured
+#: cycle later, so ``busy.matrix`` 1 more per MATMUL that waits for none before it; and for the
+#: counter block's registered inputs: ``SNAPSHOT_CYCLES`` 1 more, so ``cycles`` 1 more), measured
 #: with ``python -m cosim.bench.validate --only NAME``
-#: (``cosim.tb.harness.run_job``, Verilator; a workload alone: ``vm_gemm_pages_*``'s walks
-#: depend on what ran before it on the same backend); every counter not listed is 0.
+#: (``cosim.tb.harness.run_job``, Verilator; each workload alone: ``vm_gemm_pages_*``'s walks
+#: and ``two_streams_events``' timing depend on what ran before on the same backend); every
+#: counter not listed is 0.
 RTL_COUNTERS = {
-    "gemm_5x20x11": {"cycles": 486, "bytes_read": 1240, "bytes_written": 88, "dma_busy": 176,
+    "gemm_5x20x11": {"cycles": 487, "bytes_read": 1240, "bytes_written": 88, "dma_busy": 176,
         "overlap": 24, "busy.load": 152, "retired.load": 5, "stall.load.dram_read": 40,
         "busy.store": 24, "retired.store": 2, "stall.store.sem": 42, "stall.store.dram_write": 2,
         "busy.matrix": 66, "retired.matrix": 6, "stall.matrix.sem": 119, "busy.vector": 32,
         "retired.vector": 2, "stall.vector.sem": 29},
-    "gemm_17x33x9": {"cycles": 671, "bytes_read": 2248, "bytes_written": 280, "dma_busy": 309,
+    "gemm_17x33x9": {"cycles": 672, "bytes_read": 2248, "bytes_written": 280, "dma_busy": 309,
         "overlap": 100, "busy.load": 261, "retired.load": 7, "stall.load.dram_read": 37,
         "busy.store": 48, "retired.store": 2, "stall.store.sem": 84, "stall.store.dram_write": 2,
         "busy.matrix": 191, "retired.matrix": 10, "stall.matrix.sem": 152, "busy.vector": 56,
         "retired.vector": 2, "stall.vector.sem": 59},
-    "two_streams_events": {"cycles": 1136, "bytes_read": 4512, "bytes_written": 656,
+    "two_streams_events": {"cycles": 1137, "bytes_read": 4512, "bytes_written": 656,
         "dma_busy": 695, "overlap": 306, "busy.load": 607, "retired.load": 16,
         "stall.load.dram_read": 108, "stall.load.spad": 25, "stall.load.acc": 30,
         "busy.store": 115, "retired.store": 5, "stall.store.sem": 283, "stall.store.dram_write": 5,
         "busy.matrix": 383, "retired.matrix": 18, "stall.matrix.sem": 313, "busy.vector": 135,
         "retired.vector": 5, "stall.vector.sem": 236},
-    "dma_edges": {"cycles": 1467, "bytes_read": 6480, "bytes_written": 2676, "dma_busy": 1266,
+    "dma_edges": {"cycles": 1468, "bytes_read": 6480, "bytes_written": 2676, "dma_busy": 1266,
         "busy.load": 877, "retired.load": 6, "stall.load.dram_read": 84, "busy.store": 389,
         "retired.store": 4, "stall.store.sem": 147, "stall.store.dram_write": 327},
-    "softmax_rows": {"cycles": 1831, "bytes_read": 2144, "bytes_written": 508, "dma_busy": 522,
+    "softmax_rows": {"cycles": 1832, "bytes_read": 2144, "bytes_written": 508, "dma_busy": 522,
         "busy.load": 328, "retired.load": 1, "stall.load.dram_read": 71, "busy.store": 194,
         "retired.store": 1, "stall.store.sem": 1437, "stall.store.dram_write": 187,
         "busy.vector": 1115, "retired.vector": 1, "stall.vector.sem": 325},
-    "attention_L8_causal": {"cycles": 2461, "bytes_read": 3648, "bytes_written": 560,
+    "attention_L8_causal": {"cycles": 2462, "bytes_read": 3648, "bytes_written": 560,
         "dma_busy": 504, "busy.load": 414, "retired.load": 8, "stall.load.dram_read": 86,
         "busy.store": 90, "retired.store": 2, "stall.store.sem": 192, "stall.store.dram_write": 62,
         "busy.matrix": 212, "retired.matrix": 10, "stall.matrix.sem": 390, "busy.vector": 1044,
         "retired.vector": 10, "stall.vector.sem": 96},
-    "processor_commands": {"cycles": 632, "bytes_read": 1984, "bytes_written": 56},
-    "vm_faults": {"cycles": 979, "bytes_read": 912, "bytes_written": 156, "dma_busy": 161,
+    "processor_commands": {"cycles": 633, "bytes_read": 1984, "bytes_written": 56},
+    "vm_faults": {"cycles": 980, "bytes_read": 912, "bytes_written": 156, "dma_busy": 161,
         "busy.load": 108, "retired.load": 4, "stall.load.dram_read": 11, "busy.store": 53,
         "retired.store": 3, "stall.store.sem": 79, "stall.store.dram_write": 33,
         "tlb.load.hits": 2, "tlb.load.misses": 6, "tlb.load.walk_cycles": 75, "tlb.load.faults": 2,
         "tlb.store.hits": 2, "tlb.store.misses": 2, "tlb.store.walk_cycles": 18,
         "tlb.store.faults": 1, "tlb.fetch.hits": 14, "tlb.fetch.misses": 4,
         "tlb.fetch.walk_cycles": 32},
-    "vm_two_contexts": {"cycles": 2040, "bytes_read": 7040, "bytes_written": 1164,
+    "vm_two_contexts": {"cycles": 2041, "bytes_read": 7040, "bytes_written": 1164,
         "dma_busy": 1188, "overlap": 746, "busy.load": 983, "retired.load": 16,
         "stall.load.dram_read": 78, "stall.load.spad": 48, "busy.store": 232, "retired.store": 4,
         "stall.store.sem": 358, "stall.store.dram_write": 62, "busy.matrix": 913,
@@ -79,7 +81,7 @@ RTL_COUNTERS = {
         "tlb.load.walk_cycles": 123, "tlb.store.hits": 2, "tlb.store.misses": 2,
         "tlb.store.walk_cycles": 58, "tlb.fetch.hits": 21, "tlb.fetch.misses": 4,
         "tlb.fetch.walk_cycles": 68},
-    "vm_gemm_pages_128x256x256": {"cycles": 134984, "bytes_read": 256800, "bytes_written": 32796,
+    "vm_gemm_pages_128x256x256": {"cycles": 134985, "bytes_read": 256800, "bytes_written": 32796,
         "dma_busy": 131190, "overlap": 129409, "busy.load": 130679, "retired.load": 161,
         "stall.load.dram_read": 793, "stall.load.spad": 1834, "stall.load.acc": 95780,
         "busy.store": 22353, "retired.store": 96, "stall.store.sem": 108225,
