@@ -122,7 +122,7 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
         if progress:
             bad = sum(1 for r in res["results"] if not r["ok"])
             progress(f"batch {k + 1}/{len(batches)}: {plural(len(res['results']), 'stream')}, "
-                     f"{bad} failing, {time.perf_counter() - t0:.0f} s")
+                     f"{bad} failing, {time.perf_counter() - t0:.0f} s since the start")
         return res
 
     def totals() -> dict:
