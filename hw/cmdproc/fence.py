@@ -52,13 +52,13 @@ def fence_states(unit: FetchUnit, m: Module, f: _FetchState) -> None:
                                     | (fence.addr + 4 > f.win_limit))):
             _fail(unit, m, f, ErrorCode.WINDOW, fence.addr)
         with m.Else():
-            m.d.sync += [f.aw_done.eq(0), f.w_done.eq(0),
+            m.d.sync += [f.aw_done.eq(0), f.w_done.eq(0), f.addr.eq(fence.addr),
                          f.word.eq(Mux(fence.timestamp, unit.cycles, fence.value))]
             m.next = "FENCE_WRITE"
     with m.State("FENCE_WRITE"):
         # a translated fence's AW and W wait for its page (no W beat goes out before the
         # write is known to go); a page fault is the fence's error
-        go, paddr = f.present(m, fence.addr, 1, ~f.aw_done)
+        go, paddr = f.present(m, 1, ~f.aw_done)
         go = go | f.aw_done
         m.d.comb += [
             bus.awvalid.eq(~f.aw_done & go), bus.awaddr.eq(paddr), bus.awlen.eq(0),

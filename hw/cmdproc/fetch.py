@@ -202,6 +202,7 @@ class FetchUnit(wiring.Component):
         m.submodules.translator = tr = f.tr = Translator(cfg, write=None, bus=f.walk)
         m.d.comb += [
             f.translate.eq(VmWord(f.vm).enable), tr.vm.eq(f.vm),
+            tr.vaddr.eq(f.addr), tr.row_addr.eq(f.addr),
             tr.inv.eq(self.tlb_inv), tr.inv_all.eq(self.tlb_inv_all),
             tr.inv_asid.eq(self.tlb_inv_asid),
             self.tlb.hits.eq(tr.ev_hit), self.tlb.misses.eq(tr.ev_miss),
@@ -384,14 +385,14 @@ class FetchUnit(wiring.Component):
                 # while ARVALID waits for ARREADY must not change them (AXI4, ARM IHI 0022,
                 # A3.2.1)
                 m.d.comb += f.single_dec.eq(f.single[cur] != 0)
-                m.d.sync += [f.ar_addr.eq(f.slot_addr), f.ar_len.eq(k * bpc - 1),
+                m.d.sync += [f.addr.eq(f.slot_addr), f.ar_len.eq(k * bpc - 1),
                              f.multi.eq(k != 1)]
                 m.next = "FETCH_ADDR"
         with m.State("FETCH_ADDR"):
             # a translated queue's burst waits for its page (a walk keeps the FSM here even if
             # the queue is reset meanwhile: the burst then goes out and its commands are
             # dropped); a page fault is the queue's ring error
-            go, paddr = f.present(m, f.ar_addr, 0, 1)
+            go, paddr = f.present(m, 0, 1)
             m.d.comb += [
                 bus.arvalid.eq(go), bus.araddr.eq(paddr), bus.arlen.eq(f.ar_len),
                 bus.arsize.eq(beat_bytes.bit_length() - 1), bus.arburst.eq(AXI_BURST_INCR),
@@ -531,8 +532,8 @@ class _FetchState:
         self.beat = Signal(range(bpc + 1), name="beat")
         self.resp_err = Signal(name="resp_err")
         self.multi = Signal(name="burst_multi")
-        # the fetch burst's AR address and length
-        self.ar_addr = Signal(32, name="fetch_araddr", reset_less=True)
+        # the fetch burst's AR address (a fence's AW address) and the burst's length
+        self.addr = Signal(32, name="fetch_addr", reset_less=True)
         self.ar_len = Signal(8, name="fetch_arlen", reset_less=True)
         self.aw_done = Signal(name="aw_done")
         self.w_done = Signal(name="w_done")
@@ -575,12 +576,13 @@ class _FetchState:
         u = self.unit
         return self.abort | self.bit(u.qclear) | self.bit(u.stop)
 
-    def present(self, m: Module, addr, write: int, shown) -> tuple:
-        """Present ``addr`` to the translator while ``shown`` (a translated queue); returns
-        ``(go, paddr)``: the access may go out (at once for a physical queue), and where."""
+    def present(self, m: Module, write: int, shown) -> tuple:
+        """Present :attr:`addr` to the translator while ``shown`` (a translated queue); returns
+        ``(go, paddr)``: the access may go out (at once for a physical queue), and where. The
+        translator looks up that register in every state (no multiplexer by state in front of
+        the TLB's compares; ``valid`` says when it counts)."""
         if not self.unit.config.tlb_entries:
-            return 1, addr
+            return 1, self.addr
         tr = self.tr
-        m.d.comb += [tr.valid.eq(shown & self.translate), tr.vaddr.eq(addr),
-                     tr.row_addr.eq(addr), tr.need_write.eq(write)]
-        return ~self.translate | tr.ok, Mux(self.translate, tr.paddr, addr)
+        m.d.comb += [tr.valid.eq(shown & self.translate), tr.need_write.eq(write)]
+        return ~self.translate | tr.ok, Mux(self.translate, tr.paddr, self.addr)
