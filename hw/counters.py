@@ -16,17 +16,16 @@ folded in per cycle, round-robin, so a pending count holds at most ``N`` cycles 
 increments (``N * axi_data_bytes``, a few bits). The value of counter ``i`` is always
 ``count[i] + pending[i]``.
 
-The inputs (increments, snapshot pulse, cycle count) are registered first, so everything
-below runs one cycle behind them. A snapshot in cycle ``s`` moves every pending count into a
-second set of small registers (``pending_snap``) at the edge ending ``s + 1`` and restarts the
-pending counts; over the ``N`` cycles after that (``busy`` high for all ``N + 1``,
-:data:`hw.isa.SNAPSHOT_CYCLES`) the round-robin visits every counter once more and writes
-``count + pending_snap`` -- the counter's value in cycle ``s`` -- into the snapshot memory.
-The snapshot is as atomic as copying all counters at one edge; only reading it must wait for
-the ``N + 1`` cycles, which the CSR block does by holding the
-``CNT_SNAPSHOT`` write's response. The point is the FPGA: ``2 * N * 32`` flip-flops of counts
-and snapshots and an ``N``-input 32-bit read multiplexer become two memories and ``2 * N``
-narrow pending counts.
+The inputs (increments, snapshot pulse, cycle count) are registered first, so everything below runs
+one cycle behind them. A snapshot in cycle ``s`` moves every pending count into a second set of
+small registers (``pending_snap``) at the edge ending ``s + 1`` and restarts the pending counts;
+over the ``N`` cycles after that (``busy`` high for all ``N + 1``, :data:`hw.isa.SNAPSHOT_CYCLES`)
+the round-robin visits every counter once more and writes ``count + pending_snap`` -- the counter's
+value in cycle ``s`` -- into the snapshot memory. The snapshot is as atomic as copying all counters
+at one edge; only reading it must wait for the ``N + 1`` cycles, which the CSR block does by holding
+the ``CNT_SNAPSHOT`` write's response. The point is the FPGA: ``2 * N * 32`` flip-flops of counts
+and snapshots and an ``N``-input 32-bit read multiplexer become two memories and ``2 * N`` narrow
+pending counts.
 """
 
 from amaranth import Module, Mux, Signal
