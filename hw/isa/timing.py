@@ -79,8 +79,8 @@ __all__ = [
 #: ``busy + ACCEPT_CYCLES`` cycles.
 ACCEPT_CYCLES = 1
 
-#: Busy cycles of a compute command that retires without running: the check state, then the
-#: retire state (``done``), in every engine (matrix, requant, softmax).
+#: Busy cycles of a vector command that retires without running: the check state, then the
+#: retire state (``done``) (requant, softmax; the matrix engine's: ``_MATMUL_CHECK + 1``).
 _CHECK_RETIRE = 2
 
 
