@@ -15,7 +15,8 @@ Layout of one configuration's folder (``build/fpga/<config name>/`` by default):
     npu.v, files.f, config.json        the Verilog bundle (:func:`write_verilog`)
     lint/verilator.log, lint/iverilog.log
     <family>/synth.ys, synth.log, netlist.json, stat.json, stat.txt
-    ecp5/pnr.log, pnr_report.json, npu.config, congestion/ (router2's heatmaps)
+    ecp5-pnr/pnr.log, pnr_report.json, npu.config, congestion/ (router2's heatmaps;
+        placement seed 1; another seed N's in ecp5-pnr/seedN/)
 
 The report parsers (:func:`parse_yosys_stat`, :func:`parse_memory_mapping`,
 :func:`parse_nextpnr_report`, :func:`parse_nextpnr_log`, :func:`parse_congestion`) work on

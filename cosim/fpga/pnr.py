@@ -4,7 +4,8 @@
 ULX3S' LFE5U-85F) and reads Fmax, utilisation and the critical path from nextpnr's
 ``--report`` JSON (:func:`parse_nextpnr_report`) or, failing that, from its log
 (:func:`parse_nextpnr_log`); :func:`pack_bitstream` runs ``ecppack``. Outputs go to
-``ecp5/pnr.log, pnr_report.json, npu.config`` beside the netlist.
+``pnr.log, pnr_report.json, npu.config`` and ``congestion/`` beside the netlist (``out_dir``
+to put them elsewhere; :func:`cosim.fpga.area` uses a folder per placement seed).
 """
 
 from __future__ import annotations

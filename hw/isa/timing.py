@@ -187,12 +187,13 @@ def matmul_in_flight(config: NPUConfig) -> int:
     retire FIFO and of the command processor's in-flight records for it:
     ``3 + (rows + cols + 2) // max(3, rows, cols)`` (5 on 8x8, 5 on 2x2).
 
-    Enough that the limit never delays a handshake of back-to-back MATMULs, and one fewer
-    would (:class:`MatmulTimeline`): command ``i`` is taken when command ``i - 1`` enters the
-    issue stage, ``(D - 1) * Q`` cycles after command ``i - D`` did, which retires ``m + rows
-    + cols + 2 <= Q + rows + cols + 2`` cycles after that (``Q = max(3, P)`` apart: ``P =
-    matmul_issue_cycles >= max(m, rows, cols)``, and 3 is a command's least time in the
-    next-command register and its handshake).
+    Enough that the limit never delays a handshake of back-to-back MATMULs that pass their checks,
+    and one fewer would (:class:`MatmulTimeline`; failing or empty commands retire in order behind
+    running ones and can fill the places meanwhile): command ``i`` is taken when command ``i - 1``
+    enters the issue stage, ``(D - 1) * Q`` cycles after command ``i - D`` did, which retires ``m +
+    rows + cols + 2 <= Q + rows + cols + 2`` cycles after that (``Q = max(3, P)`` apart: ``P =
+    matmul_issue_cycles >= max(m, rows, cols)``, and 3 is a command's least time in the next-command
+    register and its handshake).
     """
     least = _MATMUL_CHECK + 1
     return 3 + (config.rows + config.cols + 2) // max(least, config.rows, config.cols)

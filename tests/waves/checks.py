@@ -21,7 +21,8 @@ from cosim.waves import write_gtkw
 from cosim.waves.vcd import VcdHeader, VcdVar, canonical, changes, read_header, time_range
 
 HAVE_GTKWAVE = bool(shutil.which("gtkwave") and shutil.which("xvfb-run"))
-GTKWAVE_MISSING = "gtkwave and xvfb-run are not installed (apt-get install gtkwave xvfb)"
+GTKWAVE_MISSING = ("gtkwave and xvfb-run are not installed "
+                   "(apt-get install gtkwave xvfb xauth)")
 
 _PROBE_TCL = """set f [open {out} w]
 puts $f "window [gtkwave::getWindowStartTime] [gtkwave::getWindowEndTime]"
