@@ -5,6 +5,7 @@ text made from module docstrings."""
 import argparse
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from hw.config import ConfigParseError, NPUConfig
@@ -224,11 +225,15 @@ def check_image_suffix(parser: argparse.ArgumentParser, flag: str, path: str) ->
 def check_out_dir(parser: argparse.ArgumentParser, flag: str, path: Path) -> None:
     """Reject an output folder (``--out``) that could not be made or written, before the work
     and without making anything: the folder, or the nearest part of its path that exists,
-    must be a writable folder."""
+    must be a folder in which a folder can be made (tried: one is made and removed; a
+    permission check alone passes everything for root, even ``/proc``)."""
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
         parser.error(f"{flag} {path}: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        parser.error(f"{flag} {path}: {existing} cannot be written")
+    try:
+        probe = tempfile.mkdtemp(prefix=".npu-out-check-", dir=existing)
+    except OSError as e:
+        parser.error(f"{flag} {path}: {existing} cannot be written ({e.strerror})")
+    os.rmdir(probe)

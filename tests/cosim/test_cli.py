@@ -306,6 +306,7 @@ def test_run_names_no_python_error_class(capsys):
     # build (npu board: with a traceback)
     (["verilog", "--out", "/dev/null"], "--out /dev/null: /dev/null is not a folder"),
     (["area", "--out", "/dev/null/fpga"], "--out /dev/null/fpga: /dev/null is not a folder"),
+    (["area", "--no-pnr", "--out", "/proc/npu-kit-area"], "/proc cannot be written"),
     (["board", "--out", "/dev/null", "--no-bitstream"], "/dev/null is not a folder"),
 ])
 def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
