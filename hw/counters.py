@@ -136,7 +136,8 @@ class PerfCounters(wiring.Component):
         cycles = Signal(64, name="cycles_r")
         m.d.sync += [inc.eq(self.inc), take.eq(self.snapshot & ~self.busy),
                      cycles.eq(self.cycles)]
-        m.d.comb += self.busy.eq(take | (left != 0))
+        writing = Signal(name="snap_writing")           # the snapshot round runs
+        m.d.comb += [writing.eq(left != 0), self.busy.eq(take | writing)]
 
         # -- the round-robin: read count[visit + 1] now, fold in count[visit] ------------------
         nxt = Mux(visit == n - 1, 0, visit + 1)
@@ -152,7 +153,7 @@ class PerfCounters(wiring.Component):
         m.d.comb += [
             base.eq(Mux(counted.bit_select(visit, 1), count_rd.data, 0) + s_visit),
             count_wr.addr.eq(visit), count_wr.en.eq(1), count_wr.data.eq(base + p_visit),
-            snap_wr.addr.eq(visit), snap_wr.en.eq(left != 0), snap_wr.data.eq(base),
+            snap_wr.addr.eq(visit), snap_wr.en.eq(writing), snap_wr.data.eq(base),
         ]
         m.d.sync += counted.bit_select(visit, 1).eq(1)
         for i in range(n):
@@ -169,7 +170,7 @@ class PerfCounters(wiring.Component):
         # -- the snapshot round: the next n visits write the snapshot memory --------------------
         with m.If(take):
             m.d.sync += [left.eq(n), self.cycles_snap.eq(cycles)]
-        with m.Elif(left != 0):
+        with m.Elif(writing):
             m.d.sync += left.eq(left - 1)
             with m.If(left == 1):
                 m.d.sync += snapped.eq(1)
