@@ -51,7 +51,7 @@ class CommandProcessor(wiring.Component):
         ``sem_last`` records and the traces.
     sem_set : ``In(1)``, sem_set_sem : ``In(range(n_sems))``, sem_set_value : ``In(32)``
         Host write of a semaphore (``sem[sem_set_sem] := sem_set_value`` at this clock edge;
-        ``sem_last`` unchanged; an increment waits for the next cycle).
+        ``sem_last`` unchanged; a pending increment waits for the next cycle).
     err_set : ``Out(n_queues)``, err_info : ``Out(ArrayLayout(ErrorReport, n_queues))``
         Per-queue error reports to the CSR block (one-cycle pulses).
     fence_irq : ``Out(1)``

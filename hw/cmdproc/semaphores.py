@@ -23,9 +23,15 @@ class SemaphoreUnit(wiring.Component):
 
     **One change a cycle.** In each cycle at most one semaphore changes, at the clock edge:
     ``clear`` (every value and record 0), else a host write (``set``: ``sem[set_sem] :=
-    set_value``; ``sem_last`` unchanged), else the increment taken on ``inc`` (a stream;
-    ``ready`` is low in a cycle with ``set`` or ``clear``, so an increment then waits; the
-    taken one adds 1 to ``sem[inc.sem]`` and records ``(queue, index)`` in its ``sem_last``).
+    set_value``; ``sem_last`` unchanged), else the pending increment (adds 1 to its ``sem``
+    and records ``(queue, index)`` in its ``sem_last``).
+
+    **Increment register.** An increment taken on ``inc`` (a stream) goes into one register,
+    the pending increment, so no path runs from the engines' ``done`` through the sources'
+    merge into the values and the ready bits. It is applied in the next cycle without
+    ``set`` or ``clear`` (a clear does not drop it: it is applied after). ``inc.ready`` is
+    high when the register is empty or is applied in this cycle: an increment taken in
+    cycle ``c`` shows from ``c + 2`` at the earliest.
 
     **Ready bits** (registered compares). Waiter ``w`` (a queue's head in an engine's store,
     or a queue's stage) shows the wait of its current head on ``head[w]`` and holds
@@ -102,32 +108,38 @@ class SemaphoreUnit(wiring.Component):
             m.d.comb += port.addr.eq(sem)
             return Mux(valid.bit_select(sem, 1), port.data, 0)
 
-        # -- this cycle's change: clear, else the host write, else the increment taken ------
-        inc = self.inc
-        m.d.comb += inc.ready.eq(~self.set & ~self.clear)
-        fire = inc.valid & inc.ready
+        # -- the increment register ------------------------------------------------------------
+        inc = Signal(sem_increment(self.config), name="inc_pending", reset_less=True)
+        pending = Signal(name="inc_pending_valid")
+        fire = Signal(name="inc_apply")         # the pending increment is applied now
+        m.d.comb += [fire.eq(pending & ~self.set & ~self.clear),
+                     self.inc.ready.eq(~pending | fire)]
+        with m.If(self.inc.ready):
+            m.d.sync += [pending.eq(self.inc.valid), inc.eq(self.inc.payload)]
+
+        # -- this cycle's change: clear, else the host write, else the pending increment -----
         chg = Signal(name="chg")                # some semaphore changes at this edge
         chg_all = self.clear                    # every one (to 0)
         chg_sem = Signal(range(max(n, 2)), name="chg_sem")
         chg_value = Signal(32, name="chg_value")
         m.d.comb += [
             chg.eq(self.clear | self.set | fire),
-            chg_sem.eq(Mux(self.set, self.set_sem, inc.payload.sem)),
+            chg_sem.eq(Mux(self.set, self.set_sem, inc.sem)),
             chg_value.eq(Mux(self.clear, 0, Mux(self.set, self.set_value,
-                                                value(inc.payload.sem) + 1))),
+                                                value(inc.sem) + 1))),
         ]
         w = values.write_port()
         m.d.comb += [w.addr.eq(chg_sem), w.data.eq(chg_value), w.en.eq(self.set | fire)]
         rw = records.write_port()
-        m.d.comb += [rw.addr.eq(inc.payload.sem), rw.data.index.eq(inc.payload.index),
-                     rw.data.queue.eq(inc.payload.queue), rw.en.eq(fire)]
+        m.d.comb += [rw.addr.eq(inc.sem), rw.data.index.eq(inc.index),
+                     rw.data.queue.eq(inc.queue), rw.en.eq(fire)]
         with m.If(self.clear):
             m.d.sync += [valid.eq(0), last_valid.eq(0)]
         with m.Else():
             with m.If(self.set | fire):
                 m.d.sync += valid.bit_select(chg_sem, 1).eq(1)
             with m.If(fire):
-                m.d.sync += last_valid.bit_select(inc.payload.sem, 1).eq(1)
+                m.d.sync += last_valid.bit_select(inc.sem, 1).eq(1)
 
         def hits(sem):
             return chg & (chg_all | (chg_sem == sem))

@@ -1,9 +1,10 @@
 """Timing of the command processor's semaphore unit (:class:`hw.cmdproc.SemaphoreUnit`).
 
 * **Semaphores** (:class:`Semaphores`): one increment port: one increment a cycle, by fixed
-  priority among the sources offering one (engines, stages, fence), none in a cycle with a
-  host write or clear; visible the cycle after it is taken. A wait is tested against the
-  current values (the RTL's registered ready bits equal that test in every cycle).
+  priority among the sources offering one (engines, stages, fence), into the unit's
+  increment register, which applies it in the next cycle without a host write or clear;
+  visible from the cycle after it is applied. A wait is tested against the current values
+  (the RTL's registered ready bits equal that test in every cycle).
 
 Cycle rules are the RTL's (each is exercised against it by the validation): a decision in
 cycle ``c`` changes registers from ``c + 1`` on.
@@ -26,9 +27,11 @@ class Semaphores:
     The port takes one increment a cycle (:class:`hw.cmdproc.SemaphoreUnit`): among the
     sources offering one in cycle ``c``, the first in the RTL's fixed order (engines load,
     store, matrix, vector, then the queues' stages, then the fence: the ``key`` of
-    :meth:`request`), none in a cycle with a host write or a clear; the taken increment is
-    visible (value and ``SEM_LAST``) from ``c + 1``. A source may withdraw its offer (a
-    queue reset): ``live(c)`` is asked in every cycle the offer is open.
+    :meth:`request`), when the increment register is empty or is applied in ``c``. The
+    register's increment is applied in the first cycle from ``c + 1`` without a host write or
+    clear, and visible (value and ``SEM_LAST``) from the cycle after that. A source may
+    withdraw its offer (a queue reset): ``live(c)`` is asked in every cycle the offer is
+    open.
     """
 
     def __init__(self, eq, values: list[int]) -> None:
@@ -38,7 +41,8 @@ class Semaphores:
         self._watch: dict[int, set] = {}
         #: open offers by source key: [from cycle, sem, queue, index, answer, live]
         self._offers: dict[int, list] = {}
-        self._blocked: set[int] = set()     # cycles the port takes nothing
+        self._blocked: set[int] = set()     # cycles nothing is applied
+        self._pending: tuple[int, int, int] | None = None   # the increment register
         self._arbitrate_at = Waker(self.eq, self._arbitrate, ARBITRATE)
 
     def reached(self, sem: int, target: int) -> bool:
@@ -53,6 +57,9 @@ class Semaphores:
         self._arbitrate_at(max(cycle, self.eq.now))
 
     def _arbitrate(self, c: int) -> None:
+        if self._pending is not None and c not in self._blocked:
+            self.eq.at(c + 1, UPDATE, self._increment, *self._pending)
+            self._pending = None
         offers = self._offers
         open_ = sorted(k for k, o in offers.items() if o[0] <= c)
         taken = None
@@ -61,13 +68,15 @@ class Semaphores:
             if o[5] is not None and not o[5](c):
                 del offers[k]
                 o[4](c, False)
-            elif taken is None and c not in self._blocked:
+            elif taken is None and self._pending is None:
                 taken = k
         if taken is not None:
             _, sem, q, index, answer, _ = offers.pop(taken)
-            self.eq.at(c + 1, UPDATE, self._increment, sem, q, index)
+            self._pending = (sem, q, index)
             answer(c, True)
-        if offers:
+        if self._pending is not None:
+            self._arbitrate_at(c + 1)
+        elif offers:
             self._arbitrate_at(max(c + 1, min(o[0] for o in offers.values())))
 
     def _increment(self, sem: int, q: int, index: int) -> None:

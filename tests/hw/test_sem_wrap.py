@@ -176,10 +176,11 @@ def test_stage_processor_command_waits_at_the_boundary(opcode, value):
 
 
 def test_semaphore_unit_host_write_wrap_and_clear():
-    """One increment a cycle through the port, wrapping modulo 2**32; ``sem_last`` names the
-    increment taken last; a host write replaces the value, leaves ``sem_last`` and holds the
-    port for its cycle (the increment then waits); ``clear`` zeroes values and records and
-    holds the port too."""
+    """An increment taken on the port goes into the increment register and is applied in the
+    next cycle (visible two cycles after its handshake), wrapping modulo 2**32; ``sem_last``
+    names the increment applied last; a host write replaces the value, leaves ``sem_last``
+    and holds the register for its cycle (the port then takes nothing); ``clear`` zeroes
+    values and records and holds the register too (its increment is applied after)."""
     cfg = NPUConfig(n_sems=4)
     dut = SemaphoreUnit(cfg, n_waiters=1, n_lookups=0)
     out = {}
@@ -196,51 +197,68 @@ def test_semaphore_unit_host_write_wrap_and_clear():
         return ctx.get(rec.queue), ctx.get(rec.index), ctx.get(rec.valid)
 
     async def tb(ctx):
-        ctx.set(dut.set, 1)
+        ctx.set(dut.set, 1)                        # cycle 0: a write and an increment
         ctx.set(dut.set_sem, 2)
         ctx.set(dut.set_value, MOD - 2)
-        inc(ctx, 2, queue=3, index=9)              # waits for the write's cycle
-        out["held"] = ctx.get(dut.inc.ready)
-        await ctx.tick()
+        inc(ctx, 2, queue=3, index=9)
+        out["empty_takes"] = ctx.get(dut.inc.ready)
+        await ctx.tick()                           # 1: the write shows, the increment waits
         ctx.set(dut.set, 0)
-        out["set"] = (read_sem(ctx, dut, 2), last(ctx, 2))
-        out["taken"] = ctx.get(dut.inc.ready)
-        await ctx.tick()                          # -2 + 1
-        inc(ctx, 2, queue=1, index=0x34567)
-        await ctx.tick()                          # 0
-        out["wrap"] = (read_sem(ctx, dut, 2), last(ctx, 2))
         inc(ctx, 2, valid=0)
+        out["set"] = (read_sem(ctx, dut, 2), last(ctx, 2))
+        await ctx.tick()                           # 2: applied
+        out["applied"] = (read_sem(ctx, dut, 2), last(ctx, 2))
+        inc(ctx, 2, queue=1, index=0x34567)
+        await ctx.tick()                           # 3: in the register
+        inc(ctx, 2, valid=0)
+        out["pending"] = read_sem(ctx, dut, 2)
+        await ctx.tick()                           # 4: wrapped to 0
+        out["wrap"] = (read_sem(ctx, dut, 2), last(ctx, 2))
+        inc(ctx, 1, queue=2, index=6)
+        await ctx.tick()                           # 5: a write holds the register
         ctx.set(dut.set, 1)
         ctx.set(dut.set_value, 77)
-        await ctx.tick()
+        inc(ctx, 3, queue=0, index=5)
+        out["held"] = ctx.get(dut.inc.ready)
+        await ctx.tick()                           # 6
         ctx.set(dut.set, 0)
-        out["rewrite"] = (read_sem(ctx, dut, 2), last(ctx, 2))
-        inc(ctx, 1, queue=2, index=6)
+        out["rewrite"] = (read_sem(ctx, dut, 2), last(ctx, 2), read_sem(ctx, dut, 1))
+        out["taken_as_applied"] = ctx.get(dut.inc.ready)
+        await ctx.tick()                           # 7: a clear holds the register
+        inc(ctx, 3, valid=0)
+        out["one"] = (read_sem(ctx, dut, 1), last(ctx, 1))
         ctx.set(dut.clear, 1)
         out["clear_holds"] = ctx.get(dut.inc.ready)
-        await ctx.tick()
+        await ctx.tick()                           # 8
         ctx.set(dut.clear, 0)
-        inc(ctx, 1, valid=0)
         out["clear"] = [(read_sem(ctx, dut, s), last(ctx, s)) for s in range(4)]
+        await ctx.tick()                           # 9: the held increment, after the clear
+        out["after_clear"] = [(read_sem(ctx, dut, s), last(ctx, s)) for s in range(4)]
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
-    assert out["held"] == 0 and out["taken"] == 1
+    assert out["empty_takes"] == 1
     assert out["set"] == (MOD - 2, (0, 0, 0))
+    assert out["applied"] == (MOD - 1, (3, 9, 1))
+    assert out["pending"] == MOD - 1
     assert out["wrap"] == (0, (1, 0x34567, 1))
-    assert out["rewrite"] == (77, (1, 0x34567, 1))
+    assert out["held"] == 0
+    assert out["rewrite"] == (77, (1, 0x34567, 1), 0)
+    assert out["taken_as_applied"] == 1
+    assert out["one"] == (1, (2, 6, 1))
     assert out["clear_holds"] == 0
     assert out["clear"] == [(0, (0, 0, 0))] * 4
+    assert out["after_clear"] == [(0, (0, 0, 0))] * 3 + [(1, (0, 5, 1))]
 
 
 def test_semaphore_unit_ready_bits_and_lookups_match_a_naive_model():
     """Random increments, host writes, clears, head loads and lookups against a naive model
-    that keeps the values and evaluates every wait from them each cycle: each registered
-    ready bit equals :func:`hw.isa.sem_reached` of its head with the current values, each
-    lookup the test with the values after the cycle's change (targets near the semaphores'
-    values and across the wrap)."""
+    that keeps the values and the increment register and evaluates every wait from them each
+    cycle: each registered ready bit equals :func:`hw.isa.sem_reached` of its head with the
+    current values, each lookup the test with the values after the cycle's change (targets
+    near the semaphores' values and across the wrap)."""
     cfg = NPUConfig(n_sems=4)
     n_w, n_l = 5, 2
     dut = SemaphoreUnit(cfg, n_waiters=n_w, n_lookups=n_l)
@@ -254,6 +272,7 @@ def test_semaphore_unit_ready_bits_and_lookups_match_a_naive_model():
     async def tb(ctx):
         values = [0] * 4
         heads = [(0, 0, 0)] * n_w                  # (waits, sem, target)
+        pending = None                             # the increment register's semaphore
         for cycle in range(2000):
             # -- this cycle's inputs
             clear = rng.random() < 0.01
@@ -269,13 +288,15 @@ def test_semaphore_unit_ready_bits_and_lookups_match_a_naive_model():
             ctx.set(dut.inc.valid, want_inc)
             ctx.set(dut.inc.payload.sem, inc_sem)
             new = list(values)
+            applies = pending is not None and not clear and not setting
             if clear:
                 new = [0] * 4
             elif setting:
                 new[set_sem] = set_value
-            elif want_inc:
-                new[inc_sem] = (new[inc_sem] + 1) % MOD
-            assert ctx.get(dut.inc.ready) == (not clear and not setting)
+            elif applies:
+                new[pending] = (new[pending] + 1) % MOD
+            taking = pending is None or applies
+            assert ctx.get(dut.inc.ready) == taking, cycle
             for i in range(n_l):
                 waits = rng.random() < 0.8
                 s, t = near(new)
@@ -304,6 +325,8 @@ def test_semaphore_unit_ready_bits_and_lookups_match_a_naive_model():
                     ctx.set(dut.load_ok[w], not nw or sem_reached(new[ns], nt))
             await ctx.tick()
             values = new
+            if taking:
+                pending = inc_sem if want_inc else None
             heads = [loads.get(w, heads[w]) for w in range(n_w)]
             stats["cycles"] += 1
 
