@@ -76,7 +76,10 @@ def fence_states(unit: FetchUnit, m: Module, f: _FetchState) -> None:
         with m.Else():
             m.d.sync += [f.aw_done.eq(aw_now), f.w_done.eq(w_now)]
         if cfg.tlb_entries:
-            with m.If(~go & f.tr.fault):
+            # the fault is a register (sticky from the lookup or walk that found it) and
+            # holds ``ok`` low, so no AW or W goes out with it: the error report does not
+            # wait for this cycle's TLB compare
+            with m.If(f.tr.fault):
                 _fail(unit, m, f, f.tr.fault_code, fence.addr)
                 m.d.comb += f.fence_fault.eq(f.fence_err)
     with m.State("FENCE_RESPONSE"):
