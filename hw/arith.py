@@ -7,12 +7,14 @@ its lanes' 41- to 64-bit results this way several times per lane; 8x8, ``npu are
 power-of-two range only needs to know whether the bits above the range are all equal to the
 sign (OR and AND reductions, a LUT tree), which is what :func:`saturate` builds;
 :func:`below` does the same for ``v < limit`` (the softmax exponent's range, the command
-fetch's burst-length limits ``min(t, fetch_depth)`` of 32-bit distances).
+fetch's burst-length limits ``min(t, fetch_depth)`` of 32-bit distances); :func:`past_end`
+does it for ``v + step > limit`` with powers of two (the command fetch's DRAM-range checks of a
+ring slot and a fence address).
 """
 
 from amaranth.hdl import Cat, Const, Mux, Value
 
-__all__ = ["saturate", "below"]
+__all__ = ["saturate", "below", "past_end"]
 
 
 def saturate(v, bits: int) -> Value:
@@ -62,3 +64,30 @@ def below(v, limit: int) -> Value:
     if len(v) <= k:
         return v < limit
     return ~v[k:].any() & (v[:k] < limit)
+
+
+def past_end(v, step: int, limit: int) -> Value:
+    """``v + step > limit`` of an unsigned value ``v`` and powers of two ``1 <= step <=
+    limit``: ``v`` has a bit at or above ``limit``'s, or lies in the last ``step - 1`` values
+    below it (its bits from ``step``'s up to ``limit``'s all ones, a lower one set).
+
+    Raises
+    ------
+    ValueError
+        ``step`` or ``limit`` is not a power of two, or ``step > limit``, or ``v`` is signed.
+    """
+    v = Value.cast(v)
+    if v.shape().signed:
+        raise ValueError("past_end() needs an unsigned value")
+    for name, x in (("step", step), ("limit", limit)):
+        if not isinstance(x, int) or x < 1 or x & (x - 1):
+            raise ValueError(f"{name} must be a power of two, not {x!r}")
+    if step > limit:
+        raise ValueError(f"step {step} is above limit {limit}")
+    s, b = step.bit_length() - 1, limit.bit_length() - 1
+    if s == b:
+        return v.any()
+    if len(v) < b:                          # v + step <= 2**(b - 1) - 1 + step < limit
+        return Const(0)
+    low = v[s:b].all() & v[:s].any() if s else Const(0)
+    return v[b:].any() | low

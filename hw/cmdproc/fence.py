@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from amaranth import Module, Mux
 
+from hw.arith import past_end
 from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY
 from hw.cmdproc.common import fence_body
 from hw.isa import ErrorCode
@@ -46,7 +47,7 @@ def fence_states(unit: FetchUnit, m: Module, f: _FetchState) -> None:
                 m.next = "IDLE"
         with m.Elif(fence.addr[:2] != 0):
             _fail(unit, m, f, ErrorCode.MISALIGNED, fence.addr)
-        with m.Elif(~f.translate & (fence.addr + 4 > cfg.dram_bytes)):
+        with m.Elif(~f.translate & past_end(fence.addr, 4, cfg.dram_bytes)):
             _fail(unit, m, f, ErrorCode.BAD_DRAM_ADDR, fence.addr)
         with m.Elif(~f.translate & ((fence.addr < f.win_base)
                                     | (fence.addr + 4 > f.win_limit))):

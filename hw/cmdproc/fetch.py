@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.arith import below
+from hw.arith import below, past_end
 from hw.bus import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
 from hw.cmdproc.common import (
     ENGINES,
@@ -301,7 +301,7 @@ class FetchUnit(wiring.Component):
         """Round-robin pickers of a queue with a ready fence and of a queue to fetch from;
         returns ``(any, sel, last)`` for each."""
         n, depth = self.config.n_queues, self.config.fetch_depth
-        fetchable = [(f.fhead[q] != self.tail[q]) & (f.count[q] != depth)
+        fetchable = [f.more[q] & (f.count[q] != depth)
                      & (f.ring_err[q] == ErrorCode.NONE) & ~self.stop[q] & ~self.qclear[q]
                      for q in range(n)]
         fetch_last = Signal(range(max(n, 2)))
@@ -336,24 +336,43 @@ class FetchUnit(wiring.Component):
     def _burst_length(self, m: Module, f: _FetchState) -> Signal:
         """Commands the burst from the current queue's first free slot reads (``>= 1`` when
         the slot passed its checks): the least of what the buffer, ``TAIL``, the ring's end,
-        the window, the DRAM and the 4 KiB page allow, and 1 while ``single``."""
+        the window, the DRAM and the 4 KiB page allow, and 1 while ``single``.
+
+        Each limit is clamped to ``fetch_depth`` without a wide carry chain (:func:`below`).
+        The ring's end ``RING_SIZE - fhead`` is ``(mask & ~fhead) + 1`` (``fhead`` holds only
+        bits of ``mask = RING_SIZE - 1``, so ``mask - fhead`` borrows nothing; with
+        ``RING_SIZE`` 0 it is ``-fhead``, a number below ``fetch_depth`` whose low bits are
+        the limit). The DRAM's end and the page's are counted as ``~slot + 1`` over the
+        bits between: only the bits that count once the slot passed its checks (the burst's
+        length is used only then: ``RING_BASE``, hence the slot, 32-byte aligned, a physical
+        slot below ``dram_bytes``)."""
         cfg, cur = self.config, self.queue
         depth = cfg.fetch_depth
-        slot, fhead = f.slot_addr, f.fhead[cur]
-        size = self.ring_size[cur]
-        terms = [
-            depth - f.count[cur],
-            (self.tail[cur] - fhead) & (size - 1),
-            size - fhead,
-            Mux(f.translate, depth, (f.win_limit - slot) >> 5),     # physical only
-            Mux(f.translate, depth, (cfg.dram_bytes - slot) >> 5),
-            (PAGE_BYTES - slot[:PAGE_BYTES.bit_length() - 1]) >> 5,
+        shift = COMMAND_BYTES.bit_length() - 1
+        slot, fhead, mask = f.slot_addr, f.fhead[cur], f.mask[cur]
+        width = len(Signal(range(depth + 1)))
+
+        def clamp(t):
+            return Mux(below(t, depth), t, depth)
+
+        def plus_one(r, wrap=0):    # min(r + 1, depth) of an unsigned r (or r + 1 if wrap)
+            short = below(r, depth - 1) if depth > 1 else 0
+            return Mux(wrap | short, r[:width] + 1, depth)
+
+        limits = [
+            clamp(depth - f.count[cur]),
+            clamp((self.tail[cur] - fhead) & mask),
+            plus_one(mask & ~fhead, wrap=mask[-1]),
+            Mux(f.translate, depth, clamp(f.win_room >> shift)),       # physical only
+            Mux(f.translate, depth,
+                plus_one(~slot[shift:cfg.dram_bytes.bit_length() - 1])),
+            plus_one(~slot[shift:PAGE_BYTES.bit_length() - 1]),
         ]
         k = Signal(range(depth + 1), name="burst_cmds")
         m.d.comb += k.eq(Mux(f.single[cur] != 0, 1, depth))
-        for i, t in enumerate(terms):
+        for i, t in enumerate(limits):
             ti = Signal(range(depth + 1), name=f"burst_limit{i}")
-            m.d.comb += ti.eq(Mux(below(t, depth), t, depth))     # no 32-bit carry chain
+            m.d.comb += ti.eq(t)
             k_next = Signal(range(depth + 1), name=f"burst_cmds{i}")
             m.d.comb += k_next.eq(Mux(ti < k, ti, k))
             k = k_next
@@ -367,17 +386,17 @@ class FetchUnit(wiring.Component):
         cur = self.queue
         k = self._burst_length(m, f)
         with m.State("FETCH_CHECK"):
-            with m.If(f.gone() | (f.fhead[cur] == self.tail[cur])):
+            with m.If(f.gone() | ~f.bit(f.more)):
                 m.next = "IDLE"
             with m.Elif(self.ring_base[cur][:5] != 0):
                 m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.MISALIGNED)]
                 m.next = "IDLE"
-            with m.Elif(f.slot_addr + COMMAND_BYTES
-                        > Mux(f.translate, 1 << 32, cfg.dram_bytes)):
+            with m.Elif(Mux(f.translate, past_end(f.slot_addr, COMMAND_BYTES, 1 << 32),
+                            past_end(f.slot_addr, COMMAND_BYTES, cfg.dram_bytes))):
                 m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.BAD_DRAM_ADDR)]
                 m.next = "IDLE"
             with m.Elif(~f.translate & ((f.slot_addr < f.win_base)
-                                        | (f.slot_addr + COMMAND_BYTES > f.win_limit))):
+                                        | below(f.win_room, COMMAND_BYTES))):
                 m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.WINDOW)]
                 m.next = "IDLE"
             with m.Else():
@@ -456,7 +475,7 @@ class FetchUnit(wiring.Component):
         sel = self.push_queue
         head_next = Signal(32, name="head_next")
         fetched_next = Signal(32, name="fetched_next")
-        m.d.comb += [head_next.eq((self.head[sel] + 1) & (self.ring_size[sel] - 1)),
+        m.d.comb += [head_next.eq((self.head[sel] + 1) & f.mask[sel]),
                      fetched_next.eq(self.fetched[sel] + 1)]
         for q in range(self.config.n_queues):
             written = f.written & (self.queue == q)
@@ -494,10 +513,13 @@ class FetchUnit(wiring.Component):
         m.d.comb += [
             f.win_limit.eq(Mux(f.win_lim_raw == 0, 1 << 32, f.win_lim_raw)),
             f.slot_addr.eq(self.ring_base[cur] + f.fhead[cur] * COMMAND_BYTES),
+            f.win_room.eq(f.win_limit - f.slot_addr),
         ]
         for q in range(self.config.n_queues):
             m.d.comb += [
-                f.fhead[q].eq((self.head[q] + f.count[q]) & (self.ring_size[q] - 1)),
+                f.mask[q].eq(self.ring_size[q] - 1),
+                f.fhead[q].eq((self.head[q] + f.count[q]) & f.mask[q]),
+                f.more[q].eq(f.fhead[q] != self.tail[q]),
                 self.active[q].eq(~fsm.ongoing("IDLE") & (self.queue == q)),
             ]
 
@@ -522,6 +544,9 @@ class _FetchState:
         self.rp = Signal(data.ArrayLayout(ptr, n), name="buf_rp")     # oldest entry
         self.wp = Signal(data.ArrayLayout(ptr, n), name="buf_wp")     # next entry written
         self.fhead = Signal(data.ArrayLayout(32, n), name="fetch_head")   # HEAD + count
+        # RING_SIZE - 1, as a signed number (-1: RING_SIZE 0, every bit set)
+        self.mask = Signal(data.ArrayLayout(signed(33), n), name="ring_mask")
+        self.more = Signal(n, name="ring_more")     # fetch_head != TAIL
         self.ring_err = Signal(data.ArrayLayout(ErrorCode, n), name="ring_err")
         self.single = Signal(data.ArrayLayout(range(depth + 1), n), name="single")
         self.abort = Signal(name="cur_abort")      # the burst's commands are dropped
@@ -549,6 +574,7 @@ class _FetchState:
         self.fence_skip = Signal(n, name="fence_skip")        # ... and Q_RESUME.skip came
         self.fence_fault = Signal(name="fence_fault")         # wire: it faults now
         self.slot_addr = Signal(33, name="slot_addr")
+        self.win_room = Signal(signed(34), name="win_room")    # window limit - slot_addr
         # wires
         self.written = Signal(name="buf_written")    # an entry goes into the buffer
         self.flush = Signal(name="buf_flush")        # the loader drops load_sel's buffer

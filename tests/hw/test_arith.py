@@ -1,13 +1,13 @@
-"""``hw.arith``: :func:`saturate` equals the two-compare clamp and :func:`below` the compare
-with a constant, for every boundary and its neighbours and random values of every size, in
-Amaranth's simulator."""
+"""``hw.arith``: :func:`saturate` equals the two-compare clamp, :func:`below` the compare
+with a constant and :func:`past_end` ``v + step > limit``, for every boundary and its
+neighbours and random values of every size, in Amaranth's simulator."""
 
 import numpy as np
 import pytest
 from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.sim import Simulator
 
-from hw.arith import below, saturate
+from hw.arith import below, past_end, saturate
 
 
 def _values(rng, width: int, signed_: bool, marks: list[int]) -> list[int]:
@@ -59,6 +59,17 @@ def test_below_is_the_compare(width, limit, signed_):
     _check(width, signed_, lambda v: below(v, limit), lambda x: int(x < limit), values)
 
 
+@pytest.mark.parametrize("width,step,limit", [(33, 32, 1 << 32), (33, 32, 1 << 24),
+                                              (32, 4, 1 << 24), (12, 4, 1 << 24),
+                                              (24, 32, 1 << 24), (8, 1, 64), (8, 64, 64),
+                                              (5, 64, 64), (4, 32, 64), (3, 1, 1)])
+def test_past_end_is_the_compare(width, step, limit):
+    values = _values(np.random.default_rng(width + step), width, False,
+                     [limit - step, limit, limit + step])
+    _check(width, False, lambda v: past_end(v, step, limit),
+           lambda x: int(x + step > limit), values)
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(TypeError, match="signed value"):
         saturate(Signal(8), 4)
@@ -66,3 +77,9 @@ def test_bad_arguments_are_refused():
         saturate(Signal(signed(8)), 0)
     with pytest.raises(ValueError, match="positive"):
         below(Signal(8), 0)
+    with pytest.raises(ValueError, match="power of two"):
+        past_end(Signal(8), 3, 64)
+    with pytest.raises(ValueError, match="above limit"):
+        past_end(Signal(8), 128, 64)
+    with pytest.raises(ValueError, match="unsigned"):
+        past_end(Signal(signed(8)), 4, 64)
