@@ -32,12 +32,11 @@ Structure (DESIGN.md, decoupled access/execute, several streams), one module eac
   (queue order), then the fence; a source whose increment waits holds its command (an
   engine its in-flight record, a stage its command, the fence its FSM). A taken increment
   waits in one register and is applied the next cycle, so it shows two cycles after its
-  handshake. The host may set a value (``sem_set``; no increment is applied in that
-  cycle). A wait for ``target`` is
-  satisfied when ``(sem - target) mod 2**32 < 2**31`` (:func:`hw.isa.sem_reached`): the
-  unit keeps a registered ready bit per waiting head (each engine's queue heads, each
-  stage), loaded through a lookup when the head changes and updated by one compare with
-  the changing value when its semaphore changes.
+  handshake. The host may set a value (``sem_set``; no increment is applied in that cycle).
+  A wait for ``target`` is satisfied when ``(sem - target) mod 2**32 < 2**31``
+  (:func:`hw.isa.sem_reached`): the unit keeps a registered ready bit per waiting head (each
+  engine's queue heads, each stage), loaded through a lookup when the head changes and
+  updated by one compare with the changing value when its semaphore changes.
 * ``BARRIER`` waits until every earlier command of its queue retired (and its own semaphore
   wait, if any); ``FENCE`` does the same and then writes ``value`` (or the cycle counter, with
   ``body.fence.timestamp``) to DRAM and optionally raises the fence interrupt. Fence writes
