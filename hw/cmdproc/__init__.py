@@ -31,8 +31,9 @@ Structure (DESIGN.md, decoupled access/execute, several streams), one module eac
   one increment a cycle, the engines first (load, store, matrix, vector), then the stages
   (queue order), then the fence; a source whose increment waits holds its command (an
   engine its in-flight record, a stage its command, the fence its FSM). A taken increment
-  waits in one register and is applied the next cycle, so it shows two cycles after its
-  handshake. The host may set a value (``sem_set``; no increment is applied in that cycle).
+  waits in one register and is applied the next cycle without a host write, so it shows two
+  cycles after its handshake at the earliest; ``sem_clear`` drops it. The host may set a
+  value (``sem_set``; no increment is applied in that cycle).
   A wait for ``target`` is satisfied when ``(sem - target) mod 2**32 < 2**31``
   (:func:`hw.isa.sem_reached`): the unit keeps a registered ready bit per waiting head (each
   engine's queue heads, each stage), loaded through a lookup when the head changes and

@@ -29,9 +29,11 @@ class SemaphoreUnit(wiring.Component):
     **Increment register.** An increment taken on ``inc`` (a stream) goes into one register,
     the pending increment, so no path runs from the engines' ``done`` through the sources'
     merge into the values and the ready bits. It is applied in the next cycle without
-    ``set`` or ``clear`` (a clear does not drop it: it is applied after). ``inc.ready`` is
-    high when the register is empty or is applied in this cycle: an increment taken in
-    cycle ``c`` shows from ``c + 2`` at the earliest.
+    ``set`` (a host write holds it: it is applied after the write). ``clear`` drops it (the
+    ``CONTROL`` reset it belongs to also withdraws every increment not yet taken, so the
+    semaphores are 0 after it). ``inc.ready`` is high, outside a ``clear`` cycle, when the
+    register is empty or is applied in this cycle: an increment taken in cycle ``c`` shows
+    from ``c + 2`` at the earliest.
 
     **Ready bits** (registered compares). Waiter ``w`` (a queue's head in an engine's store,
     or a queue's stage) shows the wait of its current head on ``head[w]`` and holds
@@ -113,8 +115,10 @@ class SemaphoreUnit(wiring.Component):
         pending = Signal(name="inc_pending_valid")
         fire = Signal(name="inc_apply")         # the pending increment is applied now
         m.d.comb += [fire.eq(pending & ~self.set & ~self.clear),
-                     self.inc.ready.eq(~pending | fire)]
-        with m.If(self.inc.ready):
+                     self.inc.ready.eq((~pending | fire) & ~self.clear)]
+        with m.If(self.clear):                  # a reset's clear drops it
+            m.d.sync += pending.eq(0)
+        with m.Elif(self.inc.ready):
             m.d.sync += [pending.eq(self.inc.valid), inc.eq(self.inc.payload)]
 
         # -- this cycle's change: clear, else the host write, else the pending increment -----

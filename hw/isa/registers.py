@@ -119,8 +119,10 @@ class Csr:
 
     Semaphore ``s`` reads at :func:`sem_csr`; a host write there sets it to the value written
     (initialisation, and tests that drive a semaphore across its 2**32 wrap); the semaphore
-    unit takes no increment in the write's cycle (one that arrives then is applied in the next
-    cycle, after the write; the same holds for ``CONTROL``'s clear).
+    unit applies no increment in the write's cycle (one taken before waits in its register and
+    is applied in the next cycle, after the write). ``CONTROL``'s clear drops an increment
+    taken and not yet applied (the queues' reset withdraws the others): the semaphores are 0
+    after it.
     ``SEM_LAST_BASE + 4 * s`` (:class:`SemLast`): what last incremented it (read-only; zeroed
     by ``CONTROL``, not changed by a host write).
 

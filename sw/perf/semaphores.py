@@ -2,8 +2,8 @@
 
 * **Semaphores** (:class:`Semaphores`): one increment port: one increment a cycle, by fixed
   priority among the sources offering one (engines, stages, fence), into the unit's
-  increment register, which applies it in the next cycle without a host write or clear;
-  visible from the cycle after it is applied. A wait is tested against the current values
+  increment register, which applies it in the next cycle without a host write (a clear
+  drops it); visible from the cycle after it is applied. A wait is tested against the current values
   (the RTL's registered ready bits equal that test in every cycle).
 
 Cycle rules are the RTL's (each is exercised against it by the validation): a decision in
@@ -27,9 +27,10 @@ class Semaphores:
     The port takes one increment a cycle (:class:`hw.cmdproc.SemaphoreUnit`): among the
     sources offering one in cycle ``c``, the first in the RTL's fixed order (engines load,
     store, matrix, vector, then the queues' stages, then the fence: the ``key`` of
-    :meth:`request`), when the increment register is empty or is applied in ``c``. The
-    register's increment is applied in the first cycle from ``c + 1`` without a host write or
-    clear, and visible (value and ``SEM_LAST``) from the cycle after that. A source may
+    :meth:`request`), when the increment register is empty or is applied in ``c``, and not
+    in a clear's cycle. The register's increment is applied in the first cycle from ``c + 1``
+    without a host write, and visible (value and ``SEM_LAST``) from the cycle after that; a
+    clear drops it. A source may
     withdraw its offer (a queue reset): ``live(c)`` is asked in every cycle the offer is
     open.
     """
@@ -42,6 +43,7 @@ class Semaphores:
         #: open offers by source key: [from cycle, sem, queue, index, answer, live]
         self._offers: dict[int, list] = {}
         self._blocked: set[int] = set()     # cycles nothing is applied
+        self._clearing: set[int] = set()    # cycles of a clear: nothing is taken either
         self._pending: tuple[int, int, int] | None = None   # the increment register
         self._arbitrate_at = Waker(self.eq, self._arbitrate, ARBITRATE)
 
@@ -57,7 +59,10 @@ class Semaphores:
         self._arbitrate_at(max(cycle, self.eq.now))
 
     def _arbitrate(self, c: int) -> None:
-        if self._pending is not None and c not in self._blocked:
+        clearing = c in self._clearing
+        if clearing:
+            self._pending = None
+        elif self._pending is not None and c not in self._blocked:
             self.eq.at(c + 1, UPDATE, self._increment, *self._pending)
             self._pending = None
         offers = self._offers
@@ -68,7 +73,7 @@ class Semaphores:
             if o[5] is not None and not o[5](c):
                 del offers[k]
                 o[4](c, False)
-            elif taken is None and self._pending is None:
+            elif taken is None and self._pending is None and not clearing:
                 taken = k
         if taken is not None:
             _, sem, q, index, answer, _ = offers.pop(taken)
@@ -85,13 +90,14 @@ class Semaphores:
         self._changed(sem)
 
     def _block(self, cycle: int) -> None:
-        """The port takes no increment in ``cycle`` (a host write or clear then)."""
+        """No increment is applied in ``cycle`` (a host write or clear then)."""
         self._blocked.add(cycle)
 
     def clear(self, cycle: int) -> None:
-        """``CONTROL`` clear: every semaphore and its record is 0 from ``cycle`` (the port
-        takes no increment in the cycle before)."""
+        """``CONTROL`` clear: every semaphore and its record is 0 from ``cycle`` (in the cycle
+        before, the port takes no increment and the register's is dropped)."""
         self._block(cycle - 1)
+        self._clearing.add(cycle - 1)
         self.eq.at(cycle, UPDATE, self._clear)
 
     def _clear(self) -> None:

@@ -180,7 +180,8 @@ def test_semaphore_unit_host_write_wrap_and_clear():
     next cycle (visible two cycles after its handshake), wrapping modulo 2**32; ``sem_last``
     names the increment applied last; a host write replaces the value, leaves ``sem_last``
     and holds the register for its cycle (the port then takes nothing); ``clear`` zeroes
-    values and records and holds the register too (its increment is applied after)."""
+    values and records, drops the register's increment and takes none (a ``CONTROL`` reset
+    leaves every semaphore 0)."""
     cfg = NPUConfig(n_sems=4)
     dut = SemaphoreUnit(cfg, n_waiters=1, n_lookups=0)
     out = {}
@@ -224,16 +225,18 @@ def test_semaphore_unit_host_write_wrap_and_clear():
         ctx.set(dut.set, 0)
         out["rewrite"] = (read_sem(ctx, dut, 2), last(ctx, 2), read_sem(ctx, dut, 1))
         out["taken_as_applied"] = ctx.get(dut.inc.ready)
-        await ctx.tick()                           # 7: a clear holds the register
-        inc(ctx, 3, valid=0)
+        await ctx.tick()                           # 7: a clear drops the register's
+        inc(ctx, 2, queue=1, index=4)              # ... and takes no new one
         out["one"] = (read_sem(ctx, dut, 1), last(ctx, 1))
         ctx.set(dut.clear, 1)
         out["clear_holds"] = ctx.get(dut.inc.ready)
         await ctx.tick()                           # 8
         ctx.set(dut.clear, 0)
+        inc(ctx, 2, valid=0)
         out["clear"] = [(read_sem(ctx, dut, s), last(ctx, s)) for s in range(4)]
-        await ctx.tick()                           # 9: the held increment, after the clear
+        await ctx.tick()                           # 9
         out["after_clear"] = [(read_sem(ctx, dut, s), last(ctx, s)) for s in range(4)]
+        out["empty_after_clear"] = ctx.get(dut.inc.ready)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -250,7 +253,8 @@ def test_semaphore_unit_host_write_wrap_and_clear():
     assert out["one"] == (1, (2, 6, 1))
     assert out["clear_holds"] == 0
     assert out["clear"] == [(0, (0, 0, 0))] * 4
-    assert out["after_clear"] == [(0, (0, 0, 0))] * 3 + [(1, (0, 5, 1))]
+    assert out["after_clear"] == [(0, (0, 0, 0))] * 4
+    assert out["empty_after_clear"] == 1
 
 
 def test_semaphore_unit_ready_bits_and_lookups_match_a_naive_model():
@@ -295,7 +299,7 @@ def test_semaphore_unit_ready_bits_and_lookups_match_a_naive_model():
                 new[set_sem] = set_value
             elif applies:
                 new[pending] = (new[pending] + 1) % MOD
-            taking = pending is None or applies
+            taking = (pending is None or applies) and not clear
             assert ctx.get(dut.inc.ready) == taking, cycle
             for i in range(n_l):
                 waits = rng.random() < 0.8
@@ -325,7 +329,9 @@ def test_semaphore_unit_ready_bits_and_lookups_match_a_naive_model():
                     ctx.set(dut.load_ok[w], not nw or sem_reached(new[ns], nt))
             await ctx.tick()
             values = new
-            if taking:
+            if clear:
+                pending = None
+            elif taking:
                 pending = inc_sem if want_inc else None
             heads = [loads.get(w, heads[w]) for w in range(n_w)]
             stats["cycles"] += 1

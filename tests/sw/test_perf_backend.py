@@ -253,6 +253,34 @@ def test_queue_reset_drops_pending_commands_and_the_device_goes_on():
     assert np.array_equal(out, linear_int(a, w, bias, mult, shift))
 
 
+def test_device_reset_zeroes_a_semaphore_whose_increment_is_in_flight():
+    """``CONTROL`` (``Device.reset``) at every cycle around a signalling MATMUL's retire: the
+    semaphore is 0 with no ``SEM_LAST`` after it, also when the increment was taken by the
+    semaphore unit's register and not yet applied (the clear drops it), and a wait for the
+    first signal does not pass."""
+    outcomes = set()
+    for n in range(20, 45):
+        b = PerfBackend(CONFIG)
+        d = Device(b)
+        sem = d.alloc_semaphore()
+        cmds = CommandList()
+        cmds.matmul(a_row=0, w_row=0, acc_row=0, m=4, signal=sem.id)
+        sem.issued += 1
+        d.launch(cmds)
+        b.run_cycles(n)
+        outcomes.add(d.semaphore(sem.id))      # before the reset: 0 early, 1 late
+        d.reset()
+        assert (d.semaphore(sem.id), d.last_signal(sem.id)) == (0, None), n
+        buf = d.alloc(4)
+        after = CommandList()
+        after.wait(sem.id, sem.target(1))
+        after.fence(addr=buf.addr, value=0x1234)
+        d.launch(after)
+        b.run_cycles(300)
+        assert b.mem_read(buf.addr, 4) == bytes(4), n
+    assert outcomes == {0, 1}, "the range does not straddle the retire"
+
+
 def test_bad_dma_fails_its_queue_only():
     b = PerfBackend(CONFIG)
     d = Device(b)
