@@ -42,8 +42,8 @@ class Semaphores:
         self._watch: dict[int, set] = {}
         #: open offers by source key: [from cycle, sem, queue, index, answer, live]
         self._offers: dict[int, list] = {}
-        self._blocked: set[int] = set()     # cycles nothing is applied
-        self._clearing: set[int] = set()    # cycles of a clear: nothing is taken either
+        self._blocked: set[int] = set()     # cycles of a host write: nothing is applied
+        self._clearing: set[int] = set()    # cycles of a clear: the register is dropped
         self._pending: tuple[int, int, int] | None = None   # the increment register
         self._arbitrate_at = Waker(self.eq, self._arbitrate, ARBITRATE)
 
@@ -89,14 +89,9 @@ class Semaphores:
         self.last[sem] = (q, index)
         self._changed(sem)
 
-    def _block(self, cycle: int) -> None:
-        """No increment is applied in ``cycle`` (a host write or clear then)."""
-        self._blocked.add(cycle)
-
     def clear(self, cycle: int) -> None:
         """``CONTROL`` clear: every semaphore and its record is 0 from ``cycle`` (in the cycle
         before, the port takes no increment and the register's is dropped)."""
-        self._block(cycle - 1)
         self._clearing.add(cycle - 1)
         self.eq.at(cycle, UPDATE, self._clear)
 
@@ -108,9 +103,9 @@ class Semaphores:
             self._changed(s)
 
     def write(self, cycle: int, sem: int, value: int) -> None:
-        """Host write (``sem_csr``): the value from ``cycle`` (the port takes no increment in
-        the cycle before)."""
-        self._block(cycle - 1)
+        """Host write (``sem_csr``): the value from ``cycle`` (the register's increment is not
+        applied in the cycle before: it is applied after the write)."""
+        self._blocked.add(cycle - 1)
         self.eq.at(cycle, UPDATE, self._write, sem, value)
 
     def _write(self, sem: int, value: int) -> None:
