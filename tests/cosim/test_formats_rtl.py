@@ -49,9 +49,10 @@ def test_formats_bit_exact_on_rtl_and_models(name):
 @pytest.mark.parametrize("dram", ["bw=4.8", "ddr"])
 def test_int4_gemv_speedup_on_rtl(dram):
     """M = 1, K = 384, N = 1536 with the weights streamed from DRAM: half the bytes read with
-    int4. Measured on 8x8 (README "int4 GEMV"): 1.752x under ``ddr`` (80 cycles of read
+    int4. Measured on 8x8 (README "int4 GEMV"): 1.7500x under ``ddr`` (80 cycles of read
     latency, 4.8 B/cycle; issue 15 measured 1.817x before the int8 GEMV lost 191 commands and
-    3.7% of its cycles) and 1.770x under ``bw=4.8`` (the bandwidth alone), where int4 runs at
+    3.7% of its cycles; 1.752x before the semaphore unit's increment register, 16982d1) and
+    1.768x under ``bw=4.8`` (the bandwidth alone), where int4 runs at
     the array's own M = 1 limit (8 cycles per weight tile) and int8 near its bandwidth bound,
     so the ratio cannot pass 8 / 4.8 by much. The thresholds sit just under those figures,
     and int4's own cycles are held too, so a regression of either format fails. The
@@ -64,5 +65,5 @@ def test_int4_gemv_speedup_on_rtl(dram):
         assert rtl[f]["bit_exact"] and rtl[f]["cycles"] == perf[f]["cycles"], (f, rtl, perf)
     assert rtl["int4"]["bytes_read"] < 0.55 * rtl["int8"]["bytes_read"]
     speedup = rtl["int8"]["cycles"] / rtl["int4"]["cycles"]
-    assert speedup >= (1.76 if dram == "bw=4.8" else 1.75), (dram, speedup)
+    assert speedup >= (1.76 if dram == "bw=4.8" else 1.745), (dram, speedup)
     assert rtl["int4"]["cycles"] <= (74_700 if dram == "bw=4.8" else 80_400), rtl["int4"]
