@@ -164,8 +164,8 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
     ar.add_argument("--timeout", type=positive_float, metavar="MIN",
                     help="stop any one tool run (synthesis, place and route) after MIN minutes; "
                          "a stopped place and route is reported in the table, with the blocks "
-                         "whose nets router2 could not route yet, and the sweep goes on (as "
-                         "it does after a failed synthesis; exit status 1) (default: no limit)")
+                         "whose nets router2 could not route yet, and the next --config runs (as "
+                         "after a failed synthesis; exit status 1) (default: no limit)")
     ar.add_argument("--no-blocks", action="store_true",
                     help="leave out the per-block table (cells of the flat netlist attributed "
                          "to blocks, as its method line says; costs no extra synthesis)")

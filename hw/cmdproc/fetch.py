@@ -25,6 +25,7 @@ from hw.config import NPUConfig
 from hw.dma.translate import Translator
 from hw.isa import (
     COMMAND_BYTES,
+    MAX_RING_SIZE,
     PAGE_BYTES,
     PAGE_FAULTS,
     TLB_COUNTERS,
@@ -47,8 +48,9 @@ class FetchUnit(wiring.Component):
     **Fetch** (one FSM). In ``IDLE`` it serves, round-robin, a queue whose stage holds a fence
     that may run (``fence_ready``, served first) or else a queue with a command in its ring
     beyond what its buffer holds (``HEAD + count != TAIL``), room in its buffer, no ring error
-    pending, not stopped and not being reset. ``FETCH_CHECK`` checks the first slot it reads
-    (``RING_BASE + (HEAD + count) * 32``: ring alignment, DRAM range, the queue's window); on
+    pending, not stopped and not being reset. ``FETCH_CHECK`` checks the ring (``RING_SIZE``
+    and ``TAIL``, :func:`hw.isa.ring_size_error`) and the first slot it reads (``RING_BASE +
+    (HEAD + count) * 32``: ring alignment, DRAM range, the queue's window); on
     a failure it records the error for the loader (below) and reads nothing. Otherwise it
     reads ``k`` commands in one INCR burst, ``k`` the largest number that stays before
     ``TAIL`` and the end of the ring, inside the window and the DRAM, inside one 4 KiB page
@@ -64,13 +66,13 @@ class FetchUnit(wiring.Component):
     burst read, as with one command per burst); a burst error of a one-command burst, an
     unknown opcode or a bad semaphore id is reported as the error of that command (``err``;
     ``HEAD`` stays on it); a pending ring error is reported (address: ``RING_BASE`` for
-    ``MISALIGNED``, else the slot at ``HEAD``). Otherwise an engine command goes into its
-    engine's queue (``dispatch``; a queue is picked only when its oldest command has room
-    there) and a processor command into the stage (``push``), and ``HEAD`` and
-    ``Q_FETCHED`` advance. Each command's destination is decoded once, as it goes into the
-    buffer. So ``HEAD`` is the next slot taken in, as before the buffer: errors found at
-    fetch are reported when the command would be taken in, in order, and the slots from
-    ``HEAD`` to ``TAIL`` stay the device's.
+    ``MISALIGNED``, ``RING_SIZE`` or ``TAIL`` for ``BAD_SIZE``, else the slot at ``HEAD``).
+    Otherwise an engine command goes into its engine's queue (``dispatch``; a queue is picked
+    only when its oldest command has room there) and a processor command into the stage
+    (``push``), and ``HEAD`` and ``Q_FETCHED`` advance. Each command's destination is
+    decoded once, as it goes into the buffer. So ``HEAD`` is the next slot taken in, as
+    before the buffer: errors found at fetch are reported when the command would be taken
+    in, in order, and the slots from ``HEAD`` to ``TAIL`` stay the device's.
 
     **Fence**: checks its address (alignment, DRAM range, window), writes ``value`` (or
     ``cycles`` with ``timestamp``) in one beat, waits for the B response, then pulses
@@ -266,9 +268,11 @@ class FetchUnit(wiring.Component):
         with m.If(any_load):
             m.d.sync += last.eq(sel)
             with m.If(f.count[sel] == 0):       # a ring error, reported in order
+                size_addr = Mux(f.size_bad(sel), self.ring_size[sel], self.tail[sel])
                 m.d.comb += [f.load_err.eq(1), f.load_info.code.eq(code),
-                             f.load_info.addr.eq(Mux(code == ErrorCode.MISALIGNED,
-                                                     self.ring_base[sel], slot))]
+                             f.load_info.addr.eq(
+                                 Mux(code == ErrorCode.MISALIGNED, self.ring_base[sel],
+                                     Mux(code == ErrorCode.BAD_SIZE, size_addr, slot)))]
             with m.Elif(entry.bus_err & entry.multi):
                 m.d.comb += f.flush.eq(1)
             with m.Elif(entry.bus_err):         # the command never decoded: opcode 0
@@ -387,6 +391,9 @@ class FetchUnit(wiring.Component):
         k = self._burst_length(m, f)
         with m.State("FETCH_CHECK"):
             with m.If(f.gone() | ~f.bit(f.more)):
+                m.next = "IDLE"
+            with m.Elif(f.size_bad(cur) | f.tail_outside(cur)):
+                m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.BAD_SIZE)]
                 m.next = "IDLE"
             with m.Elif(self.ring_base[cur][:5] != 0):
                 m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.MISALIGNED)]
@@ -592,6 +599,19 @@ class _FetchState:
         lim = unit.window_limit[unit.queue]
         self.win_base = unit.window_base[unit.queue]
         self.win_lim_raw = lim
+
+    def size_bad(self, q):
+        """Queue ``q``'s ``RING_SIZE`` is not a power of two in ``[2, MAX_RING_SIZE]``
+        (:func:`hw.isa.ring_size_error`): a bit in common with ``RING_SIZE - 1``, or none at
+        or above bit 1, or one above ``MAX_RING_SIZE``'s."""
+        size = self.unit.ring_size[q]
+        top = MAX_RING_SIZE.bit_length()
+        return (size & self.mask[q][:32]).any() | ~size[1:].any() | size[top:].any()
+
+    def tail_outside(self, q):
+        """Queue ``q``'s ``TAIL >= RING_SIZE`` (for a legal ``RING_SIZE``: a ``TAIL`` bit
+        outside ``RING_SIZE - 1``)."""
+        return (self.unit.tail[q] & ~self.mask[q][:32]).any()
 
     def bit(self, vec):
         """Bit ``queue`` of a per-queue vector."""

@@ -105,7 +105,9 @@ class ErrorCode(enum.Enum, shape=8):
     BAD_DRAM_ADDR = 2   #: a DRAM access outside [0, dram_bytes)
     BAD_LOCAL_ADDR = 3  #: a scratchpad/accumulator row outside the memory
     MISALIGNED = 4      #: a ring base or fence address not aligned as required (not the DMA)
-    BAD_SIZE = 5        #: a size or number format that cannot be done (MatmulBody, SoftmaxBody)
+    #: a size or number format that cannot be done (MatmulBody, SoftmaxBody), or a ring's
+    #: RING_SIZE/TAIL (ring_size_error)
+    BAD_SIZE = 5
     BAD_SEM = 6         #: semaphore id >= n_sems
     AXI_ERROR = 7       #: SLVERR/DECERR response on the memory bus
     WINDOW = 8          #: a DRAM access (ring fetch, fence, DMA) outside the queue's window

@@ -42,6 +42,7 @@ from hw.isa import (
     decode,
     error_stage,
     pack_fields,
+    ring_size_error,
     sem_reached,
     unpack_fields,
 )
@@ -429,10 +430,9 @@ class ModelBackend:
         queue ``q``'s head command, or None after latching a ring error (ring size,
         alignment, DRAM, window, page fault)."""
         queue = self.queues[q]
-        size = queue.ring_size
-        if size < 2 or size & (size - 1) or queue.tail >= size:
-            self._raise_error(q, 0, ErrorCode.BAD_SIZE,
-                              size if size < 2 or size & (size - 1) else queue.tail)
+        bad_size = ring_size_error(queue.ring_size, queue.tail)
+        if bad_size is not None:
+            self._raise_error(q, 0, ErrorCode.BAD_SIZE, bad_size)
             return None
         if queue.ring_base % COMMAND_BYTES:
             self._raise_error(q, 0, ErrorCode.MISALIGNED, queue.ring_base)

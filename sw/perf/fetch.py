@@ -23,6 +23,7 @@ from hw.isa import (
     ErrorCode,
     Opcode,
     VmWord,
+    ring_size_error,
     unpack_fields,
 )
 from sw.perf import timing as T
@@ -200,7 +201,9 @@ class FetchUnit:
         base, limit = m.window(q)
         code = _NONE
         vm = self.vm
-        if queue.ring_base % COMMAND_BYTES:
+        if ring_size_error(queue.ring_size, queue.tail) is not None:
+            code = ErrorCode.BAD_SIZE
+        elif queue.ring_base % COMMAND_BYTES:
             code = ErrorCode.MISALIGNED
         elif slot + COMMAND_BYTES > (1 << 32 if vm else m.config.dram_bytes):
             code = ErrorCode.BAD_DRAM_ADDR
@@ -340,6 +343,9 @@ class FetchUnit:
             if not buffers[q]:
                 code = self.ring_err[q]
                 addr = queue.ring_base if code is ErrorCode.MISALIGNED else slot
+                if code is ErrorCode.BAD_SIZE:      # RING_SIZE if it is illegal, else TAIL
+                    addr = ring_size_error(queue.ring_size, queue.tail)
+                    addr = queue.tail if addr is None else addr
                 m.report_error(q, c, code, 0, index, addr, source=-1)
                 return
             e = buffers[q][0]

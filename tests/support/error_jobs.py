@@ -13,6 +13,7 @@ from collections.abc import Callable
 from hw.config import NPUConfig
 from hw.isa import (
     LN_MAX_ELEMS,
+    MAX_RING_SIZE,
     REGISTER_STRUCTS,
     Csr,
     ErrorCode,
@@ -196,18 +197,31 @@ def vm_cases(cfg: NPUConfig) -> dict[str, ErrorCase]:
     }
 
 
-def ring_cases(cfg: NPUConfig, first_slot: int) -> dict[str, tuple[int, ErrorCode, int, int]]:
+def ring_cases(cfg: NPUConfig, first_slot: int) -> dict[str, tuple[dict, ErrorCode, int, int]]:
     """Errors of the ring itself, found at fetch (opcode 0), for a queue whose next slot is
-    ``first_slot``: ``{name: (RING_BASE, code, ERR_ADDR, ERR_CMD)}``. A misaligned ring base
-    fails the first fetch; a ring running past the end of DRAM fails at the slot that lies
-    there (the third command). (A ``RING_SIZE`` that is not a power of two is left out: the
-    functional model reports it, the RTL masks; see :mod:`sw.model`.)"""
+    ``first_slot``: ``{name: (registers, code, ERR_ADDR, ERR_CMD)}``, ``registers`` the queue
+    CSRs (:class:`hw.isa.Csr` offsets) the case writes over the ring's (``RING_BASE`` =
+    :data:`RING`, ``RING_SIZE`` = :data:`RING_SLOTS`, ``TAIL`` = ``first_slot + 3``). A
+    misaligned ring base fails the first fetch; a ring running past the end of DRAM fails at
+    the slot that lies there (the third command); a ``RING_SIZE`` that is not a power of two
+    in ``[2, MAX_RING_SIZE]``, or a ``TAIL`` outside the ring, fails the first fetch with
+    ``BAD_SIZE`` (:func:`hw.isa.ring_size_error`)."""
     past = cfg.dram_bytes - 32 * (first_slot + 2)
-    out = {"ring_misaligned": (RING + 8, ErrorCode.MISALIGNED, RING + 8, 0),
-           "ring_beyond_dram": (past, ErrorCode.BAD_DRAM_ADDR, cfg.dram_bytes, 2)}
+    tail_out = RING_SLOTS + first_slot + 3
+    out = {"ring_misaligned": ({Csr.RING_BASE: RING + 8}, ErrorCode.MISALIGNED, RING + 8, 0),
+           "ring_beyond_dram": ({Csr.RING_BASE: past}, ErrorCode.BAD_DRAM_ADDR,
+                                cfg.dram_bytes, 2),
+           "ring_size_zero": ({Csr.RING_SIZE: 0}, ErrorCode.BAD_SIZE, 0, 0),
+           "ring_size_one": ({Csr.RING_SIZE: 1}, ErrorCode.BAD_SIZE, 1, 0),
+           "ring_size_not_pow2": ({Csr.RING_SIZE: RING_SLOTS + 8}, ErrorCode.BAD_SIZE,
+                                  RING_SLOTS + 8, 0),
+           "ring_size_too_large": ({Csr.RING_SIZE: 2 * MAX_RING_SIZE}, ErrorCode.BAD_SIZE,
+                                   2 * MAX_RING_SIZE, 0),
+           "ring_tail_outside": ({Csr.TAIL: tail_out}, ErrorCode.BAD_SIZE, tail_out, 0)}
     if cfg.tlb_entries:     # a virtual ring (queue 0 in vm_tables' context) on a page not mapped
         base = VM_VA + 0x2000
-        out["ring_not_mapped"] = (base, ErrorCode.PAGE_NOT_MAPPED, base + 32 * first_slot, 0)
+        out["ring_not_mapped"] = ({Csr.RING_BASE: base}, ErrorCode.PAGE_NOT_MAPPED,
+                                  base + 32 * first_slot, 0)
     return out
 
 
@@ -219,24 +233,30 @@ def _ring_errors(backend, max_cycles: int) -> dict:
         head0 = rd(queue_csr(0, Csr.HEAD))
         if head0 + 3 > RING_SLOTS:
             raise ValueError(f"ring case {name} needs 3 slots from {head0} without a wrap")
-        base = ring_cases(cfg, head0)[name][0]
+        regs = ring_cases(cfg, head0)[name][0]
+        base = regs.get(Csr.RING_BASE, RING)
         virtual = name == "ring_not_mapped"
         if virtual:
             wr(queue_csr(0, Csr.Q_VM), VM_WORD)
-        wr(queue_csr(0, Csr.RING_BASE), base)
+        for reg, value in regs.items():
+            if reg != Csr.TAIL:
+                wr(queue_csr(0, reg), value)
         c = CommandList()
         for _ in range(3):
             c.signal(0)
         for k, cmd in enumerate(c):
             if not virtual and base + 32 * (head0 + k + 1) <= cfg.dram_bytes:
                 backend.mem_write(base + 32 * (head0 + k), cmd.raw)
-        wr(queue_csr(0, Csr.TAIL), head0 + 3)
+        wr(queue_csr(0, Csr.TAIL), regs.get(Csr.TAIL, head0 + 3))
         irq = backend.wait_irq(max_cycles)
         err = unpack_fields(REGISTER_STRUCTS["ERR_CODE"], rd(Csr.ERR_CODE))
         out[name] = {"irq": irq, "code": ErrorCode(err.code).name, "queue": err.queue,
                      "opcode": err.opcode, "index": rd(Csr.ERR_CMD), "address": rd(Csr.ERR_ADDR),
                      "status": rd(Csr.STATUS), "sem0": rd(sem_csr(0)),
                      "head": rd(queue_csr(0, Csr.HEAD)) - head0, "first_slot": head0}
+        # the ring back (the queue is stopped by its error), then the clear: HEAD := TAIL
+        wr(queue_csr(0, Csr.RING_SIZE), RING_SLOTS)
+        wr(queue_csr(0, Csr.TAIL), head0 + 3)
         wr(Csr.CONTROL, 1)
         wr(Csr.IRQ_STATUS, IrqBit.ERROR)
         wr(queue_csr(0, Csr.RING_BASE), RING)
