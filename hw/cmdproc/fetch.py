@@ -49,7 +49,7 @@ class FetchUnit(wiring.Component):
     that may run (``fence_ready``, served first) or else a queue with a command in its ring
     beyond what its buffer holds (``HEAD + count != TAIL``), room in its buffer, no ring error
     pending, not stopped and not being reset. ``FETCH_CHECK`` checks the ring (``RING_SIZE``
-    and ``TAIL``, :func:`hw.isa.ring_size_error`) and the first slot it reads (``RING_BASE +
+    and ``TAIL``, :func:`hw.isa.ring_is_bad`) and the first slot it reads (``RING_BASE +
     (HEAD + count) * 32``: ring alignment, DRAM range, the queue's window); on
     a failure it records the error for the loader (below) and reads nothing. Otherwise it
     reads ``k`` commands in one INCR burst, ``k`` the largest number that stays before
@@ -66,7 +66,7 @@ class FetchUnit(wiring.Component):
     burst read, as with one command per burst); a burst error of a one-command burst, an
     unknown opcode or a bad semaphore id is reported as the error of that command (``err``;
     ``HEAD`` stays on it); a pending ring error is reported (address: ``RING_BASE`` for
-    ``MISALIGNED``, ``RING_SIZE`` or ``TAIL`` for ``BAD_SIZE``, else the slot at ``HEAD``).
+    ``MISALIGNED`` and ``BAD_SIZE``, else the slot at ``HEAD``).
     Otherwise an engine command goes into its engine's queue (``dispatch``; a queue is picked
     only when its oldest command has room there) and a processor command into the stage
     (``push``), and ``HEAD`` and ``Q_FETCHED`` advance. Each command's destination is
@@ -268,11 +268,9 @@ class FetchUnit(wiring.Component):
         with m.If(any_load):
             m.d.sync += last.eq(sel)
             with m.If(f.count[sel] == 0):       # a ring error, reported in order
-                size_addr = Mux(f.size_bad(sel), self.ring_size[sel], self.tail[sel])
+                whole = code.as_value().matches(ErrorCode.MISALIGNED, ErrorCode.BAD_SIZE)
                 m.d.comb += [f.load_err.eq(1), f.load_info.code.eq(code),
-                             f.load_info.addr.eq(
-                                 Mux(code == ErrorCode.MISALIGNED, self.ring_base[sel],
-                                     Mux(code == ErrorCode.BAD_SIZE, size_addr, slot)))]
+                             f.load_info.addr.eq(Mux(whole, self.ring_base[sel], slot))]
             with m.Elif(entry.bus_err & entry.multi):
                 m.d.comb += f.flush.eq(1)
             with m.Elif(entry.bus_err):         # the command never decoded: opcode 0
@@ -392,7 +390,7 @@ class FetchUnit(wiring.Component):
         with m.State("FETCH_CHECK"):
             with m.If(f.gone() | ~f.bit(f.more)):
                 m.next = "IDLE"
-            with m.Elif(f.size_bad(cur) | f.tail_outside(cur)):
+            with m.Elif(f.bit(f.bad)):
                 m.d.comb += [f.chk_set.eq(1), f.chk_code.eq(ErrorCode.BAD_SIZE)]
                 m.next = "IDLE"
             with m.Elif(self.ring_base[cur][:5] != 0):
@@ -527,8 +525,18 @@ class FetchUnit(wiring.Component):
                 f.mask[q].eq(self.ring_size[q] - 1),
                 f.fhead[q].eq((self.head[q] + f.count[q]) & f.mask[q]),
                 f.more[q].eq(f.fhead[q] != self.tail[q]),
+                f.bad[q].eq(_ring_bad(self.ring_size[q], f.mask[q][:32], self.tail[q])),
                 self.active[q].eq(~fsm.ongoing("IDLE") & (self.queue == q)),
             ]
+
+
+def _ring_bad(size, mask, tail):
+    """:func:`hw.isa.ring_is_bad` of ``RING_SIZE`` ``size`` (``mask = size - 1``) and
+    ``TAIL`` ``tail``: a power of two has no bit in common with ``mask`` and one at or above
+    bit 1, none above :data:`~hw.isa.MAX_RING_SIZE`'s; then ``tail >= size`` is a ``tail`` bit
+    outside ``mask``."""
+    return ((size & mask).any() | ~size[1:].any() | size[MAX_RING_SIZE.bit_length():].any()
+            | (tail & ~mask).any())
 
 
 class _FetchState:
@@ -554,6 +562,7 @@ class _FetchState:
         # RING_SIZE - 1, as a signed number (-1: RING_SIZE 0, every bit set)
         self.mask = Signal(data.ArrayLayout(signed(33), n), name="ring_mask")
         self.more = Signal(n, name="ring_more")     # fetch_head != TAIL
+        self.bad = Signal(n, name="ring_bad")       # hw.isa.ring_is_bad
         self.ring_err = Signal(data.ArrayLayout(ErrorCode, n), name="ring_err")
         self.single = Signal(data.ArrayLayout(range(depth + 1), n), name="single")
         self.abort = Signal(name="cur_abort")      # the burst's commands are dropped
@@ -599,19 +608,6 @@ class _FetchState:
         lim = unit.window_limit[unit.queue]
         self.win_base = unit.window_base[unit.queue]
         self.win_lim_raw = lim
-
-    def size_bad(self, q):
-        """Queue ``q``'s ``RING_SIZE`` is not a power of two in ``[2, MAX_RING_SIZE]``
-        (:func:`hw.isa.ring_size_error`): a bit in common with ``RING_SIZE - 1``, or none at
-        or above bit 1, or one above ``MAX_RING_SIZE``'s."""
-        size = self.unit.ring_size[q]
-        top = MAX_RING_SIZE.bit_length()
-        return (size & self.mask[q][:32]).any() | ~size[1:].any() | size[top:].any()
-
-    def tail_outside(self, q):
-        """Queue ``q``'s ``TAIL >= RING_SIZE`` (for a legal ``RING_SIZE``: a ``TAIL`` bit
-        outside ``RING_SIZE - 1``)."""
-        return (self.unit.tail[q] & ~self.mask[q][:32]).any()
 
     def bit(self, vec):
         """Bit ``queue`` of a per-queue vector."""

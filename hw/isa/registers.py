@@ -10,7 +10,7 @@ from hw.isa.commands import ErrorCode
 
 __all__ = ["Csr", "CSR_ID_VALUE", "CSR_VERSION_VALUE", "IrqBit", "queue_csr", "sem_csr",
            "sem_reached", "sem_last_csr", "trace_csr", "MAX_QUEUES",
-           "MAX_RING_SIZE", "ring_size_error",
+           "MAX_RING_SIZE", "ring_is_bad",
            "VersionWord", "CfgArray", "CfgBus", "CfgFeatures", "StatusWord", "ErrorWord",
            "QueueErrorWord", "TraceInfo", "SemLast", "TraceEntry", "VmWord", "ResumeWord",
            "CfgVm", "REGISTER_STRUCTS", "WRITE_STRUCTS"]
@@ -67,7 +67,7 @@ class Csr:
     Per queue ``q`` at :func:`queue_csr` (``QUEUE_BASE + QUEUE_STRIDE * q``): ``RING_BASE``
     (32-byte aligned DRAM address), ``RING_SIZE`` (commands, a power of two from 2 to
     :data:`MAX_RING_SIZE`; a queue with another size, or with ``TAIL >= RING_SIZE``, fails
-    its next fetch with ``BAD_SIZE``, :func:`ring_size_error`), ``HEAD``
+    its next fetch with ``BAD_SIZE``, :func:`ring_is_bad`), ``HEAD``
     (read-only, the next slot the command processor takes in: the slots from ``HEAD`` to
     ``TAIL`` are the device's, and it may have read up to ``fetch_depth`` of them ahead),
     ``TAIL`` (doorbell: the host writes the slot after its last command). The ring is empty when
@@ -242,15 +242,14 @@ def trace_csr(engine: int, reg: int) -> int:
 MAX_RING_SIZE = 1 << 27
 
 
-def ring_size_error(ring_size: int, tail: int) -> int | None:
-    """The ``ERR_ADDR`` of the ``BAD_SIZE`` ring error a queue with these ``RING_SIZE`` and
-    ``TAIL`` registers reports when it has a command to fetch (opcode 0, before the other
-    ring checks), or None if the ring is legal: ``RING_SIZE`` (when it is not a power of two
-    in ``[2, MAX_RING_SIZE]``), else ``TAIL`` (when ``TAIL >= RING_SIZE``). The one rule of
-    the hardware (:class:`hw.cmdproc.FetchUnit`) and both models."""
-    if ring_size < 2 or ring_size > MAX_RING_SIZE or ring_size & (ring_size - 1):
-        return ring_size
-    return tail if tail >= ring_size else None
+def ring_is_bad(ring_size: int, tail: int) -> bool:
+    """Whether a queue with these ``RING_SIZE`` and ``TAIL`` registers fails its next fetch
+    with the ring error ``BAD_SIZE`` (opcode 0, ``ERR_ADDR`` = ``RING_BASE``; checked before
+    the other ring checks): ``RING_SIZE`` is not a power of two in ``[2, MAX_RING_SIZE]``,
+    or ``TAIL >= RING_SIZE``. The one rule of the hardware (:class:`hw.cmdproc.FetchUnit`)
+    and both models."""
+    return (ring_size < 2 or ring_size > MAX_RING_SIZE or bool(ring_size & (ring_size - 1))
+            or tail >= ring_size)
 
 
 #: Most command queues the register map has room for: the queue registers

@@ -42,7 +42,7 @@ from hw.isa import (
     decode,
     error_stage,
     pack_fields,
-    ring_size_error,
+    ring_is_bad,
     sem_reached,
     unpack_fields,
 )
@@ -430,9 +430,8 @@ class ModelBackend:
         queue ``q``'s head command, or None after latching a ring error (ring size,
         alignment, DRAM, window, page fault)."""
         queue = self.queues[q]
-        bad_size = ring_size_error(queue.ring_size, queue.tail)
-        if bad_size is not None:
-            self._raise_error(q, 0, ErrorCode.BAD_SIZE, bad_size)
+        if ring_is_bad(queue.ring_size, queue.tail):
+            self._raise_error(q, 0, ErrorCode.BAD_SIZE, queue.ring_base)
             return None
         if queue.ring_base % COMMAND_BYTES:
             self._raise_error(q, 0, ErrorCode.MISALIGNED, queue.ring_base)

@@ -23,7 +23,7 @@ from hw.isa import (
     ErrorCode,
     Opcode,
     VmWord,
-    ring_size_error,
+    ring_is_bad,
     unpack_fields,
 )
 from sw.perf import timing as T
@@ -37,6 +37,8 @@ __all__ = ["FetchUnit"]
 _MASK32 = 0xFFFF_FFFF
 _FENCE = Opcode.FENCE.value
 _NONE = ErrorCode.NONE
+#: ring errors reported at RING_BASE (the others at the slot)
+_WHOLE_RING = (ErrorCode.MISALIGNED, ErrorCode.BAD_SIZE)
 _BIG = 1 << 62
 
 
@@ -201,7 +203,7 @@ class FetchUnit:
         base, limit = m.window(q)
         code = _NONE
         vm = self.vm
-        if ring_size_error(queue.ring_size, queue.tail) is not None:
+        if ring_is_bad(queue.ring_size, queue.tail):
             code = ErrorCode.BAD_SIZE
         elif queue.ring_base % COMMAND_BYTES:
             code = ErrorCode.MISALIGNED
@@ -342,10 +344,7 @@ class FetchUnit:
             index = m.fetched[q]
             if not buffers[q]:
                 code = self.ring_err[q]
-                addr = queue.ring_base if code is ErrorCode.MISALIGNED else slot
-                if code is ErrorCode.BAD_SIZE:      # RING_SIZE if it is illegal, else TAIL
-                    addr = ring_size_error(queue.ring_size, queue.tail)
-                    addr = queue.tail if addr is None else addr
+                addr = queue.ring_base if code in _WHOLE_RING else slot
                 m.report_error(q, c, code, 0, index, addr, source=-1)
                 return
             e = buffers[q][0]

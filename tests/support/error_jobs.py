@@ -205,19 +205,16 @@ def ring_cases(cfg: NPUConfig, first_slot: int) -> dict[str, tuple[dict, ErrorCo
     misaligned ring base fails the first fetch; a ring running past the end of DRAM fails at
     the slot that lies there (the third command); a ``RING_SIZE`` that is not a power of two
     in ``[2, MAX_RING_SIZE]``, or a ``TAIL`` outside the ring, fails the first fetch with
-    ``BAD_SIZE`` (:func:`hw.isa.ring_size_error`)."""
+    ``BAD_SIZE`` at ``RING_BASE`` (:func:`hw.isa.ring_is_bad`)."""
     past = cfg.dram_bytes - 32 * (first_slot + 2)
-    tail_out = RING_SLOTS + first_slot + 3
+    bad = {"ring_size_zero": {Csr.RING_SIZE: 0}, "ring_size_one": {Csr.RING_SIZE: 1},
+           "ring_size_not_pow2": {Csr.RING_SIZE: RING_SLOTS + 8},
+           "ring_size_too_large": {Csr.RING_SIZE: 2 * MAX_RING_SIZE},
+           "ring_tail_outside": {Csr.TAIL: RING_SLOTS + first_slot + 3}}
     out = {"ring_misaligned": ({Csr.RING_BASE: RING + 8}, ErrorCode.MISALIGNED, RING + 8, 0),
            "ring_beyond_dram": ({Csr.RING_BASE: past}, ErrorCode.BAD_DRAM_ADDR,
-                                cfg.dram_bytes, 2),
-           "ring_size_zero": ({Csr.RING_SIZE: 0}, ErrorCode.BAD_SIZE, 0, 0),
-           "ring_size_one": ({Csr.RING_SIZE: 1}, ErrorCode.BAD_SIZE, 1, 0),
-           "ring_size_not_pow2": ({Csr.RING_SIZE: RING_SLOTS + 8}, ErrorCode.BAD_SIZE,
-                                  RING_SLOTS + 8, 0),
-           "ring_size_too_large": ({Csr.RING_SIZE: 2 * MAX_RING_SIZE}, ErrorCode.BAD_SIZE,
-                                   2 * MAX_RING_SIZE, 0),
-           "ring_tail_outside": ({Csr.TAIL: tail_out}, ErrorCode.BAD_SIZE, tail_out, 0)}
+                                cfg.dram_bytes, 2)}
+    out |= {name: (regs, ErrorCode.BAD_SIZE, RING, 0) for name, regs in bad.items()}
     if cfg.tlb_entries:     # a virtual ring (queue 0 in vm_tables' context) on a page not mapped
         base = VM_VA + 0x2000
         out["ring_not_mapped"] = ({Csr.RING_BASE: base}, ErrorCode.PAGE_NOT_MAPPED,
