@@ -62,6 +62,15 @@ class Stream:
         ring and its fence word use the context's virtual addresses (the ring and the fence
         word are allocated in it, for the stream's lifetime); :meth:`alloc` and
         :meth:`upload` allocate in it. None: physical addresses.
+
+    Raises
+    ------
+    ValueError
+        If the queue's ``HEAD`` (``TAIL`` after its reset) lies outside a ring of
+        ``ring_commands``: a queue keeps them across devices on one backend, so a ring smaller
+        than the last one on that queue cannot be set up (the hardware would report
+        ``BAD_SIZE``, :func:`hw.isa.ring_is_bad`). What the stream allocated is freed, and
+        the queue's ring registers are left as they were.
     """
 
     def __init__(self, device: Device, queue: int, ring_commands: int,
@@ -91,13 +100,25 @@ class Stream:
         self._window_start: int | None = None
         self._need_barrier = False
         self.commands_submitted = 0
-        self._setup()
+        try:
+            self._setup()
+        except ValueError:
+            for block in (self._region,) if self._region else (self.ring, self._fence_word):
+                block.free()
+            raise
 
     # -- set-up -----------------------------------------------------------------------------
 
     def _setup(self) -> None:
         wr, q = self.device.backend.csr_write, self.queue
         wr(Csr.QUEUE_RESET, 1 << q)
+        # HEAD = TAIL now; a queue keeps them across devices on one backend
+        self._head = self.device.backend.csr_read(queue_csr(q, Csr.HEAD))
+        if self._head >= self.ring_size:
+            raise ValueError(
+                f"queue {q}'s HEAD is {self._head}, outside a ring of {self.ring_size} "
+                f"commands: the queue keeps it from its last, larger ring on this backend; use "
+                f"ring_commands of at least {1 << self._head.bit_length()} (or a new backend)")
         base, limit = self.window
         wr(queue_csr(q, Csr.WINDOW_BASE), base)
         wr(queue_csr(q, Csr.WINDOW_LIMIT), 0 if self._region is None else limit)
@@ -105,7 +126,6 @@ class Stream:
             wr(queue_csr(q, Csr.Q_VM), self.context.vm_word)
         wr(queue_csr(q, Csr.RING_BASE), self.ring.addr)
         wr(queue_csr(q, Csr.RING_SIZE), self.ring_size)
-        self._head = self.device.backend.csr_read(queue_csr(q, Csr.HEAD))
         self._tail = self._head
         wr(queue_csr(q, Csr.TAIL), self._tail)
         self._forget()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hw.config import NPUConfig
-from hw.isa import Csr, ErrorCode, LocalMem
+from hw.isa import Csr, ErrorCode, LocalMem, queue_csr
 from sw.model import ModelBackend
 from sw.runtime import (
     Allocator,
@@ -500,3 +500,36 @@ def test_the_default_wait_budget_grows_with_a_slow_dram():
     dev = Device(PerfBackend(cfg, dram=slow))
     with pytest.raises(DeviceTimeoutError, match="no completion after 1,000,000 cycles"):
         linear_with_stats(dev, a, w, *params, timeout_cycles=1_000_000)
+
+
+@pytest.mark.parametrize("backend", ["model", "perf"])
+def test_stream_refuses_a_ring_smaller_than_the_queue_kept(backend):
+    """A queue keeps HEAD and TAIL across devices on one backend: a stream whose ring is
+    smaller than that HEAD is refused with a clear error before the ring registers are
+    written (the hardware would report ``BAD_SIZE``), its allocations freed; a ring that
+    holds HEAD works from there and wraps."""
+    from sw.perf import PerfBackend
+
+    be = ModelBackend(NPUConfig()) if backend == "model" else PerfBackend(NPUConfig())
+    first = Device(be, ring_commands=4096)
+    nops = CommandList()
+    for _ in range(100):
+        nops.nop()
+    s = first.create_stream(queue=1)
+    s.launch(nops)
+    s.synchronize()
+    head = be.csr_read(queue_csr(1, Csr.HEAD))
+    assert head > 100
+    dev = Device(be, ring_commands=8)
+    before = dev.memory_stats()
+    with pytest.raises(ValueError, match=f"queue 1's HEAD is {head}, outside a ring of 8 "
+                                         f"commands.*at least 128"):
+        dev.create_stream(queue=1)
+    assert dev.memory_stats() == before and 1 not in dev.streams
+    assert be.csr_read(queue_csr(1, Csr.RING_SIZE)) == 4096
+    stream = dev.create_stream(queue=1, ring_commands=128)
+    for _ in range(2):      # wraps the 128-slot ring from slot `head`
+        stream.launch(nops)
+    stream.synchronize()
+    assert be.csr_read(Csr.STATUS) == 0
+    assert be.csr_read(queue_csr(1, Csr.HEAD)) == be.csr_read(queue_csr(1, Csr.TAIL)) < 128
