@@ -121,7 +121,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help=f"values of {field}")
     g.add_argument("--dram", type=parse_dram, nargs="+", action="extend", metavar="TIMING",
                    help="DRAM timings: presets (ideal ddr hbm jitter lat100 bp50) or "
-                   "key=value specs (latency=200,wlatency=40,bw=4,r_stall=0.3; see sw/dram.py); "
+                   "key=value specs (latency=200,wlatency=40,bw=4,r_stall=0.3; see sw/dram.py), "
+                   "or a preset with overrides (ddr,latency=200); "
                    "default ideal. The performance model times all of them as dram.sv does")
     g.add_argument("--workload", type=_workload, nargs="+", action="extend", required=True,
                    metavar="W",

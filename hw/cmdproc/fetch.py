@@ -47,9 +47,10 @@ class FetchUnit(wiring.Component):
 
     **Fetch** (one FSM). In ``IDLE`` it serves, round-robin, a queue whose stage holds a fence
     that may run (``fence_ready``, served first) or else a queue with a command in its ring
-    beyond what its buffer holds (``HEAD + count != TAIL``), room in its buffer, no ring error
-    pending, not stopped and not being reset. ``FETCH_CHECK`` checks the ring (``RING_SIZE``
-    and ``TAIL``, :func:`hw.isa.ring_is_bad`) and the first slot it reads (``RING_BASE +
+    beyond what its buffer holds (``HEAD + count != TAIL``, or ``HEAD != TAIL`` for a ring in
+    a state no ring can be, :func:`hw.isa.ring_is_bad`), room in its buffer, no ring error
+    pending, not stopped and not being reset. ``FETCH_CHECK`` checks the ring (``RING_SIZE``,
+    ``HEAD`` and ``TAIL``) and the first slot it reads (``RING_BASE +
     (HEAD + count) * 32``: ring alignment, DRAM range, the queue's window); on
     a failure it records the error for the loader (below) and reads nothing. Otherwise it
     reads ``k`` commands in one INCR burst, ``k`` the largest number that stays before
@@ -524,19 +525,21 @@ class FetchUnit(wiring.Component):
             m.d.comb += [
                 f.mask[q].eq(self.ring_size[q] - 1),
                 f.fhead[q].eq((self.head[q] + f.count[q]) & f.mask[q]),
-                f.more[q].eq(f.fhead[q] != self.tail[q]),
-                f.bad[q].eq(_ring_bad(self.ring_size[q], f.mask[q][:32], self.tail[q])),
+                f.bad[q].eq(_ring_bad(self.ring_size[q], f.mask[q][:32], self.head[q],
+                                      self.tail[q])),
+                f.more[q].eq(Mux(f.bad[q], self.head[q] != self.tail[q],
+                                 f.fhead[q] != self.tail[q])),
                 self.active[q].eq(~fsm.ongoing("IDLE") & (self.queue == q)),
             ]
 
 
-def _ring_bad(size, mask, tail):
-    """:func:`hw.isa.ring_is_bad` of ``RING_SIZE`` ``size`` (``mask = size - 1``) and
-    ``TAIL`` ``tail``: a power of two has no bit in common with ``mask`` and one at or above
-    bit 1, none above :data:`~hw.isa.MAX_RING_SIZE`'s; then ``tail >= size`` is a ``tail`` bit
-    outside ``mask``."""
+def _ring_bad(size, mask, head, tail):
+    """:func:`hw.isa.ring_is_bad` of ``RING_SIZE`` ``size`` (``mask = size - 1``), ``HEAD``
+    ``head`` and ``TAIL`` ``tail``: a power of two has no bit in common with ``mask`` and one
+    at or above bit 1, none above :data:`~hw.isa.MAX_RING_SIZE`'s; then ``x >= size`` is a
+    bit of ``x`` outside ``mask``."""
     return ((size & mask).any() | ~size[1:].any() | size[MAX_RING_SIZE.bit_length():].any()
-            | (tail & ~mask).any())
+            | ((head | tail) & ~mask).any())
 
 
 class _FetchState:
@@ -561,7 +564,8 @@ class _FetchState:
         self.fhead = Signal(data.ArrayLayout(32, n), name="fetch_head")   # HEAD + count
         # RING_SIZE - 1, as a signed number (-1: RING_SIZE 0, every bit set)
         self.mask = Signal(data.ArrayLayout(signed(33), n), name="ring_mask")
-        self.more = Signal(n, name="ring_more")     # fetch_head != TAIL
+        # fetch_head != TAIL; HEAD != TAIL if the ring is bad (its fetch then fails)
+        self.more = Signal(n, name="ring_more")
         self.bad = Signal(n, name="ring_bad")       # hw.isa.ring_is_bad
         self.ring_err = Signal(data.ArrayLayout(ErrorCode, n), name="ring_err")
         self.single = Signal(data.ArrayLayout(range(depth + 1), n), name="single")

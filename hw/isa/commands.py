@@ -106,7 +106,7 @@ class ErrorCode(enum.Enum, shape=8):
     BAD_LOCAL_ADDR = 3  #: a scratchpad/accumulator row outside the memory
     MISALIGNED = 4      #: a ring base or fence address not aligned as required (not the DMA)
     #: a size or number format that cannot be done (MatmulBody, SoftmaxBody), or a ring's
-    #: RING_SIZE/TAIL (ring_is_bad)
+    #: RING_SIZE, HEAD and TAIL (ring_is_bad)
     BAD_SIZE = 5
     BAD_SEM = 6         #: semaphore id >= n_sems
     AXI_ERROR = 7       #: SLVERR/DECERR response on the memory bus

@@ -66,8 +66,10 @@ class Csr:
 
     Per queue ``q`` at :func:`queue_csr` (``QUEUE_BASE + QUEUE_STRIDE * q``): ``RING_BASE``
     (32-byte aligned DRAM address), ``RING_SIZE`` (commands, a power of two from 2 to
-    :data:`MAX_RING_SIZE`; a queue with another size, or with ``TAIL >= RING_SIZE``, fails
-    its next fetch with ``BAD_SIZE``, :func:`ring_is_bad`), ``HEAD``
+    :data:`MAX_RING_SIZE`; a queue with another size, or with ``HEAD`` or ``TAIL`` outside
+    its ring, fails its next fetch with ``BAD_SIZE``, :func:`ring_is_bad`; change
+    ``RING_BASE``/``RING_SIZE`` only while the queue is idle: up to ``fetch_depth`` of its
+    commands may have been read already), ``HEAD``
     (read-only, the next slot the command processor takes in: the slots from ``HEAD`` to
     ``TAIL`` are the device's, and it may have read up to ``fetch_depth`` of them ahead),
     ``TAIL`` (doorbell: the host writes the slot after its last command). The ring is empty when
@@ -238,18 +240,22 @@ def trace_csr(engine: int, reg: int) -> int:
 
 
 #: Largest legal ``RING_SIZE`` (commands): a ring of 2**27 slots of 32 bytes spans the 32-bit
-#: address space, so no slot address of a legal ring passes 2**32.
+#: address space, so a slot's offset in its ring stays below 2**32 and ``RING_BASE`` plus it
+#: below 2**33 (a slot past 2**32 is ``BAD_DRAM_ADDR``, its address reported mod 2**32).
 MAX_RING_SIZE = 1 << 27
 
 
-def ring_is_bad(ring_size: int, tail: int) -> bool:
-    """Whether a queue with these ``RING_SIZE`` and ``TAIL`` registers fails its next fetch
+def ring_is_bad(ring_size: int, head: int, tail: int) -> bool:
+    """Whether a queue with these ``RING_SIZE``, ``HEAD`` and ``TAIL`` registers is in a state
+    no ring can be: ``RING_SIZE`` is not a power of two in ``[2, MAX_RING_SIZE]``, or ``HEAD``
+    or ``TAIL`` lies outside the ring (``>= RING_SIZE``; ``HEAD`` can after ``RING_SIZE``
+    shrank, or after a reset, which sets ``HEAD := TAIL``). Such a queue fails its next fetch
     with the ring error ``BAD_SIZE`` (opcode 0, ``ERR_ADDR`` = ``RING_BASE``; checked before
-    the other ring checks): ``RING_SIZE`` is not a power of two in ``[2, MAX_RING_SIZE]``,
-    or ``TAIL >= RING_SIZE``. The one rule of the hardware (:class:`hw.cmdproc.FetchUnit`)
-    and both models."""
+    the other ring checks) once ``HEAD != TAIL``; with ``HEAD == TAIL`` it is idle, whatever
+    its ring registers, so a reset clears such an error for good. The one rule of the
+    hardware (:class:`hw.cmdproc.FetchUnit`) and both models."""
     return (ring_size < 2 or ring_size > MAX_RING_SIZE or bool(ring_size & (ring_size - 1))
-            or tail >= ring_size)
+            or head >= ring_size or tail >= ring_size)
 
 
 #: Most command queues the register map has room for: the queue registers

@@ -77,8 +77,9 @@ room; the RTL must agree with these for the differential tests):
   undefined encodings 2 and 3 included) addresses the scratchpad, as the RTL decodes it.
 * **Ring checks** at fetch: ``RING_BASE`` not 32-byte aligned is ``MISALIGNED`` (opcode 0,
   ``ERR_ADDR`` = ring base); a slot outside DRAM is ``BAD_DRAM_ADDR``. Before those, a ring
-  whose ``RING_SIZE`` is not a power of two in ``[2, MAX_RING_SIZE]``, or whose ``TAIL`` lies
-  outside it, is ``BAD_SIZE`` (opcode 0, ``ERR_ADDR`` = ring base; :func:`hw.isa.ring_is_bad`).
+  whose ``RING_SIZE`` is not a power of two in ``[2, MAX_RING_SIZE]``, or whose ``HEAD`` or
+  ``TAIL`` lies outside it, is ``BAD_SIZE`` once ``HEAD != TAIL`` (opcode 0, ``ERR_ADDR`` =
+  ring base; :func:`hw.isa.ring_is_bad`).
 * **Bus faults** (:meth:`ModelBackend.set_bus_fault`, :mod:`sw.model.faults`): the bursts a
   range rule selects fail as on the co-simulation's DRAM model, with the ISA's
   ``AXI_ERROR`` behaviour (:class:`hw.isa.ErrorCode`): a ring fetch fails before decode

@@ -430,7 +430,7 @@ class ModelBackend:
         queue ``q``'s head command, or None after latching a ring error (ring size,
         alignment, DRAM, window, page fault)."""
         queue = self.queues[q]
-        if ring_is_bad(queue.ring_size, queue.tail):
+        if ring_is_bad(queue.ring_size, queue.head, queue.tail):
             self._raise_error(q, 0, ErrorCode.BAD_SIZE, queue.ring_base)
             return None
         if queue.ring_base % COMMAND_BYTES:

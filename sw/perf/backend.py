@@ -357,6 +357,6 @@ class PerfBackend(ModelBackend):
     def _set_queue_reg(self, q: int, field: str, value: int) -> None:
         setattr(self.queues[q], field, value)
         self.machine.reg_writes[q].discard(self.machine.eq.now)
-        if field == "tail":
+        if field in ("tail", "ring_size"):     # ring_more may change (hw.isa.ring_is_bad)
             self.machine.fetch.wake(self.machine.eq.now)
 

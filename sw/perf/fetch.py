@@ -112,6 +112,15 @@ class FetchUnit:
         queue = self.m.model.queues[q]
         return (queue.head + len(self.buffers[q])) & (queue.ring_size - 1) & _MASK32
 
+    def more(self, q: int) -> bool:
+        """Queue ``q`` has a command to fetch beyond its buffer (``ring_more``): for a ring in
+        a state no ring can be (:func:`hw.isa.ring_is_bad`), ``HEAD != TAIL`` (its fetch then
+        fails); else the next slot to fetch is not ``TAIL``."""
+        queue = self.m.model.queues[q]
+        if ring_is_bad(queue.ring_size, queue.head, queue.tail):
+            return queue.head != queue.tail
+        return self.fhead(q) != queue.tail
+
     def reset_queue(self, q: int) -> None:
         """Queue reset: the buffer, the ring error, the one-command fetches and a fence's page
         fault are gone."""
@@ -136,11 +145,11 @@ class FetchUnit:
                     self.fence_last = q
                     m.eq.at(c + T.FENCE_CHECK_AFTER_IDLE, DECIDE, self._fence_check)
                     return
-        queues, stop, qclear, buffers = m.model.queues, m.stop, m.last_qclear, self.buffers
+        stop, qclear, buffers = m.stop, m.last_qclear, self.buffers
         for k in range(1, n + 1):
             q = (self.fetch_last + k) % n
             if (len(buffers[q]) < self.depth and self.ring_err[q] is None and not stop[q]
-                    and qclear[q] != c and self.fhead(q) != queues[q].tail):
+                    and qclear[q] != c and self.more(q)):
                 self._begin(q, c)
                 self.fetch_last = q
                 m.eq.at(c + 1, DECIDE, self._fetch_check)
@@ -196,14 +205,14 @@ class FetchUnit:
         m, q, c = self.m, self.cur, self.m.eq.now
         queue = m.model.queues[q]
         fhead = self.fhead(q)
-        if self._aborted(c) or fhead == queue.tail:
+        if self._aborted(c) or not self.more(q):
             self._idle_at(c + 1)
             return
         slot = queue.ring_base + fhead * COMMAND_BYTES
         base, limit = m.window(q)
         code = _NONE
         vm = self.vm
-        if ring_is_bad(queue.ring_size, queue.tail):
+        if ring_is_bad(queue.ring_size, queue.head, queue.tail):
             code = ErrorCode.BAD_SIZE
         elif queue.ring_base % COMMAND_BYTES:
             code = ErrorCode.MISALIGNED

@@ -16,6 +16,7 @@ from hw.isa import (
     COMMAND_BYTES,
     CSR_ID_VALUE,
     CSR_VERSION_VALUE,
+    MAX_RING_SIZE,
     PAGE_FAULTS,
     CfgArray,
     CfgBus,
@@ -59,6 +60,14 @@ _REPORTED_FIELDS = ("rows", "cols", "n_queues", "n_sems", "spad_rows", "acc_rows
                     "axi_data_bits", "dma_outstanding", "dram_bytes", "tlb_entries", "mx")
 
 
+
+def _check_ring_commands(n: int) -> None:
+    """A stream's ring size: a power of two in ``[2, MAX_RING_SIZE]`` (:func:`hw.isa.ring_is_bad`)
+    or ValueError."""
+    if n < 2 or n > MAX_RING_SIZE or n & (n - 1):
+        raise ValueError(f"ring_commands must be a power of two from 2 to {MAX_RING_SIZE}, "
+                         f"got {n}")
+
 class Device:
     """An NPU seen through a backend: configuration, memory, streams, semaphores, events.
 
@@ -74,7 +83,8 @@ class Device:
     queue : int
         The hardware queue of the default stream (:meth:`launch`, :meth:`synchronize`).
     ring_commands : int, optional
-        Ring size of each stream in commands, a power of two >= 2 (holds one less).
+        Ring size of each stream in commands, a power of two from 2 to
+        :data:`hw.isa.MAX_RING_SIZE` (holds one less).
         Default: 4096 (128 KiB), or 1/16 of DRAM if that is smaller.
     profile : bool
         Collect a profile of everything run from now on (:attr:`profiler`, a
@@ -132,8 +142,7 @@ class Device:
             ring_commands = min(4096, 1 << (fit.bit_length() - 1))
         if not 0 <= queue < self.config.n_queues:
             raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
-        if ring_commands < 2 or ring_commands & (ring_commands - 1):
-            raise ValueError(f"ring_commands must be a power of two >= 2, got {ring_commands}")
+        _check_ring_commands(ring_commands)
         self.ring_commands = ring_commands
         self.allocator = Allocator(0, self.config.dram_bytes)
         self._sem_pool = list(range(self.config.n_sems - 1, 0, -1))
@@ -212,7 +221,9 @@ class Device:
         ------
         ValueError
             If the queue does not exist or already has a stream, or none is free, or both a
-            window and a context are given.
+            window and a context are given, or ``ring_commands`` is not a power of two from 2
+            to :data:`hw.isa.MAX_RING_SIZE`, or is smaller than the ``HEAD`` the queue kept
+            (:class:`Stream`).
         OutOfMemoryError
             If the ring (or the window) does not fit in DRAM.
         """
@@ -228,6 +239,8 @@ class Device:
             raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
         if queue in self.streams:
             raise ValueError(f"queue {queue} already has a stream")
+        if ring_commands is not None:
+            _check_ring_commands(ring_commands)
         stream = Stream(self, queue, ring_commands or self.ring_commands, window_bytes,
                         context=context)
         self.streams[queue] = stream

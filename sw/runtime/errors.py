@@ -51,8 +51,13 @@ class DeviceError(NPUError):
         self.address = address
         self.command_description = command_description
         name = code.name if isinstance(code, ErrorCode) else f"error code {code}"
+        value = code.value if isinstance(code, ErrorCode) else code
+        # opcode 0 and not BAD_SEM (a NOP's only error): the ring fetch failed (the ring's
+        # registers, its slot's address or the bus), before the command was decoded
+        what = ("could not be fetched from the ring" if opcode == 0
+                and value != ErrorCode.BAD_SEM.value else "failed")
         super().__init__(
-            f"queue {queue}: command #{command_index} ({command_description}) failed: "
+            f"queue {queue}: command #{command_index} ({command_description}) {what}: "
             f"{name} at {address:#x}")
 
 

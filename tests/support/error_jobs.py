@@ -204,13 +204,16 @@ def ring_cases(cfg: NPUConfig, first_slot: int) -> dict[str, tuple[dict, ErrorCo
     :data:`RING`, ``RING_SIZE`` = :data:`RING_SLOTS`, ``TAIL`` = ``first_slot + 3``). A
     misaligned ring base fails the first fetch; a ring running past the end of DRAM fails at
     the slot that lies there (the third command); a ``RING_SIZE`` that is not a power of two
-    in ``[2, MAX_RING_SIZE]``, or a ``TAIL`` outside the ring, fails the first fetch with
-    ``BAD_SIZE`` at ``RING_BASE`` (:func:`hw.isa.ring_is_bad`)."""
+    in ``[2, MAX_RING_SIZE]``, or a ``TAIL`` or ``HEAD`` outside the ring, fails the first
+    fetch with ``BAD_SIZE`` at ``RING_BASE`` (:func:`hw.isa.ring_is_bad`; ``HEAD``: the
+    ring shrinks to 2 slots under ``HEAD == TAIL == first_slot``, which must be >= 2, and
+    nothing happens until ``TAIL`` is written)."""
     past = cfg.dram_bytes - 32 * (first_slot + 2)
     bad = {"ring_size_zero": {Csr.RING_SIZE: 0}, "ring_size_one": {Csr.RING_SIZE: 1},
            "ring_size_not_pow2": {Csr.RING_SIZE: RING_SLOTS + 8},
            "ring_size_too_large": {Csr.RING_SIZE: 2 * MAX_RING_SIZE},
-           "ring_tail_outside": {Csr.TAIL: RING_SLOTS + first_slot + 3}}
+           "ring_tail_outside": {Csr.TAIL: RING_SLOTS + first_slot + 3},
+           "ring_head_outside": {Csr.RING_SIZE: 2, Csr.TAIL: 1}}
     out = {"ring_misaligned": ({Csr.RING_BASE: RING + 8}, ErrorCode.MISALIGNED, RING + 8, 0),
            "ring_beyond_dram": ({Csr.RING_BASE: past}, ErrorCode.BAD_DRAM_ADDR,
                                 cfg.dram_bytes, 2)}
@@ -228,8 +231,9 @@ def _ring_errors(backend, max_cycles: int) -> dict:
     out = {}
     for name in ring_cases(cfg, 0):
         head0 = rd(queue_csr(0, Csr.HEAD))
-        if head0 + 3 > RING_SLOTS:
-            raise ValueError(f"ring case {name} needs 3 slots from {head0} without a wrap")
+        if head0 + 3 >= RING_SLOTS or (name == "ring_head_outside" and head0 < 2):
+            raise ValueError(f"ring case {name} needs 3 slots from {head0} and TAIL after "
+                             "them without a wrap (and HEAD >= 2 for ring_head_outside)")
         regs = ring_cases(cfg, head0)[name][0]
         base = regs.get(Csr.RING_BASE, RING)
         virtual = name == "ring_not_mapped"
@@ -251,14 +255,19 @@ def _ring_errors(backend, max_cycles: int) -> dict:
                      "opcode": err.opcode, "index": rd(Csr.ERR_CMD), "address": rd(Csr.ERR_ADDR),
                      "status": rd(Csr.STATUS), "sem0": rd(sem_csr(0)),
                      "head": rd(queue_csr(0, Csr.HEAD)) - head0, "first_slot": head0}
-        # the ring back (the queue is stopped by its error), then the clear: HEAD := TAIL
-        wr(queue_csr(0, Csr.RING_SIZE), RING_SLOTS)
-        wr(queue_csr(0, Csr.TAIL), head0 + 3)
+        # the clear (HEAD := TAIL) is for good, whatever the ring registers: HEAD == TAIL
         wr(Csr.CONTROL, 1)
+        wr(Csr.IRQ_STATUS, IrqBit.ERROR)
+        cleared = rd(Csr.STATUS) == 0 and not backend.wait_irq(10)
+        # the ring back, from slot 2: TAIL there (a doorbell on the case's ring, which fails
+        # before it runs anything), a clear (HEAD := TAIL), then its size and base
+        wr(queue_csr(0, Csr.TAIL), 2)
+        wr(Csr.CONTROL, 1)
+        wr(queue_csr(0, Csr.RING_SIZE), RING_SLOTS)
         wr(Csr.IRQ_STATUS, IrqBit.ERROR)
         wr(queue_csr(0, Csr.RING_BASE), RING)
         wr(queue_csr(0, Csr.Q_VM), 0)
-        out[name]["cleared"] = rd(Csr.STATUS) == 0 and not backend.wait_irq(10)
+        out[name]["cleared"] = cleared and rd(Csr.STATUS) == 0 and not backend.wait_irq(10)
     return out
 
 

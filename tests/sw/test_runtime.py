@@ -533,3 +533,20 @@ def test_stream_refuses_a_ring_smaller_than_the_queue_kept(backend):
     stream.synchronize()
     assert be.csr_read(Csr.STATUS) == 0
     assert be.csr_read(queue_csr(1, Csr.HEAD)) == be.csr_read(queue_csr(1, Csr.TAIL)) < 128
+
+
+def test_stream_ring_size_is_checked_and_a_ring_error_is_reported_as_a_fetch():
+    """``create_stream`` refuses a ring size the hardware would refuse (as ``Device`` does);
+    a ring error (opcode 0, found at fetch) is reported as a command that could not be
+    fetched, not as one that failed."""
+    dev = Device(ModelBackend(NPUConfig()))
+    for bad in (0, 3, 2**28):
+        with pytest.raises(ValueError, match="ring_commands must be a power of two from 2"):
+            dev.create_stream(ring_commands=bad)
+    assert list(dev.streams) == [0]
+    dev.backend.csr_write(queue_csr(0, Csr.RING_SIZE), 3)       # behind the runtime's back
+    c = CommandList()
+    c.nop()
+    with pytest.raises(DeviceError, match=r"queue 0: command #0 \(NOP\) could not be fetched "
+                                          r"from the ring: BAD_SIZE at 0x"):
+        dev.run(c)
