@@ -377,7 +377,8 @@ class FetchUnit:
             cmd.index = index
             if e.kind is not None:
                 queues[e.kind].fifos[q].write(c, cmd)
-            m.eq.at(c + 1, UPDATE, self._loaded, q, cmd)
+            # HEAD's next value uses this cycle's RING_SIZE (head_next in hw.cmdproc.FetchUnit)
+            m.eq.at(c + 1, UPDATE, self._loaded, q, cmd, queue.ring_size)
             return
 
     def _flushed(self, q: int) -> None:
@@ -385,9 +386,9 @@ class FetchUnit:
         self.single[q] = self.depth
         self.wake(self.m.eq.now)
 
-    def _loaded(self, q: int, cmd: Decoded) -> None:
-        """The command is in its engine's store (pending) or its stage, ``HEAD`` and
-        ``Q_FETCHED`` advanced."""
+    def _loaded(self, q: int, cmd: Decoded, ring_size: int) -> None:
+        """The command is in its engine's store (pending) or its stage, ``HEAD`` (within the
+        ``RING_SIZE`` of the cycle the loader took it) and ``Q_FETCHED`` advanced."""
         m = self.m
         queue = m.model.queues[q]
         self.buffers[q].popleft()
@@ -399,7 +400,7 @@ class FetchUnit:
             if cmd.opcode == _FENCE:
                 m.fences_staged += 1
             m.stages[q].wake(now)
-        queue.head = (queue.head + 1) & (queue.ring_size - 1) & _MASK32
+        queue.head = (queue.head + 1) & (ring_size - 1) & _MASK32
         m.fetched[q] += 1
         self.wake(now)
 

@@ -62,8 +62,9 @@ class DeviceError(NPUError):
 
 
 class PageFaultError(DeviceError):
-    """A DMA command of a stream in a :class:`~sw.runtime.vm.Context` touched a virtual page
-    that is not mapped, or lacks the permission (:mod:`hw.isa.vm`).
+    """A DMA command of a stream in a :class:`~sw.runtime.vm.Context`, its ring fetch or its
+    fence touched a virtual page that is not mapped, or lacks the permission
+    (:mod:`hw.isa.vm`).
 
     Unlike other device errors the stream is *not* reset: its queue stays stopped on the
     faulted command until :meth:`Stream.resume` (after mapping the page: the command runs

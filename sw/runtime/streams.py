@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from hw.isa import (
     COMMAND_BYTES,
+    MAX_RING_SIZE,
     Csr,
     IrqBit,
     ResumeWord,
@@ -115,10 +116,13 @@ class Stream:
         # HEAD = TAIL now; a queue keeps them across devices on one backend
         self._head = self.device.backend.csr_read(queue_csr(q, Csr.HEAD))
         if self._head >= self.ring_size:
+            need = 1 << self._head.bit_length()
+            fix = (f"use ring_commands of at least {need} or a new backend"
+                   if need <= MAX_RING_SIZE else "use a new backend")
             raise ValueError(
                 f"queue {q}'s HEAD is {self._head}, outside a ring of {self.ring_size} "
-                f"commands: the queue keeps it from its last, larger ring on this backend; use "
-                f"ring_commands of at least {1 << self._head.bit_length()} (or a new backend)")
+                f"commands (a queue keeps HEAD across devices on one backend, from an earlier "
+                f"ring or TAIL write): {fix}")
         base, limit = self.window
         wr(queue_csr(q, Csr.WINDOW_BASE), base)
         wr(queue_csr(q, Csr.WINDOW_LIMIT), 0 if self._region is None else limit)

@@ -321,3 +321,37 @@ def test_event_synchronize_wakes_when_the_event_completes():
     done = ev.timestamp()
     assert done > 1000
     assert d.cycles() - done < 100, (d.cycles(), done)
+
+
+@pytest.mark.parametrize("size, delay, fetched, head", [(128, 40, 74, 10), (8, 40, 8, 8)])
+def test_head_wraps_with_the_ring_size_of_the_cycle_it_advanced(size, delay, fetched, head):
+    """``HEAD``'s next value uses the ``RING_SIZE`` of the cycle the loader took the command
+    (``head_next`` in :class:`hw.cmdproc.FetchUnit`), not of the next one. Three queues with
+    64-slot rings of SIGNALs; queue 0 runs to slot 56 (or 0), then ``TAIL := 10`` (or 40)
+    and ``RING_SIZE := size`` ``delay`` cycles later. ``Q_FETCHED`` and ``HEAD`` as measured
+    on the RTL (fresh-user trial of 3bd3ba3, 8x8, ideal DRAM); the model used to give 138 and
+    0 for the two cases (HEAD wrapped under the new size)."""
+    b = PerfBackend(CONFIG)
+    wr = b.csr_write
+    wr(Csr.CONTROL, 1)
+    wr(Csr.IRQ_STATUS, 3)
+    wr(Csr.IRQ_ENABLE, 3)
+    for q in range(3):
+        c = CommandList()
+        for s in range(256):
+            c.signal(4 * q + s % 4)
+        b.mem_write(0x10000 * (q + 1), b"".join(cmd.raw for cmd in c))
+        wr(queue_csr(q, Csr.RING_BASE), 0x10000 * (q + 1))
+        wr(queue_csr(q, Csr.RING_SIZE), 64)
+        wr(queue_csr(q, Csr.TAIL), 0)
+    b.run_cycles(100)
+    start, tail = (56, 10) if size == 128 else (0, 40)
+    if start:
+        wr(queue_csr(0, Csr.TAIL), start)
+        b.run_cycles(3000)
+    wr(queue_csr(0, Csr.TAIL), tail)
+    b.run_cycles(delay)
+    wr(queue_csr(0, Csr.RING_SIZE), size)
+    b.run_cycles(6000)
+    got = (b.csr_read(queue_csr(0, Csr.Q_FETCHED)), b.csr_read(queue_csr(0, Csr.HEAD)))
+    assert got == (fetched, head)
