@@ -112,12 +112,17 @@ class FetchUnit:
         queue = self.m.model.queues[q]
         return (queue.head + len(self.buffers[q])) & (queue.ring_size - 1) & _MASK32
 
-    def more(self, q: int) -> bool:
-        """Queue ``q`` has a command to fetch beyond its buffer (``ring_more``): for a ring in
-        a state no ring can be (:func:`hw.isa.ring_is_bad`), ``HEAD != TAIL`` (its fetch then
-        fails); else the next slot to fetch is not ``TAIL``."""
+    def bad(self, q: int) -> bool:
+        """Queue ``q``'s ring is in a state no ring can be (:func:`hw.isa.ring_is_bad`)."""
         queue = self.m.model.queues[q]
-        if ring_is_bad(queue.ring_size, queue.head, queue.tail):
+        return ring_is_bad(queue.ring_size, queue.head, queue.tail)
+
+    def more(self, q: int, bad: bool | None = None) -> bool:
+        """Queue ``q`` has a command to fetch beyond its buffer (``ring_more``): for a ring in
+        a state no ring can be (``bad``, :meth:`bad` if None), ``HEAD != TAIL`` (its fetch
+        then fails); else the next slot to fetch is not ``TAIL``."""
+        queue = self.m.model.queues[q]
+        if self.bad(q) if bad is None else bad:
             return queue.head != queue.tail
         return self.fhead(q) != queue.tail
 
@@ -204,15 +209,15 @@ class FetchUnit:
         the next cycle."""
         m, q, c = self.m, self.cur, self.m.eq.now
         queue = m.model.queues[q]
-        fhead = self.fhead(q)
-        if self._aborted(c) or not self.more(q):
+        fhead, bad = self.fhead(q), self.bad(q)
+        if self._aborted(c) or not self.more(q, bad):
             self._idle_at(c + 1)
             return
         slot = queue.ring_base + fhead * COMMAND_BYTES
         base, limit = m.window(q)
         code = _NONE
         vm = self.vm
-        if ring_is_bad(queue.ring_size, queue.head, queue.tail):
+        if bad:
             code = ErrorCode.BAD_SIZE
         elif queue.ring_base % COMMAND_BYTES:
             code = ErrorCode.MISALIGNED

@@ -31,6 +31,7 @@ from hw.isa import (
     VersionWord,
     decode,
     queue_csr,
+    ring_is_bad,
     sem_csr,
     sem_last_csr,
     sem_reached,
@@ -60,13 +61,13 @@ _REPORTED_FIELDS = ("rows", "cols", "n_queues", "n_sems", "spad_rows", "acc_rows
                     "axi_data_bits", "dma_outstanding", "dram_bytes", "tlb_entries", "mx")
 
 
-
 def _check_ring_commands(n: int) -> None:
-    """A stream's ring size: a power of two in ``[2, MAX_RING_SIZE]`` (:func:`hw.isa.ring_is_bad`)
-    or ValueError."""
-    if n < 2 or n > MAX_RING_SIZE or n & (n - 1):
+    """A stream's ring size must be one the hardware takes (:func:`hw.isa.ring_is_bad`), else
+    ValueError."""
+    if ring_is_bad(n, 0, 0):
         raise ValueError(f"ring_commands must be a power of two from 2 to {MAX_RING_SIZE}, "
                          f"got {n}")
+
 
 class Device:
     """An NPU seen through a backend: configuration, memory, streams, semaphores, events.
