@@ -68,6 +68,8 @@ def _summarize(args: argparse.Namespace) -> int:
         counter_values(counters)        # an unknown name is refused before the VCD is read
     s = summarize(args.file, **window)
     print(s.format(width=args.width))
+    for m in _clamped(window, s):
+        print(f"note: {m}", file=sys.stderr)
     status = 0
     if counters is not None:
         check = check_counters(s, counters)
@@ -78,6 +80,22 @@ def _summarize(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(s.to_dict(), indent=1) + "\n")
         print(f"wrote {args.json}")
     return status
+
+
+def _clamped(window: dict, s) -> list[str]:
+    """What part of a --from/--to window (absolute cycles) the file did not hold, so that a
+    window that starts before the file or ends after it does not pass silently."""
+    if window.get("unit") == "counter":
+        return []       # summarize() refuses a counter window the file does not hold whole
+    start, end = window["start"], window["end"]
+    notes = []
+    if start is not None and start < s.first_cycle:
+        notes.append(f"--from {start} is before the file's first cycle {s.first_cycle}: "
+                     f"summarized from {s.first_cycle}")
+    if end is not None and end > s.end_cycle:
+        notes.append(f"--to {end} is past the file's last cycle {s.end_cycle - 1}: "
+                     f"summarized to {s.end_cycle}")
+    return notes
 
 
 def _gtkw(args: argparse.Namespace) -> int:

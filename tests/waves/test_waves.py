@@ -603,6 +603,19 @@ def test_summary_cycles_are_absolute(run, tmp_path):
     assert text.count("cycles 500..799") == 2 and "500..800" not in text
 
 
+def test_summarize_says_when_the_window_is_clamped_to_the_file(run, tmp_path, capsys):
+    """--from before the file's first cycle or --to past its last summarizes the cycles the
+    file holds and says so on stderr (a stale window from another run passed silently)."""
+    _, vcd = run
+    part = cut(vcd, tmp_path / "w.vcd", 500, 800).out
+    assert npu_main(["waves", "summarize", str(part), "--from", "450", "--to", "900"]) == 0
+    err = capsys.readouterr().err
+    assert "--from 450 is before the file's first cycle 500: summarized from 500" in err
+    assert "--to 900 is past the file's last cycle 799: summarized to 800" in err
+    assert npu_main(["waves", "summarize", str(part), "--from", "500", "--to", "800"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_fast_and_checked_summaries_agree(run):
     _, vcd = run
     fast, checked = summarize(vcd), summarize(vcd, fast=False)
