@@ -72,7 +72,10 @@ class Csr:
     commands may have been read already), ``HEAD``
     (read-only, the next slot the command processor takes in: the slots from ``HEAD`` to
     ``TAIL`` are the device's, and it may have read up to ``fetch_depth`` of them ahead),
-    ``TAIL`` (doorbell: the host writes the slot after its last command). The ring is empty when
+    ``TAIL`` (doorbell: the host writes the slot after its last command; it only moves forward
+    around the ring: moved back over slots already handed over, the hardware, which may have
+    read them ahead, can still run them, while the functional model, which reads nothing
+    ahead, does not; take commands back with ``QUEUE_RESET``). The ring is empty when
     head == tail and holds at most ``RING_SIZE - 1`` commands. ``WINDOW_BASE`` /
     ``WINDOW_LIMIT``: the DRAM window ``[base, limit)`` the queue may touch (ring fetch, fence
     writes, DMA); ``WINDOW_LIMIT == 0`` means ``dram_bytes`` (the reset state: the whole DRAM).
