@@ -255,7 +255,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--trace", type=output_path, metavar="FILE.json",
                      help="write a Perfetto trace of the run, no VCD needed (timed backends): "
                           "the engines' hardware command trace, one track per engine, a slice "
-                          "per command, the kernel regions on top; 1 us in the viewer = 1 cycle")
+                          "per command, the kernel regions on top; 1 us in the viewer = 1 cycle. "
+                          "On the RTL the host reads the engines' trace FIFOs over the CSR port "
+                          "while it waits: the whole forward pass takes about 2.7x as long "
+                          "(171 s against 63 s), --block about 1.4x; --backend perf about 1.3x")
     run.add_argument("--trace-png", type=output_path, metavar="FILE.png",
                      help="draw the same timeline to a PNG (timed backends)")
     run.set_defaults(func=_cmd_run, check_args=partial(_check_run_args, run))
