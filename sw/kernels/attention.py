@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 from hw.config import NPUConfig
 from hw.isa import DmaBody, LocalMem, field_max
-from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
+from sw.runtime import Buffer, CommandList, Device, LocalUse, Semaphore, Stream
 
 __all__ = ["AttentionPlan", "AttentionStats", "plan_attention", "attention_with_stats",
            "attention_launch", "pack_attention_params",
@@ -257,7 +257,7 @@ class _Tile:
 
 def _run_stage(stream: Stream, sem: Semaphore, stats: AttentionStats, stage: str,
                build: Callable[[CommandList, Callable[[str], dict]], None], macs: int,
-               sync_kw: dict) -> None:
+               sync_kw: dict, use: LocalUse) -> None:
     """One launch: every command signals ``sem``; command ``i`` waits until ``sem`` reached
     ``target + i`` (every earlier command of the launch retired) if it is the first or runs
     on another engine than command ``i - 1`` (``build`` passes the engine to its ``kw``);
@@ -279,7 +279,7 @@ def _run_stage(stream: Stream, sem: Semaphore, stats: AttentionStats, stage: str
     build(cmds, seq_kw)
     sem.issued += len(cmds)
     with stream.device.region(stage):
-        stream.launch(cmds, **sync_kw)
+        stream.launch(cmds, **sync_kw, local=use)
         cycles = stream.synchronize(**sync_kw)
     st = stats.stages[stage]
     st["cycles"] += cycles
@@ -351,6 +351,7 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
     smult = np.asarray(score_mult, np.int64).reshape(heads)
     sshift = np.asarray(score_shift, np.int64).reshape(heads)
     sync_kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
+    use = LocalUse.regions(c, "the attention kernel", spad_region, acc_region)
     stats = AttentionStats(plan=plan)
     bufs: dict[str, Buffer] = {}
     sem = device.alloc_semaphore()
@@ -363,11 +364,11 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
             for i0 in range(0, seq, plan.m_tile):
                 tile = _Tile(c, plan, bufs, h, i0, min(plan.m_tile, seq - i0))
                 macs = tile.mt * seq * d
-                _run_stage(stream, sem, stats, "scores", tile.scores, macs, sync_kw)
+                _run_stage(stream, sem, stats, "scores", tile.scores, macs, sync_kw, use)
                 _run_stage(stream, sem, stats, "softmax",
                            lambda cmds, kw, tile=tile, sm=sm: tile.softmax(cmds, kw, **sm), 0,
-                           sync_kw)
-                _run_stage(stream, sem, stats, "context", tile.context, macs, sync_kw)
+                           sync_kw, use)
+                _run_stage(stream, sem, stats, "context", tile.context, macs, sync_kw, use)
         o_dram = device.download(bufs["o"], np.int8, (heads, plan.db, seq, c.spad_row_bytes))
     finally:
         for b in bufs.values():
@@ -467,5 +468,6 @@ def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer
             tile.context(cmds, seq_kw)
     sem.issued += len(cmds)
     kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
-    stream.launch(cmds, **kw)
+    stream.launch(cmds, **kw, local=LocalUse.regions(c, "the attention kernel", spad_region,
+                                                     acc_region))
     return len(cmds)

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hw.isa import DmaBody, EltwiseBody, LocalMem, Opcode, eltwise_param_rows, field_max
-from sw.runtime import Buffer, CommandList, Semaphore, Stream
+from sw.runtime import Buffer, CommandList, LocalUse, Semaphore, Stream
 
 __all__ = ["pack_layernorm_params", "pack_add_params", "eltwise_tile_rows", "eltwise_fit",
            "eltwise_launch"]
@@ -195,5 +195,6 @@ def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
     for x in "LRS":
         sems[x].issued += count[x]
     kw_t = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
-    stream.launch(cmds, **kw_t)
+    use = LocalUse.regions(c, f"the {opcode.name} kernel", spad_region, (acc_row, n_par))
+    stream.launch(cmds, **kw_t, local=use)
     return len(cmds)

@@ -103,7 +103,7 @@ from sw.kernels.linear_plan import (
 )
 from sw.kernels.linear_schedule import build_program
 from sw.quant import check_accumulation
-from sw.runtime import Buffer, CommandList, Device, Semaphore, Stream
+from sw.runtime import Buffer, CommandList, Device, LocalUse, Semaphore, Stream
 
 __all__ = ["LinearPlan", "LinearStats", "LinearJob", "Formats", "INT8_FORMATS", "plan_linear",
            "linear", "linear_with_stats", "linear_launch", "pack_activations", "pack_weights",
@@ -459,6 +459,7 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     _check_formats(c, formats, mm, k, n, w_arr)
     fmt_fields = {"w_fmt": int(formats.weights), "a_fmt": int(formats.activations),
                   "x_base": int(formats.x_base) if formats.mx else 0}
+    given_plan = plan       # a given plan's rows are not confined to the regions
     if plan is None:
         plan = plan_linear(c, mm, k, n, double_buffer=double_buffer, spad_region=spad_region,
                            acc_region=acc_region, dram=device.dram_timing,
@@ -504,7 +505,9 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
             cmds = build_linear_commands(c, plan, a_buf, w_buf, p_buf, o_buf, relu,
                                          sem.target(), sem.id)
             sem.issued += len(cmds)
-        stream.launch(cmds, **kw)
+        regions = (spad_region, acc_region) if given_plan is None else (None, None)
+        stream.launch(cmds, **kw, local=LocalUse.regions(c, f"the linear kernel {mm}x{k}x{n}",
+                                                         *regions))
     except BaseException:
         for b in bufs:
             b.free()

@@ -57,10 +57,11 @@ Virtual memory (:mod:`~sw.runtime.vm`, format and faults in :mod:`hw.isa.vm`)::
 Modules: :mod:`~sw.runtime.errors` (typed errors), :mod:`~sw.runtime.memory` (allocator,
 buffers), :mod:`~sw.runtime.commands` (command lists), :mod:`~sw.runtime.counters` (counters,
 trace), :mod:`~sw.runtime.sync` (semaphores, events, deadlock reports),
-:mod:`~sw.runtime.streams` and :mod:`~sw.runtime.device`; every public name is importable from
-:mod:`sw.runtime`. :mod:`~sw.runtime.profile` collects profiles of runs from the engines'
-command trace (``Device(backend, profile=True)``), :mod:`~sw.runtime.profile_export` writes
-them as Perfetto traces and PNG timelines.
+:mod:`~sw.runtime.streams`, :mod:`~sw.runtime.device` and :mod:`~sw.runtime.local` (the
+local-memory rows of a kernel: launches on streams nothing orders may not overlap); every
+public name is importable from :mod:`sw.runtime`. :mod:`~sw.runtime.profile` collects
+profiles of runs from the engines' command trace (``Device(backend, profile=True)``),
+:mod:`~sw.runtime.profile_export` writes them as Perfetto traces and PNG timelines.
 """
 
 from sw.runtime.checks import check_dram, check_resources
@@ -73,12 +74,14 @@ from sw.runtime.errors import (
     ConfigMismatchError,
     DeviceError,
     DeviceTimeoutError,
+    LocalMemoryConflictError,
     NPUError,
     OutOfMemoryError,
     OutOfSemaphoresError,
     PageFaultError,
     UntimedCounterError,
 )
+from sw.runtime.local import LocalUse
 from sw.runtime.memory import Allocator, AllocatorStats, Buffer
 from sw.runtime.streams import RING_POLL_CYCLES, RING_POLL_MAX_CYCLES, Stream
 from sw.runtime.sync import BlockedCommand, Event, Semaphore
@@ -90,5 +93,6 @@ __all__ = [
     "describe_command", "DEFAULT_TIMEOUT_CYCLES", "Stream", "Event", "Semaphore",
     "OutOfSemaphoresError", "TraceRecord", "Counters", "UntimedCounterError", "BlockedCommand",
     "CommandFieldError", "RING_POLL_CYCLES", "RING_POLL_MAX_CYCLES", "Context",
-    "VirtualBuffer", "PageFaultError", "check_resources", "check_dram",
+    "VirtualBuffer", "PageFaultError", "check_resources", "check_dram", "LocalUse",
+    "LocalMemoryConflictError",
 ]

@@ -49,6 +49,7 @@ from sw.runtime.errors import (
     OutOfSemaphoresError,
     PageFaultError,
 )
+from sw.runtime.local import merge_clock
 from sw.runtime.memory import Allocator, AllocatorStats, Buffer
 from sw.runtime.profile import Profiler
 from sw.runtime.streams import Stream
@@ -326,8 +327,22 @@ class Device:
         such signal issued so far. The count is cumulative over all barriers, so a barrier
         also waits for the streams of earlier barriers to reach them (conservative, never
         deadlocks by itself). One pool semaphore is taken at the first barrier and kept.
+
+        Raises
+        ------
+        TypeError
+            If an item of ``streams`` is not a :class:`Stream`.
         """
         streams = list(streams)
+        for s in streams:
+            if not isinstance(s, Stream):
+                raise TypeError(f"Device.barrier takes streams, got a {type(s).__name__}")
+        # what each stream runs after from now on (sw.runtime.local): all their work so far
+        clock: dict[int, int] = {}
+        for s in streams:
+            merge_clock(clock, {**s._after, s.queue: s.commands_submitted})
+        for s in streams:
+            merge_clock(s._after, clock)
         if self._barrier_sem is None:
             self._barrier_sem = self.alloc_semaphore()
         sem = self._barrier_sem

@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NPUError", "DeviceError", "OutOfMemoryError", "UntimedCounterError",
            "ConfigMismatchError", "DeviceTimeoutError", "OutOfSemaphoresError",
-           "CommandFieldError", "PageFaultError", "DEFAULT_TIMEOUT_CYCLES"]
+           "CommandFieldError", "PageFaultError", "LocalMemoryConflictError",
+           "DEFAULT_TIMEOUT_CYCLES"]
 
 DEFAULT_TIMEOUT_CYCLES = 50_000_000  #: default budget of :meth:`Device.synchronize` (cycles)
 
@@ -122,6 +123,12 @@ class DeviceTimeoutError(NPUError):
 
 class OutOfSemaphoresError(NPUError):
     """Every semaphore of the runtime's pool is in use."""
+
+
+class LocalMemoryConflictError(NPUError, ValueError):
+    """A kernel launch would use scratchpad or accumulator rows that a kernel on another
+    stream may be using at the same time (nothing orders the two): see
+    :mod:`sw.runtime.local`. Nothing of the launch was written."""
 
 
 class CommandFieldError(NPUError, ValueError):

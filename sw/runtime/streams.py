@@ -21,6 +21,8 @@ from hw.isa import (
     unpack_fields,
 )
 from sw.runtime.commands import Command, CommandList
+from sw.runtime.errors import LocalMemoryConflictError
+from sw.runtime.local import LocalUse, merge_clock
 from sw.runtime.memory import Allocator, ArenaBuffer, Buffer
 from sw.runtime.sync import Event
 
@@ -101,6 +103,10 @@ class Stream:
         self._window_start: int | None = None
         self._need_barrier = False
         self.commands_submitted = 0
+        #: launches with a LocalUse not known complete: (commands_submitted after it, use)
+        self._uses: list[tuple[int, LocalUse]] = []
+        #: per other queue, how many of its commands this stream's later work runs after
+        self._after: dict[int, int] = {}
         try:
             self._setup()
         except ValueError:
@@ -135,6 +141,7 @@ class Stream:
         self._forget()
 
     def _forget(self) -> None:
+        self._uses.clear()
         self._record.clear()
         self._window_start = None
         self._need_barrier = False
@@ -165,7 +172,8 @@ class Stream:
     # -- submission -------------------------------------------------------------------------
 
     def launch(self, commands: Iterable[Command | bytes], *,
-               timeout_cycles: int | None = None, ordered: bool = True) -> None:
+               timeout_cycles: int | None = None, ordered: bool = True,
+               local: LocalUse | None = None) -> None:
         """Append ``commands`` to the stream and ring the doorbell.
 
         With ``ordered`` (default), a ``BARRIER`` goes first if the stream has unsynchronized
@@ -176,14 +184,26 @@ class Stream:
         (each poll is an MMIO round trip, and under co-simulation a Python one; the quarter
         refilled is at most a third of what is still queued, so the device is not starved).
 
+        ``local``: the scratchpad and accumulator rows the commands use (a kernel's), checked
+        against the launches of other streams that may run at the same time
+        (:mod:`sw.runtime.local`).
+
         Raises
         ------
+        TypeError, ValueError
+            If a command is neither a :class:`Command` nor :data:`hw.isa.COMMAND_BYTES` bytes
+            (nothing is written).
+        LocalMemoryConflictError
+            If ``local`` overlaps the rows of a launch on another stream that nothing orders
+            this one after and that the host has not seen complete (nothing is written).
         DeviceError
             If this stream's queue reports an error while the runtime waits for ring space.
         DeviceTimeoutError
             If the ring stays full for ``timeout_cycles`` cycles (with a deadlock report).
         """
-        raws = [c.raw if isinstance(c, Command) else bytes(c) for c in commands]
+        raws = [_raw(i, c) for i, c in enumerate(commands)]
+        if local is not None:
+            self._check_local(local)
         if ordered and self._need_barrier and raws:
             barrier = CommandList()
             barrier.barrier()
@@ -191,6 +211,30 @@ class Stream:
         if raws:
             self._need_barrier = True
         self._write(raws, timeout_cycles)
+        if local is not None:
+            self._uses.append((self.commands_submitted, local))
+
+    def _check_local(self, use: LocalUse) -> None:
+        for q, other in self.device.streams.items():
+            if other is self:
+                continue
+            after = self._after.get(q, 0)
+            for pos, theirs in other._uses:
+                hit = None if pos <= after else use.overlap(theirs)
+                if hit:
+                    raise LocalMemoryConflictError(
+                        f"{use.what} on stream {self.queue} and {theirs.what} launched on "
+                        f"stream {q} may run at the same time on {hit}: give each its own "
+                        "spad_region/acc_region, or order them (wait_event on an event "
+                        f"recorded on stream {q} after it, Device.barrier, or synchronize "
+                        f"stream {q} first); nothing was launched")
+
+    def _completed(self, clock: dict[int, int]) -> None:
+        """The host saw every command before ``clock[q]`` of each queue ``q`` retire."""
+        for q, pos in clock.items():
+            s = self.device.streams.get(q)
+            if s is not None:
+                s._uses = [u for u in s._uses if u[0] > pos]
 
     def _write(self, raws: list[bytes], timeout_cycles: int | None) -> None:
         dev = self.device
@@ -237,8 +281,11 @@ class Stream:
         ------
         OutOfSemaphoresError
             If a new event is needed and no semaphore is free.
+        NPUError
+            If ``event`` was freed.
         """
         ev = Event(self.device) if event is None else event
+        ev._check_live()
         word = ev._word_for(self)
         cmds = CommandList()
         # irq: Event.synchronize sleeps in wait_irq until an interrupt, so the recording
@@ -249,14 +296,23 @@ class Stream:
         ev.sem.issued += 1
         ev._last_word = word
         ev.recorded_on = self
+        ev._clock = {**self._after, self.queue: self.commands_submitted}
         return ev
 
     def wait_event(self, event: Event) -> None:
         """Make every command launched on this stream from now on wait until ``event``
-        completed (its latest recording, or its first if it was never recorded)."""
+        completed (its latest recording, or its first if it was never recorded).
+
+        Raises
+        ------
+        NPUError
+            If ``event`` was freed.
+        """
+        event._check_live()
         cmds = CommandList()
         cmds.wait(event.sem.id, event.target)
         self._write([cmds[0].raw], None)
+        merge_clock(self._after, event._clock)
 
     def query(self) -> bool:
         """True if every command launched on this stream retired (``Q_STATUS.busy`` low).
@@ -268,7 +324,10 @@ class Stream:
         """
         self._check_error()
         status = self.device.backend.csr_read(queue_csr(self.queue, Csr.Q_STATUS))
-        return not unpack_fields(StatusWord, status).busy
+        idle = not unpack_fields(StatusWord, status).busy
+        if idle:
+            self._uses.clear()
+        return idle
 
     def synchronize(self, timeout_cycles: int | None = None, *,
                     timeout: int | None = None) -> int:
@@ -309,6 +368,7 @@ class Stream:
         self.device._wait_until(lambda: int.from_bytes(word.read(4), "little") == seq,
                                 timeout_cycles, f"synchronize of queue {self.queue}", [self])
         self.device.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
+        self._uses.clear()
         start = self._window_start or 0
         self._window_start = None
         self._need_barrier = False
@@ -377,3 +437,17 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"<Stream queue={self.queue} window=[{self.window[0]:#x}, {self.window[1]:#x})>"
+
+
+def _raw(i: int, command: Command | bytes) -> bytes:
+    """The encoded command ``i`` of a launch (see :meth:`Stream.launch`)."""
+    if isinstance(command, Command):
+        return command.raw
+    if not isinstance(command, (bytes, bytearray, memoryview)):
+        raise TypeError(f"command {i} of the launch is a {type(command).__name__}: a Command "
+                        f"or {COMMAND_BYTES} encoded bytes is expected")
+    raw = bytes(command)
+    if len(raw) != COMMAND_BYTES:
+        raise ValueError(f"command {i} of the launch is {len(raw)} bytes; a command is "
+                         f"{COMMAND_BYTES}")
+    return raw

@@ -108,6 +108,9 @@ class Event:
     value. Unlike CUDA, waiting on an event that was never recorded waits for its *first*
     recording (a never-recorded event is a bug the watchdog then reports, not a no-op).
 
+    After :meth:`free` the event's semaphore may back another event: every use of a freed
+    event raises :class:`~sw.runtime.errors.NPUError`.
+
     Raises
     ------
     OutOfSemaphoresError
@@ -120,6 +123,14 @@ class Event:
         self._words: dict[int, Buffer] = {}   # stream queue -> timestamp word
         self._last_word: Buffer | None = None
         self.recorded_on: Stream | None = None
+        #: per queue, the commands the latest recording completes after (sw.runtime.local)
+        self._clock: dict[int, int] = {}
+        self._freed = False
+
+    def _check_live(self) -> None:
+        if self._freed:
+            raise NPUError(f"the event on semaphore {self.sem.id} was freed (its semaphore "
+                           "may back another event now)")
 
     @property
     def target(self) -> int:
@@ -132,12 +143,22 @@ class Event:
         return stream.record(self)
 
     def query(self) -> bool:
-        """True once the latest recording has completed (False if never recorded)."""
+        """True once the latest recording has completed (False if never recorded).
+
+        Raises
+        ------
+        NPUError
+            If the event was freed.
+        """
+        self._check_live()
         if not self.sem.issued:
             return False
         if self.recorded_on is not None:
             self.recorded_on._check_error()
-        return sem_reached(self.sem.value(), self.target)
+        done = sem_reached(self.sem.value(), self.target)
+        if done and self.recorded_on is not None:
+            self.recorded_on._completed(self._clock)
+        return done
 
     def synchronize(self, timeout_cycles: int | None = None) -> None:
         """Wait until the event completed.
@@ -148,10 +169,15 @@ class Event:
             With a deadlock report (:class:`BlockedCommand` list in ``blocked``).
         DeviceError
             If the recording stream failed.
+        NPUError
+            If the event was freed.
         """
+        self._check_live()
         streams = [self.recorded_on] if self.recorded_on is not None else []
         self.device._wait_until(lambda: sem_reached(self.sem.value(), self.target),
                                 timeout_cycles, f"event on semaphore {self.sem.id}", streams)
+        if self.recorded_on is not None:
+            self.recorded_on._completed(self._clock)
 
     def timestamp(self) -> int:
         """Low 32 bits of ``CYCLES`` when the latest recording completed (0 on the model).
@@ -171,7 +197,8 @@ class Event:
         return (end.timestamp() - self.timestamp()) % (1 << 32)
 
     def free(self) -> None:
-        """Release the semaphore and the timestamp words."""
+        """Release the semaphore and the timestamp words (a second call does nothing)."""
+        self._freed = True
         for word in self._words.values():
             if not word.freed:
                 word.free()

@@ -5,7 +5,10 @@ import pytest
 
 from hw.config import NPUConfig
 from hw.isa import Csr, ErrorCode, LocalMem, queue_csr
+from sw.golden import linear_int
+from sw.kernels.linear import linear_launch
 from sw.model import ModelBackend
+from sw.perf.backend import PerfBackend
 from sw.runtime import (
     Allocator,
     CommandList,
@@ -13,6 +16,7 @@ from sw.runtime import (
     Device,
     DeviceError,
     DeviceTimeoutError,
+    LocalMemoryConflictError,
     NPUError,
     OutOfMemoryError,
 )
@@ -550,3 +554,112 @@ def test_stream_ring_size_is_checked_and_a_ring_error_is_reported_as_a_fetch():
     with pytest.raises(DeviceError, match=r"queue 0: command #0 \(NOP\) could not be fetched "
                                           r"from the ring: BAD_SIZE at 0x"):
         dev.run(c)
+
+
+def _linear_operands(rng, m, k, n):
+    return (rng.integers(-128, 128, (m, k), dtype=np.int8),
+            rng.integers(-128, 128, (k, n), dtype=np.int8),
+            rng.integers(-1000, 1000, n).astype(np.int32), np.full(n, 1 << 20), np.full(n, 28))
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_kernels_on_unordered_streams_may_not_share_local_rows(backend):
+    """Two linear kernels on two streams with the default regions (the whole scratchpad and
+    accumulator each) raced silently: wrong results on the perf model and the RTL, right ones
+    on the functional model, which runs queues one after another. The second launch is refused
+    with nothing written or kept; ordered (an event, a barrier, through a third stream, a
+    synchronize) or in disjoint regions, both run and are bit-exact."""
+    rng = np.random.default_rng(7)
+    a_ops, b_ops = _linear_operands(rng, 64, 128, 64), _linear_operands(rng, 32, 96, 80)
+    want_a, want_b = linear_int(*a_ops), linear_int(*b_ops)
+    dev = Device(backend(NPUConfig()))
+    s0, s1, s2 = dev.default_stream, dev.create_stream(), dev.create_stream()
+
+    def check(j0, j1):
+        for s in (s0, s1, s2):
+            s.synchronize()
+        assert np.array_equal(j0.output(), want_a) and np.array_equal(j1.output(), want_b)
+        j0.free()
+        j1.free()
+
+    j0 = linear_launch(s0, *a_ops)
+    before, pool = dev.memory_stats(), len(dev._sem_pool)
+    tail = s1.commands_submitted
+    with pytest.raises(LocalMemoryConflictError, match=r"stream 1 .* stream 0 .*scratchpad "
+                       r"rows \[0, 4096\) and \[0, 4096\)"):
+        linear_launch(s1, *b_ops)
+    assert (dev.memory_stats(), len(dev._sem_pool), s1.commands_submitted) == (before, pool,
+                                                                                 tail)
+    s1.wait_event(s0.record())                        # ordered by an event
+    check(j0, linear_launch(s1, *b_ops))
+    j0 = linear_launch(s0, *a_ops)
+    dev.barrier([s0, s1])                             # by a barrier
+    check(j0, linear_launch(s1, *b_ops))
+    j0 = linear_launch(s0, *a_ops)
+    s2.wait_event(s0.record())                        # through a third stream
+    s1.wait_event(s2.record())
+    check(j0, linear_launch(s1, *b_ops))
+    j0 = linear_launch(s0, *a_ops)
+    ev = s0.record()
+    with pytest.raises(LocalMemoryConflictError):
+        linear_launch(s1, *b_ops)
+    ev.synchronize()                                  # the host saw it complete
+    check(j0, linear_launch(s1, *b_ops))
+    j0 = linear_launch(s0, *a_ops)
+    ev = s0.record()
+    while not ev.query():                             # the host saw it complete, by polling
+        dev.backend.run_cycles(100)
+    check(j0, linear_launch(s1, *b_ops))
+    j0 = linear_launch(s0, *a_ops, spad_region=(0, 2048), acc_region=(0, 512))
+    check(j0, linear_launch(s1, *b_ops, spad_region=(2048, 2048), acc_region=(512, 512)))
+    j0 = linear_launch(s0, *a_ops, spad_region=(1024, 2048), acc_region=(0, 512))
+    with pytest.raises(LocalMemoryConflictError, match=r"\[0, 2048\) and \[1024, 3072\)"):
+        linear_launch(s1, *b_ops, spad_region=(0, 2048), acc_region=(512, 512))
+    s0.synchronize()
+    j0.free()
+    j0 = linear_launch(s0, *a_ops)                    # an event before the kernel orders nothing
+    s1.wait_event(ev)
+    with pytest.raises(LocalMemoryConflictError):
+        linear_launch(s1, *b_ops)
+    s0.synchronize()
+    check(j0, linear_launch(s1, *b_ops))
+
+
+def test_a_freed_event_cannot_be_used():
+    """Recording a freed event signalled the semaphore a new event got: the new event, which
+    could never complete, reported complete."""
+    dev = Device(ModelBackend(NPUConfig()))
+    s0, s1 = dev.default_stream, dev.create_stream()
+    gate, e2 = dev.event(), dev.event()
+    e2.free()
+    e3 = dev.event()
+    assert e3.sem.id == e2.sem.id
+    s1.wait_event(gate)
+    s1.record(e3)
+    for use in (lambda: s0.record(e2), lambda: s0.wait_event(e2), e2.query, e2.synchronize,
+                e2.timestamp, lambda: e2.record(s0)):
+        with pytest.raises(NPUError, match="was freed"):
+            use()
+    s0.synchronize()
+    assert not e3.query()
+    e2.free()                                         # a second free does nothing
+
+
+def test_launch_refuses_what_is_not_a_command():
+    """``launch([b"\\x01\\x02"])`` and ``launch([123])`` (123 zero bytes) were written to the
+    ring; the stream's next deadlock report then failed on them and every later synchronize
+    with it."""
+    dev = Device(ModelBackend(NPUConfig()))
+    s = dev.default_stream
+    good = CommandList()
+    good.barrier()
+    for bad, err, msg in ((b"\x01\x02", ValueError, "command 1 of the launch is 2 bytes"),
+                          (123, TypeError, "command 1 of the launch is a int"),
+                          (bytes(33), ValueError, "is 33 bytes; a command is 32")):
+        with pytest.raises(err, match=msg):
+            s.launch([good[0], bad])
+    assert s.commands_submitted == 0
+    s.launch([good[0].raw, bytearray(good[0].raw)])
+    s.synchronize()
+    with pytest.raises(TypeError, match="takes streams, got a int"):
+        dev.barrier([1])
