@@ -71,6 +71,7 @@ from sw.runtime.errors import (
     DEFAULT_TIMEOUT_CYCLES,
     CommandFieldError,
     ConfigMismatchError,
+    ContextInUseError,
     DeviceError,
     DeviceTimeoutError,
     NPUError,
@@ -91,4 +92,5 @@ __all__ = [
     "OutOfSemaphoresError", "TraceRecord", "Counters", "UntimedCounterError", "BlockedCommand",
     "CommandFieldError", "RING_POLL_CYCLES", "RING_POLL_MAX_CYCLES", "Context",
     "VirtualBuffer", "PageFaultError", "check_resources", "check_dram",
+    "ContextInUseError",
 ]

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING
 from hw.isa import ErrorCode
 
 if TYPE_CHECKING:
+    from sw.runtime.streams import Stream
     from sw.runtime.sync import BlockedCommand
 
 __all__ = ["NPUError", "DeviceError", "OutOfMemoryError", "UntimedCounterError",
            "ConfigMismatchError", "DeviceTimeoutError", "OutOfSemaphoresError",
-           "CommandFieldError", "PageFaultError", "DEFAULT_TIMEOUT_CYCLES"]
+           "CommandFieldError", "PageFaultError", "ContextInUseError",
+           "DEFAULT_TIMEOUT_CYCLES"]
 
 DEFAULT_TIMEOUT_CYCLES = 50_000_000  #: default budget of :meth:`Device.synchronize` (cycles)
 
@@ -122,6 +124,22 @@ class DeviceTimeoutError(NPUError):
 
 class OutOfSemaphoresError(NPUError):
     """Every semaphore of the runtime's pool is in use."""
+
+
+class ContextInUseError(NPUError):
+    """A virtual-memory context cannot be destroyed while streams are bound to it
+    (:meth:`~sw.runtime.vm.Context.destroy`): their queues would translate through freed
+    page tables.
+
+    Attributes
+    ----------
+    streams : list of Stream
+        The streams still bound to the context.
+    """
+
+    def __init__(self, message: str, streams: Iterable[Stream] = ()) -> None:
+        super().__init__(message)
+        self.streams = list(streams)
 
 
 class CommandFieldError(NPUError, ValueError):
