@@ -72,6 +72,7 @@ from sw.runtime.errors import (
     DEFAULT_TIMEOUT_CYCLES,
     CommandFieldError,
     ConfigMismatchError,
+    ContextInUseError,
     DeviceError,
     DeviceTimeoutError,
     LocalMemoryConflictError,
@@ -94,5 +95,5 @@ __all__ = [
     "OutOfSemaphoresError", "TraceRecord", "Counters", "UntimedCounterError", "BlockedCommand",
     "CommandFieldError", "RING_POLL_CYCLES", "RING_POLL_MAX_CYCLES", "Context",
     "VirtualBuffer", "PageFaultError", "check_resources", "check_dram", "LocalUse",
-    "LocalMemoryConflictError",
+    "LocalMemoryConflictError", "ContextInUseError",
 ]

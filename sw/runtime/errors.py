@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING
 from hw.isa import ErrorCode
 
 if TYPE_CHECKING:
+    from sw.runtime.streams import Stream
     from sw.runtime.sync import BlockedCommand
 
 __all__ = ["NPUError", "DeviceError", "OutOfMemoryError", "UntimedCounterError",
            "ConfigMismatchError", "DeviceTimeoutError", "OutOfSemaphoresError",
            "CommandFieldError", "PageFaultError", "LocalMemoryConflictError",
-           "DEFAULT_TIMEOUT_CYCLES"]
+           "ContextInUseError", "DEFAULT_TIMEOUT_CYCLES"]
 
 DEFAULT_TIMEOUT_CYCLES = 50_000_000  #: default budget of :meth:`Device.synchronize` (cycles)
 
@@ -129,6 +130,20 @@ class LocalMemoryConflictError(NPUError, ValueError):
     """A kernel launch would use scratchpad or accumulator rows that a kernel on another
     stream may be using at the same time (nothing orders the two): see
     :mod:`sw.runtime.local`. Nothing of the launch was written."""
+class ContextInUseError(NPUError):
+    """A virtual-memory context cannot be destroyed while streams are bound to it
+    (:meth:`~sw.runtime.vm.Context.destroy`): their queues would translate through freed
+    page tables.
+
+    Attributes
+    ----------
+    streams : list of Stream
+        The streams still bound to the context.
+    """
+
+    def __init__(self, message: str, streams: Iterable[Stream] = ()) -> None:
+        super().__init__(message)
+        self.streams = list(streams)
 
 
 class CommandFieldError(NPUError, ValueError):

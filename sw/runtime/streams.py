@@ -394,11 +394,14 @@ class Stream:
         ------
         ValueError
             If the stream is already in a context or has a window.
+        NPUError
+            If ``context`` was destroyed (the stream is left as it was).
         """
         if self.context is not None:
             raise ValueError(f"stream of queue {self.queue} is already in a context")
         if self._region is not None:
             raise ValueError("a stream with a window cannot go into a context")
+        context._check_live()           # (before the ring is freed)
         ring_bytes = self.ring.nbytes
         self.ring.free()
         self._fence_word.free()

@@ -38,7 +38,7 @@ from hw.isa import (
     VmWord,
     pack_fields,
 )
-from sw.runtime.errors import NPUError, OutOfMemoryError
+from sw.runtime.errors import ContextInUseError, NPUError, OutOfMemoryError
 from sw.runtime.memory import Allocator, Buffer
 
 if TYPE_CHECKING:
@@ -69,6 +69,8 @@ class Context:
 
     Create with :meth:`sw.runtime.Device.create_context`; streams bound to it
     (:meth:`sw.runtime.Device.create_stream` with ``context=``) address DRAM through it.
+    :meth:`destroy` frees it (once no stream is bound to it); a destroyed context refuses
+    every use with an :class:`~sw.runtime.NPUError`.
 
     Parameters
     ----------
@@ -136,6 +138,8 @@ class Context:
         ValueError
             If ``va`` or a physical page is not page-aligned, a page is outside DRAM or the
             virtual range, or a virtual page is already mapped.
+        NPUError
+            If the context was destroyed.
         """
         self._check_live()
         if va % VM_PAGE_BYTES or any(p % VM_PAGE_BYTES for p in pas):
@@ -181,6 +185,8 @@ class Context:
         ------
         ValueError
             If a page of the range is not mapped.
+        NPUError
+            If the context was destroyed.
         """
         self._check_live()
         first, n = va >> VM_PAGE_SHIFT, -(-(va % VM_PAGE_BYTES + nbytes) // VM_PAGE_BYTES)
@@ -236,6 +242,8 @@ class Context:
             If the virtual range or the physical pages run out (nothing is left allocated).
         ValueError
             If ``nbytes < 1`` or ``align`` is not a power of two of at most 4096.
+        NPUError
+            If the context was destroyed.
         """
         self._check_live()
         if align < 1 or align & (align - 1) or align > VM_PAGE_BYTES:
@@ -291,8 +299,11 @@ class Context:
         ------
         ValueError
             If ``buf`` is not a live buffer of this context.
+        NPUError
+            If this context or ``other`` was destroyed.
         """
         self._check_live()
+        other._check_live()
         if buf.context is not self or buf.freed:
             raise ValueError(f"{buf!r} is not a live buffer of this context")
         n_pages = -(-buf.nbytes // VM_PAGE_BYTES)
@@ -307,7 +318,14 @@ class Context:
 
     def free(self, buf: VirtualBuffer, *, stream: Stream | None = None) -> None:
         """Unmap ``buf`` (with the TLB invalidate of :meth:`unmap`), free its physical pages
-        if this context owns them, and its virtual range."""
+        if this context owns them, and its virtual range.
+
+        Raises
+        ------
+        NPUError
+            If ``buf`` is not a live buffer of this context (freed already, or another
+            context's), or the context was destroyed.
+        """
         self._check_live()
         if buf.context is not self or self._buffers.get(buf.addr) is not buf:
             raise NPUError(f"{buf!r} is not a live buffer of this context (double free?)")
@@ -317,12 +335,51 @@ class Context:
         buf._freed = True
 
     def destroy(self, *, stream: Stream | None = None) -> None:
-        """Free every buffer, the page tables and the address-space id."""
-        for buf in list(self._buffers.values()):
-            self.free(buf, stream=stream)
+        """Unmap whatever is still mapped (one ``TLB_INVALIDATE`` of this context on
+        ``stream``, default the device's default stream, waited for), free the physical
+        blocks the context owns (its buffers' pages, and pages it kept with
+        ``unmap(release=False)``), the page tables and the address-space id, which a new
+        context can then reuse. The context's buffers count as freed; the context can no
+        longer be used. Pages other contexts share from this one (:meth:`share`) must be
+        freed there first.
+
+        Raises
+        ------
+        ContextInUseError
+            If streams are still bound to the context (their queues translate through its
+            page tables); nothing is changed. The runtime cannot free a stream or take it out
+            of its context, so such a context lives as long as its device.
+        NPUError
+            If the context was already destroyed.
+        DeviceError
+            If ``stream``'s queue reports an error during the invalidation; nothing is
+            freed then.
+        """
+        if self.destroyed:
+            raise NPUError(f"context {self.asid} already destroyed")
+        bound = [s for s in self.device.streams.values() if s.context is self]
+        if bound:
+            queues = ", ".join(str(s.queue) for s in bound)
+            raise ContextInUseError(
+                f"context {self.asid} still has {len(bound)} stream(s) bound (queue(s) "
+                f"{queues}): destroying it would leave their Q_VM pointing at freed page "
+                f"tables. The runtime has no way to free a stream or unbind it (no "
+                f"Device.destroy_stream / Stream.free), so a context with streams lives as "
+                f"long as its device: keep it, or start over with a new Device on the "
+                f"backend", bound)
+        if self.pages:      # no TLB may hold a page once it is freed or the ASID reused
+            self.device.invalidate_tlb(self, stream=stream)
+        for base in self._block_pages:
+            self.device.allocator.free(base)
         for t in self._tables.values():
             t.free()
         self._root.free()
+        for buf in self._buffers.values():
+            buf._freed = True
+        self.pages.clear()
+        self._tables.clear()
+        self._buffers.clear()
+        self._block_pages.clear()
         self.destroyed = True
         self.device._release_context(self)
 
@@ -335,7 +392,10 @@ class Context:
         ------
         ValueError
             If the page is not mapped, or lacks the permission.
+        NPUError
+            If the context was destroyed.
         """
+        self._check_live()
         m = self.pages.get(va >> VM_PAGE_SHIFT)
         if m is None or not (m.write if write else m.read):
             raise ValueError(f"virtual address {va:#x} is not mapped "
@@ -363,6 +423,7 @@ class Context:
             off += n
 
     def _mapping(self, va: int) -> Mapping:
+        self._check_live()
         m = self.pages.get(va >> VM_PAGE_SHIFT)
         if m is None:
             raise ValueError(f"virtual address {va:#x} is not mapped in context {self.asid}")
@@ -370,7 +431,8 @@ class Context:
 
     def _check_live(self) -> None:
         if self.destroyed:
-            raise NPUError(f"context {self.asid} was destroyed")
+            raise NPUError(f"context {self.asid} was destroyed (create a new one with "
+                           f"Device.create_context)")
 
     def __repr__(self) -> str:
         return f"<Context asid={self.asid} pages={len(self.pages)}>"

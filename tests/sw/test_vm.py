@@ -11,6 +11,7 @@ from hw.isa import (
     CONTIG_PAGES,
     TIMING_COUNTERS,
     VM_PAGE_BYTES,
+    Csr,
     ErrorCode,
     Fault,
     Pte,
@@ -18,12 +19,14 @@ from hw.isa import (
     Translation,
     VmWord,
     pack_fields,
+    queue_csr,
     walk,
 )
 from sw.model import ModelBackend
 from sw.perf import PerfBackend
 from sw.perf.corpus import WORKLOADS
-from sw.runtime import Device, NPUError
+from sw.runtime import CommandList, ContextInUseError, Device, NPUError
+from sw.runtime.vm import VA_BASE
 from tests.support import vm_jobs
 
 CONFIG = NPUConfig()
@@ -113,6 +116,81 @@ def test_contexts_share_map_unmap_and_free():
     assert not any(m.contig for m in p.context.pages.values())
     with pytest.raises(NPUError, match="no virtual memory"):
         Device(ModelBackend(NPUConfig(tlb_entries=0))).create_context()
+
+
+def test_destroy_refuses_a_context_with_streams_bound():
+    # a destroyed context under a live stream left its queue's Q_VM on freed page tables and
+    # the stream failing with "buffer ... was freed"; destroy now refuses and changes nothing
+    dev = Device(PerfBackend(CONFIG))
+    ctx = dev.create_context()
+    s = dev.create_stream(context=ctx)
+    buf = ctx.alloc(64)
+    pages, stats = dict(ctx.pages), dev.memory_stats()
+    with pytest.raises(ContextInUseError, match=rf"context {ctx.asid} still has 1 stream\(s\) "
+                       rf"bound \(queue\(s\) {s.queue}\).*no Device.destroy_stream") as e:
+        ctx.destroy()
+    assert e.value.streams == [s]
+    assert not ctx.destroyed and dev.contexts[ctx.asid] is ctx and ctx.pages == pages
+    assert dev.memory_stats() == stats and not buf.freed and not s.ring.freed
+    assert dev.backend.csr_read(queue_csr(s.queue, Csr.Q_VM)) == ctx.vm_word
+    c = CommandList()
+    c.fence(addr=buf.addr, value=0x5A5A)
+    s.launch(c)
+    s.synchronize()
+    assert buf.read(4) == (0x5A5A).to_bytes(4, "little")
+    # the default stream of a virtual-memory device holds its default context
+    vdev = Device(PerfBackend(CONFIG), virtual_memory=True)
+    with pytest.raises(ContextInUseError, match=r"queue\(s\) 0\)"):
+        vdev.default_context.destroy()
+
+
+def test_destroyed_context_refuses_a_second_destroy_and_every_use():
+    dev = Device(PerfBackend(CONFIG))
+    ctx, other = dev.create_context(), dev.create_context()
+    buf, theirs = ctx.alloc(64), other.alloc(64)
+    ctx.destroy()
+    assert ctx.destroyed and buf.freed
+    with pytest.raises(NPUError, match=rf"^context {ctx.asid} already destroyed$"):
+        ctx.destroy()
+    with pytest.raises(NPUError, match="freed twice"):
+        buf.free()
+    n_streams = len(dev.streams)
+    for use in (lambda: ctx.alloc(64), lambda: ctx.map(VA_BASE, [0]),
+                lambda: ctx.unmap(VA_BASE, 64), lambda: ctx.translate(VA_BASE),
+                lambda: ctx.read(VA_BASE, 4), lambda: other.share(theirs, ctx),
+                lambda: dev.create_stream(context=ctx)):
+        with pytest.raises(NPUError, match=rf"context {ctx.asid} was destroyed"):
+            use()
+    assert len(dev.streams) == n_streams
+    s = dev.create_stream()
+    with pytest.raises(NPUError, match="was destroyed"):
+        s.bind(ctx)
+    assert s.context is None and not s.ring.freed      # the stream is left as it was
+    s.synchronize()
+    assert dev.create_context().asid == ctx.asid       # the id went back to the pool
+
+
+def test_destroy_after_unmap_without_release_frees_everything():
+    # a page unmapped with release=False made every destroy fail ("not mapped"), leaking the
+    # context's pages, tables and address-space id
+    dev = Device(PerfBackend(CONFIG))
+    foreign = dev.alloc(VM_PAGE_BYTES, align=VM_PAGE_BYTES)     # mapped, not the context's
+    before = dev.memory_stats()
+    ctx = dev.create_context()
+    asid = ctx.asid
+    b = ctx.alloc(64)
+    big = ctx.alloc(CONTIG_PAGES * VM_PAGE_BYTES)
+    ctx.unmap(b.addr, 64, release=False)
+    ctx.unmap(big.addr + VM_PAGE_BYTES, VM_PAGE_BYTES, release=False)
+    ctx.map(ctx.va.alloc(VM_PAGE_BYTES, VM_PAGE_BYTES), [foreign.addr])
+    ctx.destroy()
+    assert ctx.destroyed and asid not in dev.contexts and b.freed and big.freed
+    assert dev.memory_stats() == before                  # pages and tables freed, not foreign
+    assert not foreign.freed
+    again = dev.create_context()
+    assert again.asid == asid
+    again.destroy()
+    assert dev.memory_stats() == before
 
 
 @pytest.fixture(params=["model", "perf"])
