@@ -130,6 +130,8 @@ class LocalMemoryConflictError(NPUError, ValueError):
     """A kernel launch would use scratchpad or accumulator rows that a kernel on another
     stream may be using at the same time (nothing orders the two): see
     :mod:`sw.runtime.local`. Nothing of the launch was written."""
+
+
 class ContextInUseError(NPUError):
     """A virtual-memory context cannot be destroyed while streams are bound to it
     (:meth:`~sw.runtime.vm.Context.destroy`): their queues would translate through freed
