@@ -28,8 +28,8 @@ minilm:L (the whole six-layer forward pass, SQNR of the sentence embedding; squa
 L a multiple of cols, int8 only; about 10 s a point on the model at L=32). A workload may
 name its number format, gemm:1x384x1536@int4, minilm-block:32@mxint8+mxint8
 (weights+activations), or --weights/--activations run every workload in each format (a
-format axis; MXINT8 needs a configuration with mx=1; points a configuration cannot run are
-reported as unsupported).
+format axis; not with a workload that names its format; MXINT8 needs a configuration with
+mx=1; points a configuration cannot run are reported as unsupported).
 
 Outputs in --out: sweep.json (everything, with counters and stages), sweep.csv, table.txt,
 pareto.png (and roofline.png with --roofline); the table is printed.
@@ -205,6 +205,10 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     workloads = list(args.workload)
     if args.weights or args.activations:
         from cosim.bench.workloads import with_format
+        named = [w.name for w in workloads if w.fmt != "int8"]
+        if named:       # the axis would run them in its formats instead, silently
+            parser.error(f"--weights/--activations run every workload in their formats; "
+                         f"{', '.join(named)} names its own: give one or the other")
         workloads = [with_format(w, wf, af) for w in workloads
                      for wf in (args.weights or [w.weights])
                      for af in (args.activations or [w.activations])]

@@ -293,6 +293,10 @@ def test_run_names_no_python_error_class(capsys):
     (["fuzz", "--max-commands", "2001"], "argument --max-commands: must be <= 2000, got 2001 "
      "(a stream's time grows faster than linearly in its commands)"),
     (["fuzz", "--json", "/"], "is a folder"),
+    # the format axis ran the workload's named format in int8 instead, silently
+    (["sweep", "--workload", "gemm:64x64x64@int4", "--weights", "int8"],
+     "gemm:64x64x64@int4 names its own: give one or the other"),
+    (["sweep", "--workload", "gemm:64x64x64@int4", "--activations", "int8"], "names its own"),
     (["sweep", "--workload", "gemm:8x8x8", "--synth-timeout", "-1"],
      "argument --synth-timeout: must be > 0, got -1"),
     (["sweep", "--workload", "gemm:8x8x8", "--pnr", "--freq", "-5"],
