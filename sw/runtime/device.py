@@ -80,8 +80,11 @@ class Device:
     expected_config : NPUConfig, optional
         If given, the configuration the caller built for; a difference on any field the
         ``CFG_*`` CSRs report raises :class:`ConfigMismatchError`. Fields the CSRs do not
-        report (``axi_addr_bits``, ``axi_id_bits``, ``cmd_fifo_depth``, ``trace_depth``) are
-        taken from it (else from the :class:`NPUConfig` defaults).
+        report (``axi_addr_bits``, ``axi_id_bits``, ``dma_max_burst_beats``,
+        ``cmd_fifo_depth``, ``fetch_depth``, ``trace_depth``) are taken from it, unchecked
+        (else from the :class:`NPUConfig` defaults): on hardware built with other values, the
+        kernels' planners (which time command fetches and bursts with them) and the
+        profiler's trace reads assume the wrong ones.
     queue : int
         The hardware queue of the default stream (:meth:`launch`, :meth:`synchronize`).
     ring_commands : int, optional

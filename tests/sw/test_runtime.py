@@ -94,6 +94,19 @@ def test_device_discovers_config_and_refuses_mismatch():
         Device(NotAnNpu(cfg))
 
 
+def test_device_docstring_names_every_field_the_csrs_do_not_report():
+    """The fields taken from ``expected_config`` unchecked: the docstring said four, and
+    ``fetch_depth`` and ``dma_max_burst_beats`` (which the planners use) were missing."""
+    import dataclasses
+    import re
+
+    from sw.runtime.device import _REPORTED_FIELDS
+    doc = re.sub(r"\s+", " ", Device.__doc__)
+    listed = re.search(r"Fields the CSRs do not report \(([^)]*)\)", doc).group(1)
+    assert set(re.findall(r"``(\w+)``", listed)) == {
+        f.name for f in dataclasses.fields(NPUConfig) if f.name not in _REPORTED_FIELDS}
+
+
 def test_memory_upload_download_free():
     dev = Device(ModelBackend(SMALL), SMALL)
     before = dev.memory_stats()
