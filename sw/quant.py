@@ -35,6 +35,11 @@ Checked arithmetic
   :class:`AccumulatorOverflowError` (:func:`check_accumulation`) instead of splitting K,
   because the hardware cannot add two int32 partial sums beyond 32 bits and a split would no
   longer match the golden result.
+* **Integer parameters.** The kernels' integer parameters (biases, fixed-point multipliers and
+  shifts, ...) go through :func:`check_int_values` (:func:`check_multipliers`,
+  :func:`check_shifts`: the one home of the ``0..MULTIPLIER_MAX`` and ``0..SHIFT_MAX`` rules
+  of the vector unit's REQUANT), which refuses a non-integer value with ``TypeError`` and a
+  value outside its range with ``ValueError`` instead of truncating or wrapping it.
 """
 
 from __future__ import annotations
@@ -45,14 +50,18 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "INT8_MIN", "INT8_MAX", "MULTIPLIER_MIN", "MULTIPLIER_MAX", "SHIFT_MAX", "MAX_EXACT_K",
+    "INT8_MIN", "INT8_MAX", "INT32_MIN", "INT32_MAX", "MULTIPLIER_MIN", "MULTIPLIER_MAX",
+    "SHIFT_MAX", "MAX_EXACT_K",
     "ScaleError", "AccumulatorOverflowError", "max_exact_k", "check_accumulation",
+    "check_int_values", "check_multipliers", "check_shifts",
     "tensor_scale", "channel_scales", "quantize", "dequantize",
     "quantize_multiplier", "quantize_multipliers", "requantize", "sqnr_db", "cosine",
 ]
 
 INT8_MIN = -128
 INT8_MAX = 127
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
 MULTIPLIER_MIN = 1 << 30        #: smallest non-zero fixed-point multiplier
 MULTIPLIER_MAX = (1 << 31) - 1  #: largest fixed-point multiplier
 SHIFT_MAX = 63                  #: largest right shift of the vector unit
@@ -94,6 +103,113 @@ def check_accumulation(k: int) -> None:
         raise AccumulatorOverflowError(
             f"K={k} > {MAX_EXACT_K}: an int8 x int8 sum over K can reach K * 128 * 128 = "
             f"{k * 128 * 128} >= 2**31 and wrap the int32 accumulator")
+
+
+def _index(shape: tuple, flat: int) -> str:
+    """`` at index ...`` of element ``flat`` of an array of ``shape`` ('' for a scalar)."""
+    if not shape:
+        return ""
+    idx = np.unravel_index(flat, shape)
+    return f" at index {int(idx[0]) if len(idx) == 1 else tuple(int(i) for i in idx)}"
+
+
+def _not_integer(x: object) -> bool:
+    """True if ``x`` (an element of an object array) is not an integer value."""
+    if isinstance(x, (bool, np.bool_)):
+        return True
+    if isinstance(x, (int, np.integer)):
+        return False
+    try:
+        f = float(x)          # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+    return not (math.isfinite(f) and f.is_integer())
+
+
+_HINT = ("; real scales become fixed-point multipliers and shifts with "
+         "sw.quant.quantize_multipliers")
+
+
+def check_int_values(name: str, value: npt.ArrayLike, lo: int, hi: int, *,
+                     shape: tuple[int, ...] | None = None, hint: str = "") -> np.ndarray:
+    """``value`` as an int64 array, checked: the one place a kernel's integer parameter
+    (bias, multiplier, shift, field value) is validated before anything is uploaded.
+
+    Accepts integer arrays (any integer dtype) and float arrays whose values are all
+    integral (``3.0`` is ``3``: converted exactly, since every value in range is far below
+    ``2**53``); refuses anything that is not an integer instead of truncating it (``0.9`` is
+    not ``0``).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the messages.
+    lo, hi : int
+        Inclusive range.
+    shape : tuple of int, optional
+        Required shape (``()`` for a scalar); default: any.
+    hint : str
+        Appended to the ``TypeError`` message.
+
+    Raises
+    ------
+    ValueError
+        Wrong shape, or a value outside ``[lo, hi]`` (the message names ``name``, the range,
+        the first bad value and its index).
+    TypeError
+        A non-integer value (a non-integral or non-finite float, a bool, a string, ...).
+    """
+    arr = np.asarray(value)
+    if shape is not None and arr.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(arr.shape, np.int64)
+    kind = arr.dtype.kind
+    if kind == "f":
+        bad = ~(np.isfinite(arr) & (arr == np.floor(arr)))
+    elif kind == "O":
+        bad = np.array([_not_integer(x) for x in arr.flat]).reshape(arr.shape)
+    elif kind in "iu":
+        bad = None
+    else:
+        raise TypeError(f"{name} must {'be an integer' if arr.ndim == 0 else 'hold integers'}, "
+                        f"got dtype {arr.dtype}{hint}")
+    if bad is not None and bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        x = arr.flat[i]
+        x = x.item() if isinstance(x, np.generic) else x
+        what = "be an integer" if arr.ndim == 0 else "hold integers"
+        raise TypeError(f"{name} must {what}, got {x!r}{_index(arr.shape, i)} "
+                        f"(dtype {arr.dtype}){hint}")
+    if kind == "O":
+        vals = [int(x) for x in arr.flat]
+        out = [v < lo or v > hi for v in vals]
+        oob = np.array(out).reshape(arr.shape)
+    else:
+        oob = (arr < lo) | (arr > hi)
+    if oob.any():
+        i = int(np.flatnonzero(oob)[0])
+        v = arr.flat[i]
+        v = int(v) if kind in "iuO" else float(v)
+        raise ValueError(f"{name} outside [{lo}, {hi}]: got {v}{_index(arr.shape, i)}")
+    if kind == "O":
+        return np.array(vals, np.int64).reshape(arr.shape)
+    return arr.astype(np.int64)
+
+
+def check_multipliers(name: str, value: npt.ArrayLike, *,
+                      shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """Fixed-point multipliers (REQUANT's ``0..MULTIPLIER_MAX``, :class:`hw.isa.RequantBody`)
+    as int64, checked by :func:`check_int_values` (its ``ValueError``/``TypeError``; the
+    ``TypeError`` points to :func:`quantize_multipliers`)."""
+    return check_int_values(name, value, 0, MULTIPLIER_MAX, shape=shape, hint=_HINT)
+
+
+def check_shifts(name: str, value: npt.ArrayLike, *,
+                 shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """Right shifts of the vector unit (``0..SHIFT_MAX``) as int64, checked as
+    :func:`check_multipliers`."""
+    return check_int_values(name, value, 0, SHIFT_MAX, shape=shape, hint=_HINT)
 
 
 def _check_scales(scale: npt.ArrayLike, what: str = "scale") -> np.ndarray:

@@ -47,7 +47,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hw.config import NPUConfig
-from hw.isa import DmaBody, LocalMem, field_max
+from hw.isa import DmaBody, LocalMem, SoftmaxBody, field_max
+from sw.quant import INT32_MAX, check_int_values, check_multipliers, check_shifts
 from sw.runtime import Buffer, CommandList, Device, LocalUse, Semaphore, Stream
 
 __all__ = ["AttentionPlan", "AttentionStats", "plan_attention", "attention_with_stats",
@@ -57,6 +58,8 @@ __all__ = ["AttentionPlan", "AttentionStats", "plan_attention", "attention_with_
 STAGES = ("scores", "softmax", "context")
 #: a DMA row of a query tile must fit the command's ``row_bytes`` field
 _ROW_BYTES_LIMIT = field_max(DmaBody, "row_bytes") + 1
+#: SOFTMAX's ``mult`` field (unsigned)
+SCORE_MULT_MAX = field_max(SoftmaxBody, "mult")
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -165,12 +168,54 @@ def _blocked(x: np.ndarray, rows: int, n: int, srb: int, db: int) -> np.ndarray:
     return out
 
 
-def _check_operands(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int) -> None:
+def _check_heads(heads: int, hi: int = INT32_MAX) -> int:
+    """``heads`` as an int in ``1..hi`` (ValueError; TypeError if not an integer)."""
+    return int(check_int_values("heads", heads, 1, max(hi, 1), shape=()))
+
+
+def _check_operands(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int) -> int:
+    """Typed errors for bad Q, K, V or ``heads``; returns ``heads`` as an int."""
     if any(a.dtype != np.int8 for a in (q, k, v)):
         raise ValueError("q, k, v must be int8")
+    heads = _check_heads(heads, q.shape[1] if q.ndim == 2 and q.shape[1] else INT32_MAX)
     if q.shape != k.shape or q.shape != v.shape or q.ndim != 2 or q.shape[1] % heads:
         raise ValueError(f"q, k, v must share a shape (L, heads*d), got {q.shape}, {k.shape}, "
                          f"{v.shape} for {heads} heads")
+    return heads
+
+
+def _per(name: str, value: npt.ArrayLike, n: int, what: str) -> np.ndarray:
+    """``value`` reshaped to ``(n,)`` (ValueError naming ``what`` if it has not ``n``
+    values)."""
+    arr = np.asarray(value)
+    if arr.size != n:
+        raise ValueError(f"{name} must have shape ({n},) ({what}), got shape {arr.shape}")
+    return arr.reshape(n)
+
+
+def _check_score_params(heads: int, score_mult: npt.ArrayLike,
+                        score_shift: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """The SOFTMAX ``mult`` (``0..SCORE_MULT_MAX``) and ``shift`` (``0..63``) per head as
+    checked int64 ``(heads,)`` arrays."""
+    what = f"one per head, heads={heads}"
+    return (check_int_values("score_mult", _per("score_mult", score_mult, heads, what), 0,
+                             SCORE_MULT_MAX),
+            check_shifts("score_shift", _per("score_shift", score_shift, heads, what)))
+
+
+def _check_out_params(heads: int, d: int, out_mult: npt.ArrayLike,
+                      out_shift: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """The context REQUANT multipliers (``0..2**31-1``) and shifts (``0..63``) per channel as
+    checked int64 ``(heads, d)`` arrays."""
+    what = f"one per context channel, heads * d = {heads} * {d}"
+    om = check_multipliers("out_mult", _per("out_mult", out_mult, heads * d, what))
+    osh = check_shifts("out_shift", _per("out_shift", out_shift, heads * d, what))
+    return om.reshape(heads, d), osh.reshape(heads, d)
+
+
+def _check_kv_len(kv_len: int | None, seq: int) -> int:
+    """``kv_len`` (default ``seq``) as an int in ``0..seq``."""
+    return seq if kv_len is None else int(check_int_values("kv_len", kv_len, 0, seq, shape=()))
 
 
 def _pack(c: NPUConfig, plan: AttentionPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray,
@@ -180,8 +225,7 @@ def _pack(c: NPUConfig, plan: AttentionPlan, q: np.ndarray, k: np.ndarray, v: np
     split = lambda a: a.reshape(seq, heads, d).transpose(1, 0, 2)  # noqa: E731
     om = np.zeros((heads, db * n), np.int64)
     osh = np.zeros((heads, db * n), np.int64)
-    om[:, :d] = np.asarray(out_mult, np.int64).reshape(heads, d)
-    osh[:, :d] = np.asarray(out_shift, np.int64).reshape(heads, d)
+    om[:, :d], osh[:, :d] = _check_out_params(heads, d, out_mult, out_shift)
     p_dram = np.zeros((heads, db, 3, c.acc_row_elems), "<i4")
     p_dram[:, :, 1, :n] = om.reshape(heads, db, n)
     p_dram[:, :, 2, :n] = osh.reshape(heads, db, n)
@@ -304,12 +348,15 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
     q, k, v : array_like of int8
         Shape ``(L, heads * d)``, head ``h`` = columns ``h*d .. h*d + d - 1``.
     heads : int
+        At least 1, dividing the width of ``q``.
     score_mult, score_shift : array_like of int
         Shape ``(heads,)``: SOFTMAX ``mult`` (0..65535) and ``shift`` (0..63) per head.
     out_mult, out_shift : array_like of int
-        Shape ``(heads * d,)``: row-scaled REQUANT multiplier/shift per context channel.
+        Shape ``(heads * d,)``: row-scaled REQUANT multiplier (0..2**31-1) / shift (0..63)
+        per context channel (fixed point, as :func:`sw.quant.quantize_multipliers` makes
+        them).
     kv_len : int, optional
-        Valid keys (key-padding mask), default ``L``.
+        Valid keys (key-padding mask) in ``0..L``, default ``L``.
     causal : bool
         Query ``i`` sees keys ``<= i``.
     timeout_cycles : int, optional
@@ -333,23 +380,29 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
     Raises
     ------
     ValueError
-        Bad shapes/dtypes, or see :func:`plan_attention`.
+        Bad shapes/dtypes of ``q``, ``k``, ``v``; ``heads`` < 1 or not dividing their width;
+        ``score_mult``/``score_shift`` without ``heads`` values or ``out_mult``/``out_shift``
+        without ``heads * d``; a value outside its range (``score_mult`` 0..65535,
+        ``out_mult`` 0..2**31-1, the shifts 0..63, ``kv_len`` 0..L: the message names the
+        argument, the range and the first bad value); or see :func:`plan_attention`.
+    TypeError
+        A non-integer ``heads``, ``kv_len`` or parameter value (floats are refused unless
+        integral, e.g. ``3.0``; bools are refused). This and the ValueErrors come before
+        anything is allocated, uploaded or launched.
     OutOfMemoryError, OutOfSemaphoresError, DeviceError, DeviceTimeoutError
         From the runtime.
     """
     q, k, v = (np.asarray(a) for a in (q, k, v))
-    _check_operands(q, k, v, heads)
+    heads = _check_operands(q, k, v, heads)
     c = device.config
     stream = device.default_stream if stream is None else stream
     seq, width = q.shape
     d = width // heads
-    kv = seq if kv_len is None else int(kv_len)
-    if not 0 <= kv <= seq:
-        raise ValueError(f"kv_len must be in 0..{seq}, got {kv}")
+    kv = _check_kv_len(kv_len, seq)
+    smult, sshift = _check_score_params(heads, score_mult, score_shift)
+    _check_out_params(heads, d, out_mult, out_shift)
     plan = plan_attention(c, seq, d, spad_region=spad_region, acc_region=acc_region)
     packed = _pack(c, plan, q, k, v, heads, out_mult, out_shift)
-    smult = np.asarray(score_mult, np.int64).reshape(heads)
-    sshift = np.asarray(score_shift, np.int64).reshape(heads)
     sync_kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
     use = LocalUse.regions(c, "the attention kernel", spad_region, acc_region)
     stats = AttentionStats(plan=plan)
@@ -380,7 +433,22 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
 
 def pack_attention_params(config: NPUConfig, heads: int, head_dim: int, out_mult: npt.ArrayLike,
                           out_shift: npt.ArrayLike) -> np.ndarray:
-    """The context REQUANT parameters in DRAM layout ``(H, DB, 3, acc_row_elems)`` int32."""
+    """The context REQUANT parameters in DRAM layout ``(H, DB, 3, acc_row_elems)`` int32.
+
+    ``out_mult``, ``out_shift``: shape ``(heads * head_dim,)``, as in
+    :func:`attention_with_stats`.
+
+    Raises
+    ------
+    ValueError
+        ``heads`` or ``head_dim`` < 1, ``out_mult``/``out_shift`` without ``heads *
+        head_dim`` values or outside ``0..2**31-1`` / ``0..63``.
+    TypeError
+        A non-integer ``heads``, ``head_dim`` or parameter value (as
+        :func:`attention_with_stats`).
+    """
+    heads = _check_heads(heads)
+    head_dim = int(check_int_values("head_dim", head_dim, 1, INT32_MAX, shape=()))
     plan = AttentionPlan(seq=1, head_dim=head_dim, db=_ceil_div(head_dim, config.cols), kb=1,
                          lp=config.cols, m_tile=1, k_base=0, v_base=0, q_base=0, p_base=0,
                          o_spad=0, sc_base=0, s_base=0, o_acc=0, param_base=0)
@@ -420,18 +488,21 @@ def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer
     Raises
     ------
     ValueError
-        ``L`` not a multiple of ``cols``, bad ``kv_len``, or see :func:`plan_attention`.
+        ``L`` not a multiple of ``cols``, ``kv_len`` outside ``0..L``, ``heads`` < 1,
+        ``score_mult``/``score_shift`` without ``heads`` values or outside 0..65535 / 0..63,
+        or see :func:`plan_attention`; before anything is launched.
+    TypeError
+        A non-integer ``kv_len``, ``heads`` or ``score_mult``/``score_shift`` value (as
+        :func:`attention_with_stats`).
     """
     c = stream.device.config
     if seq % c.cols:
         raise ValueError(f"device-resident attention needs L a multiple of cols={c.cols}, "
                          f"got {seq}")
-    kv = seq if kv_len is None else int(kv_len)
-    if not 0 <= kv <= seq:
-        raise ValueError(f"kv_len must be in 0..{seq}, got {kv}")
+    kv = _check_kv_len(kv_len, seq)
+    heads = _check_heads(heads)
+    smult, sshift = _check_score_params(heads, score_mult, score_shift)
     plan = plan_attention(c, seq, head_dim, spad_region=spad_region, acc_region=acc_region)
-    smult = np.asarray(score_mult, np.int64).reshape(heads)
-    sshift = np.asarray(score_shift, np.int64).reshape(heads)
     bufs = {"q": q_buf, "k": k_buf, "v": v_buf, "p": p_buf, "o": o_buf}
     cmds = CommandList()
     last: str | None = None

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hw.isa import DmaBody, EltwiseBody, LocalMem, Opcode, eltwise_param_rows, field_max
+from sw.quant import INT32_MAX, INT32_MIN, check_int_values, check_multipliers, check_shifts
 from sw.runtime import Buffer, CommandList, LocalUse, Semaphore, Stream
 
 __all__ = ["pack_layernorm_params", "pack_add_params", "eltwise_tile_rows", "eltwise_fit",
@@ -48,6 +49,17 @@ def _per_block(config, rows: list[np.ndarray]) -> np.ndarray:
     return out.reshape(nb * len(rows), c.acc_row_elems).astype(np.uint32).view(np.int32)
 
 
+def _channels(**params: npt.ArrayLike) -> tuple[int, ...]:
+    """The common shape ``(N,)`` of per-channel parameter vectors (ValueError naming them
+    otherwise)."""
+    shapes = {name: np.shape(v) for name, v in params.items()}
+    first = next(iter(shapes.values()))
+    if len(first) != 1 or any(sh != first for sh in shapes.values()):
+        raise ValueError("per-channel parameters must share a shape (N,), got " +
+                         ", ".join(f"{name} {sh}" for name, sh in shapes.items()))
+    return first
+
+
 def pack_layernorm_params(config, ma: npt.ArrayLike, mb: npt.ArrayLike, gamma: npt.ArrayLike,
                           beta: npt.ArrayLike) -> np.ndarray:
     """LAYERNORM's accumulator rows (:class:`hw.isa.EltwiseBody`): per block ``ma``, ``mb``
@@ -57,24 +69,30 @@ def pack_layernorm_params(config, ma: npt.ArrayLike, mb: npt.ArrayLike, gamma: n
     Raises
     ------
     ValueError
-        A value outside its field.
+        A value outside its field (the message names the argument, the range and the first
+        bad value), or arguments of different shapes or not 1-D.
+    TypeError
+        A value that is not an integer (floats are refused unless integral, e.g. ``3.0``;
+        bools are refused).
     """
-    ma, mb, gamma, beta = (np.asarray(x, np.int64) for x in (ma, mb, gamma, beta))
-    for name, v, lo, hi in (("ma", ma, 0, (1 << 31) - 1), ("mb", mb, 0, (1 << 31) - 1),
-                            ("gamma", gamma, -((1 << 31) - 1), (1 << 31) - 1),
-                            ("beta", beta, -(1 << 31), (1 << 31) - 1)):
-        if v.size and (v.min() < lo or v.max() > hi):
-            raise ValueError(f"{name} outside [{lo}, {hi}]")
+    n = _channels(ma=ma, mb=mb, gamma=gamma, beta=beta)
+    ma, mb = check_multipliers("ma", ma, shape=n), check_multipliers("mb", mb, shape=n)
+    gamma = check_int_values("gamma", gamma, -INT32_MAX, INT32_MAX, shape=n)
+    beta = check_int_values("beta", beta, INT32_MIN, INT32_MAX, shape=n)
     g = np.where(gamma < 0, (-gamma) | (1 << 31), gamma)
     return _per_block(config, [ma, mb, g, beta])
 
 
 def pack_add_params(config, ma: npt.ArrayLike, mb: npt.ArrayLike) -> np.ndarray:
-    """ADD's accumulator rows: per block ``ma``, ``mb`` (``0..2**31-1``), each ``(N,)``."""
-    ma, mb = np.asarray(ma, np.int64), np.asarray(mb, np.int64)
-    for name, v in (("ma", ma), ("mb", mb)):
-        if v.size and (v.min() < 0 or v.max() > (1 << 31) - 1):
-            raise ValueError(f"{name} outside [0, {(1 << 31) - 1}]")
+    """ADD's accumulator rows: per block ``ma``, ``mb`` (``0..2**31-1``), each ``(N,)``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`pack_layernorm_params`.
+    """
+    n = _channels(ma=ma, mb=mb)
+    ma, mb = check_multipliers("ma", ma, shape=n), check_multipliers("mb", mb, shape=n)
     return _per_block(config, [ma, mb])
 
 
@@ -133,7 +151,7 @@ def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
         :func:`pack_layernorm_params` (or :func:`pack_add_params`), loaded to accumulator
         rows from ``acc_row``.
     shift, g_shift : int
-        The command's input and gamma shifts (0..63).
+        The command's input and gamma shifts (integers in 0..63).
     sems : dict of str to Semaphore
         ``"L"``, ``"R"``, ``"S"``, owned by the caller.
 
@@ -145,12 +163,16 @@ def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
     Raises
     ------
     ValueError
-        Bad opcode, sizes that do not fit (:func:`eltwise_fit`) or shifts out of range.
+        Bad opcode, sizes that do not fit (:func:`eltwise_fit`) or shifts out of range
+        (naming the shift, the range and the value).
+    TypeError
+        A shift that is not an integer (floats are refused unless integral). This and the
+        ValueErrors come before anything is launched.
     """
     if opcode not in (Opcode.LAYERNORM, Opcode.ADD):
         raise ValueError(f"eltwise_launch runs LAYERNORM or ADD, not {opcode!r}")
-    if not (0 <= shift <= 63 and 0 <= g_shift <= 63):
-        raise ValueError(f"shifts must be in 0..63, got {shift}, {g_shift}")
+    shift = int(check_shifts("shift", shift, shape=()))
+    g_shift = int(check_shifts("g_shift", g_shift, shape=()))
     c = stream.device.config
     if m < 1 or n < 1:
         raise ValueError(f"m and n must be >= 1, got {m}, {n}")

@@ -102,7 +102,14 @@ from sw.kernels.linear_plan import (
     plan_linear,
 )
 from sw.kernels.linear_schedule import build_program
-from sw.quant import check_accumulation
+from sw.quant import (
+    INT32_MAX,
+    INT32_MIN,
+    check_accumulation,
+    check_int_values,
+    check_multipliers,
+    check_shifts,
+)
 from sw.runtime import Buffer, CommandList, Device, LocalUse, Semaphore, Stream
 
 __all__ = ["LinearPlan", "LinearStats", "LinearJob", "Formats", "INT8_FORMATS", "plan_linear",
@@ -181,21 +188,20 @@ def _check_formats(config: NPUConfig, fmt: Formats, m: int, k: int, n: int,
             raise ValueError(f"{name} holds the NaN scale (0xFF): the hardware has no NaN")
 
 
-def _check_operands(a: np.ndarray, w: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
-                    shift: np.ndarray) -> None:
+def _check_operands(a: np.ndarray, w: np.ndarray, bias: npt.ArrayLike,
+                    multiplier: npt.ArrayLike, shift: npt.ArrayLike
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Typed errors for bad operands; ``bias``, ``multiplier``, ``shift`` as checked int64
+    arrays (:func:`sw.quant.check_int_values`: no float is truncated)."""
     if a.dtype != np.int8 or w.dtype != np.int8:
         raise ValueError(f"A and W must be int8, got {a.dtype} and {w.dtype}")
     if a.ndim != 2 or w.ndim != 2 or a.shape[1] != w.shape[0]:
         raise ValueError(f"shapes do not match: A {a.shape} @ W {w.shape}")
     check_accumulation(a.shape[1])
-    n = w.shape[1]
-    for name, v, lo, hi in (("bias", bias, -(1 << 31), (1 << 31) - 1),
-                            ("multiplier", multiplier, 0, (1 << 31) - 1),
-                            ("shift", shift, 0, 63)):
-        if v.shape != (n,):
-            raise ValueError(f"{name} must have shape ({n},), got {v.shape}")
-        if v.size and (v.min() < lo or v.max() > hi):
-            raise ValueError(f"{name} outside [{lo}, {hi}]")
+    n = (w.shape[1],)
+    return (check_int_values("bias", bias, INT32_MIN, INT32_MAX, shape=n),
+            check_multipliers("multiplier", multiplier, shape=n),
+            check_shifts("shift", shift, shape=n))
 
 
 def build_linear_commands(config: NPUConfig, plan: LinearPlan, a_buf: Buffer, w_buf: Buffer,
@@ -362,18 +368,109 @@ class LinearJob:
 
 
 def _check_gelu(gelu, relu: bool, shape: tuple) -> tuple[np.ndarray, np.ndarray] | None:
-    """``linear_launch``'s ``gelu`` as int64 arrays, checked (ValueError)."""
+    """``linear_launch``'s ``gelu`` as int64 arrays, checked (ValueError, TypeError)."""
     if gelu is None:
         return None
     if relu:
         raise ValueError("relu and gelu exclude each other")
-    g_arr = (np.asarray(gelu[0], np.int64), np.asarray(gelu[1], np.int64))
-    for name, v, hi in (("m2", g_arr[0], (1 << 31) - 1), ("s2", g_arr[1], 63)):
-        if v.shape != shape:
-            raise ValueError(f"gelu {name} must have shape {shape}, got {v.shape}")
-        if v.size and (v.min() < 0 or v.max() > hi):
-            raise ValueError(f"gelu {name} outside [0, {hi}]")
-    return g_arr
+    return (check_multipliers("gelu m2", gelu[0], shape=shape),
+            check_shifts("gelu s2", gelu[1], shape=shape))
+
+
+def _prepare(device: Device, a: npt.ArrayLike | Buffer, w: npt.ArrayLike, bias: npt.ArrayLike,
+             multiplier: npt.ArrayLike, shift: npt.ArrayLike, relu: bool, *, m: int | None,
+             double_buffer: bool, spad_region: tuple[int, int] | None,
+             acc_region: tuple[int, int] | None, plan: LinearPlan | None, formats: Formats,
+             gelu: tuple[npt.ArrayLike, npt.ArrayLike] | None, w_buf: Buffer | None
+             ) -> tuple[LinearPlan, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`linear_launch`'s checks, plan and packed DRAM images (touches no device
+    state: every argument error is raised here, before anything is allocated or launched)."""
+    c = device.config
+    w_arr = np.asarray(w)
+    if isinstance(a, Buffer):
+        if m is None:
+            raise ValueError("m must be given with a packed activation buffer")
+        if formats.activations != ActFormat.INT8:
+            raise ValueError("a packed activation buffer holds int8 activations")
+        a_arr = np.zeros((m, w_arr.shape[0]), dtype=np.int8)   # for the checks only
+    else:
+        a_arr = np.asarray(a)
+    b_arr, m_arr, s_arr = _check_operands(a_arr, w_arr, bias, multiplier, shift)
+    g_arr = _check_gelu(gelu, relu, b_arr.shape)
+    if w_buf is not None and plan is None:
+        raise ValueError("w_buf needs the plan it was packed for")
+    mm, k = a_arr.shape
+    n = w_arr.shape[1]
+    _check_formats(c, formats, mm, k, n, w_arr)
+    fmt_fields = {"w_fmt": int(formats.weights), "a_fmt": int(formats.activations),
+                  "x_base": int(formats.x_base) if formats.mx else 0}
+    if plan is None:
+        plan = plan_linear(c, mm, k, n, double_buffer=double_buffer, spad_region=spad_region,
+                           acc_region=acc_region, dram=device.dram_timing,
+                           gelu=gelu is not None, **fmt_fields)
+    elif plan.gelu != (gelu is not None):
+        raise ValueError(f"the plan is for a {'GELU' if plan.gelu else 'REQUANT'} epilogue")
+    elif (plan.m, plan.k, plan.n) != (mm, k, n):
+        raise ValueError(f"the plan is for {plan.m}x{plan.k}x{plan.n}, not {mm}x{k}x{n}")
+    elif (plan.w_fmt, plan.a_fmt, plan.x_base) != tuple(fmt_fields.values()):
+        raise ValueError(f"the plan is for formats {plan.w_fmt}, {plan.a_fmt}, x_base "
+                         f"{plan.x_base}, not {tuple(fmt_fields.values())}")
+    a_dram, w_dram, p_dram = pack_operands(c, plan, a_arr, w_arr, b_arr, m_arr, s_arr, formats,
+                                   g_arr)
+    return plan, a_dram, w_dram, p_dram
+
+
+def _launch(stream: Stream, prepared: tuple, a: npt.ArrayLike | Buffer, relu: bool, *,
+            sems: dict[str, Semaphore] | None, w_buf: Buffer | None,
+            timeout_cycles: int | None, regions: tuple = (None, None)) -> LinearJob:
+    """Upload what :func:`_prepare` packed, build the command stream and launch it, using the
+    local-memory ``regions`` (spad, acc; None: all) against other streams
+    (:class:`~sw.runtime.LocalUse`)."""
+    plan, a_dram, w_dram, p_dram = prepared
+    device = stream.device
+    c = device.config
+    mm = plan.m
+    kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
+    bufs: list[Buffer] = []
+    own_sems: list[Semaphore] = []
+    try:
+        if isinstance(a, Buffer):
+            a_buf = a
+        else:
+            a_buf = stream.upload(a_dram)
+            bufs.append(a_buf)
+        if w_buf is None:
+            w_buf = stream.upload(w_dram)
+            bufs.append(w_buf)
+        p_buf = stream.upload(p_dram)
+        bufs.append(p_buf)
+        o_buf = stream.alloc(plan.nb * mm * c.spad_row_bytes)
+        bufs.append(o_buf)
+        if plan.double_buffer:
+            if sems is None:
+                named = {x: device.alloc_semaphore() for x in "LMRS"}
+                own_sems.extend(named.values())
+            else:
+                named = sems
+            cmds, issued = build_linear_commands_double_buffered(c, plan, a_buf, w_buf, p_buf,
+                                                                  o_buf, relu, named)
+            for x, count in issued.items():
+                named[x].issued += count
+        else:
+            sem = device.alloc_semaphore()
+            own_sems.append(sem)
+            cmds = build_linear_commands(c, plan, a_buf, w_buf, p_buf, o_buf, relu,
+                                         sem.target(), sem.id)
+            sem.issued += len(cmds)
+        use = LocalUse.regions(c, f"the linear kernel {mm}x{plan.k}x{plan.n}", *regions)
+        stream.launch(cmds, **kw, local=use)
+    except BaseException:
+        for b in bufs:
+            b.free()
+        for s_ in own_sems:
+            s_.free()
+        raise
+    return LinearJob(stream, plan, bufs, o_buf, own_sems, len(cmds))
 
 
 def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
@@ -428,93 +525,30 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
     Raises
     ------
     ValueError
-        For bad shapes, dtypes or parameter ranges, int4 values outside -8..7, MXINT8 on a
+        For bad shapes, dtypes or parameter ranges (``bias`` int32, ``multiplier`` and gelu
+        ``m2`` ``0..2**31-1``, ``shift`` and gelu ``s2`` ``0..63``; the message names the
+        argument, the range and the first bad value), int4 values outside -8..7, MXINT8 on a
         configuration without ``mx`` or whose ``rows`` does not divide 32, scales of the
         wrong shape or with the NaN scale.
+    TypeError
+        A ``bias``, ``multiplier``, ``shift`` or gelu value that is not an integer (e.g. a
+        real scale passed as the multiplier: convert it with
+        :func:`sw.quant.quantize_multipliers`; float arrays of integral values such as
+        ``3.0`` are accepted, as are all integer dtypes; bools are refused). This and the
+        ValueErrors come before anything is allocated, uploaded or launched.
     AccumulatorOverflowError
         If ``K > MAX_EXACT_K`` (131071): the int32 accumulation could wrap (K is not split).
     OutOfMemoryError, OutOfSemaphoresError, DeviceError, DeviceTimeoutError
         From the runtime.
     """
-    device = stream.device
-    c = device.config
-    w_arr = np.asarray(w)
-    if isinstance(a, Buffer):
-        if m is None:
-            raise ValueError("m must be given with a packed activation buffer")
-        if formats.activations != ActFormat.INT8:
-            raise ValueError("a packed activation buffer holds int8 activations")
-        a_arr = np.zeros((m, w_arr.shape[0]), dtype=np.int8)   # for the checks only
-    else:
-        a_arr = np.asarray(a)
-    b_arr = np.asarray(bias, dtype=np.int64)
-    m_arr = np.asarray(multiplier, dtype=np.int64)
-    s_arr = np.asarray(shift, dtype=np.int64)
-    _check_operands(a_arr, w_arr, b_arr, m_arr, s_arr)
-    g_arr = _check_gelu(gelu, relu, b_arr.shape)
-    if w_buf is not None and plan is None:
-        raise ValueError("w_buf needs the plan it was packed for")
-    mm, k = a_arr.shape
-    n = w_arr.shape[1]
-    _check_formats(c, formats, mm, k, n, w_arr)
-    fmt_fields = {"w_fmt": int(formats.weights), "a_fmt": int(formats.activations),
-                  "x_base": int(formats.x_base) if formats.mx else 0}
-    given_plan = plan       # a given plan's rows are not confined to the regions
-    if plan is None:
-        plan = plan_linear(c, mm, k, n, double_buffer=double_buffer, spad_region=spad_region,
-                           acc_region=acc_region, dram=device.dram_timing,
-                           gelu=gelu is not None, **fmt_fields)
-    elif plan.gelu != (gelu is not None):
-        raise ValueError(f"the plan is for a {'GELU' if plan.gelu else 'REQUANT'} epilogue")
-    elif (plan.m, plan.k, plan.n) != (mm, k, n):
-        raise ValueError(f"the plan is for {plan.m}x{plan.k}x{plan.n}, not {mm}x{k}x{n}")
-    elif (plan.w_fmt, plan.a_fmt, plan.x_base) != tuple(fmt_fields.values()):
-        raise ValueError(f"the plan is for formats {plan.w_fmt}, {plan.a_fmt}, x_base "
-                         f"{plan.x_base}, not {tuple(fmt_fields.values())}")
-    a_dram, w_dram, p_dram = pack_operands(c, plan, a_arr, w_arr, b_arr, m_arr, s_arr, formats,
-                                   g_arr)
-    kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
-    bufs: list[Buffer] = []
-    own_sems: list[Semaphore] = []
-    try:
-        if isinstance(a, Buffer):
-            a_buf = a
-        else:
-            a_buf = stream.upload(a_dram)
-            bufs.append(a_buf)
-        if w_buf is None:
-            w_buf = stream.upload(w_dram)
-            bufs.append(w_buf)
-        p_buf = stream.upload(p_dram)
-        bufs.append(p_buf)
-        o_buf = stream.alloc(plan.nb * mm * c.spad_row_bytes)
-        bufs.append(o_buf)
-        if plan.double_buffer:
-            if sems is None:
-                named = {x: device.alloc_semaphore() for x in "LMRS"}
-                own_sems.extend(named.values())
-            else:
-                named = sems
-            cmds, issued = build_linear_commands_double_buffered(c, plan, a_buf, w_buf, p_buf,
-                                                                  o_buf, relu, named)
-            for x, count in issued.items():
-                named[x].issued += count
-        else:
-            sem = device.alloc_semaphore()
-            own_sems.append(sem)
-            cmds = build_linear_commands(c, plan, a_buf, w_buf, p_buf, o_buf, relu,
-                                         sem.target(), sem.id)
-            sem.issued += len(cmds)
-        regions = (spad_region, acc_region) if given_plan is None else (None, None)
-        stream.launch(cmds, **kw, local=LocalUse.regions(c, f"the linear kernel {mm}x{k}x{n}",
-                                                         *regions))
-    except BaseException:
-        for b in bufs:
-            b.free()
-        for s_ in own_sems:
-            s_.free()
-        raise
-    return LinearJob(stream, plan, bufs, o_buf, own_sems, len(cmds))
+    prepared = _prepare(stream.device, a, w, bias, multiplier, shift, relu, m=m,
+                        double_buffer=double_buffer, spad_region=spad_region,
+                        acc_region=acc_region, plan=plan, formats=formats, gelu=gelu,
+                        w_buf=w_buf)
+    # a given plan's rows are not confined to the regions (they only guide the planner)
+    regions = (spad_region, acc_region) if plan is None else (None, None)
+    return _launch(stream, prepared, a, relu, sems=sems, w_buf=w_buf,
+                   timeout_cycles=timeout_cycles, regions=regions)
 
 
 def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
@@ -533,11 +567,12 @@ def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: 
     w : array_like of int8
         Weights, shape ``(K, N)``.
     bias : array_like of int32
-        Shape ``(N,)``, accumulator units.
+        Shape ``(N,)``, accumulator units (integers, ``-2**31..2**31-1``).
     multiplier : array_like of int
-        Shape ``(N,)``, each in ``0..2**31-1`` (see :func:`sw.quant.quantize_multiplier`).
+        Shape ``(N,)``, each an integer in ``0..2**31-1`` (the fixed-point multiplier of
+        :func:`sw.quant.quantize_multipliers`, not the real scale).
     shift : array_like of int
-        Shape ``(N,)``, each in ``0..63``.
+        Shape ``(N,)``, each an integer in ``0..63``.
     relu : bool
         Clamp negative outputs to zero.
     timeout_cycles : int, optional
@@ -562,7 +597,12 @@ def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: 
     Raises
     ------
     ValueError
-        For bad shapes, dtypes or parameter ranges.
+        For bad shapes, dtypes or parameter ranges (see :func:`linear_launch`), before
+        anything is launched.
+    TypeError
+        A ``bias``, ``multiplier`` or ``shift`` value that is not an integer (a real scale
+        instead of :func:`sw.quant.quantize_multipliers`' output; integral floats such as
+        ``3.0`` are accepted).
     AccumulatorOverflowError
         If ``K > MAX_EXACT_K`` (131071): the int32 accumulation could wrap (K is not split).
     DeviceError, DeviceTimeoutError, OutOfMemoryError, OutOfSemaphoresError
@@ -570,10 +610,12 @@ def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: 
     """
     stream = device.default_stream if stream is None else stream
     sync_kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
+    prepared = _prepare(device, a, w, bias, multiplier, shift, relu, m=None,
+                        double_buffer=double_buffer, spad_region=None, acc_region=None,
+                        plan=plan, formats=formats, gelu=None, w_buf=None)   # checks first
     stream.synchronize(**sync_kw)   # the cycle count below covers this kernel only
-    job = linear_launch(stream, a, w, bias, multiplier, shift, relu,
-                        double_buffer=double_buffer, timeout_cycles=timeout_cycles, plan=plan,
-                        formats=formats)
+    job = _launch(stream, prepared, a, relu, sems=None, w_buf=None,
+                  timeout_cycles=timeout_cycles)
     try:
         cycles = stream.synchronize(**sync_kw)
         out = job.output()

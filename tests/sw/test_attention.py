@@ -8,11 +8,17 @@ import numpy as np
 import pytest
 
 from hw.config import NPUConfig
-from sw.golden import exp2_int, row_reciprocal, softmax_int
-from sw.kernels.attention import attention_with_stats, plan_attention
+from sw.golden import attention_head_int, exp2_int, row_reciprocal, softmax_int
+from sw.kernels.attention import (
+    attention_launch,
+    attention_with_stats,
+    pack_attention_params,
+    plan_attention,
+)
 from sw.model import ModelBackend
 from sw.runtime import Device, OutOfSemaphoresError
 from tests.support import rtl_jobs, runtime_jobs
+from tests.support.device_state import device_state
 
 
 def test_softmax_reference_edges():
@@ -66,6 +72,112 @@ def test_attention_kernel_frees_its_semaphore_and_buffers():
     for s in sems:
         s.free()
     assert dev.memory_stats() == before
+
+
+# L=16, d=8, heads=2 with the trial's score parameters; out_mult/out_shift per channel (16)
+_L, _D, _H = 16, 8, 2
+_HD = _H * _D
+
+
+def _attention_args() -> tuple:
+    q, k, v, _, _, om, osh = rtl_jobs.random_attention_operands(np.random.default_rng(4), _L,
+                                                               _H, _D)
+    return (q, k, v), {"heads": _H, "score_mult": [300] * _H, "score_shift": [12] * _H,
+                       "out_mult": om, "out_shift": osh}
+
+
+BAD_ATTENTION = [
+    # (overrides, error, message): before, the first four ran and differed from the golden
+    # model (or, out_shift=-1, ran where the golden model raises), heads=0 raised
+    # ZeroDivisionError, a wrong length a numpy reshape error
+    ({"out_mult": np.full(_HD, -1)}, ValueError,
+     r"out_mult outside \[0, 2147483647\]: got -1 at index 0"),
+    ({"out_mult": np.full(_HD, 2**31)}, ValueError,
+     r"out_mult outside \[0, 2147483647\]: got 2147483648 at index 0"),
+    ({"out_shift": np.full(_HD, 99)}, ValueError, r"out_shift outside \[0, 63\]: got 99"),
+    ({"out_shift": np.full(_HD, -1)}, ValueError, r"out_shift outside \[0, 63\]: got -1"),
+    ({"heads": 0}, ValueError, r"heads outside \[1, 16\]: got 0"),
+    ({"heads": 1.5}, TypeError, "heads must be an integer, got 1.5"),
+    ({"score_mult": [300] * 3}, ValueError,
+     r"score_mult must have shape \(2,\) \(one per head, heads=2\), got shape \(3,\)"),
+    ({"score_shift": [12]}, ValueError, r"score_shift must have shape \(2,\)"),
+    ({"out_mult": np.full(_HD + 1, 1 << 30)}, ValueError,
+     r"out_mult must have shape \(16,\) \(one per context channel, heads \* d = 2 \* 8\)"),
+    ({"score_mult": [300, 65536]}, ValueError,
+     r"score_mult outside \[0, 65535\]: got 65536 at index 1"),
+    ({"score_mult": [-1, 300]}, ValueError, r"score_mult outside \[0, 65535\]: got -1"),
+    ({"score_shift": [12, 64]}, ValueError, r"score_shift outside \[0, 63\]: got 64"),
+    ({"score_mult": [300.5, 300]}, TypeError, "score_mult must hold integers, got 300.5"),
+    ({"out_mult": np.full(_HD, 1 / 2000)}, TypeError,
+     "out_mult must hold integers, got 0.0005 at index 0.*quantize_multipliers"),
+    ({"out_shift": np.full(_HD, 30.9)}, TypeError, "out_shift must hold integers, got 30.9"),
+    ({"kv_len": 3.5}, TypeError, "kv_len must be an integer, got 3.5"),
+    ({"kv_len": _L + 1}, ValueError, r"kv_len outside \[0, 16\]: got 17"),
+]
+
+
+@pytest.mark.parametrize("over,error,message", BAD_ATTENTION,
+                         ids=[f"{next(iter(b[0]))}-{i}" for i, b in enumerate(BAD_ATTENTION)])
+def test_attention_refuses_bad_parameters_before_launching(over, error, message):
+    """Each bad argument raises a typed error naming it, its range and the bad value; no
+    buffer, semaphore or command is left behind (nothing was uploaded or launched)."""
+    dev = Device(ModelBackend(NPUConfig()))
+    qkv, kw = _attention_args()
+    before = device_state(dev)
+    with pytest.raises(error, match=message):
+        attention_with_stats(dev, *qkv, **{**kw, **over})
+    assert device_state(dev) == before
+
+
+@pytest.mark.parametrize("over,error,message",
+                         [b for b in BAD_ATTENTION if not set(b[0]) & {"out_mult", "out_shift"}],
+                         ids=lambda x: None)
+def test_attention_launch_refuses_bad_parameters_before_launching(over, error, message):
+    """The device-resident launch checks ``heads``, ``kv_len`` and the score parameters
+    before it launches (its ``out_mult``/``out_shift`` are :func:`pack_attention_params`')."""
+    dev = Device(ModelBackend(NPUConfig()))
+    s = dev.default_stream
+    buf = s.alloc(1 << 16)
+    sem = dev.alloc_semaphore()
+    _, kw = _attention_args()
+    kw = {**kw, **over}
+    if "heads" in over and isinstance(over["heads"], int):
+        message = message.replace("16", "2147483647")     # no width to bound it here
+    args = {x: kw[x] for x in ("heads", "score_mult", "score_shift")}
+    before = device_state(dev)
+    with pytest.raises(error, match=message):
+        attention_launch(s, buf, buf, buf, buf, buf, seq=_L, head_dim=_D, sem=sem,
+                         kv_len=kw.get("kv_len"), **args)
+    assert device_state(dev) == before and sem.issued == 0
+
+
+@pytest.mark.parametrize("over,error,message",
+                         [b for b in BAD_ATTENTION if set(b[0]) & {"out_mult", "out_shift"}] +
+                         [({"heads": 0}, ValueError, r"heads outside \[1, 2147483647\]: got 0")],
+                         ids=lambda x: None)
+def test_pack_attention_params_refuses_bad_parameters(over, error, message):
+    _, kw = _attention_args()
+    kw = {**kw, **over}
+    with pytest.raises(error, match=message):
+        pack_attention_params(NPUConfig(), kw["heads"], _D, kw["out_mult"], kw["out_shift"])
+
+
+def test_attention_accepts_integral_floats():
+    """Integral float parameters (``300.0``) give the integer parameters' output, bit-exact
+    with the golden model per head."""
+    dev = Device(ModelBackend(NPUConfig()))
+    (q, k, v), kw = _attention_args()
+    want = np.concatenate([
+        attention_head_int(q[:, h * _D:(h + 1) * _D], k[:, h * _D:(h + 1) * _D],
+                           v[:, h * _D:(h + 1) * _D], score_mult=300, score_shift=12,
+                           out_mult=kw["out_mult"][h * _D:(h + 1) * _D],
+                           out_shift=kw["out_shift"][h * _D:(h + 1) * _D])
+        for h in range(_H)], axis=1)
+    got, _ = attention_with_stats(dev, q, k, v, **kw)
+    np.testing.assert_array_equal(got, want)
+    floats = {x: np.asarray(val, np.float64) for x, val in kw.items() if x != "heads"}
+    got_f, _ = attention_with_stats(dev, q, k, v, heads=2.0, **floats)
+    np.testing.assert_array_equal(got_f, want)
 
 
 def test_attention_regions_are_checked():

@@ -17,12 +17,13 @@ from sw.jobs.encoder import (
     format_encoder_report,
     run_encoder_job,
 )
-from sw.kernels.eltwise import eltwise_launch, pack_layernorm_params
+from sw.kernels.eltwise import eltwise_launch, pack_add_params, pack_layernorm_params
 from sw.kernels.linear import linear_launch
 from sw.model import ModelBackend
 from sw.perf import PerfBackend
 from sw.runtime import Device
 from tests.support import rtl_jobs
+from tests.support.device_state import device_state
 
 
 @pytest.mark.parametrize("backend", [ModelBackend, PerfBackend], ids=["model", "perf"])
@@ -164,6 +165,52 @@ def test_eltwise_kernel_rejects_what_does_not_fit():
         eltwise_launch(s, Opcode.GELU, buf, buf, buf, buf, m=8, n=384, shift=16, sems=sems)
     with pytest.raises(ValueError, match="gamma outside"):
         pack_layernorm_params(cfg, [1], [1], [1 << 31], [0])
+
+
+@pytest.mark.parametrize("opcode", [Opcode.LAYERNORM, Opcode.ADD])
+@pytest.mark.parametrize("over,error,message", [
+    ({"shift": 64}, ValueError, r"shift outside \[0, 63\]: got 64"),
+    ({"shift": -1}, ValueError, r"shift outside \[0, 63\]: got -1"),
+    ({"g_shift": 99}, ValueError, r"g_shift outside \[0, 63\]: got 99"),
+    ({"shift": 16.5}, TypeError, "shift must be an integer, got 16.5"),
+    ({"g_shift": True}, TypeError, "g_shift must be an integer, got dtype bool"),
+], ids=["shift64", "shift-1", "g_shift99", "shift16.5", "g_shift_bool"])
+def test_eltwise_launch_refuses_bad_shifts_before_launching(opcode, over, error, message):
+    dev = Device(ModelBackend(NPUConfig()))
+    s = dev.default_stream
+    sems = {x: dev.alloc_semaphore() for x in "LRS"}
+    buf = s.alloc(1 << 16)
+    before = device_state(dev)
+    with pytest.raises(error, match=message):
+        eltwise_launch(s, opcode, buf, buf, buf, buf, m=8, n=16,
+                       **{"shift": 16, "g_shift": 20, **over}, sems=sems)
+    assert device_state(dev) == before and all(x.issued == 0 for x in sems.values())
+    assert eltwise_launch(s, opcode, buf, buf, buf, buf, m=8, n=16, shift=16.0, g_shift=20,
+                          sems=sems) == 5        # an integral float shift is accepted
+
+
+@pytest.mark.parametrize("args,error,message", [
+    ({"ma": [0.5, 1]}, TypeError, "ma must hold integers, got 0.5 at index 0.*"
+     "quantize_multipliers"),
+    ({"mb": [1, -1]}, ValueError, r"mb outside \[0, 2147483647\]: got -1 at index 1"),
+    ({"mb": [1, 2**31]}, ValueError, r"mb outside \[0, 2147483647\]: got 2147483648"),
+    ({"gamma": [1, 2.5]}, TypeError, "gamma must hold integers, got 2.5 at index 1"),
+    ({"gamma": [1, -(1 << 31)]}, ValueError, r"gamma outside \[-2147483647, 2147483647\]"),
+    ({"beta": [0, 0.9]}, TypeError, "beta must hold integers, got 0.9"),
+    ({"beta": [0, 0, 0]}, ValueError, r"must share a shape \(N,\), got ma \(2,\), mb "
+     r"\(2,\), gamma \(2,\), beta \(3,\)"),
+], ids=["ma_float", "mb_neg", "mb_big", "gamma_float", "gamma_min", "beta_float", "shapes"])
+def test_eltwise_params_refuse_bad_values(args, error, message):
+    cfg = NPUConfig()
+    kw = {"ma": [1, 2], "mb": [3, 4], "gamma": [5, -6], "beta": [7, 8], **args}
+    with pytest.raises(error, match=message):
+        pack_layernorm_params(cfg, **kw)
+    if set(args) <= {"ma", "mb"}:
+        with pytest.raises(error, match=message):
+            pack_add_params(cfg, kw["ma"], kw["mb"])
+    good = pack_layernorm_params(cfg, [1, 2], [3, 4], [5, -6], [7, 8])
+    assert np.array_equal(pack_layernorm_params(cfg, [1.0, 2.0], [3, 4], [5.0, -6.0],
+                                                np.array([7, 8], np.int8)), good)
 
 
 def test_npu_run_encoder_prints_the_table_and_traces_its_regions(tmp_path, capsys):

@@ -27,6 +27,7 @@ from sw.kernels.linear import (
     double_buffered_plan,
     linear,
     linear_dram_bytes,
+    linear_launch,
     linear_with_stats,
     matmul_cycles,
     matmul_latency,
@@ -35,6 +36,7 @@ from sw.kernels.linear import (
 from sw.model import ModelBackend
 from sw.quant import quantize_multipliers
 from sw.runtime import CommandList, Device
+from tests.support.device_state import device_state
 from tests.support.stream_order import assert_ordered
 
 DEFAULT = NPUConfig()
@@ -105,6 +107,83 @@ def test_linear_rejects_bad_operands():
         linear(dev, a, w[:2], bias, mult, shift)
     with pytest.raises(ValueError, match="shift"):
         linear(dev, a, w, bias, mult, shift + 64)
+
+
+def _bad(n: int, at: int, value, base) -> np.ndarray:
+    """``base`` (n,) with element ``at`` replaced by ``value`` (dtype widened as needed)."""
+    out = np.asarray(base).astype(np.result_type(np.asarray(base).dtype, np.asarray(value)))
+    out[at] = value
+    return out
+
+
+N_BAD = 4
+_REAL = np.full(N_BAD, 1 / 2000)      # the real scale instead of quantize_multipliers' output
+BAD_LINEAR_PARAMS = [
+    # (argument, value, error, message)
+    ("multiplier", _REAL, TypeError,
+     r"multiplier must hold integers, got 0\.0005 at index 0 .*quantize_multipliers"),
+    ("multiplier", ("at", 2, 2**20 + 0.99), TypeError, r"multiplier must hold integers, got "
+     r"1048576\.99 at index 2"),
+    ("bias", ("at", 1, 0.9), TypeError, r"bias must hold integers, got 0\.9 at index 1"),
+    ("shift", ("at", 3, 30.9), TypeError, r"shift must hold integers, got 30\.9 at index 3"),
+    ("shift", np.ones(N_BAD, bool), TypeError, "shift must hold integers, got dtype bool"),
+    ("multiplier", np.full(N_BAD, np.nan), TypeError, "multiplier must hold integers, got nan"),
+    ("multiplier", ("at", 0, -1), ValueError, r"multiplier outside \[0, 2147483647\]: got -1 "
+     "at index 0"),
+    ("multiplier", ("at", 1, 2**31), ValueError, r"multiplier outside \[0, 2147483647\]: got "
+     "2147483648 at index 1"),
+    ("multiplier", np.full(N_BAD, 2**70, dtype=object), ValueError,
+     r"multiplier outside \[0, 2147483647\]: got 1180591620717411303424"),
+    ("shift", ("at", 2, 64), ValueError, r"shift outside \[0, 63\]: got 64 at index 2"),
+    ("shift", ("at", 0, -1), ValueError, r"shift outside \[0, 63\]: got -1 at index 0"),
+    ("bias", ("at", 0, 2**31), ValueError, r"bias outside \[-2147483648, 2147483647\]: got "
+     "2147483648"),
+    ("multiplier", np.full(N_BAD + 1, 1 << 30), ValueError,
+     r"multiplier must have shape \(4,\), got \(5,\)"),
+    ("gelu", (np.full(N_BAD, 0.5), np.zeros(N_BAD, int)), TypeError,
+     "gelu m2 must hold integers.*quantize_multipliers"),
+    ("gelu", (np.full(N_BAD, 1 << 30), np.full(N_BAD, -1)), ValueError,
+     r"gelu s2 outside \[0, 63\]: got -1"),
+]
+
+
+@pytest.mark.parametrize("arg,value,error,message", BAD_LINEAR_PARAMS,
+                         ids=[f"{p[0]}-{i}" for i, p in enumerate(BAD_LINEAR_PARAMS)])
+@pytest.mark.parametrize("double_buffer", [True, False], ids=["db", "ser"])
+def test_linear_refuses_bad_parameters_before_launching(arg, value, error, message,
+                                                        double_buffer):
+    """Non-integer (a real scale as the multiplier, 0.9 as a bias: truncated to 0 before) and
+    out-of-range parameters raise a typed error naming the argument, the range and the value,
+    before anything is allocated, uploaded or launched."""
+    dev = Device(ModelBackend(TINY_SPAD_8), TINY_SPAD_8)
+    a, w, bias, mult, shift = operands(5, 12, N_BAD, 0)
+    kw = {"bias": bias, "multiplier": mult, "shift": shift, "gelu": None}
+    if isinstance(value, tuple) and isinstance(value[0], str):   # ("at", index, value)
+        value = _bad(N_BAD, value[1], value[2], kw[arg])
+    kw[arg] = value
+    before = device_state(dev)
+    with pytest.raises(error, match=message):
+        linear_launch(dev.default_stream, a, w, double_buffer=double_buffer, **kw)
+    assert device_state(dev) == before
+    if arg != "gelu":       # linear_with_stats checks before it synchronizes (a FENCE)
+        with pytest.raises(error, match=message):
+            linear_with_stats(dev, a, w, kw["bias"], kw["multiplier"], kw["shift"],
+                              double_buffer=double_buffer)
+        assert device_state(dev) == before
+
+
+def test_linear_accepts_integral_floats_and_any_integer_dtype():
+    """Integral float parameters (``3.0``) and narrow or unsigned integer dtypes give the
+    result of the int64 parameters."""
+    dev = Device(ModelBackend(TINY_SPAD_8), TINY_SPAD_8)
+    a, w, bias, mult, shift = operands(5, 12, N_BAD, 0)
+    want = linear_int(a, w, bias, mult, shift)
+    np.testing.assert_array_equal(
+        linear(dev, a, w, bias.astype(np.float64), mult.astype(np.float64),
+               shift.astype(np.float32)), want)
+    np.testing.assert_array_equal(
+        linear(dev, a, w, list(map(int, bias)), mult.astype(np.uint32), shift.astype(np.uint8)),
+        want)
 
 
 # -- the double-buffered tiling ----------------------------------------------------------------
