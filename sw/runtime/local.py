@@ -10,7 +10,9 @@ one the host has not seen complete (:meth:`Stream.synchronize`, :meth:`Stream.qu
 launching stream is not ordered after (:meth:`Stream.wait_event` of such an event,
 :meth:`Device.barrier`, directly or through other streams: each stream keeps, per other
 queue, the number of that queue's commands it is known to run after, as a vector clock).
-Raw commands launched without a :class:`LocalUse` are not checked.
+A wait for an event not recorded yet orders the waiting stream's launches only from its
+first recording on (until then the runtime cannot know what it will follow). Raw commands
+launched without a :class:`LocalUse` are not checked.
 """
 
 from __future__ import annotations

@@ -297,6 +297,9 @@ class Stream:
         ev._last_word = word
         ev.recorded_on = self
         ev._clock = {**self._after, self.queue: self.commands_submitted}
+        for waiter in ev._waiters:      # their waits were for this, the first recording
+            merge_clock(waiter._after, ev._clock)
+        ev._waiters.clear()
         return ev
 
     def wait_event(self, event: Event) -> None:
@@ -312,6 +315,8 @@ class Stream:
         cmds = CommandList()
         cmds.wait(event.sem.id, event.target)
         self._write([cmds[0].raw], None)
+        if event.recorded_on is None:
+            event._waiters.append(self)
         merge_clock(self._after, event._clock)
 
     def query(self) -> bool:

@@ -125,6 +125,8 @@ class Event:
         self.recorded_on: Stream | None = None
         #: per queue, the commands the latest recording completes after (sw.runtime.local)
         self._clock: dict[int, int] = {}
+        #: streams that waited for the first recording before it happened
+        self._waiters: list[Stream] = []
         self._freed = False
 
     def _check_live(self) -> None:

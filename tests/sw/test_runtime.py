@@ -630,6 +630,13 @@ def test_kernels_on_unordered_streams_may_not_share_local_rows(backend):
         linear_launch(s1, *b_ops, spad_region=(0, 2048), acc_region=(512, 512))
     s0.synchronize()
     j0.free()
+    early = dev.event()                               # a wait before the first recording
+    s1.wait_event(early)
+    j0 = linear_launch(s0, *a_ops)
+    with pytest.raises(LocalMemoryConflictError):     # not recorded yet: nothing known
+        linear_launch(s1, *b_ops)
+    s0.record(early)                                  # its first recording follows j0
+    check(j0, linear_launch(s1, *b_ops))
     j0 = linear_launch(s0, *a_ops)                    # an event before the kernel orders nothing
     s1.wait_event(ev)
     with pytest.raises(LocalMemoryConflictError):
