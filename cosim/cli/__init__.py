@@ -209,16 +209,19 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--fill", choices=("repeat", "pad"), default=None,
                      help="reach --seq-len by repeating the text (default) or by [PAD] tokens "
                           "masked as keys (key-padding mask)")
-    run.add_argument("--causal", action="store_true", help="causal attention mask")
+    run.add_argument("--causal", action="store_true",
+                     help="with --block: causal attention mask")
     run.add_argument("--vm", action="store_true",
                      help="with --block: run in a device context: virtual buffers, every "
                           "DMA translated by the TLBs (hw.isa.vm)")
     run.add_argument("--weights", choices=("int8", "int4", "mxint8"), default="int8",
-                     help="number format of the four projections' weights: int8 (per "
+                     help="with --block: number format of the four projections' weights: "
+                          "int8 (per "
                           "channel), int4 (per channel, packed two per byte), mxint8 (OCP MX, "
                           "needs a configuration with mx=1) (default %(default)s)")
     run.add_argument("--activations", choices=("int8", "mxint8"), default="int8",
-                     help="number format of the Q/K/V projections' input: int8 (per tensor) "
+                     help="with --block: number format of the Q/K/V projections' input: "
+                          "int8 (per tensor) "
                           "or mxint8 (with --weights mxint8) (default %(default)s)")
     run.add_argument("--layers", type=_layers(N_LAYERS), default=N_LAYERS, metavar="N",
                      help=f"run the first N encoder layers (0..{N_LAYERS}; 0: the embedding "

@@ -310,7 +310,8 @@ class Device:
         if not self._sem_pool:
             n = self.config.n_sems
             raise OutOfSemaphoresError(
-                f"every pool semaphore is in use (semaphores 1 to {n - 1})" if n > 1 else
+                f"every pool semaphore is in use (the pool is semaphores 1 to {n - 1}; an "
+                f"event takes one, a double-buffered linear kernel four)" if n > 1 else
                 "this configuration leaves no pool semaphores (n_sems=1: semaphore 0 is not "
                 "pooled)")
         sem = Semaphore(self, self._sem_pool.pop())
