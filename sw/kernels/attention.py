@@ -50,6 +50,7 @@ from hw.config import NPUConfig
 from hw.isa import DmaBody, LocalMem, SoftmaxBody, field_max
 from sw.quant import INT32_MAX, check_int_values, check_multipliers, check_shifts
 from sw.runtime import Buffer, CommandList, Device, LocalUse, Semaphore, Stream
+from sw.runtime.local import region
 
 __all__ = ["AttentionPlan", "AttentionStats", "plan_attention", "attention_with_stats",
            "attention_launch", "pack_attention_params",
@@ -98,16 +99,6 @@ class AttentionStats:
     plan: AttentionPlan | None = None
 
 
-def _region(region: tuple[int, int] | None, depth: int, what: str) -> tuple[int, int]:
-    """``(first row, rows)`` of a local-memory region (default: the whole memory)."""
-    if region is None:
-        return 0, depth
-    base, rows = (int(x) for x in region)
-    if base < 0 or rows < 1 or base + rows > depth:
-        raise ValueError(f"{what} region {region} is outside [0, {depth})")
-    return base, rows
-
-
 def plan_attention(config: NPUConfig, seq: int, head_dim: int, *,
                    spad_region: tuple[int, int] | None = None,
                    acc_region: tuple[int, int] | None = None) -> AttentionPlan:
@@ -131,8 +122,8 @@ def plan_attention(config: NPUConfig, seq: int, head_dim: int, *,
                          f"{c.rows}x{c.cols}")
     if seq < 1 or head_dim < 1:
         raise ValueError(f"seq and head_dim must be >= 1, got {seq}, {head_dim}")
-    s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
-    a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
+    s0, s_rows = region(spad_region, c.spad_rows, "scratchpad")
+    a0, a_rows = region(acc_region, c.acc_rows, "accumulator")
     n = c.cols
     db, kb = _ceil_div(head_dim, n), _ceil_div(seq, n)
     lp = kb * n
@@ -405,6 +396,7 @@ def attention_with_stats(device: Device, q: npt.ArrayLike, k: npt.ArrayLike, v: 
     packed = _pack(c, plan, q, k, v, heads, out_mult, out_shift)
     sync_kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
     use = LocalUse.regions(c, "the attention kernel", spad_region, acc_region)
+    stream.check_local(use)         # before anything is uploaded
     stats = AttentionStats(plan=plan)
     bufs: dict[str, Buffer] = {}
     sem = device.alloc_semaphore()
@@ -494,6 +486,9 @@ def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer
     TypeError
         A non-integer ``kv_len``, ``heads`` or ``score_mult``/``score_shift`` value (as
         :func:`attention_with_stats`).
+    LocalMemoryConflictError
+        If a kernel of another stream that may run at the same time uses overlapping rows
+        (:mod:`sw.runtime.local`), before ``sem`` is counted.
     """
     c = stream.device.config
     if seq % c.cols:
@@ -503,6 +498,8 @@ def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer
     heads = _check_heads(heads)
     smult, sshift = _check_score_params(heads, score_mult, score_shift)
     plan = plan_attention(c, seq, head_dim, spad_region=spad_region, acc_region=acc_region)
+    use = LocalUse.regions(c, "the attention kernel", spad_region, acc_region)
+    stream.check_local(use)         # before the caller's semaphore is counted
     bufs = {"q": q_buf, "k": k_buf, "v": v_buf, "p": p_buf, "o": o_buf}
     cmds = CommandList()
     last: str | None = None
@@ -539,6 +536,5 @@ def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer
             tile.context(cmds, seq_kw)
     sem.issued += len(cmds)
     kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
-    stream.launch(cmds, **kw, local=LocalUse.regions(c, "the attention kernel", spad_region,
-                                                     acc_region))
+    stream.launch(cmds, **kw, local=use)
     return len(cmds)

@@ -18,17 +18,28 @@ Loads of the next tile thus overlap the current tile's command and the previous 
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import numpy.typing as npt
 
 from hw.isa import DmaBody, EltwiseBody, LocalMem, Opcode, eltwise_param_rows, field_max
 from sw.quant import INT32_MAX, INT32_MIN, check_int_values, check_multipliers, check_shifts
 from sw.runtime import Buffer, CommandList, LocalUse, Semaphore, Stream
+from sw.runtime.local import region
 
 __all__ = ["pack_layernorm_params", "pack_add_params", "eltwise_tile_rows", "eltwise_fit",
            "eltwise_launch"]
 
 _ROW_BYTES_LIMIT = field_max(DmaBody, "row_bytes") + 1
+
+
+def _index(name: str, value) -> int:
+    """``value`` as an int, or a TypeError naming ``name``."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {value!r}") from None
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -104,9 +115,11 @@ def eltwise_tile_rows(config, m: int, n_blocks: int,
     Raises
     ------
     ValueError
-        If not even one row fits.
+        If not even one row fits, or the region is outside the scratchpad.
+    TypeError
+        If the region is not two integers.
     """
-    rows = config.spad_rows if spad_region is None else spad_region[1]
+    _, rows = region(spad_region, config.spad_rows, "scratchpad")
     mt = min(m, rows // (6 * n_blocks), (_ROW_BYTES_LIMIT - 1) // config.spad_row_bytes,
              field_max(EltwiseBody, "stride"))
     if mt < 1:
@@ -126,9 +139,12 @@ def eltwise_fit(config, opcode: Opcode, m: int, n_blocks: int, acc_row: int = 0,
     ------
     ValueError
         Naming what does not fit, what it needs and what there is.
+    TypeError
+        If ``acc_row`` or the region is not made of integers.
     """
     n_par = eltwise_param_rows(opcode, n_blocks)
-    if acc_row + n_par > config.acc_rows:
+    acc_row = _index("acc_row", acc_row)
+    if acc_row < 0 or acc_row + n_par > config.acc_rows:
         raise ValueError(f"{opcode.name} of {n_blocks} element blocks needs {n_par} parameter "
                          f"rows from accumulator row {acc_row}, acc_rows={config.acc_rows}")
     return eltwise_tile_rows(config, m, n_blocks, spad_region)
@@ -166,14 +182,19 @@ def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
         Bad opcode, sizes that do not fit (:func:`eltwise_fit`) or shifts out of range
         (naming the shift, the range and the value).
     TypeError
-        A shift that is not an integer (floats are refused unless integral). This and the
-        ValueErrors come before anything is launched.
+        A shift that is not an integer (floats are refused unless integral), or ``m``,
+        ``n``, ``acc_row`` or the region not integers. This and the ValueErrors come before
+        anything is launched.
+    LocalMemoryConflictError
+        If a kernel of another stream that may run at the same time uses overlapping rows
+        (:mod:`sw.runtime.local`), before the semaphores are counted.
     """
     if opcode not in (Opcode.LAYERNORM, Opcode.ADD):
         raise ValueError(f"eltwise_launch runs LAYERNORM or ADD, not {opcode!r}")
     shift = int(check_shifts("shift", shift, shape=()))
     g_shift = int(check_shifts("g_shift", g_shift, shape=()))
     c = stream.device.config
+    m, n = _index("m", m), _index("n", n)
     if m < 1 or n < 1:
         raise ValueError(f"m and n must be >= 1, got {m}, {n}")
     srb, arb = c.spad_row_bytes, c.acc_row_bytes
@@ -181,6 +202,8 @@ def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
     n_par = eltwise_param_rows(opcode, nb)
     mt = eltwise_fit(c, opcode, m, nb, acc_row, spad_region)
     s0 = 0 if spad_region is None else spad_region[0]
+    use = LocalUse.regions(c, f"the {opcode.name} kernel", spad_region, (acc_row, n_par))
+    stream.check_local(use)         # before the caller's semaphores are counted
     tensor = nb * mt                       # scratchpad rows of one tensor tile
     base = {x: sems[x].target() for x in "LRS"}
     count = dict.fromkeys("LRS", 0)
@@ -217,6 +240,5 @@ def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
     for x in "LRS":
         sems[x].issued += count[x]
     kw_t = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
-    use = LocalUse.regions(c, f"the {opcode.name} kernel", spad_region, (acc_row, n_par))
     stream.launch(cmds, **kw_t, local=use)
     return len(cmds)

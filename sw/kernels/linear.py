@@ -420,12 +420,23 @@ def _prepare(device: Device, a: npt.ArrayLike | Buffer, w: npt.ArrayLike, bias: 
     return plan, a_dram, w_dram, p_dram
 
 
+def _local_use(c: NPUConfig, plan: LinearPlan, regions: tuple) -> LocalUse:
+    """The scratchpad and accumulator rows ``plan`` uses: a double-buffered plan's layout
+    (:func:`~sw.kernels.linear_plan.double_buffered_plan`: weight, activation and output
+    buffers from ``w_bases[0]`` on; the two parameter sets, then the tiles, from
+    ``param_rows[0]`` to ``acc_span[1]``), else ``regions`` (None: the whole memory)."""
+    what = f"the linear kernel {plan.m}x{plan.k}x{plan.n}"
+    if plan.double_buffer:
+        return LocalUse(what, (plan.w_bases[0], plan.o_bases[-1] + plan.n_group * plan.m_tile),
+                        (plan.param_rows[0], plan.acc_span[1]))
+    return LocalUse.regions(c, what, *regions)
+
+
 def _launch(stream: Stream, prepared: tuple, a: npt.ArrayLike | Buffer, relu: bool, *,
             sems: dict[str, Semaphore] | None, w_buf: Buffer | None,
-            timeout_cycles: int | None, regions: tuple = (None, None)) -> LinearJob:
-    """Upload what :func:`_prepare` packed, build the command stream and launch it, using the
-    local-memory ``regions`` (spad, acc; None: all) against other streams
-    (:class:`~sw.runtime.LocalUse`)."""
+            timeout_cycles: int | None, use: LocalUse) -> LinearJob:
+    """Upload what :func:`_prepare` packed, build the command stream and launch it with its
+    local-memory ``use`` (:func:`_local_use`)."""
     plan, a_dram, w_dram, p_dram = prepared
     device = stream.device
     c = device.config
@@ -462,7 +473,6 @@ def _launch(stream: Stream, prepared: tuple, a: npt.ArrayLike | Buffer, relu: bo
             cmds = build_linear_commands(c, plan, a_buf, w_buf, p_buf, o_buf, relu,
                                          sem.target(), sem.id)
             sem.issued += len(cmds)
-        use = LocalUse.regions(c, f"the linear kernel {mm}x{plan.k}x{plan.n}", *regions)
         stream.launch(cmds, **kw, local=use)
     except BaseException:
         for b in bufs:
@@ -538,6 +548,10 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
         ValueErrors come before anything is allocated, uploaded or launched.
     AccumulatorOverflowError
         If ``K > MAX_EXACT_K`` (131071): the int32 accumulation could wrap (K is not split).
+    LocalMemoryConflictError
+        If a kernel of another stream that may run at the same time uses overlapping
+        scratchpad or accumulator rows (:mod:`sw.runtime.local`), before anything is
+        allocated, uploaded or counted.
     OutOfMemoryError, OutOfSemaphoresError, DeviceError, DeviceTimeoutError
         From the runtime.
     """
@@ -545,17 +559,22 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
                         double_buffer=double_buffer, spad_region=spad_region,
                         acc_region=acc_region, plan=plan, formats=formats, gelu=gelu,
                         w_buf=w_buf)
-    # a given plan's rows are not confined to the regions (they only guide the planner)
-    regions = (spad_region, acc_region) if plan is None else (None, None)
+    # a given serialized plan's rows are not confined to the regions (they guided the planner)
+    use = _local_use(stream.device.config, prepared[0],
+                     (spad_region, acc_region) if plan is None else (None, None))
+    stream.check_local(use)         # before anything is uploaded or counted
     return _launch(stream, prepared, a, relu, sems=sems, w_buf=w_buf,
-                   timeout_cycles=timeout_cycles, regions=regions)
+                   timeout_cycles=timeout_cycles, use=use)
 
 
 def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
                       multiplier: npt.ArrayLike, shift: npt.ArrayLike, relu: bool = False,
                       timeout_cycles: int | None = None, *, double_buffer: bool = True,
                       stream: Stream | None = None, plan: LinearPlan | None = None,
-                      formats: Formats = INT8_FORMATS) -> tuple[np.ndarray, LinearStats]:
+                      formats: Formats = INT8_FORMATS,
+                      spad_region: tuple[int, int] | None = None,
+                      acc_region: tuple[int, int] | None = None
+                      ) -> tuple[np.ndarray, LinearStats]:
     """Run a quantized linear layer on ``device``; bit-exact with :func:`sw.golden.linear_int`.
 
     Parameters
@@ -586,6 +605,9 @@ def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: 
     formats : Formats
         Operand formats (see :func:`linear_launch`); bit-exact with
         :func:`sw.golden.linear_formats`.
+    spad_region, acc_region : tuple of (int, int), optional
+        Rows of the local memories the kernel may use, so that it can run beside kernels of
+        other streams (see :func:`linear_launch`).
 
     Returns
     -------
@@ -605,17 +627,23 @@ def linear_with_stats(device: Device, a: npt.ArrayLike, w: npt.ArrayLike, bias: 
         ``3.0`` are accepted).
     AccumulatorOverflowError
         If ``K > MAX_EXACT_K`` (131071): the int32 accumulation could wrap (K is not split).
+    LocalMemoryConflictError
+        As :func:`linear_launch`, before the stream is synchronized.
     DeviceError, DeviceTimeoutError, OutOfMemoryError, OutOfSemaphoresError
         From the runtime.
     """
     stream = device.default_stream if stream is None else stream
     sync_kw = {} if timeout_cycles is None else {"timeout_cycles": timeout_cycles}
     prepared = _prepare(device, a, w, bias, multiplier, shift, relu, m=None,
-                        double_buffer=double_buffer, spad_region=None, acc_region=None,
-                        plan=plan, formats=formats, gelu=None, w_buf=None)   # checks first
+                        double_buffer=double_buffer, spad_region=spad_region,
+                        acc_region=acc_region, plan=plan, formats=formats, gelu=None,
+                        w_buf=None)   # checks first
+    use = _local_use(device.config, prepared[0],
+                     (spad_region, acc_region) if plan is None else (None, None))
+    stream.check_local(use)
     stream.synchronize(**sync_kw)   # the cycle count below covers this kernel only
     job = _launch(stream, prepared, a, relu, sems=None, w_buf=None,
-                  timeout_cycles=timeout_cycles)
+                  timeout_cycles=timeout_cycles, use=use)
     try:
         cycles = stream.synchronize(**sync_kw)
         out = job.output()

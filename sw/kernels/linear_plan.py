@@ -16,6 +16,7 @@ from sw.dram import DramTiming
 from sw.kernels.linear_layout import Infeasible, a_dram_offset, a_dram_rows, a_tile_rows, ceil_div
 from sw.kernels.linear_ops import Timer, matmul_cycles
 from sw.kernels.linear_schedule import build_program
+from sw.runtime.local import region
 
 __all__ = ["LinearPlan", "plan_linear", "double_buffered_plan", "linear_dram_bytes",
            "a_tile_rows", "a_dram_rows", "a_dram_offset"]
@@ -81,15 +82,6 @@ class LinearPlan:
         return weight_tile_rows(config, self.w_fmt)
 
 
-def _region(region: tuple[int, int] | None, depth: int, what: str) -> tuple[int, int]:
-    if region is None:
-        return 0, depth
-    base, rows = region
-    if base < 0 or rows < 1 or base + rows > depth:
-        raise ValueError(f"{what} region {region} is outside [0, {depth})")
-    return base, rows
-
-
 def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: bool = False,
                 spad_region: tuple[int, int] | None = None,
                 acc_region: tuple[int, int] | None = None,
@@ -124,8 +116,8 @@ def plan_linear(config: NPUConfig, m: int, k: int, n: int, *, double_buffer: boo
     if min(m, k, n) < 1:
         raise ValueError(f"dimensions must be >= 1, got M={m}, K={k}, N={n}")
     c = config
-    s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
-    a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
+    s0, s_rows = region(spad_region, c.spad_rows, "scratchpad")
+    a0, a_rows = region(acc_region, c.acc_rows, "accumulator")
     kb, nb = ceil_div(k, c.rows), ceil_div(n, c.cols)
     fmt = LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=1, k_chunk=1, w_base=0, a_base=0,
                      o_base=0, w_fmt=w_fmt, a_fmt=a_fmt, x_base=x_base, gelu=gelu)
@@ -302,8 +294,8 @@ def double_buffered_plan(config: NPUConfig, m: int, k: int, n: int, *, m_tile: i
         step must leave at least one accumulator row to the other step's).
     """
     c = config
-    s0, s_rows = _region(spad_region, c.spad_rows, "scratchpad")
-    a0, a_rows = _region(acc_region, c.acc_rows, "accumulator")
+    s0, s_rows = region(spad_region, c.spad_rows, "scratchpad")
+    a0, a_rows = region(acc_region, c.acc_rows, "accumulator")
     kb, nb = ceil_div(k, c.rows), ceil_div(n, c.cols)
     fmt = LinearPlan(m=m, k=k, n=n, kb=kb, nb=nb, m_tile=1, k_chunk=1, w_base=0, a_base=0,
                      o_base=0, w_fmt=w_fmt, a_fmt=a_fmt, x_base=x_base, gelu=gelu)

@@ -154,6 +154,8 @@ class Device:
         self._sems_live: dict[int, Semaphore] = {}
         self._barrier_sem: Semaphore | None = None
         self.streams: dict[int, Stream] = {}
+        #: releases held back until the host saw commands retire (:meth:`_defer`)
+        self._deferred: list[tuple[Callable[[], None], list[tuple[Stream, int]]]] = []
         self.contexts: dict[int, Context] = {}
         backend.csr_write(Csr.CONTROL, 1)
         backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
@@ -299,6 +301,22 @@ class Device:
         stream.launch(cmds, ordered=False)
         stream.synchronize()
 
+    def _defer(self, release: Callable[[], None], pending: list[tuple[Stream, int]]) -> None:
+        """Call ``release()`` once the host knows that every ``(stream, position)`` of
+        ``pending`` retired (:meth:`Event.free`): now, or at the host synchronization that
+        tells it (``Stream._completed``)."""
+        self._deferred.append((release, list(pending)))
+        self._release_deferred()
+
+    def _release_deferred(self) -> None:
+        keep = []
+        for release, pending in self._deferred:
+            if all(s._done >= pos for s, pos in pending):
+                release()
+            else:
+                keep.append((release, pending))
+        self._deferred = keep
+
     def alloc_semaphore(self) -> Semaphore:
         """Take a semaphore from the pool (ids ``n_sems - 1`` down to 1).
 
@@ -309,9 +327,12 @@ class Device:
         """
         if not self._sem_pool:
             n = self.config.n_sems
+            held = (f"; {len(self._deferred)} freed event(s) hold theirs until the host sees "
+                    "their streams' recordings and waits retire (synchronize them)"
+                    if self._deferred else "")
             raise OutOfSemaphoresError(
                 f"every pool semaphore is in use (the pool is semaphores 1 to {n - 1}; an "
-                f"event takes one, a double-buffered linear kernel four)" if n > 1 else
+                f"event takes one, a double-buffered linear kernel four{held})" if n > 1 else
                 "this configuration leaves no pool semaphores (n_sems=1: semaphore 0 is not "
                 "pooled)")
         sem = Semaphore(self, self._sem_pool.pop())
@@ -528,6 +549,9 @@ class Device:
             stream._forget()
         for sem in self._sems_live.values():   # the semaphores restart from 0
             sem.base = sem.issued = 0
+        for release, _ in self._deferred:      # their FENCEs and WAITs were dropped
+            release()
+        self._deferred = []
 
     def _rearm_error_irq(self) -> None:
         if not self.backend.csr_read(Csr.QUEUE_ERRORS):

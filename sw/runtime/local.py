@@ -17,9 +17,33 @@ launched without a :class:`LocalUse` are not checked.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
-__all__ = ["LocalUse", "merge_clock"]
+__all__ = ["LocalUse", "merge_clock", "region"]
+
+
+def region(value: tuple[int, int] | None, depth: int, what: str) -> tuple[int, int]:
+    """A kernel's ``(first row, rows)`` region of a local memory of ``depth`` rows, checked
+    (None: the whole memory, ``(0, depth)``).
+
+    Raises
+    ------
+    TypeError
+        If it is not a pair of integers.
+    ValueError
+        If it is empty or not inside ``[0, depth)``.
+    """
+    if value is None:
+        return 0, depth
+    try:
+        base, rows = (operator.index(x) for x in value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} region {value!r}: expected (first row, rows), two integers"
+                        ) from None
+    if base < 0 or rows < 1 or base + rows > depth:
+        raise ValueError(f"{what} region {value} is outside [0, {depth})")
+    return base, rows
 
 
 @dataclass(frozen=True)
@@ -35,10 +59,16 @@ class LocalUse:
     def regions(cls, config, what: str, spad_region: tuple[int, int] | None,
                 acc_region: tuple[int, int] | None) -> LocalUse:
         """The use of a kernel planned over ``(first row, rows)`` regions, as the kernels take
-        them (None: the whole memory of ``config``, :class:`hw.config.NPUConfig`)."""
-        def span(region, rows):
-            return (0, rows) if region is None else (region[0], region[0] + region[1])
-        return cls(what, span(spad_region, config.spad_rows), span(acc_region, config.acc_rows))
+        them (None: the whole memory of ``config``, :class:`hw.config.NPUConfig`; checked
+        by :func:`region`)."""
+        def span(value, depth, name):
+            base, rows = region(value, depth, name)
+            return base, base + rows
+        return cls(what, span(spad_region, config.spad_rows, "scratchpad"),
+                   span(acc_region, config.acc_rows, "accumulator"))
+
+    def same_rows(self, other: LocalUse) -> bool:
+        return (self.spad, self.acc) == (other.spad, other.acc)
 
     def overlap(self, other: LocalUse) -> str | None:
         """The first local memory both use overlapping rows of, with the rows (``"scratchpad

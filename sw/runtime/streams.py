@@ -107,6 +107,8 @@ class Stream:
         self._uses: list[tuple[int, LocalUse]] = []
         #: per other queue, how many of its commands this stream's later work runs after
         self._after: dict[int, int] = {}
+        #: how many of this stream's commands the host knows retired
+        self._done = 0
         try:
             self._setup()
         except ValueError:
@@ -141,7 +143,8 @@ class Stream:
         self._forget()
 
     def _forget(self) -> None:
-        self._uses.clear()
+        # (the local-memory uses stay until the host sees the stream complete: a command
+        # that was inside an engine at a reset still finishes)
         self._record.clear()
         self._window_start = None
         self._need_barrier = False
@@ -203,7 +206,7 @@ class Stream:
         """
         raws = [_raw(i, c) for i, c in enumerate(commands)]
         if local is not None:
-            self._check_local(local)
+            self.check_local(local)
         if ordered and self._need_barrier and raws:
             barrier = CommandList()
             barrier.barrier()
@@ -212,9 +215,15 @@ class Stream:
             self._need_barrier = True
         self._write(raws, timeout_cycles)
         if local is not None:
+            if self._uses and self._uses[-1][1].same_rows(local):
+                self._uses.pop()        # the later of two equal uses stands for both
             self._uses.append((self.commands_submitted, local))
 
-    def _check_local(self, use: LocalUse) -> None:
+    def check_local(self, use: LocalUse) -> None:
+        """Raise :class:`~sw.runtime.errors.LocalMemoryConflictError` if a launch of ``use``
+        now would overlap a launch of another stream that may run at the same time (see
+        :mod:`sw.runtime.local`); kernels call it before they allocate or count anything, and
+        :meth:`launch` again."""
         for q, other in self.device.streams.items():
             if other is self:
                 continue
@@ -233,8 +242,14 @@ class Stream:
         """The host saw every command before ``clock[q]`` of each queue ``q`` retire."""
         for q, pos in clock.items():
             s = self.device.streams.get(q)
-            if s is not None:
+            if s is not None and pos > s._done:
+                s._done = pos
                 s._uses = [u for u in s._uses if u[0] > pos]
+        self.device._release_deferred()
+
+    def _all_done(self) -> None:
+        """Every command launched here retired, and so did what this stream ran after."""
+        self._completed({**self._after, self.queue: self.commands_submitted})
 
     def _write(self, raws: list[bytes], timeout_cycles: int | None) -> None:
         dev = self.device
@@ -297,6 +312,7 @@ class Stream:
         ev._last_word = word
         ev.recorded_on = self
         ev._clock = {**self._after, self.queue: self.commands_submitted}
+        ev._pending.append((self, self.commands_submitted))
         for waiter in ev._waiters:      # their waits were for this, the first recording
             merge_clock(waiter._after, ev._clock)
         ev._waiters.clear()
@@ -315,6 +331,7 @@ class Stream:
         cmds = CommandList()
         cmds.wait(event.sem.id, event.target)
         self._write([cmds[0].raw], None)
+        event._pending.append((self, self.commands_submitted))
         if event.recorded_on is None:
             event._waiters.append(self)
         merge_clock(self._after, event._clock)
@@ -331,7 +348,7 @@ class Stream:
         status = self.device.backend.csr_read(queue_csr(self.queue, Csr.Q_STATUS))
         idle = not unpack_fields(StatusWord, status).busy
         if idle:
-            self._uses.clear()
+            self._all_done()
         return idle
 
     def synchronize(self, timeout_cycles: int | None = None, *,
@@ -373,7 +390,7 @@ class Stream:
         self.device._wait_until(lambda: int.from_bytes(word.read(4), "little") == seq,
                                 timeout_cycles, f"synchronize of queue {self.queue}", [self])
         self.device.backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE)
-        self._uses.clear()
+        self._all_done()
         start = self._window_start or 0
         self._window_start = None
         self._need_barrier = False

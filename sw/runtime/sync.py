@@ -127,6 +127,8 @@ class Event:
         self._clock: dict[int, int] = {}
         #: streams that waited for the first recording before it happened
         self._waiters: list[Stream] = []
+        #: (stream, commands_submitted) after each recording's FENCE and each WAIT on it
+        self._pending: list[tuple[Stream, int]] = []
         self._freed = False
 
     def _check_live(self) -> None:
@@ -199,13 +201,22 @@ class Event:
         return (end.timestamp() - self.timestamp()) % (1 << 32)
 
     def free(self) -> None:
-        """Release the semaphore and the timestamp words (a second call does nothing)."""
+        """Release the semaphore and the timestamp words (a second call does nothing). A
+        recording (its ``FENCE`` signals the semaphore and writes a word) or a wait on the
+        event that the host has not seen retire keeps them until it has (as
+        ``cudaEventDestroy`` does): reused earlier, the semaphore would release the wait or
+        complete another event, and the word would be written over another buffer."""
+        if self._freed:
+            return
         self._freed = True
-        for word in self._words.values():
-            if not word.freed:
-                word.free()
+        words = [w for w in self._words.values() if not w.freed]
         self._words.clear()
-        self.sem.free()
+
+        def release() -> None:
+            for word in words:
+                word.free()
+            self.sem.free()
+        self.device._defer(release, self._pending)
 
     def _word_for(self, stream: Stream) -> Buffer:
         if stream.queue not in self._words:

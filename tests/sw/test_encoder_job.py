@@ -163,6 +163,21 @@ def test_eltwise_kernel_rejects_what_does_not_fit():
                        sems=sems, acc_row=900)
     with pytest.raises(ValueError, match="LAYERNORM or ADD"):
         eltwise_launch(s, Opcode.GELU, buf, buf, buf, buf, m=8, n=384, shift=16, sems=sems)
+    # a region past the scratchpad ran and failed on the device (BAD_LOCAL_ADDR); fractional
+    # rows and counts ran or failed deep inside
+    before = device_state(dev)
+    for over, error, message in (
+            ({"spad_region": (4090, 100)}, ValueError, r"region \(4090, 100\) is outside"),
+            ({"spad_region": (0, 5000)}, ValueError, "is outside"),
+            ({"spad_region": (10.5, 100)}, TypeError, "two integers"),
+            ({"acc_row": 2.5}, TypeError, "acc_row must be an integer, got 2.5"),
+            ({"acc_row": -1}, ValueError, "from accumulator row -1"),
+            ({"m": 15.5}, TypeError, "m must be an integer, got 15.5"),
+            ({"n": 16.0}, TypeError, "n must be an integer, got 16.0")):
+        with pytest.raises(error, match=message):
+            eltwise_launch(s, Opcode.ADD, buf, buf, buf, buf, shift=16, sems=sems,
+                           **{"m": 8, "n": 16, **over})
+    assert device_state(dev) == before and all(x.issued == 0 for x in sems.values())
     with pytest.raises(ValueError, match="gamma outside"):
         pack_layernorm_params(cfg, [1], [1], [1 << 31], [0])
 
