@@ -350,6 +350,7 @@ class LinearJob:
         self.out_buffer = out_buffer
         self._sems = sems
         self.commands = commands
+        self._end = stream.commands_submitted      # the stream's count after the kernel
 
     def output(self) -> np.ndarray:
         """The int8 ``(M, N)`` result (reads device memory; the work must have completed)."""
@@ -359,12 +360,19 @@ class LinearJob:
         return np.ascontiguousarray(out)
 
     def free(self) -> None:
-        """Free the job's buffers and semaphores (after it completed)."""
-        for b in self._buffers:
-            if not b.freed:
-                b.free()
-        for s in self._sems:
-            s.free()
+        """Free the job's buffers and semaphores: now if the host has seen the kernel
+        complete (its stream synchronized, or an event recorded after it), else once it has
+        (until then its DMA could still write the buffers and signal the semaphores)."""
+        bufs, sems = [b for b in self._buffers if not b.freed], self._sems
+        self._buffers, self._sems = [], []
+
+        def release() -> None:
+            for b in bufs:
+                if not b.freed:
+                    b.free()
+            for s in sems:
+                s.free()
+        self.stream.device._defer(release, [(self.stream, self._end)])
 
 
 def _check_gelu(gelu, relu: bool, shape: tuple) -> tuple[np.ndarray, np.ndarray] | None:

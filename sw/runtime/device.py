@@ -309,13 +309,12 @@ class Device:
         self._release_deferred()
 
     def _release_deferred(self) -> None:
-        keep = []
-        for release, pending in self._deferred:
-            if all(s._done >= pos for s, pos in pending):
-                release()
-            else:
-                keep.append((release, pending))
-        self._deferred = keep
+        ready, keep = [], []
+        for item in self._deferred:
+            (ready if all(s._done >= pos for s, pos in item[1]) else keep).append(item)
+        self._deferred = keep       # first: a release may synchronize (a TLB invalidate)
+        for release, _ in ready:
+            release()
 
     def alloc_semaphore(self) -> Semaphore:
         """Take a semaphore from the pool (ids ``n_sems - 1`` down to 1).
@@ -549,9 +548,9 @@ class Device:
             stream._forget()
         for sem in self._sems_live.values():   # the semaphores restart from 0
             sem.base = sem.issued = 0
-        for release, _ in self._deferred:      # their FENCEs and WAITs were dropped
+        dropped, self._deferred = self._deferred, []   # their commands were dropped
+        for release, _ in dropped:
             release()
-        self._deferred = []
 
     def _rearm_error_irq(self) -> None:
         if not self.backend.csr_read(Csr.QUEUE_ERRORS):

@@ -737,6 +737,21 @@ def test_a_freed_event_keeps_its_semaphore_until_its_waits_and_recordings_retire
     assert sem_id in dev._sem_pool
 
 
+def test_a_linear_job_freed_before_it_completed_keeps_its_memory_until_it_has():
+    """LinearJob.free() before the kernel completed gave its buffers and semaphores back at
+    once: the kernel's DMA could still write the buffers' next owner."""
+    dev = Device(PerfBackend(NPUConfig()))
+    s = dev.default_stream
+    ops = _linear_operands(np.random.default_rng(3), 32, 64, 64)
+    used, pool = dev.memory_stats().used_bytes, len(dev._sem_pool)
+    job = linear_launch(s, *ops)
+    job.free()
+    assert dev.memory_stats().used_bytes > used and len(dev._sem_pool) == pool - 4
+    s.synchronize()
+    assert dev.memory_stats().used_bytes == used and len(dev._sem_pool) == pool
+    job.free()                          # a second free does nothing
+
+
 def test_a_freed_event_cannot_be_used():
     """Recording a freed event signalled the semaphore a new event got: the new event, which
     could never complete, reported complete."""
