@@ -312,7 +312,7 @@ class Stream:
         ev._last_word = word
         ev.recorded_on = self
         ev._clock = {**self._after, self.queue: self.commands_submitted}
-        ev._pending.append((self, self.commands_submitted))
+        ev._pending[self] = self.commands_submitted
         for waiter in ev._waiters:      # their waits were for this, the first recording
             merge_clock(waiter._after, ev._clock)
         ev._waiters.clear()
@@ -331,7 +331,7 @@ class Stream:
         cmds = CommandList()
         cmds.wait(event.sem.id, event.target)
         self._write([cmds[0].raw], None)
-        event._pending.append((self, self.commands_submitted))
+        event._pending[self] = self.commands_submitted
         if event.recorded_on is None:
             event._waiters.append(self)
         merge_clock(self._after, event._clock)

@@ -127,8 +127,8 @@ class Event:
         self._clock: dict[int, int] = {}
         #: streams that waited for the first recording before it happened
         self._waiters: list[Stream] = []
-        #: (stream, commands_submitted) after each recording's FENCE and each WAIT on it
-        self._pending: list[tuple[Stream, int]] = []
+        #: per stream, its commands_submitted after its last recording's FENCE or WAIT on it
+        self._pending: dict[Stream, int] = {}
         self._freed = False
 
     def _check_live(self) -> None:
@@ -216,7 +216,7 @@ class Event:
             for word in words:
                 word.free()
             self.sem.free()
-        self.device._defer(release, self._pending)
+        self.device._defer(release, list(self._pending.items()))
 
     def _word_for(self, stream: Stream) -> Buffer:
         if stream.queue not in self._words:
