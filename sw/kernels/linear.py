@@ -111,6 +111,7 @@ from sw.quant import (
     check_shifts,
 )
 from sw.runtime import Buffer, CommandList, Device, LocalUse, Semaphore, Stream
+from sw.runtime.vm import free_unwaited
 
 __all__ = ["LinearPlan", "LinearStats", "LinearJob", "Formats", "INT8_FORMATS", "plan_linear",
            "linear", "linear_with_stats", "linear_launch", "pack_activations", "pack_weights",
@@ -366,10 +367,10 @@ class LinearJob:
         bufs, sems = [b for b in self._buffers if not b.freed], self._sems
         self._buffers, self._sems = [], []
 
-        def release() -> None:
+        def release(now: bool) -> None:
             for b in bufs:
                 if not b.freed:
-                    b.free()
+                    free_unwaited(b, self.stream, now)
             for s in sems:
                 s.free()
         self.stream.device._defer(release, [(self.stream, self._end)])

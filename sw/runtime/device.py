@@ -28,6 +28,7 @@ from hw.isa import (
     Opcode,
     QueueErrorWord,
     SemLast,
+    StatusWord,
     VersionWord,
     decode,
     queue_csr,
@@ -46,6 +47,7 @@ from sw.runtime.errors import (
     DeviceError,
     DeviceTimeoutError,
     NPUError,
+    OutOfMemoryError,
     OutOfSemaphoresError,
     PageFaultError,
 )
@@ -155,7 +157,7 @@ class Device:
         self._barrier_sem: Semaphore | None = None
         self.streams: dict[int, Stream] = {}
         #: releases held back until the host saw commands retire (:meth:`_defer`)
-        self._deferred: list[tuple[Callable[[], None], list[tuple[Stream, int]]]] = []
+        self._deferred: list[tuple[Callable[[bool], None], list[tuple[Stream, int]]]] = []
         self.contexts: dict[int, Context] = {}
         backend.csr_write(Csr.CONTROL, 1)
         backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
@@ -301,20 +303,34 @@ class Device:
         stream.launch(cmds, ordered=False)
         stream.synchronize()
 
-    def _defer(self, release: Callable[[], None], pending: list[tuple[Stream, int]]) -> None:
-        """Call ``release()`` once the host knows that every ``(stream, position)`` of
-        ``pending`` retired (:meth:`Event.free`): now, or at the host synchronization that
-        tells it (``Stream._completed``)."""
-        self._deferred.append((release, list(pending)))
-        self._release_deferred()
+    def _defer(self, release: Callable[[bool], None],
+               pending: list[tuple[Stream, int]]) -> None:
+        """Call ``release(now)`` once the host knows that every ``(stream, position)`` of
+        ``pending`` retired (:meth:`Event.free`, ``LinearJob.free``): now (``now=True``: it
+        may wait on the device), or later, inside the host call that tells it
+        (``Stream._completed``; ``now=False``: it must not wait, see
+        :func:`sw.runtime.vm.free_unwaited`)."""
+        if all(s._done >= pos for s, pos in pending):
+            release(True)
+        else:
+            self._deferred.append((release, list(pending)))
+
+    def _reclaim(self) -> None:
+        """Before running out: ask every stream whether it is idle (``Q_STATUS``, no wait),
+        which releases what its retired work held back."""
+        for s in list(self.streams.values()):
+            status = unpack_fields(StatusWord, self.backend.csr_read(
+                queue_csr(s.queue, Csr.Q_STATUS)))
+            if not status.busy and not status.error:     # (an error is reported elsewhere)
+                s._all_done()
 
     def _release_deferred(self) -> None:
         ready, keep = [], []
         for item in self._deferred:
             (ready if all(s._done >= pos for s, pos in item[1]) else keep).append(item)
-        self._deferred = keep       # first: a release may synchronize (a TLB invalidate)
+        self._deferred = keep       # first: a release may launch (a TLB invalidate)
         for release, _ in ready:
-            release()
+            release(False)
 
     def alloc_semaphore(self) -> Semaphore:
         """Take a semaphore from the pool (ids ``n_sems - 1`` down to 1).
@@ -325,9 +341,11 @@ class Device:
             If all are in use.
         """
         if not self._sem_pool:
+            self._reclaim()
+        if not self._sem_pool:
             n = self.config.n_sems
-            held = (f"; {len(self._deferred)} freed event(s) hold theirs until the host sees "
-                    "their streams' recordings and waits retire (synchronize them)"
+            held = (f"; {len(self._deferred)} freed event(s) or job(s) hold theirs until the "
+                    "host sees their work retire (synchronize their streams)"
                     if self._deferred else "")
             raise OutOfSemaphoresError(
                 f"every pool semaphore is in use (the pool is semaphores 1 to {n - 1}; an "
@@ -390,7 +408,19 @@ class Device:
         ValueError
             If ``nbytes < 1`` or ``align`` is not a power of two.
         """
-        return Buffer(self, self.allocator.alloc(nbytes, align), int(nbytes))
+        try:
+            addr = self.allocator.alloc(nbytes, align)
+        except OutOfMemoryError as e:
+            if not self._deferred:
+                raise
+            self._reclaim()
+            try:
+                addr = self.allocator.alloc(nbytes, align)
+            except OutOfMemoryError:
+                raise OutOfMemoryError(
+                    f"{e}; {len(self._deferred)} freed event(s) or job(s) hold memory until "
+                    "the host sees their work retire (synchronize their streams)") from None
+        return Buffer(self, addr, int(nbytes))
 
     def upload(self, array: npt.ArrayLike, align: int = 64) -> Buffer:
         """Allocate a buffer and copy the C-ordered raw bytes of ``array`` into it."""
@@ -550,7 +580,7 @@ class Device:
             sem.base = sem.issued = 0
         dropped, self._deferred = self._deferred, []   # their commands were dropped
         for release, _ in dropped:
-            release()
+            release(True)
 
     def _rearm_error_irq(self) -> None:
         if not self.backend.csr_read(Csr.QUEUE_ERRORS):

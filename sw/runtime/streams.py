@@ -144,7 +144,9 @@ class Stream:
 
     def _forget(self) -> None:
         # (the local-memory uses stay until the host sees the stream complete: a command
-        # that was inside an engine at a reset still finishes)
+        # that was inside an engine at a reset still finishes; the waits were dropped, so
+        # later work runs after nothing of the other streams)
+        self._after.clear()
         self._record.clear()
         self._window_start = None
         self._need_barrier = False

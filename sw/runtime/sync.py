@@ -209,12 +209,14 @@ class Event:
         if self._freed:
             return
         self._freed = True
-        words = [w for w in self._words.values() if not w.freed]
+        words = [(q, w) for q, w in self._words.items() if not w.freed]
         self._words.clear()
 
-        def release() -> None:
-            for word in words:
-                word.free()
+        def release(now: bool) -> None:
+            from sw.runtime.vm import free_unwaited
+            for q, word in words:
+                if not word.freed:
+                    free_unwaited(word, self.device.streams[q], now)
             self.sem.free()
         self.device._defer(release, list(self._pending.items()))
 

@@ -38,6 +38,7 @@ from hw.isa import (
     VmWord,
     pack_fields,
 )
+from sw.runtime.commands import CommandList
 from sw.runtime.errors import ContextInUseError, NPUError, OutOfMemoryError
 from sw.runtime.memory import Allocator, Buffer
 
@@ -189,6 +190,18 @@ class Context:
             If the context was destroyed.
         """
         self._check_live()
+        removed, freed = self._clear_ptes(va, nbytes)
+        self.device.invalidate_tlb(self, stream=stream)
+        if release:
+            self._free_physical(freed)
+        else:
+            for b in freed:
+                self._block_pages[b] -= 1
+        return removed
+
+    def _clear_ptes(self, va: int, nbytes: int) -> tuple[list[Mapping], list[int]]:
+        """Unmap the pages of ``[va, va + nbytes)`` in the page tables (no TLB invalidate):
+        the mappings removed and the owned blocks of their pages."""
         first, n = va >> VM_PAGE_SHIFT, -(-(va % VM_PAGE_BYTES + nbytes) // VM_PAGE_BYTES)
         vpns = range(first, first + n)
         missing = [v for v in vpns if v not in self.pages]
@@ -210,13 +223,7 @@ class Context:
                     self._write_pte(v, pack_fields(Pte, {
                         "valid": 1, "read": int(m.read), "write": int(m.write),
                         "ppn": m.pa >> VM_PAGE_SHIFT}))
-        self.device.invalidate_tlb(self, stream=stream)
-        if release:
-            self._free_physical(freed)
-        else:
-            for b in freed:
-                self._block_pages[b] -= 1
-        return removed
+        return removed, freed
 
     def _free_physical(self, blocks: list[int]) -> None:
         """One page of each of ``blocks`` (owned physical blocks) is unmapped: free a block
@@ -316,9 +323,13 @@ class Context:
         other._buffers[va] = shared
         return shared
 
-    def free(self, buf: VirtualBuffer, *, stream: Stream | None = None) -> None:
+    def free(self, buf: VirtualBuffer, *, stream: Stream | None = None,
+             wait: bool = True) -> None:
         """Unmap ``buf`` (with the TLB invalidate of :meth:`unmap`), free its physical pages
-        if this context owns them, and its virtual range.
+        if this context owns them, and its virtual range. With ``wait=False`` the
+        ``TLB_INVALIDATE`` goes on ``stream`` unwaited, and the pages and the range are freed
+        once the host has seen it retire (the runtime's deferred releases, which must not
+        block).
 
         Raises
         ------
@@ -329,10 +340,25 @@ class Context:
         self._check_live()
         if buf.context is not self or self._buffers.get(buf.addr) is not buf:
             raise NPUError(f"{buf!r} is not a live buffer of this context (double free?)")
-        self.unmap(buf.addr, buf.nbytes, stream=stream)
+        if wait:
+            self.unmap(buf.addr, buf.nbytes, stream=stream)
+            del self._buffers[buf.addr]
+            self.va.free(buf.addr)
+            buf._freed = True
+            return
+        _, freed = self._clear_ptes(buf.addr, buf.nbytes)
         del self._buffers[buf.addr]
-        self.va.free(buf.addr)
         buf._freed = True
+        s = self.device.default_stream if stream is None else stream
+        cmds = CommandList()
+        cmds.tlb_invalidate(asid=self.asid)
+        s.launch(cmds, ordered=False)
+
+        def release() -> None:
+            if not self.destroyed:      # (destroy freed the pages and the whole range)
+                self._free_physical(freed)
+                self.va.free(buf.addr)
+        self.device._defer(release, [(s, s.commands_submitted)])
 
     def destroy(self, *, stream: Stream | None = None) -> None:
         """Unmap whatever is still mapped (one ``TLB_INVALIDATE`` of this context on
@@ -466,3 +492,14 @@ class VirtualBuffer(Buffer):
         state = " freed" if self._freed else ""
         return (f"<VirtualBuffer ctx={self.context.asid} va={self.addr:#x} {self.nbytes} "
                 f"bytes{state}>")
+
+
+def free_unwaited(buf, stream: Stream, wait: bool) -> None:
+    """Free ``buf``; without ``wait`` a :class:`VirtualBuffer` goes through
+    :meth:`Context.free` with ``wait=False`` (its ``TLB_INVALIDATE`` on ``stream``,
+    unwaited): for the runtime's deferred releases, which run inside host calls that must
+    not block (``Stream.query``, ``Event.query``)."""
+    if isinstance(buf, VirtualBuffer) and not wait:
+        buf.context.free(buf, stream=stream, wait=False)
+    else:
+        buf.free()

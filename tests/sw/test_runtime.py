@@ -752,6 +752,46 @@ def test_a_linear_job_freed_before_it_completed_keeps_its_memory_until_it_has():
     job.free()                          # a second free does nothing
 
 
+def test_deferred_frees_after_resets_in_virtual_memory_and_when_running_out():
+    """Found by a third trial: a stream reset kept what the stream had waited for, so its
+    next synchronize told the host that the other stream's kernel was done while it ran (its
+    deferred buffers were handed out again and overwritten); in a context a deferred release
+    synchronized a TLB invalidate inside a non-blocking query, which hung behind a blocked
+    stream; freed events that had retired were not reclaimed before the pool ran out."""
+    dev = Device(PerfBackend(NPUConfig()))
+    a, b = dev.default_stream, dev.create_stream()
+    ops = _linear_operands(np.random.default_rng(5), 64, 512, 64)
+    gate = dev.event()
+    a.wait_event(gate)                # holds a's kernel until the host records the gate
+    job = linear_launch(a, *ops)
+    b.wait_event(a.record())
+    used, pool = dev.memory_stats().used_bytes, len(dev._sem_pool)
+    job.free()
+    b.reset()                         # b's wait is dropped: b runs after nothing of a
+    b.synchronize()
+    assert len(dev._sem_pool) == pool and dev.memory_stats().used_bytes == used
+    with pytest.raises(LocalMemoryConflictError):
+        linear_launch(b, *ops)
+    b.record(gate)
+    a.synchronize()
+    assert len(dev._sem_pool) == pool + 4
+
+    dev = Device(ModelBackend(NPUConfig()), virtual_memory=True)
+    s = dev.default_stream
+    job = linear_launch(s, *ops)
+    ev = s.record()
+    s.wait_event(dev.event())         # s's later work waits for a recording not made yet
+    job.free()
+    assert ev.query()                 # returns: the job's pages go behind s's queue, unwaited
+    assert not s.query()
+
+    dev = Device(ModelBackend(NPUConfig()))
+    s = dev.default_stream
+    for _ in range(dev.config.n_sems - 1):
+        s.record().free()             # retired, but the host has not looked
+    dev.event()                       # reclaimed instead of OutOfSemaphoresError
+
+
 def test_a_freed_event_cannot_be_used():
     """Recording a freed event signalled the semaphore a new event got: the new event, which
     could never complete, reported complete."""
