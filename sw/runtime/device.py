@@ -333,12 +333,14 @@ class Device:
             release(False)
 
     def alloc_semaphore(self) -> Semaphore:
-        """Take a semaphore from the pool (ids ``n_sems - 1`` down to 1).
+        """Take a semaphore from the pool (ids ``n_sems - 1`` down to 1). With the pool
+        empty, it first releases what freed events and jobs held for work that retired (it
+        reads each queue's ``Q_STATUS``, :meth:`_reclaim`).
 
         Raises
         ------
         OutOfSemaphoresError
-            If all are in use.
+            If all are in use (the message counts those freed events and jobs still hold).
         """
         if not self._sem_pool:
             self._reclaim()
@@ -399,7 +401,9 @@ class Device:
     # -- memory -----------------------------------------------------------------------------------
 
     def alloc(self, nbytes: int, align: int = 64) -> Buffer:
-        """Allocate ``nbytes`` bytes of device DRAM aligned to ``align`` bytes.
+        """Allocate ``nbytes`` bytes of device DRAM aligned to ``align`` bytes (out of room,
+        first releasing what freed events and jobs held for retired work, as
+        :meth:`alloc_semaphore`).
 
         Raises
         ------
