@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import fields
 
 import numpy as np
 import numpy.typing as npt
@@ -14,14 +13,7 @@ import numpy.typing as npt
 from hw.config import NPUConfig
 from hw.isa import (
     COMMAND_BYTES,
-    CSR_ID_VALUE,
-    CSR_VERSION_VALUE,
-    MAX_RING_SIZE,
     PAGE_FAULTS,
-    CfgArray,
-    CfgBus,
-    CfgFeatures,
-    CfgVm,
     Csr,
     ErrorCode,
     IrqBit,
@@ -29,10 +21,8 @@ from hw.isa import (
     QueueErrorWord,
     SemLast,
     StatusWord,
-    VersionWord,
     decode,
     queue_csr,
-    ring_is_bad,
     sem_csr,
     sem_last_csr,
     sem_reached,
@@ -41,9 +31,9 @@ from hw.isa import (
 from sw.backend import Backend
 from sw.runtime.commands import Command, CommandList, describe_command
 from sw.runtime.counters import Counters, TraceRecord, read_counters, read_trace
+from sw.runtime.discovery import discover_config
 from sw.runtime.errors import (
     DEFAULT_TIMEOUT_CYCLES,
-    ConfigMismatchError,
     DeviceError,
     DeviceTimeoutError,
     NPUError,
@@ -54,23 +44,11 @@ from sw.runtime.errors import (
 from sw.runtime.local import merge_clock
 from sw.runtime.memory import Allocator, AllocatorStats, Buffer
 from sw.runtime.profile import Profiler
-from sw.runtime.streams import Stream
-from sw.runtime.sync import SEM_MODULUS, BlockedCommand, Event, Semaphore
+from sw.runtime.streams import Stream, check_ring_commands
+from sw.runtime.sync import SEM_MODULUS, BlockedCommand, Deferred, Event, Semaphore
 from sw.runtime.vm import Context
 
 __all__ = ["Device"]
-
-_REPORTED_FIELDS = ("rows", "cols", "n_queues", "n_sems", "spad_rows", "acc_rows",
-                    "axi_data_bits", "dma_outstanding", "dram_bytes", "tlb_entries", "mx")
-
-
-def _check_ring_commands(n: int) -> None:
-    """A stream's ring size must be one the hardware takes (:func:`hw.isa.ring_is_bad`), else
-    ValueError."""
-    if ring_is_bad(n, 0, 0):
-        raise ValueError(f"ring_commands must be a power of two from 2 to {MAX_RING_SIZE}, "
-                         f"got {n}")
-
 
 class Device:
     """An NPU seen through a backend: configuration, memory, streams, semaphores, events.
@@ -143,21 +121,21 @@ class Device:
                  profile: bool = False, virtual_memory: bool = False) -> None:
         self.backend = backend
         self.dram_timing = getattr(backend, "dram_timing", None)
-        self.config = self._discover(expected_config)
+        self.config = discover_config(backend, expected_config)
         if ring_commands is None:
             fit = self.config.dram_bytes // 16 // COMMAND_BYTES
             ring_commands = min(4096, 1 << (fit.bit_length() - 1))
         if not 0 <= queue < self.config.n_queues:
             raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
-        _check_ring_commands(ring_commands)
+        check_ring_commands(ring_commands)
         self.ring_commands = ring_commands
         self.allocator = Allocator(0, self.config.dram_bytes)
         self._sem_pool = list(range(self.config.n_sems - 1, 0, -1))
         self._sems_live: dict[int, Semaphore] = {}
         self._barrier_sem: Semaphore | None = None
         self.streams: dict[int, Stream] = {}
-        #: releases held back until the host saw commands retire (:meth:`_defer`)
-        self._deferred: list[tuple[Callable[[bool], None], list[tuple[Stream, int]]]] = []
+        #: releases held back until the host saw commands retire (Event.free, LinearJob.free)
+        self.deferred = Deferred()
         self.contexts: dict[int, Context] = {}
         backend.csr_write(Csr.CONTROL, 1)
         backend.csr_write(Csr.IRQ_STATUS, IrqBit.FENCE | IrqBit.ERROR)
@@ -175,47 +153,6 @@ class Device:
             self.profiler = Profiler(self)
 
     # -- configuration ----------------------------------------------------------------------------
-
-    def _discover(self, expected: NPUConfig | None) -> NPUConfig:
-        rd = self.backend.csr_read
-        ident = rd(Csr.ID)
-        if ident != CSR_ID_VALUE:
-            raise ConfigMismatchError(f"not an NPU: ID CSR reads {ident:#010x}, "
-                                      f"expected {CSR_ID_VALUE:#010x}")
-        version = rd(Csr.VERSION)
-        if (unpack_fields(VersionWord, version).major
-                != unpack_fields(VersionWord, CSR_VERSION_VALUE).major):
-            raise ConfigMismatchError(f"device version {version:#010x} is not compatible with "
-                                      f"the runtime's {CSR_VERSION_VALUE:#010x}")
-        arr = unpack_fields(CfgArray, rd(Csr.CFG_ARRAY))
-        bus = unpack_fields(CfgBus, rd(Csr.CFG_BUS))
-        reported = {
-            "rows": arr.rows, "cols": arr.cols, "n_queues": arr.n_queues,
-            "n_sems": arr.n_sems or 256,  # the low 8 bits: 0 means 256
-            "spad_rows": rd(Csr.CFG_SPAD), "acc_rows": rd(Csr.CFG_ACC),
-            "axi_data_bits": 8 * bus.axi_data_bytes, "dma_outstanding": bus.dma_outstanding,
-            "dram_bytes": rd(Csr.CFG_DRAM),
-            "tlb_entries": unpack_fields(CfgVm, rd(Csr.CFG_VM)).tlb_entries,
-            "mx": unpack_fields(CfgFeatures, rd(Csr.CFG_FEATURES)).mx,
-        }
-        base = expected if expected is not None else NPUConfig()
-        rest = {f.name: getattr(base, f.name) for f in fields(NPUConfig)
-                if f.name not in reported}
-        try:
-            config = NPUConfig(**reported, **rest)
-        except ValueError as e:
-            raise ConfigMismatchError(f"the device reports an invalid configuration: {e}") from e
-        derived = {"spad_row_bytes": bus.spad_row_bytes, "acc_row_elems": bus.acc_row_elems}
-        for name, value in derived.items():
-            if getattr(config, name) != value:
-                raise ConfigMismatchError(f"CFG_BUS reports {name}={value} but the "
-                                          f"configuration implies {getattr(config, name)}")
-        if expected is not None:
-            diffs = [f"{n}: device {getattr(config, n)}, expected {getattr(expected, n)}"
-                     for n in _REPORTED_FIELDS if getattr(config, n) != getattr(expected, n)]
-            if diffs:
-                raise ConfigMismatchError("device configuration differs: " + "; ".join(diffs))
-        return config
 
     # -- streams, semaphores, events ---------------------------------------------------------
 
@@ -249,7 +186,7 @@ class Device:
         if queue in self.streams:
             raise ValueError(f"queue {queue} already has a stream")
         if ring_commands is not None:
-            _check_ring_commands(ring_commands)
+            check_ring_commands(ring_commands)
         stream = Stream(self, queue, ring_commands or self.ring_commands, window_bytes,
                         context=context)
         self.streams[queue] = stream
@@ -303,18 +240,6 @@ class Device:
         stream.launch(cmds, ordered=False)
         stream.synchronize()
 
-    def _defer(self, release: Callable[[bool], None],
-               pending: list[tuple[Stream, int]]) -> None:
-        """Call ``release(now)`` once the host knows that every ``(stream, position)`` of
-        ``pending`` retired (:meth:`Event.free`, ``LinearJob.free``): now (``now=True``: it
-        may wait on the device), or later, inside the host call that tells it
-        (``Stream._completed``; ``now=False``: it must not wait, see
-        :func:`sw.runtime.vm.free_unwaited`)."""
-        if all(s._done >= pos for s, pos in pending):
-            release(True)
-        else:
-            self._deferred.append((release, list(pending)))
-
     def _reclaim(self) -> None:
         """Before running out: ask every stream whether it is idle (``Q_STATUS``, no wait),
         which releases what its retired work held back."""
@@ -323,14 +248,6 @@ class Device:
                 queue_csr(s.queue, Csr.Q_STATUS)))
             if not status.busy and not status.error:     # (an error is reported elsewhere)
                 s._all_done()
-
-    def _release_deferred(self) -> None:
-        ready, keep = [], []
-        for item in self._deferred:
-            (ready if all(s._done >= pos for s, pos in item[1]) else keep).append(item)
-        self._deferred = keep       # first: a release may launch (a TLB invalidate)
-        for release, _ in ready:
-            release(False)
 
     def alloc_semaphore(self) -> Semaphore:
         """Take a semaphore from the pool (ids ``n_sems - 1`` down to 1). With the pool
@@ -346,9 +263,7 @@ class Device:
             self._reclaim()
         if not self._sem_pool:
             n = self.config.n_sems
-            held = (f"; {len(self._deferred)} freed event(s) or job(s) hold theirs until the "
-                    "host sees their work retire (synchronize their streams)"
-                    if self._deferred else "")
+            held = self.deferred.holding("theirs")
             raise OutOfSemaphoresError(
                 f"every pool semaphore is in use (the pool is semaphores 1 to {n - 1}; an "
                 f"event takes one, a double-buffered linear kernel four{held})" if n > 1 else
@@ -415,15 +330,13 @@ class Device:
         try:
             addr = self.allocator.alloc(nbytes, align)
         except OutOfMemoryError as e:
-            if not self._deferred:
+            if not self.deferred:
                 raise
             self._reclaim()
             try:
                 addr = self.allocator.alloc(nbytes, align)
             except OutOfMemoryError:
-                raise OutOfMemoryError(
-                    f"{e}; {len(self._deferred)} freed event(s) or job(s) hold memory until "
-                    "the host sees their work retire (synchronize their streams)") from None
+                raise OutOfMemoryError(f"{e}{self.deferred.holding('memory')}") from None
         return Buffer(self, addr, int(nbytes))
 
     def upload(self, array: npt.ArrayLike, align: int = 64) -> Buffer:
@@ -582,9 +495,7 @@ class Device:
             stream._forget()
         for sem in self._sems_live.values():   # the semaphores restart from 0
             sem.base = sem.issued = 0
-        dropped, self._deferred = self._deferred, []   # their commands were dropped
-        for release, _ in dropped:
-            release(True)
+        self.deferred.release_all()     # their commands were dropped
 
     def _rearm_error_irq(self) -> None:
         if not self.backend.csr_read(Csr.QUEUE_ERRORS):

@@ -18,6 +18,7 @@ from hw.isa import (
     StatusWord,
     pack_fields,
     queue_csr,
+    ring_is_bad,
     unpack_fields,
 )
 from sw.runtime.commands import Command, CommandList
@@ -34,6 +35,14 @@ __all__ = ["Stream", "RING_POLL_CYCLES", "RING_POLL_MAX_CYCLES"]
 
 RING_POLL_CYCLES = 256  #: first interval at which a host waiting for ring space reads HEAD
 RING_POLL_MAX_CYCLES = 65536  #: the interval doubles after each poll that found too little space
+
+
+def check_ring_commands(n: int) -> None:
+    """A stream's ring size must be one the hardware takes (:func:`hw.isa.ring_is_bad`), else
+    ValueError."""
+    if ring_is_bad(n, 0, 0):
+        raise ValueError(f"ring_commands must be a power of two from 2 to {MAX_RING_SIZE}, "
+                         f"got {n}")
 
 
 class Stream:
@@ -247,7 +256,7 @@ class Stream:
             if s is not None and pos > s._done:
                 s._done = pos
                 s._uses = [u for u in s._uses if u[0] > pos]
-        self.device._release_deferred()
+        self.device.deferred.release_ready()
 
     def _all_done(self) -> None:
         """Every command launched here retired, and so did what this stream ran after."""

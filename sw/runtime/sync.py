@@ -8,6 +8,7 @@ serial-number comparison the hardware and the functional model make (``(value - 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from sw.runtime.memory import Buffer
     from sw.runtime.streams import Stream
 
-__all__ = ["BlockedCommand", "Semaphore", "Event", "SEM_MODULUS"]
+__all__ = ["BlockedCommand", "Semaphore", "Event", "Deferred", "SEM_MODULUS"]
 
 SEM_MODULUS = 1 << 32  #: semaphores are 32-bit counters that wrap (:class:`hw.isa.Csr`)
 
@@ -218,9 +219,56 @@ class Event:
                 if not word.freed:
                     free_unwaited(word, self.device.streams[q], now)
             self.sem.free()
-        self.device._defer(release, list(self._pending.items()))
+        self.device.deferred.add(release, list(self._pending.items()))
 
     def _word_for(self, stream: Stream) -> Buffer:
         if stream.queue not in self._words:
             self._words[stream.queue] = stream.alloc(4)
         return self._words[stream.queue]
+
+
+class Deferred:
+    """Releases held back until the host knows some commands retired (:meth:`Event.free`,
+    ``LinearJob.free``: a semaphore or buffer handed out again earlier could be signalled or
+    written by them). Each release waits for ``(stream, position)`` pairs: the stream's first
+    ``position`` commands retired, as the stream's ``_done`` tells (host synchronizations
+    advance it, ``Stream._completed``). Releases take ``now``: True when called from the
+    freeing call itself (it may wait on the device), False from inside a host call that
+    learned of the completion (it must not wait, :func:`sw.runtime.vm.free_unwaited`)."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[Callable[[bool], None], list[tuple[Stream, int]]]] = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, release: Callable[[bool], None], pending: list[tuple[Stream, int]]) -> None:
+        """Release now if everything ``pending`` is known retired, else hold it."""
+        if all(s._done >= pos for s, pos in pending):
+            release(True)
+        else:
+            self._items.append((release, list(pending)))
+
+    def release_ready(self) -> None:
+        """Release what is known retired by now (taken off the list first: a release may
+        launch a command, and learn of more completions)."""
+        ready, keep = [], []
+        for item in self._items:
+            (ready if all(s._done >= pos for s, pos in item[1]) else keep).append(item)
+        self._items = keep
+        for release, _ in ready:
+            release(False)
+
+    def release_all(self) -> None:
+        """Release everything (after a ``CONTROL`` reset dropped the commands)."""
+        items, self._items = self._items, []
+        for release, _ in items:
+            release(True)
+
+    def holding(self, what: str) -> str:
+        """``"; N freed event(s) or job(s) hold <what> ..."`` for an out-of-resource error, or
+        "" if nothing is held."""
+        if not self._items:
+            return ""
+        return (f"; {len(self._items)} freed event(s) or job(s) hold {what} until the host "
+                "sees their work retire (synchronize their streams)")

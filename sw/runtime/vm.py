@@ -358,7 +358,7 @@ class Context:
             if not self.destroyed:      # (destroy freed the pages and the whole range)
                 self._free_physical(freed)
                 self.va.free(buf.addr)
-        self.device._defer(release, [(s, s.commands_submitted)])
+        self.device.deferred.add(release, [(s, s.commands_submitted)])
 
     def destroy(self, *, stream: Stream | None = None) -> None:
         """Unmap whatever is still mapped (one ``TLB_INVALIDATE`` of this context on

@@ -100,7 +100,7 @@ def test_device_docstring_names_every_field_the_csrs_do_not_report():
     import dataclasses
     import re
 
-    from sw.runtime.device import _REPORTED_FIELDS
+    from sw.runtime.discovery import _REPORTED_FIELDS
     doc = re.sub(r"\s+", " ", Device.__doc__)
     listed = re.search(r"Fields the CSRs do not report \(([^)]*)\)", doc).group(1)
     assert set(re.findall(r"``(\w+)``", listed)) == {
