@@ -270,6 +270,10 @@ def test_run_names_no_python_error_class(capsys):
     (["waves", "trace", "w.vcd", "--cycle-ns", "0"], "argument --cycle-ns: must be > 0, got 0"),
     (["area", "--no-pnr", "--freq", "25"], "--freq is for nextpnr's place and route: not with "
      "--no-pnr"),
+    (["area", "--block", "npu.tile", "--seed", "2"], "--seed is for nextpnr's place and route: "
+     "not with --block (synthesis only)"),
+    (["area", "--block", "npu.tile", "--device", "45k"], "--device 45k is the part nextpnr-ecp5 "
+     "places on: not with --block"),
     (["bench", "--json", "/"], "is a folder"),
     (["bench", "--sizes", "0"], "must be >= 1, got 0"),
     (["bench", "--sizes", "-64"], "must be >= 1, got -64"),

@@ -700,3 +700,55 @@ def test_area_passes_the_seed_to_place_and_route(tmp_path, monkeypatch):
         assert main(["area", "--config", "2x2", *args, "--out", str(tmp_path / "v"),
                      "--json", str(out)]) == 0
         assert seen[-1] == want and json.loads(out.read_text())[0]["seed"] == want
+
+
+def test_area_of_one_block_alone(tmp_path):
+    """``npu area --block``: one block synthesized as the top of its own design, without place
+    and route; its table lists it and its sub-blocks only, and a block without the tile's
+    memories is not held to their check."""
+    from cosim.fpga import area
+
+    row = area(SMALLEST, block="npu.cmdproc.semaphores", out_dir=tmp_path / "v",
+               pnr=True)     # ignored for a block
+    assert row.block == "npu.cmdproc.semaphores" and row.config == SMALLEST.name
+    assert row.seed is None and row.fmax_mhz is None and row.memory_problems == []
+    assert set(row.blocks) == {"npu.cmdproc.semaphores", "npu.cmdproc.semaphores.values",
+                               "npu.cmdproc.semaphores.records"}
+    total = row.blocks["npu.cmdproc.semaphores"]
+    assert (total["lut4"], total["ff"], total["lutram"]) == (row.lut4, row.ff, row.lutram)
+    assert row.lut4 > 100 and row.ff > 0 and row.lutram > 0
+    assert (tmp_path / "v" / "ecp5-block" / "npu.cmdproc.semaphores" / "netlist.json").is_file()
+    text = format_area_table([row])
+    assert text.splitlines()[2].startswith(f"{SMALLEST.name} npu.cmdproc.semaphores ")
+    own = next(line for line in text.splitlines() if "no block" in line)
+    assert own.split()[4:6] == ["npu.cmdproc.semaphores", "(own"]
+    subs = [row.blocks[f"npu.cmdproc.semaphores.{m}"] for m in ("values", "records")]
+    assert [int(x) for x in own.split()[-5:]] == [
+        total[k] - sum(b[k] for b in subs) for k in ("lut4", "ff", "dsp", "bram", "lutram")]
+
+
+def test_area_block_names_are_checked_before_synthesis(tmp_path, monkeypatch):
+    """An unknown ``--block`` is refused with the close names and every block before Yosys
+    runs; a block with one variant (``name$N`` in the Verilog) is found by its plain name,
+    one with several must be named exactly."""
+    from cosim.fpga import BlockNotFoundError, area, design_blocks
+    from cosim.fpga.area import _find_block
+
+    def no_synthesis(*args, **kw):
+        raise AssertionError("synthesis ran")
+    monkeypatch.setattr(sys.modules["cosim.fpga.area"], "synthesize", no_synthesis)
+    with pytest.raises(BlockNotFoundError,
+                       match=rf"no block 'npu\.cmdproc\.stag' in {SMALLEST.name}; did you "
+                             r"mean npu\.cmdproc\.stage.*Blocks: npu, npu\.arbiter"):
+        area(SMALLEST, block="npu.cmdproc.stag", out_dir=tmp_path / "v")
+    names = design_blocks(tmp_path / "v" / "npu.v")
+    assert names[0] == "npu" and "npu.tile.matrix.array" in names
+    v = tmp_path / "m.v"
+    v.write_text("module npu(a);\nendmodule\nmodule \\npu.q.trace$3 (a);\nendmodule\n"
+                 "module \\npu.r$1 (a);\nendmodule\nmodule \\npu.r$2 (a);\nendmodule\n")
+    assert design_blocks(v) == ["npu", "npu.q.trace$3", "npu.r$1", "npu.r$2"]
+    assert _find_block(v, "npu.q.trace", "c") == "npu.q.trace$3"
+    assert _find_block(v, "npu.r$2", "c") == "npu.r$2"
+    with pytest.raises(BlockNotFoundError, match=r"'npu\.r' has 2 variants in c: give one of "
+                                                 r"npu\.r\$1, npu\.r\$2"):
+        _find_block(v, "npu.r", "c")
