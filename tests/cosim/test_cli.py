@@ -279,7 +279,10 @@ def test_run_names_no_python_error_class(capsys):
     (["bench", "--configs", "8x8", "8x8,dma_outstanding=4"],
      "--configs names 8x8 more than once"),
     (["bench", "--configs", "8x4"], "must be square"),
-    (["fuzz", "--backend", "model", "--timed-exact"], "not with --backend model"),
+    (["fuzz", "--backend", "perf", "--timed-exact"], "not with --backend perf"),
+    (["fuzz", "--backend", "model", "--timed-exact"], "not with --backend perf"),
+    (["fuzz", "--backend", "bogus"], "argument --backend: backend 'bogus': expected rtl or "
+     "perf (model: perf's former name)"),
     (["fuzz", "--vm", "--config", "8x8,tlb_entries=0"], "has no TLB"),
     (["fuzz", "--seed", "-1"], "must be >= 0, got -1"),
     # DRAM timings under which streams would outlast the hang budget (--backend model, one
@@ -323,7 +326,7 @@ def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["area", "--no-pnr", "--no-route"], "give one of them"),
     (["bench", "--validate", "--configs", "4x4"], "--configs does not apply"),
-    (["fuzz", "--timed-exact", "--backend", "model"], "not with --backend model"),
+    (["fuzz", "--timed-exact", "--backend", "model"], "not with --backend perf"),
     (["fuzz", "--vm", "--config", "4x4,tlb_entries=0"], "has no TLB"),
     (["run", "--backend", "perf", "--trace", "t.vcd"], "is a waveform's suffix"),
 ])
@@ -335,6 +338,27 @@ def test_a_refused_command_makes_no_json_folder(argv, message, tmp_path, capsys)
         main([*argv, "--json", str(folder / "a.json")])
     assert exc.value.code == 2 and message in capsys.readouterr().err
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("given, backend", [(None, "rtl"), ("rtl", "rtl"), ("perf", "perf"),
+                                            ("model", "perf")])
+def test_fuzz_names_its_models_only_backend_perf_as_the_other_subcommands(given, backend):
+    """``npu fuzz --backend perf``: the functional against the performance model, no RTL (the
+    performance model is ``perf`` in ``npu run``, ``bench`` and ``sweep``); ``model``, its
+    former name, is still taken, as ``perf``."""
+    from cosim.cli import build_parser
+    argv = ["fuzz"] + ([] if given is None else ["--backend", given])
+    assert build_parser().parse_args(argv).backend == backend
+
+
+def test_fuzz_help_names_perf_and_its_former_name():
+    from cosim.cli import build_parser
+    fuzz = next(a for a in build_parser()._actions
+                if isinstance(a, argparse._SubParsersAction)).choices["fuzz"]
+    text = " ".join(fuzz.format_help().split())
+    assert "--backend {rtl,perf}" in text
+    assert "perf: the functional model against the performance model, no RTL" in text
+    assert "model: perf's former name" in text
 
 
 @pytest.mark.parametrize("argv, flag", [
