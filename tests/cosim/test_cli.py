@@ -10,6 +10,7 @@ import pytest
 
 from cosim.cli import main
 from cosim.cli.args import attention_len, gemm_shape, int_at_least, seq_len
+from hw.config import NPUConfig
 
 
 @pytest.mark.parametrize("argv", [["fuzz", "--bogus"], ["run", "--block", "--bogus"],
@@ -217,12 +218,61 @@ def test_run_names_the_configuration_as_config_takes_it(capsys):
     assert "NPU 4x4,dma_outstanding=2 (perf backend)" in capsys.readouterr().out
 
 
-def test_run_names_no_python_error_class(capsys):
-    """A ValueError of the run (a bad ``--waves-scope`` block) prints its message alone."""
-    assert main(["run", "--waves-scope", "dmaa", "--layers", "0"]) == 2
+def test_run_names_no_python_error_class(monkeypatch, capsys):
+    """A ValueError of the run prints its message alone."""
+    import sw.jobs.encoder as encoder
+
+    def job(*args, **kwargs):
+        raise ValueError("planted: the job refuses")
+    monkeypatch.setattr(encoder, "run_encoder_job", job)
+    assert main(["run", "--backend", "model", "--layers", "0"]) == 2
     err = capsys.readouterr().err
-    assert "no block 'dmaa'" in err and "did you mean 'dma'?" in err
-    assert "ValueError" not in err and "$" not in err
+    assert err == "npu run: error: planted: the job refuses\n"
+
+
+def _no_build(monkeypatch):
+    """Make building or running the simulator fail the test."""
+    import cosim.build as build
+    import cosim.tb.harness as harness
+
+    def built(*args, **kwargs):
+        raise AssertionError("reached the simulator's build or run")
+    for module, name in ((build, "build_sim"), (harness, "build_sim"), (harness, "run_job")):
+        monkeypatch.setattr(module, name, built)
+
+
+def test_run_refuses_an_unknown_waves_scope_block_before_anything_is_built(monkeypatch,
+                                                                          capsys):
+    """``--waves-scope`` with a block the design lacks fails as the arguments are checked,
+    with the design's blocks (:func:`cosim.build.design_blocks`): it failed only after
+    ``npu run`` had said that it was building the simulator."""
+    from cosim.build import design_blocks, generate_verilog
+    _no_build(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--waves-scope", "dma,dmaa", "--layers", "0"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "co-simulating" not in err and "building" not in err
+    named = [b for b in design_blocks(generate_verilog(NPUConfig())) if "$" not in b]
+    assert "cmdproc" in named and "dma.load_mover" in named
+    assert err.splitlines()[-1] == ("npu run: error: waves scope: no block 'dmaa' in the "
+                                    f"design; did you mean 'dma'? blocks: {', '.join(named)}")
+
+
+@pytest.mark.parametrize("current", [True, False])
+def test_run_takes_the_design_blocks_as_waves_scope(current, monkeypatch, capsys):
+    """The design's blocks pass; the check says so when it must generate the Verilog first
+    (about 10 s)."""
+    import cosim.build as build
+    from cosim.cli import build_parser
+    _no_build(monkeypatch)
+    monkeypatch.setattr(build, "verilog_current", lambda config: current)
+    args = build_parser().parse_args(["run", "--waves-scope", "dma.load_mover,cmdproc",
+                                      "--layers", "0"])
+    args.check_args(args)
+    assert args.waves and args.waves_scope == ["dma.load_mover", "cmdproc"]
+    said = "generating the 8x8 NPU's Verilog to check --waves-scope" in capsys.readouterr().err
+    assert said != current
 
 
 @pytest.mark.parametrize("argv, message", [
