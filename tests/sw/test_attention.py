@@ -15,6 +15,7 @@ from sw.kernels.attention import (
     pack_attention_params,
     plan_attention,
 )
+from sw.kernels.linear import pack_activations
 from sw.model import ModelBackend
 from sw.runtime import Device, OutOfSemaphoresError
 from tests.support import rtl_jobs, runtime_jobs
@@ -149,6 +150,61 @@ def test_attention_launch_refuses_bad_parameters_before_launching(over, error, m
         attention_launch(s, buf, buf, buf, buf, buf, seq=_L, head_dim=_D, sem=sem,
                          kv_len=kw.get("kv_len"), **args)
     assert device_state(dev) == before and sem.issued == 0
+
+
+_BUFS = ("q_buf", "k_buf", "v_buf", "p_buf", "o_buf")
+
+
+def _launch_sizes(c: NPUConfig, seq: int, heads: int, d: int) -> dict[str, int]:
+    """The bytes :func:`attention_launch` reads or writes per buffer: Q, K, V and O in the
+    activation layout ``(heads * DB, L, spad_row_bytes)`` int8 (:func:`pack_activations`' when
+    ``cols`` divides ``d``), P what :func:`pack_attention_params` packs."""
+    act = heads * -(-d // c.cols) * seq * c.spad_row_bytes
+    if d % c.cols == 0:
+        assert act == pack_activations(c, np.zeros((seq, heads * d), np.int8)).nbytes
+    params = pack_attention_params(c, heads, d, np.ones(heads * d, np.int64),
+                                   np.zeros(heads * d, np.int64)).nbytes
+    return {"q_buf": act, "k_buf": act, "v_buf": act, "p_buf": params, "o_buf": act}
+
+
+@pytest.mark.parametrize("d", [16, 12], ids=["d16", "d12"])
+@pytest.mark.parametrize("small", _BUFS)
+def test_attention_launch_refuses_a_too_small_buffer_before_launching(small, d):
+    """A buffer smaller than its layout (by one byte) is refused, naming it, the bytes needed
+    and given; nothing is launched or counted (it ran, reading or writing past the buffer)."""
+    dev = Device(ModelBackend(NPUConfig()))
+    s = dev.default_stream
+    sem = dev.alloc_semaphore()
+    need = _launch_sizes(dev.config, _L, _H, d)
+    bufs = {x: s.alloc(need[x] - (x == small)) for x in _BUFS}
+    before = device_state(dev)
+    with pytest.raises(ValueError, match=rf"^{small} too small for seq={_L}, heads={_H}, "
+                       rf"head_dim={d}: needs {need[small]} bytes \(.*\), got "
+                       rf"{need[small] - 1}$"):
+        attention_launch(s, *bufs.values(), seq=_L, heads=_H, head_dim=d,
+                         score_mult=[300] * _H, score_shift=[12] * _H, sem=sem)
+    assert device_state(dev) == before and sem.issued == 0
+
+
+def test_attention_launch_takes_buffers_of_exactly_their_layout():
+    """Buffers of exactly the packers' sizes: the launch gives attention_with_stats' output."""
+    d = 16
+    dev = Device(ModelBackend(NPUConfig()))
+    c, s = dev.config, dev.default_stream
+    q, k, v, _, _, om, osh = rtl_jobs.random_attention_operands(np.random.default_rng(5), _L,
+                                                               _H, d)
+    score = {"score_mult": [300] * _H, "score_shift": [12] * _H}
+    want, _ = attention_with_stats(dev, q, k, v, heads=_H, out_mult=om, out_shift=osh, **score)
+    need = _launch_sizes(c, _L, _H, d)
+    bufs = [s.upload(pack_activations(c, x)) for x in (q, k, v)]
+    bufs += [s.upload(pack_attention_params(c, _H, d, om, osh)), s.alloc(need["o_buf"])]
+    assert [b.nbytes for b in bufs] == [need[x] for x in _BUFS]
+    sem = dev.alloc_semaphore()
+    attention_launch(s, *bufs, seq=_L, heads=_H, head_dim=d, sem=sem, **score)
+    s.synchronize()
+    o = dev.download(bufs[4], np.int8, (_H * 2, _L, c.spad_row_bytes))
+    got = o[:, :, :c.cols].transpose(1, 0, 2).reshape(_L, _H * d)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("over,error,message",
