@@ -24,7 +24,7 @@ from tests.support.device_state import device_state
 
 def test_softmax_reference_edges():
     s = np.array([[5, 3, 1, -(2**31)], [0, 0, 0, 0]], np.int64)
-    p, sums, recip = softmax_int(s, mult=1 << 16, shift=16, kv_len=3)
+    p, sums, recip = softmax_int(s, mult=1 << 15, shift=15, kv_len=3)
     assert p[0, 0] == 127 and p[0, 3] == 0                      # max -> 127, masked -> 0
     assert list(p[1, :3]) == [127] * 3 and sums[1] == 381
     p, sums, recip = softmax_int(s, mult=1, shift=0, kv_len=0)   # fully masked rows
@@ -323,8 +323,9 @@ def test_softmax_and_row_scale_reference_by_hand():
     the table entries are ``T[f] = floor(127 * 128 * 2**(-f/16) + 1/2)`` = 16256, 15567,
     14907, 14275, 13670 for f = 0..4; ``p = (T[f] + 64) >> 7`` for ``q = 0``."""
     from sw.golden import requantize_rows
-    # mult / 2**shift = 1: n = d (F = 4 fractional bits): p = 127, T[2] -> 116, T[4] -> 107
-    p, sums, recip = softmax_int(np.array([[5, 3, 1]]), mult=1 << 16, shift=16)
+    # mult / 2**shift = 1 (2**15 / 2**15: mult is a 16-bit field): n = d (F = 4 fractional
+    # bits): p = 127, T[2] -> 116, T[4] -> 107
+    p, sums, recip = softmax_int(np.array([[5, 3, 1]]), mult=1 << 15, shift=15)
     assert p.tolist() == [[127, 116, 107]] and sums.tolist() == [350]
     assert recip.tolist() == [12271335]              # floor((2**32 + 175) / 350)
     # mult / 2**shift = 1/2 (8 / 16): d = 1, 3 are exact ties 0.5, 1.5 -> n = 1, 2 (ties up)
@@ -336,12 +337,12 @@ def test_softmax_and_row_scale_reference_by_hand():
     assert p.tolist() == [[127, 122, 0]] and recip.tolist() == [17248865]  # (2**32+124)//249
     # causal: row i keeps key k while k <= q_offset + i (the diagonal included); equal scores
     # give 127 for every kept key
-    p, sums, _ = softmax_int(np.zeros((3, 4), np.int64), mult=1 << 16, shift=16, causal=True)
+    p, sums, _ = softmax_int(np.zeros((3, 4), np.int64), mult=1 << 15, shift=15, causal=True)
     assert p.tolist() == [[127, 0, 0, 0], [127, 127, 0, 0], [127, 127, 127, 0]]
     assert sums.tolist() == [127, 254, 381]
     # with q_offset 1 and kv_len 3 (key 3 masked in every row): rows keep keys 0..1, 0..2,
     # 0..2; scores 0, 1, 2 against the row's max give d = 1 -> T[1] -> 122, d = 2 -> 116
-    p, sums, _ = softmax_int(np.array([[0, 1, 2, 3]] * 3), mult=1 << 16, shift=16,
+    p, sums, _ = softmax_int(np.array([[0, 1, 2, 3]] * 3), mult=1 << 15, shift=15,
                              causal=True, q_offset=1, kv_len=3)
     assert p.tolist() == [[122, 127, 0, 0], [116, 122, 127, 0], [116, 122, 127, 0]]
     assert sums.tolist() == [249, 365, 365]
@@ -358,8 +359,8 @@ def test_requantize_rows_int64_path_equals_python_integers():
     """``requantize_rows`` computes in int64 when the operands' extremes prove that no
     intermediate overflows, else in Python integers; both give the same bytes, for operands
     across their documented ranges (to the extremes: int32 accumulators and bias, reciprocals
-    up to 2**31 - 1, multipliers up to 2**31 - 1, shifts 0..63, ReLU or not) and beyond them
-    (shifts the int64 path cannot take, 64-bit values)."""
+    up to 2**31 - 1, multipliers up to 2**31 - 1, shifts 0..63, ReLU or not; shifts the int64
+    path cannot take); beyond them (64-bit values) it refuses them, as the kernels do."""
     from sw.golden.core import _requantize_rows_object, requantize_rows
     rng = np.random.default_rng(12)
     i32 = (-(1 << 31), (1 << 31) - 1)
@@ -383,8 +384,8 @@ def test_requantize_rows_int64_path_equals_python_integers():
         assert got.dtype == np.int8 and got.tolist() == want.tolist(), trial
         cases += int(np.abs(want).max() > 0)
     assert cases > 100
-    # beyond the documented ranges: still the Python-integer result
+    # beyond the documented ranges: refused (the Python-integer path took 64-bit values)
     a = np.array([[(1 << 62), -(1 << 62)]], np.int64)
-    want = _requantize_rows_object(a, np.array([3], np.int64), np.zeros(2, np.int64),
-                                   np.array([5, 7], np.int64), np.array([63, 2], np.int64), False)
-    assert requantize_rows(a, [3], [0, 0], [5, 7], [63, 2]).tolist() == want.tolist()
+    with pytest.raises(ValueError, match=r"acc outside \[-2147483648, 2147483647\]: got "
+                       r"4611686018427387904 at index \(0, 0\)"):
+        requantize_rows(a, [3], [0, 0], [5, 7], [63, 2])
