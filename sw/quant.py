@@ -36,7 +36,8 @@ Checked arithmetic
   because the hardware cannot add two int32 partial sums beyond 32 bits and a split would no
   longer match the golden result.
 * **Integer parameters.** The kernels' integer parameters (biases, fixed-point multipliers and
-  shifts, ...) go through :func:`check_int_values` (:func:`check_multipliers`,
+  shifts, ...) and the golden model's (:func:`requantize`, :mod:`sw.golden`: its integer
+  tensors too) go through :func:`check_int_values` (:func:`check_multipliers`,
   :func:`check_shifts`: the one home of the ``0..MULTIPLIER_MAX`` and ``0..SHIFT_MAX`` rules
   of the vector unit's REQUANT), which refuses a non-integer value with ``TypeError`` and a
   value outside its range with ``ValueError`` instead of truncating or wrapping it.
@@ -50,10 +51,11 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "INT8_MIN", "INT8_MAX", "INT32_MIN", "INT32_MAX", "MULTIPLIER_MIN", "MULTIPLIER_MAX",
+    "INT8_MIN", "INT8_MAX", "INT32_MIN", "INT32_MAX", "INT64_MIN", "INT64_MAX",
+    "MULTIPLIER_MIN", "MULTIPLIER_MAX",
     "SHIFT_MAX", "MAX_EXACT_K",
     "ScaleError", "AccumulatorOverflowError", "max_exact_k", "check_accumulation",
-    "check_int_values", "check_multipliers", "check_shifts",
+    "check_int_values", "check_int_array", "check_multipliers", "check_shifts",
     "tensor_scale", "channel_scales", "quantize", "dequantize",
     "quantize_multiplier", "quantize_multipliers", "requantize", "sqnr_db", "cosine",
 ]
@@ -62,6 +64,8 @@ INT8_MIN = -128
 INT8_MAX = 127
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
 MULTIPLIER_MIN = 1 << 30        #: smallest non-zero fixed-point multiplier
 MULTIPLIER_MAX = (1 << 31) - 1  #: largest fixed-point multiplier
 SHIFT_MAX = 63                  #: largest right shift of the vector unit
@@ -159,6 +163,9 @@ def check_int_values(name: str, value: npt.ArrayLike, lo: int, hi: int, *,
     TypeError
         A non-integer value (a non-integral or non-finite float, a bool, a string, ...).
     """
+    if (type(value) is int or isinstance(value, np.integer)) and lo <= value <= hi \
+            and (shape is None or tuple(shape) == ()):
+        return np.array(value, np.int64)        # a scalar in range: the common case, quickly
     arr = np.asarray(value)
     if shape is not None and arr.shape != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {arr.shape}")
@@ -171,6 +178,9 @@ def check_int_values(name: str, value: npt.ArrayLike, lo: int, hi: int, *,
         bad = np.array([_not_integer(x) for x in arr.flat]).reshape(arr.shape)
     elif kind in "iu":
         bad = None
+        info = np.iinfo(arr.dtype)
+        if lo <= info.min and info.max <= hi:       # in range by its type (the golden
+            return arr.astype(np.int64)             # model's large int8/int32 tensors)
     else:
         raise TypeError(f"{name} must {'be an integer' if arr.ndim == 0 else 'hold integers'}, "
                         f"got dtype {arr.dtype}{hint}")
@@ -185,6 +195,8 @@ def check_int_values(name: str, value: npt.ArrayLike, lo: int, hi: int, *,
         vals = [int(x) for x in arr.flat]
         out = [v < lo or v > hi for v in vals]
         oob = np.array(out).reshape(arr.shape)
+    elif arr.min() >= lo and arr.max() <= hi:       # two reductions, no temporaries
+        return arr.astype(np.int64)
     else:
         oob = (arr < lo) | (arr > hi)
     if oob.any():
@@ -439,16 +451,16 @@ def quantize_multipliers(real_multipliers: npt.ArrayLike) -> tuple[np.ndarray, n
     return mult, shift
 
 
-def _as_int64(v: npt.ArrayLike) -> np.ndarray:
-    """``v`` as int64, or as it is if it is already an integer array of at most 32 bits
-    (every value then fits the int32 range the checks ask for)."""
-    if isinstance(v, np.ndarray) and v.dtype in _NARROW_INTS:
-        return v
-    return np.asarray(v, dtype=np.int64)
-
-
-_NARROW_INTS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.uint8,
-                                               np.uint16))
+def check_int_array(name: str, value: npt.ArrayLike, lo: int, hi: int) -> np.ndarray:
+    """:func:`check_int_values` for a large integer tensor of the golden model: an integer
+    array whose dtype holds only values in ``[lo, hi]`` (int8 or int32 data in the int32
+    range, ...) is returned as it is (no check, no copy, its dtype kept); anything else as
+    :func:`check_int_values` returns it (int64), with its errors."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+        info = np.iinfo(value.dtype)
+        if lo <= info.min and info.max <= hi:
+            return value
+    return check_int_values(name, value, lo, hi)
 
 
 def requantize(acc: npt.ArrayLike, bias: npt.ArrayLike, multiplier: npt.ArrayLike,
@@ -490,27 +502,19 @@ def requantize(acc: npt.ArrayLike, bias: npt.ArrayLike, multiplier: npt.ArrayLik
     ------
     ValueError
         If a value is outside the ranges above.
+    TypeError
+        If a value is not an integer (a real multiplier such as 0.7 is not one:
+        :func:`quantize_multipliers` makes them); integral floats (``3.0``) are taken
+        (:func:`check_int_values`).
     """
-    a = _as_int64(acc)
-    b = _as_int64(bias)
-    m = np.asarray(multiplier, dtype=np.int64)
-    s = np.asarray(shift, dtype=np.int64)
-    top = {}
-    for name, v, lo, hi in (("acc", a, -(1 << 31), (1 << 31) - 1),
-                            ("bias", b, -(1 << 31), (1 << 31) - 1),
-                            ("multiplier", m, 0, MULTIPLIER_MAX),
-                            ("shift", s, 0, SHIFT_MAX)):
-        if v.size and v.dtype != np.int64:
-            continue              # int32 or narrower (_as_int64): in range by its type
-        if v.size:
-            vmin, vmax = v.min(), v.max()
-            if vmin < lo or vmax > hi:
-                raise ValueError(f"{name} out of range [{lo}, {hi}]: min {vmin}, max {vmax}")
-            top[name] = int(vmax)
+    a = check_int_array("acc", acc, INT32_MIN, INT32_MAX)
+    b = check_int_array("bias", bias, INT32_MIN, INT32_MAX)
+    m = check_multipliers("multiplier", multiplier)
+    s = check_shifts("shift", shift)
     x = np.add(a, b, dtype=np.int64)  # |x| <= 2**32, exact in int64
     xmax = int(np.max(np.abs(x))) if x.size else 0
-    mmax = top.get("multiplier", 0)
-    smax = top.get("shift", 0)
+    mmax = int(m.max()) if m.size else 0
+    smax = int(s.max()) if s.size else 0
     rmax = (1 << smax) >> 1
     if xmax * mmax + rmax < (1 << 63):
         rnd = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)

@@ -44,7 +44,7 @@ from sw.perf.memory import DRAM_READ_QUEUE, dram_read_queue
 __all__ = [
     "ROOT", "BUILD_ROOT", "WAVES_ROOT", "DEFAULT_DESIGN", "CosimBuildError", "SimBuild",
     "generate_verilog", "build_sim", "verilator_root", "WAVES_FORMATS", "TB_SCOPE",
-    "NPU_SCOPE", "design_blocks", "trace_vars", "sim_build_state",
+    "NPU_SCOPE", "design_blocks", "trace_vars", "sim_build_state", "verilog_current",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,6 +203,12 @@ def _verilog_plan(config: NPUConfig, design: str,
         sources.append(mod_file)
     _hash_files(h, sources)
     return out_dir / "npu.v", out_dir / "npu.v.hash", h.hexdigest()
+
+
+def verilog_current(config: NPUConfig, design: str = DEFAULT_DESIGN) -> bool:
+    """Whether :func:`generate_verilog` would return its cached ``npu.v`` at once (else it
+    generates it, about 10 s)."""
+    return _stamped(*_verilog_plan(config, design))
 
 
 def generate_verilog(config: NPUConfig, design: str = DEFAULT_DESIGN, *,

@@ -64,7 +64,8 @@ def _layers(most: int):
 
 
 def _blocks(text: str) -> list[str]:
-    """``--waves-scope``: comma-separated block names (checked against the design later)."""
+    """``--waves-scope``: comma-separated block names (checked against the design's by
+    :func:`_check_waves_scope`, once the configuration is known)."""
     names = [n.strip() for n in text.split(",")]
     if not all(names) or any(not n.replace(".", "").replace("_", "").replace("$", "").isalnum()
                              for n in names):
@@ -403,6 +404,8 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                                        ("--waves-scope", args.waves_scope)) if on]
         given.append("--waves-from/--waves-to")
         parser.error(f"{given[0]}: tracing needs --backend rtl")
+    if args.waves_scope:
+        _check_waves_scope(parser, args)
     if (args.trace or args.trace_png) and args.backend == "model":
         parser.error("--trace and --trace-png need a timed backend (the functional model has "
                      "no cycles)")
@@ -422,6 +425,21 @@ def _check_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         args.fill = args.fill or "repeat"
     _check_job(parser, args, default_len=default_len)
     check_json_arg(parser, args)
+
+
+def _check_waves_scope(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--waves-scope``'s blocks against the design's (those of its Verilog,
+    :func:`cosim.tb.harness.check_waves_scope`), before the simulator's build: a typo fails at
+    once, with the design's blocks."""
+    from cosim.build import verilog_current
+    from cosim.tb.harness import check_waves_scope
+    if not verilog_current(args.config):
+        print(f"generating the {args.config.spec} NPU's Verilog to check --waves-scope "
+              "(about 10 s)...", file=sys.stderr, flush=True)
+    try:
+        check_waves_scope(args.config, args.waves_scope)
+    except ValueError as e:
+        parser.error(str(e))
 
 
 #: The ``npu run`` options that only some jobs take: option -> the jobs (one home for the

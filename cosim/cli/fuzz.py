@@ -3,16 +3,17 @@
 ::
 
     npu fuzz --streams N [--dram PRESET] [--config CFG] [--seed S] [--json OUT]
-             [--backend rtl|model] [--batch B] [--jobs J] [--repro-dir DIR] [--timed-exact]
+             [--backend rtl|perf] [--batch B] [--jobs J] [--repro-dir DIR] [--timed-exact]
              [--vm] [--no-shrink]
 
 Runs ``N`` seeded streams (seeds ``S .. S + N - 1``) on the functional model, the performance
-model and the RTL (``--backend model``: the two models only),
+model and the RTL (``--backend perf``: the two models only, no RTL; ``--backend model``, its
+former name, is still taken),
 compares them, shrinks every failure to a reproducer file in ``--repro-dir``, and prints and
 writes (``--json``) the totals: streams, mismatching streams, hangs, commands by kind, errors
 by code, wall time. ``--vm``: translated mode (:mod:`cosim.fuzz.generate`): queues in
 contexts with random mappings, planted page faults resumed or skipped: the functional
-and performance models agree on it (``--backend model``), and on the RTL too (seeds 0-99,
+and performance models agree on it (``--backend perf``), and on the RTL too (seeds 0-99,
 8x8, ideal, timing exact; README, Known limits).
 ``--no-shrink``: failures are reported as they are (shrinking reruns the RTL up to 400
 times per failing stream). Exit status 0 when every stream agrees (with ``--timed-exact``
@@ -35,16 +36,18 @@ VM_SHARE = 0.6
 #: The largest ``--max-commands`` (:attr:`cosim.fuzz.GeneratorSettings.max_commands`, per
 #: queue). A stream's time grows faster than linearly in its commands: measured on 8x8 on 2
 #: busy cores, seed 21 (3 queues, 4,665 commands) at 2,000 generates in 3 s and runs in 6 s
-#: on ``--backend model``, 21 s on the RTL (simulator start included); at 4,000 (9,325
+#: on ``--backend perf``, 21 s on the RTL (simulator start included); at 4,000 (9,325
 #: commands) 18 s and 30 s; a user trial measured 97 s at 10,000 and 512 s at 20,000.
 MAX_COMMANDS = 2000
 
 
 def _format(total: dict, timed_exact: bool = False) -> str:
     from cosim.fuzz.compare import plural
+    rtl = total["backend"] == "rtl"
     lines = [f"npu fuzz: {plural(total['streams'], 'stream')} on {total['config']} under DRAM "
              f"{total['dram']['name'] or total['dram']['spec']} ({total['backend']}"
-             f"{', perf model too' if total['with_perf'] else ''}): "
+             f"{', perf model too' if rtl and total['with_perf'] else ''}"
+             f"{'' if rtl else ': the two models, no RTL'}): "
              f"{total['mismatching']} mismatching, {plural(total['hangs'], 'hang')}, "
              f"{total['wall_seconds']} s",
              "  commands: " + ", ".join(f"{k} {v}" for k, v in total["commands"].items()),
@@ -111,6 +114,16 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if clean else 1
 
 
+def _backend(text: str) -> str:
+    """``--backend``: a backend of :data:`cosim.fuzz.campaign.BACKENDS` (a former name gives
+    its new one)."""
+    from cosim.fuzz.campaign import backend_name
+    try:
+        return backend_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``npu fuzz``."""
     from cosim.cli.args import (
@@ -121,6 +134,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         parse_config,
         parse_dram,
     )
+    from cosim.fuzz.campaign import BACKENDS
     from hw.config import NPUConfig
     from sw.dram import DramTiming
 
@@ -135,8 +149,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="configuration, e.g. 4x4 or 8x8,n_queues=2 (default 8x8)")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="first seed (default 0)")
     p.add_argument("--json", type=output_path, metavar="PATH", help="write the totals as JSON")
-    p.add_argument("--backend", choices=("rtl", "model"), default="rtl",
-                   help="model: the functional against the performance model only")
+    p.add_argument("--backend", type=_backend, choices=BACKENDS, default="rtl",
+                   help="rtl: the co-simulated RTL beside the functional and the performance "
+                   "model (default); perf: the functional model against the performance "
+                   "model, no RTL (model: perf's former name, still taken)")
     p.add_argument("--batch", type=int_at_least(1), default=200,
                    help="streams per simulation (default 200)")
     p.add_argument("--jobs", type=int_at_least(1), default=1,
@@ -167,9 +183,9 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         check_dram(args.dram, args.config, args.max_commands)
     except ValueError as e:
         parser.error(f"argument --dram: {e}")
-    if args.timed_exact and args.backend == "model":
+    if args.timed_exact and args.backend == "perf":
         parser.error("--timed-exact compares the RTL with the performance model: not with "
-                     "--backend model")
+                     "--backend perf (no RTL)")
     if args.vm and not args.config.tlb_entries:
         parser.error(f"--vm runs queues in contexts: {args.config.spec} has no TLB "
                      "(tlb_entries=0)")

@@ -1,8 +1,9 @@
 """A fuzz campaign (:func:`run_campaign`, behind ``npu fuzz``): ``streams`` seeded scenarios in
 batches, each batch one simulation (:func:`cosim.fuzz.jobs.fuzz_batch` on the RTL with the
 functional and the performance model beside it), or on the two models alone
-(``backend="model"``); totals, wall time and the reproducers of every failure. Interrupted
-(^C), it raises :class:`CampaignInterrupted` with the totals of the batches that finished.
+(``backend="perf"``; ``"model"``, its former name, is still taken); totals, wall time and
+the reproducers of every failure. Interrupted (^C), it raises :class:`CampaignInterrupted`
+with the totals of the batches that finished.
 """
 
 from __future__ import annotations
@@ -20,7 +21,32 @@ from cosim.fuzz.scenario import Scenario
 from hw.config import NPUConfig
 from sw.dram import DramTiming
 
-__all__ = ["run_campaign", "write_reproducers", "CampaignInterrupted"]
+__all__ = ["run_campaign", "write_reproducers", "CampaignInterrupted", "BACKENDS",
+           "backend_name"]
+
+#: The campaign's backends: ``rtl``, the RTL beside the functional and the performance model;
+#: ``perf``, the functional against the performance model, no RTL (``perf`` as in ``npu run``,
+#: ``npu bench`` and ``npu sweep``).
+BACKENDS = ("rtl", "perf")
+
+#: Former backend names, still taken: ``model`` was ``perf``'s.
+_FORMER_NAMES = {"model": "perf"}
+
+
+def backend_name(name: str) -> str:
+    """The backend ``name`` stands for: one of :data:`BACKENDS` (a former name, ``model``,
+    gives ``perf``).
+
+    Raises
+    ------
+    ValueError
+        ``name`` is neither a backend nor a former name.
+    """
+    backend = _FORMER_NAMES.get(name, name)
+    if backend not in BACKENDS:
+        former = ", ".join(f"{k}: {v}'s former name" for k, v in _FORMER_NAMES.items())
+        raise ValueError(f"backend {name!r}: expected {' or '.join(BACKENDS)} ({former})")
+    return backend
 
 
 class CampaignInterrupted(KeyboardInterrupt):
@@ -70,24 +96,29 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
                  settings: dict | None = None, repro_dir: Path | None = None,
                  timed_exact: bool = False, shrink: bool = True,
                  progress: Callable[[str], None] | None = None) -> dict:
-    """Run ``streams`` scenarios (seeds ``first_seed ..``) and return the totals
+    """Run ``streams`` scenarios (seeds ``first_seed ..``) on ``backend`` (:data:`BACKENDS`:
+    ``rtl`` or ``perf``; ``model`` is taken as ``perf``) and return the totals
     (``shrink=False``: failing streams are reported as they are, not shrunk on the RTL).
 
     Returns
     -------
     dict
-        :func:`cosim.fuzz.jobs.summarize` totals plus ``config``, ``dram``, ``backend``,
+        :func:`cosim.fuzz.jobs.summarize` totals plus ``config``, ``dram``, ``backend`` (its
+        name in :data:`BACKENDS`),
         ``seeds``, ``wall_seconds``, ``perf_skipped``, ``failures`` (seed and first
         mismatches of each failing stream) and ``reproducers`` (files written).
 
     Raises
     ------
+    ValueError
+        ``backend`` is not a backend (:func:`backend_name`); before any batch runs.
     CampaignInterrupted
         On ^C (a ``KeyboardInterrupt``), with the totals of the batches that finished. With
         ``jobs=1`` the batches run in the calling thread, so ^C stops the running one at once
         (on the RTL the simulator gets the signal too); with more, the running batches end
         first (a simulator that got the ^C ends at once, a model batch runs to its end).
     """
+    backend = backend_name(backend)
     t0 = time.perf_counter()
     seeds = list(range(first_seed, first_seed + streams))
     batches = [seeds[i:i + batch] for i in range(0, len(seeds), batch)]
@@ -100,7 +131,7 @@ def run_campaign(config: NPUConfig, streams: int, *, dram: DramTiming, first_see
         if stop.is_set():
             raise KeyboardInterrupt
         try:
-            if backend == "model":
+            if backend == "perf":
                 res = _model_batch(config, batches[k], settings, dram)
             else:
                 res = _rtl_batch(config, batches[k], settings, dram, f"fuzz_{tag}_{k}",

@@ -20,7 +20,7 @@ permission); which one is drawn here. Scenarios with a translated queue have no 
 (not modelled on translated DMA), and translated queues no window.
 
 Status: the functional and performance models agree on translated streams
-(``tests/cosim/test_fuzz_models.py``, ``npu fuzz --backend model --vm``), and on the RTL
+(``tests/cosim/test_fuzz_models.py``, ``npu fuzz --backend perf --vm``), and on the RTL
 ``npu fuzz --vm --streams 100 --no-shrink --timed-exact`` (8x8, ideal) finds no mismatch
 and no timing difference (README, Known limits); the RTL fuzz test
 (``tests/cosim/test_fuzz.py``) runs physical streams, and replays a translated reproducer.

@@ -60,8 +60,8 @@ from hw.config import NPUConfig
 from sw.dram import DramTiming
 from sw.model.faults import BusFault
 
-__all__ = ["run_on_rtl", "run_job", "check_waves_window", "default_dram", "waves_dir",
-           "RunResult", "CosimError", "CosimJobError", "main"]
+__all__ = ["run_on_rtl", "run_job", "check_waves_window", "check_waves_scope", "default_dram",
+           "waves_dir", "RunResult", "CosimError", "CosimJobError", "main"]
 
 # Warnings are errors in the simulator process too; add narrow, named exceptions here.
 PYTHONWARNINGS = "error"
@@ -306,7 +306,7 @@ def run_job(config: NPUConfig, job: str, args: dict | None = None, *, name: str,
     json.dumps(args)  # fail here, not in the simulator
     tag_dir = ROOT / "build" / design_tag(config, design)
     if waves_scope:         # before the (minutes long) traced build; the Verilog is cached
-        _check_scope(waves_scope, generate_verilog(config, design))
+        check_waves_scope(config, waves_scope, design)
     sim = build_sim(config, waves=waves, design=design, internal_clock=internal_clock,
                     waves_format=waves_format)
 
@@ -433,8 +433,21 @@ def _missed_kernel(window: dict | None, outcome: dict | None) -> str | None:
             f"{window['occurrence']} was asked for (kernels of this run: {known or 'none'})")
 
 
-def _check_scope(scopes: list[str], verilog: Path) -> None:
-    blocks = design_blocks(verilog)
+def check_waves_scope(config: NPUConfig, scopes: list[str],
+                      design: str = DEFAULT_DESIGN) -> None:
+    """Check that every block of ``scopes`` (dotted paths below the NPU, ``run_job``'s
+    ``waves_scope``) is a block of ``design(config)``: one of
+    :func:`cosim.build.design_blocks` of its Verilog (:func:`cosim.build.generate_verilog`:
+    cached, else about 10 s); no simulator is built.
+
+    Raises
+    ------
+    ValueError
+        A block is not in the design; the message lists the design's blocks.
+    CosimBuildError
+        If the Verilog cannot be generated.
+    """
+    blocks = design_blocks(generate_verilog(config, design))
     unknown = [s for s in scopes if s not in blocks]
     if unknown:
         named = [b for b in blocks if "$" not in b]     # not the generated names

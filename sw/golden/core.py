@@ -1,5 +1,11 @@
 """Golden integer reference of the linear and attention kernels: int8 matmul, linear layer
-with requantization, integer softmax, row requantization, one attention head."""
+with requantization, integer softmax, row requantization, one attention head.
+
+Integer parameters and tensors are checked as the kernels check theirs
+(:func:`sw.quant.check_int_values`): a non-integer value (``0.7``, ``True``) raises
+``TypeError``, a value outside the range its docstring gives ``ValueError``; integral floats
+(``3.0``) are taken.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +18,24 @@ from hw.isa import (
     SOFTMAX_EXP_GUARD_BITS,
     SOFTMAX_EXP_MAX_SHIFT,
     SOFTMAX_RECIP_BITS,
+    SoftmaxBody,
+    field_max,
     softmax_exp_table,
 )
-from sw.quant import check_accumulation, requantize
+from sw.quant import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    check_accumulation,
+    check_int_values,
+    check_multipliers,
+    check_shifts,
+    requantize,
+)
+
+#: SOFTMAX's ``mult`` and ``kv_len`` fields (unsigned)
+_SOFTMAX_MULT_MAX = field_max(SoftmaxBody, "mult")
+_SOFTMAX_KV_LEN_MAX = field_max(SoftmaxBody, "kv_len")
 
 
 def matmul_int(a: npt.ArrayLike, w: npt.ArrayLike) -> np.ndarray:
@@ -89,7 +110,9 @@ def linear_int(a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
     Raises
     ------
     ValueError
-        For mismatched shapes or dtypes.
+        For mismatched shapes or dtypes, or a parameter outside its range.
+    TypeError
+        A non-integer parameter value (:func:`sw.quant.requantize`).
     AccumulatorOverflowError
         If ``K > MAX_EXACT_K`` (:func:`matmul_int`).
     """
@@ -122,10 +145,13 @@ def exp2_int(n: npt.ArrayLike, frac_bits: int = SOFTMAX_EXP_FRAC_BITS,
     -------
     numpy.ndarray
         int64, same shape, values 0..127.
+
+    Raises
+    ------
+    ValueError, TypeError
+        A negative or non-integer ``n``.
     """
-    n = np.asarray(n, dtype=np.int64)
-    if n.size and n.min() < 0:
-        raise ValueError("exponent indices must be >= 0")
+    n = check_int_values("n", n, 0, INT64_MAX)
     table = np.asarray(softmax_exp_table(frac_bits, guard_bits), dtype=np.int64)
     q = n >> frac_bits
     f = n & ((1 << frac_bits) - 1)
@@ -136,8 +162,9 @@ def exp2_int(n: npt.ArrayLike, frac_bits: int = SOFTMAX_EXP_FRAC_BITS,
 
 def row_reciprocal(sums: npt.ArrayLike) -> np.ndarray:
     """SOFTMAX's per-row reciprocal ``floor((2**32 + s // 2) / s)``, 0 for ``s == 0``
-    (round half up of ``2**32 / s``); int64."""
-    s = np.asarray(sums, dtype=np.int64)
+    (round half up of ``2**32 / s``); int64. ``sums``: non-negative integers (ValueError,
+    TypeError otherwise)."""
+    s = check_int_values("sums", sums, 0, INT64_MAX)
     safe = np.maximum(s, 1)
     r = ((np.int64(1) << SOFTMAX_RECIP_BITS) + safe // 2) // safe
     return np.where(s > 0, r, 0)
@@ -155,11 +182,11 @@ def softmax_int(scores: npt.ArrayLike, *, mult: int, shift: int, kv_len: int | N
     mult, shift : int
         Score units -> base-2 exponent units in ``2**-F``: ``mult`` in 0..65535, ``shift`` 0..63.
     kv_len : int, optional
-        Keys ``>= kv_len`` are masked (default ``K``).
+        Keys ``>= kv_len`` are masked (default ``K``); 0..65535 (the command's field).
     causal : bool
         Mask key ``k`` of row ``i`` if ``k > q_offset + i``.
     q_offset : int
-        Position of query row 0 (for the causal mask).
+        Position of query row 0 (for the causal mask), ``0..2**31-1``.
     exp : callable
         The exponent (default :func:`exp2_int`, the hardware's); others for design sweeps.
 
@@ -171,10 +198,19 @@ def softmax_int(scores: npt.ArrayLike, *, mult: int, shift: int, kv_len: int | N
         int64, shape ``(R,)``, exact row sums of ``p``.
     recip : numpy.ndarray
         int64, shape ``(R,)``, :func:`row_reciprocal` of ``sums``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        A value outside the ranges above, or not an integer.
     """
-    s = np.asarray(scores, dtype=np.int64)
+    s = check_int_values("scores", scores, INT32_MIN, INT32_MAX)
+    mult = int(check_int_values("mult", mult, 0, _SOFTMAX_MULT_MAX, shape=()))
+    shift = int(check_shifts("shift", shift, shape=()))
+    q_offset = int(check_int_values("q_offset", q_offset, 0, INT32_MAX, shape=()))
     r, k = s.shape
-    kv = k if kv_len is None else kv_len
+    kv = k if kv_len is None else int(check_int_values("kv_len", kv_len, 0,
+                                                       _SOFTMAX_KV_LEN_MAX, shape=()))
     key = np.arange(k)[None, :]
     valid = np.broadcast_to(key < kv, (r, k))
     if causal:
@@ -182,7 +218,7 @@ def softmax_int(scores: npt.ArrayLike, *, mult: int, shift: int, kv_len: int | N
     m = np.where(valid, s, np.iinfo(np.int64).min).max(axis=1, initial=np.iinfo(np.int64).min)
     d = np.where(valid, m[:, None] - s, 0)
     rnd = (1 << shift) >> 1
-    n = (d * int(mult) + rnd) >> shift
+    n = (d * mult + rnd) >> shift
     p = np.where(valid, exp(n), 0)
     sums = p.sum(axis=1)
     return p.astype(np.int8), sums, row_reciprocal(sums)
@@ -210,12 +246,17 @@ def requantize_rows(acc: npt.ArrayLike, recip: npt.ArrayLike, bias: npt.ArrayLik
     -------
     numpy.ndarray
         int8, shape ``(R, N)``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        A value outside the ranges above (``acc``, ``bias``: int32), or not an integer.
     """
-    a = np.asarray(acc, dtype=np.int64)
-    r = np.asarray(recip, dtype=np.int64)
-    b = np.asarray(bias, dtype=np.int64)
-    m = np.asarray(multiplier, dtype=np.int64)
-    sh = np.asarray(shift, dtype=np.int64)
+    a = check_int_values("acc", acc, INT32_MIN, INT32_MAX)
+    r = check_int_values("recip", recip, 0, INT32_MAX)
+    b = check_int_values("bias", bias, INT32_MIN, INT32_MAX)
+    m = check_multipliers("multiplier", multiplier)
+    sh = check_shifts("shift", shift)
     if a.size and r.size and _rows_fit_int64(a, r, b, m, sh):
         # the same arithmetic in int64: every intermediate provably in range (>> floors)
         x = (a + b) * r[:, None] + (1 << (ROW_SCALE_SHIFT - 1)) >> ROW_SCALE_SHIFT
@@ -292,11 +333,13 @@ def attention_head_int(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, *,
     q, k, v : array_like of int8
         Shapes ``(L, d)``, ``(L, d)``, ``(L, dv)``.
     score_mult, score_shift : int
-        SOFTMAX ``mult``/``shift`` (score units -> ``2**-F`` base-2 exponent units).
+        SOFTMAX ``mult``/``shift`` (score units -> ``2**-F`` base-2 exponent units), 0..65535
+        and 0..63.
     out_mult, out_shift : array_like of int
-        Per output channel ``(dv,)``: real ``2**-16 * s_v[j] / s_out[j]``.
+        Per output channel ``(dv,)``: real ``2**-16 * s_v[j] / s_out[j]``; 0..2**31-1 and
+        0..63.
     kv_len : int, optional
-        Valid keys (default ``L``).
+        Valid keys, 0..L (default ``L``).
     causal : bool
         Causal mask (query ``i`` sees keys ``<= i``).
 
@@ -304,7 +347,19 @@ def attention_head_int(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, *,
     -------
     numpy.ndarray
         int8, shape ``(L, dv)``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        A parameter outside the ranges above, or not an integer; operands as
+        :func:`matmul_int`.
     """
+    score_mult = check_int_values("score_mult", score_mult, 0, _SOFTMAX_MULT_MAX, shape=())
+    score_shift = check_shifts("score_shift", score_shift, shape=())
+    out_mult = check_multipliers("out_mult", out_mult)
+    out_shift = check_shifts("out_shift", out_shift)
+    if kv_len is not None:
+        kv_len = check_int_values("kv_len", kv_len, 0, np.shape(q)[0], shape=())
     s = matmul_int(q, np.ascontiguousarray(np.asarray(k).T))
     p, _, recip = softmax_int(s, mult=score_mult, shift=score_shift, kv_len=kv_len,
                               causal=causal, exp=exp)
@@ -328,14 +383,19 @@ def round_shift(p: npt.ArrayLike, shift: npt.ArrayLike) -> np.ndarray:
     -------
     numpy.ndarray
         int64.
+
+    Raises
+    ------
+    ValueError, TypeError
+        A value outside the ranges above, or not an integer.
     """
-    p = np.asarray(p, dtype=np.int64)
-    s = np.asarray(shift, dtype=np.int64)
+    lim = (1 << 62) - 1
+    return _round_shift(check_int_values("p", p, -lim, lim),
+                        check_int_values("shift", shift, 0, 62))
+
+
+def _round_shift(p: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """:func:`round_shift` of int64 ``p`` and ``s`` in its ranges, unchecked (the golden
+    model's own intermediate values)."""
     rnd = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
     return (p + rnd) >> s
-
-
-def check_range(name: str, v: np.ndarray, lo: int, hi: int) -> None:
-    """Raise ``ValueError`` naming ``name`` if an element of ``v`` is outside ``[lo, hi]``."""
-    if v.size and (v.min() < lo or v.max() > hi):
-        raise ValueError(f"{name} out of range [{lo}, {hi}]: min {v.min()}, max {v.max()}")

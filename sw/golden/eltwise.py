@@ -16,7 +16,18 @@ from hw.isa import (
     LN_VAR_BITS,
     ln_norm_shift,
 )
-from sw.golden.core import check_range, round_shift
+from sw.golden.core import _round_shift
+from sw.quant import (
+    INT8_MAX,
+    INT8_MIN,
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    check_int_values,
+    check_multipliers,
+    check_shifts,
+)
 
 
 def eltwise_input(a: npt.ArrayLike, b: npt.ArrayLike, ma: npt.ArrayLike, mb: npt.ArrayLike,
@@ -45,22 +56,20 @@ def eltwise_input(a: npt.ArrayLike, b: npt.ArrayLike, ma: npt.ArrayLike, mb: npt
     ------
     ValueError
         For mismatched shapes or a value out of range.
+    TypeError
+        A non-integer value (:func:`sw.quant.check_int_values`).
     """
-    a = np.asarray(a, dtype=np.int64)
-    b = np.asarray(b, dtype=np.int64)
-    ma = np.asarray(ma, dtype=np.int64)
-    mb = np.asarray(mb, dtype=np.int64)
+    a = check_int_values("a", a, INT8_MIN, INT8_MAX)
+    b = check_int_values("b", b, INT8_MIN, INT8_MAX)
+    ma = check_multipliers("ma", ma)
+    mb = check_multipliers("mb", mb)
     if a.shape != b.shape or a.ndim != 2 or ma.shape != (a.shape[1],) or mb.shape != ma.shape:
         raise ValueError(f"shapes do not match: a {a.shape}, b {b.shape}, ma {ma.shape}, "
                          f"mb {mb.shape}")
-    for name, v, lo, hi in (("a", a, -128, 127), ("b", b, -128, 127),
-                            ("ma", ma, 0, (1 << 31) - 1), ("mb", mb, 0, (1 << 31) - 1)):
-        check_range(name, v, lo, hi)
-    if not 0 <= shift <= 63:
-        raise ValueError(f"shift must be in 0..63, got {shift}")
+    shift = check_shifts("shift", shift, shape=())
     # |a * ma| <= 2**38, so the rounding constant of any shift up to 63 acts as for shift 39
-    s = min(int(shift), 40)
-    x = round_shift(a * ma, s) + round_shift(b * mb, s)
+    s = np.int64(min(int(shift), 40))
+    x = _round_shift(a * ma, s) + _round_shift(b * mb, s)
     lim = 1 << (ELTWISE_X_BITS - 1)
     return np.clip(x, -lim, lim - 1)
 
@@ -111,17 +120,27 @@ def layernorm_row_constants(s: int, q: int, n: int) -> tuple[int, int, int]:
     Parameters
     ----------
     s, q : int
-        Row sums; ``q >= 0``.
+        Row sums (int64); ``q >= 0``.
     n : int
         Elements, ``1 .. LN_MAX_ELEMS``.
 
     Returns
     -------
     (R, e, mu) : tuple of int
+
+    Raises
+    ------
+    ValueError, TypeError
+        A value outside the ranges above or not an integer, or sums no row has.
     """
-    if not 1 <= n <= LN_MAX_ELEMS:
-        raise ValueError(f"n must be in 1..{LN_MAX_ELEMS}, got {n}")
-    s, q, n = int(s), int(q), int(n)
+    return _row_constants(int(check_int_values("s", s, INT64_MIN, INT64_MAX, shape=())),
+                          int(check_int_values("q", q, 0, INT64_MAX, shape=())),
+                          int(check_int_values("n", n, 1, LN_MAX_ELEMS, shape=())))
+
+
+def _row_constants(s: int, q: int, n: int) -> tuple[int, int, int]:
+    """:func:`layernorm_row_constants` of Python ints in its ranges, unchecked (a row's own
+    sums)."""
     d = n * q - s * s
     if d < 0:
         raise ValueError(f"N * Q - S**2 = {d} < 0: not the sums of one row")
@@ -171,26 +190,25 @@ def layernorm_int(a: npt.ArrayLike, b: npt.ArrayLike, ma: npt.ArrayLike, mb: npt
     ------
     ValueError
         For mismatched shapes or a value out of range.
+    TypeError
+        A non-integer value (:func:`sw.quant.check_int_values`).
     """
     x = eltwise_input(a, b, ma, mb, shift)
     r_rows, n = x.shape
     if not 1 <= n <= LN_MAX_ELEMS:
         raise ValueError(f"rows must have 1..{LN_MAX_ELEMS} elements, got {n}")
-    g = np.asarray(gamma, dtype=np.int64)
-    bt = np.asarray(beta, dtype=np.int64)
+    g = check_int_values("gamma", gamma, -INT32_MAX, INT32_MAX)
+    bt = check_int_values("beta", beta, INT32_MIN, INT32_MAX)
     if g.shape != (n,) or bt.shape != (n,):
         raise ValueError(f"gamma and beta must have shape ({n},), got {g.shape}, {bt.shape}")
-    check_range("gamma", g, -(1 << 31) + 1, (1 << 31) - 1)
-    check_range("beta", bt, -(1 << 31), (1 << 31) - 1)
-    if not 0 <= g_shift <= 63:
-        raise ValueError(f"g_shift must be in 0..63, got {g_shift}")
+    g_shift = check_shifts("g_shift", g_shift, shape=())
     out = np.zeros((r_rows, n), np.int8)
-    gs = min(int(g_shift), 52)   # |t * gamma| < 2**50: larger shifts round alike
+    gs = np.int64(min(int(g_shift), 52))   # |t * gamma| < 2**50: larger shifts round alike
     for i in range(r_rows):
         row = x[i]
-        r, e, mu = layernorm_row_constants(int(row.sum()), int((row * row).sum()), n)
+        r, e, mu = _row_constants(int(row.sum()), int((row * row).sum()), n)
         c = (row << LN_MEAN_FRAC_BITS) - mu
-        t = round_shift(c * r, ln_norm_shift(e))
-        gp = round_shift(t * g, gs)
+        t = _round_shift(c * r, np.int64(ln_norm_shift(e)))
+        gp = _round_shift(t * g, gs)
         out[i] = _out_round(gp + bt)
     return out

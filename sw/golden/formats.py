@@ -1,5 +1,5 @@
 """Golden integer reference of the number formats: int4 weights and OCP MX block scaling
-(MXINT8)."""
+(MXINT8). Integer operands are checked as in :mod:`sw.golden.core`."""
 
 from __future__ import annotations
 
@@ -10,11 +10,25 @@ from hw.isa import (
     E8M0_BIAS,
     E8M0_NAN,
     MX_BLOCK,
+    X_BASE_BITS,
     ActFormat,
     WeightFormat,
 )
 from sw.golden.core import matmul_int
-from sw.quant import requantize
+from sw.quant import (
+    INT8_MAX,
+    INT8_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    check_int_array,
+    check_int_values,
+    requantize,
+)
+
+#: The largest ``x_base`` (:data:`hw.isa.X_BASE_BITS` wide)
+_X_BASE_MAX = (1 << X_BASE_BITS) - 1
+#: :func:`mx_align`'s tile sums: ``|p| < 2**21``
+_TILE_SUM_MAX = (1 << 21) - 1
 
 
 def mx_align(p: npt.ArrayLike, d: npt.ArrayLike) -> np.ndarray:
@@ -37,9 +51,14 @@ def mx_align(p: npt.ArrayLike, d: npt.ArrayLike) -> np.ndarray:
     -------
     numpy.ndarray
         int64 holding int32 values, the broadcast shape.
+
+    Raises
+    ------
+    ValueError, TypeError
+        A value outside the ranges above (``d``: int64), or not an integer.
     """
-    p = np.asarray(p, dtype=np.int64)
-    d = np.asarray(d, dtype=np.int64)
+    p = check_int_values("p", p, -_TILE_SUM_MAX, _TILE_SUM_MAX)
+    d = check_int_values("d", d, INT64_MIN, INT64_MAX)
     left = (p << np.clip(d, 0, 32)) & 0xFFFF_FFFF
     left = np.where(left >= 1 << 31, left - (1 << 32), left)
     r = np.clip(-d, 1, 40)
@@ -59,6 +78,24 @@ def _tile_products(a: np.ndarray, w: np.ndarray, tile_k: int) -> tuple[int, np.n
     return nt, np.einsum("mtk,tkn->tmn", ap.reshape(m, nt, tile_k), wp.reshape(nt, tile_k, n))
 
 
+def _mx_operands(a: npt.ArrayLike, w: npt.ArrayLike, tile_k: int,
+                 x_base: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """The checked operands, ``tile_k`` and ``x_base`` of :func:`matmul_formats`."""
+    a = check_int_array("a", a, INT8_MIN, INT8_MAX)
+    w = check_int_array("w", w, INT8_MIN, INT8_MAX)
+    if a.ndim != 2 or w.ndim != 2 or a.shape[1] != w.shape[0]:
+        raise ValueError(f"shapes do not match for a matmul: {a.shape} @ {w.shape}")
+    tile_k = int(check_int_values("tile_k", tile_k, 1, MX_BLOCK, shape=()))
+    if MX_BLOCK % tile_k:
+        raise ValueError(f"tile_k={tile_k} must divide the MX block ({MX_BLOCK})")
+    return a, w, tile_k, int(check_int_values("x_base", x_base, 0, _X_BASE_MAX, shape=()))
+
+
+def _exponents(name: str, x: npt.ArrayLike | None) -> np.ndarray | None:
+    """E8M0 bytes (0..255; the NaN byte is refused where they are used) as int64, checked."""
+    return None if x is None else check_int_values(name, x, 0, E8M0_NAN)
+
+
 def _tile_exponents(x: np.ndarray | None, n_tiles: int, tile_k: int, axis: int,
                     other: int) -> np.ndarray:
     """Per-K-tile E8M0 bytes from per-block ones (``axis`` = the block axis), 127 (``2**0``)
@@ -66,7 +103,6 @@ def _tile_exponents(x: np.ndarray | None, n_tiles: int, tile_k: int, axis: int,
     if x is None:
         shape = [other, n_tiles] if axis == 1 else [n_tiles, other]
         return np.full(shape, E8M0_BIAS, np.int64)
-    x = np.asarray(x, dtype=np.int64)
     if np.any(x == E8M0_NAN):
         raise ValueError("an MX operand has the NaN scale (0xFF): the integer hardware has no "
                          "NaN; refusing it")
@@ -115,20 +151,18 @@ def matmul_formats(a: npt.ArrayLike, w: npt.ArrayLike, *, tile_k: int,
     Raises
     ------
     ValueError
-        For mismatched shapes, ``tile_k`` not dividing 32, or a NaN scale.
+        For mismatched shapes, ``tile_k`` not dividing 32, a NaN scale, or a value outside
+        its range (``a``, ``w``: int8; ``xa``, ``xw``: 0..255; ``x_base``: 0..1023).
+    TypeError
+        A non-integer value (:func:`sw.quant.check_int_values`).
     """
-    a = np.asarray(a)
-    w = np.asarray(w)
-    if a.ndim != 2 or w.ndim != 2 or a.shape[1] != w.shape[0]:
-        raise ValueError(f"shapes do not match for a matmul: {a.shape} @ {w.shape}")
-    if tile_k < 1 or MX_BLOCK % tile_k:
-        raise ValueError(f"tile_k={tile_k} must divide the MX block ({MX_BLOCK})")
+    a, w, tile_k, x_base = _mx_operands(a, w, tile_k, x_base)
     m, k = a.shape
     n = w.shape[1]
     nt, p = _tile_products(a, w, tile_k)
-    ea = _tile_exponents(xa, nt, tile_k, 1, m)            # (M, T)
-    ew = _tile_exponents(xw, nt, tile_k, 0, n)            # (T, N)
-    d = ea.T[:, :, None] + ew[:, None, :] - int(x_base)   # (T, M, N)
+    ea = _tile_exponents(_exponents("xa", xa), nt, tile_k, 1, m)    # (M, T)
+    ew = _tile_exponents(_exponents("xw", xw), nt, tile_k, 0, n)    # (T, N)
+    d = ea.T[:, :, None] + ew[:, None, :] - x_base                  # (T, M, N)
     total = mx_align(p, d).sum(axis=0) & 0xFFFF_FFFF
     return np.where(total >= 1 << 31, total - (1 << 32), total).astype(np.int32)
 
@@ -137,14 +171,13 @@ def mx_in_exact_range(a: npt.ArrayLike, w: npt.ArrayLike, *, tile_k: int,
                       xa: npt.ArrayLike | None = None, xw: npt.ArrayLike | None = None,
                       x_base: int = 0) -> bool:
     """Whether every K tile with a non-zero sum has ``d >= 0`` in :func:`matmul_formats` (so
-    the result is the exact dot product, no tile rounded)."""
-    a = np.asarray(a, np.int64)
-    w = np.asarray(w, np.int64)
+    the result is the exact dot product, no tile rounded); its errors."""
+    a, w, tile_k, x_base = _mx_operands(a, w, tile_k, x_base)
     m, k = a.shape
     n = w.shape[1]
     nt, p = _tile_products(a, w, tile_k)
-    d = (_tile_exponents(xa, nt, tile_k, 1, m).T[:, :, None]
-         + _tile_exponents(xw, nt, tile_k, 0, n)[:, None, :] - int(x_base))
+    d = (_tile_exponents(_exponents("xa", xa), nt, tile_k, 1, m).T[:, :, None]
+         + _tile_exponents(_exponents("xw", xw), nt, tile_k, 0, n)[:, None, :] - x_base)
     return bool(np.all((p == 0) | (d >= 0)))
 
 
@@ -163,8 +196,15 @@ def linear_formats(a: npt.ArrayLike, w: npt.ArrayLike, bias: npt.ArrayLike,
     -------
     numpy.ndarray
         int8, ``(M, N)``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`matmul_formats` (``w_exp``, ``a_exp`` for its ``xw``, ``xa``) or
+        :func:`sw.quant.requantize`.
     """
     w_mx, a_mx = weights == WeightFormat.MXINT8, activations == ActFormat.MXINT8
+    w_exp, a_exp = _exponents("w_exp", w_exp), _exponents("a_exp", a_exp)
     if w_mx or a_mx:
         acc = matmul_formats(a, w, tile_k=tile_k, xa=a_exp if a_mx else None,
                              xw=w_exp if w_mx else None, x_base=x_base)

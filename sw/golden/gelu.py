@@ -12,7 +12,8 @@ from hw.isa import (
     GELU_X_BITS,
     gelu_table,
 )
-from sw.golden.core import check_range, round_shift
+from sw.golden.core import _round_shift
+from sw.quant import INT32_MAX, INT32_MIN, check_int_values, check_multipliers, check_shifts
 
 
 def gelu_fixed(y: npt.ArrayLike) -> np.ndarray:
@@ -30,8 +31,14 @@ def gelu_fixed(y: npt.ArrayLike) -> np.ndarray:
     -------
     numpy.ndarray
         int64, same shape.
+
+    Raises
+    ------
+    ValueError, TypeError
+        A value outside the range above, or not an integer.
     """
-    y = np.asarray(y, dtype=np.int64)
+    lim = 1 << (GELU_X_BITS - 1)
+    y = check_int_values("y", y, -lim, lim - 1)
     table = np.asarray(gelu_table(), dtype=np.int64)
     k = GELU_FRAC_BITS - GELU_TABLE_STEP_BITS
     idx = (np.abs(y) + (1 << (k - 1))) >> k
@@ -67,16 +74,16 @@ def gelu_int(acc: npt.ArrayLike, bias: npt.ArrayLike, m1: npt.ArrayLike, s1: npt
     -------
     numpy.ndarray
         int8, ``(R, N)``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        A value outside the ranges above, or not an integer.
     """
-    a = np.asarray(acc, dtype=np.int64)
-    bias = np.asarray(bias, dtype=np.int64)
-    m1, s1 = np.asarray(m1, dtype=np.int64), np.asarray(s1, dtype=np.int64)
-    m2, s2 = np.asarray(m2, dtype=np.int64), np.asarray(s2, dtype=np.int64)
-    for name, v, lo, hi in (("acc", a, -(1 << 31), (1 << 31) - 1),
-                            ("bias", bias, -(1 << 31), (1 << 31) - 1),
-                            ("m1", m1, 0, (1 << 31) - 1), ("m2", m2, 0, (1 << 31) - 1),
-                            ("s1", s1, 0, 63), ("s2", s2, 0, 63)):
-        check_range(name, v, lo, hi)
+    a = check_int_values("acc", acc, INT32_MIN, INT32_MAX)
+    bias = check_int_values("bias", bias, INT32_MIN, INT32_MAX)
+    m1, s1 = check_multipliers("m1", m1), check_shifts("s1", s1)
+    m2, s2 = check_multipliers("m2", m2), check_shifts("s2", s2)
     x = (a + bias).astype(object)      # |x * m1| < 2**63, its rounding constant may not be
     rnd = np.array([(1 << int(v)) >> 1 for v in np.broadcast_to(s1, a.shape[-1:])], object)
     y = (x * m1.astype(object) + rnd) >> s1.astype(object)
@@ -84,5 +91,5 @@ def gelu_int(acc: npt.ArrayLike, bias: npt.ArrayLike, m1: npt.ArrayLike, s1: npt
     y = np.clip(np.asarray(y, dtype=object), -lim, lim - 1).astype(np.int64) if y.size else \
         np.zeros(a.shape, np.int64)
     g = gelu_fixed(y)
-    out = round_shift(g * m2, np.minimum(s2, 48))     # |g * m2| < 2**47: larger round alike
+    out = _round_shift(g * m2, np.minimum(s2, 48))     # |g * m2| < 2**47: larger round alike
     return np.clip(out, -128, 127).astype(np.int8)

@@ -209,6 +209,29 @@ def _check_kv_len(kv_len: int | None, seq: int) -> int:
     return seq if kv_len is None else int(check_int_values("kv_len", kv_len, 0, seq, shape=()))
 
 
+def _param_shape(c: NPUConfig, heads: int, db: int) -> tuple[int, ...]:
+    """The REQUANT parameters' DRAM layout (int32): ``(H, DB, 3, acc_row_elems)``."""
+    return (heads, db, 3, c.acc_row_elems)
+
+
+def _check_launch_buffers(c: NPUConfig, plan: AttentionPlan, heads: int,
+                          bufs: dict[str, Buffer]) -> None:
+    """Refuse a buffer of :func:`attention_launch` smaller than its layout (the kernel would
+    read or write past it): ``q_buf``, ``k_buf``, ``v_buf``, ``o_buf`` ``(heads * DB, L,
+    spad_row_bytes)`` int8, ``p_buf`` :func:`pack_attention_params`' ``(heads, DB, 3,
+    acc_row_elems)`` int32 (ValueError)."""
+    act = (heads * plan.db, plan.seq, c.spad_row_bytes)
+    layouts = {"q_buf": (act, 1), "k_buf": (act, 1), "v_buf": (act, 1),
+               "p_buf": (_param_shape(c, heads, plan.db), 4), "o_buf": (act, 1)}
+    for name, buf in bufs.items():
+        shape, item = layouts[name]
+        need = int(np.prod(shape)) * item
+        if buf.nbytes < need:
+            raise ValueError(f"{name} too small for seq={plan.seq}, heads={heads}, "
+                             f"head_dim={plan.head_dim}: needs {need} bytes (layout {shape} "
+                             f"{'int8' if item == 1 else 'int32'}), got {buf.nbytes}")
+
+
 def _pack(c: NPUConfig, plan: AttentionPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray,
           heads: int, out_mult: npt.ArrayLike, out_shift: npt.ArrayLike) -> list[np.ndarray]:
     """Q, K, V and the REQUANT parameters in the DRAM layouts of the module docstring."""
@@ -217,7 +240,7 @@ def _pack(c: NPUConfig, plan: AttentionPlan, q: np.ndarray, k: np.ndarray, v: np
     om = np.zeros((heads, db * n), np.int64)
     osh = np.zeros((heads, db * n), np.int64)
     om[:, :d], osh[:, :d] = _check_out_params(heads, d, out_mult, out_shift)
-    p_dram = np.zeros((heads, db, 3, c.acc_row_elems), "<i4")
+    p_dram = np.zeros(_param_shape(c, heads, db), "<i4")
     p_dram[:, :, 1, :n] = om.reshape(heads, db, n)
     p_dram[:, :, 2, :n] = osh.reshape(heads, db, n)
     # K key block by key block: [h, b, e] is the (d block e, key block b) weight tile
@@ -482,7 +505,9 @@ def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer
     ValueError
         ``L`` not a multiple of ``cols``, ``kv_len`` outside ``0..L``, ``heads`` < 1,
         ``score_mult``/``score_shift`` without ``heads`` values or outside 0..65535 / 0..63,
-        or see :func:`plan_attention`; before anything is launched.
+        a buffer smaller than its layout (``q_buf``, ``k_buf``, ``v_buf``, ``o_buf``: ``heads
+        * DB * L * spad_row_bytes`` bytes; ``p_buf``: ``heads * DB * 3 * acc_row_bytes``), or
+        see :func:`plan_attention`; before anything is launched.
     TypeError
         A non-integer ``kv_len``, ``heads`` or ``score_mult``/``score_shift`` value (as
         :func:`attention_with_stats`).
@@ -498,6 +523,8 @@ def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer
     heads = _check_heads(heads)
     smult, sshift = _check_score_params(heads, score_mult, score_shift)
     plan = plan_attention(c, seq, head_dim, spad_region=spad_region, acc_region=acc_region)
+    _check_launch_buffers(c, plan, heads, {"q_buf": q_buf, "k_buf": k_buf, "v_buf": v_buf,
+                                           "p_buf": p_buf, "o_buf": o_buf})
     use = LocalUse.regions(c, "the attention kernel", spad_region, acc_region)
     stream.check_local(use)         # before the caller's semaphore is counted
     bufs = {"q": q_buf, "k": k_buf, "v": v_buf, "p": p_buf, "o": o_buf}

@@ -10,6 +10,7 @@ import pytest
 
 from cosim.cli import main
 from cosim.cli.args import attention_len, gemm_shape, int_at_least, seq_len
+from hw.config import NPUConfig
 
 
 @pytest.mark.parametrize("argv", [["fuzz", "--bogus"], ["run", "--block", "--bogus"],
@@ -217,12 +218,61 @@ def test_run_names_the_configuration_as_config_takes_it(capsys):
     assert "NPU 4x4,dma_outstanding=2 (perf backend)" in capsys.readouterr().out
 
 
-def test_run_names_no_python_error_class(capsys):
-    """A ValueError of the run (a bad ``--waves-scope`` block) prints its message alone."""
-    assert main(["run", "--waves-scope", "dmaa", "--layers", "0"]) == 2
+def test_run_names_no_python_error_class(monkeypatch, capsys):
+    """A ValueError of the run prints its message alone."""
+    import sw.jobs.encoder as encoder
+
+    def job(*args, **kwargs):
+        raise ValueError("planted: the job refuses")
+    monkeypatch.setattr(encoder, "run_encoder_job", job)
+    assert main(["run", "--backend", "model", "--layers", "0"]) == 2
     err = capsys.readouterr().err
-    assert "no block 'dmaa'" in err and "did you mean 'dma'?" in err
-    assert "ValueError" not in err and "$" not in err
+    assert err == "npu run: error: planted: the job refuses\n"
+
+
+def _no_build(monkeypatch):
+    """Make building or running the simulator fail the test."""
+    import cosim.build as build
+    import cosim.tb.harness as harness
+
+    def built(*args, **kwargs):
+        raise AssertionError("reached the simulator's build or run")
+    for module, name in ((build, "build_sim"), (harness, "build_sim"), (harness, "run_job")):
+        monkeypatch.setattr(module, name, built)
+
+
+def test_run_refuses_an_unknown_waves_scope_block_before_anything_is_built(monkeypatch,
+                                                                          capsys):
+    """``--waves-scope`` with a block the design lacks fails as the arguments are checked,
+    with the design's blocks (:func:`cosim.build.design_blocks`): it failed only after
+    ``npu run`` had said that it was building the simulator."""
+    from cosim.build import design_blocks, generate_verilog
+    _no_build(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--waves-scope", "dma,dmaa", "--layers", "0"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "co-simulating" not in err and "building" not in err
+    named = [b for b in design_blocks(generate_verilog(NPUConfig())) if "$" not in b]
+    assert "cmdproc" in named and "dma.load_mover" in named
+    assert err.splitlines()[-1] == ("npu run: error: waves scope: no block 'dmaa' in the "
+                                    f"design; did you mean 'dma'? blocks: {', '.join(named)}")
+
+
+@pytest.mark.parametrize("current", [True, False])
+def test_run_takes_the_design_blocks_as_waves_scope(current, monkeypatch, capsys):
+    """The design's blocks pass; the check says so when it must generate the Verilog first
+    (about 10 s)."""
+    import cosim.build as build
+    from cosim.cli import build_parser
+    _no_build(monkeypatch)
+    monkeypatch.setattr(build, "verilog_current", lambda config: current)
+    args = build_parser().parse_args(["run", "--waves-scope", "dma.load_mover,cmdproc",
+                                      "--layers", "0"])
+    args.check_args(args)
+    assert args.waves and args.waves_scope == ["dma.load_mover", "cmdproc"]
+    said = "generating the 8x8 NPU's Verilog to check --waves-scope" in capsys.readouterr().err
+    assert said != current
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -283,7 +333,10 @@ def test_run_names_no_python_error_class(capsys):
     (["bench", "--configs", "8x8", "8x8,dma_outstanding=4"],
      "--configs names 8x8 more than once"),
     (["bench", "--configs", "8x4"], "must be square"),
-    (["fuzz", "--backend", "model", "--timed-exact"], "not with --backend model"),
+    (["fuzz", "--backend", "perf", "--timed-exact"], "not with --backend perf"),
+    (["fuzz", "--backend", "model", "--timed-exact"], "not with --backend perf"),
+    (["fuzz", "--backend", "bogus"], "argument --backend: backend 'bogus': expected rtl or "
+     "perf (model: perf's former name)"),
     (["fuzz", "--vm", "--config", "8x8,tlb_entries=0"], "has no TLB"),
     (["fuzz", "--seed", "-1"], "must be >= 0, got -1"),
     # DRAM timings under which streams would outlast the hang budget (--backend model, one
@@ -327,7 +380,7 @@ def test_fpga_and_bench_reject_bad_arguments_before_work(argv, message, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["area", "--no-pnr", "--no-route"], "give one of them"),
     (["bench", "--validate", "--configs", "4x4"], "--configs does not apply"),
-    (["fuzz", "--timed-exact", "--backend", "model"], "not with --backend model"),
+    (["fuzz", "--timed-exact", "--backend", "model"], "not with --backend perf"),
     (["fuzz", "--vm", "--config", "4x4,tlb_entries=0"], "has no TLB"),
     (["run", "--backend", "perf", "--trace", "t.vcd"], "is a waveform's suffix"),
 ])
@@ -339,6 +392,27 @@ def test_a_refused_command_makes_no_json_folder(argv, message, tmp_path, capsys)
         main([*argv, "--json", str(folder / "a.json")])
     assert exc.value.code == 2 and message in capsys.readouterr().err
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("given, backend", [(None, "rtl"), ("rtl", "rtl"), ("perf", "perf"),
+                                            ("model", "perf")])
+def test_fuzz_names_its_models_only_backend_perf_as_the_other_subcommands(given, backend):
+    """``npu fuzz --backend perf``: the functional against the performance model, no RTL (the
+    performance model is ``perf`` in ``npu run``, ``bench`` and ``sweep``); ``model``, its
+    former name, is still taken, as ``perf``."""
+    from cosim.cli import build_parser
+    argv = ["fuzz"] + ([] if given is None else ["--backend", given])
+    assert build_parser().parse_args(argv).backend == backend
+
+
+def test_fuzz_help_names_perf_and_its_former_name():
+    from cosim.cli import build_parser
+    fuzz = next(a for a in build_parser()._actions
+                if isinstance(a, argparse._SubParsersAction)).choices["fuzz"]
+    text = " ".join(fuzz.format_help().split())
+    assert "--backend {rtl,perf}" in text
+    assert "perf: the functional model against the performance model, no RTL" in text
+    assert "model: perf's former name" in text
 
 
 @pytest.mark.parametrize("argv, flag", [

@@ -251,6 +251,33 @@ def test_a_hung_end_of_batch_dump_is_reported_not_raised(monkeypatch):
     assert "did not finish on perf" in msg and "no progress" in msg
 
 
+@pytest.mark.parametrize("backend", ["perf", "model"])
+def test_a_perf_campaign_runs_the_two_models_only(backend, monkeypatch):
+    """``backend="perf"`` (as the performance model is named in ``npu run``, ``bench`` and
+    ``sweep``; ``"model"``, its former name, still taken) runs the models' batches, no RTL
+    (any name but ``"model"`` ran the RTL), and the totals name it ``perf``."""
+    import cosim.fuzz.campaign as campaign
+    from sw.dram import DramTiming
+    batches = []
+    monkeypatch.setattr(campaign, "_model_batch",
+                        lambda config, seeds, settings, dram: batches.append(seeds) or
+                        {"results": [], "reproducers": [], "perf_skipped": None,
+                         "batch_mismatches": []})
+    monkeypatch.setattr(campaign, "_rtl_batch", lambda *a, **k: pytest.fail("ran the RTL"))
+    total = campaign.run_campaign(CFG, 3, dram=DramTiming(), backend=backend, batch=2)
+    assert batches == [[0, 1], [2]] and total["backend"] == "perf"
+
+
+def test_a_campaign_refuses_an_unknown_backend_before_any_batch(monkeypatch):
+    import cosim.fuzz.campaign as campaign
+    from sw.dram import DramTiming
+    for batch in ("_model_batch", "_rtl_batch"):
+        monkeypatch.setattr(campaign, batch, lambda *a, **k: pytest.fail("ran a batch"))
+    with pytest.raises(ValueError, match="backend 'functional': expected rtl or perf "
+                       r"\(model: perf's former name\)"):
+        campaign.run_campaign(CFG, 1, dram=DramTiming(), backend="functional")
+
+
 def test_a_failing_batch_is_named(monkeypatch):
     """An exception inside one batch of a campaign carries which batch and seeds it was (the
     pool raises it only once the batches before it are done, after later ones printed)."""

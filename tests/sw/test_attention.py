@@ -15,6 +15,7 @@ from sw.kernels.attention import (
     pack_attention_params,
     plan_attention,
 )
+from sw.kernels.linear import pack_activations
 from sw.model import ModelBackend
 from sw.runtime import Device, OutOfSemaphoresError
 from tests.support import rtl_jobs, runtime_jobs
@@ -23,7 +24,7 @@ from tests.support.device_state import device_state
 
 def test_softmax_reference_edges():
     s = np.array([[5, 3, 1, -(2**31)], [0, 0, 0, 0]], np.int64)
-    p, sums, recip = softmax_int(s, mult=1 << 16, shift=16, kv_len=3)
+    p, sums, recip = softmax_int(s, mult=1 << 15, shift=15, kv_len=3)
     assert p[0, 0] == 127 and p[0, 3] == 0                      # max -> 127, masked -> 0
     assert list(p[1, :3]) == [127] * 3 and sums[1] == 381
     p, sums, recip = softmax_int(s, mult=1, shift=0, kv_len=0)   # fully masked rows
@@ -151,6 +152,61 @@ def test_attention_launch_refuses_bad_parameters_before_launching(over, error, m
     assert device_state(dev) == before and sem.issued == 0
 
 
+_BUFS = ("q_buf", "k_buf", "v_buf", "p_buf", "o_buf")
+
+
+def _launch_sizes(c: NPUConfig, seq: int, heads: int, d: int) -> dict[str, int]:
+    """The bytes :func:`attention_launch` reads or writes per buffer: Q, K, V and O in the
+    activation layout ``(heads * DB, L, spad_row_bytes)`` int8 (:func:`pack_activations`' when
+    ``cols`` divides ``d``), P what :func:`pack_attention_params` packs."""
+    act = heads * -(-d // c.cols) * seq * c.spad_row_bytes
+    if d % c.cols == 0:
+        assert act == pack_activations(c, np.zeros((seq, heads * d), np.int8)).nbytes
+    params = pack_attention_params(c, heads, d, np.ones(heads * d, np.int64),
+                                   np.zeros(heads * d, np.int64)).nbytes
+    return {"q_buf": act, "k_buf": act, "v_buf": act, "p_buf": params, "o_buf": act}
+
+
+@pytest.mark.parametrize("d", [16, 12], ids=["d16", "d12"])
+@pytest.mark.parametrize("small", _BUFS)
+def test_attention_launch_refuses_a_too_small_buffer_before_launching(small, d):
+    """A buffer smaller than its layout (by one byte) is refused, naming it, the bytes needed
+    and given; nothing is launched or counted (it ran, reading or writing past the buffer)."""
+    dev = Device(ModelBackend(NPUConfig()))
+    s = dev.default_stream
+    sem = dev.alloc_semaphore()
+    need = _launch_sizes(dev.config, _L, _H, d)
+    bufs = {x: s.alloc(need[x] - (x == small)) for x in _BUFS}
+    before = device_state(dev)
+    with pytest.raises(ValueError, match=rf"^{small} too small for seq={_L}, heads={_H}, "
+                       rf"head_dim={d}: needs {need[small]} bytes \(.*\), got "
+                       rf"{need[small] - 1}$"):
+        attention_launch(s, *bufs.values(), seq=_L, heads=_H, head_dim=d,
+                         score_mult=[300] * _H, score_shift=[12] * _H, sem=sem)
+    assert device_state(dev) == before and sem.issued == 0
+
+
+def test_attention_launch_takes_buffers_of_exactly_their_layout():
+    """Buffers of exactly the packers' sizes: the launch gives attention_with_stats' output."""
+    d = 16
+    dev = Device(ModelBackend(NPUConfig()))
+    c, s = dev.config, dev.default_stream
+    q, k, v, _, _, om, osh = rtl_jobs.random_attention_operands(np.random.default_rng(5), _L,
+                                                               _H, d)
+    score = {"score_mult": [300] * _H, "score_shift": [12] * _H}
+    want, _ = attention_with_stats(dev, q, k, v, heads=_H, out_mult=om, out_shift=osh, **score)
+    need = _launch_sizes(c, _L, _H, d)
+    bufs = [s.upload(pack_activations(c, x)) for x in (q, k, v)]
+    bufs += [s.upload(pack_attention_params(c, _H, d, om, osh)), s.alloc(need["o_buf"])]
+    assert [b.nbytes for b in bufs] == [need[x] for x in _BUFS]
+    sem = dev.alloc_semaphore()
+    attention_launch(s, *bufs, seq=_L, heads=_H, head_dim=d, sem=sem, **score)
+    s.synchronize()
+    o = dev.download(bufs[4], np.int8, (_H * 2, _L, c.spad_row_bytes))
+    got = o[:, :, :c.cols].transpose(1, 0, 2).reshape(_L, _H * d)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("over,error,message",
                          [b for b in BAD_ATTENTION if set(b[0]) & {"out_mult", "out_shift"}] +
                          [({"heads": 0}, ValueError, r"heads outside \[1, 2147483647\]: got 0")],
@@ -267,8 +323,9 @@ def test_softmax_and_row_scale_reference_by_hand():
     the table entries are ``T[f] = floor(127 * 128 * 2**(-f/16) + 1/2)`` = 16256, 15567,
     14907, 14275, 13670 for f = 0..4; ``p = (T[f] + 64) >> 7`` for ``q = 0``."""
     from sw.golden import requantize_rows
-    # mult / 2**shift = 1: n = d (F = 4 fractional bits): p = 127, T[2] -> 116, T[4] -> 107
-    p, sums, recip = softmax_int(np.array([[5, 3, 1]]), mult=1 << 16, shift=16)
+    # mult / 2**shift = 1 (2**15 / 2**15: mult is a 16-bit field): n = d (F = 4 fractional
+    # bits): p = 127, T[2] -> 116, T[4] -> 107
+    p, sums, recip = softmax_int(np.array([[5, 3, 1]]), mult=1 << 15, shift=15)
     assert p.tolist() == [[127, 116, 107]] and sums.tolist() == [350]
     assert recip.tolist() == [12271335]              # floor((2**32 + 175) / 350)
     # mult / 2**shift = 1/2 (8 / 16): d = 1, 3 are exact ties 0.5, 1.5 -> n = 1, 2 (ties up)
@@ -280,12 +337,12 @@ def test_softmax_and_row_scale_reference_by_hand():
     assert p.tolist() == [[127, 122, 0]] and recip.tolist() == [17248865]  # (2**32+124)//249
     # causal: row i keeps key k while k <= q_offset + i (the diagonal included); equal scores
     # give 127 for every kept key
-    p, sums, _ = softmax_int(np.zeros((3, 4), np.int64), mult=1 << 16, shift=16, causal=True)
+    p, sums, _ = softmax_int(np.zeros((3, 4), np.int64), mult=1 << 15, shift=15, causal=True)
     assert p.tolist() == [[127, 0, 0, 0], [127, 127, 0, 0], [127, 127, 127, 0]]
     assert sums.tolist() == [127, 254, 381]
     # with q_offset 1 and kv_len 3 (key 3 masked in every row): rows keep keys 0..1, 0..2,
     # 0..2; scores 0, 1, 2 against the row's max give d = 1 -> T[1] -> 122, d = 2 -> 116
-    p, sums, _ = softmax_int(np.array([[0, 1, 2, 3]] * 3), mult=1 << 16, shift=16,
+    p, sums, _ = softmax_int(np.array([[0, 1, 2, 3]] * 3), mult=1 << 15, shift=15,
                              causal=True, q_offset=1, kv_len=3)
     assert p.tolist() == [[122, 127, 0, 0], [116, 122, 127, 0], [116, 122, 127, 0]]
     assert sums.tolist() == [249, 365, 365]
@@ -302,8 +359,8 @@ def test_requantize_rows_int64_path_equals_python_integers():
     """``requantize_rows`` computes in int64 when the operands' extremes prove that no
     intermediate overflows, else in Python integers; both give the same bytes, for operands
     across their documented ranges (to the extremes: int32 accumulators and bias, reciprocals
-    up to 2**31 - 1, multipliers up to 2**31 - 1, shifts 0..63, ReLU or not) and beyond them
-    (shifts the int64 path cannot take, 64-bit values)."""
+    up to 2**31 - 1, multipliers up to 2**31 - 1, shifts 0..63, ReLU or not; shifts the int64
+    path cannot take); beyond them (64-bit values) it refuses them, as the kernels do."""
     from sw.golden.core import _requantize_rows_object, requantize_rows
     rng = np.random.default_rng(12)
     i32 = (-(1 << 31), (1 << 31) - 1)
@@ -327,8 +384,8 @@ def test_requantize_rows_int64_path_equals_python_integers():
         assert got.dtype == np.int8 and got.tolist() == want.tolist(), trial
         cases += int(np.abs(want).max() > 0)
     assert cases > 100
-    # beyond the documented ranges: still the Python-integer result
+    # beyond the documented ranges: refused (the Python-integer path took 64-bit values)
     a = np.array([[(1 << 62), -(1 << 62)]], np.int64)
-    want = _requantize_rows_object(a, np.array([3], np.int64), np.zeros(2, np.int64),
-                                   np.array([5, 7], np.int64), np.array([63, 2], np.int64), False)
-    assert requantize_rows(a, [3], [0, 0], [5, 7], [63, 2]).tolist() == want.tolist()
+    with pytest.raises(ValueError, match=r"acc outside \[-2147483648, 2147483647\]: got "
+                       r"4611686018427387904 at index \(0, 0\)"):
+        requantize_rows(a, [3], [0, 0], [5, 7], [63, 2])
