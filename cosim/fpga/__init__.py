@@ -36,7 +36,7 @@ Modules, in the order a flow uses them (every public name is also importable fro
 ========================  =========================================================
 """
 
-from cosim.fpga.area import AreaRow, BlockNotFoundError, area, design_blocks, format_area_table
+from cosim.fpga.area import AreaRow, BlockNotFoundError, area, format_area_table
 from cosim.fpga.blocks import (
     BLOCKS_METHOD,
     KEY_BLOCKS,
@@ -87,7 +87,7 @@ from cosim.fpga.verilog import (
 
 __all__ = [
     "FAMILIES", "FPGA_ROOT", "FpgaToolError", "ToolMissingError", "VerilogBundle", "LintResult",
-    "MemoryMapping", "SynthResult", "PnrResult", "AreaRow", "BlockNotFoundError", "design_blocks",
+    "MemoryMapping", "SynthResult", "PnrResult", "AreaRow", "BlockNotFoundError",
     "find_tool", "write_verilog",
     "lint_verilator", "compile_icarus", "synthesize", "place_route", "pack_bitstream", "area",
     "format_area_table", "parse_yosys_stat", "parse_memory_mapping", "parse_nextpnr_report",

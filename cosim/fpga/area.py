@@ -8,12 +8,12 @@ optionally a hierarchy-preserving synthesis, and for ECP5 place and route) into 
 from __future__ import annotations
 
 import difflib
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cosim.build import design_blocks
 from cosim.fpga.blocks import BLOCKS_METHOD, KEY_BLOCKS, TILE_MEMORIES
 from cosim.fpga.harness import harness_cost
 from cosim.fpga.pnr import ECP5_DEVICE, ECP5_PACKAGE, PNR_FREQ_MHZ, PNR_SEED, place_route
@@ -22,7 +22,7 @@ from cosim.fpga.tools import FpgaToolError
 from cosim.fpga.verilog import write_verilog
 from hw.config import NPUConfig
 
-__all__ = ["AreaRow", "BlockNotFoundError", "area", "design_blocks", "format_area_table"]
+__all__ = ["AreaRow", "BlockNotFoundError", "area", "format_area_table"]
 
 
 class BlockNotFoundError(ValueError):
@@ -81,15 +81,6 @@ def _pnr_dir(netlist: Path, seed: int) -> Path:
     return netlist.parent if seed == PNR_SEED else netlist.parent / f"seed{seed}"
 
 
-def design_blocks(verilog: Path) -> list[str]:
-    """The blocks of a Verilog bundle's design that :func:`area` can synthesize on their own:
-    the Amaranth hierarchy's module names (``npu``, ``npu.cmdproc.fetch``...), in file order.
-    A block elaborated more than once with different parameters has one module per variant,
-    named with a ``$N`` suffix by Amaranth (``npu.cmdproc.load_queue.trace$121``)."""
-    text = Path(verilog).read_text()
-    return [m[1] for m in re.finditer(r"^module \\?(npu[^\s(]*)", text, re.M)]
-
-
 def _find_block(verilog: Path, block: str, config: str) -> str:
     """The module of ``block``: its exact name, or its one variant ``block$N``.
 
@@ -99,7 +90,7 @@ def _find_block(verilog: Path, block: str, config: str) -> str:
         No such block (the message lists the close names and every block), or ``block``
         names several variants.
     """
-    names = design_blocks(verilog)
+    names = ["npu", *(f"npu.{b}" for b in design_blocks(verilog))]
     if block in names:
         return block
     variants = [n for n in names if n.split("$")[0] == block]
@@ -147,16 +138,18 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
     their own (``ecp5-pnr/seed<N>/``), so that runs of several seeds into one ``out_dir`` keep
     each one's log, report and congestion maps.
 
-    ``block`` (a name of :func:`design_blocks`, e.g. ``npu.cmdproc.fetch``; a block with one
-    variant also without its ``$N``) synthesizes that block alone, as the top of its own
-    design (into ``<out_dir>/<family>-block/<block>/``), and never places and routes (``pnr``
-    is ignored): seconds to a minute where the whole NPU takes many minutes, for measuring a
-    change to one block before and after. Its ports are the design's inputs and outputs, so
-    nothing around it is optimized into it (constants it receives, outputs nothing reads) and
-    its cells are mapped apart from the rest: its figure differs from its line in the whole
-    NPU's table, either way (8x8 at a2c6f30, ECP5: ``npu.cmdproc`` 10,940 LUT4 alone against
-    7,940 in the whole NPU, ``npu.cmdproc.semaphores`` 1,805 against 2,054,
-    ``npu.tile.vector`` 20,637 against 20,233). Compare a block alone with itself alone.
+    ``block`` (``npu`` or ``npu.`` and a path of :func:`cosim.build.design_blocks`, e.g.
+    ``npu.cmdproc.fetch``; a block elaborated in several variants has one module per variant,
+    ``name$N``, and one with a single variant is also found without its ``$N``) synthesizes that
+    block alone, as the top of its own design (into ``<out_dir>/<family>-block/<block>/``), and
+    never places and routes (``pnr`` is ignored): seconds to two minutes where the whole NPU
+    takes many minutes, for measuring a change to one block before and after. Its ports are the
+    design's inputs and outputs, so nothing around it is optimized into it (constants it
+    receives, outputs nothing reads) and its cells are mapped apart from the rest: its figure
+    differs from its line in the whole NPU's table, either way (8x8 at a2c6f30, ECP5:
+    ``npu.cmdproc`` 10,940 LUT4 alone against 7,940 in the whole NPU, ``npu.cmdproc.semaphores``
+    1,805 against 2,054, ``npu.tile.vector`` 20,637 against 20,233). Compare a block alone with
+    itself alone.
 
     Raises
     ------

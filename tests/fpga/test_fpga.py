@@ -731,7 +731,7 @@ def test_area_block_names_are_checked_before_synthesis(tmp_path, monkeypatch):
     """An unknown ``--block`` is refused with the close names and every block before Yosys
     runs; a block with one variant (``name$N`` in the Verilog) is found by its plain name,
     one with several must be named exactly."""
-    from cosim.fpga import BlockNotFoundError, area, design_blocks
+    from cosim.fpga import BlockNotFoundError, area
     from cosim.fpga.area import _find_block
 
     def no_synthesis(*args, **kw):
@@ -741,12 +741,9 @@ def test_area_block_names_are_checked_before_synthesis(tmp_path, monkeypatch):
                        match=rf"no block 'npu\.cmdproc\.stag' in {SMALLEST.name}; did you "
                              r"mean npu\.cmdproc\.stage.*Blocks: npu, npu\.arbiter"):
         area(SMALLEST, block="npu.cmdproc.stag", out_dir=tmp_path / "v")
-    names = design_blocks(tmp_path / "v" / "npu.v")
-    assert names[0] == "npu" and "npu.tile.matrix.array" in names
     v = tmp_path / "m.v"
     v.write_text("module npu(a);\nendmodule\nmodule \\npu.q.trace$3 (a);\nendmodule\n"
                  "module \\npu.r$1 (a);\nendmodule\nmodule \\npu.r$2 (a);\nendmodule\n")
-    assert design_blocks(v) == ["npu", "npu.q.trace$3", "npu.r$1", "npu.r$2"]
     assert _find_block(v, "npu.q.trace", "c") == "npu.q.trace$3"
     assert _find_block(v, "npu.r$2", "c") == "npu.r$2"
     with pytest.raises(BlockNotFoundError, match=r"'npu\.r' has 2 variants in c: give one of "
