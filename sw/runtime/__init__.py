@@ -31,6 +31,9 @@ Conventions
   :meth:`Device.launch` / :meth:`Device.synchronize`.
 * Streams are ordered against each other only through events (semaphores); within a stream,
   each launch starts after the previous launches retired (a ``BARRIER``).
+* :meth:`Stream.destroy` is ``cudaStreamDestroy``: its work still runs, and the queue, ring
+  and context binding are released once the host has seen it retire (as a freed event's
+  semaphore, :class:`~sw.runtime.sync.Deferred`).
 * Every command written to a ring is recorded, so a device error can name the failing command
   by the index the device reports in ``Q_ERR_CMD`` (commands since the queue's last reset).
 * After a device error the runtime resets the failing queue alone (``QUEUE_RESET``: its error
@@ -80,6 +83,7 @@ from sw.runtime.errors import (
     OutOfMemoryError,
     OutOfSemaphoresError,
     PageFaultError,
+    StreamDestroyedError,
     UntimedCounterError,
 )
 from sw.runtime.local import LocalUse
@@ -95,5 +99,5 @@ __all__ = [
     "OutOfSemaphoresError", "TraceRecord", "Counters", "UntimedCounterError", "BlockedCommand",
     "CommandFieldError", "RING_POLL_CYCLES", "RING_POLL_MAX_CYCLES", "Context",
     "VirtualBuffer", "PageFaultError", "check_resources", "check_dram", "LocalUse",
-    "LocalMemoryConflictError", "ContextInUseError",
+    "LocalMemoryConflictError", "ContextInUseError", "StreamDestroyedError",
 ]

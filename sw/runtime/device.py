@@ -20,7 +20,6 @@ from hw.isa import (
     Opcode,
     QueueErrorWord,
     SemLast,
-    StatusWord,
     decode,
     queue_csr,
     sem_csr,
@@ -102,6 +101,9 @@ class Device:
         The DRAM allocator.
     default_stream : Stream
         The stream of :meth:`launch` / :meth:`synchronize`.
+    streams : dict of int to Stream
+        The stream of each queue that has one, by queue; a destroyed stream
+        (:meth:`Stream.destroy`) holds its queue until its work retired.
     default_context : Context or None
         The default stream's context (``virtual_memory=True``), else None.
     contexts : dict of int to Context
@@ -134,6 +136,9 @@ class Device:
         self._sems_live: dict[int, Semaphore] = {}
         self._barrier_sem: Semaphore | None = None
         self.streams: dict[int, Stream] = {}
+        #: per queue, the commands the destroyed streams it served launched (a new stream on
+        #: it counts on from there, Stream.commands_submitted)
+        self._queue_commands: dict[int, int] = {}
         #: releases held back until the host saw commands retire (Event.free, LinearJob.free)
         self.deferred = Deferred()
         self.contexts: dict[int, Context] = {}
@@ -163,30 +168,43 @@ class Device:
         in ``context`` if given (its DMA addresses are then the context's virtual addresses;
         :meth:`Stream.alloc` allocates in the context).
 
+        A queue still held by a destroyed stream (:meth:`Stream.destroy`) is taken once that
+        stream's work retired: the call waits for it (``queue=None`` only when no queue is
+        free).
+
         Raises
         ------
         ValueError
-            If the queue does not exist or already has a stream, or none is free, or both a
-            window and a context are given, or ``ring_commands`` is not a power of two from 2
-            to :data:`hw.isa.MAX_RING_SIZE`, or is smaller than the ``HEAD`` the queue kept
-            (:class:`Stream`).
+            If the queue does not exist or has a stream that is not destroyed, or no queue
+            is free or held by a destroyed stream, or both a window and a context are given,
+            or ``ring_commands`` is not a power of two from 2 to :data:`hw.isa.MAX_RING_SIZE`,
+            or is smaller than the ``HEAD`` the queue kept (:class:`Stream`).
         OutOfMemoryError
             If the ring (or the window) does not fit in DRAM.
+        DeviceError
+            If the work of the destroyed stream that held the queue failed (the queue is
+            reset; a second call takes it).
+        DeviceTimeoutError
+            If that work did not retire within :attr:`default_timeout_cycles`.
         """
         if context is not None and window_bytes is not None:
             raise ValueError("a stream in a context has no window (its pages protect it)")
         if queue is None:
-            free = [q for q in range(self.config.n_queues) if q not in self.streams]
+            free = ([q for q in range(self.config.n_queues) if q not in self.streams]
+                    or sorted(q for q, s in self.streams.items() if s.destroyed))
             if not free:
                 raise ValueError(f"every hardware queue has a stream (n_queues="
                                  f"{self.config.n_queues})")
             queue = free[0]
         if not 0 <= queue < self.config.n_queues:
             raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
-        if queue in self.streams:
+        held = self.streams.get(queue)
+        if held is not None and not held.destroyed:
             raise ValueError(f"queue {queue} already has a stream")
         if ring_commands is not None:
             check_ring_commands(ring_commands)
+        if held is not None:
+            held._wait_retired()
         stream = Stream(self, queue, ring_commands or self.ring_commands, window_bytes,
                         context=context)
         self.streams[queue] = stream
@@ -244,9 +262,7 @@ class Device:
         """Before running out: ask every stream whether it is idle (``Q_STATUS``, no wait),
         which releases what its retired work held back."""
         for s in list(self.streams.values()):
-            status = unpack_fields(StatusWord, self.backend.csr_read(
-                queue_csr(s.queue, Csr.Q_STATUS)))
-            if not status.busy and not status.error:     # (an error is reported elsewhere)
+            if s._idle():       # (an error is reported elsewhere)
                 s._all_done()
 
     def alloc_semaphore(self) -> Semaphore:
@@ -291,11 +307,14 @@ class Device:
         ------
         TypeError
             If an item of ``streams`` is not a :class:`Stream`.
+        StreamDestroyedError
+            If one was destroyed (nothing is launched).
         """
         streams = list(streams)
         for s in streams:
             if not isinstance(s, Stream):
                 raise TypeError(f"Device.barrier takes streams, got a {type(s).__name__}")
+            s._check_live()
         # what each stream runs after from now on (sw.runtime.local): all their work so far
         clock: dict[int, int] = {}
         for s in streams:
@@ -504,7 +523,9 @@ class Device:
 
     def _check_errors(self, streams: Iterable[Stream] | None = None) -> None:
         """Raise :class:`DeviceError` for the first of ``streams`` (default: all) whose queue
-        has an error latched, after resetting that queue alone."""
+        has an error latched, after resetting that queue alone (not for a page fault of a
+        stream that can resume it: :class:`PageFaultError`). A destroyed stream released
+        from its queue is skipped: the queue may serve another stream."""
         rd = self.backend.csr_read
         bits = rd(Csr.QUEUE_ERRORS)
         if not bits:
@@ -512,7 +533,7 @@ class Device:
         check = self.streams.values() if streams is None else streams
         for stream in check:
             q = stream.queue
-            if not bits >> q & 1:
+            if not bits >> q & 1 or self.streams.get(q) is not stream:
                 continue
             word = unpack_fields(QueueErrorWord, rd(queue_csr(q, Csr.Q_ERR_CODE)))
             index, addr = rd(queue_csr(q, Csr.Q_ERR_CMD)), rd(queue_csr(q, Csr.Q_ERR_ADDR))
@@ -522,10 +543,11 @@ class Device:
                 desc = describe_command(stream._record[index])
             else:
                 desc = f"opcode {opcode:#04x}, not in this runtime's record"
-            if code in PAGE_FAULTS:      # left stopped: the caller resumes, skips or resets
+            if code in PAGE_FAULTS and not stream.destroyed:
+                # left stopped: the caller resumes, skips or resets
                 self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE)
                 raise PageFaultError(code, q, index, opcode, addr, desc, stream)
-            stream.reset()
+            stream._reset()
             raise DeviceError(code, q, index, opcode, addr, desc)
         # an error on a queue nobody waits for here: stop it from waking wait_irq
         self.backend.csr_write(Csr.IRQ_ENABLE, IrqBit.FENCE)

@@ -10,11 +10,12 @@ from hw.isa import ErrorCode
 if TYPE_CHECKING:
     from sw.runtime.streams import Stream
     from sw.runtime.sync import BlockedCommand
+    from sw.runtime.vm import Context
 
 __all__ = ["NPUError", "DeviceError", "OutOfMemoryError", "UntimedCounterError",
            "ConfigMismatchError", "DeviceTimeoutError", "OutOfSemaphoresError",
            "CommandFieldError", "PageFaultError", "LocalMemoryConflictError",
-           "ContextInUseError", "DEFAULT_TIMEOUT_CYCLES"]
+           "ContextInUseError", "StreamDestroyedError", "DEFAULT_TIMEOUT_CYCLES"]
 
 DEFAULT_TIMEOUT_CYCLES = 50_000_000  #: default budget of :meth:`Device.synchronize` (cycles)
 
@@ -133,19 +134,30 @@ class LocalMemoryConflictError(NPUError, ValueError):
 
 
 class ContextInUseError(NPUError):
-    """A virtual-memory context cannot be destroyed while streams are bound to it
-    (:meth:`~sw.runtime.vm.Context.destroy`): their queues would translate through freed
-    page tables.
+    """A virtual-memory context cannot be destroyed (:meth:`~sw.runtime.vm.Context.destroy`)
+    while streams that are not destroyed are bound to it (their queues would translate
+    through freed page tables), or while other contexts map physical pages it owns (they
+    would keep reaching them after they were handed out again). Nothing was changed.
 
     Attributes
     ----------
     streams : list of Stream
-        The streams still bound to the context.
+        The live streams still bound to the context.
+    shared : list of tuple of (Context, int, int)
+        The runs of pages of other contexts that map the context's physical pages: the other
+        context, the run's first virtual address there and its number of pages.
     """
 
-    def __init__(self, message: str, streams: Iterable[Stream] = ()) -> None:
+    def __init__(self, message: str, streams: Iterable[Stream] = (),
+                 shared: Iterable[tuple[Context, int, int]] = ()) -> None:
         super().__init__(message)
         self.streams = list(streams)
+        self.shared = list(shared)
+
+
+class StreamDestroyedError(NPUError):
+    """A stream was used after :meth:`~sw.runtime.Stream.destroy` (its queue may serve
+    another stream by now)."""
 
 
 class CommandFieldError(NPUError, ValueError):

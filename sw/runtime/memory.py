@@ -14,6 +14,7 @@ from sw.runtime.errors import NPUError, OutOfMemoryError
 
 if TYPE_CHECKING:
     from sw.runtime.device import Device
+    from sw.runtime.streams import Stream
 
 __all__ = ["AllocatorStats", "Allocator", "Buffer", "ArenaBuffer"]
 
@@ -225,14 +226,32 @@ class Buffer:
 
 
 class ArenaBuffer(Buffer):
-    """A :class:`Buffer` inside a stream's private arena."""
+    """A :class:`Buffer` inside a stream's private arena (:meth:`Stream.alloc` of a stream
+    with a window). The window is freed when the stream is released after
+    :meth:`Stream.destroy`: the buffer counts as freed then, and using or freeing it raises
+    :class:`NPUError`."""
 
-    def __init__(self, device: Device, arena: Allocator, addr: int, nbytes: int) -> None:
-        super().__init__(device, addr, nbytes)
-        self._arena = arena
+    def __init__(self, stream: Stream, addr: int, nbytes: int) -> None:
+        super().__init__(stream.device, addr, nbytes)
+        self._stream = stream
+
+    @property
+    def freed(self) -> bool:
+        return self._freed or self._stream._region.freed
 
     def free(self) -> None:
+        self._check_window()
         if self._freed:
             raise NPUError(f"buffer at {self.addr:#x} ({self.nbytes} bytes) freed twice")
-        self._arena.free(self.addr)
+        self._stream._arena.free(self.addr)
         self._freed = True
+
+    def _check(self, offset: int, n: int) -> None:
+        self._check_window()
+        super()._check(offset, n)
+
+    def _check_window(self) -> None:
+        if self._stream._region.freed and not self._freed:
+            raise NPUError(f"buffer at {self.addr:#x} lay in the window of the stream of "
+                           f"queue {self._stream.queue}, which was destroyed: it was freed "
+                           "with it")

@@ -22,10 +22,11 @@ from hw.isa import (
     unpack_fields,
 )
 from sw.runtime.commands import Command, CommandList
-from sw.runtime.errors import LocalMemoryConflictError
+from sw.runtime.errors import LocalMemoryConflictError, StreamDestroyedError
 from sw.runtime.local import LocalUse, merge_clock
 from sw.runtime.memory import Allocator, ArenaBuffer, Buffer
 from sw.runtime.sync import Event
+from sw.runtime.vm import free_unwaited
 
 if TYPE_CHECKING:
     from sw.runtime.device import Device
@@ -55,7 +56,8 @@ class Stream:
     other only through events (:meth:`record`, :meth:`wait_event`).
 
     Create streams with :meth:`Device.create_stream`; a device's default stream is
-    :attr:`Device.default_stream`.
+    :attr:`Device.default_stream`. :meth:`destroy` gives the queue back once the stream's work
+    retired.
 
     Parameters
     ----------
@@ -74,6 +76,17 @@ class Stream:
         ring and its fence word use the context's virtual addresses (the ring and the fence
         word are allocated in it, for the stream's lifetime); :meth:`alloc` and
         :meth:`upload` allocate in it. None: physical addresses.
+
+    Attributes
+    ----------
+    commands_submitted : int
+        Commands launched on the queue: by this stream, and before it by the destroyed
+        streams the queue served in this :class:`Device` (a position on a queue names one
+        command whichever stream launched it: events and the ordering of
+        :mod:`sw.runtime.local` count so).
+    destroyed : bool
+        :meth:`destroy` was called; every later use raises
+        :class:`~sw.runtime.errors.StreamDestroyedError`.
 
     Raises
     ------
@@ -111,13 +124,14 @@ class Stream:
         self._record: list[bytes] = []
         self._window_start: int | None = None
         self._need_barrier = False
-        self.commands_submitted = 0
+        self.destroyed = False
+        self.commands_submitted = device._queue_commands.get(queue, 0)
         #: launches with a LocalUse not known complete: (commands_submitted after it, use)
         self._uses: list[tuple[int, LocalUse]] = []
         #: per other queue, how many of its commands this stream's later work runs after
         self._after: dict[int, int] = {}
         #: how many of this stream's commands the host knows retired
-        self._done = 0
+        self._done = self.commands_submitted
         try:
             self._setup()
         except ValueError:
@@ -138,8 +152,8 @@ class Stream:
                    if need <= MAX_RING_SIZE else "use a new backend")
             raise ValueError(
                 f"queue {q}'s HEAD is {self._head}, outside a ring of {self.ring_size} "
-                f"commands (a queue keeps HEAD across devices on one backend, from an earlier "
-                f"ring or TAIL write): {fix}")
+                f"commands (a queue keeps HEAD across its streams and across devices on one "
+                f"backend, from an earlier ring or TAIL write): {fix}")
         base, limit = self.window
         wr(queue_csr(q, Csr.WINDOW_BASE), base)
         wr(queue_csr(q, Csr.WINDOW_LIMIT), 0 if self._region is None else limit)
@@ -168,13 +182,15 @@ class Stream:
         ------
         OutOfMemoryError
             If the arena (or DRAM) has no block large enough.
+        StreamDestroyedError
+            If the stream was destroyed (as every method of a destroyed stream).
         """
+        self._check_live()
         if self.context is not None:
             return self.context.alloc(nbytes, align)
         if self._arena is None:
             return self.device.alloc(nbytes, align)
-        return ArenaBuffer(self.device, self._arena, self._arena.alloc(nbytes, align),
-                            int(nbytes))
+        return ArenaBuffer(self, self._arena.alloc(nbytes, align), int(nbytes))
 
     def upload(self, array: npt.ArrayLike, align: int = 64) -> Buffer:
         """:meth:`alloc` a buffer and copy ``array``'s raw bytes into it."""
@@ -215,6 +231,7 @@ class Stream:
         DeviceTimeoutError
             If the ring stays full for ``timeout_cycles`` cycles (with a deadlock report).
         """
+        self._check_live()
         raws = [_raw(i, c) for i, c in enumerate(commands)]
         if local is not None:
             self.check_local(local)
@@ -235,6 +252,7 @@ class Stream:
         now would overlap a launch of another stream that may run at the same time (see
         :mod:`sw.runtime.local`); kernels call it before they allocate or count anything, and
         :meth:`launch` again."""
+        self._check_live()
         for q, other in self.device.streams.items():
             if other is self:
                 continue
@@ -310,6 +328,7 @@ class Stream:
         NPUError
             If ``event`` was freed.
         """
+        self._check_live()
         ev = Event(self.device) if event is None else event
         ev._check_live()
         word = ev._word_for(self)
@@ -338,6 +357,7 @@ class Stream:
         NPUError
             If ``event`` was freed.
         """
+        self._check_live()
         event._check_live()
         cmds = CommandList()
         cmds.wait(event.sem.id, event.target)
@@ -355,12 +375,18 @@ class Stream:
         DeviceError
             If the stream's queue has an error latched.
         """
+        self._check_live()
         self._check_error()
-        status = self.device.backend.csr_read(queue_csr(self.queue, Csr.Q_STATUS))
-        idle = not unpack_fields(StatusWord, status).busy
+        idle = self._idle()
         if idle:
             self._all_done()
         return idle
+
+    def _idle(self) -> bool:
+        """``Q_STATUS``: no unretired command and no error latched (no wait)."""
+        status = unpack_fields(StatusWord, self.device.backend.csr_read(
+            queue_csr(self.queue, Csr.Q_STATUS)))
+        return not status.busy and not status.error
 
     def synchronize(self, timeout_cycles: int | None = None, *,
                     timeout: int | None = None) -> int:
@@ -390,6 +416,7 @@ class Stream:
             If the fence did not complete in time; the message and ``blocked`` say which
             queue waits on which semaphore and what last signalled it.
         """
+        self._check_live()
         if timeout is not None:
             timeout_cycles = timeout
         seq = (self._fence_seq + 1) % (1 << 32) or 1
@@ -410,6 +437,10 @@ class Stream:
     def reset(self) -> None:
         """Reset this stream's queue alone (``QUEUE_RESET``): pending commands are dropped,
         its error is cleared; semaphores and other streams are not touched."""
+        self._check_live()
+        self._reset()
+
+    def _reset(self) -> None:
         dev = self.device
         if dev.profiler is not None:
             dev.profiler.queue_reset([self.queue])
@@ -430,6 +461,7 @@ class Stream:
         NPUError
             If ``context`` was destroyed (the stream is left as it was).
         """
+        self._check_live()
         if self.context is not None:
             raise ValueError(f"stream of queue {self.queue} is already in a context")
         if self._region is not None:
@@ -445,6 +477,74 @@ class Stream:
         self._fence_seq = 0
         self._setup()
 
+    def destroy(self) -> None:
+        """Destroy the stream, as ``cudaStreamDestroy``: return at once; the work launched on
+        it still runs, and once the host has seen it retire, the queue is given back (a new
+        stream may take it), the ring and the fence word (or the window, with the buffers
+        of its arena) are freed and the stream leaves its context (which
+        :meth:`~sw.runtime.vm.Context.destroy` can then free). The release goes through the
+        device's deferred releases (:class:`~sw.runtime.sync.Deferred`, as
+        :meth:`Event.free`): the host sees the work retire when something waits for it (an
+        event recorded on the stream, or a stream ordered after it), when it runs out of
+        memory or semaphores, and when :meth:`Device.create_stream` or
+        :meth:`~sw.runtime.vm.Context.destroy` needs the queue or the binding: they wait for
+        the work, and a device error in it (or a page fault: nobody can resume it any more)
+        is raised there as a :class:`~sw.runtime.DeviceError`, the queue reset. Events
+        recorded on the stream keep completing, and their :meth:`Event.query`,
+        :meth:`Event.synchronize` and timestamps work on (but a timestamp word in the
+        window is freed with it).
+
+        Raises
+        ------
+        ValueError
+            For the device's default stream (:meth:`Device.launch` and the runtime's TLB
+            invalidations use it).
+        StreamDestroyedError
+            If the stream was already destroyed.
+        """
+        self._check_live()
+        if self is self.device.default_stream:
+            raise ValueError("the default stream cannot be destroyed (Device.launch, "
+                             "Device.synchronize and the TLB invalidations use it)")
+        self.destroyed = True
+        self.device.deferred.add(self._release, [(self, self.commands_submitted)])
+
+    def _release(self, now: bool) -> None:
+        """The deferred release of :meth:`destroy`: every command of the stream retired."""
+        dev, q = self.device, self.queue
+        if self.context is not None:        # a queue without a stream is physical
+            dev.backend.csr_write(queue_csr(q, Csr.Q_VM), 0)
+        dev._queue_commands[q] = self.commands_submitted
+        del dev.streams[q]
+        if self._region is not None:
+            self._region.free()
+        else:       # (in a context: the unmap's TLB invalidate on the default stream, unwaited)
+            for buf in (self.ring, self._fence_word):
+                free_unwaited(buf, dev.default_stream, False)
+
+    def _wait_retired(self) -> None:
+        """Wait until the work of this destroyed stream retired (polling ``Q_STATUS``): its
+        release runs then.
+
+        Raises
+        ------
+        DeviceError
+            If the queue reports an error (it is reset: the next wait finds it idle).
+        DeviceTimeoutError
+            If the work did not retire within the default budget.
+        """
+        self.device._wait_until(self._idle, None,
+                                f"the work of the destroyed stream of queue {self.queue}",
+                                [self], poll_cycles=RING_POLL_CYCLES,
+                                max_poll_cycles=RING_POLL_MAX_CYCLES)
+        self._all_done()
+
+    def _check_live(self) -> None:
+        if self.destroyed:
+            raise StreamDestroyedError(
+                f"the stream of queue {self.queue} was destroyed (Stream.destroy): create "
+                "another with Device.create_stream")
+
     def resume(self) -> None:
         """After a :class:`~sw.runtime.PageFaultError` (once the page is mapped): run the
         faulted command again from its start, then the rest of the stream
@@ -457,6 +557,7 @@ class Stream:
         self._resume({"skip": 1})
 
     def _resume(self, fields: dict) -> None:
+        self._check_live()
         dev = self.device
         dev.backend.csr_write(queue_csr(self.queue, Csr.Q_RESUME), pack_fields(ResumeWord,
                                                                               fields))
@@ -472,7 +573,9 @@ class Stream:
         return len(self._record)
 
     def __repr__(self) -> str:
-        return f"<Stream queue={self.queue} window=[{self.window[0]:#x}, {self.window[1]:#x})>"
+        state = " destroyed" if self.destroyed else ""
+        return (f"<Stream queue={self.queue} window=[{self.window[0]:#x}, "
+                f"{self.window[1]:#x}){state}>")
 
 
 def _raw(i: int, command: Command | bytes) -> bytes:

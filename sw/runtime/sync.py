@@ -121,7 +121,8 @@ class Event:
     def __init__(self, device: Device) -> None:
         self.device = device
         self.sem = device.alloc_semaphore()
-        self._words: dict[int, Buffer] = {}   # stream queue -> timestamp word
+        #: per stream, the timestamp word its recordings write (:meth:`Stream.alloc`'d there)
+        self._words: dict[Stream, Buffer] = {}
         self._last_word: Buffer | None = None
         self.recorded_on: Stream | None = None
         #: per queue, the commands the latest recording completes after (sw.runtime.local)
@@ -190,7 +191,8 @@ class Event:
         Raises
         ------
         NPUError
-            If the event has not completed.
+            If the event has not completed, or its latest recording was on a stream with a
+            window that was destroyed since (the word was freed with the window).
         """
         if not self.query() or self._last_word is None:
             raise NPUError(f"event on semaphore {self.sem.id} has not completed")
@@ -210,31 +212,32 @@ class Event:
         if self._freed:
             return
         self._freed = True
-        words = [(q, w) for q, w in self._words.items() if not w.freed]
+        words = [(s, w) for s, w in self._words.items() if not w.freed]
         self._words.clear()
 
         def release(now: bool) -> None:
             from sw.runtime.vm import free_unwaited
-            for q, word in words:
+            for stream, word in words:
                 if not word.freed:
-                    free_unwaited(word, self.device.streams[q], now)
+                    free_unwaited(word, stream, now)
             self.sem.free()
         self.device.deferred.add(release, list(self._pending.items()))
 
     def _word_for(self, stream: Stream) -> Buffer:
-        if stream.queue not in self._words:
-            self._words[stream.queue] = stream.alloc(4)
-        return self._words[stream.queue]
+        if stream not in self._words:
+            self._words[stream] = stream.alloc(4)
+        return self._words[stream]
 
 
 class Deferred:
     """Releases held back until the host knows some commands retired (:meth:`Event.free`,
     ``LinearJob.free``: a semaphore or buffer handed out again earlier could be signalled or
-    written by them). Each release waits for ``(stream, position)`` pairs: the stream's first
-    ``position`` commands retired, as the stream's ``_done`` tells (host synchronizations
-    advance it, ``Stream._completed``). Releases take ``now``: True when called from the
-    freeing call itself (it may wait on the device), False from inside a host call that
-    learned of the completion (it must not wait, :func:`sw.runtime.vm.free_unwaited`)."""
+    written by them; :meth:`Stream.destroy`: its queue, ring and binding). Each release
+    waits for ``(stream, position)`` pairs: the stream's first ``position`` commands
+    retired, as the stream's ``_done`` tells (host synchronizations advance it,
+    ``Stream._completed``). Releases take ``now``: True when called from the freeing call
+    itself (it may wait on the device), False from inside a host call that learned of the
+    completion (it must not wait, :func:`sw.runtime.vm.free_unwaited`)."""
 
     def __init__(self) -> None:
         self._items: list[tuple[Callable[[bool], None], list[tuple[Stream, int]]]] = []
@@ -266,9 +269,9 @@ class Deferred:
             release(True)
 
     def holding(self, what: str) -> str:
-        """``"; N freed event(s) or job(s) hold <what> ..."`` for an out-of-resource error, or
-        "" if nothing is held."""
+        """``"; N freed event(s), job(s) or destroyed stream(s) hold <what> ..."`` for an
+        out-of-resource error, or "" if nothing is held."""
         if not self._items:
             return ""
-        return (f"; {len(self._items)} freed event(s) or job(s) hold {what} until the host "
-                "sees their work retire (synchronize their streams)")
+        return (f"; {len(self._items)} freed event(s), job(s) or destroyed stream(s) hold "
+                f"{what} until the host sees their work retire (synchronize their streams)")

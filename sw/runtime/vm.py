@@ -13,8 +13,15 @@ in its context's address space whatever the physical fragmentation. Where a whol
 
 Windows: a stream in a context has no private window: its DMA, its ring and its fence word
 are virtual (the ring and the fence word are allocated in the context when the stream is
-created or bound, and stay mapped for its lifetime: the command fetch reads ahead, see
-:mod:`hw.isa.vm`), and the context's pages are its protection. ``WINDOW_BASE`` /
+created or bound, and stay mapped until the stream is destroyed and its work retired: the
+command fetch reads ahead, see :mod:`hw.isa.vm`), and the context's pages are its protection.
+
+Ownership: a context owns the physical blocks it allocated (:meth:`Context.alloc`) and frees
+them when their last page is unmapped or the context is destroyed. Other contexts may map
+them (:meth:`Context.share`, or :meth:`Context.map` of the physical pages of its buffer) but
+never free them; a context with pages mapped elsewhere is not destroyed
+(:class:`~sw.runtime.ContextInUseError`). Pages mapped without ``blocks`` (a physical
+buffer's, say) are nobody's: no context frees them. ``WINDOW_BASE`` /
 ``WINDOW_LIMIT`` keep working for streams without a context (:meth:`Device.create_stream`'s
 ``window_bytes``).
 """
@@ -70,8 +77,8 @@ class Context:
 
     Create with :meth:`sw.runtime.Device.create_context`; streams bound to it
     (:meth:`sw.runtime.Device.create_stream` with ``context=``) address DRAM through it.
-    :meth:`destroy` frees it (once no stream is bound to it); a destroyed context refuses
-    every use with an :class:`~sw.runtime.NPUError`.
+    :meth:`destroy` frees it (once its streams are destroyed and no other context maps its
+    pages); a destroyed context refuses every use with an :class:`~sw.runtime.NPUError`.
 
     Parameters
     ----------
@@ -98,6 +105,9 @@ class Context:
         self.va = Allocator(VA_BASE, VA_LIMIT - VA_BASE)
         self._buffers: dict[int, VirtualBuffer] = {}
         self._block_pages: dict[int, int] = {}   # owned physical block -> its mapped pages
+        #: a free's TLB invalidate went out unwaited (free(wait=False)): a TLB may still
+        #: hold pages of the context that are no longer mapped
+        self._stale = False
         self.destroyed = False
 
     # -- the hardware's view ----------------------------------------------------------------------
@@ -130,15 +140,16 @@ class Context:
         one each, with the given permissions. Runs of :data:`hw.isa.CONTIG_PAGES` aligned
         virtual pages that map an aligned contiguous physical run get the ``contig`` hint.
 
-        ``blocks`` (for :meth:`alloc`): per page, the physical block the context owns and
-        frees once none of its pages is mapped; default: the pages are not the context's (it
-        never frees them).
+        ``blocks`` (for :meth:`alloc`, and to map again what :meth:`unmap` kept): per page,
+        the physical block the context owns and frees once none of its pages is mapped;
+        default: the pages are not the context's (it never frees them).
 
         Raises
         ------
         ValueError
             If ``va`` or a physical page is not page-aligned, a page is outside DRAM or the
-            virtual range, or a virtual page is already mapped.
+            virtual range, a virtual page is already mapped, or a block of ``blocks`` is
+            owned by another context (a block has one owner: both would free it).
         NPUError
             If the context was destroyed.
         """
@@ -154,6 +165,12 @@ class Context:
         for i in range(len(pas)):
             if first + i in self.pages:
                 raise ValueError(f"virtual page {(first + i) << VM_PAGE_SHIFT:#x} is mapped")
+        for b in dict.fromkeys(blocks or ()):
+            owner = next((c for c in self.device.contexts.values()
+                          if c is not self and b in c._block_pages), None)
+            if owner is not None:
+                raise ValueError(f"physical block {b:#x} is owned by context {owner.asid}: "
+                                 "map its pages without blocks (the owner frees them)")
         contig = [False] * len(pas)
         for i in range(len(pas) if self.contiguous else 0):
             vpn = first + i
@@ -187,11 +204,15 @@ class Context:
         ValueError
             If a page of the range is not mapped.
         NPUError
-            If the context was destroyed.
+            If the context was destroyed, or ``stream`` was
+            (:class:`~sw.runtime.StreamDestroyedError`); nothing is unmapped then.
         """
         self._check_live()
+        if stream is not None:
+            stream._check_live()
         removed, freed = self._clear_ptes(va, nbytes)
         self.device.invalidate_tlb(self, stream=stream)
+        self._stale = False
         if release:
             self._free_physical(freed)
         else:
@@ -335,9 +356,12 @@ class Context:
         ------
         NPUError
             If ``buf`` is not a live buffer of this context (freed already, or another
-            context's), or the context was destroyed.
+            context's), or the context was destroyed, or ``stream`` was
+            (:class:`~sw.runtime.StreamDestroyedError`).
         """
         self._check_live()
+        if stream is not None:
+            stream._check_live()
         if buf.context is not self or self._buffers.get(buf.addr) is not buf:
             raise NPUError(f"{buf!r} is not a live buffer of this context (double free?)")
         if wait:
@@ -353,8 +377,9 @@ class Context:
         cmds = CommandList()
         cmds.tlb_invalidate(asid=self.asid)
         s.launch(cmds, ordered=False)
+        self._stale = True
 
-        def release() -> None:
+        def release(now: bool) -> None:
             if not self.destroyed:      # (destroy freed the pages and the whole range)
                 self._free_physical(freed)
                 self.va.free(buf.addr)
@@ -366,34 +391,56 @@ class Context:
         blocks the context owns (its buffers' pages, and pages it kept with
         ``unmap(release=False)``), the page tables and the address-space id, which a new
         context can then reuse. The context's buffers count as freed; the context can no
-        longer be used. Pages other contexts share from this one (:meth:`share`) must be
-        freed there first.
+        longer be used.
+
+        Streams bound to it must be destroyed first (:meth:`Stream.destroy`): destroy waits
+        until their work retired (which releases them), and pages other contexts map
+        (:meth:`share`, or :meth:`map` of its physical pages) must be unmapped there first
+        (the owner's blocks are freed here, the others' mappings would outlive them).
 
         Raises
         ------
         ContextInUseError
-            If streams are still bound to the context (their queues translate through its
-            page tables); nothing is changed. The runtime cannot free a stream or take it out
-            of its context, so such a context lives as long as its device.
+            If streams that are not destroyed are bound to the context (their queues
+            translate through its page tables; ``streams``), or other live contexts map its
+            physical pages (``shared``: context, virtual address, pages); nothing is
+            changed.
         NPUError
-            If the context was already destroyed.
+            If the context was already destroyed, or ``stream`` was
+            (:class:`~sw.runtime.StreamDestroyedError`).
         DeviceError
-            If ``stream``'s queue reports an error during the invalidation; nothing is
-            freed then.
+            If the work of a destroyed stream bound to it fails (its queue is reset) or
+            ``stream``'s queue reports an error during the invalidation; nothing is freed
+            then.
+        DeviceTimeoutError
+            If the work of a destroyed stream bound to it does not retire within
+            :attr:`~sw.runtime.Device.default_timeout_cycles`; nothing is freed.
         """
         if self.destroyed:
             raise NPUError(f"context {self.asid} already destroyed")
+        if stream is not None:
+            stream._check_live()
         bound = [s for s in self.device.streams.values() if s.context is self]
-        if bound:
-            queues = ", ".join(str(s.queue) for s in bound)
+        live = [s for s in bound if not s.destroyed]
+        if live:
+            queues = ", ".join(str(s.queue) for s in live)
             raise ContextInUseError(
-                f"context {self.asid} still has {len(bound)} stream(s) bound (queue(s) "
+                f"context {self.asid} still has {len(live)} stream(s) bound (queue(s) "
                 f"{queues}): destroying it would leave their Q_VM pointing at freed page "
-                f"tables. The runtime has no way to free a stream or unbind it (no "
-                f"Device.destroy_stream / Stream.free), so a context with streams lives as "
-                f"long as its device: keep it, or start over with a new Device on the "
-                f"backend", bound)
-        if self.pages:      # no TLB may hold a page once it is freed or the ASID reused
+                f"tables; destroy them first (Stream.destroy)", live)
+        shared = self._mapped_elsewhere()
+        if shared:
+            runs: dict[Context, list[str]] = {}
+            for c, va, n in shared:
+                runs.setdefault(c, []).append(f"[{va:#x}, +{n} pages)")
+            where = "; ".join(f"in context {c.asid} at {', '.join(r)}" for c, r in runs.items())
+            raise ContextInUseError(
+                f"context {self.asid}'s physical pages are mapped {where}: unmap them there "
+                f"first (free the buffers share made); destroying it would free them under "
+                f"those mappings", shared=shared)
+        for s in bound:     # destroyed, work not seen retired: its release unbinds it
+            s._wait_retired()
+        if self.pages or self._stale:   # no TLB may hold a page once freed or the ASID reused
             self.device.invalidate_tlb(self, stream=stream)
         for base in self._block_pages:
             self.device.allocator.free(base)
@@ -408,6 +455,28 @@ class Context:
         self._block_pages.clear()
         self.destroyed = True
         self.device._release_context(self)
+
+    def _mapped_elsewhere(self) -> list[tuple[Context, int, int]]:
+        """The runs of pages of the device's other contexts that map a physical page of a
+        block this context owns: ``(context, first virtual address, pages)``."""
+        owned = set()
+        for base in self._block_pages:
+            size = self.device.allocator.size_of(base)
+            owned.update(range(base, base + size, VM_PAGE_BYTES))
+        runs: list[tuple[Context, int, int]] = []
+        for other in self.device.contexts.values():
+            if other is self:
+                continue
+            for vpn in sorted(other.pages):
+                if other.pages[vpn].pa not in owned:
+                    continue
+                va = vpn << VM_PAGE_SHIFT
+                if runs and runs[-1][0] is other \
+                        and runs[-1][1] + runs[-1][2] * VM_PAGE_BYTES == va:
+                    runs[-1] = (other, runs[-1][1], runs[-1][2] + 1)
+                else:
+                    runs.append((other, va, 1))
+        return runs
 
     # -- host access ------------------------------------------------------------------------------
 
@@ -496,10 +565,11 @@ class VirtualBuffer(Buffer):
 
 def free_unwaited(buf, stream: Stream, wait: bool) -> None:
     """Free ``buf``; without ``wait`` a :class:`VirtualBuffer` goes through
-    :meth:`Context.free` with ``wait=False`` (its ``TLB_INVALIDATE`` on ``stream``,
-    unwaited): for the runtime's deferred releases, which run inside host calls that must
-    not block (``Stream.query``, ``Event.query``)."""
+    :meth:`Context.free` with ``wait=False`` (its ``TLB_INVALIDATE`` on ``stream``, on the
+    default stream if ``stream`` was destroyed, unwaited): for the runtime's deferred
+    releases, which run inside host calls that must not block (``Stream.query``,
+    ``Event.query``)."""
     if isinstance(buf, VirtualBuffer) and not wait:
-        buf.context.free(buf, stream=stream, wait=False)
+        buf.context.free(buf, stream=None if stream.destroyed else stream, wait=False)
     else:
         buf.free()

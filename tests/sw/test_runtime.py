@@ -830,3 +830,210 @@ def test_launch_refuses_what_is_not_a_command():
     s.synchronize()
     with pytest.raises(TypeError, match="takes streams, got a int"):
         dev.barrier([1])
+
+
+# -- stream destruction ------------------------------------------------------------------------
+
+def _fence(buf, value: int) -> CommandList:
+    c = CommandList()
+    c.fence(addr=buf.addr, value=value)
+    return c
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_a_destroyed_stream_finishes_its_work_then_its_queue_serves_a_new_stream(backend):
+    """``Stream.destroy`` with work queued (held by an event wait): the work still runs; the
+    queue, the ring and the fence word are held until the host has seen it retire; a new
+    stream on the queue (the only one left) waits for that, then starts clean: its launches
+    are not taken for the destroyed stream's work that others were ordered after (positions on
+    a queue go on across its streams). An event recorded on the destroyed stream completes,
+    and recorded again on the new stream gets a timestamp word of its own."""
+    from sw.runtime import LocalUse, StreamDestroyedError
+    dev = Device(backend(NPUConfig()))
+    s0 = dev.default_stream
+    s1, s2, s3 = dev.create_stream(), dev.create_stream(), dev.create_stream()
+    out = dev.alloc(64)
+    out.write(bytes(64))
+    gate = dev.event()
+    s1.wait_event(gate)
+    s1.launch(_fence(out, 0x11))
+    ev = s1.record()
+    s2.wait_event(ev)                 # s2 runs after all of s1's work
+    s1.destroy()
+    assert s1.destroyed and dev.streams[1] is s1 and not s1.ring.freed
+    with pytest.raises(StreamDestroyedError, match="^the stream of queue 1 was destroyed"):
+        s1.destroy()
+    assert not ev.query()
+    s0.record(gate)                   # lets s1's work run
+    s1b = dev.create_stream()         # every other queue has a stream: waits for queue 1
+    assert s1b.queue == 1 and dev.streams[1] is s1b and s1.ring.freed
+    assert out.read(4) == (0x11).to_bytes(4, "little")
+    assert ev.query()
+    ev.synchronize()
+    ev.timestamp()
+    rd = dev.backend.csr_read
+    assert rd(queue_csr(1, Csr.HEAD)) == rd(queue_csr(1, Csr.TAIL))
+    use = LocalUse("kernel", spad=(0, 8))
+    nop = CommandList()
+    nop.nop()
+    s1b.launch(nop, local=use)        # not known complete: s2 may run beside it
+    with pytest.raises(LocalMemoryConflictError, match="on stream 2 and kernel launched on "
+                                                       "stream 1"):
+        s2.launch(nop, local=use)
+    s1b.launch(_fence(out, 0x22))
+    ev.record(s1b)
+    s1b.synchronize()
+    assert out.read(4) == (0x22).to_bytes(4, "little")
+    assert ev.query()
+    ev.timestamp()
+    s2.launch(nop, local=use)         # s1b was synchronized
+    for s in (s2, s3):
+        s.synchronize()
+    ev.free()
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_destroying_its_streams_lets_a_context_be_destroyed(backend):
+    """A context whose streams are destroyed can be destroyed: ``Context.destroy`` waits for
+    the destroyed streams' work, which releases their queues and bindings; everything of the
+    context is freed, and the queue is physical again for a new stream."""
+    dev = Device(backend(NPUConfig()))
+    s0 = dev.default_stream
+    gate = dev.event()
+    s0.record(gate)                   # (its timestamp word allocated before `before`)
+    s0.synchronize()
+    before = dev.memory_stats()
+    ctx = dev.create_context()
+    s = dev.create_stream(context=ctx)
+    buf = s.upload(np.zeros(16, dtype=np.int32))
+    ev = s.record()                   # a timestamp word in the context
+    s.wait_event(gate)
+    s.launch(_fence(buf, 0x33))
+    s.destroy()
+    s0.record(gate)
+    ctx.destroy()
+    assert ctx.destroyed and s.queue not in dev.streams and s.ring.freed and buf.freed
+    assert dev.backend.csr_read(queue_csr(s.queue, Csr.Q_VM)) == 0
+    ev.free()
+    assert dev.memory_stats() == before
+    p = dev.create_stream(queue=s.queue)          # physical: its fence is not translated
+    out = dev.alloc(64)
+    p.launch(_fence(out, 0x44))
+    p.synchronize()
+    assert out.read(4) == (0x44).to_bytes(4, "little")
+    p.destroy()
+    out.free()
+    assert dev.memory_stats() == before
+
+
+def test_a_destroyed_stream_refuses_every_use():
+    from sw.runtime import LocalUse, StreamDestroyedError
+    from tests.support.device_state import device_state
+    dev = Device(ModelBackend(NPUConfig()))
+    s0 = dev.default_stream
+    with pytest.raises(ValueError, match="the default stream cannot be destroyed"):
+        s0.destroy()
+    ctx = dev.create_context()
+    buf = ctx.alloc(64)
+    s = dev.create_stream()
+    ev = dev.event()
+    s.destroy()
+    state, live, submitted = device_state(dev), dict(ctx.pages), s0.commands_submitted
+    nop = CommandList()
+    nop.nop()
+    for use in (lambda: s.launch(nop), s.record, lambda: s.record(ev), lambda: ev.record(s),
+                lambda: s.wait_event(ev), s.query, s.synchronize, s.reset,
+                lambda: s.bind(ctx), lambda: s.alloc(64), lambda: s.upload(np.zeros(4)),
+                s.resume, s.skip, lambda: s.check_local(LocalUse("k", spad=(0, 1))),
+                s.destroy, lambda: dev.barrier([s0, s]),
+                lambda: dev.invalidate_tlb(stream=s), lambda: ctx.free(buf, stream=s),
+                lambda: ctx.free(buf, stream=s, wait=False),
+                lambda: ctx.unmap(buf.addr, 64, stream=s), lambda: ctx.destroy(stream=s),
+                lambda: linear_launch(s, *_linear_operands(np.random.default_rng(0), 8, 8,
+                                                           8))):
+        with pytest.raises(StreamDestroyedError, match="^the stream of queue 1 was destroyed"):
+            use()
+    assert device_state(dev) == state and ctx.pages == live and not buf.freed
+    assert s0.commands_submitted == submitted and "destroyed" in repr(s)
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_a_destroyed_window_stream_frees_its_window_with_what_it_held(backend):
+    """A stream with a window frees the whole window at its release: its arena's buffers and
+    the timestamp words of events recorded on it go with it, and say so when used; the
+    event itself still completes and frees."""
+    from sw.runtime import Event
+    dev = Device(backend(NPUConfig()))
+    before = dev.memory_stats()
+    s = dev.create_stream(window_bytes=4096)
+    buf = s.alloc(64)
+    ev = s.record()
+    s.synchronize()
+    s.destroy()                       # known retired: released at once
+    assert s.queue not in dev.streams and dev.memory_stats() == before and buf.freed
+    assert ev.query()
+    ev.synchronize()
+    for use in (ev.timestamp, buf.read, buf.free):
+        with pytest.raises(NPUError, match="in the window of the stream of queue 1, which "
+                                           "was destroyed: it was freed with it"):
+            use()
+    s2 = dev.create_stream(queue=1)
+    ev.record(s2)                     # a word of its own (not the one freed with the window)
+    s2.synchronize()
+    ev.timestamp()
+    ev.free()
+    assert isinstance(dev.event(), Event)
+
+
+def test_a_destroyed_streams_error_goes_to_the_call_that_waits_for_it():
+    """A device error in a destroyed stream's work is raised by the call that waits for that
+    work (``create_stream`` on its queue), as a DeviceError with the queue reset; the queue is
+    then free. Work that never retires makes that call time out, changing nothing."""
+    from sw.runtime import DeviceTimeoutError
+    dev = Device(ModelBackend(SMALL), SMALL, ring_commands=16)
+    s1 = dev.create_stream()
+    bad = CommandList()
+    bad.matmul(a_row=0, w_row=0, acc_row=15, m=2)
+    s1.launch(bad)
+    s1.destroy()
+    with pytest.raises(DeviceError) as e:
+        dev.create_stream(queue=1)
+    assert e.value.queue == 1 and e.value.code == ErrorCode.BAD_LOCAL_ADDR
+    assert type(e.value) is DeviceError
+    s1b = dev.create_stream(queue=1)
+    ev = s1b.record()
+    s1b.destroy()
+    s1c = dev.create_stream(queue=1)  # (s1b released)
+    s1c.launch(bad)
+    assert ev.query()                 # the queue's error is s1c's, not the event's stream's
+    with pytest.raises(DeviceError) as e:
+        s1c.synchronize()
+    assert e.value.queue == 1 and e.value.command_index == 0
+    s1c.wait_event(dev.event())       # never recorded
+    s1b = s1c
+    s1b.destroy()
+    with pytest.raises(DeviceTimeoutError, match="the work of the destroyed stream of queue 1"):
+        dev.create_stream(queue=1)
+    assert dev.streams[1] is s1b
+
+
+
+def test_a_deferred_free_after_its_stream_was_destroyed_invalidates_elsewhere():
+    """An event freed before its recording retired, on a stream in a context that is then
+    destroyed: its word's unwaited unmap goes on the default stream (the destroyed stream
+    takes no command) when the host learns of the completion."""
+    dev = Device(ModelBackend(NPUConfig()))
+    ctx = dev.create_context()
+    s = dev.create_stream(context=ctx)
+    gate = dev.event()
+    ev = s.record()                   # its timestamp word is in the context
+    s.wait_event(gate)
+    done = s.record()
+    ev.free()                         # held until the host sees the recording retire
+    s.destroy()
+    dev.default_stream.record(gate)
+    assert done.query()               # releases the word, then the stream
+    assert s.queue not in dev.streams and len(ctx.pages) == 1    # `done`'s word only
+    dev.synchronize()
+    ctx.destroy()
+    done.free()
