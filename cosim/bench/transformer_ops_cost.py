@@ -108,16 +108,21 @@ def rsqrt_table_variant(bits: int):
 
 @contextmanager
 def _patched(gelu=None, row_constants=None):
-    import sw.golden as golden
-    old = golden.gelu_fixed, golden.layernorm_row_constants
+    """Swap the golden model's GELU table or LayerNorm row constants for a variant, in the
+    modules that call them (``sw.golden.gelu.gelu_fixed`` for :func:`sw.golden.gelu_int`,
+    ``sw.golden.eltwise._row_constants`` for :func:`sw.golden.layernorm_int`: replacing the
+    names on the ``sw.golden`` package changed nothing)."""
+    import sw.golden.eltwise as eltwise
+    import sw.golden.gelu as gelu_mod
+    old = gelu_mod.gelu_fixed, eltwise._row_constants
     if gelu is not None:
-        golden.gelu_fixed = gelu
+        gelu_mod.gelu_fixed = gelu
     if row_constants is not None:
-        golden.layernorm_row_constants = row_constants
+        eltwise._row_constants = row_constants
     try:
         yield
     finally:
-        golden.gelu_fixed, golden.layernorm_row_constants = old
+        gelu_mod.gelu_fixed, eltwise._row_constants = old
 
 
 def encoder_cosines(seq_lens=(32, 128)) -> dict:

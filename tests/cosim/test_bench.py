@@ -146,3 +146,28 @@ def test_cli_bench_names_configurations_as_configs_takes_them(tmp_path, capsys):
     assert [line.split()[0] for line in table[header + 1:header + 3]] == names
     assert main([*argv, *names]) == 0
     assert json.loads(path.read_text())["configs"] == names
+
+
+def test_transformer_ops_cost_variants_reach_the_golden_model():
+    """The GELU and LayerNorm variants of ``cosim.bench.transformer_ops_cost`` were swapped
+    on the ``sw.golden`` package, which the golden model's own functions never look up: every
+    variant's encoder cosine was the unmodified model's. Inside ``_patched`` the golden
+    GELU and LAYERNORM follow the variant; after it, the model is restored."""
+    import numpy as np
+
+    from cosim.bench.transformer_ops_cost import _patched
+    from sw.golden import gelu_int, layernorm_int
+
+    rng = np.random.default_rng(0)
+    acc = rng.integers(-5000, 5000, (4, 8))
+    z = np.zeros(8, np.int64)
+    g_args = (acc, z, np.full(8, 1 << 20), np.full(8, 12), np.full(8, 1 << 20), np.full(8, 28))
+    a = rng.integers(-128, 128, (2, 16), dtype=np.int8)
+    ln_args = (a, a, np.full(16, 1 << 20), np.full(16, 1 << 20), 12, np.full(16, 1 << 12),
+               np.zeros(16, np.int64), 12)
+    g0, ln0 = gelu_int(*g_args), layernorm_int(*ln_args)
+    with _patched(gelu=lambda y: np.zeros_like(y)):
+        assert not gelu_int(*g_args).any()
+    with _patched(row_constants=lambda s, q, n: (0, 0, 0)):
+        assert not np.array_equal(layernorm_int(*ln_args), ln0)
+    assert np.array_equal(gelu_int(*g_args), g0) and np.array_equal(layernorm_int(*ln_args), ln0)
