@@ -57,8 +57,16 @@ def _say(name: str, line: str) -> None:
 
 
 def _cmd_area(args: argparse.Namespace) -> int:
-    from cosim.fpga import BlockNotFoundError, FpgaToolError, area, format_area_table
+    from cosim.fpga import FpgaToolError, area, format_area_table
+    from cosim.fpga.area import BlockNotFoundError, check_block
 
+    if args.block:      # every configuration's block found before any synthesis
+        try:
+            for config in args.config:
+                check_block(config, args.block, Path(args.out) / config.name)
+        except BlockNotFoundError as e:
+            print(f"npu area: --block: {e}", file=sys.stderr)
+            return 2
     rows, failed = [], []
     for config in args.config:
         what = f"{config.name}'s {args.block}" if args.block else config.name
@@ -71,9 +79,6 @@ def _cmd_area(args: argparse.Namespace) -> int:
                              route=not args.no_route, block=args.block,
                              timeout=args.timeout * 60 if args.timeout else None,
                              progress=partial(_say, config.name)))
-        except BlockNotFoundError as e:
-            print(f"npu area: --block: {e}", file=sys.stderr)
-            return 2
         except FpgaToolError as e:      # the sweep goes on; the status says it failed
             print(f"{config.name}: {e}", file=sys.stderr)
             failed.append(config.name)

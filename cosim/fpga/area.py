@@ -22,7 +22,7 @@ from cosim.fpga.tools import FpgaToolError
 from cosim.fpga.verilog import write_verilog
 from hw.config import NPUConfig
 
-__all__ = ["AreaRow", "BlockNotFoundError", "area", "format_area_table"]
+__all__ = ["AreaRow", "BlockNotFoundError", "area", "check_block", "format_area_table"]
 
 
 class BlockNotFoundError(ValueError):
@@ -81,6 +81,18 @@ def _pnr_dir(netlist: Path, seed: int) -> Path:
     return netlist.parent if seed == PNR_SEED else netlist.parent / f"seed{seed}"
 
 
+def check_block(config: NPUConfig, block: str, out_dir: Path | None = None) -> str:
+    """The module :func:`area` would synthesize for ``block`` of ``config`` (its Verilog
+    bundle written into ``out_dir`` as :func:`area` writes it, cached).
+
+    Raises
+    ------
+    BlockNotFoundError
+        As :func:`area`.
+    """
+    return _find_block(write_verilog(config, out_dir).verilog, block, config.name)
+
+
 def _find_block(verilog: Path, block: str, config: str) -> str:
     """The module of ``block``: its exact name, or its one variant ``block$N``.
 
@@ -101,7 +113,7 @@ def _find_block(verilog: Path, block: str, config: str) -> str:
                                  f"one of {', '.join(variants)}")
     plain = sorted({n.split("$")[0] for n in names})
     close = difflib.get_close_matches(block, plain, n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    hint = f"; did you mean {' or '.join(close)}?" if close else "."
     raise BlockNotFoundError(f"no block {block!r} in {config}{hint} Blocks: "
                              + ", ".join(plain))
 

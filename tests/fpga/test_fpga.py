@@ -749,3 +749,21 @@ def test_area_block_names_are_checked_before_synthesis(tmp_path, monkeypatch):
     with pytest.raises(BlockNotFoundError, match=r"'npu\.r' has 2 variants in c: give one of "
                                                  r"npu\.r\$1, npu\.r\$2"):
         _find_block(v, "npu.r", "c")
+
+
+def test_area_block_is_checked_in_every_configuration_before_any_synthesis(tmp_path,
+                                                                          monkeypatch, capsys):
+    """``npu area --block`` with several configurations: a block one of them lacks is refused
+    before the first is synthesized (it had synthesized the first, then exited without its
+    table)."""
+    from cosim.cli import main
+
+    def no_synthesis(*args, **kw):
+        raise AssertionError("synthesis ran")
+    monkeypatch.setattr(sys.modules["cosim.fpga.area"], "synthesize", no_synthesis)
+    out = tmp_path / "v"
+    assert main(["area", "--block", "npu.cmdproc.fetch.translator", "--config", "2x2",
+                 "2x2,tlb_entries=0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no block 'npu.cmdproc.fetch.translator' in 2x2_tlb_entries0; did you mean " \
+           "npu.cmdproc.fetch" in err and "synthesizing" not in err
