@@ -19,7 +19,7 @@ command fetch reads ahead, see :mod:`hw.isa.vm`), and the context's pages are it
 Ownership: a context owns the physical blocks it allocated (:meth:`Context.alloc`) and frees
 them when their last page is unmapped or the context is destroyed. Other contexts may map
 them (:meth:`Context.share`, or :meth:`Context.map` of the physical pages of its buffer) but
-never free them; a context with pages mapped elsewhere is not destroyed
+never free them; the owner does not free, unmap or destroy pages still mapped elsewhere
 (:class:`~sw.runtime.ContextInUseError`). Pages mapped without ``blocks`` (a physical
 buffer's, say) are nobody's: no context frees them. ``WINDOW_BASE`` /
 ``WINDOW_LIMIT`` keep working for streams without a context (:meth:`Device.create_stream`'s
@@ -28,6 +28,8 @@ buffer's, say) are nobody's: no context frees them. ``WINDOW_BASE`` /
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -203,6 +205,10 @@ class Context:
         ------
         ValueError
             If a page of the range is not mapped.
+        ContextInUseError
+            If ``release`` and a physical block this frees (the context's, none of its pages
+            left mapped here) is mapped by another context (:meth:`share`; ``shared`` as
+            :meth:`destroy`'s); nothing is unmapped then.
         NPUError
             If the context was destroyed, or ``stream`` was
             (:class:`~sw.runtime.StreamDestroyedError`); nothing is unmapped then.
@@ -210,7 +216,7 @@ class Context:
         self._check_live()
         if stream is not None:
             stream._check_live()
-        removed, freed = self._clear_ptes(va, nbytes)
+        removed, freed = self._clear_ptes(va, nbytes, release)
         self.device.invalidate_tlb(self, stream=stream)
         self._stale = False
         if release:
@@ -220,14 +226,19 @@ class Context:
                 self._block_pages[b] -= 1
         return removed
 
-    def _clear_ptes(self, va: int, nbytes: int) -> tuple[list[Mapping], list[int]]:
+    def _clear_ptes(self, va: int, nbytes: int, release: bool
+                    ) -> tuple[list[Mapping], list[int]]:
         """Unmap the pages of ``[va, va + nbytes)`` in the page tables (no TLB invalidate):
-        the mappings removed and the owned blocks of their pages."""
+        the mappings removed and the owned blocks of their pages. ``release``: the blocks
+        left without a mapped page will be freed, so none may be mapped elsewhere
+        (:meth:`_check_unshared`, before anything is changed)."""
         first, n = va >> VM_PAGE_SHIFT, -(-(va % VM_PAGE_BYTES + nbytes) // VM_PAGE_BYTES)
         vpns = range(first, first + n)
         missing = [v for v in vpns if v not in self.pages]
         if missing:
             raise ValueError(f"virtual page {missing[0] << VM_PAGE_SHIFT:#x} is not mapped")
+        if release:
+            self._check_release(vpns)
         freed, removed = [], []
         for v in vpns:
             m = self.pages.pop(v)
@@ -245,6 +256,13 @@ class Context:
                         "valid": 1, "read": int(m.read), "write": int(m.write),
                         "ppn": m.pa >> VM_PAGE_SHIFT}))
         return removed, freed
+
+    def _check_release(self, vpns: range) -> None:
+        """Before unmapping the (mapped) virtual pages ``vpns`` and freeing the blocks left
+        without a mapped page: :meth:`_check_unshared` of those blocks."""
+        unmapped = Counter(self.pages[v].block for v in vpns if self.pages[v].block is not None)
+        self._check_unshared([b for b, n in unmapped.items() if self._block_pages[b] == n],
+                             "unmapping them here")
 
     def _free_physical(self, blocks: list[int]) -> None:
         """One page of each of ``blocks`` (owned physical blocks) is unmapped: free a block
@@ -321,7 +339,9 @@ class Context:
               ) -> VirtualBuffer:
         """Map ``buf``'s physical pages into ``other`` (read-only unless ``write``): a new
         :class:`VirtualBuffer` of ``other`` that sees the same bytes. The owner keeps the
-        pages: free the shared buffer (or unmap it) before the owner frees its own.
+        pages: free the shared buffer (or unmap it) before the owner frees its own (the owner's
+        :meth:`free`, :meth:`unmap` and :meth:`destroy` refuse until then,
+        :class:`~sw.runtime.ContextInUseError`).
 
         Raises
         ------
@@ -354,6 +374,9 @@ class Context:
 
         Raises
         ------
+        ContextInUseError
+            If another context still maps pages this frees (:meth:`unmap`'s; with
+            ``wait=False`` too); nothing is freed.
         NPUError
             If ``buf`` is not a live buffer of this context (freed already, or another
             context's), or the context was destroyed, or ``stream`` was
@@ -370,7 +393,7 @@ class Context:
             self.va.free(buf.addr)
             buf._freed = True
             return
-        _, freed = self._clear_ptes(buf.addr, buf.nbytes)
+        _, freed = self._clear_ptes(buf.addr, buf.nbytes, True)
         del self._buffers[buf.addr]
         buf._freed = True
         s = self.device.default_stream if stream is None else stream
@@ -428,16 +451,7 @@ class Context:
                 f"context {self.asid} still has {len(live)} stream(s) bound (queue(s) "
                 f"{queues}): destroying it would leave their Q_VM pointing at freed page "
                 f"tables; destroy them first (Stream.destroy)", live)
-        shared = self._mapped_elsewhere()
-        if shared:
-            runs: dict[Context, list[str]] = {}
-            for c, va, n in shared:
-                runs.setdefault(c, []).append(f"[{va:#x}, +{n} pages)")
-            where = "; ".join(f"in context {c.asid} at {', '.join(r)}" for c, r in runs.items())
-            raise ContextInUseError(
-                f"context {self.asid}'s physical pages are mapped {where}: unmap them there "
-                f"first (free the buffers share made); destroying it would free them under "
-                f"those mappings", shared=shared)
+        self._check_unshared(self._block_pages, "destroying it")
         for s in bound:     # destroyed, work not seen retired: its release unbinds it
             s._wait_retired()
         if self.pages or self._stale:   # no TLB may hold a page once freed or the ASID reused
@@ -456,11 +470,25 @@ class Context:
         self.destroyed = True
         self.device._release_context(self)
 
-    def _mapped_elsewhere(self) -> list[tuple[Context, int, int]]:
-        """The runs of pages of the device's other contexts that map a physical page of a
-        block this context owns: ``(context, first virtual address, pages)``."""
+    def _check_unshared(self, blocks: Iterable[int], action: str) -> None:
+        """Raise :class:`~sw.runtime.ContextInUseError` (``shared``) if another context maps
+        a page of ``blocks`` (physical blocks this context owns, which ``action`` frees)."""
+        shared = self._mapped_elsewhere(blocks)
+        if shared:
+            runs: dict[Context, list[str]] = {}
+            for c, va, n in shared:
+                runs.setdefault(c, []).append(f"[{va:#x}, +{n} pages)")
+            where = "; ".join(f"in context {c.asid} at {', '.join(r)}" for c, r in runs.items())
+            raise ContextInUseError(
+                f"context {self.asid}'s physical pages are mapped {where}: unmap them there "
+                f"first (free the buffers share made); {action} would free them under "
+                f"those mappings; nothing was changed", shared=shared)
+
+    def _mapped_elsewhere(self, blocks: Iterable[int]) -> list[tuple[Context, int, int]]:
+        """The runs of pages of the device's other contexts that map a physical page of
+        ``blocks`` (blocks this context owns): ``(context, first virtual address, pages)``."""
         owned = set()
-        for base in self._block_pages:
+        for base in blocks:
             size = self.device.allocator.size_of(base)
             owned.update(range(base, base + size, VM_PAGE_BYTES))
         runs: list[tuple[Context, int, int]] = []
@@ -561,6 +589,15 @@ class VirtualBuffer(Buffer):
         state = " freed" if self._freed else ""
         return (f"<VirtualBuffer ctx={self.context.asid} va={self.addr:#x} {self.nbytes} "
                 f"bytes{state}>")
+
+
+def check_free(buf: Buffer) -> None:
+    """Raise now what freeing ``buf`` later (:func:`free_unwaited`, from a deferred release)
+    would: :class:`~sw.runtime.ContextInUseError` if it is a :class:`VirtualBuffer` whose
+    pages another context still maps (:meth:`Context.free`)."""
+    if isinstance(buf, VirtualBuffer) and not buf.freed:
+        first = buf.addr >> VM_PAGE_SHIFT
+        buf.context._check_release(range(first, first - (-buf.nbytes // VM_PAGE_BYTES)))
 
 
 def free_unwaited(buf, stream: Stream, wait: bool) -> None:
