@@ -219,11 +219,7 @@ class Context:
         removed, freed = self._clear_ptes(va, nbytes, release)
         self.device.invalidate_tlb(self, stream=stream)
         self._stale = False
-        if release:
-            self._free_physical(freed)
-        else:
-            for b in freed:
-                self._block_pages[b] -= 1
+        self._free_physical(freed, release)
         return removed
 
     def _clear_ptes(self, va: int, nbytes: int, release: bool
@@ -238,7 +234,7 @@ class Context:
         if missing:
             raise ValueError(f"virtual page {missing[0] << VM_PAGE_SHIFT:#x} is not mapped")
         if release:
-            self._check_release(vpns)
+            self._check_unshared(self._released(vpns), "unmapping them here")
         freed, removed = [], []
         for v in vpns:
             m = self.pages.pop(v)
@@ -257,19 +253,18 @@ class Context:
                         "ppn": m.pa >> VM_PAGE_SHIFT}))
         return removed, freed
 
-    def _check_release(self, vpns: range) -> None:
-        """Before unmapping the (mapped) virtual pages ``vpns`` and freeing the blocks left
-        without a mapped page: :meth:`_check_unshared` of those blocks."""
+    def _released(self, vpns: range) -> list[int]:
+        """The owned blocks that unmapping the (mapped) virtual pages ``vpns`` leaves without
+        a mapped page (and frees)."""
         unmapped = Counter(self.pages[v].block for v in vpns if self.pages[v].block is not None)
-        self._check_unshared([b for b, n in unmapped.items() if self._block_pages[b] == n],
-                             "unmapping them here")
+        return [b for b, n in unmapped.items() if self._block_pages[b] == n]
 
-    def _free_physical(self, blocks: list[int]) -> None:
+    def _free_physical(self, blocks: list[int], release: bool = True) -> None:
         """One page of each of ``blocks`` (owned physical blocks) is unmapped: free a block
-        once none of its pages is mapped."""
+        once none of its pages is mapped (unless not ``release``: the context keeps it)."""
         for base in blocks:
             self._block_pages[base] -= 1
-            if not self._block_pages[base]:
+            if release and not self._block_pages[base]:
                 del self._block_pages[base]
                 self.device.allocator.free(base)
 
@@ -382,18 +377,26 @@ class Context:
             context's), or the context was destroyed, or ``stream`` was
             (:class:`~sw.runtime.StreamDestroyedError`).
         """
+        self._free(buf, stream, wait, keep_shared=False)
+
+    def _free(self, buf: VirtualBuffer, stream: Stream | None, wait: bool,
+              keep_shared: bool) -> None:
+        """:meth:`free`; ``keep_shared``: where another context maps pages it would free,
+        keep them instead of refusing (as ``unmap(release=False)``: :meth:`destroy` frees
+        them, once nobody else maps them)."""
         self._check_live()
         if stream is not None:
             stream._check_live()
         if buf.context is not self or self._buffers.get(buf.addr) is not buf:
             raise NPUError(f"{buf!r} is not a live buffer of this context (double free?)")
+        free_pages = not (keep_shared and self._mapped_elsewhere(self._released(_vpns(buf))))
         if wait:
-            self.unmap(buf.addr, buf.nbytes, stream=stream)
+            self.unmap(buf.addr, buf.nbytes, stream=stream, release=free_pages)
             del self._buffers[buf.addr]
             self.va.free(buf.addr)
             buf._freed = True
             return
-        _, freed = self._clear_ptes(buf.addr, buf.nbytes, True)
+        _, freed = self._clear_ptes(buf.addr, buf.nbytes, free_pages)
         del self._buffers[buf.addr]
         buf._freed = True
         s = self.device.default_stream if stream is None else stream
@@ -404,7 +407,7 @@ class Context:
 
         def release(now: bool) -> None:
             if not self.destroyed:      # (destroy freed the pages and the whole range)
-                self._free_physical(freed)
+                self._free_physical(freed, free_pages)
                 self.va.free(buf.addr)
         self.device.deferred.add(release, [(s, s.commands_submitted)])
 
@@ -596,8 +599,13 @@ def check_free(buf: Buffer) -> None:
     would: :class:`~sw.runtime.ContextInUseError` if it is a :class:`VirtualBuffer` whose
     pages another context still maps (:meth:`Context.free`)."""
     if isinstance(buf, VirtualBuffer) and not buf.freed:
-        first = buf.addr >> VM_PAGE_SHIFT
-        buf.context._check_release(range(first, first - (-buf.nbytes // VM_PAGE_BYTES)))
+        buf.context._check_unshared(buf.context._released(_vpns(buf)), "freeing it")
+
+
+def _vpns(buf: VirtualBuffer) -> range:
+    """The virtual page numbers of ``buf``."""
+    first = buf.addr >> VM_PAGE_SHIFT
+    return range(first, first - (-buf.nbytes // VM_PAGE_BYTES))
 
 
 def free_unwaited(buf, stream: Stream, wait: bool) -> None:
@@ -605,8 +613,11 @@ def free_unwaited(buf, stream: Stream, wait: bool) -> None:
     :meth:`Context.free` with ``wait=False`` (its ``TLB_INVALIDATE`` on ``stream``, on the
     default stream if ``stream`` was destroyed, unwaited): for the runtime's deferred
     releases, which run inside host calls that must not block (``Stream.query``,
-    ``Event.query``)."""
-    if isinstance(buf, VirtualBuffer) and not wait:
-        buf.context.free(buf, stream=None if stream.destroyed else stream, wait=False)
+    ``Event.query``). Such a release cannot refuse: pages of ``buf`` that another context
+    maps (the runtime's own buffers, a ring say, mapped there by hand) stay the owner's until
+    :meth:`Context.destroy`, which refuses while they are mapped."""
+    if isinstance(buf, VirtualBuffer):
+        buf.context._free(buf, None if wait or stream.destroyed else stream, wait,
+                          keep_shared=True)
     else:
         buf.free()

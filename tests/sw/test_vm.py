@@ -430,3 +430,41 @@ def test_owner_free_and_unmap_refuse_pages_another_context_maps(backend):
     job.free()
     s.synchronize()
     assert job.out_buffer.freed
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_a_deferred_free_of_pages_mapped_elsewhere_keeps_them_until_destroy(backend):
+    """The runtime's deferred frees (a destroyed stream's ring, an event's words) cannot
+    refuse: where another context maps such pages (by hand), the owner keeps them instead of
+    freeing them under that mapping, and its destroy refuses until they are unmapped there."""
+    dev = Device(backend(CONFIG))
+    a, b = dev.create_context(), dev.create_context()
+    stats = dev.memory_stats()
+    s = dev.create_stream(context=a, ring_commands=16)
+    ring_pa = a.translate(s.ring.addr)
+    va = b.va.alloc(VM_PAGE_BYTES, VM_PAGE_BYTES)
+    b.map(va, [ring_pa - ring_pa % VM_PAGE_BYTES])
+    s.destroy()                       # its work retired: the ring is freed now
+    dev.synchronize()                 # (and its unwaited TLB invalidate retired)
+    assert s.ring.freed and ring_pa - ring_pa % VM_PAGE_BYTES in a._block_pages
+    assert dev.alloc(64).addr != ring_pa
+    # an event's timestamp word, freed at once (its recording retired): the waited path
+    s2 = dev.create_stream(context=a)
+    ev = s2.record()
+    s2.synchronize()
+    word_pa = a.translate(ev._words[s2].addr)
+    word_va = b.va.alloc(VM_PAGE_BYTES, VM_PAGE_BYTES)
+    b.map(word_va, [word_pa - word_pa % VM_PAGE_BYTES])
+    ev.free()
+    assert ev._words == {} and word_pa - word_pa % VM_PAGE_BYTES in a._block_pages
+    s2.destroy()
+    assert word_va == va + VM_PAGE_BYTES          # (one run of two pages)
+    with pytest.raises(ContextInUseError, match=rf"in context {b.asid} at \[{va:#x}, \+2 pages\)"):
+        a.destroy()
+    b.unmap(va, VM_PAGE_BYTES)
+    with pytest.raises(ContextInUseError, match=rf"at \[{word_va:#x}, \+1 pages\)"):
+        a.destroy()
+    b.unmap(word_va, VM_PAGE_BYTES)
+    a.destroy()
+    b.destroy()
+    assert dev.memory_stats().free_bytes == stats.free_bytes + 2 * VM_PAGE_BYTES - 64
