@@ -110,7 +110,7 @@ from sw.quant import (
     check_shifts,
 )
 from sw.runtime import Buffer, Device, LocalUse, Semaphore, Stream
-from sw.runtime.vm import free_unwaited
+from sw.runtime.vm import check_free, free_unwaited
 
 __all__ = ["LinearPlan", "LinearStats", "LinearJob", "Formats", "INT8_FORMATS", "plan_linear",
            "linear", "linear_with_stats", "linear_launch", "pack_activations", "pack_weights",
@@ -236,8 +236,17 @@ class LinearJob:
     def free(self) -> None:
         """Free the job's buffers and semaphores: now if the host has seen the kernel
         complete (its stream synchronized, or an event recorded after it), else once it has
-        (until then its DMA could still write the buffers and signal the semaphores)."""
+        (until then its DMA could still write the buffers and signal the semaphores).
+
+        Raises
+        ------
+        ContextInUseError
+            If another context maps pages of a buffer of the job (:meth:`Context.share`,
+            :meth:`Context.free`); nothing is freed.
+        """
         bufs, sems = [b for b in self._buffers if not b.freed], self._sems
+        for b in bufs:      # (a deferred release must not fail: refuse now)
+            check_free(b)
         self._buffers, self._sems = [], []
 
         def release(now: bool) -> None:

@@ -162,15 +162,16 @@ class Device:
     # -- streams, semaphores, events ---------------------------------------------------------
 
     def create_stream(self, queue: int | None = None, *, window_bytes: int | None = None,
-                      ring_commands: int | None = None, context: Context | None = None
-                      ) -> Stream:
+                      ring_commands: int | None = None, context: Context | None = None,
+                      timeout_cycles: int | None = None) -> Stream:
         """Create a :class:`Stream` on hardware queue ``queue`` (the lowest free one if None),
         in ``context`` if given (its DMA addresses are then the context's virtual addresses;
         :meth:`Stream.alloc` allocates in the context).
 
         A queue still held by a destroyed stream (:meth:`Stream.destroy`) is taken once that
-        stream's work retired: the call waits for it (``queue=None`` only when no queue is
-        free).
+        stream's work retired: the call waits for it, up to ``timeout_cycles`` (default
+        :attr:`default_timeout_cycles`). With ``queue=None`` and no queue free, it takes the
+        lowest such queue that is idle now (``Q_STATUS``, no wait), and waits only if none is.
 
         Raises
         ------
@@ -185,7 +186,7 @@ class Device:
             If the work of the destroyed stream that held the queue failed (the queue is
             reset; a second call takes it).
         DeviceTimeoutError
-            If that work did not retire within :attr:`default_timeout_cycles`.
+            If that work did not retire within ``timeout_cycles``.
         """
         if context is not None and window_bytes is not None:
             raise ValueError("a stream in a context has no window (its pages protect it)")
@@ -195,7 +196,9 @@ class Device:
             if not free:
                 raise ValueError(f"every hardware queue has a stream (n_queues="
                                  f"{self.config.n_queues})")
-            queue = free[0]
+            # a destroyed stream's queue whose work already retired before one still busy
+            queue = next((q for q in free if q not in self.streams
+                          or self.streams[q]._idle()), free[0])
         if not 0 <= queue < self.config.n_queues:
             raise ValueError(f"queue {queue} does not exist (n_queues={self.config.n_queues})")
         held = self.streams.get(queue)
@@ -204,7 +207,7 @@ class Device:
         if ring_commands is not None:
             check_ring_commands(ring_commands)
         if held is not None:
-            held._wait_retired()
+            held._wait_retired(timeout_cycles)
         stream = Stream(self, queue, ring_commands or self.ring_commands, window_bytes,
                         context=context)
         self.streams[queue] = stream

@@ -260,12 +260,16 @@ class Stream:
             for pos, theirs in other._uses:
                 hit = None if pos <= after else use.overlap(theirs)
                 if hit:
+                    how = (f"wait_event on an event recorded on stream {q} after it, "
+                           f"Device.barrier, or synchronize stream {q} first")
+                    if other.destroyed:     # (neither can be used any more)
+                        how = (f"stream {q} was destroyed: wait_event on, or synchronize, an "
+                               f"event recorded on it after that launch (before the destroy), "
+                               f"or Device.create_stream(queue={q}), which waits for its work")
                     raise LocalMemoryConflictError(
                         f"{use.what} on stream {self.queue} and {theirs.what} launched on "
                         f"stream {q} may run at the same time on {hit}: give each its own "
-                        "spad_region/acc_region, or order them (wait_event on an event "
-                        f"recorded on stream {q} after it, Device.barrier, or synchronize "
-                        f"stream {q} first); nothing was launched")
+                        f"spad_region/acc_region, or order them ({how}); nothing was launched")
 
     def _completed(self, clock: dict[int, int]) -> None:
         """The host saw every command before ``clock[q]`` of each queue ``q`` retire."""
@@ -522,7 +526,7 @@ class Stream:
             for buf in (self.ring, self._fence_word):
                 free_unwaited(buf, dev.default_stream, False)
 
-    def _wait_retired(self) -> None:
+    def _wait_retired(self, timeout_cycles: int | None = None) -> None:
         """Wait until the work of this destroyed stream retired (polling ``Q_STATUS``): its
         release runs then.
 
@@ -531,9 +535,10 @@ class Stream:
         DeviceError
             If the queue reports an error (it is reset: the next wait finds it idle).
         DeviceTimeoutError
-            If the work did not retire within the default budget.
+            If the work did not retire within ``timeout_cycles`` (default: the device's
+            default budget).
         """
-        self.device._wait_until(self._idle, None,
+        self.device._wait_until(self._idle, timeout_cycles,
                                 f"the work of the destroyed stream of queue {self.queue}",
                                 [self], poll_cycles=RING_POLL_CYCLES,
                                 max_poll_cycles=RING_POLL_MAX_CYCLES)

@@ -273,5 +273,15 @@ class Deferred:
         out-of-resource error, or "" if nothing is held."""
         if not self._items:
             return ""
+        streams = {s for _, pending in self._items for s, _ in pending}
+        live = sorted(s.queue for s in streams if not s.destroyed)
+        dead = sorted(s.queue for s in streams if s.destroyed)
+        how = [f"synchronize stream(s) {', '.join(map(str, live))}"] if live else []
+        if dead:    # (a destroyed stream cannot be synchronized)
+            queues = ", ".join(map(str, dead))
+            take = f"queue={dead[0]}" if len(dead) == 1 else "queue=q"
+            how.append(f"for the destroyed stream(s) of queue(s) {queues}, synchronize an "
+                       f"event recorded there before the destroy, or Device.create_stream("
+                       f"{take}), which waits for that work")
         return (f"; {len(self._items)} freed event(s), job(s) or destroyed stream(s) hold "
-                f"{what} until the host sees their work retire (synchronize their streams)")
+                f"{what} until the host sees their work retire ({'; '.join(how)})")

@@ -19,7 +19,7 @@ command fetch reads ahead, see :mod:`hw.isa.vm`), and the context's pages are it
 Ownership: a context owns the physical blocks it allocated (:meth:`Context.alloc`) and frees
 them when their last page is unmapped or the context is destroyed. Other contexts may map
 them (:meth:`Context.share`, or :meth:`Context.map` of the physical pages of its buffer) but
-never free them; a context with pages mapped elsewhere is not destroyed
+never free them; the owner does not free, unmap or destroy pages still mapped elsewhere
 (:class:`~sw.runtime.ContextInUseError`). Pages mapped without ``blocks`` (a physical
 buffer's, say) are nobody's: no context frees them. ``WINDOW_BASE`` /
 ``WINDOW_LIMIT`` keep working for streams without a context (:meth:`Device.create_stream`'s
@@ -28,6 +28,8 @@ buffer's, say) are nobody's: no context frees them. ``WINDOW_BASE`` /
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -203,6 +205,10 @@ class Context:
         ------
         ValueError
             If a page of the range is not mapped.
+        ContextInUseError
+            If ``release`` and a physical block this frees (the context's, none of its pages
+            left mapped here) is mapped by another context (:meth:`share`; ``shared`` as
+            :meth:`destroy`'s); nothing is unmapped then.
         NPUError
             If the context was destroyed, or ``stream`` was
             (:class:`~sw.runtime.StreamDestroyedError`); nothing is unmapped then.
@@ -210,24 +216,25 @@ class Context:
         self._check_live()
         if stream is not None:
             stream._check_live()
-        removed, freed = self._clear_ptes(va, nbytes)
+        removed, freed = self._clear_ptes(va, nbytes, release)
         self.device.invalidate_tlb(self, stream=stream)
         self._stale = False
-        if release:
-            self._free_physical(freed)
-        else:
-            for b in freed:
-                self._block_pages[b] -= 1
+        self._free_physical(freed, release)
         return removed
 
-    def _clear_ptes(self, va: int, nbytes: int) -> tuple[list[Mapping], list[int]]:
+    def _clear_ptes(self, va: int, nbytes: int, release: bool
+                    ) -> tuple[list[Mapping], list[int]]:
         """Unmap the pages of ``[va, va + nbytes)`` in the page tables (no TLB invalidate):
-        the mappings removed and the owned blocks of their pages."""
+        the mappings removed and the owned blocks of their pages. ``release``: the blocks
+        left without a mapped page will be freed, so none may be mapped elsewhere
+        (:meth:`_check_unshared`, before anything is changed)."""
         first, n = va >> VM_PAGE_SHIFT, -(-(va % VM_PAGE_BYTES + nbytes) // VM_PAGE_BYTES)
         vpns = range(first, first + n)
         missing = [v for v in vpns if v not in self.pages]
         if missing:
             raise ValueError(f"virtual page {missing[0] << VM_PAGE_SHIFT:#x} is not mapped")
+        if release:
+            self._check_unshared(self._released(vpns), "unmapping them here")
         freed, removed = [], []
         for v in vpns:
             m = self.pages.pop(v)
@@ -246,12 +253,18 @@ class Context:
                         "ppn": m.pa >> VM_PAGE_SHIFT}))
         return removed, freed
 
-    def _free_physical(self, blocks: list[int]) -> None:
+    def _released(self, vpns: range) -> list[int]:
+        """The owned blocks that unmapping the (mapped) virtual pages ``vpns`` leaves without
+        a mapped page (and frees)."""
+        unmapped = Counter(self.pages[v].block for v in vpns if self.pages[v].block is not None)
+        return [b for b, n in unmapped.items() if self._block_pages[b] == n]
+
+    def _free_physical(self, blocks: list[int], release: bool = True) -> None:
         """One page of each of ``blocks`` (owned physical blocks) is unmapped: free a block
-        once none of its pages is mapped."""
+        once none of its pages is mapped (unless not ``release``: the context keeps it)."""
         for base in blocks:
             self._block_pages[base] -= 1
-            if not self._block_pages[base]:
+            if release and not self._block_pages[base]:
                 del self._block_pages[base]
                 self.device.allocator.free(base)
 
@@ -321,7 +334,9 @@ class Context:
               ) -> VirtualBuffer:
         """Map ``buf``'s physical pages into ``other`` (read-only unless ``write``): a new
         :class:`VirtualBuffer` of ``other`` that sees the same bytes. The owner keeps the
-        pages: free the shared buffer (or unmap it) before the owner frees its own.
+        pages: free the shared buffer (or unmap it) before the owner frees its own (the owner's
+        :meth:`free`, :meth:`unmap` and :meth:`destroy` refuse until then,
+        :class:`~sw.runtime.ContextInUseError`).
 
         Raises
         ------
@@ -354,23 +369,34 @@ class Context:
 
         Raises
         ------
+        ContextInUseError
+            If another context still maps pages this frees (:meth:`unmap`'s; with
+            ``wait=False`` too); nothing is freed.
         NPUError
             If ``buf`` is not a live buffer of this context (freed already, or another
             context's), or the context was destroyed, or ``stream`` was
             (:class:`~sw.runtime.StreamDestroyedError`).
         """
+        self._free(buf, stream, wait, keep_shared=False)
+
+    def _free(self, buf: VirtualBuffer, stream: Stream | None, wait: bool,
+              keep_shared: bool) -> None:
+        """:meth:`free`; ``keep_shared``: where another context maps pages it would free,
+        keep them instead of refusing (as ``unmap(release=False)``: :meth:`destroy` frees
+        them, once nobody else maps them)."""
         self._check_live()
         if stream is not None:
             stream._check_live()
         if buf.context is not self or self._buffers.get(buf.addr) is not buf:
             raise NPUError(f"{buf!r} is not a live buffer of this context (double free?)")
+        free_pages = not (keep_shared and self._mapped_elsewhere(self._released(_vpns(buf))))
         if wait:
-            self.unmap(buf.addr, buf.nbytes, stream=stream)
+            self.unmap(buf.addr, buf.nbytes, stream=stream, release=free_pages)
             del self._buffers[buf.addr]
             self.va.free(buf.addr)
             buf._freed = True
             return
-        _, freed = self._clear_ptes(buf.addr, buf.nbytes)
+        _, freed = self._clear_ptes(buf.addr, buf.nbytes, free_pages)
         del self._buffers[buf.addr]
         buf._freed = True
         s = self.device.default_stream if stream is None else stream
@@ -381,7 +407,7 @@ class Context:
 
         def release(now: bool) -> None:
             if not self.destroyed:      # (destroy freed the pages and the whole range)
-                self._free_physical(freed)
+                self._free_physical(freed, free_pages)
                 self.va.free(buf.addr)
         self.device.deferred.add(release, [(s, s.commands_submitted)])
 
@@ -428,16 +454,7 @@ class Context:
                 f"context {self.asid} still has {len(live)} stream(s) bound (queue(s) "
                 f"{queues}): destroying it would leave their Q_VM pointing at freed page "
                 f"tables; destroy them first (Stream.destroy)", live)
-        shared = self._mapped_elsewhere()
-        if shared:
-            runs: dict[Context, list[str]] = {}
-            for c, va, n in shared:
-                runs.setdefault(c, []).append(f"[{va:#x}, +{n} pages)")
-            where = "; ".join(f"in context {c.asid} at {', '.join(r)}" for c, r in runs.items())
-            raise ContextInUseError(
-                f"context {self.asid}'s physical pages are mapped {where}: unmap them there "
-                f"first (free the buffers share made); destroying it would free them under "
-                f"those mappings", shared=shared)
+        self._check_unshared(self._block_pages, "destroying it")
         for s in bound:     # destroyed, work not seen retired: its release unbinds it
             s._wait_retired()
         if self.pages or self._stale:   # no TLB may hold a page once freed or the ASID reused
@@ -456,11 +473,25 @@ class Context:
         self.destroyed = True
         self.device._release_context(self)
 
-    def _mapped_elsewhere(self) -> list[tuple[Context, int, int]]:
-        """The runs of pages of the device's other contexts that map a physical page of a
-        block this context owns: ``(context, first virtual address, pages)``."""
+    def _check_unshared(self, blocks: Iterable[int], action: str) -> None:
+        """Raise :class:`~sw.runtime.ContextInUseError` (``shared``) if another context maps
+        a page of ``blocks`` (physical blocks this context owns, which ``action`` frees)."""
+        shared = self._mapped_elsewhere(blocks)
+        if shared:
+            runs: dict[Context, list[str]] = {}
+            for c, va, n in shared:
+                runs.setdefault(c, []).append(f"[{va:#x}, +{n} pages)")
+            where = "; ".join(f"in context {c.asid} at {', '.join(r)}" for c, r in runs.items())
+            raise ContextInUseError(
+                f"context {self.asid}'s physical pages are mapped {where}: unmap them there "
+                f"first (free the buffers share made); {action} would free them under "
+                f"those mappings; nothing was changed", shared=shared)
+
+    def _mapped_elsewhere(self, blocks: Iterable[int]) -> list[tuple[Context, int, int]]:
+        """The runs of pages of the device's other contexts that map a physical page of
+        ``blocks`` (blocks this context owns): ``(context, first virtual address, pages)``."""
         owned = set()
-        for base in self._block_pages:
+        for base in blocks:
             size = self.device.allocator.size_of(base)
             owned.update(range(base, base + size, VM_PAGE_BYTES))
         runs: list[tuple[Context, int, int]] = []
@@ -563,13 +594,30 @@ class VirtualBuffer(Buffer):
                 f"bytes{state}>")
 
 
+def check_free(buf: Buffer) -> None:
+    """Raise now what freeing ``buf`` later (:func:`free_unwaited`, from a deferred release)
+    would: :class:`~sw.runtime.ContextInUseError` if it is a :class:`VirtualBuffer` whose
+    pages another context still maps (:meth:`Context.free`)."""
+    if isinstance(buf, VirtualBuffer) and not buf.freed:
+        buf.context._check_unshared(buf.context._released(_vpns(buf)), "freeing it")
+
+
+def _vpns(buf: VirtualBuffer) -> range:
+    """The virtual page numbers of ``buf``."""
+    first = buf.addr >> VM_PAGE_SHIFT
+    return range(first, first - (-buf.nbytes // VM_PAGE_BYTES))
+
+
 def free_unwaited(buf, stream: Stream, wait: bool) -> None:
     """Free ``buf``; without ``wait`` a :class:`VirtualBuffer` goes through
     :meth:`Context.free` with ``wait=False`` (its ``TLB_INVALIDATE`` on ``stream``, on the
     default stream if ``stream`` was destroyed, unwaited): for the runtime's deferred
     releases, which run inside host calls that must not block (``Stream.query``,
-    ``Event.query``)."""
-    if isinstance(buf, VirtualBuffer) and not wait:
-        buf.context.free(buf, stream=None if stream.destroyed else stream, wait=False)
+    ``Event.query``). Such a release cannot refuse: pages of ``buf`` that another context
+    maps (the runtime's own buffers, a ring say, mapped there by hand) stay the owner's until
+    :meth:`Context.destroy`, which refuses while they are mapped."""
+    if isinstance(buf, VirtualBuffer):
+        buf.context._free(buf, None if wait or stream.destroyed else stream, wait,
+                          keep_shared=True)
     else:
         buf.free()

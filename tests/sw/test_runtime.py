@@ -1037,3 +1037,73 @@ def test_a_deferred_free_after_its_stream_was_destroyed_invalidates_elsewhere():
     dev.synchronize()
     ctx.destroy()
     done.free()
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_create_stream_takes_an_idle_queue_of_a_destroyed_stream_before_a_busy_one(backend):
+    """With every queue held, ``create_stream()`` took the lowest queue of a destroyed stream
+    and waited on it (here: work held by an event nobody records, a DeviceTimeoutError after
+    the whole budget) while the queues of other destroyed streams were idle. It now polls
+    ``Q_STATUS`` and takes an idle one; with none idle it waits, for ``timeout_cycles``
+    (which its timeout message asks for)."""
+    dev = Device(backend(NPUConfig()))
+    s1, s2, s3 = dev.create_stream(), dev.create_stream(), dev.create_stream()
+    out = dev.alloc(64)
+    gate = dev.event()
+    s1.wait_event(gate)
+    s1.launch(_fence(out, 1))
+    for s in (s2, s3):                # retire, never synchronized
+        s.launch(_fence(out, 2))
+    for s in (s1, s2, s3):
+        s.destroy()
+    dev.synchronize()
+    assert dev.create_stream().queue == 2 and dev.create_stream().queue == 3
+    assert dev.streams[1] is s1
+    with pytest.raises(DeviceTimeoutError, match="no completion after 20,000 cycles .*give a "
+                                                  "larger timeout_cycles"):
+        dev.create_stream(timeout_cycles=20_000)
+    dev.default_stream.record(gate)
+    assert dev.create_stream().queue == 1
+    assert out.read(4) == (1).to_bytes(4, "little")
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_hints_about_a_destroyed_streams_work_can_be_followed(backend):
+    """A local-memory conflict with a destroyed stream's launch told the user to order
+    against it through that stream (wait_event on an event recorded on it later,
+    Device.barrier, synchronize it), and out-of-semaphores to synchronize it: each raises
+    StreamDestroyedError. They now say what works: an event recorded there before the
+    destroy, or ``create_stream(queue=...)``; the hint is followed here."""
+    from sw.runtime import LocalUse, OutOfSemaphoresError
+    cfg = NPUConfig(n_sems=8)
+    dev = Device(backend(cfg), cfg)
+    s0, s1, s2 = dev.default_stream, dev.create_stream(), dev.create_stream()
+    gate = dev.event()
+    use = LocalUse("kernel", spad=(0, 8))
+    nop = CommandList()
+    nop.nop()
+    s1.wait_event(gate)
+    s1.launch(nop, local=use)
+    ev = s1.record()
+    held = s1.record()
+    held.free()                       # its semaphore is held until s1's work retired
+    s1.destroy()
+    with pytest.raises(LocalMemoryConflictError, match=r"order them \(stream 1 was destroyed: "
+                       r"wait_event on, or synchronize, an event recorded on it after that "
+                       r"launch \(before the destroy\), or Device.create_stream\(queue=1\), "
+                       r"which waits for its work\); nothing was launched$"):
+        s2.launch(nop, local=use)
+    s2.wait_event(ev)                 # the hint: s2 now runs after it
+    s2.launch(nop, local=use)
+    sems = [dev.alloc_semaphore() for _ in range(len(dev._sem_pool))]
+    with pytest.raises(OutOfSemaphoresError, match=r"hold theirs until the host sees their "
+                       r"work retire \(for the destroyed stream\(s\) of queue\(s\) 1, "
+                       r"synchronize an event recorded there before the destroy, or "
+                       r"Device.create_stream\(queue=1\), which waits for that work\)\)$"):
+        dev.alloc_semaphore()
+    s0.record(gate)
+    ev.synchronize()                  # the hint: releases what s1's work held
+    dev.alloc_semaphore()
+    for s in sems:
+        s.free()
+    s2.synchronize()

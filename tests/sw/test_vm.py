@@ -375,3 +375,96 @@ def test_a_page_fault_in_a_destroyed_streams_work(backend):
     assert not ctx.destroyed
     ctx.destroy()
     assert ctx.destroyed and s.queue not in dev.streams
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_owner_free_and_unmap_refuse_pages_another_context_maps(backend):
+    """The owner's free / unmap of pages another context maps (``share``, ``map``) freed them
+    under that mapping: the next alloc reused them and the other context read and wrote
+    someone else's data. They now refuse as destroy does (``ContextInUseError``, ``shared``)
+    and change nothing, ``free(wait=False)`` and a job's deferred free too; a page of a
+    64 KiB block mapped elsewhere holds the whole block."""
+    from sw.kernels.linear import linear_launch
+    dev = Device(backend(CONFIG))
+    a, b = dev.create_context(), dev.create_context()
+    x = a.alloc(2 * VM_PAGE_BYTES)
+    x.write(b"A" * 64)
+    y = a.share(x, b)
+    pages, stats = dict(a.pages), dev.memory_stats()
+    for refused, va, n in ((x.free, y.addr, 2), (lambda: a.free(x, wait=False), y.addr, 2),
+                           (lambda: a.unmap(x.addr, VM_PAGE_BYTES), y.addr, 1),
+                           (lambda: a.unmap(x.addr + VM_PAGE_BYTES, 1), y.addr + VM_PAGE_BYTES, 1)):
+        with pytest.raises(ContextInUseError, match=rf"context {a.asid}'s physical pages are "
+                           rf"mapped in context {b.asid} at \[{va:#x}, \+{n} pages\)") as e:
+            refused()
+        assert e.value.shared == [(b, va, n)]
+        assert not x.freed and a.pages == pages and dev.memory_stats() == stats
+    z = a.alloc(2 * VM_PAGE_BYTES)
+    z.write(b"Z" * 64)
+    assert y.read(8) == b"AAAAAAAA"
+    (kept,) = a.unmap(x.addr, VM_PAGE_BYTES, release=False)   # keeps the page: allowed
+    a.map(x.addr, [kept.pa], blocks=[kept.block])
+    b.free(y)
+    x.free()                                            # nobody else maps them now
+    # one page of a 64 KiB block mapped elsewhere: the owner may unmap the other pages, not
+    # the last one (that frees the block)
+    run = a.alloc(CONTIG_PAGES * VM_PAGE_BYTES)
+    c_va = b.va.alloc(VM_PAGE_BYTES, VM_PAGE_BYTES)
+    b.map(c_va, [a.translate(run.addr + 3 * VM_PAGE_BYTES)])
+    a.unmap(run.addr, 3 * VM_PAGE_BYTES)
+    with pytest.raises(ContextInUseError, match=rf"at \[{c_va:#x}, \+1 pages\)"):
+        a.unmap(run.addr + 3 * VM_PAGE_BYTES, (CONTIG_PAGES - 3) * VM_PAGE_BYTES)
+    b.unmap(c_va, VM_PAGE_BYTES)
+    a.unmap(run.addr + 3 * VM_PAGE_BYTES, (CONTIG_PAGES - 3) * VM_PAGE_BYTES)
+    # a kernel's buffers, freed once its work retired: refused at LinearJob.free, not later
+    s = dev.create_stream(context=a)
+    rng = np.random.default_rng(0)
+    job = linear_launch(s, rng.integers(-128, 128, (8, 16), dtype=np.int8),
+                        rng.integers(-128, 128, (16, 8), dtype=np.int8), np.zeros(8, np.int32),
+                        np.full(8, 1 << 20), np.full(8, 28))
+    out = a.share(job.out_buffer, b)
+    with pytest.raises(ContextInUseError, match=rf"in context {b.asid}"):
+        job.free()
+    assert not job.out_buffer.freed
+    b.free(out)
+    job.free()
+    s.synchronize()
+    assert job.out_buffer.freed
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_a_deferred_free_of_pages_mapped_elsewhere_keeps_them_until_destroy(backend):
+    """The runtime's deferred frees (a destroyed stream's ring, an event's words) cannot
+    refuse: where another context maps such pages (by hand), the owner keeps them instead of
+    freeing them under that mapping, and its destroy refuses until they are unmapped there."""
+    dev = Device(backend(CONFIG))
+    a, b = dev.create_context(), dev.create_context()
+    stats = dev.memory_stats()
+    s = dev.create_stream(context=a, ring_commands=16)
+    ring_pa = a.translate(s.ring.addr)
+    va = b.va.alloc(VM_PAGE_BYTES, VM_PAGE_BYTES)
+    b.map(va, [ring_pa - ring_pa % VM_PAGE_BYTES])
+    s.destroy()                       # its work retired: the ring is freed now
+    dev.synchronize()                 # (and its unwaited TLB invalidate retired)
+    assert s.ring.freed and ring_pa - ring_pa % VM_PAGE_BYTES in a._block_pages
+    assert dev.alloc(64).addr != ring_pa
+    # an event's timestamp word, freed at once (its recording retired): the waited path
+    s2 = dev.create_stream(context=a)
+    ev = s2.record()
+    s2.synchronize()
+    word_pa = a.translate(ev._words[s2].addr)
+    word_va = b.va.alloc(VM_PAGE_BYTES, VM_PAGE_BYTES)
+    b.map(word_va, [word_pa - word_pa % VM_PAGE_BYTES])
+    ev.free()
+    assert ev._words == {} and word_pa - word_pa % VM_PAGE_BYTES in a._block_pages
+    s2.destroy()
+    assert word_va == va + VM_PAGE_BYTES          # (one run of two pages)
+    with pytest.raises(ContextInUseError, match=rf"in context {b.asid} at \[{va:#x}, \+2 pages\)"):
+        a.destroy()
+    b.unmap(va, VM_PAGE_BYTES)
+    with pytest.raises(ContextInUseError, match=rf"at \[{word_va:#x}, \+1 pages\)"):
+        a.destroy()
+    b.unmap(word_va, VM_PAGE_BYTES)
+    a.destroy()
+    b.destroy()
+    assert dev.memory_stats().free_bytes == stats.free_bytes + 2 * VM_PAGE_BYTES - 64
