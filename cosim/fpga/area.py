@@ -183,12 +183,12 @@ def area(config: NPUConfig, *, family: str = "ecp5", pnr: bool = True, blocks: b
                       bundle.directory / f"{family}-block" / top.replace("$", "_"))
     seconds["synth"] = round(flat.seconds, 2)
     r = flat.total
-    required = tuple(n for n in TILE_MEMORIES if block is None or n == top
-                     or n.startswith(top + "."))
+    required = TILE_MEMORIES if block is None else tuple(
+        n for n in TILE_MEMORIES if n == top or n.startswith(top + "."))
     row = AreaRow(config.name, family, r.lut4, r.ff, r.dsp, r.bram, r.lutram,
                   memories_not_in_bram=[f"{m.name} ({m.kind})"
                                         for m in flat.memories_not_in_bram],
-                  memory_problems=(check_memories(flat.memories, required)
+                  memory_problems=(check_memories(flat.memories, required=required)
                                    if family != "generic" else []),
                   seconds=seconds, directory=str(bundle.directory),
                   harness=harness_cost(bundle.verilog.read_text()) if harness else {},

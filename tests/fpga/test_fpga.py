@@ -351,7 +351,7 @@ def test_place_route_reports_congestion_when_routing_fails(tmp_path, monkeypatch
         blocks={}, total=types.SimpleNamespace(lut4=1, ff=1, dsp=0, bram=0, lutram=0))
     monkeypatch.setattr(area_mod, "synthesize", lambda *a, **k: flat)
     monkeypatch.setattr(area_mod, "harness_cost", lambda text: {})
-    monkeypatch.setattr(area_mod, "check_memories", lambda memories: [])
+    monkeypatch.setattr(area_mod, "check_memories", lambda memories, required=None: [])
     said.clear()
     row = area_mod.area(NPUConfig(rows=2, cols=2, n_queues=1), out_dir=tmp_path / "v",
                         blocks=False, progress=said.append)
