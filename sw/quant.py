@@ -139,10 +139,10 @@ def check_int_values(name: str, value: npt.ArrayLike, lo: int, hi: int, *,
     """``value`` as an int64 array, checked: the one place a kernel's integer parameter
     (bias, multiplier, shift, field value) is validated before anything is uploaded.
 
-    Accepts integer arrays (any integer dtype) and float arrays whose values are all
-    integral (``3.0`` is ``3``: converted exactly, since every value in range is far below
-    ``2**53``); refuses anything that is not an integer instead of truncating it (``0.9`` is
-    not ``0``).
+    Accepts integer arrays (any integer dtype) and float arrays (any float dtype) whose values
+    are all integral (``3.0`` is ``3``); refuses anything that is not an integer instead of
+    truncating it (``0.9`` is not ``0``). The range check is exact for every dtype (the bounds
+    are never rounded to the array's precision: float32 ``2**31`` is outside ``0..2**31-1``).
 
     Parameters
     ----------
@@ -193,10 +193,14 @@ def check_int_values(name: str, value: npt.ArrayLike, lo: int, hi: int, *,
                         f"(dtype {arr.dtype}){hint}")
     if kind == "O":
         vals = [int(x) for x in arr.flat]
-        out = [v < lo or v > hi for v in vals]
-        oob = np.array(out).reshape(arr.shape)
-    elif arr.min() >= lo and arr.max() <= hi:       # two reductions, no temporaries
+        oob = np.array([v < lo or v > hi for v in vals]).reshape(arr.shape)
+    elif lo <= int(arr.min()) and int(arr.max()) <= hi:
+        # two reductions, no temporaries; compared as Python ints, which is exact: a float
+        # array compared with ``lo``/``hi`` directly would round them to its dtype (2**31 - 1
+        # is 2**31 in float32, 2**63 - 1 is 2**63 in float64; float16 overflows)
         return arr.astype(np.int64)
+    elif kind == "f":                               # (error path) exact, element by element
+        oob = np.array([not lo <= int(x) <= hi for x in arr.flat]).reshape(arr.shape)
     else:
         oob = (arr < lo) | (arr > hi)
     if oob.any():

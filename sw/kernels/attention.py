@@ -48,6 +48,7 @@ import numpy.typing as npt
 
 from hw.config import NPUConfig
 from hw.isa import DmaBody, LocalMem, SoftmaxBody, field_max
+from sw.kernels.device_args import check_device_args
 from sw.quant import INT32_MAX, check_int_values, check_multipliers, check_shifts
 from sw.runtime import Buffer, CommandList, Device, LocalUse, Semaphore, Stream
 from sw.runtime.local import region
@@ -214,22 +215,21 @@ def _param_shape(c: NPUConfig, heads: int, db: int) -> tuple[int, ...]:
     return (heads, db, 3, c.acc_row_elems)
 
 
-def _check_launch_buffers(c: NPUConfig, plan: AttentionPlan, heads: int,
-                          bufs: dict[str, Buffer]) -> None:
-    """Refuse a buffer of :func:`attention_launch` smaller than its layout (the kernel would
-    read or write past it): ``q_buf``, ``k_buf``, ``v_buf``, ``o_buf`` ``(heads * DB, L,
-    spad_row_bytes)`` int8, ``p_buf`` :func:`pack_attention_params`' ``(heads, DB, 3,
-    acc_row_elems)`` int32 (ValueError)."""
+def _check_launch_args(stream: Stream, plan: AttentionPlan, heads: int,
+                       bufs: dict[str, Buffer], sem: Semaphore) -> None:
+    """:func:`~sw.kernels.device_args.check_device_args` for :func:`attention_launch`:
+    ``q_buf``, ``k_buf``, ``v_buf``, ``o_buf`` ``(heads * DB, L, spad_row_bytes)`` int8,
+    ``p_buf`` :func:`pack_attention_params`' ``(heads, DB, 3, acc_row_elems)`` int32, ``sem``
+    (ValueError, TypeError, NPUError)."""
+    c = stream.device.config
     act = (heads * plan.db, plan.seq, c.spad_row_bytes)
     layouts = {"q_buf": (act, 1), "k_buf": (act, 1), "v_buf": (act, 1),
                "p_buf": (_param_shape(c, heads, plan.db), 4), "o_buf": (act, 1)}
-    for name, buf in bufs.items():
-        shape, item = layouts[name]
-        need = int(np.prod(shape)) * item
-        if buf.nbytes < need:
-            raise ValueError(f"{name} too small for seq={plan.seq}, heads={heads}, "
-                             f"head_dim={plan.head_dim}: needs {need} bytes (layout {shape} "
-                             f"{'int8' if item == 1 else 'int32'}), got {buf.nbytes}")
+    need = {name: (buf, int(np.prod(layouts[name][0])) * layouts[name][1],
+                   f"layout {layouts[name][0]} {'int8' if layouts[name][1] == 1 else 'int32'}")
+            for name, buf in bufs.items()}
+    check_device_args(stream, f"seq={plan.seq}, heads={heads}, head_dim={plan.head_dim}", need,
+                      {"sem": sem})
 
 
 def _pack(c: NPUConfig, plan: AttentionPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray,
@@ -506,11 +506,15 @@ def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer
         ``L`` not a multiple of ``cols``, ``kv_len`` outside ``0..L``, ``heads`` < 1,
         ``score_mult``/``score_shift`` without ``heads`` values or outside 0..65535 / 0..63,
         a buffer smaller than its layout (``q_buf``, ``k_buf``, ``v_buf``, ``o_buf``: ``heads
-        * DB * L * spad_row_bytes`` bytes; ``p_buf``: ``heads * DB * 3 * acc_row_bytes``), or
-        see :func:`plan_attention`; before anything is launched.
+        * DB * L * spad_row_bytes`` bytes; ``p_buf``: ``heads * DB * 3 * acc_row_bytes``), a
+        buffer or ``sem`` of another device than the stream's, or see
+        :func:`plan_attention`; before anything is launched.
     TypeError
         A non-integer ``kv_len``, ``heads`` or ``score_mult``/``score_shift`` value (as
-        :func:`attention_with_stats`).
+        :func:`attention_with_stats`); a buffer that is not a :class:`Buffer` or a ``sem``
+        that is not a :class:`Semaphore`.
+    NPUError
+        A freed buffer or ``sem``, before anything is launched.
     LocalMemoryConflictError
         If a kernel of another stream that may run at the same time uses overlapping rows
         (:mod:`sw.runtime.local`), before ``sem`` is counted.
@@ -523,8 +527,8 @@ def attention_launch(stream: Stream, q_buf: Buffer, k_buf: Buffer, v_buf: Buffer
     heads = _check_heads(heads)
     smult, sshift = _check_score_params(heads, score_mult, score_shift)
     plan = plan_attention(c, seq, head_dim, spad_region=spad_region, acc_region=acc_region)
-    _check_launch_buffers(c, plan, heads, {"q_buf": q_buf, "k_buf": k_buf, "v_buf": v_buf,
-                                           "p_buf": p_buf, "o_buf": o_buf})
+    _check_launch_args(stream, plan, heads, {"q_buf": q_buf, "k_buf": k_buf, "v_buf": v_buf,
+                                             "p_buf": p_buf, "o_buf": o_buf}, sem)
     use = LocalUse.regions(c, "the attention kernel", spad_region, acc_region)
     stream.check_local(use)         # before the caller's semaphore is counted
     bufs = {"q": q_buf, "k": k_buf, "v": v_buf, "p": p_buf, "o": o_buf}

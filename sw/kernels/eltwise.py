@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hw.isa import DmaBody, EltwiseBody, LocalMem, Opcode, eltwise_param_rows, field_max
+from sw.kernels.device_args import check_device_args
 from sw.quant import INT32_MAX, INT32_MIN, check_int_values, check_multipliers, check_shifts
 from sw.runtime import Buffer, CommandList, LocalUse, Semaphore, Stream
 from sw.runtime.local import region
@@ -180,11 +181,18 @@ def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
     ------
     ValueError
         Bad opcode, sizes that do not fit (:func:`eltwise_fit`) or shifts out of range
-        (naming the shift, the range and the value).
+        (naming the shift, the range and the value); a buffer smaller than its layout
+        (``a_buf``, ``b_buf``, ``o_buf``: ``NB * m * spad_row_bytes`` bytes; ``p_buf``: its
+        parameter rows, :func:`~hw.isa.eltwise_param_rows` ``* acc_row_bytes``), or a buffer
+        or semaphore of another device than the stream's.
     TypeError
         A shift that is not an integer (floats are refused unless integral), or ``m``,
-        ``n``, ``acc_row`` or the region not integers. This and the ValueErrors come before
-        anything is launched.
+        ``n``, ``acc_row`` or the region not integers; a buffer or semaphore of the wrong
+        type. This and the ValueErrors come before anything is launched.
+    KeyError
+        ``sems`` without ``"L"``, ``"R"`` or ``"S"``, before anything is launched.
+    NPUError
+        A freed buffer or semaphore, before anything is launched.
     LocalMemoryConflictError
         If a kernel of another stream that may run at the same time uses overlapping rows
         (:mod:`sw.runtime.local`), before the semaphores are counted.
@@ -201,6 +209,13 @@ def eltwise_launch(stream: Stream, opcode: Opcode, a_buf: Buffer, b_buf: Buffer,
     nb = _ceil_div(n, c.cols)
     n_par = eltwise_param_rows(opcode, nb)
     mt = eltwise_fit(c, opcode, m, nb, acc_row, spad_region)
+    act = (nb, m, srb)
+    check_device_args(stream, f"{opcode.name} of m={m}, n={n}",
+                      {**{x: (buf, m * nb * srb, f"layout {act} int8")
+                          for x, buf in (("a_buf", a_buf), ("b_buf", b_buf), ("o_buf", o_buf))},
+                       "p_buf": (p_buf, n_par * arb,
+                                 f"{n_par} accumulator rows of {arb} bytes")},
+                      {f"sems[{x!r}]": sems[x] for x in "LRS"})
     s0 = 0 if spad_region is None else spad_region[0]
     use = LocalUse.regions(c, f"the {opcode.name} kernel", spad_region, (acc_row, n_par))
     stream.check_local(use)         # before the caller's semaphores are counted

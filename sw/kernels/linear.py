@@ -80,6 +80,7 @@ import numpy.typing as npt
 
 from hw.config import NPUConfig
 from hw.isa import E8M0_NAN, MX_BLOCK, ActFormat, WeightFormat
+from sw.kernels.device_args import check_device_args
 from sw.kernels.linear_commands import build_linear_commands, build_linear_commands_double_buffered
 from sw.kernels.linear_ops import (
     dma_cycles,
@@ -323,6 +324,21 @@ def _local_use(c: NPUConfig, plan: LinearPlan, regions: tuple) -> LocalUse:
     return LocalUse.regions(c, what, *regions)
 
 
+def _check_launch_args(stream: Stream, prepared: tuple, a: npt.ArrayLike | Buffer,
+                       w_buf: Buffer | None, sems: dict[str, Semaphore] | None) -> None:
+    """:func:`~sw.kernels.device_args.check_device_args` for :func:`linear_launch`: a packed
+    activation buffer ``a`` of :func:`pack_activations`' size, ``w_buf`` of
+    :func:`pack_weights`' (as :func:`_prepare` packed them for the plan) and the ``sems``."""
+    plan, a_dram, w_dram, _ = prepared
+    bufs = {}
+    if isinstance(a, Buffer):
+        bufs["a"] = (a, a_dram.nbytes, f"layout {a_dram.shape} int8 of pack_activations")
+    if w_buf is not None:
+        bufs["w_buf"] = (w_buf, w_dram.nbytes, f"layout {w_dram.shape} int8 of pack_weights")
+    check_device_args(stream, f"M={plan.m}, K={plan.k}, N={plan.n}", bufs,
+                      None if sems is None else {f"sems[{x!r}]": s for x, s in sems.items()})
+
+
 def _launch(stream: Stream, prepared: tuple, a: npt.ArrayLike | Buffer, relu: bool, *,
             sems: dict[str, Semaphore] | None, w_buf: Buffer | None,
             timeout_cycles: int | None, use: LocalUse) -> LinearJob:
@@ -430,13 +446,19 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
         ``m2`` ``0..2**31-1``, ``shift`` and gelu ``s2`` ``0..63``; the message names the
         argument, the range and the first bad value), int4 values outside -8..7, MXINT8 on a
         configuration without ``mx`` or whose ``rows`` does not divide 32, scales of the
-        wrong shape or with the NaN scale.
+        wrong shape or with the NaN scale; a packed activation buffer ``a`` or a ``w_buf``
+        smaller than its layout (:func:`pack_activations`' ``KB * M * spad_row_bytes``
+        bytes, :func:`pack_weights`'), or one of them or a semaphore of ``sems`` of another
+        device than the stream's.
     TypeError
         A ``bias``, ``multiplier``, ``shift`` or gelu value that is not an integer (e.g. a
         real scale passed as the multiplier: convert it with
         :func:`sw.quant.quantize_multipliers`; float arrays of integral values such as
-        ``3.0`` are accepted, as are all integer dtypes; bools are refused). This and the
-        ValueErrors come before anything is allocated, uploaded or launched.
+        ``3.0`` are accepted, as are all integer dtypes; bools are refused); a ``sems``
+        value that is not a :class:`Semaphore`. This and the ValueErrors come before
+        anything is allocated, uploaded or launched.
+    NPUError
+        A freed ``a``, ``w_buf`` or semaphore of ``sems``, before anything is allocated.
     AccumulatorOverflowError
         If ``K > MAX_EXACT_K`` (131071): the int32 accumulation could wrap (K is not split).
     LocalMemoryConflictError
@@ -450,6 +472,7 @@ def linear_launch(stream: Stream, a: npt.ArrayLike | Buffer, w: npt.ArrayLike,
                         double_buffer=double_buffer, spad_region=spad_region,
                         acc_region=acc_region, plan=plan, formats=formats, gelu=gelu,
                         w_buf=w_buf)
+    _check_launch_args(stream, prepared, a, w_buf, sems)
     # a given serialized plan's rows are not confined to the regions (they guided the planner)
     use = _local_use(stream.device.config, prepared[0],
                      (spad_region, acc_region) if plan is None else (None, None))

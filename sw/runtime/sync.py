@@ -80,6 +80,11 @@ class Semaphore:
         self.issued = 0
         self._freed = False
 
+    @property
+    def freed(self) -> bool:
+        """True once :meth:`free` returned it to the pool."""
+        return self._freed
+
     def target(self, n: int = 0) -> int:
         """The value after the first ``issued + n`` signals (32-bit)."""
         return (self.base + self.issued + n) % SEM_MODULUS

@@ -1,6 +1,8 @@
 """sw.quant: scales, rounding, fixed-point multipliers and exact requantization."""
 
 import math
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -311,3 +313,52 @@ def test_score_multiplier_renormalises_like_quantize_multiplier():
         r = Fraction(s_q * 1.0 * math.log2(math.e) * (1 << SOFTMAX_EXP_FRAC_BITS) / math.sqrt(64))
         assert (1 << 15) <= m < (1 << 16) and 0 <= s <= 63, (real, m, s)
         assert abs(Fraction(m, 1 << s) - r) <= Fraction(1, 1 << (s + 1)), (real, m, s)
+
+
+
+_I64 = (-(1 << 63), (1 << 63) - 1)
+_M = (0, (1 << 31) - 1)
+
+
+@pytest.mark.parametrize("dtype, value, bounds, ok", [
+    (np.float32, 2.0 ** 31, _M, False),             # 2**31 - 1 rounds to 2**31 in float32
+    (np.float32, 2.0 ** 31 - 128, _M, True),        # the largest float32 below it
+    (np.float32, -1.0, _M, False),
+    (np.float64, 2.0 ** 63, _I64, False),           # 2**63 - 1 rounds to 2**63 in float64
+    (np.float64, -(2.0 ** 63), _I64, True),
+    (np.float64, 2.0 ** 63 - 1024, _I64, True),
+    (np.float64, 2.0 ** 31, _M, False),
+    (np.float16, 65504.0, _M, True),                 # float16's largest: no overflow warning
+    (np.float16, 65504.0, (0, 63), False),
+    (np.float16, -65504.0, (0, 63), False),
+    (np.float16, 2048.0, (0, 2047), False),
+    (np.float16, 64.0, (0, 63), False),
+    (np.longdouble, 2.0 ** 63, _I64, False),
+    (np.longdouble, 2.0 ** 31, _M, False),
+])
+def test_int_range_check_of_floats_is_exact(dtype, value, bounds, ok):
+    """check_int_values compares a float array with its bounds exactly, whatever the array's
+    precision: a bound the dtype cannot represent (2**31 - 1 in float32, 2**63 - 1 in float64)
+    must not round onto the value just outside it, and no overflow warning escapes."""
+    from sw.quant import check_int_values
+
+    lo, hi = bounds
+    arr = np.array([lo, lo, value], dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if ok:
+            out = check_int_values("x", arr, lo, hi)
+            assert out.dtype == np.int64 and out.tolist() == [lo, lo, int(value)]
+        else:
+            with pytest.raises(ValueError, match=rf"x outside \[{lo}, {hi}\]: got "
+                               rf"{re.escape(str(float(value)))} at index 2"):
+                check_int_values("x", arr, lo, hi)
+
+
+def test_float32_multiplier_of_2_31_is_refused_by_the_golden_model():
+    """The trial's case: float32 2**31 (outside 0..2**31-1) was accepted by the golden model,
+    which then disagreed with the device."""
+    a = np.ones((2, 4), np.int8)
+    w = np.ones((4, 8), np.int8)
+    with pytest.raises(ValueError, match=r"outside \[0, 2147483647\]: got 2147483648"):
+        linear_int(a, w, np.zeros(8, np.int32), np.full(8, 2 ** 31, np.float32), np.full(8, 40))
