@@ -333,7 +333,24 @@ class Device:
             c.barrier(signal=sem.id)
             c.wait(sem.id, target)
             s._write([x.raw for x in c], None)
+            s._barrier_end = s.commands_submitted
         sem.issued += len(streams)
+
+    def _drop_barrier_semaphore(self, stream: Stream) -> None:
+        """``stream``'s queue is being reset: if its last barrier's signal may not have
+        executed (the host has not seen it retire), the barrier semaphore's cumulative count
+        would never reach the targets of later barriers (every later barrier, on any
+        streams, would wait for ever). Later barriers take a fresh semaphore; the old one is
+        freed once the host has seen every other stream's work so far retire (streams that
+        waited on the dropped signal wait on the reset stream's dropped work, as any wait on
+        it does)."""
+        old = self._barrier_sem
+        if old is None or stream._barrier_end <= stream._done:
+            return
+        self._barrier_sem = None
+        self.deferred.add(lambda now: old.free(),
+                          [(s, s.commands_submitted) for s in self.streams.values()
+                           if s is not stream])
 
     # -- memory -----------------------------------------------------------------------------------
 

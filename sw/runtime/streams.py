@@ -125,6 +125,7 @@ class Stream:
         self._window_start: int | None = None
         self._need_barrier = False
         self.destroyed = False
+        self._barrier_end = 0       # commands_submitted after its last Device.barrier
         self.commands_submitted = device._queue_commands.get(queue, 0)
         #: launches with a LocalUse not known complete: (commands_submitted after it, use)
         self._uses: list[tuple[int, LocalUse]] = []
@@ -446,6 +447,7 @@ class Stream:
 
     def _reset(self) -> None:
         dev = self.device
+        dev._drop_barrier_semaphore(self)
         if dev.profiler is not None:
             dev.profiler.queue_reset([self.queue])
         dev.backend.csr_write(Csr.QUEUE_RESET, 1 << self.queue)

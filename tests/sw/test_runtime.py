@@ -1107,3 +1107,35 @@ def test_hints_about_a_destroyed_streams_work_can_be_followed(backend):
     for s in sems:
         s.free()
     s2.synchronize()
+
+
+@pytest.mark.parametrize("backend", [ModelBackend, PerfBackend])
+def test_a_reset_that_drops_a_barrier_signal_does_not_hold_later_barriers(backend):
+    """Found by a trial: a stream reset while its barrier's signal was pending dropped that
+    signal, and the barrier semaphore's cumulative count then never reached the target of
+    any later barrier, on any streams: they all waited for ever. Later barriers now take a
+    fresh semaphore; the old one goes back to the pool once the other streams' work is seen
+    retired."""
+    dev = Device(backend(NPUConfig()))
+    s1, s2, s3 = dev.create_stream(), dev.create_stream(), dev.create_stream()
+    gate = dev.event()
+    s2.wait_event(gate)                 # s2's barrier signal cannot execute yet
+    dev.barrier([s1, s2])
+    pool = len(dev._sem_pool)
+    s2.reset()                          # drops it; s1 waits on it (as on any dropped work)
+    s1.reset()
+    dev.barrier([s2, s3])
+    ev = s3.record()
+    ev.synchronize(timeout_cycles=100_000)
+    ev.free()
+    s2.synchronize(timeout_cycles=100_000)
+    assert len(dev._sem_pool) == pool - 1   # the new barrier semaphore; the old one held
+    s1.synchronize(timeout_cycles=100_000)
+    assert len(dev._sem_pool) == pool       # ... until the other streams were seen retired
+    dev.barrier([s1, s2, s3])           # and barriers keep working
+    for s in (s1, s2, s3):
+        s.synchronize(timeout_cycles=100_000)
+    # a reset after the barrier was seen retired keeps the semaphore
+    sem = dev._barrier_sem
+    s1.reset()
+    assert dev._barrier_sem is sem
