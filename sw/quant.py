@@ -509,8 +509,10 @@ def requantize(acc: npt.ArrayLike, bias: npt.ArrayLike, multiplier: npt.ArrayLik
     TypeError
         If a value is not an integer (a real multiplier such as 0.7 is not one:
         :func:`quantize_multipliers` makes them); integral floats (``3.0``) are taken
-        (:func:`check_int_values`).
+        (:func:`check_int_values`); if ``relu`` is not a bool.
     """
+    if not isinstance(relu, (bool, np.bool_)):     # relu="no" was taken as true
+        raise TypeError(f"relu must be a bool, not {relu!r}")
     a = check_int_array("acc", acc, INT32_MIN, INT32_MAX)
     b = check_int_array("bias", bias, INT32_MIN, INT32_MAX)
     m = check_multipliers("multiplier", multiplier)

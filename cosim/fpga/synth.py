@@ -261,7 +261,7 @@ def synthesize(verilog: Path, family: str = "ecp5", *, top: str = "npu",
             raise
         failed = log.with_name("synth_abc9_failed.log")
         log.replace(failed)
-        notes.append(f"ABC9 failed ({error.strip()}, log {failed.name}); mapped with "
+        notes.append(f"ABC9 failed ({error.strip()}, log {failed}); mapped with "
                      "classic ABC instead")
         use_abc9 = False
         seconds = attempt(use_abc9)

@@ -86,6 +86,14 @@ def test_requantize_matches_naive_random():
         assert got.tolist() == want
 
 
+def test_requantize_relu_must_be_a_bool():
+    """``relu="no"`` was taken as true (ReLU applied); a numpy bool is a bool."""
+    assert requantize([-5], 0, 1 << 30, 30, relu=np.bool_(False)).tolist() == [-5]
+    for bad in ("no", 0, None):
+        with pytest.raises(TypeError, match="relu must be a bool"):
+            requantize([-5], 0, 1 << 30, 30, relu=bad)
+
+
 def test_requantize_small_values_ties_and_saturation():
     # With M = 2**30 and shift 31 the real multiplier is exactly 1/2: odd x are ties.
     x = np.arange(-300, 301)
