@@ -168,8 +168,9 @@ def _add_area(sub: argparse._SubParsersAction) -> None:
     ar.add_argument("--no-pnr", action="store_true", help="synthesis only")
     ar.add_argument("--block", metavar="BLOCK",
                     help="synthesize one block alone, e.g. npu.cmdproc.fetch or npu.tile.vector "
-                         "(the paths of the per-block table), as the top of its own design: "
-                         "seconds to a minute instead of many minutes for the whole NPU, for "
+                         "(a block's path in the per-block table; not a memory such as "
+                         "npu.tile.spad), as the top of its own design: "
+                         "seconds to two minutes instead of many minutes for the whole NPU, for "
                          "measuring a change to one block before and after; synthesis only; "
                          "its ports are the design's inputs and outputs and it is mapped apart, "
                          "so its figure differs from its line in the whole NPU's table (8x8 "
